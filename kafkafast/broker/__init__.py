@@ -1,0 +1,1 @@
+"""The broker core: one handler module per API key (handlers/), topics, partitions."""

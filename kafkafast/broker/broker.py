@@ -1,0 +1,357 @@
+"""The broker core: topics, partitions, request dispatch. No sockets here.
+
+`Broker.handle_frame(frame, conn)` takes one request frame (without its size prefix, as a
+writable bytearray so produce can assign offsets in place) and returns the response parts
+(`None` for acks=0 produce), or raises `CloseConnection` when Kafka would close the
+connection (malformed header, unknown API key, unsupported version of anything but
+ApiVersions, bytes that do not parse).
+
+Partition ownership: in one process every partition is local. The multi-process runtime
+gives the broker an `ownership` object (see kafkafast/runtime) that says which worker
+appends to which partition and forwards appends it does not own; reads are always local.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from kafkafast.broker.registry import HANDLERS, load_handlers
+from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
+from kafkafast.config import BrokerConfig
+from kafkafast.protocol import api
+from kafkafast.protocol import errors as E
+from kafkafast.protocol.primitives import DecodeError
+from kafkafast.storage.config import LogConfig
+from kafkafast.storage.log_manager import LogManager
+
+log = logging.getLogger("kafkafast.broker")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection is closed (as Kafka does)."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: Any
+    api_version: int
+    client_id: str | None
+    conn: Any = None  # the connection object (peer address, internal flag)
+    internal: bool = False  # forwarded by another worker: handle locally, never forward again
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Partition:
+    """One partition as this process sees it: the writer `log` when it is local
+    (owned here), and always a reader over the files plus the published state."""
+
+    __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "__weakref__")
+
+    def __init__(self, topic: str, index: int, log_: Any) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log_
+        self.leader_epoch = 0
+        self.waiters: set[asyncio.Future] = set()
+
+    @property
+    def state(self) -> Any:
+        return self.log.state
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.state.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.state.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.state.log_end_offset
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.log_dirs = config.log_dirs
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        self.topics = TopicStore(self.log_dirs[0])
+        self.default_log_config = LogConfig.from_props(config.topic_defaults())
+        self.log_manager = LogManager(self.log_dirs, self.default_log_config)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.handlers = load_handlers()
+        self.group_coordinator: Any = None  # set by the groups layer when present
+        self.producer_ids: Any = None
+        self._periodic_task: asyncio.Task | None = None
+        self.started = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _load_cluster_id(self) -> str:
+        path = os.path.join(self.log_dirs[0], "meta.properties")
+        if os.path.exists(path):
+            from kafkafast.config import parse_properties
+
+            with open(path, encoding="utf-8") as fh:
+                props = parse_properties(fh.read())
+            if props.get("cluster.id"):
+                return props["cluster.id"]
+        import base64
+
+        cid = self.config.get("cluster.id") or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(f"version=0\ncluster.id={cid}\nbroker.id={self.node_id}\nnode.id={self.node_id}\n")
+        return cid
+
+    def load(self) -> None:
+        """Synchronous start-up: topics, logs (recovery), partitions."""
+        from kafkafast.broker.producer_ids import ProducerIdAllocator
+
+        self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
+        self.topics.load()
+        self.log_manager.load_all()
+        for t in list(self.topics.topics.values()):
+            self._open_topic(t)
+        self.started = True
+
+    async def start(self) -> None:
+        self.load()
+        if self.group_coordinator is None:
+            self._attach_group_coordinator()
+        if self.group_coordinator is not None:
+            await self.group_coordinator.start()
+        self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
+
+    def _attach_group_coordinator(self) -> None:
+        try:
+            from kafkafast.broker.group_coordinator import GroupCoordinator
+        except ImportError:
+            return
+        self.group_coordinator = GroupCoordinator(self)
+
+    async def stop(self) -> None:
+        if self._periodic_task:
+            self._periodic_task.cancel()
+            try:
+                await self._periodic_task
+            except asyncio.CancelledError:
+                pass
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
+        for p in self.partitions.values():
+            p.wake()
+        self.log_manager.shutdown()
+        self.started = False
+
+    async def _periodic(self) -> None:
+        interval = 0.2
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.log_manager.periodic(now_ms())
+            except Exception:  # keep serving; the error is in the log
+                log.exception("periodic log maintenance failed")
+
+    # -- topics -------------------------------------------------------------------------
+    def topic_log_config(self, meta: TopicMeta) -> LogConfig:
+        return LogConfig.from_props(meta.configs, self.default_log_config) if meta.configs else self.default_log_config
+
+    def _open_topic(self, meta: TopicMeta) -> None:
+        cfg = self.topic_log_config(meta)
+        for i in range(meta.partitions):
+            if (meta.name, i) in self.partitions:
+                continue
+            lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
+            self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
+
+    def refresh_topics(self) -> None:
+        """Picks up topic changes made by another process."""
+        if not self.topics.load():
+            return
+        live = self.topics.topics
+        for key in [k for k in self.partitions if k[0] not in live or k[1] >= live[k[0]].partitions]:
+            self.partitions.pop(key).wake()
+        for t in live.values():
+            self._open_topic(t)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+                     *, validate_only: bool = False) -> TopicMeta:
+        validate_topic_name(name)
+        if partitions <= 0:
+            raise E.InvalidPartitionsError("number of partitions must be larger than 0")
+        configs = dict(configs or {})
+        if name == OFFSETS_TOPIC:
+            configs.setdefault("cleanup.policy", "compact")
+            configs.setdefault("segment.bytes", self.config.get("offsets.topic.segment.bytes") or "104857600")
+        LogConfig.from_props(configs, self.default_log_config)  # raises InvalidConfigError
+        meta: TopicMeta | None = None
+        with self.topics.change() as topics:
+            if name in topics:
+                raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+            collide = name.replace(".", "_")
+            for other in topics:
+                if other.replace(".", "_") == collide:
+                    raise E.InvalidTopicError(f"Topic '{name}' collides with existing topic '{other}'")
+            meta = TopicMeta(name, self.topics.new_topic_id(), partitions, configs)
+            if validate_only:
+                raise _ValidateOnly(meta)
+            topics[name] = meta
+        self._open_topic(meta)
+        self.notify_metadata_changed()
+        return meta
+
+    def create_topic_validate(self, name: str, partitions: int, configs: dict[str, str] | None) -> TopicMeta:
+        try:
+            return self.create_topic(name, partitions, configs, validate_only=True)
+        except _ValidateOnly as v:
+            return v.meta
+
+    def delete_topic(self, name: str) -> None:
+        with self.topics.change() as topics:
+            meta = topics.pop(name, None)
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+        for i in range(meta.partitions):
+            part = self.partitions.pop((name, i), None)
+            if part is not None:
+                part.wake()
+            self.log_manager.delete(name, i)
+        self.notify_metadata_changed()
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        with self.topics.change() as topics:
+            meta = topics.get(name)
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+            if count <= meta.partitions:
+                raise E.InvalidPartitionsError(
+                    f"Topic currently has {meta.partitions} partitions, which is higher than the requested {count}.")
+            if validate_only:
+                return
+            meta.partitions = count
+        self._open_topic(meta)
+        self.notify_metadata_changed()
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        cfg = LogConfig.from_props(configs, self.default_log_config)
+        if validate_only:
+            return
+        with self.topics.change() as topics:
+            meta = topics.get(name)
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+            meta.configs = dict(configs)
+        for i in range(meta.partitions):
+            part = self.partitions.get((name, i))
+            if part is not None:
+                part.log.config = cfg
+        self.notify_metadata_changed()
+
+    def notify_metadata_changed(self) -> None:
+        """Hook for the multi-process runtime (tells other workers to reload)."""
+
+    def maybe_auto_create(self, name: str) -> TopicMeta | None:
+        if not self.config.get_bool("auto.create.topics.enable"):
+            return None
+        try:
+            if name == OFFSETS_TOPIC:
+                return self.create_topic(name, self.config.get_int("offsets.topic.num.partitions"))
+            return self.create_topic(name, self.config.get_int("num.partitions"))
+        except E.TopicAlreadyExistsError:
+            self.refresh_topics()
+            return self.topics.get(name)
+
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        part = self.partitions.get((topic, index))
+        if part is None:
+            self.refresh_topics()
+            part = self.partitions.get((topic, index))
+        return part
+
+    # -- data path ----------------------------------------------------------------------
+    def append(self, part: Partition, records: bytearray | memoryview) -> Any:
+        """Appends a validated-on-the-way record set; advances the high watermark."""
+        result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        st = part.log.state
+        st.high_watermark = st.log_end_offset
+        st.last_stable_offset = st.log_end_offset
+        part.wake()
+        self.on_append(part)
+        return result
+
+    def owns(self, part: Partition) -> bool:
+        """Whether this process appends to the partition (always, in one process)."""
+        return True
+
+    async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
+        part.log.delete_records_before(offset)
+        self.on_append(part)
+
+    def on_append(self, part: Partition) -> None:
+        """Hook for the multi-process runtime (wakes fetches parked in other workers)."""
+
+    async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        parts = list(parts)
+        for p in parts:
+            p.waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for p in parts:
+                p.waiters.discard(fut)
+
+    # -- dispatch -----------------------------------------------------------------------
+    async def handle_frame(self, frame: bytearray | memoryview, conn: Any = None, *, internal: bool = False) -> list | None:
+        if len(frame) < 8:
+            raise CloseConnection("frame shorter than a request header")
+        api_key, api_version, correlation_id = api.peek_api(frame)
+        spec = HANDLERS.get(api_key)
+        if spec is None:
+            raise CloseConnection(f"unknown API key {api_key}")
+        if not spec.min_version <= api_version <= spec.max_version:
+            if api_key == api.API_VERSIONS_KEY:
+                from kafkafast.broker.handlers.api_versions import unsupported_version_response
+
+                return api.encode_response(api_key, 0, correlation_id, unsupported_version_response(self))
+            raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
+        try:
+            header, request = api.decode_request(frame)
+        except (DecodeError, E.KafkaError) as exc:
+            raise CloseConnection(f"malformed request (api {api_key} v{api_version}): {exc}") from exc
+        ctx = RequestContext(header, api_version, header.client_id, conn, internal)
+        response = await spec.func(self, ctx, request, api_version)
+        if response is None:
+            return None
+        return api.encode_response(api_key, api_version, correlation_id, response)
+
+
+class _ValidateOnly(Exception):
+    def __init__(self, meta: TopicMeta) -> None:
+        self.meta = meta
+
+
+def is_internal_topic(name: str) -> bool:
+    return name in INTERNAL_TOPICS

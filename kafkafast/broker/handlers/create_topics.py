@@ -1,0 +1,72 @@
+"""CreateTopics (key 19), versions 0-7.
+
+num_partitions / replication_factor of -1 take `num.partitions` /
+`default.replication.factor`. With one broker, a replication factor above 1 is
+INVALID_REPLICATION_FACTOR; manual assignments must name only this broker. Configs are
+validated (INVALID_CONFIG); `validate_only` checks without creating. v5+ answers with the
+partition count, replication factor and the topic's effective configs; v7 with the topic id.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.broker.handlers.describe_configs import topic_config_entries
+from kafkafast.protocol._generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from kafkafast.protocol import errors as E
+from kafkafast.protocol.primitives import ZERO_UUID
+
+Result = CreateTopicsResponse.CreatableTopicResult
+ConfigOut = CreateTopicsResponse.CreatableTopicConfigs
+
+
+def _fail(name, exc):
+    return Result(name=name, topic_id=ZERO_UUID, error_code=exc.code, error_message=exc.message,
+                  num_partitions=-1, replication_factor=-1, configs=None)
+
+
+@handles(CreateTopicsRequest, 0, 7)
+async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateTopicsResponse:
+    out = []
+    seen = set()
+    for t in req.topics:
+        if t.name in seen:
+            out.append(_fail(t.name, E.InvalidRequestError("duplicate topic in request")))
+            continue
+        seen.add(t.name)
+        try:
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise E.InvalidRequestError("both assignments and a partition count/replication factor given")
+                for a in t.assignments:
+                    if list(a.broker_ids) != [broker.node_id]:
+                        raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")
+                indexes = sorted(a.partition_index for a in t.assignments)
+                if indexes != list(range(len(indexes))):
+                    raise E.InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
+                partitions, rf = len(indexes), 1
+            else:
+                partitions = t.num_partitions if t.num_partitions != -1 else broker.config.get_int("num.partitions")
+                rf = t.replication_factor if t.replication_factor != -1 else broker.config.get_int("default.replication.factor")
+                if partitions <= 0:
+                    raise E.InvalidPartitionsError("number of partitions must be larger than 0")
+                if rf <= 0:
+                    raise E.InvalidReplicationFactorError("replication factor must be larger than 0")
+                if rf > 1:
+                    raise E.InvalidReplicationFactorError(
+                        f"Replication factor: {rf} larger than available brokers: 1.")
+            configs = {}
+            for c in t.configs:
+                if c.value is None:
+                    raise E.InvalidConfigError(f"null value for config {c.name}")
+                configs[c.name] = c.value
+            if req.validate_only:
+                meta = broker.create_topic_validate(t.name, partitions, configs)
+            else:
+                meta = broker.create_topic(t.name, partitions, configs)
+        except E.KafkaError as exc:
+            out.append(_fail(t.name, exc))
+            continue
+        cfgs = None
+        if version >= 5:
+            cfgs = [ConfigOut(name=e.name, value=e.value, read_only=e.read_only, config_source=e.config_source,
+                              is_sensitive=False) for e in topic_config_entries(broker, meta, 1)]
+        out.append(Result(name=t.name, topic_id=meta.topic_id, error_code=0, error_message=None,
+                          num_partitions=partitions, replication_factor=rf, configs=cfgs))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=out)

@@ -1,0 +1,41 @@
+"""DeleteTopics (key 20), versions 0-6.
+
+Deletes topics by name (v0-5: topic_names; v6: topics by name or id). The partitions'
+directories are renamed `-delete` and removed; reads in flight keep their open files.
+Unknown names: UNKNOWN_TOPIC_OR_PARTITION; unknown ids: UNKNOWN_TOPIC_ID;
+`delete.topic.enable=false`: TOPIC_DELETION_DISABLED.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from kafkafast.protocol import errors as E
+from kafkafast.protocol.primitives import ZERO_UUID
+
+Result = DeleteTopicsResponse.DeletableTopicResult
+
+
+@handles(DeleteTopicsRequest, 0, 6)
+async def handle(broker, ctx, req: DeleteTopicsRequest, version: int) -> DeleteTopicsResponse:
+    broker.refresh_topics()
+    wanted = [(n, None) for n in req.topic_names] if version < 6 else [(t.name, t.topic_id) for t in req.topics]
+    out = []
+    for name, tid in wanted:
+        topic_id = bytes(tid) if tid is not None else ZERO_UUID
+        if name is None:
+            meta = broker.topics.by_id.get(topic_id)
+            if meta is None:
+                out.append(Result(name=None, topic_id=topic_id, error_code=E.ErrorCode.UNKNOWN_TOPIC_ID,
+                                  error_message=None))
+                continue
+            name = meta.name
+        meta = broker.topics.get(name)
+        try:
+            if not broker.config.get_bool("delete.topic.enable"):
+                raise E.for_code(E.ErrorCode.TOPIC_DELETION_DISABLED)()
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+            broker.delete_topic(name)
+        except E.KafkaError as exc:
+            out.append(Result(name=name, topic_id=topic_id, error_code=exc.code, error_message=exc.message))
+            continue
+        out.append(Result(name=name, topic_id=meta.topic_id, error_code=0, error_message=None))
+    return DeleteTopicsResponse(throttle_time_ms=0, responses=out)

@@ -1,0 +1,23 @@
+"""DescribeCluster (key 60), versions 0-1: this broker, the cluster id, the controller."""
+from kafkafast.broker.registry import handles
+from kafkafast.broker.handlers.metadata import AUTH_OPS_UNSET, broker_endpoint
+from kafkafast.protocol._generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from kafkafast.protocol import errors as E
+
+BROKERS_ENDPOINT = 1
+
+
+@handles(DescribeClusterRequest, 0, 1)
+async def handle(broker, ctx, req: DescribeClusterRequest, version: int) -> DescribeClusterResponse:
+    if version >= 1 and req.endpoint_type != BROKERS_ENDPOINT:
+        return DescribeClusterResponse(throttle_time_ms=0, error_code=E.ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                       error_message="only broker endpoints are served",
+                                       endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
+                                       controller_id=-1, brokers=[])
+    host, port = broker_endpoint(broker)
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
+        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
+                                                                rack=None)],
+        cluster_authorized_operations=AUTH_OPS_UNSET)

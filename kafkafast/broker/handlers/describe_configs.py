@@ -1,0 +1,113 @@
+"""DescribeConfigs (key 32), versions 0-4.
+
+Topics (resource type 2): every topic-level config with its effective value and source —
+DYNAMIC_TOPIC_CONFIG for the topic's overrides, STATIC_BROKER_CONFIG when the broker's
+property sets it, DEFAULT_CONFIG otherwise — with synonyms when asked (v1+) and types (v3+).
+Brokers (type 4, name = this node id or empty): the broker properties in effect.
+"""
+from dataclasses import dataclass
+
+from kafkafast.broker.registry import handles
+from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
+from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafkafast.protocol import errors as E
+from kafkafast.storage.config import TOPIC_CONFIG_DEFAULTS
+
+TOPIC, BROKER = 2, 4
+SRC_TOPIC, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 4, 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+_TYPES = {
+    "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING, "message.timestamp.type": TYPE_STRING,
+    "min.cleanable.dirty.ratio": TYPE_DOUBLE, "max.message.bytes": TYPE_INT, "segment.bytes": TYPE_INT,
+    "segment.index.bytes": TYPE_INT, "index.interval.bytes": TYPE_INT, "min.insync.replicas": TYPE_INT,
+}
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
+Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
+
+
+@dataclass
+class ConfigEntry:
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: int
+    synonyms: list
+
+
+def config_type(name: str, value: str | None) -> int:
+    if name in _TYPES:
+        return _TYPES[name]
+    if value in ("true", "false"):
+        return TYPE_BOOLEAN
+    if name.endswith((".ms", ".bytes", ".messages")):
+        return TYPE_LONG
+    return TYPE_STRING
+
+
+def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
+    broker_defaults = broker.config.topic_defaults()
+    explicit = {k for k, v in broker.config.props.items() if v is not None and DEFAULTS.get(k) != v}
+    out = []
+    for name in sorted(TOPIC_CONFIG_DEFAULTS):
+        synonyms = []
+        broker_key = broker.config.topic_config_source(name)
+        if name in meta.configs:
+            value, source = meta.configs[name], SRC_TOPIC
+            synonyms.append(Synonym(name=name, value=value, source=SRC_TOPIC))
+        elif broker_key is not None and broker_key in explicit:
+            value, source = broker_defaults.get(name, TOPIC_CONFIG_DEFAULTS[name]), SRC_STATIC_BROKER
+        else:
+            value, source = broker_defaults.get(name, TOPIC_CONFIG_DEFAULTS[name]), SRC_DEFAULT
+        if broker_key is not None and broker_key in explicit:
+            synonyms.append(Synonym(name=broker_key, value=broker.config.props[broker_key], source=SRC_STATIC_BROKER))
+        synonyms.append(Synonym(name=broker_key or name, value=TOPIC_CONFIG_DEFAULTS[name], source=SRC_DEFAULT))
+        out.append(ConfigEntry(name, value, False, source, synonyms))
+    return out
+
+
+def broker_config_entries(broker) -> list[ConfigEntry]:
+    out = []
+    for name in sorted(broker.config.props):
+        value = broker.config.props[name]
+        source = SRC_DEFAULT if DEFAULTS.get(name) == value else SRC_STATIC_BROKER
+        syn = [Synonym(name=name, value=value, source=source)]
+        out.append(ConfigEntry(name, value, True, source, syn))
+    return out
+
+
+@handles(DescribeConfigsRequest, 0, 4)
+async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> DescribeConfigsResponse:
+    broker.refresh_topics()
+    results = []
+    for res in req.resources:
+        try:
+            if res.resource_type == TOPIC:
+                meta = broker.topics.get(res.resource_name)
+                if meta is None:
+                    raise E.UnknownTopicOrPartitionError(f"Topic {res.resource_name} does not exist")
+                entries = topic_config_entries(broker, meta, version)
+            elif res.resource_type == BROKER:
+                if res.resource_name not in ("", str(broker.node_id)):
+                    raise E.InvalidRequestError(f"unknown broker {res.resource_name!r}")
+                entries = broker_config_entries(broker)
+            else:
+                raise E.InvalidRequestError(f"unsupported resource type {res.resource_type}")
+        except E.KafkaError as exc:
+            results.append(Result(error_code=exc.code, error_message=exc.message, resource_type=res.resource_type,
+                                  resource_name=res.resource_name, configs=[]))
+            continue
+        if res.configuration_keys is not None:
+            keys = set(res.configuration_keys)
+            entries = [e for e in entries if e.name in keys]
+        configs = [Entry(name=e.name, value=e.value, read_only=e.read_only,
+                         is_default=e.config_source == SRC_DEFAULT, config_source=e.config_source,
+                         is_sensitive=False,
+                         synonyms=e.synonyms if req.include_synonyms else [],
+                         config_type=config_type(e.name, e.value),
+                         documentation=None)
+                   for e in entries]
+        results.append(Result(error_code=0, error_message=None, resource_type=res.resource_type,
+                              resource_name=res.resource_name, configs=configs))
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

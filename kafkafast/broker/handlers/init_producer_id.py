@@ -1,0 +1,25 @@
+"""InitProducerId (key 22), versions 0-4.
+
+Idempotent producers (null transactional id) get a new producer id with epoch 0, unique
+across workers and restarts. A client that passes its current id and epoch (v3+, after a
+fatal sequence error) gets the same id with the epoch bumped; a bumped epoch must start
+its sequences at 0 again. Transactional ids are refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from kafkafast.protocol import errors as E
+
+MAX_EPOCH = 32767
+
+
+@handles(InitProducerIdRequest, 0, 4)
+async def handle(broker, ctx, req: InitProducerIdRequest, version: int) -> InitProducerIdResponse:
+    if req.transactional_id is not None:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                      producer_id=-1, producer_epoch=-1)
+    if version >= 3 and req.producer_id >= 0 and 0 <= req.producer_epoch < MAX_EPOCH - 1:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=req.producer_id,
+                                      producer_epoch=req.producer_epoch + 1)
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.next_id(),
+                                  producer_epoch=0)

@@ -1,0 +1,57 @@
+"""ListOffsets (key 2), versions 1-7.
+
+timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (the last
+stable offset for READ_COMMITTED, equal here); -3 (max timestamp, v7): the offset of the
+record with the largest timestamp; otherwise the first offset whose timestamp is at least
+the target, found through the time index (offset -1 and timestamp -1 when there is none).
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafkafast.protocol import errors as E
+
+PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
+TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+@handles(ListOffsetsRequest, 1, 7)
+async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
+    topics = []
+    for t in req.topics:
+        tr = TopicResp(name=t.name, partitions=[])
+        topics.append(tr)
+        for p in t.partitions:
+            part = broker.get_partition(t.name, p.partition_index)
+            if part is None:
+                tr.partitions.append(PartResp(partition_index=p.partition_index,
+                                              error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            if version >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
+                code = (E.ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
+                        else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
+                tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=code,
+                                              timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            ts, off = -1, -1
+            if p.timestamp == EARLIEST:
+                off = part.log_start_offset
+            elif p.timestamp == LATEST:
+                off = part.high_watermark
+            elif p.timestamp == MAX_TIMESTAMP:
+                found = part.log.max_timestamp_offset()
+                if found is not None:
+                    ts, off = found
+            elif p.timestamp < 0:
+                tr.partitions.append(PartResp(partition_index=p.partition_index,
+                                              error_code=E.ErrorCode.INVALID_REQUEST,
+                                              timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            else:
+                found = part.log.offset_for_timestamp(p.timestamp)
+                if found is not None and found[0] < part.high_watermark:
+                    off, ts = found
+            tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=0,
+                                          timestamp=ts, offset=off,
+                                          leader_epoch=part.leader_epoch if off >= 0 else -1))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,81 @@
+"""Metadata (key 3), versions 0-12.
+
+Lists this broker (from advertised.listeners) as the only broker and controller, and the
+requested topics (all topics for a null list, or an empty list before v1) with one replica
+per partition. Unknown topics are auto-created when `auto.create.topics.enable` is on and
+the request allows it (always before v4); invalid names get INVALID_TOPIC_EXCEPTION,
+unknown topic ids (v10+) UNKNOWN_TOPIC_ID.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.broker.topics import validate_topic_name
+from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResponse
+from kafkafast.protocol import errors as E
+from kafkafast.protocol.primitives import ZERO_UUID
+
+AUTH_OPS_UNSET = -2147483648
+
+
+def broker_endpoint(broker):
+    adv = broker.config.advertised_listeners()[0]
+    host = adv.host or "127.0.0.1"
+    return host, adv.port
+
+
+def topic_response(broker, meta, version):
+    node = broker.node_id
+    parts = []
+    for i in range(meta.partitions):
+        p = broker.partitions.get((meta.name, i))
+        epoch = p.leader_epoch if p is not None else 0
+        parts.append(MetadataResponse.MetadataResponsePartition(
+            error_code=0, partition_index=i, leader_id=node, leader_epoch=epoch,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+    return MetadataResponse.MetadataResponseTopic(
+        error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.is_internal,
+        partitions=parts, topic_authorized_operations=AUTH_OPS_UNSET)
+
+
+def error_topic(name, code, topic_id=ZERO_UUID):
+    return MetadataResponse.MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id,
+                                                  is_internal=False, partitions=[],
+                                                  topic_authorized_operations=AUTH_OPS_UNSET)
+
+
+@handles(MetadataRequest, 0, 12)
+async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataResponse:
+    broker.refresh_topics()
+    host, port = broker_endpoint(broker)
+    resp = MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=[],
+        cluster_authorized_operations=AUTH_OPS_UNSET)
+    all_topics = req.topics is None or (version == 0 and not req.topics)
+    if all_topics:
+        for meta in sorted(broker.topics.topics.values(), key=lambda t: t.name):
+            resp.topics.append(topic_response(broker, meta, version))
+        return resp
+    auto = req.allow_auto_topic_creation if version >= 4 else True
+    for t in req.topics:
+        name = t.name
+        if name is None:
+            meta = broker.topics.by_id.get(bytes(t.topic_id))
+            if meta is None:
+                resp.topics.append(error_topic(None, E.ErrorCode.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
+            else:
+                resp.topics.append(topic_response(broker, meta, version))
+            continue
+        meta = broker.topics.get(name)
+        if meta is None:
+            try:
+                validate_topic_name(name)
+            except E.InvalidTopicError:
+                resp.topics.append(error_topic(name, E.ErrorCode.INVALID_TOPIC_EXCEPTION))
+                continue
+            if auto:
+                meta = broker.maybe_auto_create(name)
+        if meta is None:
+            resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        else:
+            resp.topics.append(topic_response(broker, meta, version))
+    return resp

@@ -1,0 +1,117 @@
+"""Topic metadata: names, topic ids, partition counts, per-topic config overrides.
+
+Stored as `<first log dir>/__kafkafast_topics.json`:
+`{"version": 1, "topics": {"<name>": {"id": "<32 hex>", "partitions": N, "configs": {...}}}}`,
+replaced atomically (write to a temporary file, fsync, rename). Writers take an exclusive
+`flock` on `__kafkafast_topics.lock` so several worker processes can change topics safely;
+`generation` increases with every change so other processes know when to reload.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from kafkafast.protocol.errors import InvalidTopicError
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_NAME_LENGTH} characters")
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'")
+
+
+@dataclass
+class TopicMeta:
+    name: str
+    topic_id: bytes
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+class TopicStore:
+    FILE = "__kafkafast_topics.json"
+
+    def __init__(self, log_dir: str) -> None:
+        self.dir = log_dir
+        self.path = os.path.join(log_dir, self.FILE)
+        self.lock_path = os.path.join(log_dir, "__kafkafast_topics.lock")
+        self.topics: dict[str, TopicMeta] = {}
+        self.by_id: dict[bytes, TopicMeta] = {}
+        self._mtime_ns = -1
+
+    def load(self) -> bool:
+        """(Re)reads the file if it changed; True when something was reloaded."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            changed = bool(self.topics)
+            self.topics, self.by_id, self._mtime_ns = {}, {}, -1
+            return changed
+        if st.st_mtime_ns == self._mtime_ns:
+            return False
+        with open(self.path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        topics = {}
+        for name, t in doc.get("topics", {}).items():
+            topics[name] = TopicMeta(name, bytes.fromhex(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
+        self.topics = topics
+        self.by_id = {t.topic_id: t for t in topics.values()}
+        self._mtime_ns = st.st_mtime_ns
+        return True
+
+    def _save(self) -> None:
+        doc = {"version": 1, "topics": {
+            t.name: {"id": t.topic_id.hex(), "partitions": t.partitions, "configs": t.configs}
+            for t in sorted(self.topics.values(), key=lambda t: t.name)}}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        self._mtime_ns = os.stat(self.path).st_mtime_ns
+        self.by_id = {t.topic_id: t for t in self.topics.values()}
+
+    @contextmanager
+    def change(self) -> Iterator[dict[str, TopicMeta]]:
+        """Exclusive, cross-process change: reload, let the caller edit, save."""
+        os.makedirs(self.dir, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self._mtime_ns = -1
+                self.load()
+                yield self.topics
+                self._save()
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def get(self, name: str) -> TopicMeta | None:
+        return self.topics.get(name)
+
+    @staticmethod
+    def new_topic_id() -> bytes:
+        while True:
+            b = uuid.uuid4().bytes
+            if b != b"\x00" * 16:
+                return b

@@ -1,0 +1,1 @@
+"""Processes, sockets and event loops: everything the broker core leaves out."""

@@ -1,0 +1,215 @@
+"""One client connection: framing, in-order request processing, response writing.
+
+Framing: a 4-byte big-endian size, then the request. A size below 8 or above
+`socket.request.max.bytes` closes the connection at once. Bytes are only buffered as they
+arrive — nothing is allocated from the size field. Requests on one connection are handled
+one at a time, in order, as Kafka does (responses must come back in request order);
+reading pauses while MAX_QUEUED frames wait.
+
+Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
+sent with os.sendfile straight from the segment file on plaintext sockets: the transport
+is drained first (so framing stays in order), then the region is pushed with sendfile,
+waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import deque
+from typing import Any
+
+from kafkafast.broker.broker import CloseConnection
+from kafkafast.protocol.primitives import FileRegion
+
+log = logging.getLogger("kafkafast.connection")
+
+MAX_QUEUED = 32
+_SIZE = int.from_bytes
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, broker: Any, max_request_bytes: int, *, internal: bool = False,
+                 tracker: set | None = None) -> None:
+        self.broker = broker
+        self.max_request = max_request_bytes
+        self.internal = internal
+        self.tracker = tracker
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.queue: deque[bytearray] = deque()
+        self.wakeup: asyncio.Event | None = None
+        self.task: asyncio.Task | None = None
+        self.closing = False
+        self.paused = False
+        self.busy = False
+        self.peer = None
+        self._drain_waiter: asyncio.Future | None = None
+        self._write_paused = False
+        self._dup_fd = -1
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.wakeup = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._process())
+        if self.tracker is not None:
+            self.tracker.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        buf = self.buf
+        buf += data
+        start = 0
+        n = len(buf)
+        while n - start >= 4:
+            size = _SIZE(buf[start:start + 4], "big", signed=True)
+            if size < 8 or size > self.max_request:
+                log.info("closing %s: request size %d outside [8, %d]", self.peer, size, self.max_request)
+                self.abort()
+                return
+            end = start + 4 + size
+            if end > n:
+                break
+            self.queue.append(buf[start + 4:end])
+            start = end
+        if start:
+            del buf[:start]
+        if self.queue:
+            self.wakeup.set()  # type: ignore[union-attr]
+            if len(self.queue) >= MAX_QUEUED and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.wakeup is not None:
+            self.wakeup.set()
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_exception(ConnectionResetError())
+        if self.task is not None and not self.busy:
+            self.task.cancel()
+        if self._dup_fd >= 0:
+            os.close(self._dup_fd)
+            self._dup_fd = -1
+        if self.tracker is not None:
+            self.tracker.discard(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+
+    # -- processing -----------------------------------------------------------------------
+    def abort(self) -> None:
+        self.closing = True
+        self.queue.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def _process(self) -> None:
+        try:
+            while not self.closing:
+                if not self.queue:
+                    self.wakeup.clear()  # type: ignore[union-attr]
+                    await self.wakeup.wait()  # type: ignore[union-attr]
+                    continue
+                frame = self.queue.popleft()
+                if self.paused and len(self.queue) < MAX_QUEUED // 2:
+                    self.paused = False
+                    self.transport.resume_reading()  # type: ignore[union-attr]
+                self.busy = True
+                try:
+                    parts = await self.broker.handle_frame(frame, self, internal=self.internal)
+                except CloseConnection as exc:
+                    log.info("closing %s: %s", self.peer, exc)
+                    self.abort()
+                    return
+                except Exception:
+                    log.exception("request from %s failed; closing the connection", self.peer)
+                    self.abort()
+                    return
+                finally:
+                    self.busy = False
+                if parts is not None and not self.closing:
+                    await self._send(parts)
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+
+    async def _send(self, parts: list) -> None:
+        t = self.transport
+        for part in parts:
+            if isinstance(part, FileRegion):
+                await self._sendfile(part)
+            else:
+                t.write(part)  # type: ignore[union-attr]
+        if self._write_paused:
+            await self._wait_drained(False)
+
+    async def _wait_drained(self, empty: bool) -> None:
+        """Waits for resume_writing (buffer below the low mark) or, with empty=True,
+        until the transport buffer is empty."""
+        t = self.transport
+        loop = asyncio.get_running_loop()
+        while not self.closing and (self._write_paused or (empty and t.get_write_buffer_size() > 0)):  # type: ignore[union-attr]
+            if self._write_paused:
+                self._drain_waiter = loop.create_future()
+                await self._drain_waiter
+            else:
+                await self._writable()
+
+    async def _writable(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._dup_fd < 0:
+            self._dup_fd = os.dup(self.transport.get_extra_info("socket").fileno())  # type: ignore[union-attr]
+        fut = loop.create_future()
+        fd = self._dup_fd
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(fd, ready)
+        try:
+            await fut
+        finally:
+            loop.remove_writer(fd)
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        sock = self.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
+            self.transport.write(region.read())  # type: ignore[union-attr]
+            return
+        await self._wait_drained(True)
+        fd = sock.fileno()
+        offset, remaining = region.offset, region.length
+        while remaining > 0 and not self.closing:
+            try:
+                sent = os.sendfile(fd, region.fd, offset, remaining)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                self.abort()
+                return
+            if sent == 0:  # the file is shorter than the region: never leave a frame half-sent
+                log.error("segment file ended early while sending a fetch response; closing %s", self.peer)
+                self.abort()
+                return
+            offset += sent
+            remaining -= sent
