@@ -1,0 +1,118 @@
+"""Starts a real kafkafast broker as a child process for integration tests.
+
+Binds 127.0.0.1 on a free port, keeps its data in a test directory, waits until the broker
+answers ApiVersions, and stops it (SIGTERM, then SIGKILL after a bound) at the end.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
+    """Sends ApiVersions v0 and checks that a well-formed answer comes back."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            body = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+            s.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", _recv(s, 4))[0]
+            data = _recv(s, size)
+            return struct.unpack(">i", data[:4])[0] == 1
+    except OSError:
+        return False
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise OSError("closed")
+        out += chunk
+    return out
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, *, port: int | None = None, workers: int = 0,
+                 settings: dict[str, str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.workers = workers
+        self.settings = dict(settings or {})
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "kafkafast.cli.main", "broker", "--workers", str(self.workers),
+               "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+               "--set", f"log.dirs={self.data_dir}"]
+        for k, v in self.settings.items():
+            cmd += ["--set", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if api_versions_ok(self.port, 0.5):
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not answer within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (graceful); returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (supervisor and workers)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
