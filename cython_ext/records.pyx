@@ -1,0 +1,562 @@
+# cython: language_level=3, boundscheck=True, wraparound=False, cdivision=True
+"""Compiled twin of `kafkafast.records._pure_codec`: v2 record batch validation, in-place
+offset assignment, recovery scan, varints and record encode/decode.
+
+Same functions, semantics and exceptions as the pure twin; the batch grammar is written at
+the top of `kafkafast/records/batch.py`. Every C-level read is checked against the buffer
+length before it happens (the pointer helpers below never see an unchecked position), so
+hostile input raises instead of crashing. The per-record loops never create Python objects
+except where the caller asked for them (decode_records builds Record objects).
+"""
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from crc32c import crc32c as _crc32c
+
+from kafkafast.protocol.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+    UnsupportedForMessageFormatError,
+)
+from kafkafast.protocol.primitives import DecodeError
+from kafkafast.records.model import BatchHeader, Record
+
+cdef object INT64_MIN = -(1 << 63)
+cdef object INT64_MAX = (1 << 63) - 1
+cdef object UINT64_MAX = (1 << 64) - 1
+
+
+# ---------------------------------------------------------------------------- C helpers
+
+cdef inline int16_t be16(const uint8_t* p) noexcept nogil:
+    return <int16_t>((<uint16_t>p[0] << 8) | p[1])
+
+
+cdef inline uint32_t be32u(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline int32_t be32(const uint8_t* p) noexcept nogil:
+    return <int32_t>be32u(p)
+
+
+cdef inline int64_t be64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<uint64_t>be32u(p) << 32) | be32u(p + 4))
+
+
+cdef inline void put_be16(uint8_t* p, int16_t v) noexcept nogil:
+    cdef uint16_t u = <uint16_t>v
+    p[0] = <uint8_t>(u >> 8)
+    p[1] = <uint8_t>u
+
+
+cdef inline void put_be32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline void put_be64(uint8_t* p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    put_be32(p, <uint32_t>(u >> 32))
+    put_be32(p + 4, <uint32_t>u)
+
+
+cdef int check_header(const uint8_t* p, Py_ssize_t avail) noexcept nogil:
+    """Sanity of the batch header at p with `avail` bytes readable from p (p may be NULL if avail <= 0)."""
+    if avail >= 17 and p[16] <= 1:
+        return HDR_LEGACY
+    if avail < HEADER_SIZE:
+        return HDR_SHORT
+    if be32(p + 8) < MIN_BATCH_LENGTH:
+        return HDR_BAD_LENGTH
+    if p[16] != 2:
+        return HDR_BAD_MAGIC
+    return HDR_OK
+
+
+cdef Py_ssize_t read_uvarint64(const uint8_t* p, const uint8_t* end, uint64_t* out) noexcept nogil:
+    """Unsigned LEB128 of at most 10 bytes / 64 bits, reading only [p, end)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef const uint8_t* start = p
+    cdef uint8_t b
+    while True:
+        if p >= end:
+            return VARINT_TRUNCATED
+        b = p[0]
+        p += 1
+        if shift == 63 and b > 1:
+            return VARINT_TOO_LONG
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            out[0] = result
+            return p - start
+        shift += 7
+
+
+cdef Py_ssize_t read_varint32(const uint8_t* p, const uint8_t* end, int32_t* out) noexcept nogil:
+    """Zigzag varint of at most 5 bytes (Kafka's ByteUtils.readVarint), reading only [p, end)."""
+    cdef uint32_t result = 0
+    cdef int shift = 0
+    cdef const uint8_t* start = p
+    cdef uint8_t b
+    while True:
+        if p >= end:
+            return VARINT_TRUNCATED
+        b = p[0]
+        p += 1
+        result |= (<uint32_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            break
+        shift += 7
+        if shift > 28:
+            return VARINT_TOO_LONG
+    out[0] = <int32_t>((result >> 1) ^ (~(result & 1) + 1))
+    return p - start
+
+
+cdef int uvarint_size(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef uint8_t* put_uvarint(uint8_t* p, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        p[0] = <uint8_t>((v & 0x7F) | 0x80)
+        p += 1
+        v >>= 7
+    p[0] = <uint8_t>v
+    return p + 1
+
+
+cdef int walk_records(const uint8_t* p, const uint8_t* end, int32_t expected, int32_t* seen) noexcept nogil:
+    """Walk the length prefixes of uncompressed records in [p, end): they must exactly fill it
+    and number `expected`. The hot loop of produce validation."""
+    cdef int32_t count = 0
+    cdef int32_t length
+    cdef Py_ssize_t used
+    while p < end:
+        used = read_varint32(p, end, &length)
+        if used <= 0:
+            seen[0] = count
+            return WALK_BAD_VARINT
+        p += used
+        if length < MIN_RECORD_BODY or length > end - p:
+            seen[0] = count
+            return WALK_BAD_LENGTH
+        p += length
+        count += 1
+        if count > expected:
+            seen[0] = count
+            return WALK_TOO_MANY
+    seen[0] = count
+    if count != expected:
+        return WALK_COUNT_MISMATCH
+    return WALK_OK
+
+
+# ---------------------------------------------------------------------------- Python glue
+
+cdef inline object _byte_view(object buf):
+    """The object itself, or a byte-format cast of a memoryview with another format."""
+    if type(buf) is memoryview and (buf.format != "B" or buf.ndim != 1):
+        return buf.cast("B")
+    return buf
+
+
+cdef object _header_exception(const uint8_t* p, Py_ssize_t pos, Py_ssize_t avail, int status):
+    if status == HDR_LEGACY:
+        return UnsupportedForMessageFormatError(
+            f"message format v{p[16]} at position {pos}; only v2 record batches are accepted"
+        )
+    if status == HDR_SHORT:
+        return CorruptMessageError(f"truncated batch header at position {pos}: {avail} of 61 bytes")
+    if status == HDR_BAD_LENGTH:
+        return CorruptMessageError(f"batch length {be32(p + 8)} at position {pos} is below 49")
+    return CorruptMessageError(f"unknown magic {p[16]} at position {pos}")
+
+
+cdef object _make_header(const uint8_t* p):
+    return BatchHeader(
+        be64(p), be32(p + 8), be32(p + 12), <int>p[16], be32u(p + 17), be16(p + 21), be32(p + 23),
+        be64(p + 27), be64(p + 35), be64(p + 43), be16(p + 51), be32(p + 53), be32(p + 57),
+    )
+
+
+def read_batch_header(buf, Py_ssize_t pos=0):
+    """Decode the v2 batch header at `pos` (checks length and magic, not the CRC)."""
+    cdef const uint8_t[::1] view = _byte_view(buf)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t avail
+    cdef const uint8_t* p = NULL
+    cdef int status
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    avail = n - pos if n > pos else 0
+    if avail > 0:
+        p = &view[pos]
+    status = check_header(p, avail)
+    if status != HDR_OK:
+        raise _header_exception(p, pos, avail, status)
+    return _make_header(p)
+
+
+def batch_crc_ok(buf, Py_ssize_t pos, Py_ssize_t size):
+    """Whether the stored CRC32C of the batch at [pos, pos+size) matches its bytes [pos+21, pos+size)."""
+    buf = _byte_view(buf)
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    if pos < 0 or size < CRC_START or size > n - pos:
+        return False
+    return _crc32c(memoryview(buf)[pos + CRC_START:pos + size]) == be32u(&view[pos + 17])
+
+
+def decode_uvarint(buf, Py_ssize_t pos=0):
+    """(value, position after it) of the unsigned varint at `pos`; DecodeError on truncation/overlong."""
+    cdef const uint8_t[::1] view = _byte_view(buf)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef uint64_t v
+    cdef Py_ssize_t used
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    if pos >= n:
+        raise DecodeError("truncated varint")
+    used = read_uvarint64(&view[pos], &view[0] + n, &v)
+    if used == VARINT_TRUNCATED:
+        raise DecodeError("truncated varint")
+    if used == VARINT_TOO_LONG:
+        raise DecodeError("varint too long")
+    return v, pos + used
+
+
+def decode_varint(buf, Py_ssize_t pos=0):
+    """(value, position after it) of the zigzag int64 varint at `pos`."""
+    cdef const uint8_t[::1] view = _byte_view(buf)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef uint64_t v
+    cdef Py_ssize_t used
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    if pos >= n:
+        raise DecodeError("truncated varint")
+    used = read_uvarint64(&view[pos], &view[0] + n, &v)
+    if used == VARINT_TRUNCATED:
+        raise DecodeError("truncated varint")
+    if used == VARINT_TOO_LONG:
+        raise DecodeError("varint too long")
+    return <int64_t>((v >> 1) ^ (~(v & 1) + 1)), pos + used
+
+
+cdef bytes _uvarint_bytes(uint64_t v):
+    cdef uint8_t tmp[10]
+    cdef uint8_t* end = put_uvarint(tmp, v)
+    return PyBytes_FromStringAndSize(<char*>tmp, end - tmp)
+
+
+def encode_uvarint(n):
+    """Unsigned LEB128 of 0 <= n < 2^64."""
+    if not 0 <= n <= UINT64_MAX:
+        raise ValueError(f"{n} is outside the unsigned 64-bit range")
+    return _uvarint_bytes(<uint64_t>n)
+
+
+def encode_varint(n):
+    """Zigzag varint of an int64."""
+    if not INT64_MIN <= n <= INT64_MAX:
+        raise ValueError(f"{n} is outside the signed 64-bit range")
+    cdef int64_t v = n
+    return _uvarint_bytes((<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+
+
+# ---------------------------------------------------------------------------- validation
+
+@cython.boundscheck(False)
+def validate_batches(buf, Py_ssize_t max_batch_size):
+    """Validate a producer's record set: exactly a sequence of whole, sane v2 batches.
+
+    Raises CorruptMessageError, MessageTooLargeError, UnsupportedCompressionTypeError,
+    InvalidRecordError or UnsupportedForMessageFormatError (see `batch.py`).
+    """
+    buf = _byte_view(buf)
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t size
+    cdef const uint8_t* base
+    cdef const uint8_t* p
+    cdef int status, codec
+    cdef int32_t count, last_delta, seen
+    cdef object mv = None
+    cdef list headers = []
+    if n == 0:
+        raise InvalidRecordError("empty record set")
+    base = &view[0]
+    while pos < n:
+        p = base + pos
+        status = check_header(p, n - pos)
+        if status != HDR_OK:
+            raise _header_exception(p, pos, n - pos, status)
+        size = <Py_ssize_t>be32(p + 8) + 12
+        if size > n - pos:
+            raise CorruptMessageError(f"batch at {pos} claims {size} bytes, {n - pos} present")
+        if size > max_batch_size:
+            raise MessageTooLargeError(f"batch at {pos} is {size} bytes, limit {max_batch_size}")
+        if mv is None:
+            mv = memoryview(buf)
+        if _crc32c(mv[pos + CRC_START:pos + size]) != be32u(p + 17):
+            raise CorruptMessageError(f"batch at {pos}: CRC32C mismatch")
+        codec = be16(p + 21) & 7
+        if codec > MAX_CODEC:
+            raise UnsupportedCompressionTypeError(f"batch at {pos}: compression codec {codec}")
+        count = be32(p + 57)
+        last_delta = be32(p + 23)
+        if count <= 0 or <int64_t>last_delta != <int64_t>count - 1:
+            raise InvalidRecordError(f"batch at {pos}: recordsCount {count}, lastOffsetDelta {last_delta}")
+        if codec == 0:
+            with nogil:
+                status = walk_records(p + HEADER_SIZE, p + size, count, &seen)
+            if status == WALK_BAD_VARINT:
+                raise InvalidRecordError(f"batch at {pos}: bad record length varint")
+            if status == WALK_BAD_LENGTH:
+                raise InvalidRecordError(f"batch at {pos}: record length does not fit the batch")
+            if status == WALK_TOO_MANY:
+                raise InvalidRecordError(f"batch at {pos}: more records than recordsCount {count}")
+            if status == WALK_COUNT_MISMATCH:
+                raise InvalidRecordError(f"batch at {pos}: {seen} records, recordsCount says {count}")
+        headers.append(_make_header(p))
+        pos += size
+    return headers
+
+
+@cython.boundscheck(False)
+def assign_offsets(buf, int64_t base_offset, int32_t leader_epoch, int64_t log_append_time=-1):
+    """Write running baseOffsets and the partitionLeaderEpoch into validated batches in place.
+
+    With log_append_time >= 0 also set the LogAppendTime attribute bit, write maxTimestamp
+    and recompute the CRC. Returns the offset after the last record.
+    """
+    buf = _byte_view(buf)
+    if memoryview(buf).readonly:
+        raise TypeError("assign_offsets needs a writable buffer")
+    cdef uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t size
+    cdef int32_t batch_length
+    cdef uint8_t* p
+    cdef int64_t offset = base_offset
+    cdef object mv = None
+    while pos < n:
+        if n - pos < HEADER_SIZE:
+            raise CorruptMessageError(f"truncated batch header at position {pos}")
+        p = &view[0] + pos
+        batch_length = be32(p + 8)
+        size = <Py_ssize_t>batch_length + 12
+        if batch_length < MIN_BATCH_LENGTH or size > n - pos:
+            raise CorruptMessageError(f"bad batch length {batch_length} at position {pos}")
+        put_be64(p, offset)
+        put_be32(p + 12, <uint32_t>leader_epoch)
+        if log_append_time >= 0:
+            put_be16(p + 21, <int16_t>(be16(p + 21) | 0x08))
+            put_be64(p + 35, log_append_time)
+            if mv is None:
+                mv = memoryview(buf)
+            put_be32(p + 17, <uint32_t>_crc32c(mv[pos + CRC_START:pos + size]))
+        if offset > INT64_MAX - (<int64_t>be32(p + 23) + 1):
+            raise OverflowError("offset outside the signed 64-bit range")
+        offset += <int64_t>be32(p + 23) + 1
+        pos += size
+    return offset
+
+
+@cython.boundscheck(False)
+def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
+    """Recovery scan: whole batches with sane headers and good CRCs from `start_pos` on.
+
+    Returns (valid bytes counted from start_pos, [(position, header), ...]); stops silently
+    at the first truncated, insane or CRC-failing batch.
+    """
+    buf = _byte_view(buf)
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t pos = start_pos
+    cdef Py_ssize_t size
+    cdef const uint8_t* p
+    cdef object mv = None
+    cdef list found = []
+    if start_pos < 0 or start_pos > n:
+        raise ValueError(f"start_pos {start_pos} outside the buffer of {n} bytes")
+    while n - pos >= HEADER_SIZE:
+        p = &view[0] + pos
+        if check_header(p, n - pos) != HDR_OK:
+            break
+        size = <Py_ssize_t>be32(p + 8) + 12
+        if size > n - pos:
+            break
+        if mv is None:
+            mv = memoryview(buf)
+        if _crc32c(mv[pos + CRC_START:pos + size]) != be32u(p + 17):
+            break
+        found.append((pos, _make_header(p)))
+        pos += size
+    return pos - start_pos, found
+
+
+# ---------------------------------------------------------------------------- records
+
+cdef object _read_bytes_field(const uint8_t** pp, const uint8_t* end, str what):
+    """Read a varint-length-prefixed nullable byte field at *pp, advancing *pp."""
+    cdef int32_t length
+    cdef Py_ssize_t used = read_varint32(pp[0], end, &length)
+    if used <= 0:
+        raise CorruptMessageError(f"bad {what} length")
+    pp[0] += used
+    if length == -1:
+        return None
+    if length < 0 or length > end - pp[0]:
+        raise CorruptMessageError(f"{what} length {length} does not fit the record")
+    result = PyBytes_FromStringAndSize(<const char*>pp[0], length)
+    pp[0] += length
+    return result
+
+
+@cython.boundscheck(False)
+def decode_records(buf, Py_ssize_t count, int64_t base_offset, int64_t first_timestamp):
+    """Decode `count` v2 records from uncompressed record bytes; offsets/timestamps made absolute.
+
+    Bytes after the `count`-th record are ignored. Malformed records raise CorruptMessageError.
+    """
+    if count < 0:
+        raise CorruptMessageError(f"negative record count {count}")
+    cdef const uint8_t[::1] view = _byte_view(buf)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef const uint8_t* p = &view[0] if n > 0 else NULL
+    cdef const uint8_t* buf_end = p + n
+    cdef const uint8_t* end
+    cdef Py_ssize_t i, j, used
+    cdef int32_t length, offset_delta, n_headers
+    cdef uint64_t ts_raw
+    cdef int64_t ts_delta
+    cdef int attributes
+    cdef list records = []
+    cdef list headers
+    for i in range(count):
+        used = read_varint32(p, buf_end, &length)
+        if used <= 0:
+            raise CorruptMessageError("truncated or overlong varint in record")
+        p += used
+        if length < MIN_RECORD_BODY or length > buf_end - p:
+            raise CorruptMessageError(f"record length {length} does not fit the batch")
+        end = p + length
+        attributes = p[0]
+        p += 1
+        used = read_uvarint64(p, end, &ts_raw)
+        if used <= 0:
+            raise CorruptMessageError("truncated or overlong varint in record")
+        p += used
+        ts_delta = <int64_t>((ts_raw >> 1) ^ (~(ts_raw & 1) + 1))
+        used = read_varint32(p, end, &offset_delta)
+        if used <= 0:
+            raise CorruptMessageError("truncated or overlong varint in record")
+        p += used
+        key = _read_bytes_field(&p, end, "key")
+        value = _read_bytes_field(&p, end, "value")
+        used = read_varint32(p, end, &n_headers)
+        if used <= 0:
+            raise CorruptMessageError("truncated or overlong varint in record")
+        p += used
+        if n_headers < 0:
+            raise CorruptMessageError(f"negative header count {n_headers}")
+        headers = []
+        for j in range(n_headers):
+            hkey = _read_bytes_field(&p, end, "header key")
+            if hkey is None:
+                raise CorruptMessageError("null header key")
+            try:
+                hkey_str = (<bytes>hkey).decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptMessageError("header key is not UTF-8") from None
+            hvalue = _read_bytes_field(&p, end, "header value")
+            headers.append((hkey_str, hvalue))
+        if p != end:
+            raise CorruptMessageError("record fields do not fill the record length")
+        records.append(Record(base_offset + offset_delta, first_timestamp + ts_delta, key, value, headers, attributes))
+    return records
+
+
+cdef inline bytes _as_bytes(object x, str what):
+    if type(x) is bytes:
+        return <bytes>x
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be bytes, bytearray, memoryview or None")
+
+
+cdef inline uint64_t _zigzag(int64_t v) noexcept nogil:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+cdef inline Py_ssize_t _field_size(object b):
+    if b is None:
+        return 1
+    return uvarint_size(_zigzag(len(<bytes>b))) + len(<bytes>b)
+
+
+cdef inline uint8_t* _put_field(uint8_t* p, object b):
+    cdef Py_ssize_t length
+    if b is None:
+        p[0] = 1  # zigzag(-1)
+        return p + 1
+    length = len(<bytes>b)
+    p = put_uvarint(p, _zigzag(length))
+    memcpy(p, PyBytes_AS_STRING(b), length)
+    return p + length
+
+
+def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
+    """One v2 record, length prefix included (attributes byte 0)."""
+    cdef int32_t c_offset_delta
+    cdef int64_t c_ts_delta
+    try:
+        c_offset_delta = offset_delta
+    except OverflowError:
+        raise OverflowError("offset delta outside the signed 32-bit range") from None
+    try:
+        c_ts_delta = timestamp_delta
+    except OverflowError:
+        raise OverflowError("timestamp delta outside the signed 64-bit range") from None
+    cdef object kb = None if key is None else _as_bytes(key, "key")
+    cdef object vb = None if value is None else _as_bytes(value, "value")
+    cdef list hlist = headers if type(headers) is list else list(headers)
+    cdef list parts = []
+    cdef Py_ssize_t body = 1 + uvarint_size(_zigzag(c_ts_delta)) + uvarint_size(_zigzag(c_offset_delta))
+    body += _field_size(kb) + _field_size(vb) + uvarint_size(_zigzag(len(hlist)))
+    for hkey, hvalue in hlist:
+        hk = (<str>hkey).encode("utf-8") if isinstance(hkey, str) else _as_bytes(hkey, "header key")
+        hv = None if hvalue is None else _as_bytes(hvalue, "header value")
+        parts.append(hk)
+        parts.append(hv)
+        body += _field_size(hk) + _field_size(hv)
+    cdef Py_ssize_t total = uvarint_size(_zigzag(body)) + body
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    p = put_uvarint(p, _zigzag(body))
+    p[0] = 0
+    p += 1
+    p = put_uvarint(p, _zigzag(c_ts_delta))
+    p = put_uvarint(p, _zigzag(c_offset_delta))
+    p = _put_field(p, kb)
+    p = _put_field(p, vb)
+    p = put_uvarint(p, _zigzag(len(hlist)))
+    for part in parts:
+        p = _put_field(p, part)
+    return out

@@ -1,0 +1,9 @@
+"""Types of the compiled twin built from cython_ext/index_search.pyx (pure twin:
+kafkafast/records/_pure_index_search.py)."""
+import mmap
+
+_Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+def offset_index_lookup(buf: _Buffer, n_entries: int, target_relative_offset: int) -> int: ...
+def time_index_lookup(buf: _Buffer, n_entries: int, target_timestamp: int) -> int: ...
+def time_index_lookup_ceil(buf: _Buffer, n_entries: int, target_timestamp: int) -> int: ...

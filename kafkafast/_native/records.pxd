@@ -1,0 +1,46 @@
+# Declarations of the C-level helpers of kafkafast._native.records (implemented in cython_ext/records.pyx).
+# The batch grammar is documented at the top of kafkafast/records/batch.py.
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+cdef enum:
+    HEADER_SIZE = 61
+    MIN_BATCH_LENGTH = 49
+    CRC_START = 21
+    MAX_CODEC = 4
+    MIN_RECORD_BODY = 6
+
+# Result of check_header().
+cdef enum HeaderStatus:
+    HDR_OK = 0
+    HDR_SHORT = 1        # fewer than 61 bytes available
+    HDR_LEGACY = 2       # magic 0 or 1
+    HDR_BAD_LENGTH = 3   # batchLength < 49
+    HDR_BAD_MAGIC = 4    # magic not 0, 1 or 2
+
+# Result of the varint readers: bytes consumed (> 0), or one of these.
+cdef enum VarintStatus:
+    VARINT_TRUNCATED = 0
+    VARINT_TOO_LONG = -1
+
+# Result of walk_records().
+cdef enum WalkStatus:
+    WALK_OK = 0
+    WALK_BAD_VARINT = 1
+    WALK_BAD_LENGTH = 2
+    WALK_TOO_MANY = 3
+    WALK_COUNT_MISMATCH = 4
+
+cdef int16_t be16(const uint8_t* p) noexcept nogil
+cdef int32_t be32(const uint8_t* p) noexcept nogil
+cdef uint32_t be32u(const uint8_t* p) noexcept nogil
+cdef int64_t be64(const uint8_t* p) noexcept nogil
+cdef void put_be16(uint8_t* p, int16_t v) noexcept nogil
+cdef void put_be32(uint8_t* p, uint32_t v) noexcept nogil
+cdef void put_be64(uint8_t* p, int64_t v) noexcept nogil
+
+cdef int check_header(const uint8_t* p, Py_ssize_t avail) noexcept nogil
+cdef Py_ssize_t read_uvarint64(const uint8_t* p, const uint8_t* end, uint64_t* out) noexcept nogil
+cdef Py_ssize_t read_varint32(const uint8_t* p, const uint8_t* end, int32_t* out) noexcept nogil
+cdef int uvarint_size(uint64_t v) noexcept nogil
+cdef uint8_t* put_uvarint(uint8_t* p, uint64_t v) noexcept nogil
+cdef int walk_records(const uint8_t* p, const uint8_t* end, int32_t expected, int32_t* seen) noexcept nogil

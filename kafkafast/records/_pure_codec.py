@@ -1,0 +1,413 @@
+"""Pure-Python twin of `kafkafast._native.records` (built from `cython_ext/records.pyx`).
+
+Both twins expose the same functions with the same semantics and exceptions; which one
+runs is chosen once by `kafkafast.native.load("records")`. The batch grammar they parse is
+written at the top of `kafkafast/records/batch.py`.
+
+Buffers may be bytes, bytearray, memoryview (including slices) or mmap.mmap.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+from crc32c import crc32c as _crc32c
+
+from kafkafast.protocol.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+    UnsupportedForMessageFormatError,
+)
+from kafkafast.protocol.primitives import DecodeError
+from kafkafast.records.model import BatchHeader, Record
+
+Buffer = bytes | bytearray | memoryview
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 batch header
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+
+HEADER_SIZE = 61
+MIN_BATCH_LENGTH = 49
+CRC_START = 21
+MAX_CODEC = 4
+# Smallest record body: attributes, timestampDelta, offsetDelta, keyLength, valueLength,
+# headerCount -- one byte each.
+MIN_RECORD_BODY = 6
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+def _view(buf: object) -> memoryview:
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)  # type: ignore[arg-type]
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+# ---------------------------------------------------------------------------- headers
+
+
+def _header_error(mv: memoryview, pos: int, avail: int) -> Exception | None:
+    """The exception a bad header at `pos` deserves, or None if the header is sane."""
+    if avail >= 17 and mv[pos + 16] in (0, 1):
+        return UnsupportedForMessageFormatError(
+            f"message format v{mv[pos + 16]} at position {pos}; only v2 record batches are accepted"
+        )
+    if avail < HEADER_SIZE:
+        return CorruptMessageError(f"truncated batch header at position {pos}: {avail} of 61 bytes")
+    batch_length = _I32.unpack_from(mv, pos + 8)[0]
+    if batch_length < MIN_BATCH_LENGTH:
+        return CorruptMessageError(f"batch length {batch_length} at position {pos} is below 49")
+    if mv[pos + 16] != 2:
+        return CorruptMessageError(f"unknown magic {mv[pos + 16]} at position {pos}")
+    return None
+
+
+def _header(mv: memoryview, pos: int) -> BatchHeader:
+    return BatchHeader(*_HEADER.unpack_from(mv, pos))
+
+
+def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Decode the v2 batch header at `pos` (checks length and magic, not the CRC)."""
+    mv = _view(buf)
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    avail = len(mv) - pos
+    err = _header_error(mv, pos, avail if avail > 0 else 0)
+    if err is not None:
+        raise err
+    return _header(mv, pos)
+
+
+def batch_crc_ok(buf: Buffer, pos: int, size: int) -> bool:
+    """Whether the stored CRC32C of the batch at [pos, pos+size) matches its bytes [pos+21, pos+size)."""
+    mv = _view(buf)
+    if pos < 0 or size < CRC_START or size > len(mv) - pos:
+        return False
+    return _crc32c(mv[pos + CRC_START : pos + size]) == _U32.unpack_from(mv, pos + 17)[0]
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+def _uvarint(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Unsigned LEB128 of at most 10 bytes / 64 bits."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated varint")
+        b = mv[pos]
+        pos += 1
+        if shift == 63 and b > 1:
+            raise DecodeError("varint too long")
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _varint32(mv: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """Zigzag varint of at most 5 bytes (Kafka's ByteUtils.readVarint); raises DecodeError."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("truncated varint")
+        b = mv[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 28:
+            raise DecodeError("varint too long")
+    result &= 0xFFFFFFFF
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def decode_uvarint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """(value, position after it) of the unsigned varint at `pos`; DecodeError on truncation/overlong."""
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    mv = _view(buf)
+    return _uvarint(mv, pos, len(mv))
+
+
+def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
+    """(value, position after it) of the zigzag int64 varint at `pos`."""
+    if pos < 0:
+        raise ValueError("pos must be >= 0")
+    mv = _view(buf)
+    v, pos = _uvarint(mv, pos, len(mv))
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def _put_uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def encode_uvarint(n: int) -> bytes:
+    """Unsigned LEB128 of 0 <= n < 2^64."""
+    if not 0 <= n <= UINT64_MAX:
+        raise ValueError(f"{n} is outside the unsigned 64-bit range")
+    out = bytearray()
+    _put_uvarint(out, n)
+    return bytes(out)
+
+
+def encode_varint(n: int) -> bytes:
+    """Zigzag varint of an int64."""
+    if not INT64_MIN <= n <= INT64_MAX:
+        raise ValueError(f"{n} is outside the signed 64-bit range")
+    out = bytearray()
+    _put_uvarint(out, (n << 1) ^ (n >> 63))
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _walk_records(mv: memoryview, pos: int, end: int, expected: int, batch_pos: int) -> None:
+    count = 0
+    while pos < end:
+        try:
+            length, pos = _varint32(mv, pos, end)
+        except DecodeError:
+            raise InvalidRecordError(f"batch at {batch_pos}: bad record length varint") from None
+        if length < MIN_RECORD_BODY or length > end - pos:
+            raise InvalidRecordError(f"batch at {batch_pos}: record length {length} does not fit the batch")
+        pos += length
+        count += 1
+        if count > expected:
+            raise InvalidRecordError(f"batch at {batch_pos}: more records than recordsCount {expected}")
+    if count != expected:
+        raise InvalidRecordError(f"batch at {batch_pos}: {count} records, recordsCount says {expected}")
+
+
+def validate_batches(buf: Buffer, max_batch_size: int) -> list[BatchHeader]:
+    """Validate a producer's record set: exactly a sequence of whole, sane v2 batches.
+
+    Raises CorruptMessageError, MessageTooLargeError, UnsupportedCompressionTypeError,
+    InvalidRecordError or UnsupportedForMessageFormatError (see `batch.py`).
+    """
+    mv = _view(buf)
+    n = len(mv)
+    if n == 0:
+        raise InvalidRecordError("empty record set")
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < n:
+        err = _header_error(mv, pos, n - pos)
+        if err is not None:
+            raise err
+        h = _header(mv, pos)
+        size = h.batch_length + 12
+        if size > n - pos:
+            raise CorruptMessageError(f"batch at {pos} claims {size} bytes, {n - pos} present")
+        if size > max_batch_size:
+            raise MessageTooLargeError(f"batch at {pos} is {size} bytes, limit {max_batch_size}")
+        if _crc32c(mv[pos + CRC_START : pos + size]) != h.crc:
+            raise CorruptMessageError(f"batch at {pos}: CRC32C mismatch")
+        codec = h.attributes & 7
+        if codec > MAX_CODEC:
+            raise UnsupportedCompressionTypeError(f"batch at {pos}: compression codec {codec}")
+        if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+            raise InvalidRecordError(
+                f"batch at {pos}: recordsCount {h.records_count}, lastOffsetDelta {h.last_offset_delta}"
+            )
+        if codec == 0:
+            _walk_records(mv, pos + HEADER_SIZE, pos + size, h.records_count, pos)
+        headers.append(h)
+        pos += size
+    return headers
+
+
+def assign_offsets(buf: Buffer, base_offset: int, leader_epoch: int, log_append_time: int = -1) -> int:
+    """Write running baseOffsets and the partitionLeaderEpoch into validated batches in place.
+
+    With log_append_time >= 0 also set the LogAppendTime attribute bit, write maxTimestamp
+    and recompute the CRC. Returns the offset after the last record.
+    """
+    if not INT64_MIN <= base_offset <= INT64_MAX or not INT64_MIN <= log_append_time <= INT64_MAX:
+        raise OverflowError("offset or timestamp outside the signed 64-bit range")
+    if not INT32_MIN <= leader_epoch <= INT32_MAX:
+        raise OverflowError("leader epoch outside the signed 32-bit range")
+    mv = _view(buf)
+    if mv.readonly:
+        raise TypeError("assign_offsets needs a writable buffer")
+    n = len(mv)
+    pos = 0
+    offset = base_offset
+    while pos < n:
+        if n - pos < HEADER_SIZE:
+            raise CorruptMessageError(f"truncated batch header at position {pos}")
+        batch_length = _I32.unpack_from(mv, pos + 8)[0]
+        size = batch_length + 12
+        if batch_length < MIN_BATCH_LENGTH or size > n - pos:
+            raise CorruptMessageError(f"bad batch length {batch_length} at position {pos}")
+        _I64.pack_into(mv, pos, offset)
+        _I32.pack_into(mv, pos + 12, leader_epoch)
+        if log_append_time >= 0:
+            attributes = _I16.unpack_from(mv, pos + 21)[0] | 0x08
+            _I16.pack_into(mv, pos + 21, attributes)
+            _I64.pack_into(mv, pos + 35, log_append_time)
+            _U32.pack_into(mv, pos + 17, _crc32c(mv[pos + CRC_START : pos + size]))
+        offset += _I32.unpack_from(mv, pos + 23)[0] + 1
+        if offset > INT64_MAX:
+            raise OverflowError("offset outside the signed 64-bit range")
+        pos += size
+    return offset
+
+
+def scan_valid_prefix(buf: Buffer, start_pos: int = 0) -> tuple[int, list[tuple[int, BatchHeader]]]:
+    """Recovery scan: whole batches with sane headers and good CRCs from `start_pos` on.
+
+    Returns (valid bytes counted from start_pos, [(position, header), ...]); stops silently
+    at the first truncated, insane or CRC-failing batch.
+    """
+    mv = _view(buf)
+    n = len(mv)
+    if start_pos < 0 or start_pos > n:
+        raise ValueError(f"start_pos {start_pos} outside the buffer of {n} bytes")
+    pos = start_pos
+    found: list[tuple[int, BatchHeader]] = []
+    while n - pos >= HEADER_SIZE:
+        if _header_error(mv, pos, n - pos) is not None:
+            break
+        h = _header(mv, pos)
+        size = h.batch_length + 12
+        if size > n - pos:
+            break
+        if _crc32c(mv[pos + CRC_START : pos + size]) != h.crc:
+            break
+        found.append((pos, h))
+        pos += size
+    return pos - start_pos, found
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def _bytes_field(mv: memoryview, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    try:
+        length, pos = _varint32(mv, pos, end)
+    except DecodeError:
+        raise CorruptMessageError(f"bad {what} length") from None
+    if length == -1:
+        return None, pos
+    if length < 0 or length > end - pos:
+        raise CorruptMessageError(f"{what} length {length} does not fit the record")
+    return bytes(mv[pos : pos + length]), pos + length
+
+
+def decode_records(buf: Buffer, count: int, base_offset: int, first_timestamp: int) -> list[Record]:
+    """Decode `count` v2 records from uncompressed record bytes; offsets/timestamps made absolute.
+
+    Bytes after the `count`-th record are ignored. Malformed records raise CorruptMessageError.
+    """
+    if count < 0:
+        raise CorruptMessageError(f"negative record count {count}")
+    mv = _view(buf)
+    n = len(mv)
+    records: list[Record] = []
+    pos = 0
+    for _ in range(count):
+        try:
+            length, pos = _varint32(mv, pos, n)
+            if length < MIN_RECORD_BODY or length > n - pos:
+                raise CorruptMessageError(f"record length {length} does not fit the batch")
+            end = pos + length
+            attributes = mv[pos]
+            pos += 1
+            ts_delta, pos = _uvarint(mv, pos, end)
+            ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
+            offset_delta, pos = _varint32(mv, pos, end)
+            key, pos = _bytes_field(mv, pos, end, "key")
+            value, pos = _bytes_field(mv, pos, end, "value")
+            n_headers, pos = _varint32(mv, pos, end)
+            if n_headers < 0:
+                raise CorruptMessageError(f"negative header count {n_headers}")
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(n_headers):
+                hkey, pos = _bytes_field(mv, pos, end, "header key")
+                if hkey is None:
+                    raise CorruptMessageError("null header key")
+                try:
+                    hkey_str = hkey.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptMessageError("header key is not UTF-8") from None
+                hvalue, pos = _bytes_field(mv, pos, end, "header value")
+                headers.append((hkey_str, hvalue))
+            if pos != end:
+                raise CorruptMessageError("record fields do not fill the record length")
+        except DecodeError:
+            raise CorruptMessageError("truncated or overlong varint in record") from None
+        records.append(
+            Record(base_offset + offset_delta, first_timestamp + ts_delta, key, value, headers, attributes)
+        )
+    return records
+
+
+def _as_bytes(x: object, what: str) -> bytes:
+    if type(x) is bytes:
+        return x
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be bytes, bytearray, memoryview or None")
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    _put_uvarint(out, ((n << 1) ^ (n >> 63)) & UINT64_MAX)
+
+
+def _put_bytes(out: bytearray, x: object, what: str) -> None:
+    if x is None:
+        out.append(1)  # zigzag(-1)
+        return
+    b = _as_bytes(x, what)
+    _put_varint(out, len(b))
+    out += b
+
+
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: Buffer | None,
+    value: Buffer | None,
+    headers: Iterable[tuple[str | bytes, Buffer | None]] = (),
+) -> bytes:
+    """One v2 record, length prefix included (attributes byte 0)."""
+    if not INT32_MIN <= offset_delta <= INT32_MAX:
+        raise OverflowError("offset delta outside the signed 32-bit range")
+    if not INT64_MIN <= timestamp_delta <= INT64_MAX:
+        raise OverflowError("timestamp delta outside the signed 64-bit range")
+    body = bytearray(b"\x00")
+    _put_varint(body, timestamp_delta)
+    _put_varint(body, offset_delta)
+    _put_bytes(body, key, "key")
+    _put_bytes(body, value, "value")
+    hlist = headers if isinstance(headers, (list, tuple)) else list(headers)
+    _put_varint(body, len(hlist))
+    for hkey, hvalue in hlist:
+        if isinstance(hkey, str):
+            _put_bytes(body, hkey.encode("utf-8"), "header key")
+        else:
+            _put_bytes(body, _as_bytes(hkey, "header key"), "header key")
+        _put_bytes(body, hvalue, "header value")
+    out = bytearray()
+    _put_varint(out, len(body))
+    out += body
+    return bytes(out)

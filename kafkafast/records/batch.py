@@ -1,0 +1,274 @@
+"""Kafka record batches, magic v2: validation, offset assignment, recovery scan, decode, build.
+
+The v2 batch grammar (all integers big-endian; "varint" is zigzag LEB128 as in protobuf,
+"varlong" the same for int64):
+
+    RecordBatch =>                             byte offset
+      baseOffset            int64              0
+      batchLength           int32              8    bytes after this field: size - 12
+      partitionLeaderEpoch  int32              12
+      magic                 int8               16   2
+      crc                   uint32             17   CRC32C of attributes .. end of batch
+      attributes            int16              21   bits 0-2 codec (0 none, 1 gzip, 2 snappy,
+                                                    3 lz4, 4 zstd), bit 3 timestamp type
+                                                    (1 = LogAppendTime), bit 4 transactional,
+                                                    bit 5 control, bit 6 delete horizon set
+      lastOffsetDelta       int32              23   records_count - 1 as written by producers
+      baseTimestamp         int64              27   ("first_timestamp")
+      maxTimestamp          int64              35
+      producerId            int64              43
+      producerEpoch         int16              51
+      baseSequence          int32              53
+      recordsCount          int32              57
+      records               [Record]           61   compressed as one blob when codec != 0
+
+    Record =>
+      length                varint             bytes of the record after this field
+      attributes            int8               unused (0)
+      timestampDelta        varlong            relative to baseTimestamp
+      offsetDelta           varint             relative to baseOffset
+      keyLength             varint             -1 = null key
+      key                   bytes
+      valueLength           varint             -1 = null value
+      value                 bytes
+      headerCount           varint
+      Header =>
+        headerKeyLength     varint
+        headerKey           UTF-8 string
+        headerValueLength   varint             -1 = null value
+        value               bytes
+
+The CRC does not cover baseOffset, batchLength or partitionLeaderEpoch, which is why the
+broker can assign offsets and the leader epoch in place without recomputing it; switching
+a batch to LogAppendTime (attributes and maxTimestamp change) does require a new CRC.
+
+On the broker, batches stay opaque bytes: `validate_batches` checks what a producer sent,
+`assign_offsets` stamps it in place, `scan_valid_prefix` recovers segment files. Records
+are only decoded (`decode_batch`, `iter_record_batches`) where a feature needs them.
+Legacy v0/v1 message sets are read by `kafkafast.records.legacy`.
+
+The hot functions come from the compiled twin `kafkafast._native.records` or its pure
+twin `kafkafast.records._pure_codec`, chosen once by `kafkafast.native.load("records")`.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+
+from crc32c import crc32c as _crc32c
+
+from kafkafast import native
+from kafkafast.protocol.errors import CorruptMessageError
+from kafkafast.records.compression import compress, decompress
+from kafkafast.records.legacy import decode_legacy_entry
+from kafkafast.records.model import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_SIZE,
+    BATCH_LENGTH_OVERHEAD,
+    CODEC_MASK,
+    CODEC_NONE,
+    CRC_START,
+    NO_TIMESTAMP,
+    TIMESTAMP_LOG_APPEND,
+    BatchHeader,
+    LegacyHeader,
+    Record,
+)
+
+Buffer = bytes | bytearray | memoryview
+HeaderList = Iterable[tuple[str, bytes | None]]
+
+_codec = native.load("records")
+
+read_batch_header = _codec.read_batch_header
+batch_crc_ok = _codec.batch_crc_ok
+validate_batches = _codec.validate_batches
+assign_offsets = _codec.assign_offsets
+scan_valid_prefix = _codec.scan_valid_prefix
+encode_varint = _codec.encode_varint
+decode_varint = _codec.decode_varint
+encode_uvarint = _codec.encode_uvarint
+decode_uvarint = _codec.decode_uvarint
+
+
+def crc32c(data: Buffer) -> int:
+    """CRC32C (Castagnoli) of `data`, the checksum of v2 batches."""
+    return _crc32c(data)
+
+
+# Everything in the header after the CRC: attributes .. recordsCount (40 bytes).
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
+_HEADER_HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_U32 = struct.Struct(">I")
+
+
+def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """The v2 batch at `pos` and its records (decompressed; offsets and timestamps absolute).
+
+    Control batches return their records too; callers skip them. With LogAppendTime every
+    record's timestamp is the batch's maxTimestamp, as Kafka consumers report it.
+    """
+    header = read_batch_header(buf, pos)
+    mv = memoryview(buf)
+    size = header.size
+    if size > len(mv) - pos:
+        raise CorruptMessageError(f"batch at {pos} claims {size} bytes, {len(mv) - pos} present")
+    if check_crc and not batch_crc_ok(mv, pos, size):
+        raise CorruptMessageError(f"batch at {pos}: CRC32C mismatch")
+    payload: Buffer = mv[pos + BATCH_HEADER_SIZE : pos + size]
+    if header.compression != CODEC_NONE:
+        payload = decompress(header.compression, payload)
+    records = _codec.decode_records(payload, header.records_count, header.base_offset, header.first_timestamp)
+    if header.timestamp_type == TIMESTAMP_LOG_APPEND:
+        for record in records:
+            record.timestamp = header.max_timestamp
+    return header, records
+
+
+def iter_record_batches(
+    buf: Buffer, *, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader | LegacyHeader, list[Record]]]:
+    """Batches of a fetched record set: v2 batches and legacy v0/v1 entries, in order.
+
+    The magic byte (offset 16 of every entry) tells the formats apart. A partial entry at
+    the end is ignored (brokers truncate the last batch of a fetch response to max_bytes).
+    """
+    mv = memoryview(buf)
+    n = len(mv)
+    pos = 0
+    while n - pos >= 17:
+        length = struct.unpack_from(">i", mv, pos + 8)[0]
+        if length < 0:
+            raise CorruptMessageError(f"negative entry length {length} at {pos}")
+        size = length + BATCH_LENGTH_OVERHEAD
+        if size > n - pos:
+            return
+        magic = mv[pos + 16]
+        if magic == 2:
+            header, records = decode_batch(mv, pos, check_crc=check_crc)
+            yield header, records
+        elif magic in (0, 1):
+            legacy_header, records = decode_legacy_entry(mv, pos, check_crc=check_crc)
+            yield legacy_header, records
+        else:
+            raise CorruptMessageError(f"unknown magic {magic} at {pos}")
+        pos += size
+
+
+class BatchBuilder:
+    """Accumulates records and builds one v2 batch (grammar at the top of this module).
+
+    Each appended record is encoded at once by the codec twin; the batch's baseTimestamp is
+    the first record's timestamp and maxTimestamp the largest. `max_size` bounds the
+    uncompressed size: `append` returns False (and adds nothing) when the record would
+    cross it, unless the batch is still empty (a single oversized record is allowed, as
+    Kafka producers do).
+    """
+
+    __slots__ = (
+        "compression", "base_offset", "producer_id", "producer_epoch", "base_sequence",
+        "partition_leader_epoch", "max_size", "_attributes", "_parts", "_size",
+        "_first_timestamp", "_max_timestamp", "_count", "_encode_record",
+    )
+
+    def __init__(
+        self,
+        compression: int = CODEC_NONE,
+        *,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        partition_leader_epoch: int = -1,
+        max_size: int | None = None,
+    ) -> None:
+        if compression & ~CODEC_MASK:
+            raise ValueError(f"compression codec {compression} out of range")
+        self.compression = compression
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.max_size = max_size
+        self._attributes = (
+            compression | (ATTR_TRANSACTIONAL if is_transactional else 0) | (ATTR_CONTROL if is_control else 0)
+        )
+        self._parts: list[bytes] = []
+        self._size = BATCH_HEADER_SIZE
+        self._first_timestamp = NO_TIMESTAMP
+        self._max_timestamp = NO_TIMESTAMP
+        self._count = 0
+        self._encode_record = _codec.encode_record
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def estimated_size(self) -> int:
+        """Size of the batch if built uncompressed (an upper bound for compressed batches in practice)."""
+        return self._size
+
+    def append(self, timestamp: int, key: Buffer | None, value: Buffer | None, headers: HeaderList = ()) -> bool:
+        """Add a record; False if it would exceed max_size and the batch is not empty."""
+        if self._count == 0:
+            self._first_timestamp = timestamp
+            self._max_timestamp = timestamp
+        encoded = self._encode_record(self._count, timestamp - self._first_timestamp, key, value, headers)
+        if self.max_size is not None and self._count and self._size + len(encoded) > self.max_size:
+            return False
+        self._parts.append(encoded)
+        self._size += len(encoded)
+        self._count += 1
+        if timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        return True
+
+    def build(self) -> bytes:
+        """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
+        records: bytes = b"".join(self._parts)
+        if self.compression != CODEC_NONE:
+            records = compress(self.compression, records)
+        size = BATCH_HEADER_SIZE + len(records)
+        out = bytearray(size)
+        _HEADER_HEAD.pack_into(out, 0, self.base_offset, size - BATCH_LENGTH_OVERHEAD, self.partition_leader_epoch, 2)
+        _HEADER_TAIL.pack_into(
+            out, CRC_START, self._attributes, self._count - 1, self._first_timestamp, self._max_timestamp,
+            self.producer_id, self.producer_epoch, self.base_sequence, self._count,
+        )
+        out[BATCH_HEADER_SIZE:] = records
+        _U32.pack_into(out, 17, _crc32c(memoryview(out)[CRC_START:]))
+        return bytes(out)
+
+
+def encode_batch(
+    records: Sequence[tuple[int, Buffer | None, Buffer | None, HeaderList]]
+    | Iterable[tuple[int, Buffer | None, Buffer | None, HeaderList]],
+    compression: int = CODEC_NONE,
+    *,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """One v2 batch holding `records`, each (timestamp, key, value, headers)."""
+    builder = BatchBuilder(
+        compression,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+    for timestamp, key, value, headers in records:
+        builder.append(timestamp, key, value, headers)
+    return builder.build()
