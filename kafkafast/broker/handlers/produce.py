@@ -6,7 +6,8 @@ in place in the request's own buffer and the bytes are written once. Errors per
 partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD,
 UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
 UNKNOWN_PRODUCER_ID; a duplicate batch of an idempotent producer answers NONE with the
-offset the original got, as Kafka does. acks=0 sends no response. Transactional produce
+offset the original got, as Kafka does. Legacy v0/v1 message sets are answered with
+UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional produce
 is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
 v8 adds record_errors/error_message (filled for record-level failures).
 """
@@ -53,6 +54,9 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 continue
             try:
                 res = broker.append(part, pd.records)
+            except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
+                tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
+                continue
             except E.KafkaError as exc:
                 tr.partition_responses.append(_error(pd.index, exc.code, exc.message))
                 continue

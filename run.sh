@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README:
+#   bash run.sh broker [kafkafast broker options...]   install, then run a single-node broker
+#                                                      on 127.0.0.1:9092 with data in ./data
+#   bash run.sh test [pytest options...]               install everything, then run the whole test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+
+install_python() {
+  "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$PY" -m pip install -q -e ".[$1]"
+}
+
+install_debian() {
+  # ZooKeeper for the cluster tests; Java is needed by ZooKeeper and Spark.
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    local need=()
+    [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+    command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+    if [ ${#need[@]} -gt 0 ]; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+    fi
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  broker)
+    install_python base
+    mkdir -p data
+    exec "$PY" -m kafkafast.cli.main broker -c deploy/server.properties \
+      --set listeners=PLAINTEXT://127.0.0.1:9092 --set log.dirs="$PWD/data" "$@"
+    ;;
+  test)
+    install_debian
+    install_python test,spark,perf
+    export KAFKAFAST_REQUIRE_NATIVE=${KAFKAFAST_REQUIRE_NATIVE:-1}
+    exec "$PY" -m pytest -p no:cacheprovider tests "$@"
+    ;;
+  *)
+    echo "usage: bash run.sh broker|test [args...]" >&2
+    exit 2
+    ;;
+esac
