@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 
 install_python() {
   "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$PY" -m pip install -q -e ".[$1]"
+  if [ -n "$1" ]; then "$PY" -m pip install -q -e ".[$1]"; else "$PY" -m pip install -q -e .; fi
 }
 
 install_debian() {
@@ -28,7 +28,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   broker)
-    install_python base
+    install_python ""
     mkdir -p data
     exec "$PY" -m kafkafast.cli.main broker -c deploy/server.properties \
       --set listeners=PLAINTEXT://127.0.0.1:9092 --set log.dirs="$PWD/data" "$@"

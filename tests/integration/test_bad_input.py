@@ -1,0 +1,190 @@
+"""Bad input gets a Kafka error code or a closed connection; the broker keeps serving,
+nothing half-written lands in the log, and no allocation follows a length the client
+has not sent."""
+from __future__ import annotations
+
+import struct
+import time
+
+import psutil
+import pytest
+
+from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.protocol.errors import ErrorCode
+from kafkafast.records import encode_batch
+from tests.support.broker_process import api_versions_ok
+from tests.support.raw_client import RawClient
+
+
+def create_topic(port, name, partitions=1, configs=None):
+    with RawClient(port) as c:
+        req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=1, assignments=[],
+            configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+            timeout_ms=5000)
+        return c.request(req, 7).topics[0]
+
+
+def produce(port, topic, records: bytes, acks=1, partition=0, version=9):
+    with RawClient(port) as c:
+        req = ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+            name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+        return c.request(req, version).responses[0].partition_responses[0]
+
+
+def latest_offset(port, topic, partition=0):
+    with RawClient(port) as c:
+        req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)])])
+        return c.request(req, 7).topics[0].partitions[0]
+
+
+def a_batch(n=3, **kw):
+    return encode_batch([(1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, [("h", b"x")]) for i in range(n)], **kw)
+
+
+def test_frame_larger_than_socket_request_max_bytes_closes_connection(broker_factory):
+    b = broker_factory(settings={"socket.request.max.bytes": "1024"})
+    with RawClient(b.port) as c:
+        c.send_raw(struct.pack(">i", 2048) + b"\x00" * 64)
+        assert c.is_closed_by_peer()
+    assert api_versions_ok(b.port)
+
+
+@pytest.mark.parametrize("size", [-1, -2147483648, 0, 7])
+def test_negative_or_tiny_frame_sizes_close_connection(broker, size):
+    with RawClient(broker.port) as c:
+        c.send_raw(struct.pack(">i", size) + b"\x00" * 16)
+        assert c.is_closed_by_peer()
+    assert api_versions_ok(broker.port)
+
+
+def test_unknown_api_key_closes_connection(broker):
+    with RawClient(broker.port) as c:
+        body = struct.pack(">hhih", 999, 0, 1, -1)
+        c.send_raw(struct.pack(">i", len(body)) + body)
+        assert c.is_closed_by_peer()
+    assert api_versions_ok(broker.port)
+
+
+def test_unsupported_api_versions_version_gets_error_and_v0_body(broker):
+    with RawClient(broker.port) as c:
+        # ApiVersions v9 with a v2 header: key, version, correlation id, client id, no tags
+        body = struct.pack(">hhih", 18, 9, 5, 1) + b"x" + b"\x00"
+        c.send_raw(struct.pack(">i", len(body)) + body)
+        frame = c.recv_frame()
+    assert frame is not None
+    corr, err, n = struct.unpack(">ihi", frame[:10])
+    assert corr == 5 and err == ErrorCode.UNSUPPORTED_VERSION
+    keys = {struct.unpack(">hhh", frame[10 + 6 * i:16 + 6 * i])[0] for i in range(n)}
+    assert {0, 1, 2, 3, 18, 19, 20}.issubset(keys)
+
+
+def test_unsupported_version_of_another_api_closes_connection(broker):
+    with RawClient(broker.port) as c:
+        body = struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 10  # Produce v2 is not served
+        c.send_raw(struct.pack(">i", len(body)) + body)
+        assert c.is_closed_by_peer()
+
+
+def test_garbage_after_a_valid_header_closes_connection(broker):
+    with RawClient(broker.port) as c:
+        body = struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", 1000000) + b"\xff" * 20
+        c.send_raw(struct.pack(">i", len(body)) + body)
+        assert c.is_closed_by_peer()
+    with RawClient(broker.port) as c:  # trailing bytes after a complete body
+        body = struct.pack(">hhih", 3, 1, 1, -1) + struct.pack(">i", -1) + b"junk"
+        c.send_raw(struct.pack(">i", len(body)) + body)
+        assert c.is_closed_by_peer()
+    assert api_versions_ok(broker.port)
+
+
+def test_truncated_frame_then_disconnect_leaves_broker_serving(broker):
+    for _ in range(5):
+        with RawClient(broker.port) as c:
+            c.send_raw(struct.pack(">i", 5000) + b"\x00\x03\x00\x01")
+    assert api_versions_ok(broker.port)
+
+
+def test_claimed_frame_sizes_do_not_allocate_memory(broker_factory):
+    b = broker_factory(settings={"socket.request.max.bytes": str(100 * 1024 * 1024)})
+    proc = psutil.Process(b.proc.pid)
+    before = sum(p.memory_info().rss for p in [proc] + proc.children(recursive=True))
+    clients = [RawClient(b.port) for _ in range(30)]
+    for c in clients:
+        c.send_raw(struct.pack(">i", 100 * 1024 * 1024 - 1) + b"\x00\x12\x00\x00")  # claims ~100 MB each
+    time.sleep(1.0)
+    after = sum(p.memory_info().rss for p in [proc] + proc.children(recursive=True))
+    for c in clients:
+        c.close()
+    assert after - before < 32 * 1024 * 1024, f"RSS grew by {(after - before) >> 20} MiB"
+    assert api_versions_ok(b.port)
+
+
+def test_corrupt_crc_is_rejected_and_nothing_is_written(broker):
+    assert create_topic(broker.port, "crc").error_code == 0
+    assert produce(broker.port, "crc", a_batch()).error_code == 0
+    bad = bytearray(a_batch())
+    bad[-1] ^= 0xFF  # flip a byte in the last record: CRC no longer matches
+    r = produce(broker.port, "crc", bytes(bad))
+    assert r.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(broker.port, "crc").offset == 3
+
+
+def test_lying_lengths_and_counts_are_rejected_and_nothing_is_written(broker):
+    from kafkafast.records import crc32c
+
+    create_topic(broker.port, "lies")
+    good = a_batch(4)
+    # records_count says 9 while the batch holds 4 (CRC recomputed so only the count lies)
+    lie = bytearray(good)
+    lie[57:61] = struct.pack(">i", 9)
+    lie[17:21] = struct.pack(">I", crc32c(bytes(lie[21:])))
+    assert produce(broker.port, "lies", bytes(lie)).error_code in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE)
+    # batch length larger than the bytes sent
+    longer = bytearray(good)
+    longer[8:12] = struct.pack(">i", len(good) + 100)
+    assert produce(broker.port, "lies", bytes(longer)).error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+    # a valid batch followed by half a batch
+    half = good + good[: len(good) // 2]
+    assert produce(broker.port, "lies", half).error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+    assert latest_offset(broker.port, "lies").offset == 0
+    assert produce(broker.port, "lies", good).error_code == 0
+    assert latest_offset(broker.port, "lies").offset == 4
+
+
+def test_legacy_message_format_is_rejected_with_unsupported_version(broker):
+    create_topic(broker.port, "legacy")
+    # one v1 message: offset, size, crc, magic=1, attributes, timestamp, key=null, value="x"
+    msg = struct.pack(">bbqi", 1, 0, 0, -1) + struct.pack(">i", 1) + b"x"
+    import zlib
+    body = struct.pack(">I", zlib.crc32(msg)) + msg
+    legacy = struct.pack(">qi", 0, len(body)) + body
+    assert produce(broker.port, "legacy", legacy).error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert latest_offset(broker.port, "legacy").offset == 0
+
+
+def test_error_codes_for_common_mistakes(broker_factory):
+    b = broker_factory(settings={"message.max.bytes": "2000", "auto.create.topics.enable": "false"})
+    assert create_topic(b.port, "ok-topic").error_code == 0
+    assert create_topic(b.port, "ok-topic").error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert create_topic(b.port, "bad name!").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert create_topic(b.port, "x" * 250).error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert create_topic(b.port, "cfg", configs={"retention.ms": "soon"}).error_code == ErrorCode.INVALID_CONFIG
+    assert produce(b.port, "ok-topic", a_batch(), acks=2).error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert produce(b.port, "nope", a_batch()).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert produce(b.port, "ok-topic", a_batch(), partition=5).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    big = encode_batch([(0, None, b"z" * 5000, [])])
+    assert produce(b.port, "ok-topic", big).error_code == ErrorCode.MESSAGE_TOO_LARGE
+    with RawClient(b.port) as c:
+        req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic="ok-topic", partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=50, partition_max_bytes=1 << 20, current_leader_epoch=-1)])])
+        part = c.request(req, 12).responses[0].partitions[0]
+        assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    with RawClient(b.port) as c:
+        assert c.request(ApiVersionsRequest(), 3).error_code == 0
