@@ -1,0 +1,165 @@
+"""The append-only index file shared by the offset index and the time index.
+
+An index file is a packed array of fixed-size big-endian entries and nothing else: no
+header, no preallocation (file size == entries * entry size), so a reader in another
+process learns the entry count with `fstat` and maps exactly that.
+
+The writer never shrinks an index file in place: truncation and rebuilds write the new
+entries to `<name>.tmp` and rename it over the old name. A reader's `mmap` of the old
+inode therefore stays valid (a mapping of a file truncated under it would raise SIGBUS);
+it is only stale, and every user checks the batch an entry points at before trusting it.
+
+Lookups use `kafkafast.native.load("index_search")` (compiled twin, or its pure twin).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+from kafkafast import native
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+_MAX_INDEX_FILE = 1 << 30  # never read an index bigger than this; such a file is corrupt
+
+
+index_search = native.load("index_search")
+
+
+def read_index_file(path: str) -> bytearray | None:
+    """The whole file, or None when it is missing or too large to be an index."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > _MAX_INDEX_FILE:
+            return None
+        out = bytearray()
+        while len(out) < size:
+            chunk = os.pread(fd, size - len(out), len(out))
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: str, data: bytes | bytearray | memoryview) -> None:
+    """Write `data` to `path.tmp` and rename it over `path` (never shrinks in place)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class IndexWriter:
+    """Writer side of one index file: entries in memory plus an O_APPEND fd on the file."""
+
+    __slots__ = ("path", "entry_size", "max_entries", "buf", "entries", "_fd", "_deferred")
+
+    def __init__(self, path: str, entry_size: int, max_index_bytes: int, initial: bytearray | None) -> None:
+        self.path = path
+        self.entry_size = entry_size
+        self.max_entries = max(max_index_bytes // entry_size, 0)
+        self.buf = initial if initial is not None else bytearray()
+        self.entries = len(self.buf) // entry_size
+        if initial is None or len(initial) % entry_size:
+            self.buf = bytearray()
+            self.entries = 0
+            replace_file(path, b"")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._deferred = False
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.buf)
+
+    def _append(self, entry: bytes) -> None:
+        self.buf += entry
+        self.entries += 1
+        if not self._deferred:
+            os.write(self._fd, entry)
+
+    def begin_rebuild(self) -> None:
+        """Collect entries in memory only, until `end_rebuild` writes them all at once."""
+        self.buf = bytearray()
+        self.entries = 0
+        self._deferred = True
+
+    def end_rebuild(self) -> None:
+        self._deferred = False
+        self.reset(self.buf)
+
+    def reset(self, data: bytes | bytearray) -> None:
+        """Replace every entry (rebuild or truncation), by rename."""
+        os.close(self._fd)
+        replace_file(self.path, data)
+        self.buf = bytearray(data)
+        self.entries = len(self.buf) // self.entry_size
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def flush(self) -> None:
+        os.fdatasync(self._fd)
+
+    def rename(self, new_path: str) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class IndexView:
+    """Reader side of one index file: a read-only mmap re-made when the file has grown."""
+
+    __slots__ = ("path", "entry_size", "_fd", "_map", "_n")
+
+    def __init__(self, path: str, entry_size: int) -> None:
+        self.path = path
+        self.entry_size = entry_size
+        self._map: mmap.mmap | None = None
+        self._n = 0
+        try:
+            self._fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._fd = -1
+
+    def entries(self, refresh: bool = False) -> tuple[Buffer, int]:
+        """(buffer, entry count); `refresh` re-maps if the file grew since the last map."""
+        if self._fd < 0:
+            return b"", 0
+        if refresh or self._map is None:
+            size = os.fstat(self._fd).st_size
+            size = min(size, _MAX_INDEX_FILE) // self.entry_size * self.entry_size
+            if size // self.entry_size != self._n or self._map is None:
+                if self._map is not None:
+                    self._map.close()
+                    self._map = None
+                self._n = 0
+                if size:
+                    self._map = mmap.mmap(self._fd, size, prot=mmap.PROT_READ)
+                    self._n = size // self.entry_size
+        return (self._map if self._map is not None else b""), self._n
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

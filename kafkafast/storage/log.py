@@ -1,0 +1,576 @@
+"""Log: the writer of one partition (lives in the partition's owner process)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kafkafast.protocol.errors import (
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, validate_batches
+from kafkafast.storage.checkpoint import fsync_dir
+from kafkafast.storage.config import LogConfig
+from kafkafast.storage.leader_epoch import LeaderEpochCache
+from kafkafast.storage.partition_state import PartitionState
+from kafkafast.storage.producer_state import ProducerStateManager
+from kafkafast.storage.reader import LogReader
+from kafkafast.storage.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    parse_segment_name,
+    read_header_at,
+    scan_to_offset,
+)
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+_STRAY_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Offsets of an append. A duplicate (idempotent retry) carries the original offsets."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStats:
+    """What opening the log did: bytes re-validated by recovery scans, bytes cut off."""
+
+    scanned_bytes: int
+    truncated_bytes: int
+    rebuilt_segments: int
+    segments: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """The writer of one partition's log: appends, rolls, flushes, retention, truncation.
+
+    Files: the partition directory `<log dir>/<topic>-<partition>/` holds the segments
+    (see `LogSegment`, `OffsetIndex`, `TimeIndex`), producer-state snapshots
+    (`ProducerStateManager`) and `leader-epoch-checkpoint` (`LeaderEpochCache`).
+
+    Every change is published to `state` (see `partition_state` for the order) so that
+    `LogReader`s in any process see it; this Log reads through its own `reader`. The
+    segment list is copy-on-write: it is replaced, never mutated, so a list handed out
+    stays a consistent view. The high watermark belongs to the replica manager: the
+    broker stores `state.high_watermark` (the Log only lowers it on truncation).
+
+    Append path: validate (headers, CRC, sizes; no per-record Python objects), producer
+    checks, offsets assigned in place, roll if needed, one `os.write`, sparse index
+    entries, producer state and leader-epoch cache, publish, flush policy.
+    """
+
+    __slots__ = ("dir", "topic", "partition", "config", "state", "reader", "_segments", "producers",
+                 "leader_epochs", "recovery_point", "log_start_offset", "log_end_offset",
+                 "_last_flush_ms", "_unflushed", "_pending_deletes", "load_stats", "_closed",
+                 "_producer_state_partial")
+
+    def __init__(self, dir: str, topic: str, partition: int, config: LogConfig, state: PartitionState) -> None:
+        self.dir = dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.state = state
+        self.reader = LogReader(dir, state, topic=topic, partition=partition)
+        self._segments: list[LogSegment] = []
+        self.producers = ProducerStateManager(dir)
+        self.leader_epochs = LeaderEpochCache(os.path.join(dir, LEADER_EPOCH_CHECKPOINT))
+        self.recovery_point = 0
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self._last_flush_ms = _now_ms()
+        self._unflushed: list[LogSegment] = []
+        self._pending_deletes: list[tuple[int, list[str]]] = []
+        self.load_stats = LoadStats(0, 0, 0, 0)
+        self._closed = False
+        self._producer_state_partial = False
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: str, topic: str, partition: int, config: LogConfig, state: PartitionState | None = None,
+             *, needs_recovery: bool, recovery_point: int, log_start_offset: int = 0) -> Log:
+        """Load (or create) the log in partition directory `dir`.
+
+        Stray `.deleted` / `.cleaned` / `.tmp` files are removed and interrupted segment
+        swaps completed. With `needs_recovery` (no clean shutdown) every segment from the
+        one holding `recovery_point` on is re-validated and truncated at the first bad
+        batch; a segment after a truncated one is dropped. A missing or insane index is
+        rebuilt from its segment in any case. Producer state: latest snapshot at or below
+        the log end, then the batch headers after it.
+        """
+        os.makedirs(dir, exist_ok=True)
+        log = cls(dir, topic, partition, config, state if state is not None else PartitionState())
+        log._load(needs_recovery, recovery_point, log_start_offset)
+        return log
+
+    def _load(self, needs_recovery: bool, recovery_point: int, log_start_offset: int) -> None:
+        cfg = self.config
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith(_STRAY_SUFFIXES):
+                _unlink(os.path.join(self.dir, name))
+        self._complete_swaps()
+        names = os.listdir(self.dir)
+        bases = sorted(b for b in (parse_segment_name(n) for n in names) if b is not None)
+        scanned = truncated = rebuilt = 0
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            unflushed = needs_recovery and (next_base is None or next_base > recovery_point)
+            seg, ok = LogSegment.open(self.dir, base, cfg, deep_check=unflushed or next_base is None)
+            if unflushed or not ok:
+                result = seg.recover()
+                scanned += result.scanned_bytes
+                truncated += result.truncated_bytes
+                rebuilt += 1
+                segments.append(seg)
+                if result.truncated_bytes and next_base is not None:
+                    # Kafka: an invalid batch mid-log invalidates every later segment.
+                    for later in bases[i + 1:]:
+                        for ext in (LOG_SUFFIX, ".index", ".timeindex"):
+                            _unlink(os.path.join(self.dir, f"{later:020d}{ext}"))
+                    break
+            else:
+                segments.append(seg)
+        # Drop empty leading leftovers? No: an empty segment is a valid (active) segment.
+        if not segments:
+            segments.append(LogSegment.create(self.dir, max(log_start_offset, 0), cfg))
+        self._segments = segments
+        active = segments[-1]
+        self.log_end_offset = active.next_offset
+        self.log_start_offset = min(max(log_start_offset, segments[0].base_offset), self.log_end_offset)
+        self.recovery_point = self.log_end_offset if needs_recovery or recovery_point >= self.log_end_offset \
+            else max(min(recovery_point, self.log_end_offset), 0)
+        if needs_recovery and scanned:
+            for seg in segments:
+                seg.flush()
+        self.load_stats = LoadStats(scanned, truncated, rebuilt, len(segments))
+        # Producer state: snapshot, then replay batch headers.
+        snap = self.producers.load_latest(self.log_end_offset)
+        if snap is None:
+            self._producer_state_partial = self.log_start_offset > 0
+            self._replay_producers(self.log_start_offset)
+        else:
+            self._replay_producers(snap)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        st = self.state
+        st.segments_version += 1 + (st.segments_version & 1)  # odd
+        st.log_start_offset = self.log_start_offset
+        st.active_base_offset = active.base_offset
+        st.active_committed_size = active.size
+        st.log_end_offset = self.log_end_offset
+        st.high_watermark = self.log_end_offset
+        st.last_stable_offset = self.log_end_offset
+        self._publish_max_timestamp()
+        st.segments_version += 1  # even
+
+    def _complete_swaps(self) -> None:
+        """Finish a `replace_segments` interrupted after its `.swap` files were complete."""
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                _unlink(os.path.join(self.dir, name))  # index swaps: rebuilt from the log
+        swaps = sorted(b for b in (parse_segment_name(n, LOG_SUFFIX + SWAP_SUFFIX) for n in names) if b is not None)
+        for base in swaps:
+            seg, _ = LogSegment.open(self.dir, base, self.config, deep_check=False, suffix=SWAP_SUFFIX)
+            seg.recover()
+            end = seg.next_offset
+            for other in sorted(b for b in (parse_segment_name(n) for n in os.listdir(self.dir)) if b is not None):
+                if base <= other < max(end, base + 1):
+                    for ext in (LOG_SUFFIX, ".index", ".timeindex"):
+                        _unlink(os.path.join(self.dir, f"{other:020d}{ext}"))
+            seg.change_suffix(SWAP_SUFFIX, "")
+            seg.close()
+
+    def _replay_producers(self, from_offset: int) -> None:
+        """Feed producer state the headers of every batch at or after `from_offset`."""
+        for seg in self._segments:
+            if seg.next_offset <= from_offset or seg.size == 0:
+                continue
+            pos, header = seg.read_position_for(from_offset) if from_offset > seg.base_offset else (0, None)
+            while pos < seg.size:
+                if header is None:
+                    header = read_header_at(seg.fd, pos)
+                    if header is None:
+                        break
+                if header.producer_id >= 0 and header.base_offset >= from_offset:
+                    self.producers.update(header, header.max_timestamp)
+                pos += header.size
+                header = None
+
+    # -- appending ---------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The current segment list (a snapshot: the Log replaces, never mutates, it)."""
+        return self._segments
+
+    def append(self, records: bytearray | memoryview | bytes, leader_epoch: int, *, now_ms: int,
+               validate: bool = True) -> AppendResult:
+        """Append record batches as leader; offsets are assigned in `records` in place.
+
+        Raises the records layer's errors for invalid batches, RecordListTooLargeError
+        when the set exceeds segment.bytes, the producer-state errors (see
+        `ProducerStateManager`), KafkaStorageError when the write fails.
+        """
+        if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
+            records = bytearray(records)  # only a read-only input is copied
+        cfg = self.config
+        headers = validate_batches(records, cfg.max_message_bytes) if validate else _headers(records)
+        if not headers:
+            return AppendResult(-1, -1, -1, self.log_start_offset, 0)
+        total = len(records)
+        if total > cfg.segment_bytes:
+            raise RecordListTooLargeError(f"record set of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
+        dup = self.producers.check(headers, accept_unknown_sequence=self._producer_state_partial
+                                   or self.log_start_offset > 0)
+        if dup is not None:
+            return AppendResult(dup.first_offset, dup.last_offset, -1, self.log_start_offset,
+                                dup.last_offset - dup.first_offset + 1, duplicate=True)
+        base = self.log_end_offset
+        append_time = now_ms if cfg.log_append_time else -1
+        next_offset = assign_offsets(records, base, leader_epoch, append_time)
+        infos: list[tuple[int, int, int, int]] = []
+        off = base
+        count = 0
+        for h in headers:
+            nxt = off + h.last_offset_delta + 1
+            infos.append((off, nxt, append_time if append_time >= 0 else h.max_timestamp, h.size))
+            count += h.records_count
+            off = nxt
+        seg = self._segments[-1]
+        if seg.should_roll(cfg, total, next_offset - 1, now_ms):
+            seg = self._roll(base)
+        old_size = seg.size
+        try:
+            seg.append(records, infos, now_ms)
+        except OSError as exc:
+            try:
+                seg.truncate_bytes(old_size)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: write failed: {exc}") from exc
+        for h, (b, _, max_ts, _) in zip(headers, infos):
+            if h.producer_id >= 0:
+                self.producers.update(dataclasses.replace(h, base_offset=b), max_ts)
+        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, base)
+        st = self.state
+        st.active_committed_size = seg.size
+        st.log_end_offset = next_offset
+        self.log_end_offset = next_offset
+        if seg.max_timestamp > st.max_timestamp:
+            st.max_timestamp_offset = seg.offset_of_max_timestamp
+            st.max_timestamp = seg.max_timestamp
+        if next_offset - self.recovery_point >= cfg.flush_messages:
+            self.flush()
+        return AppendResult(base, next_offset - 1, append_time, self.log_start_offset, count)
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op if the active one is empty)."""
+        if self._segments[-1].size == 0:
+            return self._segments[-1]
+        return self._roll(self.log_end_offset)
+
+    def _roll(self, new_base: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        new = LogSegment.create(self.dir, new_base, self.config)
+        st = self.state
+        st.segments_version += 1
+        self._segments = self._segments + [new]
+        st.active_committed_size = 0
+        st.active_base_offset = new_base
+        st.segments_version += 1
+        self._unflushed.append(old)
+        # Bounds the header replay after a crash; not fsynced (a torn one fails its CRC).
+        self.producers.write_snapshot(new_base, fsync=False)
+        return new
+
+    # -- flushing ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fdatasync everything appended so far; the recovery point becomes the log end."""
+        self._flush_rolled()
+        self._segments[-1].flush()
+        self.recovery_point = self.log_end_offset
+        self._last_flush_ms = _now_ms()
+
+    def _flush_rolled(self) -> None:
+        if not self._unflushed:
+            return
+        for seg in self._unflushed:
+            if seg.fd >= 0:
+                seg.flush_all()
+        fsync_dir(self.dir)
+        self._unflushed = []
+        self.recovery_point = max(self.recovery_point, self._segments[-1].base_offset)
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Time-based flush (flush.ms); rolled segments are flushed at the first call after
+        their roll, as Kafka does right after a roll. True if the active segment was synced."""
+        self._flush_rolled()
+        if self.log_end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            self._last_flush_ms = now_ms
+            return True
+        return False
+
+    # -- deletion ----------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
+        """DeleteRecords: move the log start to `offset` (-1: the high watermark) and delete
+        the segments wholly below it; the new log start. OffsetOutOfRangeError beyond HW."""
+        hw = self.state.high_watermark
+        if offset == -1:
+            offset = hw
+        if offset < 0 or offset > hw:
+            raise OffsetOutOfRangeError(
+                f"{self.topic}-{self.partition}: cannot delete records before {offset}: high watermark is {hw}")
+        if offset > self.log_start_offset:
+            self._set_log_start(offset)
+            self._delete_segments(lambda seg, next_base: next_base <= offset, now_ms)
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest whole segments past retention.ms / retention.bytes or below the
+        log start offset; the active segment is never deleted. Number of segments deleted."""
+        cfg = self.config
+        deleted = self._delete_segments(lambda seg, next_base: next_base <= self.log_start_offset, now_ms)
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_segments(
+                    lambda seg, next_base: now_ms - seg.largest_timestamp() > cfg.retention_ms, now_ms)
+            if cfg.retention_bytes >= 0:
+                diff = sum(s.size for s in self._segments) - cfg.retention_bytes
+
+                def over_size(seg: LogSegment, next_base: int) -> bool:
+                    nonlocal diff
+                    if diff - seg.size >= 0:
+                        diff -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_segments(over_size, now_ms)
+        self.delete_pending_files(now_ms)
+        return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool], now_ms: int | None) -> int:
+        segs = self._segments
+        hw = self.state.high_watermark
+        n = 0
+        while n < len(segs) - 1:
+            next_base = segs[n + 1].base_offset
+            if next_base > hw or not predicate(segs[n], next_base):
+                break
+            n += 1
+        if n == 0:
+            return 0
+        doomed, kept = segs[:n], segs[n:]
+        st = self.state
+        st.segments_version += 1
+        if kept[0].base_offset > self.log_start_offset:
+            self.log_start_offset = kept[0].base_offset
+            st.log_start_offset = self.log_start_offset
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._segments = kept
+        self._unflushed = [s for s in self._unflushed if s not in doomed]
+        self._publish_max_timestamp()
+        st.segments_version += 1
+        now = _now_ms() if now_ms is None else now_ms
+        for seg in doomed:
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg.mark_deleted()))
+        self.delete_pending_files(now)
+        return n
+
+    def delete_pending_files(self, now_ms: int) -> int:
+        """Unlink `.deleted` files whose file.delete.delay.ms has passed; how many."""
+        due = [p for t, p in self._pending_deletes if t <= now_ms]
+        self._pending_deletes = [(t, p) for t, p in self._pending_deletes if t > now_ms]
+        n = 0
+        for paths in due:
+            for path in paths:
+                _unlink(path)
+                n += 1
+        return n
+
+    def _set_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        self.state.log_start_offset = offset
+        self.leader_epochs.truncate_from_start(offset)
+
+    def _publish_max_timestamp(self) -> None:
+        best_ts, best_off = -1, -1
+        for seg in self._segments:
+            if seg.max_timestamp > best_ts:
+                best_ts, best_off = seg.max_timestamp, seg.offset_of_max_timestamp
+        self.state.max_timestamp_offset = best_off
+        self.state.max_timestamp = best_ts
+
+    # -- truncation (followers) --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after `offset` (a follower diverged from its leader)."""
+        if offset >= self.log_end_offset:
+            return
+        offset = max(offset, 0)
+        st = self.state
+        st.segments_version += 1
+        now = _now_ms()
+        if offset <= self._segments[0].base_offset or offset < self.log_start_offset:
+            for seg in self._segments:
+                self._pending_deletes.append((now, seg.mark_deleted()))
+            self._segments = [LogSegment.create(self.dir, offset, self.config)]
+            self.log_start_offset = offset
+            st.log_start_offset = offset
+            self.log_end_offset = offset
+            self.leader_epochs.truncate_from_start(offset)
+        else:
+            keep = [s for s in self._segments if s.base_offset < offset]
+            for seg in self._segments[len(keep):]:
+                self._pending_deletes.append((now, seg.mark_deleted()))
+            self._segments = keep
+            active = keep[-1]
+            removed = active.truncate_to(offset)
+            self.log_end_offset = min(offset, active.next_offset) if removed else offset
+            active.next_offset = self.log_end_offset
+        self._unflushed = [s for s in self._unflushed if s in self._segments[:-1]]
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.producers.delete_snapshots_above(self.log_end_offset)
+        snap = self.producers.load_latest(self.log_end_offset)
+        self._replay_producers(snap if snap is not None else self.log_start_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        active = self._segments[-1]
+        st.active_base_offset = active.base_offset
+        st.active_committed_size = active.size
+        st.log_end_offset = self.log_end_offset
+        st.high_watermark = min(st.high_watermark, self.log_end_offset)
+        st.last_stable_offset = min(st.last_stable_offset, self.log_end_offset)
+        self._publish_max_timestamp()
+        st.segments_version += 1
+        self.delete_pending_files(now)
+
+    # -- segment replacement (the cleaner) ---------------------------------------------
+
+    def replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
+        """Atomically swap `old` segments for `new` ones, with Kafka's crash-safe renames.
+
+        `new` segments were written with suffix `.cleaned` (`LogSegment.create(...,
+        suffix=".cleaned")`) and must not cover the active segment. Steps: new files
+        `.cleaned` -> `.swap`; old files -> `.deleted`; new files `.swap` -> final names.
+        A crash before every `.swap` exists leaves the old segments (`.cleaned` are
+        dropped at load); after, the load completes the swap (`_complete_swaps`).
+        """
+        active = self._segments[-1]
+        if any(s is active for s in old) or any(s.base_offset >= active.base_offset for s in new):
+            raise ValueError("the active segment cannot be replaced")
+        new = sorted(new, key=lambda s: s.base_offset)
+        for seg in reversed(new):
+            seg.flush_all()
+            seg.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        st = self.state
+        st.segments_version += 1
+        now = _now_ms()
+        for seg in old:
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg.mark_deleted()))
+        for seg in new:
+            seg.change_suffix(SWAP_SUFFIX, "")
+        fsync_dir(self.dir)
+        old_ids = {id(s) for s in old}
+        self._segments = sorted([s for s in self._segments if id(s) not in old_ids] + new,
+                                key=lambda s: s.base_offset)
+        self._unflushed = [s for s in self._unflushed if id(s) not in old_ids]
+        self._publish_max_timestamp()
+        st.segments_version += 1
+
+    # -- reading -----------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp: (offset, timestamp) of the first record with a
+        timestamp >= `timestamp`, or None."""
+        return self.reader.offset_for_timestamp(timestamp)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3): (timestamp, offset), or None for an empty log."""
+        return self.reader.max_timestamp_offset()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset)."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def expire_producers(self, now_ms: int, max_age_ms: int = 86400000) -> int:
+        """producer.id.expiration.ms: forget idle producers (their retries become unknown)."""
+        n = self.producers.remove_expired(now_ms, max_age_ms)
+        if n:
+            self._producer_state_partial = True
+        return n
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self, clean: bool = True) -> None:
+        """Close the files. `clean`: flush, record the active segment's max timestamp in its
+        time index and snapshot producer state at the log end (no replay at next open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if clean:
+            self.flush()
+            self._segments[-1].on_become_inactive()
+            self.producers.write_snapshot(self.log_end_offset)
+        for seg in self._segments:
+            seg.close()
+        self.reader.close()
+        self.delete_pending_files(1 << 62 if clean else 0)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self._segments)})")
+
+
+def _headers(records: bytearray | memoryview) -> list[BatchHeader]:
+    """Headers of trusted batches (validate=False): one header parse per batch."""
+    out = []
+    pos, n = 0, len(records)
+    while pos < n:
+        h = read_batch_header(records, pos)
+        out.append(h)
+        pos += h.size
+    return out
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = ["AppendResult", "LoadStats", "Log", "scan_to_offset"]

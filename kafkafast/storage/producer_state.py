@@ -1,0 +1,264 @@
+"""Idempotent-producer state of one partition (Kafka's ProducerStateManager, trimmed)."""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+from kafkafast.protocol.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
+from kafkafast.records import BatchHeader
+
+MAX_BATCHES_PER_PRODUCER = 5  # Kafka keeps the metadata of the last 5 batches per producer
+NO_PRODUCER_EPOCH = -1
+SNAPSHOT_SUFFIX = ".snapshot"
+
+_FILE_HEADER = struct.Struct(">4sHII")  # magic, version, crc32, producer count
+_PRODUCER = struct.Struct(">qhqB")      # producer id, epoch, last timestamp, batch count
+_BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, timestamp
+_MAGIC = b"KFPS"
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What is kept of one appended batch to answer a retry of it."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class ProducerEntry:
+    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp")
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: list[BatchMetadata] = []
+        self.last_timestamp = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (last_seq == 0x7FFFFFFF and next_seq == 0)
+
+
+def snapshot_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class ProducerStateManager:
+    """Per producer id: epoch, the last 5 batches' sequence and offset ranges, last timestamp.
+
+    Checks on a leader append (`check`), as Kafka's ProducerStateManager does:
+
+    * producer id -1: no checks (not an idempotent producer);
+    * epoch older than the producer's -> InvalidProducerEpochError;
+    * same epoch, first and last sequence equal to one of the last 5 batches -> a duplicate:
+      nothing is appended and the original offsets are returned;
+    * newer epoch: base sequence must be 0, else OutOfOrderSequenceNumberError;
+    * same epoch: base sequence must be last sequence + 1 (2^31-1 wraps to 0), else
+      OutOfOrderSequenceNumberError;
+    * unknown producer id with base sequence != 0: UnknownProducerIdError, unless its state
+      may have been lost with deleted segments (the log start offset moved past 0, or a
+      snapshot was missing): then any sequence is accepted, as Kafka >= 2.5 does (KIP-360).
+      Producer state is only dropped by `remove_expired` (producer.id.expiration.ms).
+
+    Control batches and batches without a sequence only update the epoch.
+
+    Snapshot file `<20-digit offset>.snapshot` in the partition directory: the state after
+    every batch below that offset. Written at roll and at clean close (tmp + fsync + rename).
+    Layout, all big-endian::
+
+        magic "KFPS", uint16 version (1), uint32 CRC-32 (zlib) of everything after the
+        12-byte header, uint32 producer count, then per producer:
+          int64 producer id, int16 epoch, int64 last timestamp, uint8 n (<= 5), then n x
+            int32 first seq, int32 last seq, int64 first offset, int64 last offset,
+            int64 timestamp
+    """
+
+    __slots__ = ("dir", "producers")
+
+    def __init__(self, dir: str) -> None:
+        self.dir = dir
+        self.producers: dict[int, ProducerEntry] = {}
+
+    # -- leader appends ----------------------------------------------------------------
+
+    def check(self, headers: list[BatchHeader], *, accept_unknown_sequence: bool) -> BatchMetadata | None:
+        """Validate an append; the original batch if it is a duplicate; raises on a violation."""
+        pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) within this append
+        for h in headers:
+            pid = h.producer_id
+            if pid < 0:
+                continue
+            entry = self.producers.get(pid)
+            if pid in pending:
+                cur_epoch, cur_last = pending[pid]
+                known = True
+            elif entry is not None:
+                cur_epoch, cur_last = entry.epoch, entry.last_seq
+                known = True
+                if h.producer_epoch == entry.epoch and h.base_sequence >= 0 and not h.is_control:
+                    dup = entry.find_duplicate(h.base_sequence, h.last_sequence)
+                    if dup is not None:
+                        return dup
+            else:
+                cur_epoch, cur_last, known = NO_PRODUCER_EPOCH, -1, False
+            if h.producer_epoch < cur_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} epoch {h.producer_epoch} is older than the current epoch {cur_epoch}")
+            if h.is_control or h.base_sequence < 0:
+                pending[pid] = (h.producer_epoch, cur_last if h.producer_epoch == cur_epoch else -1)
+                continue
+            if not known:
+                if h.base_sequence != 0 and not accept_unknown_sequence:
+                    raise UnknownProducerIdError(
+                        f"unknown producer {pid} sent sequence {h.base_sequence}; expected 0")
+            elif h.producer_epoch != cur_epoch:
+                if h.base_sequence != 0:
+                    raise OutOfOrderSequenceNumberError(
+                        f"producer {pid}: new epoch {h.producer_epoch} must start at sequence 0, "
+                        f"got {h.base_sequence}")
+            elif not _in_sequence(cur_last, h.base_sequence):
+                raise OutOfOrderSequenceNumberError(
+                    f"producer {pid} epoch {h.producer_epoch}: expected sequence {cur_last + 1}, "
+                    f"got {h.base_sequence}")
+            pending[pid] = (h.producer_epoch, h.last_sequence)
+        return None
+
+    def update(self, h: BatchHeader, timestamp: int) -> None:
+        """Record an appended batch (`h` carries its assigned offsets); no checks."""
+        pid = h.producer_id
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
+        elif h.producer_epoch != entry.epoch:
+            entry.epoch = h.producer_epoch
+            entry.batches.clear()
+        if h.base_sequence >= 0 and not h.is_control:
+            batches = entry.batches
+            batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, timestamp))
+            if len(batches) > MAX_BATCHES_PER_PRODUCER:
+                del batches[0]
+        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+
+    def remove_expired(self, now_ms: int, max_age_ms: int) -> int:
+        """Forget producers idle for longer than `max_age_ms` (producer.id.expiration.ms)."""
+        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > max_age_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        for name in os.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX):
+                stem = name[: -len(SNAPSHOT_SUFFIX)]
+                if len(stem) == 20 and stem.isdigit():
+                    out.append(int(stem))
+        return sorted(out)
+
+    def write_snapshot(self, offset: int, keep: int = 3, *, fsync: bool = True) -> str:
+        body = bytearray()
+        for entry in self.producers.values():
+            body += _PRODUCER.pack(entry.producer_id, entry.epoch, entry.last_timestamp, len(entry.batches))
+            for b in entry.batches:
+                body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+        data = _FILE_HEADER.pack(_MAGIC, _VERSION, zlib.crc32(body), len(self.producers)) + body
+        path = os.path.join(self.dir, snapshot_name(offset))
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        for old in self.snapshot_offsets()[:-keep]:
+            self._remove_snapshot(old)
+        return path
+
+    def delete_snapshots_above(self, offset: int) -> None:
+        for o in self.snapshot_offsets():
+            if o > offset:
+                self._remove_snapshot(o)
+
+    def _remove_snapshot(self, offset: int) -> None:
+        try:
+            os.unlink(os.path.join(self.dir, snapshot_name(offset)))
+        except FileNotFoundError:
+            pass
+
+    def load_latest(self, max_offset: int) -> int | None:
+        """Load the newest readable snapshot at or below `max_offset`; its offset, or None
+        (state cleared). Snapshots above `max_offset` and unreadable ones are deleted."""
+        self.producers.clear()
+        for name in os.listdir(self.dir):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+                os.unlink(os.path.join(self.dir, name))
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > max_offset:
+                self._remove_snapshot(offset)
+                continue
+            if self._read(os.path.join(self.dir, snapshot_name(offset))):
+                return offset
+            self._remove_snapshot(offset)
+        return None
+
+    def _read(self, path: str) -> bool:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return False
+        if len(data) < _FILE_HEADER.size:
+            return False
+        magic, version, crc, count = _FILE_HEADER.unpack_from(data, 0)
+        body = memoryview(data)[_FILE_HEADER.size:]
+        if magic != _MAGIC or version != _VERSION or zlib.crc32(body) != crc:
+            return False
+        producers: dict[int, ProducerEntry] = {}
+        pos = 0
+        try:
+            for _ in range(count):
+                pid, epoch, last_ts, n = _PRODUCER.unpack_from(body, pos)
+                pos += _PRODUCER.size
+                entry = ProducerEntry(pid, epoch)
+                entry.last_timestamp = last_ts
+                for _ in range(min(n, MAX_BATCHES_PER_PRODUCER)):
+                    entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
+                    pos += _BATCH.size
+                producers[pid] = entry
+        except struct.error:
+            return False
+        if pos != len(body):
+            return False
+        self.producers = producers
+        return True
