@@ -1,0 +1,281 @@
+"""One TCP connection to one broker: framing, pipelining, version negotiation.
+
+Requests are written as soon as they are made (pipelining); each carries a correlation id
+and waits on a future that the read side completes when the frame with that id arrives.
+At most `max_in_flight` requests wait for an answer at once; more wait for a slot.
+Right after connecting, ApiVersions tells which versions the broker speaks, and
+`version(api_key)` picks the highest one both sides support (`CLIENT_VERSIONS`).
+
+A request that is not answered within `request_timeout_ms`, and a connection that drops,
+fail every request waiting on the connection with a retriable `NetworkError` (Kafka
+clients do the same: after a timeout the order of answers on the socket can no longer be
+trusted) and close it; the cluster opens a new one on the next use.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any
+
+from kafkafast.protocol import _generated as gen
+from kafkafast.protocol.api import decode_response, encode_request
+from kafkafast.protocol.errors import KafkaError, NetworkError, RequestTimedOutError, UnsupportedVersionError
+
+logger = logging.getLogger("kafkafast.client")
+
+# api key -> (lowest, highest) version this client implements.
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    0: (3, 11),   # Produce (v3+: record batch v2)
+    1: (4, 12),   # Fetch (v13+ addresses topics by id only)
+    2: (1, 9),    # ListOffsets
+    3: (1, 12),   # Metadata
+    8: (2, 9),    # OffsetCommit
+    9: (1, 9),    # OffsetFetch
+    10: (0, 4),   # FindCoordinator (v4+: batched keys)
+    11: (0, 9),   # JoinGroup
+    12: (0, 4),   # Heartbeat
+    13: (0, 5),   # LeaveGroup
+    14: (0, 5),   # SyncGroup
+    18: (0, 3),   # ApiVersions
+    19: (0, 7),   # CreateTopics
+    20: (0, 6),   # DeleteTopics
+    22: (0, 5),   # InitProducerId
+    32: (0, 4),   # DescribeConfigs
+    37: (0, 3),   # CreatePartitions
+}
+
+_SIZE = struct.Struct(">i")
+
+
+class _FrameProtocol(asyncio.Protocol):
+    """Reads size-prefixed frames and hands each to the connection."""
+
+    __slots__ = ("_conn", "_buf", "_need", "transport")
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self._conn = conn
+        self._buf = bytearray()
+        self._need = 4
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        if len(buf) < self._need:
+            return
+        conn = self._conn
+        while True:
+            n = len(buf)
+            if n < 4:
+                self._need = 4
+                return
+            size = _SIZE.unpack_from(buf, 0)[0]
+            if n < size + 4:
+                self._need = size + 4
+                return
+            frame = bytes(memoryview(buf)[4 : size + 4])
+            del buf[: size + 4]
+            conn._on_frame(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._on_lost(exc)
+
+
+class BrokerConnection:
+    """A pipelined connection to `host:port` (`node_id` -1 for a bootstrap address)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "kafkafast",
+        max_in_flight: int = 5,
+        request_timeout_ms: int = 30000,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000.0
+        self.max_in_flight = max_in_flight
+        self.versions: dict[int, tuple[int, int]] = {}
+        self._chosen: dict[int, int] = {}
+        self._protocol: _FrameProtocol | None = None
+        self._transport: asyncio.Transport | None = None
+        # correlation id -> (future, api key, api version, timeout handle)
+        self._pending: dict[int, tuple[asyncio.Future, int, int, asyncio.TimerHandle | None]] = {}
+        self._next_id = 1
+        self._slots: asyncio.Semaphore | None = None
+        self.closed = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection(node={self.node_id}, {self.host}:{self.port})"
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def connect(self, timeout: float | None = None) -> BrokerConnection:
+        self.loop = asyncio.get_running_loop()
+        self._slots = asyncio.Semaphore(self.max_in_flight)
+        try:
+            transport, protocol = await asyncio.wait_for(
+                self.loop.create_connection(lambda: _FrameProtocol(self), self.host, self.port),
+                timeout or self.request_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.closed = True
+            raise NetworkError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+        self._transport = transport  # type: ignore[assignment]
+        self._protocol = protocol
+        await self._negotiate()
+        return self
+
+    async def _negotiate(self) -> None:
+        req = gen.ApiVersionsRequest(client_software_name="kafkafast", client_software_version="0.1")
+        try:
+            resp = await self.send(req, version=3)
+        except UnsupportedVersionError:
+            resp = None
+        if resp is None or resp.error_code:
+            # Old brokers answer an unknown version with error 35 and a v0 body; ask in v0.
+            resp = await self.send(gen.ApiVersionsRequest(), version=0)
+            if resp.error_code:
+                raise KafkaError(f"ApiVersions failed with error {resp.error_code}")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def version(self, api_key: int) -> int:
+        """Highest version of `api_key` both this client and the broker speak."""
+        v = self._chosen.get(api_key)
+        if v is not None:
+            return v
+        lo, hi = CLIENT_VERSIONS[api_key]
+        blo, bhi = self.versions.get(api_key, (0, -1))
+        v = min(hi, bhi)
+        if v < max(lo, blo):
+            raise UnsupportedVersionError(
+                f"broker {self.host}:{self.port} speaks {gen.API_NAMES.get(api_key, api_key)} "
+                f"v{blo}-{bhi}, this client v{lo}-{hi}"
+            )
+        self._chosen[api_key] = v
+        return v
+
+    def supports(self, api_key: int) -> bool:
+        try:
+            self.version(api_key)
+            return True
+        except UnsupportedVersionError:
+            return False
+
+    async def send(self, request: Any, *, version: int | None = None, expect_response: bool = True) -> Any:
+        """Sends `request` and returns the decoded response body (None if none is expected).
+
+        Raises the typed error of a top-level failure only for transport problems
+        (`NetworkError`); error codes inside the body are the caller's to interpret.
+        """
+        if self.closed:
+            raise NetworkError(f"connection to {self.host}:{self.port} is closed")
+        api_key = request.API_KEY
+        if version is None:
+            version = self.version(api_key)
+        slots = self._slots
+        assert slots is not None
+        if not expect_response:
+            self._write(encode_request(request, version, self._take_id(), self.client_id))
+            return None
+        await slots.acquire()
+        try:
+            if self.closed:
+                raise NetworkError(f"connection to {self.host}:{self.port} is closed")
+            fut = self._start(request, api_key, version)
+            frame = await fut
+        finally:
+            slots.release()
+        correlation_id, body = decode_response(api_key, version, frame)
+        return body
+
+    def send_nowait(self, request: Any, version: int | None = None) -> asyncio.Future:
+        """Writes `request` now, ignoring the in-flight limit; the future gets the raw frame.
+
+        For callers that keep their own count of requests in flight (the producer's sender).
+        """
+        if self.closed:
+            raise NetworkError(f"connection to {self.host}:{self.port} is closed")
+        if version is None:
+            version = self.version(request.API_KEY)
+        return self._start(request, request.API_KEY, version)
+
+    def _take_id(self) -> int:
+        cid = self._next_id
+        self._next_id = (cid + 1) & 0x7FFFFFFF
+        return cid
+
+    def _start(self, request: Any, api_key: int, version: int) -> asyncio.Future:
+        loop = self.loop
+        assert loop is not None
+        cid = self._take_id()
+        data = encode_request(request, version, cid, self.client_id)
+        fut = loop.create_future()
+        timer = loop.call_later(self.request_timeout, self._timed_out, cid)
+        self._pending[cid] = (fut, api_key, version, timer)
+        self._write(data)
+        return fut
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            self.close(NetworkError(f"connection to {self.host}:{self.port} is closed"))
+            raise NetworkError(f"connection to {self.host}:{self.port} is closed")
+        transport.write(data)
+
+    def _on_frame(self, frame: bytes) -> None:
+        cid = _SIZE.unpack_from(frame, 0)[0]
+        entry = self._pending.pop(cid, None)
+        if entry is None:
+            logger.warning("%r: answer with unknown correlation id %d", self, cid)
+            return
+        fut, _api_key, _version, timer = entry
+        if timer is not None:
+            timer.cancel()
+        if not fut.done():
+            fut.set_result(frame)
+
+    def _timed_out(self, cid: int) -> None:
+        entry = self._pending.get(cid)
+        if entry is None:
+            return
+        self.close(RequestTimedOutError(
+            f"no answer from {self.host}:{self.port} within {self.request_timeout:.3f}s "
+            f"({gen.API_NAMES.get(entry[1], entry[1])})"
+        ))
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        self.close(NetworkError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+
+    def close(self, exc: Exception | None = None) -> None:
+        """Closes the socket and fails every request still waiting (NetworkError by default)."""
+        if not self.closed:
+            self.closed = True
+        if self._transport is not None:
+            self._transport.abort() if exc is not None else self._transport.close()
+            self._transport = None
+        pending, self._pending = self._pending, {}
+        err = exc or NetworkError(f"connection to {self.host}:{self.port} closed")
+        for fut, _k, _v, timer in pending.values():
+            if timer is not None:
+                timer.cancel()
+            if not fut.done():
+                fut.set_exception(type(err)(str(err)) if isinstance(err, KafkaError) else err)
+
+    def decode(self, api_key: int, version: int, frame: bytes) -> Any:
+        return decode_response(api_key, version, frame)[1]
+
+
+__all__ = ["BrokerConnection", "CLIENT_VERSIONS"]
