@@ -1,0 +1,277 @@
+"""Log writer + LogReader: appends, rolls, sparse indexes, reads, retention, DeleteRecords."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kafkafast.protocol.errors import OffsetOutOfRangeError, RecordListTooLargeError
+from kafkafast.records import BatchBuilder, decode_batch, encode_batch, iter_record_batches
+from kafkafast.storage import LogConfig, LogReader, PartitionState
+from kafkafast.storage.log import Log
+from kafkafast.storage.offset_index import ENTRY as OFFSET_ENTRY
+from kafkafast.storage.segment import LogSegment
+
+
+def batch(n: int = 1, ts: int = 1000, value: bytes = b"v" * 20) -> bytearray:
+    return bytearray(encode_batch([(ts + i, b"k%d" % i, value, ()) for i in range(n)]))
+
+
+def open_log(tmp_path, **props: str) -> Log:
+    cfg = LogConfig.from_props({k.replace("_", "."): v for k, v in props.items()})
+    return Log.open(str(tmp_path / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
+
+
+def publish_hw(log: Log) -> None:
+    log.state.high_watermark = log.state.log_end_offset
+
+
+def offsets_in(data: bytes) -> list[int]:
+    return [r.offset for _, records in iter_record_batches(data) for r in records]
+
+
+def test_append_assigns_offsets_and_rolls_at_segment_bytes(tmp_path):
+    log = open_log(tmp_path, segment_bytes="500")
+    size = len(batch(2))
+    results = [log.append(batch(2), 7, now_ms=1) for _ in range(12)]
+    assert [(r.base_offset, r.last_offset, r.record_count) for r in results[:3]] == [(0, 1, 2), (2, 3, 2), (4, 5, 2)]
+    per_segment = 500 // size
+    assert [s.base_offset for s in log.segments] == [i * 2 * per_segment for i in range((11 // per_segment) + 1)]
+    assert all(s.size <= 500 for s in log.segments)
+    names = sorted(os.listdir(tmp_path / "t-0"))
+    assert "00000000000000000000.log" in names and "00000000000000000000.index" in names
+    assert "00000000000000000000.timeindex" in names
+    assert log.state.log_end_offset == 24 and log.state.active_base_offset == log.segments[-1].base_offset
+    # The leader epoch is written into every batch, offsets in place.
+    publish_hw(log)
+    header, records = decode_batch(log.reader.read(22, 100).region.read())
+    assert (header.base_offset, header.partition_leader_epoch, [r.offset for r in records]) == (22, 7, [22, 23])
+
+
+def test_every_offset_reads_the_batch_containing_it_across_rolls(tmp_path):
+    log = open_log(tmp_path, segment_bytes="700", index_interval_bytes="150")
+    for i in range(40):
+        log.append(batch(1 + i % 3), 0, now_ms=1)
+    publish_hw(log)
+    assert len(log.segments) > 3
+    reader = LogReader(log.dir, log.state, topic="t", partition=0)
+    for off in range(log.log_end_offset):
+        res = reader.read(off, 1)  # min one batch: exactly the batch containing `off`
+        header, records = decode_batch(res.region.read())
+        assert header.base_offset <= off <= header.last_offset
+        assert res.first_batch_offset == header.base_offset
+        assert res.region.length == header.size
+    reader.close()
+
+
+def test_offset_index_entry_every_index_interval_bytes(tmp_path):
+    b = batch(1)
+    size = len(b)
+    log = open_log(tmp_path, index_interval_bytes=str(size * 3))
+    for _ in range(20):
+        log.append(batch(1), 0, now_ms=1)
+    index = log.active_segment.offset_index
+    entries = [OFFSET_ENTRY.unpack_from(index.buffer, i * 8) for i in range(index.entries)]
+    # Kafka's rule: an entry once more than interval bytes were written since the last one.
+    assert entries == [(4, 4 * size), (8, 8 * size), (12, 12 * size), (16, 16 * size)]
+    assert os.path.getsize(index.path) == 4 * 8  # not preallocated
+    for off in range(20):
+        base, pos = index.find_nearest(off)
+        assert base == (off // 4) * 4 if off >= 4 else base == 0
+        assert pos == base * size
+
+
+def test_read_cuts_on_batch_boundaries_and_respects_upper_bound(tmp_path):
+    log = open_log(tmp_path, index_interval_bytes="0")
+    size = len(batch(1))
+    for _ in range(10):
+        log.append(batch(1), 0, now_ms=1)
+    publish_hw(log)
+    res = log.reader.read(0, size * 3 + size // 2)
+    assert res.region.length == size * 3 and offsets_in(res.region.read()) == [0, 1, 2]
+    res = log.reader.read(2, 10_000, upper_bound_offset=6)
+    assert offsets_in(res.region.read()) == [2, 3, 4, 5]
+    # KIP-74: the first batch whole even when larger than max_bytes, unless not min_one.
+    assert log.reader.read(5, 10).region.length == size
+    assert log.reader.read(5, 10, min_one_batch=False).region is None
+    assert log.reader.read(10, 100).region is None  # at the log end: empty
+    with pytest.raises(OffsetOutOfRangeError):
+        log.reader.read(11, 100)
+
+
+def test_reader_sees_only_published_state(tmp_path):
+    log = open_log(tmp_path)
+    log.append(batch(2), 0, now_ms=1)
+    publish_hw(log)
+    theirs = PartitionState()
+    for name in ("log_start_offset", "log_end_offset", "high_watermark", "active_base_offset",
+                 "active_committed_size", "segments_version"):
+        setattr(theirs, name, getattr(log.state, name))
+    reader = LogReader(log.dir, theirs, topic="t", partition=0)
+    log.append(batch(3), 0, now_ms=1)  # written to the file, not published to `theirs`
+    res = reader.read(0, 1 << 20)
+    assert offsets_in(res.region.read()) == [0, 1]
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(3, 100)
+    theirs.active_committed_size = log.state.active_committed_size
+    theirs.log_end_offset = theirs.high_watermark = log.state.log_end_offset
+    assert offsets_in(reader.read(0, 1 << 20).region.read()) == [0, 1, 2, 3, 4]
+    reader.close()
+
+
+def test_record_set_larger_than_segment_bytes_is_rejected(tmp_path):
+    log = open_log(tmp_path, segment_bytes="100")
+    with pytest.raises(RecordListTooLargeError):
+        log.append(batch(5), 0, now_ms=1)
+    assert log.log_end_offset == 0
+
+
+def test_time_and_size_retention_delete_whole_oldest_segments(tmp_path):
+    log = open_log(tmp_path, segment_bytes="300", retention_ms="1000", file_delete_delay_ms="0")
+    for i in range(12):
+        log.append(batch(1, ts=10_000 + i * 100), 0, now_ms=1)
+    publish_hw(log)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 4
+    # A reader holding the first segment's fd keeps reading it after deletion.
+    reader = LogReader(log.dir, log.state, topic="t", partition=0)
+    held = reader.read(0, 1 << 20)
+    first_segment_bytes = held.region.read()
+    # Time: segments whose max timestamp is older than retention.ms; stop at the first young one.
+    newest_of_second = max(10_000 + o * 100 for o in range(bases[1], bases[2]))
+    assert log.apply_retention(newest_of_second + 1001) == 2
+    assert [s.base_offset for s in log.segments] == bases[2:]
+    assert log.log_start_offset == bases[2] == log.state.log_start_offset
+    assert not os.path.exists(os.path.join(log.dir, f"{bases[0]:020d}.log"))
+    assert held.region.read() == first_segment_bytes
+    with pytest.raises(OffsetOutOfRangeError):
+        reader.read(0, 100)
+    assert reader.read(bases[2], 100).first_batch_offset == bases[2]
+    # Size: oldest whole segments while the rest still exceeds retention.bytes.
+    sizes = [s.size for s in log.segments]
+    log.config = LogConfig.from_props({"retention.bytes": str(sum(sizes[1:])), "retention.ms": "-1",
+                                       "file.delete.delay.ms": "0"})
+    assert log.apply_retention(0) == 1
+    assert [s.size for s in log.segments] == sizes[1:]
+    # Never the active segment.
+    log.config = LogConfig.from_props({"retention.bytes": "0", "file.delete.delay.ms": "0"})
+    log.apply_retention(0)
+    assert len(log.segments) == 1 and log.log_end_offset == 12
+    reader.close()
+
+
+def test_deleted_files_wait_for_file_delete_delay(tmp_path):
+    log = open_log(tmp_path, segment_bytes="200", retention_ms="0", file_delete_delay_ms="60000")
+    for i in range(6):
+        log.append(batch(1, ts=0), 0, now_ms=1)
+    publish_hw(log)
+    deleted = log.apply_retention(now_ms=1000)
+    assert deleted >= 1
+    leftovers = [n for n in os.listdir(log.dir) if n.endswith(".deleted")]
+    assert len(leftovers) == 3 * deleted
+    assert log.delete_pending_files(1000 + 59_999) == 0
+    assert log.delete_pending_files(1000 + 60_000) == 3 * deleted
+    assert not [n for n in os.listdir(log.dir) if n.endswith(".deleted")]
+
+
+def test_delete_records_moves_log_start_and_drops_segments_below(tmp_path):
+    log = open_log(tmp_path, segment_bytes="300", file_delete_delay_ms="0")
+    for _ in range(12):
+        log.append(batch(1), 0, now_ms=1)
+    log.state.high_watermark = 10
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records_before(11)
+    second = log.segments[1].base_offset
+    assert log.delete_records_before(second + 1) == second + 1
+    assert log.segments[0].base_offset == second
+    assert log.state.log_start_offset == second + 1
+    with pytest.raises(OffsetOutOfRangeError):
+        log.reader.read(second, 100)
+    res = log.reader.read(second + 1, 100)
+    assert res.first_batch_offset == second + 1 and res.log_start_offset == second + 1
+    assert log.delete_records_before(3) == second + 1  # never backwards
+    assert log.delete_records_before(-1) == 10  # -1: the high watermark
+
+
+def test_truncate_to_removes_tail_and_later_appends_continue(tmp_path):
+    log = open_log(tmp_path, segment_bytes="300", file_delete_delay_ms="0")
+    for _ in range(12):
+        log.append(batch(1), 3, now_ms=1)
+    publish_hw(log)
+    log.truncate_to(5)
+    assert log.log_end_offset == 5 == log.state.log_end_offset
+    assert log.state.high_watermark == 5
+    assert all(s.base_offset < 5 for s in log.segments)
+    assert log.append(batch(2), 4, now_ms=1).base_offset == 5
+    publish_hw(log)
+    assert offsets_in(log.reader.read(5, 1 << 20).region.read()) == [5, 6]
+    assert decode_batch(log.reader.read(4, 1).region.read())[1][0].offset == 4
+    assert log.leader_epochs.entries() == [(3, 0), (4, 5)]
+
+
+def test_offset_for_timestamp_and_max_timestamp(tmp_path):
+    log = open_log(tmp_path, segment_bytes="400", index_interval_bytes="0")
+    # batch k holds records with timestamps 100k, 100k+10, 100k+20
+    for k in range(10):
+        log.append(bytearray(encode_batch([(100 * k + 10 * i, None, b"x", ()) for i in range(3)])), 0, now_ms=1)
+    publish_hw(log)
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(415) == (14, 420)  # batch 4: offsets 12,13,14 at 400,410,420
+    assert log.offset_for_timestamp(421) == (15, 500)
+    assert log.offset_for_timestamp(921) is None
+    assert log.max_timestamp_offset() == (920, 29)
+
+
+def test_log_append_time_rewrites_timestamps(tmp_path):
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    r = log.append(batch(2, ts=5), 0, now_ms=123456)
+    assert r.log_append_time == 123456
+    publish_hw(log)
+    header, records = decode_batch(log.reader.read(0, 100).region.read())
+    assert header.max_timestamp == 123456 and [x.timestamp for x in records] == [123456, 123456]
+
+
+def test_flush_messages_policy_fdatasyncs_every_n_messages(tmp_path, monkeypatch):
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+    log = open_log(tmp_path, flush_messages="3")
+    for _ in range(10):
+        log.append(batch(1), 0, now_ms=1)
+    assert len(calls) == 3 and log.recovery_point == 9
+    calls.clear()
+    log.config = LogConfig.from_props({"flush.ms": "1000"})
+    assert log.maybe_flush(now_ms=0 + log._last_flush_ms + 999) is False
+    assert log.maybe_flush(now_ms=log._last_flush_ms + 1000) is True
+    assert len(calls) == 1 and log.recovery_point == 10
+
+
+def test_segment_ms_rolls_old_segment(tmp_path):
+    log = open_log(tmp_path, segment_ms="1000")
+    log.append(batch(1), 0, now_ms=10_000)
+    log.append(batch(1), 0, now_ms=11_000)
+    assert len(log.segments) == 1
+    log.append(batch(1), 0, now_ms=11_001)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_replace_segments_swaps_in_cleaned_segments(tmp_path):
+    log = open_log(tmp_path, segment_bytes="300", file_delete_delay_ms="0")
+    for _ in range(10):
+        log.append(batch(1), 0, now_ms=1)
+    publish_hw(log)
+    old = log.segments[:2]
+    cleaned = LogSegment.create(log.dir, 0, log.config, suffix=".cleaned")
+    b = BatchBuilder(base_offset=old[1].next_offset - 1)
+    b.append(1, b"k", b"compacted")
+    data = bytearray(b.build())
+    cleaned.append(data, [(old[1].next_offset - 1, old[1].next_offset, 1, len(data))], now_ms=1)
+    log.replace_segments(old, [cleaned])
+    assert [s.base_offset for s in log.segments][0] == 0
+    assert not [n for n in os.listdir(log.dir) if n.endswith((".cleaned", ".swap"))]
+    res = log.reader.read(0, 1 << 20)
+    header, records = decode_batch(res.region.read())
+    assert [(r.offset, r.value) for r in records] == [(old[1].next_offset - 1, b"compacted")]
+    log.close()
+    again = open_log(tmp_path)
+    assert again.log_end_offset == 10
