@@ -5,7 +5,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from kafkafast.protocol.errors import CorruptMessageError, KafkaError
+from kafkafast.protocol.errors import KafkaError
 from kafkafast.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header, scan_valid_prefix
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.offset_index import OffsetIndex
@@ -286,7 +286,7 @@ class LogSegment:
                     break
                 try:
                     header = read_batch_header(buf, 0)
-                except CorruptMessageError:
+                except KafkaError:
                     break
                 if header.size <= len(buf) or pos + header.size > file_size:
                     break  # bad CRC / bad records, or a truncated tail
