@@ -1,0 +1,110 @@
+"""Records of the internal topic `__consumer_offsets`, in Kafka's formats.
+
+Every record has a key and (unless it is a tombstone) a value, each an int16 version
+followed by the struct of that version (`../shared/kafka-protocol/group-coordinator/`):
+
+    key version 0, 1   OffsetCommitKey    group, topic, partition
+    key version 2      GroupMetadataKey   group
+    key version 3+     records of the new consumer-group protocol (KIP-848); skipped here
+
+    OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
+                       retention time), otherwise version 3 (with the leader epoch), as
+                       Kafka writes them
+    GroupMetadataValue version 3 (members carry group.instance.id)
+
+A null value is a tombstone: the committed offset was deleted or expired, or the group
+was deleted. The topic is compacted, so only the latest record per key survives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafkafast.protocol._generated.coordinator_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
+from kafkafast.protocol.primitives import Reader, Writer
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_VALUE_VERSION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+def _encode(version: int, struct) -> bytes:
+    w = Writer()
+    w.int16(version)
+    struct.encode(w, version)
+    return w.getvalue()
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return _encode(OFFSET_KEY_VERSION, OffsetCommitKey(group=group, topic=topic, partition=partition))
+
+
+def offset_value(c: CommittedOffset) -> bytes:
+    if c.expire_timestamp >= 0:
+        return _encode(OFFSET_VALUE_VERSION_WITH_EXPIRY, OffsetCommitValue(
+            offset=c.offset, metadata=c.metadata, commit_timestamp=c.commit_timestamp,
+            expire_timestamp=c.expire_timestamp))
+    return _encode(OFFSET_VALUE_VERSION, OffsetCommitValue(
+        offset=c.offset, leader_epoch=c.leader_epoch, metadata=c.metadata, commit_timestamp=c.commit_timestamp))
+
+
+def group_key(group: str) -> bytes:
+    return _encode(GROUP_KEY_VERSION, GroupMetadataKey(group=group))
+
+
+def group_value(value: GroupMetadataValue) -> bytes:
+    return _encode(GROUP_VALUE_VERSION, value)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    group: str
+    topic: str
+    partition: int
+    value: CommittedOffset | None  # None: tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    group: str
+    value: GroupMetadataValue | None  # None: tombstone
+
+
+def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | None:
+    """The record as an `OffsetRecord` or `GroupRecord`; None for keys of other kinds."""
+    if key is None or len(key) < 2:
+        return None
+    r = Reader(key)
+    version = r.int16()
+    if version in (0, 1):
+        k = OffsetCommitKey.decode(r, version)
+        if value is None:
+            return OffsetRecord(k.group, k.topic, k.partition, None)
+        vr = Reader(value)
+        vv = vr.int16()
+        v = OffsetCommitValue.decode(vr, min(vv, OffsetCommitValue.MAX_VERSION))
+        return OffsetRecord(k.group, k.topic, k.partition,
+                            CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp))
+    if version == 2:
+        k = GroupMetadataKey.decode(r, version)
+        if value is None:
+            return GroupRecord(k.group, None)
+        vr = Reader(value)
+        vv = vr.int16()
+        return GroupRecord(k.group, GroupMetadataValue.decode(vr, min(vv, GroupMetadataValue.MAX_VERSION)))
+    return None

@@ -1,0 +1,14 @@
+"""DeleteGroups (key 42), versions 0-2.
+
+Deletes Empty groups with their committed offsets (tombstones in `__consumer_offsets`).
+GROUP_ID_NOT_FOUND for unknown groups, NON_EMPTY_GROUP for groups with members.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+
+
+@handles(DeleteGroupsRequest, 0, 2)
+async def handle(broker, ctx, req: DeleteGroupsRequest, version: int) -> DeleteGroupsResponse:
+    results = broker.group_coordinator.delete_groups(list(req.groups_names))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[
+        DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names])

@@ -1,0 +1,30 @@
+"""DescribeGroups (key 15), versions 0-5.
+
+State, protocol type, and members of each group. The chosen protocol and each member's
+metadata and assignment are only filled in Stable (as Kafka does). An unknown group is
+described as state "Dead" with no error. v3+ authorized operations: not computed
+(INT32_MIN) unless asked, then every group operation.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+
+AUTH_OPS_UNSET = -2147483648
+# READ(3), DELETE(6), DESCRIBE(8) as bits: the operations a group has in Kafka's ACL model.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+@handles(DescribeGroupsRequest, 0, 5)
+async def handle(broker, ctx, req: DescribeGroupsRequest, version: int) -> DescribeGroupsResponse:
+    out = []
+    for gid in req.groups:
+        s = broker.group_coordinator.describe_group(gid)
+        out.append(DescribeGroupsResponse.DescribedGroup(
+            error_code=s.error, group_id=gid, group_state=s.state, protocol_type=s.protocol_type,
+            protocol_data=s.protocol,
+            members=[DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in s.members],
+            authorized_operations=GROUP_OPERATIONS if version >= 3 and req.include_authorized_operations
+            else AUTH_OPS_UNSET))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=out)

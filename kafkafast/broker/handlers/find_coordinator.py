@@ -1,0 +1,47 @@
+"""FindCoordinator (key 10), versions 0-4.
+
+Key type 0 (group): this broker is the coordinator of every group; `__consumer_offsets`
+is created on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE with the
+message "transactions are not supported" (there is no transaction coordinator). Other key
+types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
+in `coordinators`; v0-v3 answer one key at the top level (error_message from v1).
+"""
+from kafkafast.broker.handlers.metadata import broker_endpoint
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafkafast.protocol import errors as E
+
+GROUP, TRANSACTION = 0, 1
+
+
+def _lookup(broker, key: str, key_type: int) -> tuple[int, str | None]:
+    if key_type == TRANSACTION:
+        return E.ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+    if key_type != GROUP:
+        return E.ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
+    coordinator = broker.group_coordinator
+    if coordinator is None:
+        return E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+    err = coordinator.status(key, "find_coordinator")
+    if err == E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or err == E.ErrorCode.NOT_COORDINATOR:
+        err = 0  # the client retries the group request itself
+    return err, None
+
+
+@handles(FindCoordinatorRequest, 0, 4)
+async def handle(broker, ctx, req: FindCoordinatorRequest, version: int) -> FindCoordinatorResponse:
+    host, port = broker_endpoint(broker)
+    if version >= 4:
+        coordinators = []
+        for key in req.coordinator_keys:
+            err, msg = _lookup(broker, key, req.key_type)
+            ok = err == 0
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                key=key, node_id=broker.node_id if ok else -1, host=host if ok else "", port=port if ok else -1,
+                error_code=err, error_message=msg))
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    err, msg = _lookup(broker, req.key, req.key_type if version >= 1 else GROUP)
+    ok = err == 0
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=msg,
+                                   node_id=broker.node_id if ok else -1, host=host if ok else "",
+                                   port=port if ok else -1)

@@ -1,0 +1,14 @@
+"""Heartbeat (key 12), versions 0-4.
+
+Keeps a member's session alive. REBALANCE_IN_PROGRESS tells it to rejoin; ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID and (v3+, static members) FENCED_INSTANCE_ID as Kafka returns them.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.heartbeat import HeartbeatRequest, HeartbeatResponse
+
+
+@handles(HeartbeatRequest, 0, 4)
+async def handle(broker, ctx, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
+    err = broker.group_coordinator.heartbeat(req.group_id, req.member_id,
+                                             req.group_instance_id if version >= 3 else None, req.generation_id)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=err)

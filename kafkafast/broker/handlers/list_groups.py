@@ -1,0 +1,18 @@
+"""ListGroups (key 16), versions 0-4.
+
+Every group this coordinator holds (groups in partitions still loading are left out, as
+Kafka does). v4 filters by state names, case-insensitively; an empty filter lists all.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.list_groups import ListGroupsRequest, ListGroupsResponse
+from kafkafast.protocol import errors as E
+
+
+@handles(ListGroupsRequest, 0, 4)
+async def handle(broker, ctx, req: ListGroupsRequest, version: int) -> ListGroupsResponse:
+    coordinator = broker.group_coordinator
+    err = E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else 0
+    groups = coordinator.list_groups(req.states_filter if version >= 4 else None)
+    return ListGroupsResponse(throttle_time_ms=0, error_code=err, groups=[
+        ListGroupsResponse.ListedGroup(group_id=g, protocol_type=pt, group_state=st, group_type="classic")
+        for g, pt, st in groups])

@@ -1,0 +1,41 @@
+"""OffsetCommit (key 8), versions 2-8.
+
+Stores committed offsets (with metadata and, v6+, leader epoch) in `__consumer_offsets`.
+A commit with generation -1 to an Empty (or unknown) group is a "simple" commit without
+group management. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION for partitions that
+do not exist, OFFSET_METADATA_TOO_LARGE over offset.metadata.max.bytes (4096), and the
+group errors (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
+FENCED_INSTANCE_ID v7+, COORDINATOR_LOAD_IN_PROGRESS, ...). v2-v4 carry a retention
+time, which sets the offsets' expire timestamp when it is not -1.
+"""
+from kafkafast.broker.group_coordinator import OffsetCommitEntry
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from kafkafast.protocol import errors as E
+
+PartResp = OffsetCommitResponse.OffsetCommitResponsePartition
+TopicResp = OffsetCommitResponse.OffsetCommitResponseTopic
+
+
+@handles(OffsetCommitRequest, 2, 8)
+async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
+    errors: dict[tuple[str, int], int] = {}
+    entries = []
+    for t in req.topics:
+        for p in t.partitions:
+            if broker.get_partition(t.name, p.partition_index) is None:
+                errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
+                                                 p.committed_leader_epoch if version >= 6 else -1,
+                                                 p.committed_metadata))
+    retention = req.retention_time_ms if 2 <= version <= 4 else -1
+    if entries:
+        errors.update(broker.group_coordinator.commit_offsets(
+            req.group_id, req.member_id, req.group_instance_id if version >= 7 else None,
+            req.generation_id_or_member_epoch, entries, retention_ms=retention))
+    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+        TopicResp(name=t.name, partitions=[PartResp(partition_index=p.partition_index,
+                                                    error_code=errors.get((t.name, p.partition_index), 0))
+                                           for p in t.partitions])
+        for t in req.topics])

@@ -1,0 +1,51 @@
+"""OffsetFetch (key 9), versions 1-8.
+
+Committed offsets of a group: offset -1 (metadata "", leader epoch -1) where nothing was
+committed. A null topic list (v2+) means every committed partition. Group errors
+(COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, ...) go per partition in v1 and at the
+top level from v2; v8 asks for several groups at once and answers each with its own
+error. `require_stable` (v7+) changes nothing: there are no pending transactional offsets.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+
+R = OffsetFetchResponse
+
+
+def _lookup(coordinator, group_id, topics):
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    err, found = coordinator.fetch_offsets(group_id, wanted)
+    if err and wanted is not None:
+        found = [(t, p, None) for t, p in wanted]
+    by_topic: dict[str, list] = {}
+    for t, p, c in found:
+        by_topic.setdefault(t, []).append((p, c))
+    return err, by_topic
+
+
+@handles(OffsetFetchRequest, 1, 8)
+async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
+    coordinator = broker.group_coordinator
+    if version >= 8:
+        groups = []
+        for g in req.groups:
+            err, by_topic = _lookup(coordinator, g.group_id, g.topics)
+            groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
+                R.OffsetFetchResponseTopics(name=t, partitions=[
+                    R.OffsetFetchResponsePartitions(
+                        partition_index=p, committed_offset=c.offset if c else -1,
+                        committed_leader_epoch=c.leader_epoch if c else -1, metadata=c.metadata if c else "",
+                        error_code=0)
+                    for p, c in parts])
+                for t, parts in by_topic.items()]))
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    err, by_topic = _lookup(coordinator, req.group_id, req.topics)
+    per_partition_err = err if version < 2 else 0
+    return OffsetFetchResponse(throttle_time_ms=0, error_code=err if version >= 2 else 0, topics=[
+        R.OffsetFetchResponseTopic(name=t, partitions=[
+            R.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=c.offset if c else -1,
+                committed_leader_epoch=c.leader_epoch if c else -1, metadata=c.metadata if c else "",
+                error_code=per_partition_err)
+            for p, c in parts])
+        for t, parts in by_topic.items()])
