@@ -23,7 +23,6 @@ from kafkafast.protocol.errors import (
     UnsupportedForMessageFormatError,
 )
 from kafkafast.protocol.primitives import DecodeError
-from kafkafast.records.model import BatchHeader, Record
 
 cdef object INT64_MIN = -(1 << 63)
 cdef object INT64_MAX = (1 << 63) - 1
@@ -560,3 +559,10 @@ def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
     for part in parts:
         p = _put_field(p, part)
     return out
+
+
+# Imported last on purpose: importing kafkafast.records.model initialises the
+# kafkafast.records package, whose batch.py fetches this module's functions through
+# kafkafast.native.load("records"); they must exist by then (functions look these names
+# up at call time).
+from kafkafast.records.model import BatchHeader, Record  # noqa: E402

@@ -48,16 +48,24 @@ def load(name: str) -> ModuleType:
         return module
     if name not in PURE_MODULES:
         raise KeyError(f"no twin named {name!r}")
+    error: ImportError | None = None
     if FORCE_PURE:
         module, kind = load_pure(name), "pure"
-        logger.info("%s: pure-Python twin loaded (KAFKAFAST_PURE=1)", name)
     else:
         try:
             module, kind = load_compiled(name), "cython"
-            logger.info("%s: compiled twin %s loaded", name, module.__name__)
         except ImportError as exc:
-            module, kind = load_pure(name), "pure"
-            logger.warning("%s: compiled twin not importable (%s); using the pure-Python twin", name, exc)
+            module, kind, error = load_pure(name), "pure", exc
+    if name in _loaded:
+        # Importing a twin imports the package that uses it, which called load() for the
+        # same name in the meantime; that call made (and logged) the choice.
+        return _loaded[name]
+    if error is not None:
+        logger.warning("%s: compiled twin not importable (%s); using the pure-Python twin", name, error)
+    elif kind == "pure":
+        logger.info("%s: pure-Python twin loaded (KAFKAFAST_PURE=1)", name)
+    else:
+        logger.info("%s: compiled twin %s loaded", name, module.__name__)
     _loaded[name] = module
     _kind[name] = kind
     return module
