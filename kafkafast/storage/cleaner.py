@@ -1,0 +1,419 @@
+"""Log compaction: keep the latest record per key in the non-active segments.
+
+For logs with `cleanup.policy` containing `compact` (`__consumer_offsets` included). Kafka's
+cleaner, simplified to one cleaner thread:
+
+* **Choosing a log.** The *dirty* part of a log is from its first dirty offset (the end of
+  the last cleaning, kept in `<log dir>/cleaner-offset-checkpoint`, Kafka's file and
+  format) up to the first uncleanable offset: the active segment's base, or the first
+  segment younger than `min.compaction.lag.ms`. A log is cleanable when dirty bytes /
+  (clean + dirty bytes) >= `min.cleanable.dirty.ratio`, or when a tombstone it retained
+  has passed its delete horizon. The active segment is never cleaned, so `segment.ms` and
+  `segment.bytes` (which roll it) decide how soon records become cleanable. Among the
+  cleanable logs the one with the highest ratio goes first.
+* **Cleaning.** An offset map key -> last offset is built from the dirty part; then every
+  segment from the log start to the first uncleanable offset is rewritten keeping a record
+  iff no later offset has its key (records without a key are kept). A tombstone (null
+  value) is kept until its segment's largest timestamp is older than
+  `delete.retention.ms` (so a consumer that read the key has that long to see its
+  deletion), then dropped. Control batches and transactional batches are kept as they
+  are. Cleaned segments are filled up to `segment.bytes`, so small ones merge.
+* **Batches.** A batch whose records all survive is copied byte for byte. Otherwise it is
+  re-encoded with the records codec (`kafkafast.records`, the compiled twin when built):
+  same base offset, last offset delta, partition leader epoch, attributes (codec,
+  timestamp type), producer id/epoch and base sequence; each record keeps its offset
+  delta, so every surviving record keeps its offset; compressed with the batch's codec.
+  A batch left with no records is dropped. Producer state is not rebuilt from cleaned
+  segments (it comes from the producer-state snapshots).
+* **Swapping.** The cleaned segments are written as `<base>.log.cleaned` (+ indexes) and
+  installed with `Log.replace_segments` (`.cleaned` -> `.swap` -> final names, crash-safe;
+  the replaced files become `.deleted` and readers holding them finish their reads).
+
+Threading: the expensive part (reading, decoding, re-encoding, writing `.cleaned` files)
+runs in one background `threading.Thread` that only reads immutable non-active segment
+files and writes new files nobody else sees. The caller drives `periodic()` from the
+thread that owns the logs (the broker's event loop); the swap into the log's segment list
+happens there, after checking that the segments cleaned are still the log's (retention or
+truncation may have replaced them meanwhile; then the work is discarded). Produce and
+fetch therefore never wait for a cleaning, only for the swap (renames and an fsync).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from crc32c import crc32c as _crc32c
+
+from kafkafast import native
+from kafkafast.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    compress,
+    decode_batch,
+    read_batch_header,
+)
+from kafkafast.records.model import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    BATCH_LENGTH_OVERHEAD,
+    CODEC_NONE,
+    CRC_START,
+    TIMESTAMP_LOG_APPEND,
+)
+from kafkafast.storage.checkpoint import OffsetCheckpointFile
+from kafkafast.storage.log import Log
+from kafkafast.storage.segment import CLEANED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment, segment_name
+
+log = logging.getLogger("kafkafast.cleaner")
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+_READ_CHUNK = 8 << 20
+
+_HEADER_HEAD = struct.Struct(">qiib")
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
+_U32 = struct.Struct(">I")
+
+_codec = native.load("records")
+
+
+@dataclass(slots=True)
+class CleanStats:
+    segments_in: int = 0
+    segments_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    tombstones_dropped: int = 0
+    tombstone_due_ms: int = -1  # earliest time a retained tombstone may go; -1 none
+
+
+@dataclass(slots=True)
+class _Job:
+    log: Log
+    segments: list[LogSegment]
+    dirty_end: int
+    now_ms: int
+    new_segments: list[LogSegment] = field(default_factory=list)
+    stats: CleanStats = field(default_factory=CleanStats)
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+
+class LogCleaner:
+    """Chooses compacted logs to clean and cleans one at a time in a background thread."""
+
+    def __init__(self, log_dirs: list[str], *, backoff_ms: int = 15000, enabled: bool = True) -> None:
+        self.log_dirs = list(log_dirs)
+        self.backoff_ms = backoff_ms
+        self.enabled = enabled
+        self.clean_points: dict[tuple[str, int], int] = {}
+        self.tombstone_due: dict[tuple[str, int], int] = {}
+        self._job: _Job | None = None
+        self._last_idle_check_ms = 0
+        self.cleanings = 0
+        for d in self.log_dirs:
+            try:
+                self.clean_points.update(OffsetCheckpointFile(os.path.join(d, CLEANER_CHECKPOINT)).read())
+            except Exception:  # a bad checkpoint only costs a full re-clean
+                log.warning("ignoring unreadable %s in %s", CLEANER_CHECKPOINT, d)
+
+    # -- driving -------------------------------------------------------------------------
+
+    def periodic(self, logs: Iterable[Log], now_ms: int | None = None) -> bool:
+        """Install a finished cleaning, or start one if a log is due. Call often, from the
+        thread that appends to the logs. True while a cleaning is running."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        job = self._job
+        if job is not None:
+            if job.thread is not None and job.thread.is_alive():
+                return True
+            self._job = None
+            self._finish(job)
+            self._last_idle_check_ms = 0  # look again at once: another log may be due
+            return False
+        if not self.enabled or now - self._last_idle_check_ms < self.backoff_ms:
+            return False
+        self._last_idle_check_ms = now
+        best = self.filthiest(logs, now)
+        if best is None:
+            return False
+        self._start(best, now)
+        return True
+
+    def clean_now(self, lg: Log, now_ms: int | None = None) -> CleanStats:
+        """Clean `lg` in the calling thread, whatever its dirty ratio (tests, tools)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        job = self._plan(lg, now)
+        if job is None:
+            return CleanStats()
+        self._run(job)
+        self._finish(job)
+        return job.stats
+
+    def shutdown(self) -> None:
+        job, self._job = self._job, None
+        if job is not None and job.thread is not None:
+            job.thread.join()
+            self._discard(job)
+        self.checkpoint()
+
+    # -- choosing ------------------------------------------------------------------------
+
+    def _first_uncleanable(self, lg: Log, now: int) -> tuple[list[LogSegment], int]:
+        """The cleanable segments (non-active, older than min.compaction.lag.ms) and the
+        first offset after them."""
+        segs = lg.segments
+        out: list[LogSegment] = []
+        lag = lg.config.min_compaction_lag_ms
+        for seg, nxt in zip(segs[:-1], segs[1:]):
+            if lag > 0 and now - seg.largest_timestamp() < lag:
+                break
+            out.append(seg)
+        end = segs[len(out)].base_offset if len(out) < len(segs) else lg.log_end_offset
+        return out, end
+
+    def dirty_ratio(self, lg: Log, now: int) -> tuple[float, int]:
+        segs, _ = self._first_uncleanable(lg, now)
+        first_dirty = max(self.clean_points.get((lg.topic, lg.partition), 0), lg.log_start_offset)
+        clean = dirty = 0
+        for seg in segs:
+            if seg.next_offset <= first_dirty:
+                clean += seg.size
+            else:
+                dirty += seg.size
+        total = clean + dirty
+        return (dirty / total if total else 0.0), dirty
+
+    def filthiest(self, logs: Iterable[Log], now: int) -> Log | None:
+        best, best_ratio = None, -1.0
+        for lg in logs:
+            if not lg.config.compact or len(lg.segments) < 2:
+                continue
+            ratio, dirty = self.dirty_ratio(lg, now)
+            due = self.tombstone_due.get((lg.topic, lg.partition), -1)
+            if (dirty > 0 and ratio >= lg.config.min_cleanable_dirty_ratio) or (0 <= due <= now):
+                if ratio > best_ratio:
+                    best, best_ratio = lg, ratio
+        return best
+
+    def _plan(self, lg: Log, now: int) -> _Job | None:
+        segs, end = self._first_uncleanable(lg, now)
+        if not segs:
+            return None
+        return _Job(lg, segs, end, now)
+
+    def _start(self, lg: Log, now: int) -> None:
+        job = self._plan(lg, now)
+        if job is None:
+            return
+        job.thread = threading.Thread(target=self._run, args=(job,), name=f"cleaner-{lg.topic}-{lg.partition}",
+                                      daemon=True)
+        self._job = job
+        job.thread.start()
+
+    # -- cleaning (background thread) ----------------------------------------------------
+
+    def _run(self, job: _Job) -> None:
+        try:
+            first_dirty = max(self.clean_points.get((job.log.topic, job.log.partition), 0), job.log.log_start_offset)
+            offset_map = self._build_offset_map(job, first_dirty)
+            self._clean_into(job, offset_map)
+        except BaseException as exc:  # reported and discarded by _finish
+            job.error = exc
+
+    @staticmethod
+    def _batches(seg: LogSegment):
+        """(position, header, raw bytes) of every batch in a non-active segment, read through
+        a file descriptor of our own (the segment's may be closed under us)."""
+        fd = os.open(seg.log_path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            pos = 0
+            buf = b""
+            buf_start = 0
+            while pos + BATCH_HEADER_SIZE <= size:
+                if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
+                    buf = os.pread(fd, _READ_CHUNK, pos)
+                    buf_start = pos
+                header = read_batch_header(buf, pos - buf_start)
+                if pos + header.size > size:
+                    break
+                if pos + header.size > buf_start + len(buf):
+                    buf = os.pread(fd, max(_READ_CHUNK, header.size), pos)
+                    buf_start = pos
+                rel = pos - buf_start
+                yield pos, header, memoryview(buf)[rel:rel + header.size]
+                pos += header.size
+        finally:
+            os.close(fd)
+
+    def _build_offset_map(self, job: _Job, first_dirty: int) -> dict[bytes, int]:
+        offset_map: dict[bytes, int] = {}
+        for seg in job.segments:
+            if seg.next_offset <= first_dirty:
+                continue
+            for _, header, raw in self._batches(seg):
+                if header.attributes & ATTR_CONTROL or header.last_offset < first_dirty:
+                    continue
+                _, records = decode_batch(raw, 0, check_crc=False)
+                for r in records:
+                    if r.key is not None and r.offset >= first_dirty:
+                        offset_map[bytes(r.key)] = r.offset
+        return offset_map
+
+    def _clean_into(self, job: _Job, offset_map: dict[bytes, int]) -> None:
+        """Write the surviving batches of every cleanable segment into new `.cleaned`
+        segments, starting another when one would pass segment.bytes (so small cleaned
+        segments merge). The first keeps the first old segment's base offset."""
+        lg = job.log
+        cfg = lg.config
+        horizon = job.now_ms - cfg.delete_retention_ms
+        st = job.stats
+        out: LogSegment | None = None
+        for seg in job.segments:
+            st.segments_in += 1
+            st.bytes_in += seg.size
+            if out is None:
+                out = self._new_segment(job, seg.base_offset)
+            drop_tombstones = seg.largest_timestamp() < horizon
+            for _, header, raw in self._batches(seg):
+                kept = self._clean_batch(header, raw, offset_map, drop_tombstones, st, seg, lg)
+                if kept is None:
+                    continue
+                h = header if kept is raw else read_batch_header(kept, 0)
+                if out.size and (out.size + h.size > cfg.segment_bytes
+                                 or h.last_offset - out.base_offset > MAX_RELATIVE_OFFSET):
+                    out = self._new_segment(job, h.base_offset)
+                out.append(bytearray(kept), [(h.base_offset, h.next_offset, h.max_timestamp, h.size)], job.now_ms)
+        for new in job.new_segments:
+            new.on_become_inactive()
+            new.flush_all()
+            st.segments_out += 1
+            st.bytes_out += new.size
+
+    @staticmethod
+    def _new_segment(job: _Job, base_offset: int) -> LogSegment:
+        seg = LogSegment.create(job.log.dir, base_offset, job.log.config, suffix=CLEANED_SUFFIX)
+        job.new_segments.append(seg)
+        return seg
+
+    def _clean_batch(self, header: BatchHeader, raw: memoryview, offset_map: dict[bytes, int],
+                     drop_tombstones: bool, st: CleanStats, seg: LogSegment, lg: Log) -> memoryview | bytes | None:
+        if header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL):
+            return raw
+        _, records = decode_batch(raw, 0, check_crc=False)
+        st.records_in += len(records)
+        kept = []
+        for r in records:
+            if r.key is not None and offset_map.get(bytes(r.key), -1) > r.offset:
+                continue
+            if r.value is None and r.key is not None:
+                if drop_tombstones:
+                    st.tombstones_dropped += 1
+                    continue
+                due = seg.largest_timestamp() + lg.config.delete_retention_ms
+                if st.tombstone_due_ms < 0 or due < st.tombstone_due_ms:
+                    st.tombstone_due_ms = due
+            kept.append(r)
+        st.records_out += len(kept)
+        if len(kept) == len(records):
+            return raw
+        if not kept:
+            return None
+        return rebuild_batch(header, kept)
+
+    # -- installing (caller's thread) ----------------------------------------------------
+
+    def _finish(self, job: _Job) -> None:
+        lg = job.log
+        if job.error is not None:
+            log.error("cleaning %s-%d failed: %r", lg.topic, lg.partition, job.error)
+            self._discard(job)
+            return
+        current = {id(s) for s in lg.segments[:-1]}
+        old = job.segments
+        if any(id(s) not in current for s in old):
+            log.info("cleaning %s-%d discarded: its segments changed meanwhile", lg.topic, lg.partition)
+            self._discard(job)
+            return
+        lg.replace_segments(old, job.new_segments)
+        key = (lg.topic, lg.partition)
+        self.clean_points[key] = job.dirty_end
+        if job.stats.tombstone_due_ms >= 0:
+            self.tombstone_due[key] = job.stats.tombstone_due_ms
+        else:
+            self.tombstone_due.pop(key, None)
+        self.cleanings += 1
+        st = job.stats
+        log.info("cleaned %s-%d up to %d: %d segments/%d bytes/%d records -> %d/%d/%d, %d tombstones dropped",
+                 lg.topic, lg.partition, job.dirty_end, st.segments_in, st.bytes_in, st.records_in,
+                 st.segments_out, st.bytes_out, st.records_out, st.tombstones_dropped)
+        self.checkpoint()
+
+    @staticmethod
+    def _discard(job: _Job) -> None:
+        for seg in job.new_segments:
+            _drop(seg)
+        job.new_segments = []
+
+    def forget(self, topic: str, partition: int) -> None:
+        """The partition was deleted."""
+        self.clean_points.pop((topic, partition), None)
+        self.tombstone_due.pop((topic, partition), None)
+
+    def checkpoint(self) -> None:
+        by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
+        for d in self.log_dirs:
+            for key, off in self.clean_points.items():
+                if os.path.isdir(os.path.join(d, f"{key[0]}-{key[1]}")):
+                    by_dir[d][key] = off
+        for d, points in by_dir.items():
+            try:
+                OffsetCheckpointFile(os.path.join(d, CLEANER_CHECKPOINT)).write(points)
+            except OSError:
+                log.exception("writing %s in %s failed", CLEANER_CHECKPOINT, d)
+
+
+def rebuild_batch(header: BatchHeader, records: list) -> bytes:
+    """A v2 batch with `header`'s identity (base offset, last offset delta, leader epoch,
+    attributes, producer id/epoch, base sequence) holding only `records`, each at its own
+    offset, compressed with the header's codec."""
+    log_append = header.timestamp_type == TIMESTAMP_LOG_APPEND
+    if log_append:
+        first_ts = header.first_timestamp
+        max_ts = header.max_timestamp
+    else:
+        first_ts = records[0].timestamp
+        max_ts = max(r.timestamp for r in records)
+    encode = _codec.encode_record
+    parts = [encode(r.offset - header.base_offset, 0 if log_append else r.timestamp - first_ts,
+                    r.key, r.value, r.headers) for r in records]
+    body = b"".join(parts)
+    if header.compression != CODEC_NONE:
+        body = compress(header.compression, body)
+    size = BATCH_HEADER_SIZE + len(body)
+    out = bytearray(size)
+    _HEADER_HEAD.pack_into(out, 0, header.base_offset, size - BATCH_LENGTH_OVERHEAD, header.partition_leader_epoch, 2)
+    _HEADER_TAIL.pack_into(out, CRC_START, header.attributes, header.last_offset_delta, first_ts, max_ts,
+                           header.producer_id, header.producer_epoch, header.base_sequence, len(records))
+    out[BATCH_HEADER_SIZE:] = body
+    _U32.pack_into(out, 17, _crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def _drop(seg: LogSegment) -> None:
+    try:
+        seg.close()
+    except Exception:
+        pass
+    for ext in (".log", ".index", ".timeindex"):
+        try:
+            os.unlink(os.path.join(seg.dir, segment_name(seg.base_offset) + ext + CLEANED_SUFFIX))
+        except FileNotFoundError:
+            pass
