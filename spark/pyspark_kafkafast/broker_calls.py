@@ -1,0 +1,110 @@
+"""The only module that talks to Kafka: planning questions on the driver, range reads on
+executors, through `kafkafast.client.lowlevel` (no consumer group is ever joined).
+
+Every call opens its own connections and closes them, so nothing socket- or loop-related
+survives pickling to a Spark worker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from kafkafast.client import lowlevel
+from kafkafast.client.cluster import Cluster
+from kafkafast.protocol.errors import OffsetOutOfRangeError
+
+from pyspark_kafkafast.options import Assign, Subscribe, SubscribePattern, Subscription, TopicPartition
+from pyspark_kafkafast.planning import OffsetRange, PartitionOffsets, report_data_loss
+
+logger = logging.getLogger("pyspark_kafkafast")
+
+
+class BrokerLookup:
+    """`planning.OffsetLookup` answered by a Kafka-compatible broker."""
+
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000) -> None:
+        self.bootstrap = bootstrap
+        self.request_timeout_ms = request_timeout_ms
+
+    def _run(self, topics: list[str] | None, fn: Any, *, all_topics: bool = False) -> Any:
+        async def go() -> Any:
+            cluster = Cluster(self.bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False,
+                              request_timeout_ms=self.request_timeout_ms, client_id="kafkafast-spark")
+            cluster.want_all_topics = all_topics
+            if topics:
+                cluster.add_topics(topics)
+            try:
+                await cluster.start()
+                return await fn(cluster)
+            finally:
+                await cluster.close()
+        return asyncio.run(go())
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        if isinstance(subscription, Assign):
+            return sorted(set(subscription.partitions))
+        if isinstance(subscription, Subscribe):
+            async def subscribed(cluster: Cluster) -> list[TopicPartition]:
+                # A topic that does not exist (yet) has no partitions, as with Kafka's subscribe().
+                return [(t, p) for t in subscription.topics for p in (cluster.partitions_for(t) or [])]
+            return sorted(self._run(list(subscription.topics), subscribed))
+        if isinstance(subscription, SubscribePattern):
+            async def matching(cluster: Cluster) -> list[TopicPartition]:
+                return [(t.name, p) for t in cluster.topics.values()
+                        if not t.is_internal and not t.error_code and subscription.matches(t.name)
+                        for p in t.partitions]
+            return sorted(self._run(None, matching, all_topics=True))
+        raise TypeError(f"unknown subscription {subscription!r}")
+
+    def _list(self, timestamps: Mapping[int, list[TopicPartition]]) -> dict[TopicPartition, int]:
+        wanted = [tp for tps in timestamps.values() for tp in tps]
+        if not wanted:
+            return {}
+
+        async def run(cluster: Cluster) -> dict[TopicPartition, int]:
+            out: dict[TopicPartition, int] = {}
+            for ts, tps in timestamps.items():
+                found = await lowlevel.list_offsets_with(cluster, list(tps), ts)
+                out.update({tp: off for tp, (off, _) in found.items()})
+            return out
+        return self._run(sorted({t for t, _ in wanted}), run)
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._list({lowlevel.EARLIEST: list(tps)})
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._list({lowlevel.LATEST: list(tps)})
+
+    def for_timestamps(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        by_ts: dict[int, list[TopicPartition]] = {}
+        for tp, ts in timestamps.items():
+            by_ts.setdefault(int(ts), []).append(tp)
+        found = self._list(by_ts)
+        return {tp: (None if off < 0 else off) for tp, off in found.items()}
+
+
+def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_bytes: int,
+               timeout_ms: int) -> Iterator[list[Any]]:
+    """Lists of records with offsets in [r.start, r.until), read from the partition leader.
+
+    When offsets the range needs have been deleted (retention) the read fails with
+    DataLossError, or with failOnDataLoss=false continues at the log start offset, as Spark's
+    Kafka reader does.
+    """
+    position = r.start  # next offset not yet handed out
+    while position < r.until:
+        try:
+            for records in lowlevel.fetch_range_sync(bootstrap, r.topic, r.partition, position, r.until,
+                                                     max_bytes=max_bytes, timeout_ms=timeout_ms):
+                position = records[-1].offset + 1
+                yield records
+            return
+        except OffsetOutOfRangeError as exc:
+            earliest = BrokerLookup(bootstrap).earliest([r.topic_partition]).get(r.topic_partition, r.until)
+            if earliest <= position:
+                raise
+            report_data_loss(f"Cannot fetch offset {position} of {r.topic}-{r.partition} ({exc}); the earliest "
+                             f"available offset is {earliest}", fail_on_data_loss)
+            position = earliest

@@ -1,0 +1,334 @@
+"""The options of the `kafkafast` source and sink, parsed once on the driver.
+
+Names and meanings follow Spark's built-in Kafka source (Structured Streaming + Kafka
+integration guide), so a job written for `format("kafka")` runs unchanged with
+`format("kafkafast")`. Option names are case-insensitive, as in Spark.
+
+Offset JSON uses Spark's layout: `{"topicA": {"0": 23, "1": -1}, "topicB": {"0": -2}}`,
+where -2 means earliest and -1 latest; by-timestamp JSON maps partitions to epoch
+milliseconds: `{"topicA": {"0": 1700000000000}}`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+EARLIEST = -2
+LATEST = -1
+
+TopicPartition = tuple[str, int]
+
+
+class KafkaFastOptionError(ValueError):
+    """An option is missing, malformed, or not allowed for this kind of query."""
+
+
+# ---------------------------------------------------------------- what to read
+@dataclass(frozen=True)
+class Assign:
+    """`assign`: exactly these partitions."""
+
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """`subscribe`: every partition of these topics, re-resolved on each planning."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SubscribePattern:
+    """`subscribePattern`: every partition of every topic whose whole name matches."""
+
+    pattern: str
+
+    def matches(self, topic: str) -> bool:
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+Subscription = Assign | Subscribe | SubscribePattern
+
+
+# ---------------------------------------------------------------- where to start / stop
+@dataclass(frozen=True)
+class EarliestOffsets:
+    pass
+
+
+@dataclass(frozen=True)
+class LatestOffsets:
+    pass
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    """Per-partition offsets; -2 earliest, -1 latest. Must name every subscribed partition."""
+
+    offsets: Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class SpecificTimestamps:
+    """Per-partition timestamps: the first offset whose timestamp is >= the given one."""
+
+    timestamps: Mapping[TopicPartition, int]
+    no_match_latest: bool = False
+
+
+@dataclass(frozen=True)
+class GlobalTimestamp:
+    """One timestamp for every partition."""
+
+    timestamp: int
+    no_match_latest: bool = False
+
+
+OffsetSpec = EarliestOffsets | LatestOffsets | SpecificOffsets | SpecificTimestamps | GlobalTimestamp
+
+
+# ---------------------------------------------------------------- parsed options
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    fetch_max_bytes: int = 8 * 1024 * 1024
+    kafka_params: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    bootstrap: str
+    topic: str | None
+    acks: str = "all"
+    compression: str = "none"
+    linger_ms: int = 5
+    batch_size: int = 1024 * 1024
+    kafka_params: Mapping[str, str] = field(default_factory=dict)
+
+
+# Kafka consumer settings the source decides itself; Spark rejects them too.
+_UNSUPPORTED_SOURCE_PARAMS = {
+    "auto.offset.reset": "Use startingOffsets instead",
+    "key.deserializer": "Keys are always read as binary",
+    "value.deserializer": "Values are always read as binary",
+    "enable.auto.commit": "The source never commits offsets to Kafka",
+    "interceptor.classes": "Not supported",
+}
+_UNSUPPORTED_SINK_PARAMS = {
+    "key.serializer": "Cast the key column to string or binary",
+    "value.serializer": "Cast the value column to string or binary",
+}
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _kafka_params(opts: Mapping[str, str]) -> dict[str, str]:
+    return {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise KafkaFastOptionError(f"option {name} must be true or false, got {raw!r}")
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise KafkaFastOptionError(f"option {name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise KafkaFastOptionError(f"option {name} must be positive, got {value}")
+    return value
+
+
+def _duration_ms(raw: str) -> int:
+    """Spark time strings: '15m', '30s', '500ms', '2h', or plain milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", raw.lower())
+    if not m:
+        raise KafkaFastOptionError(f"not a duration: {raw!r}")
+    scale = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return int(m.group(1)) * scale[m.group(2)]
+
+
+def _bootstrap(opts: Mapping[str, str]) -> str:
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise KafkaFastOptionError("option kafka.bootstrap.servers must be specified")
+    return bootstrap
+
+
+def parse_partition_map(raw: str, what: str) -> dict[TopicPartition, int]:
+    """`{"t": {"0": 5}}` -> `{("t", 0): 5}`."""
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise KafkaFastOptionError(f"{what}: expected JSON like {{\"topic\":{{\"0\":23}}}}, got {raw!r}") from exc
+    if not isinstance(doc, dict):
+        raise KafkaFastOptionError(f"{what}: expected a JSON object, got {raw!r}")
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in doc.items():
+        if not isinstance(parts, dict):
+            raise KafkaFastOptionError(f"{what}: expected an object of partitions for topic {topic!r}")
+        for p, value in parts.items():
+            try:
+                out[(topic, int(p))] = int(value)
+            except (TypeError, ValueError):
+                raise KafkaFastOptionError(f"{what}: bad entry {topic}[{p!r}] = {value!r}") from None
+    return out
+
+
+def parse_assign(raw: str) -> tuple[TopicPartition, ...]:
+    """`{"topicA":[0,1],"topicB":[2,4]}` -> ((topicA, 0), (topicA, 1), ...)."""
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise KafkaFastOptionError(f"assign: expected JSON like {{\"topicA\":[0,1]}}, got {raw!r}") from exc
+    if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.values()):
+        raise KafkaFastOptionError(f"assign: expected JSON like {{\"topicA\":[0,1]}}, got {raw!r}")
+    return tuple((t, int(p)) for t, parts in doc.items() for p in parts)
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("assign", "subscribe", "subscribepattern") if k in opts]
+    if len(given) != 1:
+        raise KafkaFastOptionError(
+            "exactly one of the options assign, subscribe, subscribePattern must be specified"
+            + (f" (got {', '.join(given)})" if given else ""))
+    kind = given[0]
+    raw = opts[kind].strip()
+    if kind == "assign":
+        parts = parse_assign(raw)
+        if not parts:
+            raise KafkaFastOptionError("assign: no topic-partitions specified")
+        return Assign(parts)
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise KafkaFastOptionError("subscribe: no topics specified")
+        return Subscribe(topics)
+    if not raw:
+        raise KafkaFastOptionError("subscribePattern: pattern is empty")
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise KafkaFastOptionError(f"subscribePattern: bad pattern {raw!r}: {exc}") from None
+    return SubscribePattern(raw)
+
+
+def _offset_spec(opts: Mapping[str, str], which: str, default: OffsetSpec) -> OffsetSpec:
+    """Spark's precedence: <which>Timestamp, then <which>OffsetsByTimestamp, then <which>Offsets."""
+    no_match_latest = False
+    if which == "starting":
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise KafkaFastOptionError(
+                f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}")
+        no_match_latest = strategy == "latest"
+    else:
+        no_match_latest = True  # an ending timestamp past the data means "up to latest"
+    if f"{which}timestamp" in opts:
+        raw = opts[f"{which}timestamp"]
+        try:
+            return GlobalTimestamp(int(raw), no_match_latest)
+        except ValueError:
+            raise KafkaFastOptionError(f"{which}Timestamp must be epoch milliseconds, got {raw!r}") from None
+    if f"{which}offsetsbytimestamp" in opts:
+        return SpecificTimestamps(parse_partition_map(opts[f"{which}offsetsbytimestamp"],
+                                                      f"{which}OffsetsByTimestamp"), no_match_latest)
+    raw = opts.get(f"{which}offsets")
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word == "earliest":
+        return EarliestOffsets()
+    if word == "latest":
+        return LatestOffsets()
+    return SpecificOffsets(parse_partition_map(raw, f"{which}Offsets"))
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    opts = _lower(options)
+    kafka_params = _kafka_params(opts)
+    for name, why in _UNSUPPORTED_SOURCE_PARAMS.items():
+        if name in kafka_params:
+            raise KafkaFastOptionError(f"Kafka option '{name}' is not supported: {why}")
+    starting = _offset_spec(opts, "starting", LatestOffsets() if streaming else EarliestOffsets())
+    ending = _offset_spec(opts, "ending", LatestOffsets())
+    if streaming:
+        for name in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"):
+            if name in opts:
+                raise KafkaFastOptionError(f"option {name} is not valid in streaming queries")
+    else:
+        if isinstance(starting, LatestOffsets):
+            raise KafkaFastOptionError("starting offset can't be latest for batch queries on Kafka")
+        if isinstance(starting, SpecificOffsets):
+            for tp, off in starting.offsets.items():
+                if off == LATEST:
+                    raise KafkaFastOptionError(f"startingOffsets for {tp} can't be latest for batch queries")
+        if isinstance(ending, EarliestOffsets):
+            raise KafkaFastOptionError("ending offset can't be earliest for batch queries on Kafka")
+        if isinstance(ending, SpecificOffsets):
+            for tp, off in ending.offsets.items():
+                if off == EARLIEST:
+                    raise KafkaFastOptionError(f"endingOffsets for {tp} can't be earliest for batch queries")
+    fetch_max_bytes = kafka_params.get("max.partition.fetch.bytes")
+    delay = opts.get("maxtriggerdelay")
+    return SourceOptions(
+        bootstrap=_bootstrap(opts),
+        subscription=_subscription(opts),
+        starting=starting,
+        ending=ending,
+        include_headers=_bool(opts, "includeHeaders", False),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        min_partitions=_positive_int(opts, "minPartitions"),
+        max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(delay) if delay is not None else 15 * 60 * 1000,
+        fetch_max_bytes=int(fetch_max_bytes) if fetch_max_bytes else 8 * 1024 * 1024,
+        kafka_params=kafka_params,
+    )
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    opts = _lower(options)
+    kafka_params = _kafka_params(opts)
+    for name, why in _UNSUPPORTED_SINK_PARAMS.items():
+        if name in kafka_params:
+            raise KafkaFastOptionError(f"Kafka option '{name}' is not supported: {why}")
+    acks = kafka_params.get("acks", "all").strip().lower()
+    if acks not in ("all", "-1", "0", "1"):
+        raise KafkaFastOptionError(f"kafka.acks must be all, -1, 0 or 1, got {acks!r}")
+    compression = kafka_params.get("compression.type", "none").strip().lower()
+    if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
+        raise KafkaFastOptionError(f"kafka.compression.type must be none, gzip, snappy, lz4 or zstd, got {compression!r}")
+    topic = opts.get("topic")
+    return SinkOptions(
+        bootstrap=_bootstrap(opts),
+        topic=topic.strip() if topic and topic.strip() else None,
+        acks=acks,
+        compression=compression,
+        linger_ms=int(kafka_params.get("linger.ms", 5)),
+        batch_size=int(kafka_params.get("batch.size", 1024 * 1024)),
+        kafka_params=kafka_params,
+    )

@@ -1,0 +1,55 @@
+"""Fixtures for the Spark tests: one local[2] SparkSession per test module, kept small.
+
+The `kafkafast` data source lives in `spark/pyspark_kafkafast`; Spark's Python workers find
+it (and the `kafkafast` client) through PYTHONPATH, set before the JVM starts so every
+worker the JVM forks inherits it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_DIR = REPO / "spark"
+
+
+def spark_python_path() -> str:
+    parts = [str(SPARK_DIR), str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys(parts))
+
+
+def make_spark_session(app: str = "kafkafast-tests"):
+    """A local[2] session sized for a shared 2-core machine: no UI, 4 shuffle partitions, loopback only."""
+    os.environ["PYTHONPATH"] = spark_python_path()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if str(SPARK_DIR) not in sys.path:
+        sys.path.insert(0, str(SPARK_DIR))
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "1g")
+             .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+             .config("spark.python.worker.reuse", "true")
+             .config("spark.sql.streaming.stopTimeout", "30s")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    from pyspark_kafkafast import register
+    register(spark)
+    return spark
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    session = make_spark_session()
+    yield session
+    session.stop()
