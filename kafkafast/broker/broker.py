@@ -101,6 +101,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.handlers = load_handlers()
         self.group_coordinator: Any = None  # set by the groups layer when present
+        self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
@@ -128,9 +129,19 @@ class Broker:
 
         self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
         self.topics.load()
-        self.log_manager.load_all()
+        self.log_manager.load_all(self._config_for_topic)
+        scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
+        if scanned:
+            log.warning("recovering after an unclean shutdown: scanned %d bytes in %d partitions, truncated %d bytes",
+                        sum(scanned.values()), len(scanned), sum(self.log_manager.last_load_truncated.values()))
+        else:
+            log.info("clean start: no recovery scan")
         for t in list(self.topics.topics.values()):
             self._open_topic(t)
+        from kafkafast.storage.cleaner import LogCleaner
+
+        self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
+                                      enabled=self.config.get_bool("log.cleaner.enable"))
         self.started = True
 
     async def start(self) -> None:
@@ -159,6 +170,8 @@ class Broker:
             await self.group_coordinator.stop()
         for p in self.partitions.values():
             p.wake()
+        if self.log_cleaner is not None:
+            self.log_cleaner.shutdown()
         self.log_manager.shutdown()
         self.started = False
 
@@ -170,8 +183,16 @@ class Broker:
                 self.log_manager.periodic(now_ms())
             except Exception:  # keep serving; the error is in the log
                 log.exception("periodic log maintenance failed")
+            try:  # compaction runs in the cleaner's thread; the segment swap happens here
+                self.log_cleaner.periodic([p.log for p in self.partitions.values() if self.owns(p)], now_ms())
+            except Exception:
+                log.exception("log cleaner failed")
 
     # -- topics -------------------------------------------------------------------------
+    def _config_for_topic(self, topic: str) -> LogConfig:
+        meta = self.topics.get(topic)
+        return self.topic_log_config(meta) if meta is not None else self.default_log_config
+
     def topic_log_config(self, meta: TopicMeta) -> LogConfig:
         return LogConfig.from_props(meta.configs, self.default_log_config) if meta.configs else self.default_log_config
 
@@ -340,7 +361,8 @@ class Broker:
         try:
             header, request = api.decode_request(frame)
         except (DecodeError, E.KafkaError) as exc:
-            raise CloseConnection(f"malformed request (api {api_key} v{api_version}): {exc}") from exc
+            raise CloseConnection(f"malformed request (api {api_key} v{api_version}): {exc}; "
+                                  f"first bytes {bytes(frame[:96]).hex()}") from exc
         ctx = RequestContext(header, api_version, header.client_id, conn, internal)
         response = await spec.func(self, ctx, request, api_version)
         if response is None:

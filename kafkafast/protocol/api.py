@@ -52,14 +52,13 @@ def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[Reques
 
 def decode_request(frame: bytes | bytearray | memoryview):
     """(header, request body). Raises UnsupportedVersionError for versions we cannot
-    parse and DecodeError for malformed bytes (including bytes left over)."""
+    parse and DecodeError for malformed bytes. Bytes left after a complete body are
+    ignored, as Kafka's parser does (librdkafka sends some after Metadata v12)."""
     header, r = decode_request_header(frame)
     cls = gen.REQUESTS.get(header.request_api_key)
     if cls is None or not cls.MIN_VERSION <= header.request_api_version <= cls.MAX_VERSION:
         raise UnsupportedVersionError(f"api {header.request_api_key} v{header.request_api_version}")
     body = cls.decode(r, header.request_api_version)
-    if r.remaining():
-        raise DecodeError(f"{r.remaining()} bytes after the request body")
     return header, body
 
 

@@ -46,7 +46,7 @@ def test_topics_partitions_offsets_and_range(bootstrap: str) -> None:
     assert {tp: off for tp, (off, _) in earliest.items()} == {tp: 0 for tp in tps}
     assert {tp: off for tp, (off, _) in latest.items()} == {tp: 100 for tp in tps}
     # Partition 1 holds records i = 1, 4, 7, ... with timestamps t0 + i at offsets i // 3.
-    by_time = lowlevel.list_offsets_sync(bootstrap, [(topic, 1)], t0 + 31)
+    by_time = lowlevel.list_offsets_sync(bootstrap, [(topic, 1)], t0 + 32)
     assert by_time[(topic, 1)] == (11, t0 + 34)
 
     got = [r for chunk in lowlevel.fetch_range_sync(bootstrap, topic, 1, 10, 60) for r in chunk]

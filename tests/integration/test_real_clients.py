@@ -48,18 +48,18 @@ def test_confluent_kafka_round_trip(broker, codec):
     produced: dict[tuple[int, int], int] = {}
     errors = []
 
-    def report(err, msg):
+    def report(err, msg, i):
         if err is not None:
             errors.append(err)
         else:
-            produced[(msg.partition(), msg.offset())] = int(dict(msg.headers())["seq"])
+            produced[(msg.partition(), msg.offset())] = i
 
     p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 5})
     for i in range(N):
         key, value, headers, ts = record(i)
         while True:
             try:
-                p.produce(topic, value=value, key=key, headers=headers, timestamp=ts, on_delivery=report)
+                p.produce(topic, value=value, key=key, headers=headers, timestamp=ts, on_delivery=lambda err, msg, i=i: report(err, msg, i))
                 break
             except BufferError:
                 p.poll(0.05)

@@ -1,0 +1,170 @@
+"""Batch reads and writes through the `kafkafast` Spark data source, Spark local[2] against a
+real kafkafast broker; the topic is filled and checked with confluent-kafka."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.integration.spark_fixtures import spark  # noqa: F401 - module-scoped SparkSession fixture
+from tests.integration.spark_topics import T0, consume_all, create_topic, fill
+
+pytestmark = pytest.mark.timeout(300)
+
+TOPIC = "clicks6"
+PARTITIONS = 6
+N = 60_000
+PER_PARTITION = N // PARTITIONS
+
+
+@pytest.fixture(scope="module")
+def filled(module_broker):
+    create_topic(module_broker.bootstrap, TOPIC, PARTITIONS)
+    fill(module_broker.bootstrap, TOPIC, PARTITIONS, 0, N)
+    return module_broker.bootstrap
+
+
+def reader(spark, bootstrap, **options):  # noqa: F811
+    r = spark.read.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def keys_of(df) -> set[tuple[int, int]]:
+    return {(row.partition, row.offset) for row in df.select("partition", "offset").collect()}
+
+
+def expected(start: dict[int, int], until: dict[int, int]) -> set[tuple[int, int]]:
+    return {(p, o) for p in range(PARTITIONS) for o in range(start[p], until[p])}
+
+
+def test_batch_read_returns_every_record_once_with_one_task_per_partition(spark, filled):  # noqa: F811
+    df = reader(spark, filled)
+    assert df.rdd.getNumPartitions() == PARTITIONS
+    df.createOrReplaceTempView("clicks")
+    row = spark.sql(f"""
+        SELECT count(*) AS n,
+               count(DISTINCT partition, offset) AS distinct_positions,
+               sum(CASE WHEN cast(value AS string) = concat('v', offset * {PARTITIONS} + partition)
+                         AND cast(key AS string) = concat('k', offset * {PARTITIONS} + partition)
+                         AND unix_millis(timestamp) = {T0} + offset * {PARTITIONS} + partition
+                         AND topic = '{TOPIC}' AND timestampType = 0
+                        THEN 1 ELSE 0 END) AS correct,
+               min(offset) AS lo, max(offset) AS hi
+        FROM clicks""").collect()[0]
+    assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (N, N, N, 0, PER_PARTITION - 1)
+
+
+def test_min_partitions_splits_the_read_into_more_tasks(spark, filled):  # noqa: F811
+    df = reader(spark, filled, minPartitions=15)
+    # 6 equal ranges, 15 wanted: round(15/6) = round(2.5) = 3 tasks per partition
+    assert df.rdd.getNumPartitions() == 18
+    row = df.selectExpr("count(*) AS n", "count(DISTINCT partition, offset) AS d").collect()[0]
+    assert (row.n, row.d) == (N, N)
+
+
+def test_starting_and_ending_offsets_json_select_exactly_those_offsets(spark, filled):  # noqa: F811
+    starting = {"0": 100, "1": -2, "2": 9_999, "3": 5_000, "4": 0, "5": -2}
+    ending = {"0": 200, "1": 50, "2": -1, "3": 5_000, "4": 1, "5": -1}
+    df = reader(spark, filled, startingOffsets=json.dumps({TOPIC: starting}),
+                endingOffsets=json.dumps({TOPIC: ending}))
+    start = {int(p): 0 if o == -2 else o for p, o in starting.items()}
+    until = {int(p): PER_PARTITION if o == -1 else o for p, o in ending.items()}
+    assert keys_of(df) == expected(start, until)
+    assert df.count() == 100 + 50 + 1 + 0 + 1 + PER_PARTITION
+
+
+def test_assign_reads_only_the_assigned_partitions(spark, filled):  # noqa: F811
+    df = (spark.read.format("kafkafast").option("kafka.bootstrap.servers", filled)
+          .option("assign", json.dumps({TOPIC: [1, 4]}))
+          .option("endingOffsets", json.dumps({TOPIC: {"1": 10, "4": 20}})).load())
+    assert keys_of(df) == {(1, o) for o in range(10)} | {(4, o) for o in range(20)}
+
+
+def first_offset_at(p: int, ts: int) -> int:
+    """Partition p offset o has timestamp T0 + o*6 + p: the first offset with timestamp >= ts."""
+    return max(0, math.ceil((ts - T0 - p) / PARTITIONS))
+
+
+def test_starting_and_ending_timestamps_select_exactly_the_records_in_the_time_window(spark, filled):  # noqa: F811
+    lo, hi = T0 + 601, T0 + 1_234
+    df = reader(spark, filled, startingTimestamp=str(lo), endingTimestamp=str(hi))
+    assert keys_of(df) == expected({p: first_offset_at(p, lo) for p in range(PARTITIONS)},
+                                   {p: first_offset_at(p, hi) for p in range(PARTITIONS)})
+    stamps = [r.ms for r in df.selectExpr("unix_millis(timestamp) AS ms").collect()]
+    assert min(stamps) == lo and max(stamps) == hi - 1 and len(stamps) == hi - lo
+
+
+def test_offsets_by_timestamp_json_per_partition(spark, filled):  # noqa: F811
+    starting = {str(p): T0 + 100 * p for p in range(PARTITIONS)}
+    ending = {str(p): T0 + 100 * p + 60 for p in range(PARTITIONS)}
+    ending["5"] = T0 + 10 * N  # past the last record: up to latest
+    df = reader(spark, filled, startingOffsetsByTimestamp=json.dumps({TOPIC: starting}),
+                endingOffsetsByTimestamp=json.dumps({TOPIC: ending}))
+    start = {p: first_offset_at(p, T0 + 100 * p) for p in range(PARTITIONS)}
+    until = {p: first_offset_at(p, T0 + 100 * p + 60) for p in range(PARTITIONS)}
+    until[5] = PER_PARTITION
+    assert keys_of(df) == expected(start, until)
+
+
+def test_starting_timestamp_past_the_data_fails_unless_strategy_is_latest(spark, filled):  # noqa: F811
+    late = str(T0 + 10 * N)
+    with pytest.raises(Exception, match="No offset matched"):
+        reader(spark, filled, startingTimestamp=late).count()
+    assert reader(spark, filled, startingTimestamp=late, startingOffsetsByTimestampStrategy="latest").count() == 0
+
+
+def test_headers_are_read_with_include_headers(spark, filled):  # noqa: F811
+    df = reader(spark, filled, includeHeaders="true",
+                endingOffsets=json.dumps({TOPIC: {str(p): 3 for p in range(PARTITIONS)}}))
+    rows = df.selectExpr("partition", "offset", "headers").collect()
+    assert len(rows) == 18
+    for r in rows:
+        assert [(h.key, bytes(h.value)) for h in r.headers] == [("seq", b"%d" % (r.offset * PARTITIONS + r.partition))]
+
+
+def test_batch_write_lands_with_keys_partitions_and_headers(spark, module_broker):  # noqa: F811
+    out = "spark-out"
+    create_topic(module_broker.bootstrap, out, 4)
+    df = spark.range(10_000).selectExpr(
+        "concat('wk', id) AS key",
+        "cast(concat('wv', id) AS binary) AS value",
+        "cast(id % 4 AS int) AS partition",
+        "array(named_struct('key', 'seq', 'value', cast(cast(id AS string) AS binary)),"
+        "      named_struct('key', 'src', 'value', cast('spark' AS binary))) AS headers")
+    (df.repartition(3).write.format("kafkafast").option("kafka.bootstrap.servers", module_broker.bootstrap)
+     .option("topic", out).mode("append").save())
+    got = consume_all(module_broker.bootstrap, out, 4)
+    assert len(got) == 10_000
+    seen = set()
+    for partition, offset, key, value, headers in got:
+        i = int(key[2:])
+        assert key == b"wk%d" % i and value == b"wv%d" % i and partition == i % 4
+        assert headers == [("seq", b"%d" % i), ("src", b"spark")]
+        seen.add(i)
+    assert seen == set(range(10_000))
+
+
+def test_write_without_partition_places_equal_keys_together_and_topic_column_routes(spark, module_broker):  # noqa: F811
+    a, b = "spark-route-a", "spark-route-b"
+    create_topic(module_broker.bootstrap, a, 3)
+    create_topic(module_broker.bootstrap, b, 3)
+    df = spark.range(3_000).selectExpr(
+        "CASE WHEN id % 2 = 0 THEN 'spark-route-a' ELSE 'spark-route-b' END AS topic",
+        "concat('key', id % 10) AS key", "concat('value', id) AS value")
+    df.write.format("kafkafast").option("kafka.bootstrap.servers", module_broker.bootstrap).mode("append").save()
+    for topic, parity in ((a, 0), (b, 1)):
+        got = consume_all(module_broker.bootstrap, topic, 3)
+        assert sorted(int(v[5:]) for _, _, _, v, _ in got) == list(range(parity, 3_000, 2))
+        partitions_of_key: dict[bytes, set[int]] = {}
+        for partition, _, key, _, _ in got:
+            partitions_of_key.setdefault(key, set()).add(partition)
+        assert all(len(ps) == 1 for ps in partitions_of_key.values())
+
+
+def test_write_without_value_column_is_rejected(spark, module_broker):  # noqa: F811
+    with pytest.raises(Exception, match="value"):
+        (spark.range(3).selectExpr("cast(id AS string) AS key").write.format("kafkafast")
+         .option("kafka.bootstrap.servers", module_broker.bootstrap).option("topic", "x").mode("append").save())
