@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("-c", "--config", help="properties file with Kafka's property names")
     b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one property")
     b.add_argument("--workers", type=int, default=None,
-                   help="worker processes (0: serve in the supervisor process itself)")
+                   help="worker processes (default: num.workers, else the number of CPUs; "
+                        "0: serve in one process)")
     b.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         workers = args.workers
         if workers is None and config.get("num.workers") is not None:
             workers = int(config.get("num.workers"))
+        if workers is None:
+            import os
+
+            workers = os.cpu_count() or 1
         try:
             from kafkafast.runtime.supervisor import run_supervisor
         except ImportError:

@@ -1,0 +1,281 @@
+"""The shared-memory partition table: one anonymous `MAP_SHARED` mmap that the supervisor
+creates before forking and every worker inherits.
+
+It is how workers agree, without messages, on who appends to a partition, what a reader
+may see of it, and which workers have fetches parked on it. All words are native-endian
+int64 (x86-64: little-endian), stored and loaded whole through a `memoryview.cast("q")`,
+so a reader never sees a torn value.
+
+Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
+
+    header, 4096 bytes, int64 words
+      [0]  magic  0x4B4653484D303031 ("KFSHM001")
+      [1]  layout version (1)
+      [2]  number of workers N
+      [3]  number of partition slots
+      [4]  metadata generation: +1 (under the table lock) after every topic change;
+           a worker that sees a new value reloads the topic file (`refresh_topics`)
+      [5]  supervisor pid
+      [6]  shutting down (1 once the supervisor forwarded SIGTERM/SIGINT)
+      [16 + 4*i ... 16 + 4*i + 3]  worker i (i < MAX_WORKERS):
+           pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
+           serving), recovered partitions at its last start
+
+    slot k, 256 bytes at HEADER_BYTES + k * SLOT_BYTES
+      int64 [0]      state: 0 free, 1 live, 2 deleted (a tombstone: probing continues)
+      int64 [1]      owner worker index (the only process that appends)
+      int64 [2]      partition index
+      int64 [3..4]   topic id (16 bytes, as two big-endian halves)
+      int64 [5..20]  published partition state, `partition_state.FIELDS` in order:
+                     log_start_offset, log_end_offset, high_watermark,
+                     last_stable_offset, active_base_offset, active_committed_size,
+                     segments_version, max_timestamp, max_timestamp_offset (rest spare)
+      int64 [21]     owner incarnation that last opened the log
+      int64 [22..23] spare
+      bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on
+                     this partition. One byte per worker (not one bit) so every worker
+                     only ever stores its own byte: no read-modify-write across processes.
+
+Slots are found by open addressing on (topic id, partition): lookups are lock-free
+(a slot's key is written before its state becomes live); allocation and deletion take
+an `fcntl.lockf` on `<run dir>/table.lock`.
+
+Wake-ups: after an append the owner stores the new high watermark into the slot, then
+reads the waiter bytes and writes one byte to the wake-up pipe of every other worker
+whose byte is set. A woken worker drains its pipe and compares the high watermark of
+each partition it has fetches parked on with the value it parked at. A fetch sets its
+waiter byte before it re-reads the high watermark, so an append either sees the byte or
+happened before the re-read. (The store->load ordering across processes is not fenced
+explicitly; the interpreter runs thousands of instructions between the two, far longer
+than a store buffer holds a store, and `max_wait_ms` bounds any miss.)
+"""
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from kafkafast.storage.partition_state import FIELDS
+
+MAGIC = 0x4B4653484D303031
+LAYOUT_VERSION = 1
+HEADER_BYTES = 4096
+SLOT_BYTES = 256
+SLOT_WORDS = SLOT_BYTES // 8
+MAX_WORKERS = 64
+WAITERS_AT = 192  # byte offset of the waiter bytes inside a slot
+
+H_MAGIC, H_VERSION, H_WORKERS, H_SLOTS, H_METADATA_GEN, H_SUPERVISOR_PID, H_SHUTTING_DOWN = range(7)
+H_WORKER_TABLE = 16
+W_PID, W_INCARNATION, W_READY, W_RECOVERED = range(4)
+
+S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
+S_FIELDS = 5
+S_INCARNATION = 21
+FREE, LIVE, DELETED = 0, 1, 2
+
+assert len(FIELDS) <= 16, "published state outgrew its slot"
+
+
+def owner_for(topic: str, partition: int, workers: int) -> int:
+    """The worker that appends to a partition: consecutive partitions of a topic go to
+    consecutive workers, starting at a worker chosen by the topic name."""
+    import zlib
+
+    return (zlib.crc32(topic.encode()) + partition) % workers
+
+
+class SlotState:
+    """A partition's published state living in a slot: the same attributes as
+    `storage.partition_state.PartitionState`, so the `Log` publishes into shared memory
+    and a `LogReader` in any worker reads from it."""
+
+    __slots__ = ("_q", "_b")
+
+    def __init__(self, words: memoryview, base_word: int) -> None:
+        self._q = words
+        self._b = base_word + S_FIELDS
+
+    def snapshot(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def __repr__(self) -> str:
+        return "SlotState(" + ", ".join(f"{k}={v}" for k, v in self.snapshot().items()) + ")"
+
+
+def _field(i: int) -> property:
+    def get(self: SlotState) -> int:
+        return self._q[self._b + i]
+
+    def set_(self: SlotState, value: int) -> None:
+        self._q[self._b + i] = value
+
+    return property(get, set_)
+
+
+for _i, _name in enumerate(FIELDS):
+    setattr(SlotState, _name, _field(_i))
+
+
+class PartitionTable:
+    """The mapping; see the module docstring for the layout."""
+
+    def __init__(self, mm: mmap.mmap, run_dir: str) -> None:
+        self.mm = mm
+        self.q = memoryview(mm).cast("q")
+        self.b = memoryview(mm)
+        self.run_dir = run_dir
+        self.num_slots = self.q[H_SLOTS]
+        self.workers = self.q[H_WORKERS]
+        self._lock_fd = -1
+
+    @classmethod
+    def create(cls, workers: int, num_slots: int, run_dir: str) -> "PartitionTable":
+        if not 0 < workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be in [1, {MAX_WORKERS}]")
+        size = HEADER_BYTES + num_slots * SLOT_BYTES
+        mm = mmap.mmap(-1, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        q = memoryview(mm).cast("q")
+        q[H_MAGIC] = MAGIC
+        q[H_VERSION] = LAYOUT_VERSION
+        q[H_WORKERS] = workers
+        q[H_SLOTS] = num_slots
+        q[H_SUPERVISOR_PID] = os.getpid()
+        q.release()
+        open(os.path.join(run_dir, "table.lock"), "a").close()
+        return cls(mm, run_dir)
+
+    # -- lock (per process: opened lazily after the fork) -------------------------------
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        if self._lock_fd < 0:
+            self._lock_fd = os.open(os.path.join(self.run_dir, "table.lock"), os.O_RDWR)
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
+
+    def after_fork(self) -> None:
+        self._lock_fd = -1  # a POSIX lock belongs to a process; never share the parent's fd
+
+    # -- header -------------------------------------------------------------------------
+    @property
+    def metadata_generation(self) -> int:
+        return self.q[H_METADATA_GEN]
+
+    def bump_metadata_generation(self) -> int:
+        with self.locked():
+            gen = self.q[H_METADATA_GEN] + 1
+            self.q[H_METADATA_GEN] = gen
+            return gen
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.q[H_SHUTTING_DOWN] != 0
+
+    def set_shutting_down(self) -> None:
+        self.q[H_SHUTTING_DOWN] = 1
+
+    def worker_word(self, worker: int, field: int) -> int:
+        return self.q[H_WORKER_TABLE + 4 * worker + field]
+
+    def set_worker_word(self, worker: int, field: int, value: int) -> None:
+        self.q[H_WORKER_TABLE + 4 * worker + field] = value
+
+    # -- slots --------------------------------------------------------------------------
+    def _home(self, hi: int, lo: int, partition: int) -> int:
+        return ((lo ^ hi) * 31 + partition * 0x9E3779B1) % self.num_slots
+
+    @staticmethod
+    def _key(topic_id: bytes) -> tuple[int, int]:
+        return int.from_bytes(topic_id[:8], "big", signed=True), int.from_bytes(topic_id[8:], "big", signed=True)
+
+    def find(self, topic_id: bytes, partition: int) -> int:
+        """The slot of a live partition, or -1."""
+        hi, lo = self._key(topic_id)
+        q, n = self.q, self.num_slots
+        k = self._home(hi, lo, partition)
+        for _ in range(n):
+            base = k * SLOT_WORDS + HEADER_BYTES // 8
+            st = q[base + S_STATE]
+            if st == FREE:
+                return -1
+            if st == LIVE and q[base + S_TOPIC_HI] == hi and q[base + S_TOPIC_LO] == lo \
+                    and q[base + S_PARTITION] == partition:
+                return k
+            k = (k + 1) % n
+        return -1
+
+    def allocate(self, topic_id: bytes, partition: int, owner: int) -> int:
+        """The partition's slot, created (owner recorded, state zeroed) if missing."""
+        k = self.find(topic_id, partition)
+        if k >= 0:
+            return k
+        hi, lo = self._key(topic_id)
+        with self.locked():
+            k = self.find(topic_id, partition)
+            if k >= 0:
+                return k
+            q, n = self.q, self.num_slots
+            k = self._home(hi, lo, partition)
+            for _ in range(n):
+                base = k * SLOT_WORDS + HEADER_BYTES // 8
+                if q[base + S_STATE] != LIVE:
+                    for w in range(1, SLOT_WORDS):
+                        q[base + w] = 0
+                    q[base + S_OWNER] = owner
+                    q[base + S_PARTITION] = partition
+                    q[base + S_TOPIC_HI] = hi
+                    q[base + S_TOPIC_LO] = lo
+                    q[base + S_FIELDS + FIELDS.index("max_timestamp")] = -1
+                    q[base + S_FIELDS + FIELDS.index("max_timestamp_offset")] = -1
+                    q[base + S_STATE] = LIVE  # last: the key is complete before lookups match
+                    return k
+                k = (k + 1) % n
+        raise RuntimeError(f"partition table full ({self.num_slots} slots); raise kafkafast.shm.partition.slots")
+
+    def release(self, slot: int) -> None:
+        with self.locked():
+            self.q[self._base(slot) + S_STATE] = DELETED
+
+    def _base(self, slot: int) -> int:
+        return slot * SLOT_WORDS + HEADER_BYTES // 8
+
+    def owner(self, slot: int) -> int:
+        return self.q[self._base(slot) + S_OWNER]
+
+    def state(self, slot: int) -> SlotState:
+        return SlotState(self.q, self._base(slot))
+
+    def set_incarnation(self, slot: int, value: int) -> None:
+        self.q[self._base(slot) + S_INCARNATION] = value
+
+    def high_watermark(self, slot: int) -> int:
+        return self.q[self._base(slot) + S_FIELDS + 2]
+
+    # waiters
+    def _waiter_at(self, slot: int) -> int:
+        return HEADER_BYTES + slot * SLOT_BYTES + WAITERS_AT
+
+    def set_waiting(self, slot: int, worker: int, waiting: bool) -> None:
+        self.b[self._waiter_at(slot) + worker] = 1 if waiting else 0
+
+    def waiters(self, slot: int) -> bytes:
+        at = self._waiter_at(slot)
+        return self.b[at:at + self.workers].tobytes()
+
+    def clear_worker_waiters(self, worker: int) -> None:
+        """Forgets a dead worker's parked fetches (its replacement starts with none)."""
+        b = self.b
+        at = HEADER_BYTES + WAITERS_AT + worker
+        for k in range(self.num_slots):
+            b[at + k * SLOT_BYTES] = 0
+
+    def live_slots(self) -> Iterator[int]:
+        q = self.q
+        for k in range(self.num_slots):
+            if q[self._base(k) + S_STATE] == LIVE:
+                yield k

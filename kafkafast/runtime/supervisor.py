@@ -1,0 +1,239 @@
+"""The supervisor: owns the sockets and the shared memory, forks the workers, replaces
+dead ones, and shuts everything down gracefully.
+
+Before forking it
+* binds one listening socket per worker on the advertised port with `SO_REUSEPORT` (the
+  kernel spreads new connections evenly; a socket stays open here while its worker is
+  replaced, so connections arriving meanwhile wait in its backlog);
+* creates the run directory (`$TMPDIR/kafkafast-<pid>-*/`) with one listening Unix socket
+  per worker for forwarding (`worker-<i>.sock`) and `table.lock`;
+* creates the shared-memory partition table (`shm.PartitionTable`, anonymous MAP_SHARED)
+  and one non-blocking wake-up pipe per worker;
+* decides whether the last shutdown was clean (`.kafka_cleanshutdown` in every log dir)
+  and removes the markers, so a crash from now on is detected. Recovery itself is done by
+  the owners, in parallel: each worker opens (and, after an unclean stop, scans) only the
+  partitions it owns, and so does the replacement of a worker that was killed;
+* imports everything a worker needs, so a fork starts serving quickly.
+
+Then it forks N workers (`worker.run_worker`; the event loop is created in the child)
+and waits for signals. A worker that dies is forked again at once with the same index
+(so the same partitions and sockets) and `clean=False`. SIGTERM/SIGINT: forwarded to
+every worker; each stops accepting, finishes what is in flight, flushes and checkpoints;
+when all exited 0 within `SHUTDOWN_TIMEOUT` the supervisor writes the clean-shutdown
+markers and exits 0 (a worker still running then is killed, no marker, exit 1).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+
+from kafkafast.config import BrokerConfig
+from kafkafast.runtime import shm
+from kafkafast.runtime.server import make_listen_socket
+from kafkafast.storage.checkpoint import fsync_dir, write_atomically
+from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
+
+log = logging.getLogger("kafkafast.supervisor")
+
+SHUTDOWN_TIMEOUT = 8.5
+DEFAULT_SLOTS = 16384
+CRASH_LOOP_LIMIT = 10  # deaths within CRASH_LOOP_WINDOW seconds before giving up
+CRASH_LOOP_WINDOW = 30.0
+
+
+class Supervisor:
+    def __init__(self, config: BrokerConfig, workers: int) -> None:
+        self.config = config
+        self.n = workers
+        self.pids: dict[int, int] = {}  # pid -> worker index
+        self.incarnation = [0] * workers
+        self.deaths: list[float] = []
+        self.listen_socks: list[socket.socket] = []
+        self.internal_socks: list[socket.socket] = []
+        self.pipes: list[tuple[int, int]] = []
+        self.run_dir = ""
+        self.table: shm.PartitionTable | None = None
+        self.clean_start = False
+
+    # -- set-up -------------------------------------------------------------------------
+    def prepare(self) -> None:
+        listener = self.config.listeners()[0]
+        first = make_listen_socket(listener.host, listener.port, reuse_port=True)
+        port = first.getsockname()[1]
+        self.listen_socks = [first] + [make_listen_socket(listener.host, port, reuse_port=True)
+                                       for _ in range(self.n - 1)]
+        self.port = port
+        self.run_dir = tempfile.mkdtemp(prefix=f"kafkafast-{os.getpid()}-")
+        for i in range(self.n):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(self.run_dir, f"worker-{i}.sock"))
+            s.listen(1024)
+            s.setblocking(False)
+            self.internal_socks.append(s)
+        slots = int(self.config.get("kafkafast.shm.partition.slots") or DEFAULT_SLOTS)
+        self.table = shm.PartitionTable.create(self.n, slots, self.run_dir)
+        for _ in range(self.n):
+            r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.pipes.append((r, w))
+        self.clean_start = self._take_clean_markers()
+        self._ensure_cluster_id()
+        # Everything a worker imports, imported once here: forks start serving at once.
+        import kafkafast.runtime.worker  # noqa: F401
+        from kafkafast.broker.registry import load_handlers
+
+        load_handlers()
+        try:
+            import kafkafast.broker.group_coordinator  # noqa: F401
+        except ImportError:
+            pass
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:  # pragma: no cover
+            pass
+
+    def _ensure_cluster_id(self) -> None:
+        """meta.properties (cluster id) is written once here, not raced by N workers."""
+        from types import SimpleNamespace
+
+        from kafkafast.broker.broker import Broker
+
+        Broker._load_cluster_id(SimpleNamespace(log_dirs=self.config.log_dirs, config=self.config,  # type: ignore[arg-type]
+                                                node_id=self.config.node_id))
+
+    def _take_clean_markers(self) -> bool:
+        clean = True
+        for d in self.config.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            for name in os.listdir(d):
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+            if os.path.exists(marker):
+                os.unlink(marker)
+                fsync_dir(d)
+            else:
+                clean = False
+        return clean
+
+    # -- workers ------------------------------------------------------------------------
+    def spawn(self, i: int, clean: bool) -> None:
+        self.incarnation[i] += 1
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                for j, s in enumerate(self.internal_socks):
+                    if j != i:
+                        s.close()
+                for j, s in enumerate(self.listen_socks):
+                    if j != i:
+                        s.close()
+                for j, (r, _) in enumerate(self.pipes):
+                    if j != i:
+                        os.close(r)
+                from kafkafast.runtime.worker import run_worker
+
+                code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
+                                  listen_sock=self.listen_socks[i], internal_sock=self.internal_socks[i],
+                                  wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
+                                  run_dir=self.run_dir, clean=clean)
+            except BaseException:
+                log.exception("worker %d crashed", i)
+            finally:
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.pids[pid] = i
+        log.info("worker %d started: pid %d (incarnation %d)", i, pid, self.incarnation[i])
+
+    def reap(self) -> list[tuple[int, int]]:
+        """(worker index, exit status) of every child that ended."""
+        out = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            i = self.pids.pop(pid, None)
+            if i is not None:
+                out.append((i, status))
+        return out
+
+    # -- main loop ----------------------------------------------------------------------
+    def run(self) -> int:
+        sigs = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        self.prepare()
+        log.info("kafkafast supervisor %d: %d workers on %s:%d, data in %s, %s start, run dir %s", os.getpid(),
+                 self.n, self.config.listeners()[0].host, self.port, ",".join(self.config.log_dirs),
+                 "clean" if self.clean_start else "unclean (owners recover their partitions)", self.run_dir)
+        try:
+            for i in range(self.n):
+                self.spawn(i, self.clean_start)
+            while True:
+                info = signal.sigtimedwait(sigs, 1.0)
+                if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
+                    return self.shutdown()
+                for i, status in self.reap():
+                    code = os.waitstatus_to_exitcode(status)
+                    log.warning("worker %d exited (%s); starting a replacement", i,
+                                f"signal {-code}" if code < 0 else f"code {code}")
+                    now = time.monotonic()
+                    self.deaths = [t for t in self.deaths if now - t < CRASH_LOOP_WINDOW] + [now]
+                    if len(self.deaths) > CRASH_LOOP_LIMIT:
+                        log.error("workers keep dying (%d in %.0fs); giving up", len(self.deaths), CRASH_LOOP_WINDOW)
+                        self.shutdown()
+                        return 1
+                    self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
+                    self.spawn(i, False)
+        finally:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def shutdown(self) -> int:
+        log.info("shutting down %d workers", len(self.pids))
+        self.table.set_shutting_down()  # type: ignore[union-attr]
+        for pid in list(self.pids):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT
+        ok = True
+        while self.pids and time.monotonic() < deadline:
+            for i, status in self.reap():
+                code = os.waitstatus_to_exitcode(status)
+                if code != 0:
+                    ok = False
+                    log.warning("worker %d exited with %s during shutdown", i, code)
+            if self.pids:
+                signal.sigtimedwait({signal.SIGCHLD}, 0.05)
+        if self.pids:
+            ok = False
+            for pid, i in list(self.pids.items()):
+                log.error("worker %d (pid %d) did not stop in time; killing it", i, pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            while self.pids:
+                self.reap()
+                time.sleep(0.01)
+        if ok:
+            for d in self.config.log_dirs:
+                write_atomically(os.path.join(d, CLEAN_SHUTDOWN_FILE), "")
+            log.info("clean shutdown")
+            return 0
+        return 1
+
+
+def run_supervisor(config: BrokerConfig, workers: int) -> int:
+    return Supervisor(config, workers).run()

@@ -1,0 +1,524 @@
+"""A worker process: the broker core as seen by one of N pre-forked workers.
+
+Everything here starts after the fork (`run_worker`): the uvloop event loop, the Broker,
+the logs this worker owns, its servers on the inherited listening sockets.
+
+Ownership: `shm.owner_for(topic, partition, N)` names the one worker that holds the
+partition's `Log` writer; the supervisor never changes it, so a respawned worker takes
+over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` in:
+
+* logs: `OwnedLogManager` opens only owned partitions (recovering them after a crash:
+  the replacement of a SIGKILLed worker runs the recovery scan for its partitions),
+  merges its entries into the shared checkpoint files under the table lock, and never
+  writes the clean-shutdown marker (the supervisor does, once every worker exited 0).
+  Every `Log` publishes into the partition's shared-memory slot; other workers read the
+  partition through a `LogReader` over the same files and slot (`RemoteLog`).
+* produce for a partition owned elsewhere: `forward_produce` (see `forwarding`).
+* group/offset requests: forwarded whole to the owner of the group's
+  `__consumer_offsets` partition.
+* fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
+  writes a byte to the wake-up pipe of every marked worker; the woken worker compares
+  the slots' high watermarks with what its fetches saw (no timers involved).
+* topic changes bump the metadata generation in shared memory; every request first
+  compares it with the generation this worker has loaded and reloads topics if needed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import time
+import uuid
+from typing import Any, Iterable
+
+from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition
+from kafkafast.broker.topics import TopicMeta
+from kafkafast.config import BrokerConfig
+from kafkafast.protocol import api
+from kafkafast.protocol import errors as E
+from kafkafast.runtime import shm
+from kafkafast.runtime.forwarding import Forwarder, InternalConnection
+from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from kafkafast.storage.log import Log
+from kafkafast.storage.log_manager import (
+    DELETE_DIR_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    LogManager,
+    parse_partition_dir,
+)
+from kafkafast.storage.partition_state import PartitionState
+from kafkafast.storage.reader import LogReader
+
+log = logging.getLogger("kafkafast.worker")
+
+# Group and offset APIs whose requests go whole to the group's coordinator worker.
+GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
+              14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete"}
+SHUTDOWN_GRACE = 6.0
+
+
+def _group_ids(api_key: int, req: Any) -> list[str]:
+    if api_key == 15:
+        return list(req.groups or [])
+    if api_key == 42:
+        return list(req.groups_names or [])
+    if api_key == 9 and getattr(req, "groups", None):
+        return [g.group_id for g in req.groups]
+    gid = getattr(req, "group_id", None)
+    return [gid] if gid is not None else []
+
+
+class OwnedLogManager(LogManager):
+    """A LogManager over the partitions one worker owns (see the module docstring)."""
+
+    def __init__(self, log_dirs: list[str], default_config: Any, *, owns: Any, clean: bool,
+                 table: shm.PartitionTable, **kw: Any) -> None:
+        super().__init__(log_dirs, default_config, **kw)
+        self.owns = owns
+        self.clean = clean
+        self.table = table
+
+    def load_all(self, configs: Any = None) -> None:
+        for log_dir in self.log_dirs:
+            recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
+            log_starts = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                key = parse_partition_dir(name)
+                if key is None or name.endswith(DELETE_DIR_SUFFIX) or key in self._logs \
+                        or not self.owns(*key) or not os.path.isdir(path):
+                    continue
+                topic, partition = key
+                lg = Log.open(path, topic, partition, self._config_for(topic, configs),
+                              self.state_factory(topic, partition), needs_recovery=not self.clean,
+                              recovery_point=recovery_points.get(key, 0), log_start_offset=log_starts.get(key, 0))
+                self._logs[key] = lg
+                self._dir_of[key] = log_dir
+                self.last_load_recovered[key] = lg.load_stats.scanned_bytes
+                self.last_load_truncated[key] = lg.load_stats.truncated_bytes
+
+    def checkpoint(self) -> None:
+        """Replaces this worker's entries in the shared checkpoint files (others' stay)."""
+        with self.table.locked():
+            for log_dir in self.log_dirs:
+                keys = [k for k, d in self._dir_of.items() if d == log_dir]
+                for fname, value in ((RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point),
+                                     (LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)):
+                    path = os.path.join(log_dir, fname)
+                    merged = {k: v for k, v in self._read_checkpoint(path).items() if not self.owns(*k)}
+                    merged.update({k: value(self._logs[k]) for k in keys})
+                    OffsetCheckpointFile(path).write(merged)
+
+    def shutdown(self) -> None:
+        for lg in self._logs.values():
+            lg.close(clean=True)
+        self.checkpoint()
+        self._logs.clear()
+        self._dir_of.clear()
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Drops a deleted partition's log (its directory may already be gone)."""
+        key = (topic, partition)
+        lg = self._logs.pop(key, None)
+        self._dir_of.pop(key, None)
+        if lg is not None:
+            lg.close(clean=False)
+            if os.path.isdir(lg.dir):
+                remove_partition_dir(lg.dir)
+
+
+def remove_partition_dir(path: str) -> None:
+    """Rename to `<name>.<uuid>-delete`, then remove (as LogManager.delete does)."""
+    parent = os.path.dirname(path)
+    doomed = f"{path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    try:
+        os.rename(path, doomed)
+    except FileNotFoundError:
+        return
+    fsync_dir(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+class RemoteLog:
+    """A partition appended to by another worker: reads only, from the files and the slot."""
+
+    __slots__ = ("topic", "partition", "state", "config", "_dirs", "_reader")
+
+    def __init__(self, log_dirs: list[str], topic: str, partition: int, state: shm.SlotState, config: Any) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.state = state
+        self.config = config
+        self._dirs = log_dirs
+        self._reader: LogReader | None = None
+
+    @property
+    def reader(self) -> LogReader:
+        r = self._reader
+        if r is None or (len(self._dirs) > 1 and not os.path.isdir(r.dir)):
+            name = f"{self.topic}-{self.partition}"
+            path = next((os.path.join(d, name) for d in self._dirs if os.path.isdir(os.path.join(d, name))),
+                        os.path.join(self._dirs[0], name))
+            if r is not None:
+                r.close()
+            r = self._reader = LogReader(path, self.state, topic=self.topic, partition=self.partition)
+        return r
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self.reader.offset_for_timestamp(timestamp)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        return self.reader.max_timestamp_offset()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+class WorkerPartition(Partition):
+    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked")
+
+    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes) -> None:
+        super().__init__(topic, index, log_)
+        self.slot = slot
+        self.owner = owner
+        self.topic_id = topic_id
+        self.seen_hw = -1
+        self.parked = 0
+
+    @property
+    def high_watermark(self) -> int:
+        hw = self.log.state.high_watermark
+        self.seen_hw = hw  # what the fetch about to park saw: the wake-up compares against it
+        return hw
+
+
+class WorkerBroker(Broker):
+    def __init__(self, config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
+                 wake_fds: list[int], run_dir: str, clean: bool) -> None:
+        super().__init__(config)
+        self.index = index
+        self.incarnation = incarnation
+        self.table = table
+        self.workers = table.workers
+        self.wake_fds = wake_fds  # write ends, one per worker
+        self.run_dir = run_dir
+        self.forwarder = Forwarder(run_dir, index)
+        self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
+                                           table=table, state_factory=self._state_for)
+        self._seen_generation = -1
+        self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
+        self.wakeups_sent = 0
+
+    # -- ownership ----------------------------------------------------------------------
+    def owner_of(self, topic: str, partition: int) -> int:
+        return shm.owner_for(topic, partition, self.workers)
+
+    def owns_key(self, topic: str, partition: int) -> bool:
+        return self.owner_of(topic, partition) == self.index
+
+    def owns(self, part: Partition) -> bool:
+        return getattr(part, "owner", self.index) == self.index
+
+    def _state_for(self, topic: str, partition: int) -> Any:
+        meta = self.topics.get(topic)
+        if meta is None:
+            return PartitionState()  # a leftover directory of a deleted topic
+        slot = self.table.allocate(meta.topic_id, partition, self.owner_of(topic, partition))
+        self.table.set_incarnation(slot, self.incarnation)
+        return self.table.state(slot)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def load(self) -> None:
+        self._seen_generation = self.table.metadata_generation
+        t0 = time.monotonic()
+        super().load()  # topics, owned logs (OwnedLogManager), partitions (_open_topic), cleaner
+        live = self.topics.topics
+        for lg in self.log_manager.all_logs():
+            meta = live.get(lg.topic)
+            if meta is None or lg.partition >= meta.partitions:
+                log.info("removing %s-%d: its topic no longer exists", lg.topic, lg.partition)
+                self.log_manager.forget(lg.topic, lg.partition)
+        scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
+        self.table.set_worker_word(self.index, shm.W_RECOVERED, len(scanned))
+        log.info("worker %d (incarnation %d): %d owned partitions loaded in %.2fs; recovery scan of %d bytes "
+                 "in %d partitions", self.index, self.incarnation, len(self.log_manager.all_logs()),
+                 time.monotonic() - t0, sum(scanned.values()), len(scanned))
+
+    def _configs_for(self, topic: str) -> Any:
+        meta = self.topics.get(topic)
+        return self.topic_log_config(meta) if meta is not None else self.default_log_config
+
+    async def stop(self) -> None:
+        for p in self._parked.values():
+            self.table.set_waiting(p.slot, self.index, False)
+        self._parked.clear()
+        await super().stop()
+        self.forwarder.close()
+        for p in self.partitions.values():
+            if isinstance(p.log, RemoteLog):
+                p.log.close()
+
+    # -- topics -------------------------------------------------------------------------
+    def _open_topic(self, meta: TopicMeta) -> None:
+        cfg = self.topic_log_config(meta)
+        for i in range(meta.partitions):
+            key = (meta.name, i)
+            if key in self.partitions:
+                continue
+            owner = self.owner_of(meta.name, i)
+            slot = self.table.allocate(meta.topic_id, i, owner)
+            if owner == self.index:
+                lg = self.log_manager.get(meta.name, i)
+                if lg is None:
+                    self.table.set_incarnation(slot, self.incarnation)
+                    lg = self.log_manager.create(meta.name, i, cfg)
+            else:
+                lg = RemoteLog(self.log_dirs, meta.name, i, self.table.state(slot), cfg)
+            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        part = self.partitions.pop(key, None)
+        if part is None:
+            return
+        part.wake()
+        if isinstance(part.log, RemoteLog):
+            part.log.close()
+        elif self.owns(part):
+            self.log_manager.forget(*key)
+
+    def refresh_topics(self) -> None:
+        self._seen_generation = self.table.metadata_generation
+        if not self.topics.load():
+            return
+        live = self.topics.topics
+        for key, part in list(self.partitions.items()):
+            meta = live.get(key[0])
+            if meta is None or key[1] >= meta.partitions or meta.topic_id != part.topic_id:  # type: ignore[attr-defined]
+                self._drop(key)
+            elif self.owns(part):
+                part.log.config = self.topic_log_config(meta)
+        for t in live.values():
+            self._open_topic(t)
+
+    def delete_topic(self, name: str) -> None:
+        with self.topics.change() as topics:
+            meta = topics.pop(name, None)
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+        for i in range(meta.partitions):
+            self._drop((name, i))
+            slot = self.table.find(meta.topic_id, i)
+            if slot >= 0:
+                self.table.release(slot)
+            # The owner (if another worker) drops its writer when it sees the new
+            # generation; the files go now so a re-created topic starts empty.
+            for d in self.log_dirs:
+                path = os.path.join(d, f"{name}-{i}")
+                if os.path.isdir(path):
+                    remove_partition_dir(path)
+        self.notify_metadata_changed()
+
+    def notify_metadata_changed(self) -> None:
+        self._seen_generation = self.table.bump_metadata_generation()
+
+    # -- data path ----------------------------------------------------------------------
+    def forward_produce(self, part: WorkerPartition, records: Any, acks: int, timeout_ms: int) -> Any:
+        return self.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
+
+    async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
+        if self.owns(part) or internal:
+            await super().delete_records(part, offset, internal=internal)
+            return
+        from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
+
+        T = DeleteRecordsRequest.DeleteRecordsTopic
+        P = DeleteRecordsRequest.DeleteRecordsPartition
+        req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
+                                   timeout_ms=30000)
+        resp = await self.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
+        code = resp.topics[0].partitions[0].error_code
+        if code:
+            E.raise_for_code(code)
+
+    def on_append(self, part: Partition) -> None:
+        waiters = self.table.waiters(part.slot)  # type: ignore[attr-defined]
+        if not waiters.count(0) == len(waiters):
+            for w, flag in enumerate(waiters):
+                if flag and w != self.index:
+                    self.wakeups_sent += 1
+                    try:
+                        os.write(self.wake_fds[w], b"\x01")
+                    except BlockingIOError:
+                        pass  # the pipe is full of wake-ups already
+
+    async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        parts = [p for p in parts if isinstance(p, WorkerPartition)]
+        for p in parts:
+            p.waiters.add(fut)
+            if p.parked == 0:
+                self.table.set_waiting(p.slot, self.index, True)
+                self._parked[p.slot] = p
+            p.parked += 1
+        try:
+            # An append between the fetch's read and the waiter byte saw no waiter: re-check.
+            if any(self.table.high_watermark(p.slot) != p.seen_hw for p in parts):
+                return
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for p in parts:
+                p.waiters.discard(fut)
+                p.parked -= 1
+                if p.parked == 0:
+                    self.table.set_waiting(p.slot, self.index, False)
+                    self._parked.pop(p.slot, None)
+
+    def on_wake_pipe(self, fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        for p in list(self._parked.values()):
+            if self.table.high_watermark(p.slot) != p.seen_hw:
+                p.wake()
+
+    # -- dispatch -----------------------------------------------------------------------
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        if self.table.metadata_generation != self._seen_generation:
+            self.refresh_topics()
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in GROUP_KEYS and self.group_coordinator is not None:
+                owner = self._group_owner(frame, api_key)
+                if owner is not None and owner != self.index:
+                    return await self.forwarder.frame(owner, frame)
+        return await super().handle_frame(frame, conn, internal=internal)
+
+    def _group_owner(self, frame: Any, api_key: int) -> int | None:
+        try:
+            _, req = api.decode_request(frame)
+        except Exception:
+            return None  # let the normal path answer the malformed request
+        gids = _group_ids(api_key, req)
+        if not gids:
+            return None
+        owners = {self.owner_of(OFFSETS_TOPIC, self.group_coordinator.partition_for(g)) for g in gids}
+        return owners.pop() if len(owners) == 1 else None
+
+
+# -- process entry ------------------------------------------------------------------------
+
+def _install_sendfile_stats(directory: str) -> None:
+    """Test hook (KAFKAFAST_SENDFILE_STATS=dir): counts os.sendfile calls and bytes in this
+    worker into `<dir>/sendfile-<pid>.json`."""
+    real = os.sendfile
+    stats = {"pid": os.getpid(), "calls": 0, "bytes": 0}
+    path = os.path.join(directory, f"sendfile-{os.getpid()}.json")
+
+    def counting_sendfile(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        sent = real(out_fd, in_fd, offset, count)
+        stats["calls"] += 1
+        stats["bytes"] += sent
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(stats, fh)
+        os.replace(tmp, path)
+        return sent
+
+    os.sendfile = counting_sendfile  # type: ignore[assignment]
+
+
+def _set_parent_death_signal() -> None:
+    """If the supervisor dies (SIGKILL), workers get SIGTERM instead of living on."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover - not Linux
+        pass
+
+
+async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock: socket.socket,
+                 wake_r: int, stop: asyncio.Event) -> int:
+    from kafkafast.runtime.connection import KafkaConnection
+
+    loop = asyncio.get_running_loop()
+    await broker.start()
+    max_req = broker.config.get_int("socket.request.max.bytes")
+    external: set = set()
+    internal: set = set()
+    ext_server = await loop.create_server(lambda: KafkaConnection(broker, max_req, tracker=external), sock=listen_sock)
+    int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
+                                               sock=internal_sock)
+    loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
+    table = broker.table
+    table.set_worker_word(broker.index, shm.W_READY, 1)
+    await stop.wait()
+    # Graceful: stop accepting clients, let their requests finish (forwards to other
+    # workers included), then stop taking forwarded requests, then flush and close logs.
+    table.set_worker_word(broker.index, shm.W_READY, 0)
+    ext_server.close()
+    deadline = loop.time() + SHUTDOWN_GRACE
+
+    def idle(conns: set) -> bool:
+        return not any(c.busy or c.queue for c in conns)
+
+    while not idle(external) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for c in list(external):
+        c.abort()
+    # Other workers may still forward requests of their own clients for a moment.
+    quiet_since = loop.time()
+    while loop.time() < deadline and loop.time() - quiet_since < 0.2:
+        await asyncio.sleep(0.02)
+        if not idle(internal):
+            quiet_since = loop.time()
+    int_server.close()
+    for c in list(internal):
+        c.abort()
+    loop.remove_reader(wake_r)
+    await broker.stop()
+    return 0
+
+
+def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
+               listen_sock: socket.socket, internal_sock: socket.socket, wake_r: int, wake_fds: list[int],
+               run_dir: str, clean: bool) -> int:
+    """The worker's main, called in the child right after the fork."""
+    _set_parent_death_signal()
+    table.after_fork()
+    table.clear_worker_waiters(index)
+    table.set_worker_word(index, shm.W_PID, os.getpid())
+    table.set_worker_word(index, shm.W_INCARNATION, incarnation)
+    stats_dir = os.environ.get("KAFKAFAST_SENDFILE_STATS")
+    if stats_dir:
+        _install_sendfile_stats(stats_dir)
+    from kafkafast.runtime.server import new_event_loop
+
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    broker = WorkerBroker(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
+                          run_dir=run_dir, clean=clean)
+    try:
+        return loop.run_until_complete(_serve(broker, listen_sock, internal_sock, wake_r, stop))
+    except Exception:
+        log.exception("worker %d failed", index)
+        return 1
+    finally:
+        loop.close()

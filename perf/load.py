@@ -1,0 +1,201 @@
+"""Load generators, one per process: confluent-kafka (librdkafka) producers and consumers.
+
+Run as `python -m perf.load produce|consume|latency --json '{...}'`; each prints one JSON
+line with what it measured (and its own CPU time, so a client-bound result shows).
+
+* produce: unthrottled for `warmup_s`, then `duration_s` timed; the timed window ends when
+  every message produced in it is acknowledged (`flush`). Only acknowledged messages
+  count (delivery reports for errors only, so the client spends nothing per success).
+* latency: a fixed rate (messages/s), paced every millisecond; the produce->ack latency of
+  each message acknowledged in the timed window (librdkafka's `msg.latency()`).
+* consume: `assign()` every partition at the beginning (no group join in the timed
+  window) and read until `expect` messages arrived.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _producer_conf(a: dict) -> dict:
+    conf = {
+        "bootstrap.servers": a["bootstrap"],
+        "acks": str(a["acks"]),
+        "linger.ms": a.get("linger_ms", 5),
+        "batch.size": a.get("batch_size", 1 << 20),
+        "batch.num.messages": 1_000_000,
+        "message.max.bytes": 8 << 20,
+        "queue.buffering.max.kbytes": 1 << 20,
+        "queue.buffering.max.messages": 1_000_000,
+        "compression.type": a.get("compression", "none"),
+        "enable.idempotence": False,
+        "request.timeout.ms": 30000,
+        "message.timeout.ms": 60000,
+    }
+    if str(a["acks"]) == "0":
+        conf["acks"] = "0"
+    return conf
+
+
+def produce(a: dict) -> dict:
+    from confluent_kafka import Producer
+
+    errors = [0]
+
+    def on_error(err, msg) -> None:
+        if err is not None:
+            errors[0] += 1
+
+    conf = _producer_conf(a)
+    conf["delivery.report.only.error"] = True
+    p = Producer(conf)
+    topic = a["topic"]
+    value = os.urandom(a["size"])
+    produce_ = p.produce
+    poll = p.poll
+
+    def run(seconds: float, count: int = 0) -> tuple[int, float]:
+        n = 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        while True:
+            for _ in range(200 if not count else min(200, count - n)):
+                try:
+                    produce_(topic, value, on_delivery=on_error)
+                    n += 1
+                except BufferError:
+                    poll(0.0005)
+            poll(0)
+            if (count and n >= count) or (not count and time.perf_counter() >= end):
+                break
+        left = p.flush(60)
+        return n - left, time.perf_counter() - t0
+
+    if a.get("warmup_s", 0) > 0:
+        run(a["warmup_s"])
+    errors[0] = 0
+    cpu0 = _cpu()
+    n, elapsed = run(a.get("duration_s", 0), a.get("count", 0))
+    acked = n - errors[0]
+    return {"acked": acked, "errors": errors[0], "seconds": elapsed, "bytes": acked * a["size"],
+            "client_cpu_s": _cpu() - cpu0}
+
+
+def latency(a: dict) -> dict:
+    from confluent_kafka import Producer
+
+    conf = _producer_conf(a)
+    p = Producer(conf)
+    topic = a["topic"]
+    value = os.urandom(a["size"])
+    rate = float(a["rate"])
+    lat: list[float] = []
+    errors = [0]
+    measuring = [False]
+
+    def on_delivery(err, msg) -> None:
+        if err is not None:
+            errors[0] += 1
+        elif measuring[0]:
+            lat.append(msg.latency())
+
+    def run(seconds: float) -> int:
+        sent = 0
+        t0 = time.perf_counter()
+        while True:
+            now = time.perf_counter()
+            if now - t0 >= seconds:
+                break
+            due = int((now - t0) * rate) - sent
+            for _ in range(due):
+                try:
+                    p.produce(topic, value, on_delivery=on_delivery)
+                    sent += 1
+                except BufferError:
+                    p.poll(0.0005)
+            p.poll(0)
+            sleep = (sent + 1) / rate - (time.perf_counter() - t0)
+            if sleep > 0:
+                p.poll(min(sleep, 0.001))
+        return sent
+
+    run(a.get("warmup_s", 0.5))
+    p.flush(30)
+    measuring[0] = True
+    t0 = time.perf_counter()
+    sent = run(a["duration_s"])
+    p.flush(30)
+    elapsed = time.perf_counter() - t0
+    lat.sort()
+    keep = lat if len(lat) <= 100_000 else lat[::max(1, len(lat) // 100_000)]
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000.0 if lat else float("nan")
+
+    return {"rate": rate, "sent": sent, "acked": len(lat), "errors": errors[0], "seconds": elapsed,
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
+            "max_ms": lat[-1] * 1000.0 if lat else float("nan"), "sample_ms": [x * 1000.0 for x in keep]}
+
+
+def consume(a: dict) -> dict:
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+
+    c = Consumer({
+        "bootstrap.servers": a["bootstrap"],
+        "group.id": "perf-" + a["topic"],
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 << 20,
+        "max.partition.fetch.bytes": 16 << 20,
+        "fetch.wait.max.ms": 100,
+        "queued.max.messages.kbytes": 512 << 10,
+        "receive.message.max.bytes": 128 << 20,
+        "enable.partition.eof": False,
+    })
+    expect = a["expect"]
+    cpu0 = _cpu()
+    t0 = time.perf_counter()
+    c.assign([TopicPartition(a["topic"], p, OFFSET_BEGINNING) for p in a["partitions"]])
+    n = 0
+    nbytes = 0
+    errors = 0
+    first = None
+    deadline = t0 + a.get("timeout_s", 120)
+    while n < expect and time.perf_counter() < deadline:
+        batch = c.consume(num_messages=10000, timeout=0.5)
+        if batch and first is None:
+            first = time.perf_counter()
+        for m in batch:
+            if m.error() is not None:
+                errors += 1
+                continue
+            n += 1
+            nbytes += len(m)
+    end = time.perf_counter()
+    c.close()
+    # timed from the first batch: connecting and ListOffsets are not throughput
+    return {"messages": n, "bytes": nbytes, "seconds": end - (first or t0), "seconds_from_assign": end - t0, "errors": errors, "client_cpu_s": _cpu() - cpu0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["produce", "consume", "latency"])
+    ap.add_argument("--json", required=True)
+    args = ap.parse_args()
+    a = json.loads(args.json)
+    out = {"produce": produce, "consume": consume, "latency": latency}[args.mode](a)
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
