@@ -1,0 +1,144 @@
+"""Admin APIs through a real client (confluent-kafka's AdminClient), DeleteRecords,
+retention through the broker, and long-poll fetches that wake when data arrives."""
+from __future__ import annotations
+
+import threading
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                   NewTopic)
+
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol.errors import ErrorCode
+from tests.support.raw_client import RawClient
+
+
+def produce_n(bootstrap, topic, n, partition=0, size=100):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for i in range(n):
+        p.produce(topic, value=b"%06d" % i + b"x" * size, partition=partition)
+        p.poll(0)
+    assert p.flush(20) == 0
+
+
+def offsets(port, topic, ts, partition=0):
+    with RawClient(port) as c:
+        req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=ts)])])
+        return c.request(req, 7).topics[0].partitions[0]
+
+
+def test_describe_and_alter_topic_configs(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("cfg", 1, 1, config={"retention.ms": "12345"})])["cfg"].result(10)
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cfg")
+    configs = admin.describe_configs([res])[res].result(10)
+    assert configs["retention.ms"].value == "12345"
+    assert configs["retention.ms"].source == ConfigResource.Type.TOPIC or configs["retention.ms"].source == 1
+    assert configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].is_default
+    assert configs["segment.bytes"].value == "1073741824"
+    res = ConfigResource(ConfigResource.Type.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(10)
+    configs = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cfg")])
+    configs = list(configs.values())[0].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == str(7 * 24 * 3600 * 1000)
+    # invalid value: INVALID_CONFIG, nothing changes
+    bad = ConfigResource(ConfigResource.Type.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("segment.bytes", "-5", incremental_operation=AlterConfigOpType.SET)])
+    try:
+        admin.incremental_alter_configs([bad])[bad].result(10)
+        raise AssertionError("negative segment.bytes was accepted")
+    except Exception as exc:  # KafkaException with INVALID_CONFIG
+        assert "INVALID_CONFIG" in str(exc) or "InvalidConfig" in str(exc) or "Invalid" in str(exc)
+    # survives a restart
+    broker.restart()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    configs = list(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cfg")]).values())[0].result(10)
+    assert configs["cleanup.policy"].value == "compact"
+
+
+def test_create_partitions_and_describe_cluster(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("grow", 2, 1)])["grow"].result(10)
+    admin.create_partitions([NewPartitions("grow", 5)])["grow"].result(10)
+    md = admin.list_topics("grow", timeout=10)
+    assert sorted(md.topics["grow"].partitions) == [0, 1, 2, 3, 4]
+    fut = admin.create_partitions([NewPartitions("grow", 3)])["grow"]
+    try:
+        fut.result(10)
+        raise AssertionError("shrinking partitions was accepted")
+    except Exception as exc:
+        assert "INVALID_PARTITIONS" in str(exc) or "InvalidPartitions" in str(exc) or "partitions" in str(exc)
+    produce_n(broker.bootstrap, "grow", 3, partition=4)
+    assert offsets(broker.port, "grow", -1, 4).offset == 3
+    desc = admin.describe_cluster().result(10)
+    assert [n.id for n in desc.nodes] == [0] and desc.controller.id == 0 and desc.cluster_id
+
+
+def test_delete_records_moves_log_start_offset(broker_factory):
+    b = broker_factory(settings={"log.segment.bytes": "4096", "log.segment.delete.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("dr", 1, 1)])["dr"].result(10)
+    produce_n(b.bootstrap, "dr", 200)
+    result = admin.delete_records([TopicPartition("dr", 0, 150)])
+    low = list(result.values())[0].result(10)
+    assert low.low_watermark == 150
+    assert offsets(b.port, "dr", -2).offset == 150
+    with RawClient(b.port) as c:
+        req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic="dr", partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=10, partition_max_bytes=1 << 20, current_leader_epoch=-1)])])
+        part = c.request(req, 11).responses[0].partitions[0]
+        assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and part.log_start_offset == 150
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition("dr", 0, 150)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 50 and time.monotonic() < deadline:
+        got += [m.value()[:6] for m in c.consume(100, 0.5) if m.error() is None]
+    c.close()
+    assert got == [b"%06d" % i for i in range(150, 200)]
+
+
+def test_size_retention_deletes_oldest_segments(broker_factory):
+    b = broker_factory(settings={"log.segment.bytes": "2048", "log.retention.bytes": "8192",
+                                 "log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
+    produce_n(b.bootstrap, "ret", 400)
+    deadline = time.monotonic() + 15
+    while offsets(b.port, "ret", -2).offset == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    start = offsets(b.port, "ret", -2).offset
+    assert start > 0 and offsets(b.port, "ret", -1).offset == 400
+    segs = sorted((b.data_dir / "ret-0").glob("*.log"))
+    assert int(segs[0].stem) == start
+    total = sum(s.stat().st_size for s in segs)
+    assert total <= 8192 + 2048 * 2
+
+
+def test_long_poll_fetch_wakes_when_data_arrives(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("wake", 1, 1)])["wake"].result(10)
+
+    def later():
+        time.sleep(0.5)
+        produce_n(broker.bootstrap, "wake", 1)
+
+    t = threading.Thread(target=later)
+    with RawClient(broker.port, timeout=30) as c:
+        req = FetchRequest(replica_id=-1, max_wait_ms=20000, min_bytes=1, max_bytes=1 << 20, topics=[
+            FetchRequest.FetchTopic(topic="wake", partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=-1)])])
+        t.start()
+        start = time.monotonic()
+        part = c.request(req, 12).responses[0].partitions[0]
+        waited = time.monotonic() - start
+    t.join()
+    assert part.error_code == 0 and part.high_watermark == 1 and len(part.records) > 0
+    assert waited < 10, f"the fetch waited {waited:.1f}s for data produced after 0.5s (max_wait 20s)"
