@@ -162,6 +162,7 @@ def consume(a: dict) -> dict:
         "enable.partition.eof": False,
     })
     expect = a["expect"]
+    c.list_topics(a["topic"], timeout=10)  # connect (and learn the topic) before the clock starts
     cpu0 = _cpu()
     t0 = time.perf_counter()
     c.assign([TopicPartition(a["topic"], p, OFFSET_BEGINNING) for p in a["partitions"]])
@@ -182,8 +183,8 @@ def consume(a: dict) -> dict:
             nbytes += len(m)
     end = time.perf_counter()
     c.close()
-    # timed from the first batch: connecting and ListOffsets are not throughput
-    return {"messages": n, "bytes": nbytes, "seconds": end - (first or t0), "seconds_from_assign": end - t0, "errors": errors, "client_cpu_s": _cpu() - cpu0}
+    # timed from assign(): the connection is already up; ListOffsets is inside the window
+    return {"messages": n, "bytes": nbytes, "seconds": end - t0, "seconds_from_first_batch": end - (first or t0), "errors": errors, "client_cpu_s": _cpu() - cpu0}
 
 
 def main() -> int:

@@ -1,0 +1,136 @@
+"""Worker faults and shutdown of the multi-process runtime: a SIGKILLed worker is replaced
+within a second and loses no acknowledged record; SIGTERM stops everything cleanly and
+the next start performs no recovery scan."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+
+import psutil
+
+WORKERS = 2
+SCAN = re.compile(r"worker (\d+) \(incarnation (\d+)\): \d+ owned partitions loaded .* recovery scan of (\d+) bytes")
+
+
+def worker_pids(b) -> set[int]:
+    return {p.pid for p in psutil.Process(b.proc.pid).children()}
+
+
+def scans(log_text: str) -> list[tuple[int, int, int]]:
+    """(worker, incarnation, bytes scanned) per worker start in the broker log."""
+    return [tuple(map(int, m.groups())) for m in SCAN.finditer(log_text)]  # type: ignore[misc]
+
+
+def read_log(b, since: int = 0) -> str:
+    return b.log_path.read_bytes()[since:].decode(errors="replace")
+
+
+def test_sigkilled_worker_is_replaced_and_every_acknowledged_record_is_read_once(broker_factory):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory("kill", workers=WORKERS)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("crash", 4, 1)])["crash"].result(10)
+    acked: list[bytes] = []
+    failed = [0]
+
+    def on_delivery(err, msg) -> None:
+        if err is None:
+            acked.append(msg.value())
+        else:
+            failed[0] += 1
+
+    producer = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 2, "message.timeout.ms": 30000, "reconnect.backoff.ms": 20,
+                         "retry.backoff.ms": 20})
+    consumed: list[bytes] = []
+    stop_consuming = threading.Event()
+
+    def consume() -> None:  # a live consumer through the crash as well
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "live", "enable.auto.commit": False,
+                      "reconnect.backoff.ms": 20, "fetch.wait.max.ms": 50})
+        c.assign([TopicPartition("crash", p, 0) for p in range(4)])
+        while not stop_consuming.is_set():
+            for m in c.consume(500, 0.1):
+                if m.error() is None:
+                    consumed.append(m.value())
+        c.close()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    before = worker_pids(b)
+    victim = min(before)
+    replaced_after = None
+    for i in range(30000):
+        producer.produce("crash", value=b"rec-%06d" % i, on_delivery=on_delivery)
+        if i % 100 == 0:
+            producer.poll(0)
+            time.sleep(0.001)
+        if i == 10000:
+            while len(acked) < 5000:  # the victim holds acknowledged data when it dies
+                producer.poll(0.01)
+            os.kill(victim, signal.SIGKILL)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 5:
+                now = worker_pids(b)
+                if victim not in now and len(now) == WORKERS:
+                    replaced_after = time.monotonic() - t0
+                    break
+                time.sleep(0.01)
+    assert producer.flush(60) == 0
+    assert replaced_after is not None and replaced_after < 1.0, f"replacement after {replaced_after}"
+    after = worker_pids(b)
+    assert len(after) == WORKERS and victim not in after and len(after & before) == WORKERS - 1
+
+    # Every acknowledged record exactly once, read back from the beginning...
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "check", "enable.auto.commit": False})
+    c.assign([TopicPartition("crash", p, 0) for p in range(4)])
+    read: list[bytes] = []
+    deadline = time.time() + 60
+    while time.time() < deadline and len(set(read)) < len(set(acked)):
+        read += [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
+    c.close()
+    assert failed[0] == 0 and len(acked) == 30000
+    assert set(acked) <= set(read)
+    assert len(read) == len(set(read)), "a record was stored twice"
+    # ...and by the consumer that ran through the crash.
+    deadline = time.time() + 30
+    while time.time() < deadline and len(set(consumed)) < len(set(acked)):
+        time.sleep(0.1)
+    stop_consuming.set()
+    consumer.join(10)
+    assert set(acked) <= set(consumed)
+    assert len(consumed) == len(set(consumed))
+    log = read_log(b)
+    replacement = [s for s in scans(log) if s[1] == 2]
+    assert replacement and replacement[0][2] > 0, "the replacement recovered the killed worker's partitions"
+
+
+def test_sigterm_exits_zero_within_ten_seconds_and_the_next_start_scans_nothing(broker_factory):
+    from confluent_kafka import Producer
+
+    b = broker_factory("term", workers=WORKERS)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2})
+    for i in range(5000):
+        p.produce("auto-created", value=b"x" * 100, partition=-1)
+    assert p.flush(30) == 0
+    t0 = time.monotonic()
+    assert b.stop(timeout=15) == 0
+    assert time.monotonic() - t0 < 10.0
+    assert (b.data_dir / ".kafka_cleanshutdown").exists()
+    mark = b.log_path.stat().st_size
+    b.start()
+    starts = scans(read_log(b, mark))
+    assert len(starts) == WORKERS and all(s[2] == 0 for s in starts), starts
+    assert "unclean" not in read_log(b, mark)
+
+    # The same check after a crash of the whole broker does see a scan.
+    b.kill()
+    mark = b.log_path.stat().st_size
+    b.start()
+    starts = scans(read_log(b, mark))
+    assert len(starts) == WORKERS and sum(s[2] for s in starts) > 0, starts

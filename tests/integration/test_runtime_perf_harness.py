@@ -1,0 +1,27 @@
+"""The benchmark harness runs end to end in its tiny profile (seconds); no speed is asserted."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support.broker_process import REPO
+
+
+def test_perf_harness_tiny_profile_writes_results_table_json_and_chart(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "perf.run", "--profile", "tiny", "--out", str(out)],
+                          cwd=str(REPO), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    brokers = {r["broker"] for r in res["produce"]}
+    assert "kafkafast" in brokers
+    for section in ("produce", "consume", "latency"):
+        kf = [r for r in res[section] if r["broker"] == "kafkafast"]
+        assert kf, section
+    assert all(r["complete"] for r in res["consume"])
+    assert set(res["ceilings"]) == {"loopback_tcp_Bps", "loopback_sendfile_Bps", "seq_write_Bps",
+                                    "seq_write_fdatasync_Bps"}
+    assert res["memory"]["kafkafast"]["processes"] >= 2  # supervisor + workers
+    assert "| target |" in (out / "RESULTS.md").read_text()
+    assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"
