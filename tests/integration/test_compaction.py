@@ -1,0 +1,130 @@
+"""Log compaction through a real broker and real clients: the latest value per key survives
+at its original offset, tombstoned keys vanish after delete.retention.ms, and
+`__consumer_offsets` stays small under a commit-heavy workload."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+SETTINGS = {"log.cleaner.backoff.ms": "100", "group.initial.rebalance.delay.ms": "100",
+            "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "65536"}
+KEYS = 1000
+UPDATES = 100_000
+
+
+def log_bytes(data_dir: Path, partition_dir: str) -> int:
+    return sum(f.stat().st_size for f in (data_dir / partition_dir).glob("*.log"))
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        out: list[tuple[int, bytes, bytes | None]] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            out.append((m.offset(), m.key(), m.value()))
+            if m.offset() >= high - 1:
+                return out
+        raise AssertionError(f"read {len(out)} records, never reached the high watermark {high}")
+    finally:
+        c.close()
+
+
+def produce(bootstrap: str, topic: str, records, offsets: dict | None = None) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                  "batch.size": 65536})
+
+    def delivered(err, msg):
+        assert err is None, err
+        if offsets is not None:
+            offsets[msg.key()] = (msg.offset(), msg.value())
+
+    for i, (key, value) in enumerate(records):
+        p.produce(topic, key=key, value=value, on_delivery=delivered)
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def test_compaction_keeps_latest_value_per_key_at_original_offset_and_drops_tombstones(broker_factory):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory(settings=SETTINGS)
+    topic = "compacted"
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": "262144", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "3000"})])[topic].result(15)
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    produce(b.bootstrap, topic, ((b"key-%d" % (i % KEYS), b"value-%d" % i) for i in range(UPDATES)), latest)
+    # Distinct-key filler rolls the segment holding the last updates so that it gets cleaned.
+    produce(b.bootstrap, topic, ((b"filler-%d" % i, os.urandom(100)) for i in range(3000)))
+    assert len(latest) == KEYS and max(o for o, _ in latest.values()) == UPDATES - 1
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        records = read_all(b.bootstrap, topic)
+        if len(records) <= KEYS + 3000:
+            break
+        time.sleep(0.5)
+    keyed = {k: (o, v) for o, k, v in records if k.startswith(b"key-")}
+    assert len([r for r in records if r[1].startswith(b"key-")]) == KEYS
+    assert keyed == latest
+    assert [o for o, _, _ in records] == sorted(o for o, _, _ in records)
+
+    # Tombstones for 100 keys, then enough filler to make them cleanable.
+    gone = [b"key-%d" % i for i in range(100)]
+    produce(b.bootstrap, topic, ((k, None) for k in gone))
+    produce(b.bootstrap, topic, ((b"filler2-%d" % i, os.urandom(100)) for i in range(3000)))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        records = read_all(b.bootstrap, topic)
+        keys_left = {k for _, k, _ in records}
+        if not keys_left & set(gone):
+            break
+        time.sleep(0.5)
+    assert not keys_left & set(gone)
+    keyed = {k: (o, v) for o, k, v in records if k.startswith(b"key-")}
+    assert keyed == {k: v for k, v in latest.items() if k not in gone}
+
+
+def test_consumer_offsets_stays_small_under_commit_heavy_workload(broker_factory):
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory(settings=SETTINGS)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("busy", 12, 1)])["busy"].result(15)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "committer", "enable.auto.commit": False})
+    commits = 2500
+    try:
+        for n in range(commits):
+            c.commit(offsets=[TopicPartition("busy", p, n * 12 + p) for p in range(12)], asynchronous=False)
+    finally:
+        c.close()
+    written = commits * 12
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and log_bytes(b.data_dir, "__consumer_offsets-0") > 150_000:
+        time.sleep(0.2)
+    size = log_bytes(b.data_dir, "__consumer_offsets-0")
+    # 30,000 offset records of ~90 bytes were written; at most the active segment and the
+    # 12 live keys remain.
+    assert size <= 150_000, size
+    b.restart()  # and the committed offsets load back from the compacted log
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "committer"})
+    try:
+        got = c.committed([TopicPartition("busy", p) for p in range(12)], timeout=20)
+        assert [tp.offset for tp in got] == [(commits - 1) * 12 + p for p in range(12)]
+    finally:
+        c.close()
+    assert written == 30_000
