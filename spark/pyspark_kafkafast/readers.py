@@ -82,8 +82,9 @@ class KafkaFastBatchReader(DataSourceReader):
         return [OffsetRangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRangePartition)
-        yield from read_offset_range(self.opts, self.arrow_schema, partition.offset_range)
+        # With no ranges planned Spark still runs one task, with a partition that is not ours.
+        if isinstance(partition, OffsetRangePartition):
+            yield from read_offset_range(self.opts, self.arrow_schema, partition.offset_range)
 
 
 class KafkaFastStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -173,5 +174,5 @@ class KafkaFastStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- task side -----------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, OffsetRangePartition)
-        yield from read_offset_range(self.opts, self.arrow_schema, partition.offset_range)
+        if isinstance(partition, OffsetRangePartition):
+            yield from read_offset_range(self.opts, self.arrow_schema, partition.offset_range)
