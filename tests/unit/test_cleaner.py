@@ -9,7 +9,6 @@ from kafkafast.records import (
     CODEC_GZIP,
     CODEC_NONE,
     CODEC_ZSTD,
-    BatchBuilder,
     decode_batch,
     encode_batch,
     iter_record_batches,
