@@ -38,7 +38,12 @@ PROFILES = {
         name="full", sizes=(100, 1024, 16384, 102400), partitions=(1, 16), acks=("1", "all"),
         warmup_s=1.0, duration_s=3.0, repeats=3, producers=2,
         extra_produce=((1024, 16, "0", "none"), (1024, 16, "1", "lz4")),
-        consume_sizes=(1024, 102400), consume_bytes=512 << 20,
+        consume_sizes=(1024, 102400), consume_bytes=512 << 20, consumers=2,
+    ),
+    "quick": Profile(  # the headline cases only, for development (about 1-2 minutes)
+        name="quick", sizes=(1024,), partitions=(16,), acks=("1",), warmup_s=1.0, duration_s=2.0, repeats=1,
+        producers=2, consume_sizes=(1024, 102400), consume_bytes=128 << 20, consumers=2, latency_fractions=(0.5,),
+        latency_duration_s=2.0, ceiling_bytes=128 << 20,
     ),
     "tiny": Profile(
         name="tiny", sizes=(1024,), partitions=(1,), acks=("1",), warmup_s=0.2, duration_s=0.5,

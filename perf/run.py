@@ -105,15 +105,26 @@ class Bench:
                     t = self.topic("consume")
                     b.create_topic(t, parts)
                     pre = run_load("produce", [{"bootstrap": b.bootstrap, "topic": t, "size": size, "acks": "1",
-                                                "count": count}])[0]
+                                                "count": count, "round_robin": parts}])[0]
+                    if pre["acked"] != count:
+                        raise RuntimeError(f"{b.name}: preload acknowledged {pre['acked']} of {count}")
                     self.produced_bytes[b.name] += pre["bytes"]
                     # warm: the preload just wrote it, so it is in the page cache
                     cpu0 = b.cpu_seconds()
-                    res = run_load("consume", [{"bootstrap": b.bootstrap, "topic": t, "partitions": list(range(parts)),
-                                                "expect": pre["acked"]}])[0]
+                    k = max(1, min(self.p.consumers, parts))
+                    shares = [list(range(parts))[i::k] for i in range(k)]
+                    out = run_load("consume", [{"bootstrap": b.bootstrap, "topic": t, "partitions": sh,
+                                                "expect": sum(count // parts + (q < count % parts) for q in sh)}
+                                               for sh in shares])
+                    res = {"messages": sum(r["messages"] for r in out), "bytes": sum(r["bytes"] for r in out),
+                           "seconds": max(r["seconds"] for r in out),
+                           "client_cpu_s": sum(r["client_cpu_s"] for r in out) / len(out)}
                     cpu = b.cpu_seconds() - cpu0
+                    raw = run_load("rawfetch", [{"bootstrap": b.bootstrap, "topic": t, "partitions": list(range(parts))}])[0]
                     b.delete_topic(t)
-                    runs.append({"msgs_per_s": res["messages"] / res["seconds"], "MB_per_s": res["bytes"] / res["seconds"] / MB,
+                    runs.append({"raw_fetch_MB_per_s": raw["bytes"] / raw["seconds"] / MB,
+                                 "raw_fetch_bytes": raw["bytes"],
+                                 "msgs_per_s": res["messages"] / res["seconds"], "MB_per_s": res["bytes"] / res["seconds"] / MB,
                                  "messages": res["messages"], "expected": pre["acked"],
                                  "broker_cpu_s_per_GB": cpu / max(res["bytes"] / 1e9, 1e-9),
                                  "client_cpu_busy": res["client_cpu_s"] / res["seconds"]})
@@ -122,11 +133,13 @@ class Bench:
                        "msgs_per_s": med * MB / size,
                        "MB_per_s_range": [min(r["MB_per_s"] for r in runs), max(r["MB_per_s"] for r in runs)],
                        "complete": all(r["messages"] >= r["expected"] for r in runs),
+                       "raw_fetch_MB_per_s": statistics.median(r["raw_fetch_MB_per_s"] for r in runs),
                        "broker_cpu_s_per_GB": _median([r["broker_cpu_s_per_GB"] for r in runs]),
                        "client_cpu_busy": max(r["client_cpu_busy"] for r in runs),
                        "client_bound": max(r["client_cpu_busy"] for r in runs) >= 0.8, "repeats": runs}
                 self.results["consume"].append(row)
-                print(f"consume {b.name:9} {size:>6} B p={parts}: {med:8.1f} MB/s complete={row['complete']}", flush=True)
+                print(f"consume {b.name:9} {size:>6} B p={parts}: {med:8.1f} MB/s complete={row['complete']}; "
+                      f"raw fetch {row['raw_fetch_MB_per_s']:8.1f} MB/s", flush=True)
 
     # -- latency -----------------------------------------------------------------------
     def max_rate(self, b: BrokerUnderTest) -> float:

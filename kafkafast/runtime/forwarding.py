@@ -5,9 +5,10 @@ supervisor before the fork and kept open there, so a request sent while worker i
 replaced waits in the backlog for its replacement). Requests arriving there are handled
 with `internal=True`: never forwarded again.
 
-* Produce for a partition this worker does not own: one Produce v8 request per partition,
-  sent to the owner as a small header followed by the client's record bytes straight from
-  the frame they arrived in (`transport.write` of the memoryview: no user-space copy on
+* Produce for partitions this worker does not own: one Produce v8 request per owner and
+  client request (the partitions of one request queued in the same loop pass travel
+  together), sent as small headers interleaved with the client's record bytes straight
+  from the frame they arrived in (`transport.write` of the memoryview: no user-space copy on
   this side when the socket accepts it; the owner assigns offsets in place in the frame it
   reads, as for any produce). acks=0 is forwarded with acks=0 and answered at once.
 * Group and offset requests: the whole client frame goes to the worker that owns the
@@ -43,6 +44,16 @@ PRODUCE_VERSION = 8  # the last non-flexible Produce: fixed-width header, easy t
 CLIENT_ID = b"kafkafast-forward"
 _PRODUCE_HEAD = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id length
 PartResp = ProduceResponse.PartitionProduceResponse
+
+
+def _resolve(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _part_error(partition: int, code: int, message: str | None) -> Any:
+    return PartResp(index=partition, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                    log_start_offset=-1, record_errors=[], error_message=message)
 
 
 class ForwardError(Exception):
@@ -185,6 +196,8 @@ class Forwarder:
         self.links: dict[int, OwnerLink] = {}
         self._connecting: dict[int, asyncio.Future] = {}
         self._corr = 0
+        self._produce_batches: dict[tuple[int, int, int], list] = {}
+        self.forwarded_partitions = 0
         self.forwarded_produce = 0
         self.forwarded_frames = 0
 
@@ -227,33 +240,73 @@ class Forwarder:
         finally:
             self._connecting.pop(worker, None)
 
-    async def produce(self, owner: int, topic: str, partition: int, records: Any, acks: int,
-                      timeout_ms: int) -> Any:
-        """Forwards one partition's records; resolves to its PartitionProduceResponse."""
+    def produce(self, owner: int, topic: str, partition: int, records: Any, acks: int,
+                timeout_ms: int) -> asyncio.Future:
+        """Queues one partition's records for the owner; resolves to its
+        PartitionProduceResponse. Partitions queued for the same owner during one pass of
+        the event loop (one client request touching several partitions) go out together
+        as one Produce request."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        key = (owner, acks, timeout_ms)
+        batch = self._produce_batches.get(key)
+        if batch is None:
+            batch = self._produce_batches[key] = []
+            loop.call_soon(self._send_produce_batch, key)
+        batch.append((topic, partition, records, fut))
+        return fut
+
+    def _send_produce_batch(self, key: tuple[int, int, int]) -> None:
+        batch = self._produce_batches.pop(key)
+        asyncio.get_running_loop().create_task(self._produce_batch(key, batch))
+
+    async def _produce_batch(self, key: tuple[int, int, int], batch: list) -> None:
+        owner, acks, timeout_ms = key
         self.forwarded_produce += 1
+        self.forwarded_partitions += len(batch)
         try:
             ln = await self.link(owner)
             corr = self.next_corr()
-            name = topic.encode()
-            head = bytearray(_PRODUCE_HEAD.size)
-            body = struct.pack(">hhii", -1, acks, timeout_ms, 1) + struct.pack(">h", len(name)) + name \
-                + struct.pack(">iii", 1, partition, len(records))
-            size = _PRODUCE_HEAD.size - 4 + len(CLIENT_ID) + len(body) + len(records)
-            _PRODUCE_HEAD.pack_into(head, 0, size, 0, PRODUCE_VERSION, corr, len(CLIENT_ID))
+            by_topic: dict[str, list] = {}
+            for item in batch:
+                by_topic.setdefault(item[0], []).append(item)
+            parts: list = []
+            body = bytearray(struct.pack(">hhii", -1, acks, timeout_ms, len(by_topic)))
+            for topic, items in by_topic.items():
+                name = topic.encode()
+                body += struct.pack(">h", len(name)) + name + struct.pack(">i", len(items))
+                for _, partition, records, _ in items:
+                    body += struct.pack(">ii", partition, len(records))
+                    parts.append(body)
+                    parts.append(records)  # the client's bytes, straight from its frame
+                    body = bytearray()
+            size = _PRODUCE_HEAD.size - 4 + len(CLIENT_ID) + sum(len(p) for p in parts)
+            head = bytearray(_PRODUCE_HEAD.pack(size, 0, PRODUCE_VERSION, corr, len(CLIENT_ID)))
             head += CLIENT_ID
-            head += body
-            fut = await ln.send([head, records], corr if acks != 0 else None)
+            head += parts[0]
+            parts[0] = head
+            fut = await ln.send(parts, corr if acks != 0 else None)
             if fut is None:
-                return PartResp(index=partition, error_code=0, base_offset=-1, log_append_time_ms=-1,
-                                log_start_offset=-1, record_errors=[], error_message=None)
+                for _, partition, _, f in batch:
+                    _resolve(f, PartResp(index=partition, error_code=0, base_offset=-1, log_append_time_ms=-1,
+                                         log_start_offset=-1, record_errors=[], error_message=None))
+                return
             answer = await asyncio.wait_for(fut, max(timeout_ms, 1000) / 1000.0 + 5.0)
-        except (ForwardError, asyncio.TimeoutError) as exc:
-            log.warning("forwarding produce for %s-%d to worker %d failed: %s", topic, partition, owner, exc)
+            _, resp = api.decode_response(0, PRODUCE_VERSION, answer)
+            got = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
+            for topic, partition, _, f in batch:
+                _resolve(f, got.get((topic, partition)) or _part_error(partition, E.ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                                       "owner did not answer for the partition"))
+        except (ForwardError, OSError, asyncio.TimeoutError) as exc:
+            log.warning("forwarding produce to worker %d failed: %s", owner, exc)
             code = E.ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, asyncio.TimeoutError) else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
-            return PartResp(index=partition, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                            log_start_offset=-1, record_errors=[], error_message=str(exc) or None)
-        _, resp = api.decode_response(0, PRODUCE_VERSION, answer)
-        return resp.responses[0].partition_responses[0]
+            for _, partition, _, f in batch:
+                _resolve(f, _part_error(partition, code, str(exc) or None))
+        except BaseException as exc:
+            for _, partition, _, f in batch:
+                _resolve(f, _part_error(partition, E.ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
 
     async def frame(self, owner: int, frame: bytearray, timeout_s: float = 60.0) -> list:
         """Forwards a whole client request frame; returns the owner's answer as response parts."""

@@ -1,0 +1,144 @@
+"""The cost of forwarding a produce to the owning worker.
+
+    python -m perf.forwarding [--requests 2000] [--out perf/results/forwarding.json]
+
+Starts kafkafast with 2 workers, finds (with psutil) one connection served by the
+partition's owner and one served by the other worker, and sends the same Produce
+requests (acks=1, one batch each) one at a time over both: the difference in
+request->response time is the forwarding hop (encode, Unix socket both ways, owner's
+handling of a second frame); the ratio of the throughputs is what forwarding costs a
+producer that waits for each answer. Also reports the CPU both workers spent per request.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from kafkafast.protocol import api
+from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.records import encode_batch
+from kafkafast.runtime.shm import owner_for
+from perf.brokers import Kafkafast
+
+
+class Conn:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.corr = 0
+
+    def request(self, req, version: int):
+        self.corr += 1
+        self.sock.sendall(api.encode_request(req, version, self.corr, "fwd-bench"))
+        size = struct.unpack(">i", self._recv(4))[0]
+        return api.decode_response(req.API_KEY, version, self._recv(size))[1]
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return bytes(buf)
+
+
+def serving_pid(workers: list[int], broker_port: int, conn: Conn) -> int | None:
+    port = conn.sock.getsockname()[1]
+    for pid in workers:
+        for c in psutil.Process(pid).net_connections(kind="tcp"):
+            if c.raddr and c.raddr.port == port and c.laddr.port == broker_port:
+                return pid
+    return None
+
+
+def cpu(pids: list[int]) -> float:
+    return sum(sum(psutil.Process(p).cpu_times()[:2]) for p in pids)
+
+
+def measure(requests: int, record_sizes: tuple[int, ...], records_per_batch: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kafkafast-fwd-") as tmp:
+        b = Kafkafast(Path(tmp), 2)
+        b.start()
+        try:
+            workers = sorted(p.pid for p in psutil.Process(b.proc.pid).children())
+            conns: dict[int, Conn] = {}
+            for _ in range(200):
+                c = Conn(b.port)
+                time.sleep(0.01)
+                pid = serving_pid(workers, b.port, c)
+                if pid is not None and pid not in conns:
+                    conns[pid] = c
+                if len(conns) == 2:
+                    break
+            any_conn = next(iter(conns.values()))
+            any_conn.request(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+                name="fwd", num_partitions=2, replication_factor=1, assignments=[], configs=[])], timeout_ms=5000), 7)
+            owner_index = owner_for("fwd", 0, 2)
+            # worker index i was forked i-th: the lower pid is worker 0 unless one was respawned
+            owner_pid = workers[owner_index]
+            other_pid = [p for p in workers if p != owner_pid][0]
+            out = {"workers": workers, "owner_pid": owner_pid, "requests": requests,
+                   "records_per_batch": records_per_batch, "sizes": []}
+            for size in record_sizes:
+                batch = encode_batch([(int(time.time() * 1000), None, b"x" * size, [])
+                                      for _ in range(records_per_batch)])
+                req = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+                    name="fwd", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+                row = {"record_size": size, "batch_bytes": len(batch)}
+                for label, pid in (("local", owner_pid), ("forwarded", other_pid)):
+                    c = conns[pid]
+                    for _ in range(min(200, requests // 5)):  # warm-up
+                        c.request(req, 9)
+                    times = []
+                    cpu0 = cpu(workers)
+                    t0 = time.perf_counter()
+                    for _ in range(requests):
+                        t = time.perf_counter()
+                        r = c.request(req, 9)
+                        times.append(time.perf_counter() - t)
+                        assert r.responses[0].partition_responses[0].error_code == 0
+                    wall = time.perf_counter() - t0
+                    cpu_s = cpu(workers) - cpu0
+                    times.sort()
+                    row[label] = {"p50_us": times[len(times) // 2] * 1e6, "p99_us": times[int(len(times) * 0.99)] * 1e6,
+                                  "mean_us": statistics.fmean(times) * 1e6, "MB_per_s": requests * len(batch) / wall / 1e6,
+                                  "broker_cpu_us_per_request": cpu_s / requests * 1e6}
+                row["hop_p50_us"] = row["forwarded"]["p50_us"] - row["local"]["p50_us"]
+                row["throughput_ratio"] = row["forwarded"]["MB_per_s"] / row["local"]["MB_per_s"]
+                row["cpu_ratio"] = row["forwarded"]["broker_cpu_us_per_request"] / max(row["local"]["broker_cpu_us_per_request"], 1e-9)
+                out["sizes"].append(row)
+                print(f"{size:>7} B x {records_per_batch}: local p50 {row['local']['p50_us']:.0f} us, "
+                      f"forwarded p50 {row['forwarded']['p50_us']:.0f} us (hop {row['hop_p50_us']:.0f} us), "
+                      f"throughput x{row['throughput_ratio']:.2f}, broker CPU x{row['cpu_ratio']:.2f}", flush=True)
+            return out
+        finally:
+            b.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.forwarding")
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--records-per-batch", type=int, default=10)
+    ap.add_argument("--sizes", default="100,1024,16384,102400")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    res = measure(args.requests, tuple(int(s) for s in args.sizes.split(",")), args.records_per_batch)
+    res["command"] = "python -m perf.forwarding " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
