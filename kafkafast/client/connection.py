@@ -212,6 +212,14 @@ class BrokerConnection:
             version = self.version(request.API_KEY)
         return self._start(request, request.API_KEY, version)
 
+    def send_oneway(self, request: Any, version: int | None = None) -> None:
+        """Writes a request the broker does not answer (Produce with acks=0)."""
+        if self.closed:
+            raise NetworkError(f"connection to {self.host}:{self.port} is closed")
+        if version is None:
+            version = self.version(request.API_KEY)
+        self._write(encode_request(request, version, self._take_id(), self.client_id))
+
     def _take_id(self) -> int:
         cid = self._next_id
         self._next_id = (cid + 1) & 0x7FFFFFFF
