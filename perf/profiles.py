@@ -27,7 +27,7 @@ class Profile:
     latency_partitions: int = 16
     latency_fractions: tuple[float, ...] = (0.1, 0.5, 0.8)
     latency_duration_s: float = 5.0
-    latency_linger_ms: int = 1
+    latency_linger_ms: int = 5  # as in the throughput runs that set the maximum
     ceiling_bytes: int = 512 << 20
     workers: int = 0  # kafkafast workers; 0 = number of CPUs
     settings: dict = field(default_factory=dict)
@@ -36,9 +36,9 @@ class Profile:
 PROFILES = {
     "full": Profile(
         name="full", sizes=(100, 1024, 16384, 102400), partitions=(1, 16), acks=("1", "all"),
-        warmup_s=1.0, duration_s=3.0, repeats=3, producers=2,
+        warmup_s=0.5, duration_s=2.5, repeats=3, producers=2,
         extra_produce=((1024, 16, "0", "none"), (1024, 16, "1", "lz4")),
-        consume_sizes=(1024, 102400), consume_bytes=512 << 20, consumers=2,
+        consume_sizes=(1024, 102400), consume_bytes=256 << 20, consumers=2,
     ),
     "quick": Profile(  # the headline cases only, for development (about 1-2 minutes)
         name="quick", sizes=(1024,), partitions=(16,), acks=("1",), warmup_s=1.0, duration_s=2.0, repeats=1,

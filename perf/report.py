@@ -135,7 +135,7 @@ def markdown(res: dict) -> str:
         lines.append("")
     lat = res.get("latency", [])
     if lat:
-        lines += ["## Produce->ack latency at fixed rates (1 KiB, acks=1, linger.ms=1)", "",
+        lines += ["## Produce->ack latency at fixed rates (1 KiB, acks=1, linger.ms=5, 16 partitions)", "",
                   f"Rates are fractions of the slower broker's maximum ({_fmt(min(res.get('latency_max_rates', {0: 0}).values()), '.0f')} msg/s).", "",
                   "| load | rate msg/s | broker | achieved | p50 ms | p99 ms | p99.9 ms | max ms |",
                   "|---:|---:|---|---:|---:|---:|---:|---:|"]

@@ -515,6 +515,13 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     broker = WorkerBroker(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
+    profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
+    profiler = None
+    if profile_dir:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         return loop.run_until_complete(_serve(broker, listen_sock, internal_sock, wake_r, stop))
     except Exception:
@@ -522,3 +529,6 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         return 1
     finally:
         loop.close()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"worker-{index}-{os.getpid()}.prof"))

@@ -137,10 +137,19 @@ def test_produce_on_one_worker_and_fetch_on_each_return_the_stored_bytes_via_sen
     for p in range(4):
         stored = (multi.data_dir / f"spread-{p}" / "00000000000000000000.log").read_bytes()
         assert via_a[p] == stored and len(stored) > 0
-    stats = [json.loads(f.read_text()) for f in Path(multi.sendfile_stats).glob("sendfile-*.json")]
-    by_pid = {s["pid"]: s for s in stats}
-    assert set(by_pid) == {pa, pb}, "both workers answered fetches with os.sendfile"
     total = sum(len(v) for v in via_a.values())
+
+    def sendfile_stats() -> dict[int, dict]:
+        stats = [json.loads(f.read_text()) for f in Path(multi.sendfile_stats).glob("sendfile-*.json")]
+        return {s["pid"]: s for s in stats}
+
+    deadline = time.monotonic() + 5  # a worker records a call just after the bytes left
+    while time.monotonic() < deadline:
+        by_pid = sendfile_stats()
+        if set(by_pid) == {pa, pb} and all(s["bytes"] >= total for s in by_pid.values()):
+            break
+        time.sleep(0.05)
+    assert set(by_pid) == {pa, pb}, "both workers answered fetches with os.sendfile"
     for pid in (pa, pb):
         assert by_pid[pid]["calls"] >= 1 and by_pid[pid]["bytes"] >= total
 
