@@ -134,6 +134,7 @@ class AIOProducer:
         self._sender: asyncio.Task | None = None
         self._waiter: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
         self._refresh_wanted = False
         self._refreshing = False
         self._closed = False
@@ -302,14 +303,18 @@ class AIOProducer:
     def _arm(self, when: float) -> None:
         """Wakes the sender at monotonic time `when` unless it is woken earlier anyway."""
         timer = self._timer
-        if timer is not None and timer.when() <= when + 0.0005:
-            return
         if timer is not None:
+            if self._timer_when <= when + 0.0005:
+                return
             timer.cancel()
         loop = self.loop
         assert loop is not None
-        # loop.time() is time.monotonic() for asyncio and uvloop.
-        self._timer = loop.call_at(when, self.wakeup)
+        self._timer_when = when
+        self._timer = loop.call_later(max(0.0, when - time.monotonic()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.wakeup()
 
     def wakeup(self) -> None:
         w = self._waiter
