@@ -32,7 +32,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     3: (1, 12),   # Metadata
     8: (2, 9),    # OffsetCommit
     9: (1, 9),    # OffsetFetch
-    10: (0, 4),   # FindCoordinator (v4+: batched keys)
+    10: (0, 3),   # FindCoordinator (v4+ answers in a list of batched keys)
     11: (0, 9),   # JoinGroup
     12: (0, 4),   # Heartbeat
     13: (0, 5),   # LeaveGroup
@@ -174,7 +174,8 @@ class BrokerConnection:
         except UnsupportedVersionError:
             return False
 
-    async def send(self, request: Any, *, version: int | None = None, expect_response: bool = True) -> Any:
+    async def send(self, request: Any, *, version: int | None = None, expect_response: bool = True,
+                   timeout: float | None = None) -> Any:
         """Sends `request` and returns the decoded response body (None if none is expected).
 
         Raises the typed error of a top-level failure only for transport problems
@@ -194,7 +195,7 @@ class BrokerConnection:
         try:
             if self.closed:
                 raise NetworkError(f"connection to {self.host}:{self.port} is closed")
-            fut = self._start(request, api_key, version)
+            fut = self._start(request, api_key, version, timeout)
             frame = await fut
         finally:
             slots.release()
@@ -225,13 +226,13 @@ class BrokerConnection:
         self._next_id = (cid + 1) & 0x7FFFFFFF
         return cid
 
-    def _start(self, request: Any, api_key: int, version: int) -> asyncio.Future:
+    def _start(self, request: Any, api_key: int, version: int, timeout: float | None = None) -> asyncio.Future:
         loop = self.loop
         assert loop is not None
         cid = self._take_id()
         data = encode_request(request, version, cid, self.client_id)
         fut = loop.create_future()
-        timer = loop.call_later(self.request_timeout, self._timed_out, cid)
+        timer = loop.call_later(timeout or self.request_timeout, self._timed_out, cid)
         self._pending[cid] = (fut, api_key, version, timer)
         self._write(data)
         return fut
@@ -260,7 +261,7 @@ class BrokerConnection:
         if entry is None:
             return
         self.close(RequestTimedOutError(
-            f"no answer from {self.host}:{self.port} within {self.request_timeout:.3f}s "
+            f"no answer from {self.host}:{self.port} in time "
             f"({gen.API_NAMES.get(entry[1], entry[1])})"
         ))
 
