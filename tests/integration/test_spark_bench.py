@@ -1,0 +1,23 @@
+"""The Spark read benchmark runs end to end in its CI size and writes its reports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_spark_bench_tiny_reports_throughput_per_partition_count(tmp_path):
+    out = tmp_path / "spark_bench_tiny"
+    proc = subprocess.run([sys.executable, str(REPO / "perf" / "spark_bench.py"), "--tiny", "--out", str(out)],
+                          cwd=str(REPO), capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["partitions"], r["tasks"]) for r in res["spark"]] == [(1, 1), (2, 2)]
+    assert all(r["records_per_s"] > 0 for r in res["spark"]) and res["client_one_partition"]["records_per_s"] > 0
+    assert "| partitions | Spark tasks |" in out.with_suffix(".md").read_text()
