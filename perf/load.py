@@ -35,8 +35,12 @@ def _producer_conf(a: dict) -> dict:
         "linger.ms": a.get("linger_ms", 5),
         "batch.size": a.get("batch_size", 1 << 20),
         "batch.num.messages": 1_000_000,
+        # Java's default. librdkafka's (1,000,000) lets a producer queue far more than a
+        # broker reads; on this machine's loopback the overflowing receive buffers then
+        # drop segments and TCP backs off for seconds, which measures the kernel, not brokers.
+        "max.in.flight.requests.per.connection": 5,
         "message.max.bytes": 8 << 20,
-        "queue.buffering.max.kbytes": 1 << 20,
+        "queue.buffering.max.kbytes": 64 << 10,  # a short flush tail after the timed window
         "queue.buffering.max.messages": 1_000_000,
         "compression.type": a.get("compression", "none"),
         "enable.idempotence": False,

@@ -50,6 +50,7 @@ class Bench:
         self.workdir = workdir
         self.results: dict = {"produce": [], "consume": [], "latency": [], "memory": {}}
         self.produced_bytes = {b.name: 0 for b in brokers}
+        self.t0 = time.time()
 
     def topic(self, prefix: str) -> str:
         return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -90,7 +91,7 @@ class Bench:
                        "client_bound": max(r["client_cpu_busy"] for r in runs) >= 0.8,
                        "errors": sum(r["errors"] for r in runs), "repeats": runs}
                 self.results["produce"].append(row)
-                print(f"produce {b.name:9} {size:>6} B p={parts:<2} acks={acks:<3} {comp:4}: "
+                print(f"[{time.time() - self.t0:6.0f}s] produce {b.name:9} {size:>6} B p={parts:<2} acks={acks:<3} {comp:4}: "
                       f"{med:>10.0f} msg/s {row['MB_per_s']:8.1f} MB/s  cpu/GB={row['broker_cpu_s_per_GB']}",
                       flush=True)
 
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     workers = args.workers if args.workers is not None else (prof.workers or os.cpu_count() or 1)
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="kafkafast-perf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kafkafast-perf-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         brokers: list[BrokerUnderTest] = []
         names = args.brokers.split(",")
@@ -256,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             results.update(bench.results)
         finally:
             for b in brokers:
-                b.stop()
+                try:
+                    b.stop()
+                except Exception as exc:  # stop the others anyway
+                    print(f"stopping {b.name} failed: {exc}", flush=True)
     results["elapsed_s"] = time.time() - started
     report.write(results, out)
     print(f"results in {out} ({results['elapsed_s']:.0f} s)", flush=True)

@@ -131,7 +131,7 @@ class OwnerLink(asyncio.Protocol):
         self.buf = bytearray()
         self.closed = False
         self._paused = False
-        self._drain: asyncio.Future | None = None
+        self._drain: list[asyncio.Future] = []  # every sender waiting for the buffer to drain
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -159,16 +159,20 @@ class OwnerLink(asyncio.Protocol):
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(ForwardError(f"owner connection {self.path} lost"))
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+        self._wake_senders()
 
     def pause_writing(self) -> None:
         self._paused = True
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
+        self._wake_senders()
+
+    def _wake_senders(self) -> None:
+        waiters, self._drain = self._drain, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
 
     async def send(self, parts: list, corr: int | None) -> asyncio.Future | None:
         """Writes the frame parts; returns the future of the answer (None: no answer expected)."""
@@ -182,8 +186,9 @@ class OwnerLink(asyncio.Protocol):
         for p in parts:
             t.write(p)  # type: ignore[union-attr]
         if self._paused and not self.closed:
-            self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain.append(waiter)
+            await waiter
         return fut
 
 
@@ -293,10 +298,13 @@ class Forwarder:
                 return
             answer = await asyncio.wait_for(fut, max(timeout_ms, 1000) / 1000.0 + 5.0)
             _, resp = api.decode_response(0, PRODUCE_VERSION, answer)
-            got = {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
-            for topic, partition, _, f in batch:
-                _resolve(f, got.get((topic, partition)) or _part_error(partition, E.ErrorCode.UNKNOWN_SERVER_ERROR,
-                                                                       "owner did not answer for the partition"))
+            # Answers come in request order (a partition may be in the batch twice, from
+            # two client requests): match by position, not by name.
+            answers = [p for t in resp.responses for p in t.partition_responses]
+            sent = [item for items in by_topic.values() for item in items]
+            for i, (_, partition, _, f) in enumerate(sent):
+                _resolve(f, answers[i] if i < len(answers) and answers[i].index == partition
+                         else _part_error(partition, E.ErrorCode.UNKNOWN_SERVER_ERROR, "owner answered out of order"))
         except (ForwardError, OSError, asyncio.TimeoutError) as exc:
             log.warning("forwarding produce to worker %d failed: %s", owner, exc)
             code = E.ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, asyncio.TimeoutError) else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
