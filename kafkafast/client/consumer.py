@@ -159,6 +159,10 @@ class AIOConsumer:
         for task in (self._fetch_task, self._commit_task, self._watch_task):
             if task is not None:
                 task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
         if self.group is not None:
             if self.enable_auto_commit and self.group.generation >= 0:
                 try:
@@ -410,7 +414,12 @@ class AIOConsumer:
         if tp is None:
             self._buffer.clear()
             self._buffered = 0
+            for st in self._states.values():
+                st.buffered = 0
             return
+        st = self._states.get(tp)
+        if st is not None:
+            st.buffered = 0
         keep = deque(item for item in self._buffer if item[0] != tp)
         self._buffered = sum(len(item[2]) for item in keep)
         self._buffer = keep

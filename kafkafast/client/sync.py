@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
@@ -60,3 +61,159 @@ __all__ = [
     "LoopThread", "create_topics_sync", "delete_topics_sync", "describe_configs_sync", "fetch_range_sync",
     "list_offsets_sync", "partitions_for_sync", "topics_sync",
 ]
+
+
+class SyncDeliveryFuture:
+    """Result of `KafkaProducer.send`: `.get(timeout)` blocks for the RecordMetadata."""
+
+    __slots__ = ("_inner", "_loop")
+
+    def __init__(self, inner: Any, loop: LoopThread) -> None:
+        self._inner = inner
+        self._loop = loop
+
+    def get(self, timeout: float | None = None) -> Any:
+        async def wait() -> Any:
+            return await self._inner
+        return self._loop.run(wait(), timeout)
+
+
+class KafkaProducer:
+    """Blocking producer: appends in the calling thread, sends from a private loop thread.
+
+    Takes the keyword settings of `AIOProducer`."""
+
+    def __init__(self, bootstrap_servers: str | list[str], **settings: Any) -> None:
+        from kafkafast.client.producer import AIOProducer
+
+        self._lt = LoopThread("kafkafast-producer")
+        self._p = AIOProducer(bootstrap_servers, **settings)
+        self._lt.run(self._p.start())
+        self._num_partitions = self._p._num_partitions
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+             headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None) -> SyncDeliveryFuture:
+        n = self._num_partitions.get(topic)
+        if n is None:
+            n = len(self._lt.run(self._p.partitions_for(topic)))
+        res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
+        if res is None:  # buffer.memory full: block like the Java producer
+            acc = self._p.acc
+            assert acc is not None
+            deadline = time.monotonic() + self._p.max_block
+            while res is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    from kafkafast.protocol.errors import RequestTimedOutError
+                    raise RequestTimedOutError("buffer.memory full")
+                acc.wait_memory_blocking(min(left, 0.1))
+                res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
+        return SyncDeliveryFuture(res, self._lt)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._lt.run(self._p.partitions_for(topic))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._lt.run(self._p.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        try:
+            self._lt.run(self._p.close(timeout))
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> KafkaProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KafkaConsumer:
+    """Blocking consumer over `AIOConsumer` (same keyword settings) on a private loop thread."""
+
+    def __init__(self, *topics: str, bootstrap_servers: str | list[str], **settings: Any) -> None:
+        from kafkafast.client.consumer import AIOConsumer
+
+        self._lt = LoopThread("kafkafast-consumer")
+        self._c = AIOConsumer(*topics, bootstrap_servers=bootstrap_servers, **settings)
+        self._lt.run(self._c.start())
+
+    def _call(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        async def run() -> Any:
+            return fn(*args, **kw)
+        return self._lt.run(run())
+
+    def assign(self, partitions: Any) -> None:
+        self._call(self._c.assign, list(partitions))
+
+    def subscribe(self, topics: Any = None, *, pattern: str | None = None, listener: Any = None) -> None:
+        self._call(self._c.subscribe, topics, pattern=pattern, listener=listener)
+
+    def unsubscribe(self) -> None:
+        self._call(self._c.unsubscribe)
+
+    def assignment(self) -> set:
+        return self._call(self._c.assignment)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
+        return self._lt.run(self._c.getmany(timeout_ms=timeout_ms, max_records=max_records))
+
+    def __iter__(self) -> Any:
+        while True:
+            for records in self.poll(1000).values():
+                yield from records
+
+    def seek(self, tp: Any, offset: int) -> None:
+        self._call(self._c.seek, tp, offset)
+
+    def seek_to_beginning(self, *tps: Any) -> None:
+        self._lt.run(self._c.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: Any) -> None:
+        self._lt.run(self._c.seek_to_end(*tps))
+
+    def position(self, tp: Any) -> int:
+        return self._lt.run(self._c.position(tp))
+
+    def committed(self, tp: Any) -> int | None:
+        return self._lt.run(self._c.committed(tp))
+
+    def commit(self, offsets: Any = None) -> None:
+        self._lt.run(self._c.commit(offsets))
+
+    def commit_async(self, offsets: Any = None) -> ConcurrentFuture:
+        return self._lt.submit(self._c.commit(offsets))
+
+    def offsets_for_times(self, timestamps: dict) -> dict:
+        return self._lt.run(self._c.offsets_for_times(timestamps))
+
+    def beginning_offsets(self, tps: Any) -> dict:
+        return self._lt.run(self._c.beginning_offsets(list(tps)))
+
+    def end_offsets(self, tps: Any) -> dict:
+        return self._lt.run(self._c.end_offsets(list(tps)))
+
+    def pause(self, *tps: Any) -> None:
+        self._call(self._c.pause, *tps)
+
+    def resume(self, *tps: Any) -> None:
+        self._call(self._c.resume, *tps)
+
+    def paused(self) -> set:
+        return self._call(self._c.paused)
+
+    def close(self) -> None:
+        try:
+            self._lt.run(self._c.close())
+        finally:
+            self._lt.stop()
+
+    def __enter__(self) -> KafkaConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ += ["KafkaConsumer", "KafkaProducer", "SyncDeliveryFuture"]
