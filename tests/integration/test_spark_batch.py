@@ -168,3 +168,24 @@ def test_write_without_value_column_is_rejected(spark, module_broker):  # noqa: 
     with pytest.raises(Exception, match="value"):
         (spark.range(3).selectExpr("cast(id AS string) AS key").write.format("kafkafast")
          .option("kafka.bootstrap.servers", module_broker.bootstrap).option("topic", "x").mode("append").save())
+
+
+def test_deleted_offsets_fail_the_read_or_are_skipped_per_fail_on_data_loss(spark, module_broker):  # noqa: F811
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = "spark-data-loss"
+    create_topic(module_broker.bootstrap, topic, 1)
+    fill(module_broker.bootstrap, topic, 1, 0, 100)
+    admin = AdminClient({"bootstrap.servers": module_broker.bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 40)]).values():
+        fut.result(30)
+
+    def read(fail: str):
+        return (spark.read.format("kafkafast").option("kafka.bootstrap.servers", module_broker.bootstrap)
+                .option("subscribe", topic).option("startingOffsets", json.dumps({topic: {"0": 10}}))
+                .option("failOnDataLoss", fail).load())
+
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read("true").count()
+    assert sorted(r.offset for r in read("false").select("offset").collect()) == list(range(40, 100))
