@@ -106,7 +106,9 @@ setup(
     version="0.1.0",
     description="A Kafka-wire-compatible broker in Python with Cython hot paths",
     python_requires=">=3.11",
-    packages=find_packages(include=["kafkafast", "kafkafast.*"]),
+    packages=find_packages(include=["kafkafast", "kafkafast.*"])
+    + find_packages("spark", include=["pyspark_kafkafast", "pyspark_kafkafast.*"]),
+    package_dir={"pyspark_kafkafast": "spark/pyspark_kafkafast"},
     package_data={"kafkafast._native": ["*.pxd", "*.pyi", "py.typed"]},
     ext_modules=_extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
