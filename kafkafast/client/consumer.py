@@ -457,7 +457,7 @@ class AIOConsumer:
         epochs: dict[int, dict[TopicPartition, int]] = {}
         unknown = False
         for tp, st in self._states.items():
-            if st.paused or st.fetch_offset is None or st.in_fetch or st.buffered:
+            if st.paused or st.fetch_offset is None or st.in_fetch or st.buffered >= self.max_buffered_records:
                 continue
             leader = self.cluster.leader_for(tp)
             if leader < 0:

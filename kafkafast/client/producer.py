@@ -241,6 +241,8 @@ class AIOProducer:
                 except asyncio.TimeoutError:
                     pass
                 res = self.append(topic, value, key, headers, partition, timestamp_ms, n)
+        elif res.index == 0:
+            await asyncio.sleep(0)  # a batch just filled up: let the sender ship it while we append
         return res
 
     async def send_and_wait(self, topic: str, value: bytes | None = None, key: bytes | None = None,
