@@ -256,6 +256,8 @@ class Broker:
             if part is not None:
                 part.wake()
             self.log_manager.delete(name, i)
+            if self.log_cleaner is not None:
+                self.log_cleaner.forget(name, i)
         self.notify_metadata_changed()
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:

@@ -9,7 +9,7 @@ CHECKPOINT_VERSION = 0
 
 
 def write_atomically(path: str, text: str) -> None:
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"  # several worker processes may write the same file
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         data = memoryview(text.encode())

@@ -367,6 +367,25 @@ class LogCleaner:
         self.clean_points.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
 
+    @staticmethod
+    def _merge_checkpoint(log_dir: str, points: dict[tuple[str, int], int]) -> None:
+        """Several worker processes each clean the partitions they own and share one file
+        per log dir: under an flock, keep the other entries of partitions that still exist
+        and replace this process's."""
+        import fcntl
+
+        path = os.path.join(log_dir, CLEANER_CHECKPOINT)
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            cp = OffsetCheckpointFile(path)
+            try:
+                merged = cp.read()
+            except Exception:  # a malformed file is rewritten from what this process knows
+                merged = {}
+            merged = {k: v for k, v in merged.items() if os.path.isdir(os.path.join(log_dir, f"{k[0]}-{k[1]}"))}
+            merged.update(points)
+            cp.write(merged)
+
     def checkpoint(self) -> None:
         by_dir: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.log_dirs}
         for d in self.log_dirs:
@@ -375,7 +394,7 @@ class LogCleaner:
                     by_dir[d][key] = off
         for d, points in by_dir.items():
             try:
-                OffsetCheckpointFile(os.path.join(d, CLEANER_CHECKPOINT)).write(points)
+                self._merge_checkpoint(d, points)
             except OSError:
                 log.exception("writing %s in %s failed", CLEANER_CHECKPOINT, d)
 
