@@ -36,6 +36,9 @@ case "$cmd" in
   test)
     install_debian
     install_python test,spark,perf
+    if command -v npm >/dev/null; then  # KafkaJS: an independent client used as a compatibility peer
+      (cd tests/js && npm install --silent --no-audit --no-fund >/dev/null)
+    fi
     export KAFKAFAST_REQUIRE_NATIVE=${KAFKAFAST_REQUIRE_NATIVE:-1}
     exec "$PY" -m pytest -p no:cacheprovider tests "$@"
     ;;

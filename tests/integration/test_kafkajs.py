@@ -1,0 +1,31 @@
+"""KafkaJS — a Kafka client written from the protocol specification, independent of
+librdkafka and the Java client — produces (idempotent, gzip), consumes in a group and
+administers topics against the broker."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+JS = Path(__file__).resolve().parents[1] / "js"
+
+
+def kafkajs_available() -> bool:
+    return shutil.which("node") is not None and (JS / "node_modules" / "kafkajs").is_dir()
+
+
+@pytest.mark.skipif(not kafkajs_available() and os.environ.get("CI") != "true",
+                    reason="node or kafkajs missing (bash run.sh test installs them)")
+def test_kafkajs_produces_consumes_in_a_group_and_administers(broker_factory):
+    b = broker_factory(settings={"group.initial.rebalance.delay.ms": "0"})
+    r = subprocess.run(["node", str(JS / "kafkajs_roundtrip.js"), b.bootstrap], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["consumed"] == 2000
+    assert sum(int(high) for _, high in summary["offsets"]) == 2000
+    assert summary["group"] == "Empty"
