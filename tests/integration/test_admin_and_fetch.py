@@ -142,3 +142,23 @@ def test_long_poll_fetch_wakes_when_data_arrives(broker):
     t.join()
     assert part.error_code == 0 and part.high_watermark == 1 and len(part.records) > 0
     assert waited < 10, f"the fetch waited {waited:.1f}s for data produced after 0.5s (max_wait 20s)"
+
+
+def test_offset_for_leader_epoch_answers_the_end_of_the_epoch(broker):
+    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as Req
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("epochs", 1, 1)])["epochs"].result(10)
+    produce_n(broker.bootstrap, "epochs", 25)
+
+    def ask(epoch, current=-1):
+        with RawClient(broker.port) as c:
+            req = Req(replica_id=-1, topics=[Req.OffsetForLeaderTopic(topic="epochs", partitions=[
+                Req.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=epoch)])])
+            return c.request(req, 4).topics[0].partitions[0]
+
+    r = ask(0)
+    assert (r.error_code, r.leader_epoch, r.end_offset) == (0, 0, 25)
+    r = ask(3)
+    assert (r.error_code, r.leader_epoch, r.end_offset) == (0, -1, -1)
+    assert ask(0, current=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH

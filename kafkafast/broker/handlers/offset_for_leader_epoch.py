@@ -1,0 +1,50 @@
+"""OffsetForLeaderEpoch (key 23), versions 0-4.
+
+For each partition: the largest leader epoch at or below the requested one and the offset
+where the next epoch starts (the log end offset for the current epoch), from the
+partition's leader-epoch checkpoint, as Kafka answers it. Consumers use it to validate
+their position after a leader change; an epoch newer than any known gives -1/-1.
+`current_leader_epoch` (v2+) is checked: older is FENCED_LEADER_EPOCH, newer
+UNKNOWN_LEADER_EPOCH. Partitions appended to by another worker are answered from the
+checkpoint file they share.
+"""
+import os
+
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.offset_for_leader_epoch import (OffsetForLeaderEpochRequest,
+                                                                   OffsetForLeaderEpochResponse)
+from kafkafast.protocol import errors as E
+from kafkafast.storage.leader_epoch import LeaderEpochCache
+
+Result = OffsetForLeaderEpochResponse.EpochEndOffset
+TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+
+
+def end_offset_for_epoch(part, epoch: int) -> tuple[int, int]:
+    lg = part.log
+    if hasattr(lg, "end_offset_for_epoch"):
+        return lg.end_offset_for_epoch(epoch)
+    cache = LeaderEpochCache(os.path.join(lg.reader.dir, "leader-epoch-checkpoint"))
+    return cache.end_offset_for(epoch, lg.state.log_end_offset)
+
+
+@handles(OffsetForLeaderEpochRequest, 0, 4)
+async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) -> OffsetForLeaderEpochResponse:
+    topics = []
+    for t in req.topics:
+        tr = TopicResult(topic=t.topic, partitions=[])
+        topics.append(tr)
+        for p in t.partitions:
+            part = broker.get_partition(t.topic, p.partition)
+            if part is None:
+                tr.partitions.append(Result(error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition,
+                                            leader_epoch=-1, end_offset=-1))
+                continue
+            if version >= 2 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
+                code = (E.ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
+                        else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
+                tr.partitions.append(Result(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1))
+                continue
+            epoch, end = end_offset_for_epoch(part, p.leader_epoch)
+            tr.partitions.append(Result(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
