@@ -1,15 +1,22 @@
 # cython: language_level=3, boundscheck=True, wraparound=False, cdivision=True
 """Compiled twin of `kafkafast.records._pure_codec`: v2 record batch validation, in-place
-offset assignment, recovery scan, varints and record encode/decode.
+offset assignment, recovery scan, varints, record encode/decode, the producer's
+BatchBuilder and the client's ConsumerRecord decoder.
 
 Same functions, semantics and exceptions as the pure twin; the batch grammar is written at
 the top of `kafkafast/records/batch.py`. Every C-level read is checked against the buffer
 length before it happens (the pointer helpers below never see an unchecked position), so
 hostile input raises instead of crashing. The per-record loops never create Python objects
-except where the caller asked for them (decode_records builds Record objects).
+except where the caller asked for them (decode_records builds Record objects,
+decode_consumer_records ConsumerRecords); BatchBuilder.append encodes into a C buffer.
 """
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object op)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -27,6 +34,8 @@ from kafkafast.protocol.primitives import DecodeError
 cdef object INT64_MIN = -(1 << 63)
 cdef object INT64_MAX = (1 << 63) - 1
 cdef object UINT64_MAX = (1 << 64) - 1
+# RecordView.bad when a length varint could not be read at all (no int32 length looks like it).
+cdef int64_t LENGTH_UNREADABLE = -(1 << 40)
 
 
 # ---------------------------------------------------------------------------- C helpers
@@ -412,20 +421,136 @@ def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
 
 # ---------------------------------------------------------------------------- records
 
-cdef object _read_bytes_field(const uint8_t** pp, const uint8_t* end, str what):
-    """Read a varint-length-prefixed nullable byte field at *pp, advancing *pp."""
-    cdef int32_t length
-    cdef Py_ssize_t used = read_varint32(pp[0], end, &length)
+cdef int parse_record(const uint8_t* p, const uint8_t* buf_end, RecordView* r) noexcept nogil:
+    """Locate the fields of the record at p (length prefix first), reading only [p, buf_end).
+
+    Every length is checked, header lengths included; nothing is copied. The one parser of
+    records: decode_records and decode_consumer_records build their objects from its view."""
+    cdef int32_t length, n, j
+    cdef uint64_t ts_raw
+    cdef Py_ssize_t used = read_varint32(p, buf_end, &length)
+    cdef const uint8_t* end
     if used <= 0:
-        raise CorruptMessageError(f"bad {what} length")
-    pp[0] += used
-    if length == -1:
+        return REC_BAD_VARINT
+    p += used
+    if length < MIN_RECORD_BODY or length > buf_end - p:
+        r.bad = length
+        return REC_BAD_LENGTH
+    end = p + length
+    r.attributes = p[0]
+    p += 1
+    used = read_uvarint64(p, end, &ts_raw)
+    if used <= 0:
+        return REC_BAD_VARINT
+    p += used
+    r.timestamp_delta = <int64_t>((ts_raw >> 1) ^ (~(ts_raw & 1) + 1))
+    used = read_varint32(p, end, &r.offset_delta)
+    if used <= 0:
+        return REC_BAD_VARINT
+    p += used
+    used = read_varint32(p, end, &r.key_length)
+    if used <= 0:
+        r.bad = LENGTH_UNREADABLE
+        return REC_BAD_KEY
+    p += used
+    r.key = NULL
+    if r.key_length != -1:
+        if r.key_length < 0 or r.key_length > end - p:
+            r.bad = r.key_length
+            return REC_BAD_KEY
+        r.key = p
+        p += r.key_length
+    used = read_varint32(p, end, &r.value_length)
+    if used <= 0:
+        r.bad = LENGTH_UNREADABLE
+        return REC_BAD_VALUE
+    p += used
+    r.value = NULL
+    if r.value_length != -1:
+        if r.value_length < 0 or r.value_length > end - p:
+            r.bad = r.value_length
+            return REC_BAD_VALUE
+        r.value = p
+        p += r.value_length
+    used = read_varint32(p, end, &r.header_count)
+    if used <= 0:
+        return REC_BAD_VARINT
+    p += used
+    if r.header_count < 0:
+        r.bad = r.header_count
+        return REC_NEGATIVE_HEADERS
+    r.headers = p
+    for j in range(r.header_count):
+        used = read_varint32(p, end, &n)
+        if used <= 0:
+            r.bad = LENGTH_UNREADABLE
+            return REC_BAD_HEADER_KEY
+        p += used
+        if n == -1:
+            return REC_NULL_HEADER_KEY
+        if n < 0 or n > end - p:
+            r.bad = n
+            return REC_BAD_HEADER_KEY
+        p += n
+        used = read_varint32(p, end, &n)
+        if used <= 0:
+            r.bad = LENGTH_UNREADABLE
+            return REC_BAD_HEADER_VALUE
+        p += used
+        if n != -1:
+            if n < 0 or n > end - p:
+                r.bad = n
+                return REC_BAD_HEADER_VALUE
+            p += n
+    if p != end:
+        return REC_NOT_FILLED
+    r.end = end
+    return REC_OK
+
+
+cdef object _record_exception(int status, const RecordView* r):
+    if status == REC_BAD_LENGTH:
+        return CorruptMessageError(f"record length {r.bad} does not fit the batch")
+    if status in (REC_BAD_KEY, REC_BAD_VALUE, REC_BAD_HEADER_KEY, REC_BAD_HEADER_VALUE):
+        what = {REC_BAD_KEY: "key", REC_BAD_VALUE: "value", REC_BAD_HEADER_KEY: "header key",
+                REC_BAD_HEADER_VALUE: "header value"}[status]
+        if r.bad == LENGTH_UNREADABLE:
+            return CorruptMessageError(f"bad {what} length")
+        return CorruptMessageError(f"{what} length {r.bad} does not fit the record")
+    if status == REC_NEGATIVE_HEADERS:
+        return CorruptMessageError(f"negative header count {r.bad}")
+    if status == REC_NULL_HEADER_KEY:
+        return CorruptMessageError("null header key")
+    if status == REC_NOT_FILLED:
+        return CorruptMessageError("record fields do not fill the record length")
+    return CorruptMessageError("truncated or overlong varint in record")
+
+
+cdef inline object _field(const uint8_t* p, int32_t length):
+    if p == NULL:
         return None
-    if length < 0 or length > end - pp[0]:
-        raise CorruptMessageError(f"{what} length {length} does not fit the record")
-    result = PyBytes_FromStringAndSize(<const char*>pp[0], length)
-    pp[0] += length
-    return result
+    return PyBytes_FromStringAndSize(<const char*>p, length)
+
+
+cdef list _headers(const RecordView* r):
+    """The (str key, bytes-or-None value) list of a record parse_record accepted."""
+    cdef list headers = []
+    cdef const uint8_t* p = r.headers
+    cdef int32_t j, n = 0
+    for j in range(r.header_count):
+        p += read_varint32(p, r.end, &n)
+        try:
+            hkey = PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+        except UnicodeDecodeError:
+            raise CorruptMessageError("header key is not UTF-8") from None
+        p += n
+        p += read_varint32(p, r.end, &n)
+        if n == -1:
+            headers.append((hkey, None))
+        else:
+            headers.append((hkey, PyBytes_FromStringAndSize(<const char*>p, n)))
+            p += n
+    return headers
 
 
 @cython.boundscheck(False)
@@ -440,56 +565,115 @@ def decode_records(buf, Py_ssize_t count, int64_t base_offset, int64_t first_tim
     cdef Py_ssize_t n = view.shape[0]
     cdef const uint8_t* p = &view[0] if n > 0 else NULL
     cdef const uint8_t* buf_end = p + n
-    cdef const uint8_t* end
-    cdef Py_ssize_t i, j, used
-    cdef int32_t length, offset_delta, n_headers
-    cdef uint64_t ts_raw
-    cdef int64_t ts_delta
-    cdef int attributes
+    cdef Py_ssize_t i
+    cdef int status
+    cdef RecordView r
     cdef list records = []
-    cdef list headers
     for i in range(count):
-        used = read_varint32(p, buf_end, &length)
-        if used <= 0:
-            raise CorruptMessageError("truncated or overlong varint in record")
-        p += used
-        if length < MIN_RECORD_BODY or length > buf_end - p:
-            raise CorruptMessageError(f"record length {length} does not fit the batch")
-        end = p + length
-        attributes = p[0]
-        p += 1
-        used = read_uvarint64(p, end, &ts_raw)
-        if used <= 0:
-            raise CorruptMessageError("truncated or overlong varint in record")
-        p += used
-        ts_delta = <int64_t>((ts_raw >> 1) ^ (~(ts_raw & 1) + 1))
-        used = read_varint32(p, end, &offset_delta)
-        if used <= 0:
-            raise CorruptMessageError("truncated or overlong varint in record")
-        p += used
-        key = _read_bytes_field(&p, end, "key")
-        value = _read_bytes_field(&p, end, "value")
-        used = read_varint32(p, end, &n_headers)
-        if used <= 0:
-            raise CorruptMessageError("truncated or overlong varint in record")
-        p += used
-        if n_headers < 0:
-            raise CorruptMessageError(f"negative header count {n_headers}")
-        headers = []
-        for j in range(n_headers):
-            hkey = _read_bytes_field(&p, end, "header key")
-            if hkey is None:
-                raise CorruptMessageError("null header key")
-            try:
-                hkey_str = (<bytes>hkey).decode("utf-8")
-            except UnicodeDecodeError:
-                raise CorruptMessageError("header key is not UTF-8") from None
-            hvalue = _read_bytes_field(&p, end, "header value")
-            headers.append((hkey_str, hvalue))
-        if p != end:
-            raise CorruptMessageError("record fields do not fill the record length")
-        records.append(Record(base_offset + offset_delta, first_timestamp + ts_delta, key, value, headers, attributes))
+        status = parse_record(p, buf_end, &r)
+        if status != REC_OK:
+            raise _record_exception(status, &r)
+        records.append(Record(base_offset + r.offset_delta, first_timestamp + r.timestamp_delta,
+                              _field(r.key, r.key_length), _field(r.value, r.value_length),
+                              _headers(&r) if r.header_count else [], r.attributes))
+        p = r.end
     return records
+
+
+@cython.freelist(1024)
+@cython.no_gc
+cdef class ConsumerRecord:
+    """One record read from a partition: the client's record type.
+
+    Built by `decode_consumer_records` straight from the batch bytes (the key and value
+    are the only copies of the payload). Attributes: topic, partition, offset, timestamp,
+    timestamp_type (0 CreateTime, 1 LogAppendTime), key, value, headers.
+
+    Not tracked by the cyclic garbage collector, and neither are the headers lists the
+    decoder makes: a fetch makes hundreds of thousands of them and their fields (str,
+    int, bytes, tuples of those) cannot form cycles, while tracking them made the
+    collector's full passes cost more than decoding. (A cycle a caller builds through
+    them, e.g. a record appended to its own headers, is never freed.)
+    """
+
+    def __init__(self, topic, partition, offset, timestamp, timestamp_type, key, value, headers):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self):
+        return (f"ConsumerRecord({self.topic!r}, {self.partition}, offset={self.offset}, "
+                f"timestamp={self.timestamp}, key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other):
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        cdef ConsumerRecord o = <ConsumerRecord>other
+        return (self.topic == o.topic and self.partition == o.partition and self.offset == o.offset
+                and self.timestamp == o.timestamp and self.timestamp_type == o.timestamp_type
+                and self.key == o.key and self.value == o.value and self.headers == o.headers)
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return (ConsumerRecord, (self.topic, self.partition, self.offset, self.timestamp, self.timestamp_type,
+                                 self.key, self.value, self.headers))
+
+
+@cython.boundscheck(False)
+def decode_consumer_records(buf, Py_ssize_t count, int64_t base_offset, int64_t first_timestamp,
+                            int64_t log_append_time, topic, partition, int64_t start, int64_t end, list out):
+    """Decode `count` v2 records like `decode_records`, appending a `ConsumerRecord` to `out`
+    for each whose offset is in [start, end) (end < 0: no upper bound); returns how many.
+
+    Decoding stops at the first record at or past `end`. With log_append_time >= 0 every
+    record's timestamp is log_append_time and its timestamp_type 1 (LogAppendTime), else
+    first_timestamp + its delta and 0. No intermediate Record objects are made.
+    """
+    if count < 0:
+        raise CorruptMessageError(f"negative record count {count}")
+    cdef const uint8_t[::1] view = _byte_view(buf)
+    cdef Py_ssize_t n = view.shape[0]
+    cdef const uint8_t* p = &view[0] if n > 0 else NULL
+    cdef const uint8_t* buf_end = p + n
+    cdef Py_ssize_t i, added = 0
+    cdef int status
+    cdef int64_t offset
+    cdef RecordView r
+    cdef ConsumerRecord rec
+    cdef object ts_type = 1 if log_append_time >= 0 else 0
+    cdef object fixed_ts = log_append_time if log_append_time >= 0 else None
+    for i in range(count):
+        status = parse_record(p, buf_end, &r)
+        if status != REC_OK:
+            raise _record_exception(status, &r)
+        p = r.end
+        offset = base_offset + r.offset_delta
+        if 0 <= end <= offset or offset < start:
+            if r.header_count:
+                _headers(&r)  # the same UTF-8 check as for the records handed out
+            if offset < start:
+                continue
+            break
+        rec = ConsumerRecord.__new__(ConsumerRecord)
+        rec.topic = topic
+        rec.partition = partition
+        rec.offset = offset
+        rec.timestamp = fixed_ts if fixed_ts is not None else first_timestamp + r.timestamp_delta
+        rec.timestamp_type = ts_type
+        rec.key = _field(r.key, r.key_length)
+        rec.value = _field(r.value, r.value_length)
+        headers = _headers(&r) if r.header_count else []
+        PyObject_GC_UnTrack(headers)
+        rec.headers = headers
+        out.append(rec)
+        added += 1
+    return added
 
 
 cdef inline bytes _as_bytes(object x, str what):
@@ -559,6 +743,157 @@ def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
     for part in parts:
         p = _put_field(p, part)
     return out
+
+
+cdef extern from *:
+    bint sub_overflow "__builtin_sub_overflow"(int64_t a, int64_t b, int64_t* out) noexcept nogil
+
+
+cdef class BatchBuilder:
+    """Accumulates records and builds one v2 batch (grammar at the top of `batch.py`).
+
+    Each appended record is encoded at once into a growing buffer; the batch's
+    baseTimestamp is the first record's timestamp and maxTimestamp the largest. `max_size`
+    bounds the uncompressed size: `append` returns False (and adds nothing) when the
+    record would cross it, unless the batch is still empty (a single oversized record is
+    allowed, as Kafka producers do). `build` compresses, writes the header and the CRC.
+    """
+
+    def __cinit__(self):
+        self._buf = NULL
+        self._len = 0
+        self._cap = 0
+
+    def __init__(self, int compression=0, *, int64_t base_offset=0, int64_t producer_id=-1,
+                 int16_t producer_epoch=-1, int32_t base_sequence=-1, bint is_transactional=False,
+                 bint is_control=False, int32_t partition_leader_epoch=-1, max_size=None):
+        if compression & ~7:
+            raise ValueError(f"compression codec {compression} out of range")
+        self.compression = compression
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.max_size = max_size
+        self._attributes = compression | (0x10 if is_transactional else 0) | (0x20 if is_control else 0)
+        self._len = 0
+        self._first_timestamp = -1
+        self._max_timestamp = -1
+        self._count = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._buf)
+
+    @property
+    def max_size(self):
+        return None if self._max_size < 0 else self._max_size
+
+    @max_size.setter
+    def max_size(self, value):
+        self._max_size = -1 if value is None else value
+
+    @property
+    def record_count(self):
+        return self._count
+
+    @property
+    def estimated_size(self):
+        """Size of the batch if built uncompressed (an upper bound for compressed batches in practice)."""
+        return HEADER_SIZE + self._len
+
+    cdef int _reserve(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t cap = self._cap if self._cap else 4096
+        cdef uint8_t* grown
+        while cap < self._len + extra:
+            cap *= 2
+        grown = <uint8_t*>PyMem_Realloc(self._buf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        self._buf = grown
+        self._cap = cap
+        return 0
+
+    def append(self, int64_t timestamp, key, value, headers=()):
+        """Add a record; False if it would exceed max_size and the batch is not empty."""
+        cdef int64_t ts_delta
+        cdef int32_t offset_delta = self._count
+        cdef list parts = None
+        cdef Py_ssize_t n_headers = 0
+        cdef Py_ssize_t body, total
+        cdef uint8_t* p
+        if self._count == 0:
+            self._first_timestamp = timestamp
+            self._max_timestamp = timestamp
+        if sub_overflow(timestamp, self._first_timestamp, &ts_delta):
+            raise OverflowError("timestamp delta outside the signed 64-bit range")
+        kb = key if (key is None or type(key) is bytes) else _as_bytes(key, "key")
+        vb = value if (value is None or type(value) is bytes) else _as_bytes(value, "value")
+        body = 1 + uvarint_size(_zigzag(ts_delta)) + uvarint_size(_zigzag(offset_delta))
+        body += _field_size(kb) + _field_size(vb)
+        if headers:
+            parts = []
+            for hkey, hvalue in headers:
+                hk = (<str>hkey).encode("utf-8") if isinstance(hkey, str) else _as_bytes(hkey, "header key")
+                hv = None if hvalue is None else _as_bytes(hvalue, "header value")
+                parts.append(hk)
+                parts.append(hv)
+                body += _field_size(hk) + _field_size(hv)
+            n_headers = len(parts) // 2
+        body += uvarint_size(_zigzag(n_headers))
+        total = uvarint_size(_zigzag(body)) + body
+        if self._max_size >= 0 and self._count and HEADER_SIZE + self._len + total > self._max_size:
+            return False
+        if self._len + total > self._cap:
+            self._reserve(total)
+        p = self._buf + self._len
+        p = put_uvarint(p, _zigzag(body))
+        p[0] = 0
+        p += 1
+        p = put_uvarint(p, _zigzag(ts_delta))
+        p = put_uvarint(p, _zigzag(offset_delta))
+        p = _put_field(p, kb)
+        p = _put_field(p, vb)
+        p = put_uvarint(p, _zigzag(n_headers))
+        if parts is not None:
+            for part in parts:
+                p = _put_field(p, part)
+        self._len += total
+        self._count += 1
+        if timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        return True
+
+    def build(self):
+        """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
+        cdef const uint8_t* records = self._buf
+        cdef Py_ssize_t n = self._len
+        cdef object compressed = None
+        cdef const uint8_t[::1] cview
+        if self.compression != 0:
+            from kafkafast.records.compression import compress
+            compressed = compress(self.compression, PyBytes_FromStringAndSize(<const char*>self._buf, self._len))
+            cview = _byte_view(compressed)
+            n = cview.shape[0]
+            records = &cview[0] if n > 0 else NULL
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + n)
+        cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+        put_be64(p, self.base_offset)
+        put_be32(p + 8, <uint32_t>(HEADER_SIZE + n - 12))
+        put_be32(p + 12, <uint32_t>self.partition_leader_epoch)
+        p[16] = 2
+        put_be16(p + 21, self._attributes)
+        put_be32(p + 23, <uint32_t>(self._count - 1))
+        put_be64(p + 27, self._first_timestamp)
+        put_be64(p + 35, self._max_timestamp)
+        put_be64(p + 43, self.producer_id)
+        put_be16(p + 51, self.producer_epoch)
+        put_be32(p + 53, <uint32_t>self.base_sequence)
+        put_be32(p + 57, <uint32_t>self._count)
+        if n:
+            memcpy(p + HEADER_SIZE, records, n)
+        put_be32(p + 17, <uint32_t>_crc32c(memoryview(out)[CRC_START:]))
+        return out
 
 
 # Imported last on purpose: importing kafkafast.records.model initialises the

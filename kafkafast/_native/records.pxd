@@ -44,3 +44,61 @@ cdef Py_ssize_t read_varint32(const uint8_t* p, const uint8_t* end, int32_t* out
 cdef int uvarint_size(uint64_t v) noexcept nogil
 cdef uint8_t* put_uvarint(uint8_t* p, uint64_t v) noexcept nogil
 cdef int walk_records(const uint8_t* p, const uint8_t* end, int32_t expected, int32_t* seen) noexcept nogil
+
+# Result of parse_record().
+cdef enum RecordStatus:
+    REC_OK = 0
+    REC_BAD_VARINT = 1      # truncated or overlong varint
+    REC_BAD_LENGTH = 2      # record length below 6 or past the buffer
+    REC_BAD_KEY = 3         # key length varint unreadable, or the key does not fit
+    REC_BAD_VALUE = 4
+    REC_NEGATIVE_HEADERS = 5
+    REC_BAD_HEADER_KEY = 6
+    REC_NULL_HEADER_KEY = 7
+    REC_BAD_HEADER_VALUE = 8
+    REC_NOT_FILLED = 9      # the fields end before the record length says
+
+# One v2 record located in its buffer by parse_record(); nothing is copied.
+cdef struct RecordView:
+    int attributes
+    int64_t timestamp_delta
+    int32_t offset_delta
+    const uint8_t* key          # NULL when key_length == -1
+    int32_t key_length
+    const uint8_t* value
+    int32_t value_length
+    const uint8_t* headers      # first header; every header's lengths are checked
+    int32_t header_count
+    const uint8_t* end          # the next record
+    int64_t bad                 # the offending length, for the error message
+
+cdef int parse_record(const uint8_t* p, const uint8_t* buf_end, RecordView* r) noexcept nogil
+
+
+cdef class ConsumerRecord:
+    cdef public object topic
+    cdef public object partition
+    cdef public object offset
+    cdef public object timestamp
+    cdef public object timestamp_type
+    cdef public object key
+    cdef public object value
+    cdef public object headers
+
+
+cdef class BatchBuilder:
+    cdef public int compression
+    cdef public int64_t base_offset
+    cdef public int64_t producer_id
+    cdef public int16_t producer_epoch
+    cdef public int32_t base_sequence
+    cdef public int32_t partition_leader_epoch
+    cdef Py_ssize_t _max_size       # -1: unbounded
+    cdef int16_t _attributes
+    cdef uint8_t* _buf              # the encoded records (no batch header)
+    cdef Py_ssize_t _len
+    cdef Py_ssize_t _cap
+    cdef int64_t _first_timestamp
+    cdef int64_t _max_timestamp
+    cdef int32_t _count
+    cdef int _reserve(self, Py_ssize_t extra) except -1

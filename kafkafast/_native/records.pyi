@@ -25,3 +25,70 @@ def encode_record(
     value: bytes | bytearray | memoryview | None,
     headers: Iterable[tuple[str | bytes, bytes | bytearray | memoryview | None]] = (),
 ) -> bytes: ...
+def decode_consumer_records(
+    buf: _Buffer,
+    count: int,
+    base_offset: int,
+    first_timestamp: int,
+    log_append_time: int,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    out: list[ConsumerRecord],
+) -> int: ...
+
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        timestamp_type: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+    ) -> None: ...
+
+class BatchBuilder:
+    compression: int
+    base_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    partition_leader_epoch: int
+    max_size: int | None
+    def __init__(
+        self,
+        compression: int = 0,
+        *,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        partition_leader_epoch: int = -1,
+        max_size: int | None = None,
+    ) -> None: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def estimated_size(self) -> int: ...
+    def append(
+        self,
+        timestamp: int,
+        key: bytes | bytearray | memoryview | None,
+        value: bytes | bytearray | memoryview | None,
+        headers: Iterable[tuple[str | bytes, bytes | bytearray | memoryview | None]] = (),
+    ) -> bool: ...
+    def build(self) -> bytes: ...

@@ -1,42 +1,29 @@
 """Records as the client hands them out, and the decoding of fetched record sets.
 
-Decoding is done by `kafkafast.records.iter_record_batches` (compiled twin, every codec,
-legacy v0/v1 too); here the records of each batch are wrapped with their topic, partition
-and the batch's timestamp type, records before the requested offset (a fetch starts at
-the batch holding it) and control batches are dropped.
+`ConsumerRecord` and `decode_consumer_records` come from the record codec twin (compiled
+when built): each v2 batch of a fetched record set is CRC-checked and decompressed here,
+then its records become ConsumerRecords in one call, straight from the batch bytes, with
+no intermediate Record objects. Records before the requested offset (a fetch starts at
+the batch holding it) and control batches are dropped. Legacy v0/v1 message sets are
+decoded by `kafkafast.records.legacy`.
 """
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
-from kafkafast.records import iter_record_batches
-from kafkafast.records.model import BatchHeader, Record
+from kafkafast.protocol.errors import CorruptMessageError
+from kafkafast.records.batch import (
+    ConsumerRecord,
+    batch_crc_ok,
+    decode_consumer_records,
+    read_batch_header,
+)
+from kafkafast.records.compression import decompress
+from kafkafast.records.legacy import decode_legacy_entry
+from kafkafast.records.model import BATCH_HEADER_SIZE, BATCH_LENGTH_OVERHEAD, CODEC_NONE
 
-
-class ConsumerRecord:
-    """One record read from a partition."""
-
-    __slots__ = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers")
-
-    def __init__(self, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
-                 key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.timestamp = timestamp
-        self.timestamp_type = timestamp_type
-        self.key = key
-        self.value = value
-        self.headers = headers
-
-    def __repr__(self) -> str:
-        return (f"ConsumerRecord({self.topic!r}, {self.partition}, offset={self.offset}, "
-                f"timestamp={self.timestamp}, key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ConsumerRecord):
-            return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+_I32 = struct.Struct(">i")
 
 
 class RecordMetadata(NamedTuple):
@@ -52,33 +39,56 @@ def decode_fetched(
     buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records of a fetched record set with offsets in [start, end), and the offset to
-    fetch next (past skipped control batches, and past the last complete batch)."""
+    fetch next (past skipped control batches, and past the last complete batch).
+
+    A partial entry at the end is ignored (brokers truncate the last batch of a fetch
+    response to max_bytes); batches wholly before `start` are CRC-checked, not decoded."""
     out: list[ConsumerRecord] = []
     next_offset = start
     if not buf:
         return out, next_offset
-    append = out.append
-    for header, records in iter_record_batches(buf):
-        if isinstance(header, BatchHeader):
-            if header.next_offset > next_offset:
-                next_offset = header.next_offset
-            if header.is_control:
-                continue
-            ts_type = header.timestamp_type
-        else:
-            ts_type = header.timestamp_type
+    stop = -1 if end is None else end
+    mv = memoryview(buf)
+    n = len(mv)
+    pos = 0
+    while n - pos >= 17:
+        length = _I32.unpack_from(mv, pos + 8)[0]
+        if length < 0:
+            raise CorruptMessageError(f"negative entry length {length} at {pos}")
+        size = length + BATCH_LENGTH_OVERHEAD
+        if size > n - pos:
+            break
+        magic = mv[pos + 16]
+        if magic == 2:
+            header = read_batch_header(mv, pos)
+            if not batch_crc_ok(mv, pos, size):
+                raise CorruptMessageError(f"batch at {pos}: CRC32C mismatch")
+            batch_next = header.next_offset
+            if batch_next > next_offset:
+                next_offset = batch_next
+            if batch_next > start and not header.is_control:
+                payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
+                if header.compression != CODEC_NONE:
+                    payload = decompress(header.compression, payload)
+                decode_consumer_records(payload, header.records_count, header.base_offset, header.first_timestamp,
+                                        header.max_timestamp if header.timestamp_type else -1,
+                                        topic, partition, start, stop, out)
+        elif magic in (0, 1):
+            legacy, records = decode_legacy_entry(mv, pos)
+            ts_type = legacy.timestamp_type
             if records and records[-1].offset + 1 > next_offset:
                 next_offset = records[-1].offset + 1
-        r: Record
-        for r in records:
-            off = r.offset
-            if off < start:
-                continue
-            if end is not None and off >= end:
-                break
-            append(ConsumerRecord(topic, partition, off, r.timestamp, ts_type, r.key, r.value, r.headers))
+            for r in records:
+                if r.offset < start:
+                    continue
+                if end is not None and r.offset >= end:
+                    break
+                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers))
+        else:
+            raise CorruptMessageError(f"unknown magic {magic} at {pos}")
         if end is not None and next_offset >= end:
             break
+        pos += size
     return out, next_offset
 
 

@@ -313,6 +313,42 @@ def _bytes_field(mv: memoryview, pos: int, end: int, what: str) -> tuple[bytes |
     return bytes(mv[pos : pos + length]), pos + length
 
 
+def _decode_record(mv: memoryview, pos: int, n: int) -> tuple[int, int, int, bytes | None, bytes | None, list, int]:
+    """(attributes, timestampDelta, offsetDelta, key, value, headers, next position) of the
+    record at `pos`; CorruptMessageError when malformed."""
+    try:
+        length, pos = _varint32(mv, pos, n)
+        if length < MIN_RECORD_BODY or length > n - pos:
+            raise CorruptMessageError(f"record length {length} does not fit the batch")
+        end = pos + length
+        attributes = mv[pos]
+        pos += 1
+        ts_delta, pos = _uvarint(mv, pos, end)
+        ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
+        offset_delta, pos = _varint32(mv, pos, end)
+        key, pos = _bytes_field(mv, pos, end, "key")
+        value, pos = _bytes_field(mv, pos, end, "value")
+        n_headers, pos = _varint32(mv, pos, end)
+        if n_headers < 0:
+            raise CorruptMessageError(f"negative header count {n_headers}")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(n_headers):
+            hkey, pos = _bytes_field(mv, pos, end, "header key")
+            if hkey is None:
+                raise CorruptMessageError("null header key")
+            hvalue, pos = _bytes_field(mv, pos, end, "header value")
+            try:
+                hkey_str = hkey.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptMessageError("header key is not UTF-8") from None
+            headers.append((hkey_str, hvalue))
+        if pos != end:
+            raise CorruptMessageError("record fields do not fill the record length")
+    except DecodeError:
+        raise CorruptMessageError("truncated or overlong varint in record") from None
+    return attributes, ts_delta, offset_delta, key, value, headers, end
+
+
 def decode_records(buf: Buffer, count: int, base_offset: int, first_timestamp: int) -> list[Record]:
     """Decode `count` v2 records from uncompressed record bytes; offsets/timestamps made absolute.
 
@@ -325,40 +361,78 @@ def decode_records(buf: Buffer, count: int, base_offset: int, first_timestamp: i
     records: list[Record] = []
     pos = 0
     for _ in range(count):
-        try:
-            length, pos = _varint32(mv, pos, n)
-            if length < MIN_RECORD_BODY or length > n - pos:
-                raise CorruptMessageError(f"record length {length} does not fit the batch")
-            end = pos + length
-            attributes = mv[pos]
-            pos += 1
-            ts_delta, pos = _uvarint(mv, pos, end)
-            ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
-            offset_delta, pos = _varint32(mv, pos, end)
-            key, pos = _bytes_field(mv, pos, end, "key")
-            value, pos = _bytes_field(mv, pos, end, "value")
-            n_headers, pos = _varint32(mv, pos, end)
-            if n_headers < 0:
-                raise CorruptMessageError(f"negative header count {n_headers}")
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(n_headers):
-                hkey, pos = _bytes_field(mv, pos, end, "header key")
-                if hkey is None:
-                    raise CorruptMessageError("null header key")
-                try:
-                    hkey_str = hkey.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise CorruptMessageError("header key is not UTF-8") from None
-                hvalue, pos = _bytes_field(mv, pos, end, "header value")
-                headers.append((hkey_str, hvalue))
-            if pos != end:
-                raise CorruptMessageError("record fields do not fill the record length")
-        except DecodeError:
-            raise CorruptMessageError("truncated or overlong varint in record") from None
+        attributes, ts_delta, offset_delta, key, value, headers, pos = _decode_record(mv, pos, n)
         records.append(
             Record(base_offset + offset_delta, first_timestamp + ts_delta, key, value, headers, attributes)
         )
     return records
+
+
+class ConsumerRecord:
+    """One record read from a partition: the client's record type.
+
+    Built by `decode_consumer_records` straight from the batch bytes (the key and value
+    are the only copies of the payload). Attributes: topic, partition, offset, timestamp,
+    timestamp_type (0 CreateTime, 1 LogAppendTime), key, value, headers.
+    """
+
+    __slots__ = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers")
+
+    def __init__(self, topic: str, partition: int, offset: int, timestamp: int, timestamp_type: int,
+                 key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return (f"ConsumerRecord({self.topic!r}, {self.partition}, offset={self.offset}, "
+                f"timestamp={self.timestamp}, key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (ConsumerRecord, tuple(getattr(self, s) for s in self.__slots__))
+
+
+def decode_consumer_records(
+    buf: Buffer, count: int, base_offset: int, first_timestamp: int, log_append_time: int, topic: str,
+    partition: int, start: int, end: int, out: list[ConsumerRecord],
+) -> int:
+    """Decode `count` v2 records like `decode_records`, appending a `ConsumerRecord` to `out`
+    for each whose offset is in [start, end) (end < 0: no upper bound); returns how many.
+
+    Decoding stops at the first record at or past `end`. With log_append_time >= 0 every
+    record's timestamp is log_append_time and its timestamp_type 1 (LogAppendTime), else
+    first_timestamp + its delta and 0. No intermediate Record objects are made.
+    """
+    if count < 0:
+        raise CorruptMessageError(f"negative record count {count}")
+    mv = _view(buf)
+    n = len(mv)
+    pos = 0
+    added = 0
+    ts_type = 1 if log_append_time >= 0 else 0
+    for _ in range(count):
+        _attributes, ts_delta, offset_delta, key, value, headers, pos = _decode_record(mv, pos, n)
+        offset = base_offset + offset_delta
+        if 0 <= end <= offset:
+            break
+        if offset < start:
+            continue
+        out.append(ConsumerRecord(topic, partition, offset, log_append_time if ts_type else first_timestamp + ts_delta,
+                                  ts_type, key, value, headers))
+        added += 1
+    return added
 
 
 def _as_bytes(x: object, what: str) -> bytes:
@@ -411,3 +485,96 @@ def encode_record(
     _put_varint(out, len(body))
     out += body
     return bytes(out)
+
+
+class BatchBuilder:
+    """Accumulates records and builds one v2 batch (grammar at the top of `batch.py`).
+
+    Each appended record is encoded at once into a growing buffer; the batch's
+    baseTimestamp is the first record's timestamp and maxTimestamp the largest. `max_size`
+    bounds the uncompressed size: `append` returns False (and adds nothing) when the
+    record would cross it, unless the batch is still empty (a single oversized record is
+    allowed, as Kafka producers do). `build` compresses, writes the header and the CRC.
+    """
+
+    __slots__ = (
+        "compression", "base_offset", "producer_id", "producer_epoch", "base_sequence",
+        "partition_leader_epoch", "max_size", "_attributes", "_buf", "_first_timestamp", "_max_timestamp", "_count",
+    )
+
+    def __init__(
+        self,
+        compression: int = 0,
+        *,
+        base_offset: int = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        partition_leader_epoch: int = -1,
+        max_size: int | None = None,
+    ) -> None:
+        if compression & ~MAX_CODEC_MASK:
+            raise ValueError(f"compression codec {compression} out of range")
+        self.compression = compression
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.max_size = max_size
+        self._attributes = compression | (0x10 if is_transactional else 0) | (0x20 if is_control else 0)
+        self._buf = bytearray()
+        self._first_timestamp = -1
+        self._max_timestamp = -1
+        self._count = 0
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def estimated_size(self) -> int:
+        """Size of the batch if built uncompressed (an upper bound for compressed batches in practice)."""
+        return HEADER_SIZE + len(self._buf)
+
+    def append(self, timestamp: int, key: Buffer | None, value: Buffer | None,
+               headers: Iterable[tuple[str | bytes, Buffer | None]] = ()) -> bool:
+        """Add a record; False if it would exceed max_size and the batch is not empty."""
+        if not INT64_MIN <= timestamp <= INT64_MAX:
+            raise OverflowError("timestamp outside the signed 64-bit range")
+        if self._count == 0:
+            self._first_timestamp = timestamp
+            self._max_timestamp = timestamp
+        encoded = encode_record(self._count, timestamp - self._first_timestamp, key, value, headers)
+        if self.max_size is not None and self._count and HEADER_SIZE + len(self._buf) + len(encoded) > self.max_size:
+            return False
+        self._buf += encoded
+        self._count += 1
+        if timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        return True
+
+    def build(self) -> bytes:
+        """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
+        records: bytes | bytearray = self._buf
+        if self.compression != 0:
+            from kafkafast.records.compression import compress
+
+            records = compress(self.compression, bytes(self._buf))
+        size = HEADER_SIZE + len(records)
+        out = bytearray(size)
+        _HEAD.pack_into(out, 0, self.base_offset, size - 12, self.partition_leader_epoch, 2)
+        _TAIL.pack_into(
+            out, CRC_START, self._attributes, self._count - 1, self._first_timestamp, self._max_timestamp,
+            self.producer_id, self.producer_epoch, self.base_sequence, self._count,
+        )
+        out[HEADER_SIZE:] = records
+        _U32.pack_into(out, 17, _crc32c(memoryview(out)[CRC_START:]))
+        return bytes(out)
+
+
+MAX_CODEC_MASK = 0x07
+_HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount

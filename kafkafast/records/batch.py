@@ -59,17 +59,12 @@ from crc32c import crc32c as _crc32c
 
 from kafkafast import native
 from kafkafast.protocol.errors import CorruptMessageError
-from kafkafast.records.compression import compress, decompress
+from kafkafast.records.compression import decompress
 from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import (
-    ATTR_CONTROL,
-    ATTR_TRANSACTIONAL,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_OVERHEAD,
-    CODEC_MASK,
     CODEC_NONE,
-    CRC_START,
-    NO_TIMESTAMP,
     TIMESTAMP_LOG_APPEND,
     BatchHeader,
     LegacyHeader,
@@ -95,12 +90,6 @@ decode_uvarint = _codec.decode_uvarint
 def crc32c(data: Buffer) -> int:
     """CRC32C (Castagnoli) of `data`, the checksum of v2 batches."""
     return _crc32c(data)
-
-
-# Everything in the header after the CRC: attributes .. recordsCount (40 bytes).
-_HEADER_TAIL = struct.Struct(">hiqqqhii")
-_HEADER_HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
-_U32 = struct.Struct(">I")
 
 
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
@@ -156,93 +145,12 @@ def iter_record_batches(
         pos += size
 
 
-class BatchBuilder:
-    """Accumulates records and builds one v2 batch (grammar at the top of this module).
-
-    Each appended record is encoded at once by the codec twin; the batch's baseTimestamp is
-    the first record's timestamp and maxTimestamp the largest. `max_size` bounds the
-    uncompressed size: `append` returns False (and adds nothing) when the record would
-    cross it, unless the batch is still empty (a single oversized record is allowed, as
-    Kafka producers do).
-    """
-
-    __slots__ = (
-        "compression", "base_offset", "producer_id", "producer_epoch", "base_sequence",
-        "partition_leader_epoch", "max_size", "_attributes", "_parts", "_size",
-        "_first_timestamp", "_max_timestamp", "_count", "_encode_record",
-    )
-
-    def __init__(
-        self,
-        compression: int = CODEC_NONE,
-        *,
-        base_offset: int = 0,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-        base_sequence: int = -1,
-        is_transactional: bool = False,
-        is_control: bool = False,
-        partition_leader_epoch: int = -1,
-        max_size: int | None = None,
-    ) -> None:
-        if compression & ~CODEC_MASK:
-            raise ValueError(f"compression codec {compression} out of range")
-        self.compression = compression
-        self.base_offset = base_offset
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.base_sequence = base_sequence
-        self.partition_leader_epoch = partition_leader_epoch
-        self.max_size = max_size
-        self._attributes = (
-            compression | (ATTR_TRANSACTIONAL if is_transactional else 0) | (ATTR_CONTROL if is_control else 0)
-        )
-        self._parts: list[bytes] = []
-        self._size = BATCH_HEADER_SIZE
-        self._first_timestamp = NO_TIMESTAMP
-        self._max_timestamp = NO_TIMESTAMP
-        self._count = 0
-        self._encode_record = _codec.encode_record
-
-    @property
-    def record_count(self) -> int:
-        return self._count
-
-    @property
-    def estimated_size(self) -> int:
-        """Size of the batch if built uncompressed (an upper bound for compressed batches in practice)."""
-        return self._size
-
-    def append(self, timestamp: int, key: Buffer | None, value: Buffer | None, headers: HeaderList = ()) -> bool:
-        """Add a record; False if it would exceed max_size and the batch is not empty."""
-        if self._count == 0:
-            self._first_timestamp = timestamp
-            self._max_timestamp = timestamp
-        encoded = self._encode_record(self._count, timestamp - self._first_timestamp, key, value, headers)
-        if self.max_size is not None and self._count and self._size + len(encoded) > self.max_size:
-            return False
-        self._parts.append(encoded)
-        self._size += len(encoded)
-        self._count += 1
-        if timestamp > self._max_timestamp:
-            self._max_timestamp = timestamp
-        return True
-
-    def build(self) -> bytes:
-        """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
-        records: bytes = b"".join(self._parts)
-        if self.compression != CODEC_NONE:
-            records = compress(self.compression, records)
-        size = BATCH_HEADER_SIZE + len(records)
-        out = bytearray(size)
-        _HEADER_HEAD.pack_into(out, 0, self.base_offset, size - BATCH_LENGTH_OVERHEAD, self.partition_leader_epoch, 2)
-        _HEADER_TAIL.pack_into(
-            out, CRC_START, self._attributes, self._count - 1, self._first_timestamp, self._max_timestamp,
-            self.producer_id, self.producer_epoch, self.base_sequence, self._count,
-        )
-        out[BATCH_HEADER_SIZE:] = records
-        _U32.pack_into(out, 17, _crc32c(memoryview(out)[CRC_START:]))
-        return bytes(out)
+# Accumulates records and builds one v2 batch; the compiled twin appends each record into a
+# C buffer (one call per record), the header and CRC are written by build().
+BatchBuilder = _codec.BatchBuilder
+# The client's record type, and the decoder that makes them straight from batch bytes.
+ConsumerRecord = _codec.ConsumerRecord
+decode_consumer_records = _codec.decode_consumer_records
 
 
 def encode_batch(

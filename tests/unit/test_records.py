@@ -479,6 +479,14 @@ def test_twins_agree_on_mutated_batches() -> None:
         except Exception as exc:  # noqa: BLE001
             return ("raised", type(exc))
 
+    def consumer_outcome(codec: ModuleType, records: bytes):  # type: ignore[no-untyped-def]
+        out: list = []
+        try:
+            n = codec.decode_consumer_records(records, 4, 0, 0, -1, "t", 0, 1, 3, out)
+        except Exception as exc:  # noqa: BLE001
+            return ("raised", type(exc))
+        return ("ok", n, [_consumer_fields(r) for r in out])
+
     for i in range(500):
         buf = bytearray(base)
         for _ in range(rng.randint(1, 4)):
@@ -490,17 +498,18 @@ def test_twins_agree_on_mutated_batches() -> None:
         assert outcome(compiled.scan_valid_prefix, data) == outcome(pure.scan_valid_prefix, data)
         records = data[61:]
         assert outcome(compiled.decode_records, records, 4, 0, 0) == outcome(pure.decode_records, records, 4, 0, 0)
+        assert consumer_outcome(compiled, records) == consumer_outcome(pure, records)
 
 
 # ---------------------------------------------------------------------------- BatchBuilder
 
 
-def test_builder_respects_max_size_but_takes_first_record() -> None:
-    builder = BatchBuilder(max_size=200)
+def test_builder_respects_max_size_but_takes_first_record(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(max_size=200)
     assert builder.append(1, None, b"x" * 500)
     assert not builder.append(2, None, b"y")
     assert builder.record_count == 1
-    builder = BatchBuilder(max_size=200)
+    builder = codec.BatchBuilder(max_size=200)
     while builder.append(1, b"k", b"v" * 10):
         pass
     assert builder.estimated_size <= 200
@@ -509,8 +518,8 @@ def test_builder_respects_max_size_but_takes_first_record() -> None:
     assert native.load_pure("records").validate_batches(built, 200)[0].records_count == builder.record_count
 
 
-def test_builder_header_attributes_and_sequence() -> None:
-    builder = BatchBuilder(
+def test_builder_header_attributes_and_sequence(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(
         CODEC_GZIP, base_offset=10, producer_id=77, producer_epoch=2, base_sequence=2**31 - 2,
         is_transactional=True, is_control=True, partition_leader_epoch=4,
     )
@@ -524,10 +533,116 @@ def test_builder_header_attributes_and_sequence() -> None:
     assert [(r.offset, r.timestamp) for r in records] == [(10, 50), (11, 40), (12, 60)]
 
 
-def test_empty_builder_builds_empty_batch() -> None:
-    built = BatchBuilder().build()
+def test_empty_builder_builds_empty_batch(codec: ModuleType) -> None:
+    built = codec.BatchBuilder().build()
     header, records = decode_batch(built)
     assert (header.records_count, header.last_offset_delta, header.first_timestamp, records) == (0, -1, -1, [])
+
+
+def test_builder_is_the_module_level_builder_of_the_chosen_twin() -> None:
+    assert BatchBuilder is native.load("records").BatchBuilder
+
+
+def test_builder_matches_golden_bytes(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(producer_id=4242, producer_epoch=3, base_sequence=17, partition_leader_epoch=0)
+    for ts, key, value, headers in GOLDEN_RECORDS:
+        assert builder.append(ts, key, value, headers)
+    assert builder.build() == GOLDEN
+    assert builder.estimated_size == len(GOLDEN)
+
+
+def test_builder_twins_build_identical_bytes_for_any_fields() -> None:
+    try:
+        compiled = native.load_compiled("records")
+    except ImportError:
+        pytest.skip("compiled twin not built")
+    pure = native.load_pure("records")
+    rng = random.Random(5)
+    for trial in range(50):
+        fields = dict(base_offset=rng.randrange(1 << 40), producer_id=rng.randrange(-1, 1 << 40),
+                      producer_epoch=rng.randrange(-1, 1 << 15), base_sequence=rng.randrange(-1, 1 << 31),
+                      is_transactional=rng.random() < 0.5, partition_leader_epoch=rng.randrange(-1, 100),
+                      max_size=rng.choice([None, 300, 5000]))
+        builders = [twin.BatchBuilder(CODEC_NONE if trial % 3 else CODEC_GZIP, **fields) for twin in (compiled, pure)]
+        for _ in range(rng.randrange(0, 40)):
+            ts = rng.randrange(1 << 41)
+            key = rng.choice([None, b"", b"k" * rng.randrange(200), bytearray(b"ba"), memoryview(b"mv")])
+            value = rng.choice([None, b"", b"v" * rng.randrange(3000)])
+            headers = rng.choice([(), [("h", b"1"), ("\u00e9", None)], [(b"raw", bytearray(b"x"))]])
+            assert builders[0].append(ts, key, value, headers) == builders[1].append(ts, key, value, headers)
+            assert builders[0].record_count == builders[1].record_count
+            assert builders[0].estimated_size == builders[1].estimated_size
+        assert builders[0].build() == builders[1].build()
+
+
+def test_builder_rejects_bad_fields(codec: ModuleType) -> None:
+    with pytest.raises(ValueError):
+        codec.BatchBuilder(8)
+    builder = codec.BatchBuilder()
+    with pytest.raises(TypeError):
+        builder.append(0, "text", None)
+    with pytest.raises(TypeError):
+        builder.append(0, None, None, [(None, b"x")])
+    with pytest.raises(OverflowError):
+        builder.append(2**63, None, b"v")
+    assert builder.record_count == 0
+
+
+# ---------------------------------------------------------------------------- records for the client
+
+
+def _consumer_fields(r: object) -> tuple:
+    return tuple(getattr(r, name) for name in
+                 ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers"))
+
+
+def test_decode_consumer_records_matches_decode_records(codec: ModuleType) -> None:
+    records = GOLDEN[BATCH_HEADER_SIZE:]
+    out: list = []
+    assert codec.decode_consumer_records(records, 2, 100, 1700000000000, -1, "t", 3, 0, -1, out) == 2
+    assert [_consumer_fields(r) for r in out] == [
+        ("t", 3, 100, 1700000000000, TIMESTAMP_CREATE, b"key", b"value", [("h1", b"v1")]),
+        ("t", 3, 101, 1700000000005, TIMESTAMP_CREATE, None, b"second", []),
+    ]
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in codec.decode_records(records, 2, 100, 1700000000000)] \
+        == [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in out]
+
+
+def test_decode_consumer_records_keeps_only_offsets_in_range_and_appends(codec: ModuleType) -> None:
+    batch = encode_batch([(1000 + i, None, b"v%d" % i, ()) for i in range(10)], base_offset=50)
+    out: list = ["already there"]
+    assert codec.decode_consumer_records(batch[BATCH_HEADER_SIZE:], 10, 50, 1000, -1, "t", 0, 53, 57, out) == 4
+    assert out[0] == "already there"
+    assert [(r.offset, r.timestamp, r.value) for r in out[1:]] == [(53, 1003, b"v3"), (54, 1004, b"v4"),
+                                                                  (55, 1005, b"v5"), (56, 1006, b"v6")]
+
+
+def test_decode_consumer_records_log_append_time_applies_to_every_record(codec: ModuleType) -> None:
+    out: list = []
+    codec.decode_consumer_records(GOLDEN[BATCH_HEADER_SIZE:], 2, 0, 1700000000000, 1800000000000, "t", 0, 0, -1, out)
+    assert [(r.timestamp, r.timestamp_type) for r in out] == [(1800000000000, TIMESTAMP_LOG_APPEND)] * 2
+
+
+def test_decode_consumer_records_rejects_malformed_records(codec: ModuleType) -> None:
+    records = GOLDEN[BATCH_HEADER_SIZE:]
+    with pytest.raises(CorruptMessageError):
+        codec.decode_consumer_records(records, 3, 0, 0, -1, "t", 0, 0, -1, [])
+    with pytest.raises(CorruptMessageError):
+        codec.decode_consumer_records(records[:-3], 2, 0, 0, -1, "t", 0, 0, -1, [])
+    with pytest.raises(CorruptMessageError):
+        codec.decode_consumer_records(records, -1, 0, 0, -1, "t", 0, 0, -1, [])
+
+
+def test_consumer_record_equality_repr_and_pickle(codec: ModuleType) -> None:
+    import pickle
+
+    r = codec.ConsumerRecord("t", 1, 2, 3, 0, b"k", b"v", [("h", None)])
+    assert r == codec.ConsumerRecord("t", 1, 2, 3, 0, b"k", b"v", [("h", None)])
+    assert r != codec.ConsumerRecord("t", 1, 2, 3, 0, b"k", b"other", [("h", None)])
+    assert pickle.loads(pickle.dumps(r)) == r
+    assert repr(r) == "ConsumerRecord('t', 1, offset=2, timestamp=3, key=b'k', value=b'v', headers=[('h', None)])"
+    r.value = b"changed"
+    assert r.value == b"changed"
 
 
 # ---------------------------------------------------------------------------- fetched record sets
