@@ -140,6 +140,7 @@ class AIOProducer:
         self._closed = False
         self._fatal: BaseException | None = None
         self._num_partitions: dict[str, int] = {}
+        self._tps: dict[str, list[TopicPartition]] = {}
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -261,10 +262,12 @@ class AIOProducer:
         elif not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} (topic has {num_partitions} partitions)")
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        tp = TopicPartition(topic, partition)
+        tps = self._tps.get(topic)
+        if tps is None or len(tps) != num_partitions:  # one TopicPartition per partition, not per record
+            tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(num_partitions)]
         acc = self.acc
         assert acc is not None
-        res = acc.try_append(tp, ts, key, value, headers or ())
+        res = acc.try_append(tps[partition], ts, key, value, headers or ())
         if res is None:
             return None
         batch, index, event = res
