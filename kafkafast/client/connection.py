@@ -19,7 +19,9 @@ import struct
 from typing import Any
 
 from kafkafast.protocol import _generated as gen
-from kafkafast.protocol.api import decode_response, encode_request
+from kafkafast.protocol._generated.headers import RequestHeader
+from kafkafast.protocol.api import decode_response, request_header_version
+from kafkafast.protocol.primitives import FileRegion, Writer
 from kafkafast.protocol.errors import KafkaError, NetworkError, RequestTimedOutError, UnsupportedVersionError
 
 logger = logging.getLogger("kafkafast.client")
@@ -46,6 +48,43 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
 }
 
 _SIZE = struct.Struct(">i")
+# Record sets at least this large are written from their own buffer, not copied into the frame.
+_ZERO_COPY_RECORDS = 64 * 1024
+
+
+class _FrameWriter(Writer):
+    """A Writer that leaves large record sets (a producer's batches) as parts of their own."""
+
+    __slots__ = ()
+
+    def records(self, v: bytes | bytearray | memoryview | FileRegion | None, compact: bool) -> None:
+        if v is None or isinstance(v, FileRegion) or len(v) < _ZERO_COPY_RECORDS:
+            Writer.records(self, v, compact)
+            return
+        if compact:
+            self.uvarint(len(v) + 1)
+        else:
+            self.int32(len(v))
+        self.parts.append(self.buf)
+        self.parts.append(v)
+        self.buf = bytearray()
+
+
+def encode_request_parts(request: Any, api_version: int, correlation_id: int,
+                         client_id: str | None) -> list[bytes | bytearray | memoryview]:
+    """A request frame (size prefix included) as parts for `writelines`: the same bytes as
+    `kafkafast.protocol.api.encode_request`, without copying large record sets."""
+    w = _FrameWriter()
+    w.int32(0)
+    RequestHeader(request_api_key=request.API_KEY, request_api_version=api_version,
+                  correlation_id=correlation_id, client_id=client_id).encode(
+        w, request_header_version(request.API_KEY, api_version))
+    request.encode(w, api_version)
+    parts = w.finish()
+    first = parts[0]
+    assert isinstance(first, bytearray)
+    first[0:4] = (sum(len(p) for p in parts) - 4).to_bytes(4, "big")  # type: ignore[arg-type]
+    return parts  # type: ignore[return-value]
 
 
 class _FrameProtocol(asyncio.Protocol):
@@ -189,7 +228,7 @@ class BrokerConnection:
         slots = self._slots
         assert slots is not None
         if not expect_response:
-            self._write(encode_request(request, version, self._take_id(), self.client_id))
+            self._write(encode_request_parts(request, version, self._take_id(), self.client_id))
             return None
         await slots.acquire()
         try:
@@ -219,7 +258,7 @@ class BrokerConnection:
             raise NetworkError(f"connection to {self.host}:{self.port} is closed")
         if version is None:
             version = self.version(request.API_KEY)
-        self._write(encode_request(request, version, self._take_id(), self.client_id))
+        self._write(encode_request_parts(request, version, self._take_id(), self.client_id))
 
     def _take_id(self) -> int:
         cid = self._next_id
@@ -230,19 +269,22 @@ class BrokerConnection:
         loop = self.loop
         assert loop is not None
         cid = self._take_id()
-        data = encode_request(request, version, cid, self.client_id)
+        data = encode_request_parts(request, version, cid, self.client_id)
         fut = loop.create_future()
         timer = loop.call_later(timeout or self.request_timeout, self._timed_out, cid)
         self._pending[cid] = (fut, api_key, version, timer)
         self._write(data)
         return fut
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, parts: list[bytes | bytearray | memoryview]) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             self.close(NetworkError(f"connection to {self.host}:{self.port} is closed"))
             raise NetworkError(f"connection to {self.host}:{self.port} is closed")
-        transport.write(data)
+        if len(parts) == 1:
+            transport.write(parts[0])
+        else:
+            transport.writelines(parts)
 
     def _on_frame(self, frame: bytes) -> None:
         cid = _SIZE.unpack_from(frame, 0)[0]
