@@ -648,6 +648,9 @@ def decode_consumer_records(buf, Py_ssize_t count, int64_t base_offset, int64_t 
     cdef ConsumerRecord rec
     cdef object ts_type = 1 if log_append_time >= 0 else 0
     cdef object fixed_ts = log_append_time if log_append_time >= 0 else None
+    # Records of a batch mostly share their timestamp (milliseconds): share the int too.
+    cdef int64_t last_delta = 0
+    cdef object last_ts = first_timestamp
     for i in range(count):
         status = parse_record(p, buf_end, &r)
         if status != REC_OK:
@@ -664,7 +667,13 @@ def decode_consumer_records(buf, Py_ssize_t count, int64_t base_offset, int64_t 
         rec.topic = topic
         rec.partition = partition
         rec.offset = offset
-        rec.timestamp = fixed_ts if fixed_ts is not None else first_timestamp + r.timestamp_delta
+        if fixed_ts is not None:
+            rec.timestamp = fixed_ts
+        else:
+            if r.timestamp_delta != last_delta:
+                last_delta = r.timestamp_delta
+                last_ts = first_timestamp + last_delta
+            rec.timestamp = last_ts
         rec.timestamp_type = ts_type
         rec.key = _field(r.key, r.key_length)
         rec.value = _field(r.value, r.value_length)
