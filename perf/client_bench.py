@@ -7,7 +7,10 @@ batch.size=1 MiB, acks=1, no compression; timed from the first send to the last
 acknowledgement. Consume: the same N records read from offset 0 with assign() (no group)
 until the last one is in hand. Each cell is the median of `--repeats` runs (range shown).
 The broker and the client share the 2-core machine, so these are client-plus-broker
-numbers: ratios between clients are what matter.
+numbers: ratios between clients are what matter. The "raw (broker ceiling)" row is what
+the broker does for a client with no per-record work (prebuilt 1 MiB batches, 5 Produce
+requests in flight; a Fetch loop that discards the bytes): a client near it is
+broker-bound. Loopback TCP bandwidth is measured in the same run.
 
     python -m perf.client_bench            # full run, writes perf/results/client_bench.{md,json}
     python -m perf.client_bench --tiny     # seconds; CI uses it (no speed asserted)
@@ -211,12 +214,59 @@ def consume_confluent(bootstrap: str, topic: str, n: int) -> float:
     return dt
 
 
+# -- the broker's ceiling: clients that cost almost nothing ------------------------------
+
+def produce_raw(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    """Prebuilt 1 MiB batches of the same records, 5 Produce requests in flight: what the
+    broker ingests when the client does no per-record work."""
+    from kafkafast.client.cluster import Cluster
+    from kafkafast.protocol import _generated as gen
+    from kafkafast.records import BatchBuilder
+
+    builder = BatchBuilder(max_size=BATCH)
+    while builder.append(int(time.time() * 1000), None, value):
+        pass
+    payload, per = builder.build(), builder.record_count
+    TD = gen.ProduceRequest.TopicProduceData
+    req = gen.ProduceRequest(transactional_id=None, acks=1, timeout_ms=30000, topic_data=[
+        TD(name=topic, partition_data=[TD.PartitionProduceData(index=0, records=payload)])])
+
+    async def run() -> float:
+        cluster = Cluster(bootstrap)
+        cluster.add_topics([topic])
+        await cluster.start()
+        try:
+            await cluster.wait_for_topic(topic)
+            conn = await cluster.leader_connection((topic, 0))
+            slots = asyncio.Semaphore(5)
+
+            async def one() -> None:
+                async with slots:
+                    resp = await conn.send(req)
+                    assert resp.responses[0].partition_responses[0].error_code == 0
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(-(-n // per))))
+            return time.perf_counter() - t0
+        finally:
+            await cluster.close()
+    return asyncio.run(run()) * n / (-(-n // per) * per)
+
+
+def consume_raw(bootstrap: str, topic: str, n: int) -> float:
+    """perf.load's minimal Fetch client: record bytes received and discarded."""
+    from perf.load import rawfetch
+
+    return rawfetch({"bootstrap": bootstrap, "topic": topic, "partitions": [0]})["seconds"]
+
+
 CLIENTS: dict[str, tuple[Callable, Callable]] = {
     "kafkafast (async)": (produce_kafkafast_async, consume_kafkafast_async),
     "kafkafast (sync)": (produce_kafkafast_sync, consume_kafkafast_sync),
     "aiokafka": (produce_aiokafka, consume_aiokafka),
     "kafka-python": (produce_kafka_python, consume_kafka_python),
     "confluent-kafka": (produce_confluent, consume_confluent),
+    "raw (broker ceiling)": (produce_raw, consume_raw),
 }
 
 
@@ -245,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         broker.start()
         bootstrap = broker.bootstrap
     from kafkafast.client import admin
+    from perf.ceilings import loopback_tcp
 
+    loopback = loopback_tcp((64 if args.tiny else 512) << 20)
+    print(f"loopback TCP {loopback / 1e6:,.0f} MB/s", flush=True)
     results: list[dict] = []
     try:
         for size, n in sizes.items():
@@ -276,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = {"machine": f"{platform.node()} {platform.machine()} {platform.processor()} cores={__import__('os').cpu_count()}",
             "python": sys.version.split()[0], "broker": args.broker if not args.bootstrap else args.bootstrap,
-            "tiny": args.tiny, "command": " ".join(["python -m perf.client_bench"] + (argv or sys.argv[1:])),
+            "tiny": args.tiny, "loopback_tcp_MB_s": round(loopback / 1e6), "command": " ".join(["python -m perf.client_bench"] + (argv or sys.argv[1:])),
             "settings": {"linger_ms": LINGER, "batch_size": BATCH, "acks": 1, "partitions": 1, "compression": "none"}}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Client throughput", "", f"Machine: {meta['machine']}, Python {meta['python']}, broker: {meta['broker']}",
              f"Command: `{meta['command']}`", "",
              "linger.ms=5, batch.size=1 MiB, acks=1, 1 partition, no compression; median of "
-             f"{repeats} run(s) [min-max]. Client and broker share the machine.", "",
+             f"{repeats} run(s) [min-max]. Client and broker share the machine. "
+             f"Loopback TCP: {loopback / 1e6:,.0f} MB/s. The raw row is the broker's ceiling (no client work).", "",
              "| op | record | client | rec/s (median) | range | MB/s | vs kafka-python | vs aiokafka | vs confluent |",
              "|---|---|---|---:|---|---:|---:|---:|---:|"]
     for r in results:
