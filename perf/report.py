@@ -152,6 +152,8 @@ def markdown(res: dict) -> str:
             lines.append(f"| {name} | {m['processes']} | {m['rss_max_bytes'] / MB:.1f} | {m['rss_sum_bytes'] / MB:.1f} "
                          f"| {m['pss_sum_bytes'] / MB:.1f} | {m['after_produced_GB']:.2f} |")
         lines.append("")
+    if res.get("skipped"):
+        lines += ["## Skipped or failed measurements", ""] + [f"- {x}" for x in res["skipped"]] + [""]
     if res.get("notes"):
         lines += ["## Notes", "", res["notes"], ""]
     return "\n".join(lines)

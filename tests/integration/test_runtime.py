@@ -220,3 +220,37 @@ def test_confluent_kafka_round_trip_through_several_workers(multi):
         c.close()
     for r in results:
         assert r == sent
+
+
+def test_consumer_group_commits_through_any_worker_reach_the_coordinating_worker(multi):
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": multi.bootstrap})
+    admin.create_topics([NewTopic("grp", 4, 1)])["grp"].result(10)
+    p = Producer({"bootstrap.servers": multi.bootstrap, "linger.ms": 2})
+    for i in range(400):
+        p.produce("grp", value=b"g-%04d" % i, partition=i % 4)
+    assert p.flush(30) == 0
+
+    def member() -> Consumer:
+        c = Consumer({"bootstrap.servers": multi.bootstrap, "group.id": "runtime-group", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "session.timeout.ms": 6000})
+        c.subscribe(["grp"])
+        return c
+
+    c = member()
+    seen: list[bytes] = []
+    deadline = time.time() + 30
+    while len(seen) < 200 and time.time() < deadline:
+        for m in c.consume(50, 0.2):
+            assert m.error() is None
+            seen.append(m.value())
+    c.commit(asynchronous=False)
+    c.close()
+    c = member()  # a new member, new connections: resumes at the committed offsets
+    deadline = time.time() + 30
+    while len(set(seen)) < 400 and time.time() < deadline:
+        seen += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
+    c.close()
+    assert len(seen) == 400 and len(set(seen)) == 400
