@@ -57,6 +57,8 @@ from kafkafast.storage.reader import LogReader
 log = logging.getLogger("kafkafast.worker")
 
 # Group and offset APIs whose requests go whole to the group's coordinator worker.
+from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E402
+
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
               14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete"}
 SHUTDOWN_GRACE = 6.0
@@ -399,6 +401,10 @@ class WorkerBroker(Broker):
             self.refresh_topics()
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in FANOUT_KEYS and self.group_coordinator is not None:
+                parts = await maybe_fan_out(self, frame)
+                if parts is not None:
+                    return parts
             if api_key in GROUP_KEYS and self.group_coordinator is not None:
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:

@@ -76,3 +76,28 @@ def test_offsets_committed_through_one_worker_are_read_through_another(broker_fa
             first.setdefault(m.partition(), m.offset())
     c.close()
     assert first == {0: 17, 1: 42, 2: 99}
+
+
+def test_list_describe_and_delete_groups_see_groups_of_every_worker(broker_factory):
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    b = broker_factory("mwl", workers=WORKERS, settings=SETTINGS)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("mwl", 2, 1)])["mwl"].result(15)
+    groups = [f"grp-{i}" for i in range(8)]  # spread over the 8 offsets partitions, so over both workers
+    for g in groups:
+        c = consumer(b.bootstrap, g)
+        c.commit(offsets=[TopicPartition("mwl", 0, 5)], asynchronous=False)
+        c.close()
+    for _ in range(3):  # whichever worker answers, every group is listed
+        listed = admin.list_consumer_groups().result(15)
+        assert {g.group_id for g in listed.valid} >= set(groups)
+    described = admin.describe_consumer_groups(groups)
+    assert {g: f.result(15).state.name for g, f in described.items()} == {g: "EMPTY" for g in groups}
+    fetched = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g) for g in groups[:1]])
+    assert [tp.offset for tp in list(fetched.values())[0].result(15).topic_partitions] == [5]
+    deleted = admin.delete_consumer_groups(groups)
+    for f in deleted.values():
+        f.result(15)
+    listed = admin.list_consumer_groups().result(15)
+    assert not ({g.group_id for g in listed.valid} & set(groups))
