@@ -80,6 +80,13 @@ class KafkaConnection(asyncio.Protocol):
             end = start + 4 + size
             if end > n:
                 break
+            if end == n and start == 0:
+                # the buffer holds exactly one frame (the usual case for a large produce):
+                # hand the buffer itself over instead of copying the frame out of it
+                self.queue.append(memoryview(buf)[4:])
+                self.buf = buf = bytearray()
+                start = n = 0
+                break
             self.queue.append(buf[start + 4:end])
             start = end
         if start:
