@@ -3,6 +3,7 @@ Tansu peer (memory storage). Both run in their own session so every process of a
 (kafkafast's supervisor and workers) is found for CPU and memory accounting."""
 from __future__ import annotations
 
+import abc
 import os
 import shutil
 import signal
@@ -78,7 +79,7 @@ def memory(pids: list[int]) -> dict:
     return {"processes": len(rss), "rss_max_bytes": max(rss, default=0), "rss_sum_bytes": sum(rss), "pss_sum_bytes": pss}
 
 
-class BrokerUnderTest:
+class BrokerUnderTest(abc.ABC):
     name = "?"
 
     def __init__(self, workdir: Path) -> None:
@@ -91,8 +92,9 @@ class BrokerUnderTest:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @abc.abstractmethod
     def command(self) -> list[str]:
-        raise NotImplementedError
+        """The command line that starts this broker."""
 
     def env(self) -> dict:
         return dict(os.environ)
