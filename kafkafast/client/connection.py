@@ -87,38 +87,77 @@ def encode_request_parts(request: Any, api_version: int, correlation_id: int,
     return parts  # type: ignore[return-value]
 
 
-class _FrameProtocol(asyncio.Protocol):
-    """Reads size-prefixed frames and hands each to the connection."""
+# Frames up to this size are cut out of the protocol's receive buffer; larger ones (fetch
+# answers) are received straight into a buffer of their own size.
+_SMALL_FRAME = 64 * 1024
+_SCRATCH = 4 * _SMALL_FRAME
 
-    __slots__ = ("_conn", "_buf", "_need", "transport")
+
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Reads size-prefixed frames and hands each to the connection.
+
+    The transport receives into `_scratch`, where small frames are cut out as bytes; once
+    a frame's size prefix says it is larger than `_SMALL_FRAME`, the rest of it is received
+    directly into a bytearray of exactly its size, which is handed over as it is (a fetch
+    answer's record bytes are then copied only when records are decoded).
+    """
+
+    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "transport")
 
     def __init__(self, conn: BrokerConnection) -> None:
         self._conn = conn
-        self._buf = bytearray()
-        self._need = 4
+        self._scratch = bytearray(_SCRATCH)
+        self._view = memoryview(self._scratch)
+        self._start = 0  # unconsumed bytes of _scratch: [_start, _end)
+        self._end = 0
+        self._frame: bytearray | None = None  # a large frame being received, _got bytes so far
+        self._got = 0
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        if len(buf) < self._need:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self._frame
+        if frame is not None:
+            return memoryview(frame)[self._got:]
+        if self._end == _SCRATCH:  # move the partial frame to the front
+            n = self._end - self._start
+            self._scratch[:n] = self._view[self._start:self._end]
+            self._start, self._end = 0, n
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        frame = self._frame
+        if frame is not None:
+            self._got += nbytes
+            if self._got == len(frame):
+                self._frame = None
+                self._conn._on_frame(frame)
             return
+        self._end += nbytes
+        view = self._view
         conn = self._conn
-        while True:
-            n = len(buf)
-            if n < 4:
-                self._need = 4
+        while self._end - self._start >= 4:
+            start = self._start
+            size = _SIZE.unpack_from(view, start)[0]
+            if size > _SMALL_FRAME:
+                have = self._end - start - 4
+                if have >= size:  # whole, already here
+                    self._start = start + 4 + size
+                    conn._on_frame(bytearray(view[start + 4:start + 4 + size]))
+                    continue
+                frame = bytearray(size)
+                frame[:have] = view[start + 4:self._end]
+                self._frame, self._got = frame, have
+                self._start = self._end = 0
                 return
-            size = _SIZE.unpack_from(buf, 0)[0]
-            if n < size + 4:
-                self._need = size + 4
+            if self._end - start - 4 < size:
                 return
-            frame = bytes(memoryview(buf)[4 : size + 4])
-            del buf[: size + 4]
-            conn._on_frame(frame)
+            self._start = start + 4 + size
+            conn._on_frame(bytes(view[start + 4:start + 4 + size]))
+        if self._start == self._end:
+            self._start = self._end = 0
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._conn._on_lost(exc)
@@ -286,7 +325,7 @@ class BrokerConnection:
         else:
             transport.writelines(parts)
 
-    def _on_frame(self, frame: bytes) -> None:
+    def _on_frame(self, frame: bytes | bytearray) -> None:
         cid = _SIZE.unpack_from(frame, 0)[0]
         entry = self._pending.pop(cid, None)
         if entry is None:
