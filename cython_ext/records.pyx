@@ -758,15 +758,14 @@ cdef extern from *:
     bint sub_overflow "__builtin_sub_overflow"(int64_t a, int64_t b, int64_t* out) noexcept nogil
 
 
-# Record buffers of finished builders, kept for the next ones: a producer fills a batch
-# of up to batch.size bytes again and again, and fresh memory from the allocator costs a
-# page fault per 4 KiB on first touch -- more than encoding the records into it.
-# Touched only with the GIL held.
-DEF SPARE_BUFFERS = 4
-DEF SPARE_MAX_BYTES = 16 * 1024 * 1024
-cdef uint8_t* _spare_buf[SPARE_BUFFERS]
-cdef Py_ssize_t _spare_cap[SPARE_BUFFERS]
-cdef int _spare_count = 0
+cdef extern from "Python.h":
+    int _PyBytes_Resize(PyObject** bytes, Py_ssize_t newsize) except -1
+    void Py_XDECREF(PyObject* o)
+    void Py_INCREF(PyObject* o)
+
+# A builder's first buffer holds up to this many record bytes (at most max_size): the pages
+# are only touched as records arrive, and build() gives the unused tail back.
+DEF FIRST_CAPACITY_MAX = 16 * 1024 * 1024
 
 
 cdef class BatchBuilder:
@@ -780,7 +779,8 @@ cdef class BatchBuilder:
     """
 
     def __cinit__(self):
-        self._buf = NULL
+        self._data = NULL
+        self._shared = False
         self._len = 0
         self._cap = 0
 
@@ -803,13 +803,7 @@ cdef class BatchBuilder:
         self._count = 0
 
     def __dealloc__(self):
-        global _spare_count
-        if self._buf != NULL and _spare_count < SPARE_BUFFERS and self._cap <= SPARE_MAX_BYTES:
-            _spare_buf[_spare_count] = self._buf
-            _spare_cap[_spare_count] = self._cap
-            _spare_count += 1
-        else:
-            PyMem_Free(self._buf)
+        Py_XDECREF(self._data)
 
     @property
     def max_size(self):
@@ -828,23 +822,29 @@ cdef class BatchBuilder:
         """Size of the batch if built uncompressed (an upper bound for compressed batches in practice)."""
         return HEADER_SIZE + self._len
 
+    cdef inline uint8_t* _records(self) noexcept:
+        return <uint8_t*>PyBytes_AS_STRING(<object>self._data) + HEADER_SIZE
+
     cdef int _reserve(self, Py_ssize_t extra) except -1:
-        global _spare_count
-        cdef Py_ssize_t cap = self._cap if self._cap else 4096
-        cdef uint8_t* grown
-        if self._buf == NULL and _spare_count > 0:
-            _spare_count -= 1
-            self._buf = _spare_buf[_spare_count]
-            self._cap = _spare_cap[_spare_count]
-            if self._cap >= self._len + extra:
-                return 0
-            cap = self._cap
+        """Room for `extra` more record bytes, in a buffer nobody else holds."""
+        cdef Py_ssize_t cap = self._cap
+        cdef object fresh
+        if self._data == NULL:
+            cap = 4096
+            if 0 < self._max_size <= FIRST_CAPACITY_MAX:
+                cap = max(cap, self._max_size - HEADER_SIZE)
         while cap < self._len + extra:
             cap *= 2
-        grown = <uint8_t*>PyMem_Realloc(self._buf, cap)
-        if grown == NULL:
-            raise MemoryError()
-        self._buf = grown
+        if self._data == NULL or self._shared:
+            fresh = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + cap)
+            if self._len:
+                memcpy(<uint8_t*>PyBytes_AS_STRING(fresh) + HEADER_SIZE, self._records(), self._len)
+            Py_XDECREF(self._data)
+            self._data = <PyObject*>fresh
+            Py_INCREF(self._data)
+            self._shared = False
+        elif cap != self._cap:
+            _PyBytes_Resize(&self._data, HEADER_SIZE + cap)
         self._cap = cap
         return 0
 
@@ -878,9 +878,9 @@ cdef class BatchBuilder:
         total = uvarint_size(_zigzag(body)) + body
         if self._max_size >= 0 and self._count and HEADER_SIZE + self._len + total > self._max_size:
             return False
-        if self._len + total > self._cap:
+        if self._len + total > self._cap or self._shared:
             self._reserve(total)
-        p = self._buf + self._len
+        p = self._records() + self._len
         p = put_uvarint(p, _zigzag(body))
         p[0] = 0
         p += 1
@@ -899,19 +899,32 @@ cdef class BatchBuilder:
         return True
 
     def build(self):
-        """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
-        cdef const uint8_t* records = self._buf
-        cdef Py_ssize_t n = self._len
-        cdef object compressed = None
+        """The complete batch, CRC included. An empty builder gives an empty batch (count 0).
+
+        Uncompressed, the batch is the builder's own buffer with the header written in
+        front of the records (no copy); the builder copies it before any later append."""
+        cdef object out
         cdef const uint8_t[::1] cview
+        cdef Py_ssize_t n = self._len
+        cdef uint8_t* p
         if self.compression != 0:
             from kafkafast.records.compression import compress
-            compressed = compress(self.compression, PyBytes_FromStringAndSize(<const char*>self._buf, self._len))
-            cview = _byte_view(compressed)
+            payload = compress(self.compression, b"" if self._data == NULL else
+                               PyBytes_FromStringAndSize(<const char*>self._records(), self._len))
+            cview = _byte_view(payload)
             n = cview.shape[0]
-            records = &cview[0] if n > 0 else NULL
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + n)
-        cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+            out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + n)
+            if n:
+                memcpy(<uint8_t*>PyBytes_AS_STRING(out) + HEADER_SIZE, &cview[0], n)
+        else:
+            if self._data == NULL or self._shared:
+                self._reserve(0)  # a buffer of our own: one handed out is never written again
+            if self._cap != self._len:
+                _PyBytes_Resize(&self._data, HEADER_SIZE + self._len)
+                self._cap = self._len
+            out = <object>self._data
+            self._shared = True
+        p = <uint8_t*>PyBytes_AS_STRING(out)
         put_be64(p, self.base_offset)
         put_be32(p + 8, <uint32_t>(HEADER_SIZE + n - 12))
         put_be32(p + 12, <uint32_t>self.partition_leader_epoch)
@@ -924,8 +937,6 @@ cdef class BatchBuilder:
         put_be16(p + 51, self.producer_epoch)
         put_be32(p + 53, <uint32_t>self.base_sequence)
         put_be32(p + 57, <uint32_t>self._count)
-        if n:
-            memcpy(p + HEADER_SIZE, records, n)
         put_be32(p + 17, <uint32_t>_crc32c(memoryview(out)[CRC_START:]))
         return out
 

@@ -1,5 +1,6 @@
 # Declarations of the C-level helpers of kafkafast._native.records (implemented in cython_ext/records.pyx).
 # The batch grammar is documented at the top of kafkafast/records/batch.py.
+from cpython.ref cimport PyObject
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef enum:
@@ -95,10 +96,15 @@ cdef class BatchBuilder:
     cdef public int32_t partition_leader_epoch
     cdef Py_ssize_t _max_size       # -1: unbounded
     cdef int16_t _attributes
-    cdef uint8_t* _buf              # the encoded records (no batch header)
+    # A bytes object of 61 + _cap bytes: room for the batch header, then the encoded
+    # records (_len bytes). build() writes the header, shrinks it and hands it out; after
+    # that (_shared) it is copied before it is written again.
+    cdef PyObject* _data
+    cdef bint _shared
     cdef Py_ssize_t _len
     cdef Py_ssize_t _cap
     cdef int64_t _first_timestamp
     cdef int64_t _max_timestamp
     cdef int32_t _count
     cdef int _reserve(self, Py_ssize_t extra) except -1
+    cdef inline uint8_t* _records(self) noexcept

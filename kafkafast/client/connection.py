@@ -320,10 +320,8 @@ class BrokerConnection:
         if transport is None or transport.is_closing():
             self.close(NetworkError(f"connection to {self.host}:{self.port} is closed"))
             raise NetworkError(f"connection to {self.host}:{self.port} is closed")
-        if len(parts) == 1:
-            transport.write(parts[0])
-        else:
-            transport.writelines(parts)
+        for part in parts:  # write() sends at once when it can; writelines() may join the parts first
+            transport.write(part)
 
     def _on_frame(self, frame: bytes | bytearray) -> None:
         cid = _SIZE.unpack_from(frame, 0)[0]

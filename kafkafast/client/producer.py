@@ -46,6 +46,8 @@ CODECS = {None: CODEC_NONE, "none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CO
 _METADATA_ERRORS = {3, 5, 6, 13, 15, 16}
 
 Headers = Iterable[tuple[str, bytes | None]] | None
+# send() yields to the event loop at least this often (in bytes of values appended).
+_YIELD_EVERY_BYTES = 256 * 1024
 
 
 class DeliveryFuture:
@@ -141,6 +143,7 @@ class AIOProducer:
         self._fatal: BaseException | None = None
         self._num_partitions: dict[str, int] = {}
         self._tps: dict[str, list[TopicPartition]] = {}
+        self._unyielded = 0  # payload bytes appended by send() since it last yielded to the loop
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -242,8 +245,13 @@ class AIOProducer:
                 except asyncio.TimeoutError:
                     pass
                 res = self.append(topic, value, key, headers, partition, timestamp_ms, n)
-        elif res.index == 0:
-            await asyncio.sleep(0)  # a batch just filled up: let the sender ship it while we append
+        else:
+            self._unyielded += 1 if value is None else len(value)
+            if res.index == 0 or self._unyielded >= _YIELD_EVERY_BYTES:
+                # A batch just filled up, or a while passed: let the sender ship and the
+                # connection flush and read answers while we append.
+                self._unyielded = 0
+                await asyncio.sleep(0)
         return res
 
     async def send_and_wait(self, topic: str, value: bytes | None = None, key: bytes | None = None,

@@ -575,6 +575,20 @@ def test_builder_twins_build_identical_bytes_for_any_fields() -> None:
         assert builders[0].build() == builders[1].build()
 
 
+def test_builder_never_changes_a_batch_it_handed_out(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(max_size=1000)
+    builder.append(1, b"k", b"v")
+    first = builder.build()
+    assert builder.build() == first
+    builder.producer_id = 7
+    second = builder.build()
+    builder.append(2, None, b"w")
+    third = builder.build()
+    assert [decode_batch(b)[0].producer_id for b in (first, second, third)] == [-1, 7, 7]
+    assert [len(decode_batch(b)[1]) for b in (first, second, third)] == [1, 1, 2]
+    assert len(third) == builder.estimated_size
+
+
 def test_builder_rejects_bad_fields(codec: ModuleType) -> None:
     with pytest.raises(ValueError):
         codec.BatchBuilder(8)
