@@ -14,6 +14,8 @@ from kafkafast.client.admin import create_topics_sync, delete_topics_sync, descr
 from kafkafast.client.lowlevel import fetch_range_sync, list_offsets_sync, partitions_for_sync, topics_sync
 
 T = TypeVar("T")
+# KafkaProducer.send lets the loop thread run at least this often (in bytes of values appended).
+_YIELD_EVERY_BYTES = 256 * 1024
 
 
 class LoopThread:
@@ -90,6 +92,7 @@ class KafkaProducer:
         self._p = AIOProducer(bootstrap_servers, **settings)
         self._lt.run(self._p.start())
         self._num_partitions = self._p._num_partitions
+        self._unyielded = 0
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
              headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None) -> SyncDeliveryFuture:
@@ -108,6 +111,13 @@ class KafkaProducer:
                     raise RequestTimedOutError("buffer.memory full")
                 acc.wait_memory_blocking(min(left, 0.1))
                 res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
+        else:
+            self._unyielded += 1 if value is None else len(value)
+            if res.index == 0 or self._unyielded >= _YIELD_EVERY_BYTES:
+                # Give the GIL to the loop thread now and then: otherwise it waits for the
+                # interpreter's switch interval (5 ms) while batches are ready to send.
+                self._unyielded = 0
+                time.sleep(0)
         return SyncDeliveryFuture(res, self._lt)
 
     def partitions_for(self, topic: str) -> list[int]:
