@@ -762,9 +762,14 @@ cdef extern from "Python.h":
     int _PyBytes_Resize(PyObject** bytes, Py_ssize_t newsize) except -1
     void Py_XDECREF(PyObject* o)
     void Py_INCREF(PyObject* o)
+    Py_ssize_t Py_REFCNT(PyObject* o)
+    void Py_SET_SIZE(PyObject* o, Py_ssize_t size)
+    ctypedef struct PyBytesObject:
+        Py_hash_t ob_shash
 
 # A builder's first buffer holds up to this many record bytes (at most max_size): the pages
-# are only touched as records arrive, and build() gives the unused tail back.
+# are only touched as records arrive, and build() gives the unused tail back when more than
+# half of it is unused (a nearly full buffer keeps its tail, so that reset() can reuse it).
 DEF FIRST_CAPACITY_MAX = 16 * 1024 * 1024
 
 
@@ -919,9 +924,13 @@ cdef class BatchBuilder:
         else:
             if self._data == NULL or self._shared:
                 self._reserve(0)  # a buffer of our own: one handed out is never written again
-            if self._cap != self._len:
+            if self._cap > 2 * self._len:
                 _PyBytes_Resize(&self._data, HEADER_SIZE + self._len)
                 self._cap = self._len
+            elif self._cap != self._len:
+                # The bytes object claims only the batch; its memory keeps the tail.
+                Py_SET_SIZE(self._data, HEADER_SIZE + self._len)
+                PyBytes_AS_STRING(<object>self._data)[HEADER_SIZE + self._len] = 0
             out = <object>self._data
             self._shared = True
         p = <uint8_t*>PyBytes_AS_STRING(out)
@@ -939,6 +948,28 @@ cdef class BatchBuilder:
         put_be32(p + 57, <uint32_t>self._count)
         put_be32(p + 17, <uint32_t>_crc32c(memoryview(out)[CRC_START:]))
         return out
+
+    def reset(self):
+        """Empties the builder for the next batch (header fields are kept). Its buffer is
+        reused when no batch it built is referenced any more (True), so the next batch
+        writes into memory that is already mapped; otherwise it is let go (False)."""
+        self._len = 0
+        self._count = 0
+        self._first_timestamp = -1
+        self._max_timestamp = -1
+        if self._data == NULL:
+            return False
+        if self._shared:
+            if Py_REFCNT(self._data) != 1:  # a built batch is still held: never write it again
+                Py_XDECREF(self._data)
+                self._data = NULL
+                self._cap = 0
+                self._shared = False
+                return False
+            Py_SET_SIZE(self._data, HEADER_SIZE + self._cap)
+            (<PyBytesObject*>self._data).ob_shash = -1
+            self._shared = False
+        return True
 
 
 # Imported last on purpose: importing kafkafast.records.model initialises the

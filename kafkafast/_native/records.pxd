@@ -98,7 +98,8 @@ cdef class BatchBuilder:
     cdef int16_t _attributes
     # A bytes object of 61 + _cap bytes: room for the batch header, then the encoded
     # records (_len bytes). build() writes the header, shrinks it and hands it out; after
-    # that (_shared) it is copied before it is written again.
+    # that (_shared) it is copied before it is written again, unless reset() finds that
+    # nobody else holds it any more.
     cdef PyObject* _data
     cdef bint _shared
     cdef Py_ssize_t _len

@@ -16,6 +16,12 @@ in sequence order and switches the partition to *retry mode*: one batch in fligh
 every earlier batch is acknowledged, so batches reach the log in sequence order and a
 resent batch that had in fact been written is answered as a duplicate, not written twice.
 
+Batch memory is reused: once a batch is acknowledged (or failed), its builder is reset and
+kept for the partition's next batch (a few per accumulator), so appends write into pages
+that are already mapped instead of faulting in fresh ones. The builder only reuses the
+buffer when nothing else holds the batch it built any more (see `BatchBuilder.reset`): a
+batch handed to the connection is never written while in flight.
+
 Appends may come from any thread (the sync facade), so the queues are guarded by one
 lock; everything else runs on the event loop.
 """
@@ -32,13 +38,15 @@ from kafkafast.client.cluster import TopicPartition
 from kafkafast.records import BatchBuilder
 
 MAX_IN_FLIGHT_PER_PARTITION_IDEMPOTENT = 5
+# Reset builders kept for reuse; enough for the batches of one partition in flight.
+SPARE_BUILDERS = 4
 
 
 class ProducerBatch:
     """Records for one partition, sent together; `future` gets (base offset, log append time)."""
 
     __slots__ = ("tp", "builder", "created", "future", "attempts", "base_sequence", "payload", "reserved",
-                 "next_attempt", "count", "done")
+                 "next_attempt", "count", "done", "built_by")
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, future: asyncio.Future, reserved: int) -> None:
         self.tp = tp
@@ -52,6 +60,7 @@ class ProducerBatch:
         self.next_attempt = 0.0
         self.count = 0
         self.done = False
+        self.built_by: BatchBuilder | None = None  # the sealed builder, reset for reuse on completion
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.tp}, seq={self.base_sequence}, count={self.count}, attempts={self.attempts})"
@@ -90,6 +99,7 @@ class RecordAccumulator:
         self.queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self.states: dict[TopicPartition, _PartitionState] = {}
         self.incomplete: set[ProducerBatch] = set()
+        self.spare_builders: list[BatchBuilder] = []
         self.used = 0
         self.lock = threading.Lock()
         self.memory_freed = threading.Condition(self.lock)
@@ -118,7 +128,8 @@ class RecordAccumulator:
                     return batch, index, (2 if builder.estimated_size >= self.batch_size else 0)
             if self.used + self.batch_size > self.buffer_memory and self.used > 0:
                 return None
-            builder = BatchBuilder(self.compression, max_size=self.batch_size)
+            spare = self.spare_builders
+            builder = spare.pop() if spare else BatchBuilder(self.compression, max_size=self.batch_size)
             builder.append(timestamp, key, value, headers)
             reserved = max(self.batch_size, builder.estimated_size)
             batch = ProducerBatch(tp, builder, self.loop.create_future(), reserved)
@@ -220,6 +231,7 @@ class RecordAccumulator:
             builder.base_sequence = batch.base_sequence
         batch.payload = builder.build()
         batch.builder = None
+        batch.built_by = builder
 
     def requeue(self, batch: ProducerBatch) -> None:
         """Puts a batch that failed with a retriable error back at the front of its queue."""
@@ -265,6 +277,13 @@ class RecordAccumulator:
                             st.retry_mode = False
             self.incomplete.discard(batch)
             self.used -= batch.reserved
+            builder = batch.built_by
+            if builder is not None:
+                batch.built_by = None
+                batch.payload = None  # the connection has let go of it unless it still writes it
+                if len(self.spare_builders) < SPARE_BUILDERS and builder.reset():
+                    builder.producer_id = builder.producer_epoch = builder.base_sequence = -1
+                    self.spare_builders.append(builder)
             self.memory_freed.notify_all()
         waiters, self._async_memory_waiters = self._async_memory_waiters, []
         for w in waiters:

@@ -574,6 +574,15 @@ class BatchBuilder:
         _U32.pack_into(out, 17, _crc32c(memoryview(out)[CRC_START:]))
         return bytes(out)
 
+    def reset(self) -> bool:
+        """Empties the builder for the next batch (header fields are kept); True when its
+        buffer is reused (always here: build() copies it)."""
+        self._buf = bytearray()
+        self._first_timestamp = -1
+        self._max_timestamp = -1
+        self._count = 0
+        return True
+
 
 MAX_CODEC_MASK = 0x07
 _HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic

@@ -589,6 +589,38 @@ def test_builder_never_changes_a_batch_it_handed_out(codec: ModuleType) -> None:
     assert len(third) == builder.estimated_size
 
 
+def test_builder_reset_never_touches_a_batch_still_held(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(max_size=10_000, producer_id=9)
+    for i in range(9):
+        builder.append(i, None, b"a" * 1000)
+    held = builder.build()
+    snapshot = bytes(held)
+    hash(held)
+    builder.reset()
+    assert builder.record_count == 0
+    builder.append(5, None, b"b" * 1000)
+    second = builder.build()
+    assert held == snapshot and hash(held) == hash(snapshot)
+    assert len(decode_batch(second)[1]) == 1 and decode_batch(second)[0].producer_id == 9
+
+
+def test_builder_reset_reuses_the_buffer_of_a_released_batch(codec: ModuleType) -> None:
+    builder = codec.BatchBuilder(max_size=10_000)
+    for i in range(9):
+        builder.append(i, b"k", b"a" * 1000)
+    first = builder.build()
+    hash(first)
+    del first
+    assert builder.reset() is True
+    builder.append(7, None, b"c" * 10)
+    second = builder.build()
+    assert hash(second) == hash(bytes(second))
+    header, records = decode_batch(second)
+    assert header.records_count == 1 and header.first_timestamp == 7
+    assert [r.value for r in records] == [b"c" * 10]
+    assert len(second) == builder.estimated_size
+
+
 def test_builder_rejects_bad_fields(codec: ModuleType) -> None:
     with pytest.raises(ValueError):
         codec.BatchBuilder(8)
