@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from time import time_ns
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -260,7 +261,8 @@ class AIOProducer:
 
     def append(self, topic: str, value: bytes | None, key: bytes | None, headers: Headers, partition: int | None,
                timestamp_ms: int | None, num_partitions: int) -> DeliveryFuture | None:
-        """Partitions and appends one record (any thread); None when buffer memory is full."""
+        """Partitions and appends one record; None when buffer memory is full. From another
+        thread than the loop's only once `acc.threaded` is set (the sync facade does)."""
         if self._closed:
             raise KafkaError("producer is closed")
         if self._fatal is not None:
@@ -269,13 +271,16 @@ class AIOProducer:
             partition = self.partitioner(topic, key, num_partitions)
         elif not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} (topic has {num_partitions} partitions)")
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else time_ns() // 1_000_000
         tps = self._tps.get(topic)
         if tps is None or len(tps) != num_partitions:  # one TopicPartition per partition, not per record
             tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(num_partitions)]
         acc = self.acc
         assert acc is not None
-        res = acc.try_append(tps[partition], ts, key, value, headers or ())
+        if acc.threaded:
+            res = acc.try_append(tps[partition], ts, key, value, headers or ())
+        else:
+            res = acc.try_append_unlocked(tps[partition], ts, key, value, headers or ())
         if res is None:
             return None
         batch, index, event = res

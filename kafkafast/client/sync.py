@@ -91,6 +91,8 @@ class KafkaProducer:
         self._lt = LoopThread("kafkafast-producer")
         self._p = AIOProducer(bootstrap_servers, **settings)
         self._lt.run(self._p.start())
+        assert self._p.acc is not None
+        self._p.acc.threaded = True  # send() appends from the caller's thread
         self._num_partitions = self._p._num_partitions
         self._unyielded = 0
 
