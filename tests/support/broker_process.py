@@ -17,6 +17,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it if the test process dies (a test run
+    killed by a timeout must not leave brokers behind)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -74,7 +86,7 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
