@@ -145,10 +145,11 @@ class BrokerUnderTest(abc.ABC):
     def delete_topic(self, name: str) -> None:
         from confluent_kafka.admin import AdminClient
 
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # must outlive the future
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap}).delete_topics([name])[name].result(30)
-        except Exception:  # freeing space is best effort
-            pass
+            admin.delete_topics([name])[name].result(30)
+        except Exception as exc:  # noqa: BLE001 - keep benchmarking, but say so
+            print(f"warning: deleting {name} on {self.name} failed: {exc}", file=sys.stderr)
 
     def _wait_metadata(self, name: str, partitions: int) -> None:
         from confluent_kafka.admin import AdminClient
