@@ -124,6 +124,58 @@ class IndexWriter:
             self._fd = -1
 
 
+class SparseIndex:
+    """What the offset and time indexes share: an IndexWriter holding the entries, the
+    bytes appended since the last entry, and rebuild/flush/rename/close. Subclasses define
+    the entry format, `maybe_track`, lookups and `_reload_last` (cache of the last entry)."""
+
+    __slots__ = ("base_offset", "interval_bytes", "_w", "_bytes_since")
+
+    def _reload_last(self) -> None:
+        raise TypeError(f"{type(self).__name__} must define _reload_last")
+
+    @property
+    def path(self) -> str:
+        return self._w.path
+
+    @property
+    def entries(self) -> int:
+        return self._w.entries
+
+    @property
+    def is_full(self) -> bool:
+        return self._w.is_full
+
+    @property
+    def buffer(self) -> bytearray:
+        return self._w.buf
+
+    def reset(self, data: bytes | bytearray = b"") -> None:
+        self._w.reset(data)
+        self._reload_last()
+        self._bytes_since = 0
+
+    def set_bytes_since(self, n: int) -> None:
+        self._bytes_since = n
+
+    def begin_rebuild(self) -> None:
+        self._w.begin_rebuild()
+        self._reload_last()
+        self._bytes_since = 0
+
+    def end_rebuild(self) -> None:
+        self._w.end_rebuild()
+
+    def flush(self) -> None:
+        self._w.flush()
+
+    def rename(self, new_path: str) -> None:
+        self._w.rename(new_path)
+
+    def close(self) -> None:
+        self._w.close()
+
+
 class IndexView:
     """Reader side of one index file: a read-only mmap re-made when the file has grown."""
 

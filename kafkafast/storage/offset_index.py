@@ -4,13 +4,14 @@ from __future__ import annotations
 import struct
 from array import array
 
-from kafkafast.storage.index_file import Buffer, IndexView, IndexWriter, index_search, read_index_file
+from kafkafast.storage.index_file import (Buffer, IndexView, IndexWriter, SparseIndex, index_search,
+                                           read_index_file)
 
 ENTRY = struct.Struct(">ii")
 ENTRY_SIZE = 8
 
 
-class OffsetIndex:
+class OffsetIndex(SparseIndex):
     """Writer of a segment's sparse offset index.
 
     File `<20-digit zero-padded base offset>.index`, a packed array of 8-byte entries::
@@ -30,7 +31,7 @@ class OffsetIndex:
     `find_nearest(offset) -> (base offset, position)` when reading.
     """
 
-    __slots__ = ("base_offset", "interval_bytes", "_w", "_bytes_since", "last_rel_offset", "last_position")
+    __slots__ = ("last_rel_offset", "last_position")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int, interval_bytes: int,
                  initial: bytearray | None = None) -> None:
@@ -50,22 +51,6 @@ class OffsetIndex:
         data = read_index_file(path)
         ok = data is not None and sanity_check(data, log_size, deep)
         return cls(path, base_offset, max_index_bytes, interval_bytes, data if ok else None), ok
-
-    @property
-    def path(self) -> str:
-        return self._w.path
-
-    @property
-    def entries(self) -> int:
-        return self._w.entries
-
-    @property
-    def is_full(self) -> bool:
-        return self._w.is_full
-
-    @property
-    def buffer(self) -> bytearray:
-        return self._w.buf
 
     def maybe_track(self, base_offset: int, position: int, batch_size: int) -> None:
         if self._bytes_since > self.interval_bytes and not self._w.is_full:
@@ -88,36 +73,11 @@ class OffsetIndex:
             self._reload_last()
         self._bytes_since = 0
 
-    def reset(self, data: bytes | bytearray = b"") -> None:
-        self._w.reset(data)
-        self._reload_last()
-        self._bytes_since = 0
-
     def _reload_last(self) -> None:
         if self._w.entries:
             self.last_rel_offset, self.last_position = ENTRY.unpack_from(self._w.buf, (self._w.entries - 1) * ENTRY_SIZE)
         else:
             self.last_rel_offset, self.last_position = -1, -1
-
-    def set_bytes_since(self, n: int) -> None:
-        self._bytes_since = n
-
-    def begin_rebuild(self) -> None:
-        self._w.begin_rebuild()
-        self._reload_last()
-        self._bytes_since = 0
-
-    def end_rebuild(self) -> None:
-        self._w.end_rebuild()
-
-    def flush(self) -> None:
-        self._w.flush()
-
-    def rename(self, new_path: str) -> None:
-        self._w.rename(new_path)
-
-    def close(self) -> None:
-        self._w.close()
 
 
 def lookup(buf: Buffer, n: int, base_offset: int, offset: int) -> tuple[int, int]:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import struct
 
-from kafkafast.storage.index_file import Buffer, IndexView, IndexWriter, index_search, read_index_file
+from kafkafast.storage.index_file import (Buffer, IndexView, IndexWriter, SparseIndex, index_search,
+                                           read_index_file)
 
 ENTRY = struct.Struct(">qi")
 ENTRY_SIZE = 12
 
 
-class TimeIndex:
+class TimeIndex(SparseIndex):
     """Writer of a segment's sparse time index.
 
     File `<20-digit zero-padded base offset>.timeindex`, a packed array of 12-byte entries::
@@ -29,7 +30,7 @@ class TimeIndex:
     `find_nearest(ts) -> (timestamp, base offset)` when reading.
     """
 
-    __slots__ = ("base_offset", "interval_bytes", "_w", "_bytes_since", "last_timestamp", "last_rel_offset")
+    __slots__ = ("last_timestamp", "last_rel_offset")
 
     def __init__(self, path: str, base_offset: int, max_index_bytes: int, interval_bytes: int,
                  initial: bytearray | None = None) -> None:
@@ -51,22 +52,6 @@ class TimeIndex:
             self.last_timestamp, self.last_rel_offset = ENTRY.unpack_from(self._w.buf, (self._w.entries - 1) * ENTRY_SIZE)
         else:
             self.last_timestamp, self.last_rel_offset = -1, -1
-
-    @property
-    def path(self) -> str:
-        return self._w.path
-
-    @property
-    def entries(self) -> int:
-        return self._w.entries
-
-    @property
-    def is_full(self) -> bool:
-        return self._w.is_full
-
-    @property
-    def buffer(self) -> bytearray:
-        return self._w.buf
 
     def maybe_track(self, max_ts_so_far: int, offset_of_max: int, batch_size: int) -> None:
         if self._bytes_since > self.interval_bytes:
@@ -96,31 +81,6 @@ class TimeIndex:
             self._w.reset(buf[: keep * ENTRY_SIZE])
             self._reload_last()
         self._bytes_since = 0
-
-    def reset(self, data: bytes | bytearray = b"") -> None:
-        self._w.reset(data)
-        self._reload_last()
-        self._bytes_since = 0
-
-    def set_bytes_since(self, n: int) -> None:
-        self._bytes_since = n
-
-    def begin_rebuild(self) -> None:
-        self._w.begin_rebuild()
-        self._reload_last()
-        self._bytes_since = 0
-
-    def end_rebuild(self) -> None:
-        self._w.end_rebuild()
-
-    def flush(self) -> None:
-        self._w.flush()
-
-    def rename(self, new_path: str) -> None:
-        self._w.rename(new_path)
-
-    def close(self) -> None:
-        self._w.close()
 
 
 def lookup(buf: Buffer, n: int, base_offset: int, timestamp: int) -> tuple[int, int]:
