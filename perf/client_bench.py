@@ -2,17 +2,18 @@
 and confluent-kafka, against the same broker (kafkafast by default, `--broker tansu` for
 the peer).
 
-Produce: N records of 100 B and 1 KiB to a fresh 1-partition topic, linger.ms=5,
+Produce: 1,000,000 records of 100 B and 300,000 of 1 KiB to a fresh 1-partition topic, linger.ms=5,
 batch.size=1 MiB, acks=1, no compression; timed from the first send to the last
 acknowledgement. Consume: the same N records read from offset 0 with assign() (no group)
-until the last one is in hand. Each cell is the median of `--repeats` runs (range shown).
+until the last one is in hand. Each cell is the median of `--repeats` runs (range shown),
+the repeats going round all clients in turn.
 The broker and the client share the 2-core machine, so these are client-plus-broker
 numbers: ratios between clients are what matter. The "raw (broker ceiling)" row is what
 the broker does for a client with no per-record work (prebuilt 1 MiB batches, 5 Produce
 requests in flight; a Fetch loop that discards the bytes): a client near it is
 broker-bound. Loopback TCP bandwidth is measured in the same run.
 
-    python -m perf.client_bench            # full run, writes perf/results/client_bench.{md,json}
+    python -m perf.client_bench            # full run (about 10 minutes), writes perf/results/client_bench.{md,json}
     python -m perf.client_bench --tiny     # seconds; CI uses it (no speed asserted)
 """
 from __future__ import annotations
@@ -273,7 +274,7 @@ CLIENTS: dict[str, tuple[Callable, Callable]] = {
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="a few thousand records, one repeat (CI)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--broker", choices=["kafkafast", "tansu"], default="kafkafast")
     ap.add_argument("--bootstrap", help="use an already running broker")
     ap.add_argument("--clients", default=",".join(CLIENTS))
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="produce,consume", help="produce, consume or both (comma-separated)")
     ap.add_argument("--sizes", default="100,1024", help="record sizes in bytes (comma-separated) of 100, 1024")
     args = ap.parse_args(argv)
-    sizes = {100: 2000, 1024: 1000} if args.tiny else {100: 200_000, 1024: 50_000}
+    sizes = {100: 2000, 1024: 1000} if args.tiny else {100: 1_000_000, 1024: 300_000}
     sizes = {s: n for s, n in sizes.items() if str(s) in args.sizes.split(",")}
     ops = [o for o in args.ops.split(",") if o]
     repeats = 1 if args.tiny else args.repeats
@@ -307,20 +308,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for size, n in sizes.items():
             value = b"x" * size
-            for name in clients:
-                produce, consume = CLIENTS[name]
-                p_times, c_times = [], []
-                for rep in range(repeats):
+            p_times: dict[str, list[float]] = {name: [] for name in clients}
+            c_times: dict[str, list[float]] = {name: [] for name in clients}
+            # Repeats go round the clients (A B C, A B C, ...) so that drifts of the shared
+            # machine (page cache, other tenants) fall on every client alike.
+            for rep in range(repeats):
+                for name in clients:
+                    produce, consume = CLIENTS[name]
                     topic = f"cb-{size}-{name.split()[0]}-{rep}-{time.monotonic_ns()}"
                     admin.create_topics_sync(bootstrap, [(topic, 1)])
-                    p_times.append(produce(bootstrap, topic, n, value))  # consume reads what it wrote
+                    p_times[name].append(produce(bootstrap, topic, n, value))  # consume reads what it wrote
                     if "consume" in ops:
-                        c_times.append(consume(bootstrap, topic, n))
+                        c_times[name].append(consume(bootstrap, topic, n))
                     try:
                         admin.delete_topics_sync(bootstrap, [topic])
                     except Exception:  # freeing space is best effort
                         pass
-                for kind, times in (("produce", p_times), ("consume", c_times)):
+            for name in clients:
+                for kind, times in (("produce", p_times[name]), ("consume", c_times[name])):
                     if kind not in ops:
                         continue
                     rates = sorted(n / t for t in times)

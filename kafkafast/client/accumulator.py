@@ -22,10 +22,12 @@ that are already mapped instead of faulting in fresh ones. The builder only reus
 buffer when nothing else holds the batch it built any more (see `BatchBuilder.reset`): a
 batch handed to the connection is never written while in flight.
 
-Appends may come from another thread (the sync facade, which sets `threaded`), so the
-queues are guarded by one lock; everything else runs on the event loop. An asyncio-only
-producer appends on the loop thread, between the sender's steps, so its appends skip
-the lock (it costs a third of an append).
+The per-record path (the partition's open batch takes the record) is the producer's own
+(`AIOProducer.append`); the accumulator opens batches when there is no open one or it is
+full. Appends may come from another thread (the sync facade, which sets `threaded`), so
+the queues are guarded by one lock; everything else runs on the event loop. An
+asyncio-only producer appends on the loop thread, between the sender's steps, so its
+appends skip the lock (it costs a third of an append).
 """
 from __future__ import annotations
 
@@ -118,31 +120,16 @@ class RecordAccumulator:
 
     # -- appending (any thread) --------------------------------------------------------
 
-    def try_append(
+    def open_batch(
         self, tp: TopicPartition, timestamp: int, key: Any, value: Any, headers: Iterable[tuple[str, bytes | None]],
     ) -> tuple[ProducerBatch, int, int] | None:
-        """(batch, index in batch, event) or None when a new batch would exceed buffer.memory.
-
-        event: 0 appended to an open batch, 1 opened a new batch (the sender must arm a
-        linger timer), 2 the batch is now full (send it now). Takes the lock when appends
-        come from another thread than the loop's (`threaded`)."""
-        if self.threaded:
-            with self.lock:
-                return self.try_append_unlocked(tp, timestamp, key, value, headers)
-        return self.try_append_unlocked(tp, timestamp, key, value, headers)
-
-    def try_append_unlocked(
-        self, tp: TopicPartition, timestamp: int, key: Any, value: Any, headers: Iterable[tuple[str, bytes | None]],
-    ) -> tuple[ProducerBatch, int, int] | None:
-        """`try_append` on the loop thread, or with the lock held."""
+        """Starts a new batch of `tp` with this record, for when the partition has no open
+        batch or its last one is full (the producer appends to the open batch itself:
+        that is the per-record path). (batch, 0, event), or None when a new batch would
+        exceed buffer.memory; event 1: the sender must arm a linger timer, 2: the batch is
+        already full (send it now). Called on the loop thread, or with `lock` held when
+        appends come from another thread (`threaded`)."""
         q = self.queues.get(tp)
-        if q:
-            batch = q[-1]
-            builder = batch.builder
-            if builder is not None and builder.append(timestamp, key, value, headers):
-                index = batch.count
-                batch.count = index + 1
-                return batch, index, (2 if builder.estimated_size >= self.batch_size else 0)
         if self.used + self.batch_size > self.buffer_memory and self.used > 0:
             return None
         spare = self.spare_builders

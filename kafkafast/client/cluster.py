@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -112,6 +113,7 @@ class Cluster:
         self._refreshing: asyncio.Future | None = None
         self._refresh_task: asyncio.Task | None = None
         self.metadata_version = 0  # bumped on every refresh
+        self.on_update: list[Callable[[], None]] = []  # called after every refresh
         self.closed = False
 
     # -- connections ------------------------------------------------------------------
@@ -259,6 +261,8 @@ class Cluster:
         self.topics = topics
         self.last_refresh = time.monotonic()
         self.metadata_version += 1
+        for fn in self.on_update:
+            fn()
         for node_id, conn in list(self._conns.items()):
             info = self.brokers.get(node_id)
             if info is None or (info.host, info.port) != (conn.host, conn.port):

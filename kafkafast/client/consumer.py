@@ -7,10 +7,14 @@
 Partitions come from `assign()` or from group membership after `subscribe()` (topics, or
 a regular expression matched against the cluster's topics at every metadata refresh).
 
-Fetching: a fetch task keeps one Fetch in flight per broker, covering every assigned,
-unpaused partition that broker leads whose buffer is drained; answers are decoded (all
-codecs, control batches skipped, by the compiled record codec) into a buffer that
-`getmany`/`getone` hand out. Each partition has a `position` (next offset handed to the
+Fetching: one Fetch in flight per broker, covering every assigned, unpaused partition
+that broker leads whose buffer is below `max_buffered_records`. When an answer arrives
+the next Fetch goes out at once (its offsets read from the batch headers), and only then
+are the records decoded (all codecs, control batches skipped, by the compiled record
+codec) into the buffer that `getmany`/`getone` hand out: the broker prepares the next
+answer while this one is decoded, so the buffer may exceed the limit by one answer.
+Corrupt data raises CorruptMessageError from `getmany` after the records before it, and
+again on every call until the application seeks past it. Each partition has a `position` (next offset handed to the
 application) and a fetch offset (next offset to request); seek/pause/revoke bump the
 partition's epoch so data fetched before is dropped. Unknown positions are resolved from
 the committed offset, else `auto_offset_reset` ("earliest", "latest", or "none", which
@@ -31,8 +35,8 @@ from kafkafast.client.cluster import Cluster, OffsetAndMetadata, TopicPartition
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.client.group import GroupMembership
 from kafkafast.client.lowlevel import EARLIEST, LATEST, fetch_request, list_offsets_with
-from kafkafast.client.records import ConsumerRecord, decode_fetched
-from kafkafast.protocol.errors import KafkaError, OffsetOutOfRangeError, for_code
+from kafkafast.client.records import ConsumerRecord, decode_fetched, fetched_next_offset
+from kafkafast.protocol.errors import CorruptMessageError, KafkaError, OffsetOutOfRangeError, for_code
 
 logger = logging.getLogger("kafkafast.client.consumer")
 
@@ -46,7 +50,7 @@ class RebalanceListener(Protocol):
 
 class _PartitionState:
     __slots__ = ("position", "fetch_offset", "paused", "epoch", "high_watermark", "committed", "in_fetch",
-                 "buffered")
+                 "buffered", "halted")
 
     def __init__(self) -> None:
         self.position: int | None = None
@@ -57,6 +61,7 @@ class _PartitionState:
         self.committed: int | None = None
         self.in_fetch = False
         self.buffered = 0
+        self.halted = False  # corrupt data at fetch_offset: not fetched until the error is raised
 
 
 class AIOConsumer:
@@ -286,6 +291,7 @@ class AIOConsumer:
         st = self._state(tp)
         st.position = st.fetch_offset = offset
         st.epoch += 1
+        st.halted = False
         self._drop_buffered(TopicPartition(*tp))
         self._wake_fetcher()
 
@@ -454,10 +460,11 @@ class AIOConsumer:
         if self._buffered >= self.max_buffered_records:
             return
         by_node: dict[int, dict[str, list[tuple[int, int, int]]]] = {}
-        epochs: dict[int, dict[TopicPartition, int]] = {}
+        requested: dict[int, dict[TopicPartition, tuple[int, int]]] = {}
         unknown = False
         for tp, st in self._states.items():
-            if st.paused or st.fetch_offset is None or st.in_fetch or st.buffered >= self.max_buffered_records:
+            if (st.paused or st.halted or st.fetch_offset is None or st.in_fetch
+                    or st.buffered >= self.max_buffered_records):
                 continue
             leader = self.cluster.leader_for(tp)
             if leader < 0:
@@ -467,7 +474,7 @@ class AIOConsumer:
                 continue
             by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(
                 (tp.partition, st.fetch_offset, self.max_partition_fetch_bytes))
-            epochs.setdefault(leader, {})[tp] = st.epoch
+            requested.setdefault(leader, {})[tp] = (st.epoch, st.fetch_offset)
         if unknown:
             asyncio.get_running_loop().create_task(self._refresh())
         for node, parts in by_node.items():
@@ -483,10 +490,10 @@ class AIOConsumer:
             except KafkaError:
                 continue
             self._in_fetch.add(node)
-            for tp in epochs[node]:
+            for tp in requested[node]:
                 self._states[tp].in_fetch = True
-            fut.add_done_callback(lambda f, conn=conn, node=node, version=version, ep=epochs[node]:
-                                  self._on_fetch(f, conn, node, version, ep))
+            fut.add_done_callback(lambda f, conn=conn, node=node, version=version, req=requested[node]:
+                                  self._on_fetch(f, conn, node, version, req))
 
     async def _refresh(self) -> None:
         try:
@@ -505,10 +512,17 @@ class AIOConsumer:
         self._wake_fetcher()
 
     def _on_fetch(self, fut: asyncio.Future, conn: BrokerConnection, node: int, version: int,
-                  epochs: dict[TopicPartition, int]) -> None:
+                  requested: dict[TopicPartition, tuple[int, int]]) -> None:
+        """Takes a Fetch answer: asks for what follows at once (the broker prepares the next
+        answer while this one is decoded), then decodes the records into the buffer.
+
+        `requested`: partition -> (epoch, fetch offset) when the request was made; a
+        partition's data is used only if both still hold (no seek, revoke or failed
+        decode since)."""
         self._in_fetch.discard(node)
-        for tp in epochs:
-            st = self._states.get(tp)
+        states = self._states
+        for tp in requested:
+            st = states.get(tp)
             if st is not None:
                 st.in_fetch = False
         try:
@@ -518,14 +532,14 @@ class AIOConsumer:
             if resp.error_code:
                 logger.info("fetch from %d: %s", node, for_code(resp.error_code).__name__)
                 return
-            got = False
+            todo: list[tuple[TopicPartition, _PartitionState, int, Any]] = []
             reset: list[TopicPartition] = []
             for t in resp.responses:
                 topic = t.topic
                 for p in t.partitions:
                     tp = TopicPartition(topic, p.partition_index)
-                    st = self._states.get(tp)
-                    if st is None or epochs.get(tp) != st.epoch or st.fetch_offset is None:
+                    st = states.get(tp)
+                    if st is None or requested.get(tp) != (st.epoch, st.fetch_offset):
                         continue
                     if p.error_code:
                         if p.error_code == OffsetOutOfRangeError.code:
@@ -536,14 +550,32 @@ class AIOConsumer:
                             logger.info("fetch %s: %s", tp, for_code(p.error_code).__name__)
                         continue
                     st.high_watermark = p.high_watermark
-                    records, next_offset = decode_fetched(p.records, topic, tp.partition, st.fetch_offset)
-                    if next_offset > st.fetch_offset:
+                    start = st.fetch_offset
+                    assert start is not None
+                    next_offset = fetched_next_offset(p.records, start)
+                    if next_offset > start:
                         st.fetch_offset = next_offset
-                    if records:
-                        self._buffer.append((tp, st.epoch, records))
-                        st.buffered += len(records)
-                        self._buffered += len(records)
-                        got = True
+                        todo.append((tp, st, start, p.records))
+            if todo:
+                self._send_fetches()
+            got = False
+            for tp, st, start, data in todo:
+                records: list[ConsumerRecord] = []
+                try:
+                    decode_fetched(data, tp.topic, tp.partition, start, out=records)
+                except CorruptMessageError as exc:
+                    # Keep the records before the bad data, and stay at it (an answer already
+                    # asked for beyond it is dropped: its offset no longer matches) until the
+                    # application has seen the error.
+                    st.fetch_offset = records[-1].offset + 1 if records else start
+                    st.halted = True
+                    self._error = exc
+                    got = True
+                if records:
+                    self._buffer.append((tp, st.epoch, records))
+                    st.buffered += len(records)
+                    self._buffered += len(records)
+                    got = True
             if reset:
                 asyncio.get_running_loop().create_task(self._reset_out_of_range(reset))
             if got:
@@ -594,12 +626,21 @@ class AIOConsumer:
             self._wake_fetcher()
         return out
 
+    def _raise_error(self) -> None:
+        """Raises the pending error; partitions halted by corrupt data are fetched again
+        (and raise again, as Kafka consumers do, until the application seeks past it)."""
+        err, self._error = self._error, None
+        for st in self._states.values():
+            st.halted = False
+        self._wake_fetcher()
+        assert err is not None
+        raise err
+
     async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records fetched so far (waiting up to timeout_ms for the first), by partition."""
         if self._error is not None:
-            err, self._error = self._error, None
-            raise err
+            self._raise_error()
         limit = max_records or self.max_poll_records
         out = self._take(limit)
         if out or timeout_ms <= 0:
@@ -616,8 +657,7 @@ class AIOConsumer:
             except asyncio.TimeoutError:
                 return {}
             if self._error is not None:
-                err, self._error = self._error, None
-                raise err
+                self._raise_error()
             out = self._take(limit)
             if out:
                 return out

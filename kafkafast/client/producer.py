@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from time import time_ns
 from collections.abc import Callable, Generator, Iterable
@@ -76,6 +77,18 @@ class DeliveryFuture:
 
     def result(self) -> RecordMetadata:
         return self._meta(self.batch.future.result())
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Blocks until delivered: for threads other than the producer's loop (the sync
+        facade's callers). Raises the batch's typed error, or TimeoutError after `timeout`
+        seconds."""
+        fut = self.batch.future
+        if not fut.done():
+            done = threading.Event()
+            fut.get_loop().call_soon_threadsafe(fut.add_done_callback, lambda _f: done.set())
+            if not done.wait(timeout):
+                raise TimeoutError(f"{self.batch.tp}: not delivered within {timeout} s")
+        return self._meta(fut.result())
 
     def add_done_callback(self, fn: Callable[[DeliveryFuture], None]) -> None:
         """Calls fn(self) on the producer's loop once delivered or failed."""
@@ -155,6 +168,7 @@ class AIOProducer:
                                      compression=self.compression, buffer_memory=self.buffer_memory,
                                      idempotent=self.idempotent, retry_backoff_ms=self.retry_backoff_ms)
         self.acc.wakeup = self.wakeup
+        self.cluster.on_update.append(self._on_metadata)
         if self.idempotent:
             await self._init_producer_id()
         self._sender = self.loop.create_task(self._run())
@@ -221,6 +235,14 @@ class AIOProducer:
 
     # -- sending -----------------------------------------------------------------------
 
+    def _on_metadata(self) -> None:
+        """Every metadata refresh (on errors, and every metadata.max.age.ms) updates the
+        partition counts records are partitioned over: added partitions get records."""
+        for t in list(self._num_partitions):
+            parts = self.cluster.partitions_for(t)
+            if parts:
+                self._num_partitions[t] = len(parts)
+
     async def partitions_for(self, topic: str) -> list[int]:
         parts = await self.cluster.wait_for_topic(topic, timeout=self.max_block)
         self._num_partitions[topic] = len(parts)
@@ -277,10 +299,28 @@ class AIOProducer:
             tps = self._tps[topic] = [TopicPartition(topic, i) for i in range(num_partitions)]
         acc = self.acc
         assert acc is not None
-        if acc.threaded:
-            res = acc.try_append(tps[partition], ts, key, value, headers or ())
-        else:
-            res = acc.try_append_unlocked(tps[partition], ts, key, value, headers or ())
+        tp = tps[partition]
+        if headers is None:
+            headers = ()
+        lock = acc.lock if acc.threaded else None
+        if lock is not None:
+            lock.acquire()  # not `with`: this is the per-record path, and `with` costs twice as much
+        try:
+            q = acc.queues.get(tp)
+            batch = q[-1] if q else None
+            builder = batch.builder if batch is not None else None
+            if builder is not None and builder.append(ts, key, value, headers):
+                # The usual case: the partition's open batch took the record.
+                index = batch.count  # type: ignore[union-attr]
+                batch.count = index + 1  # type: ignore[union-attr]
+                if builder.estimated_size < acc.batch_size:
+                    return DeliveryFuture(batch, index, ts)  # type: ignore[arg-type]
+                res: tuple[ProducerBatch, int, int] | None = (batch, index, 2)  # type: ignore[assignment]
+            else:
+                res = acc.open_batch(tp, ts, key, value, headers)
+        finally:
+            if lock is not None:
+                lock.release()
         if res is None:
             return None
         batch, index, event = res
@@ -388,10 +428,6 @@ class AIOProducer:
                 await asyncio.sleep(self.retry_backoff_ms / 1000.0)
                 self._refresh_wanted = False
                 await self.cluster.refresh_metadata()
-                for t in list(self._num_partitions):
-                    parts = self.cluster.partitions_for(t)
-                    if parts:
-                        self._num_partitions[t] = len(parts)
             except Exception as exc:
                 logger.warning("metadata refresh failed: %r", exc)
             finally:

@@ -24,6 +24,7 @@ from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import BATCH_HEADER_SIZE, BATCH_LENGTH_OVERHEAD, CODEC_NONE
 
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 
 class RecordMetadata(NamedTuple):
@@ -35,15 +36,46 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
+def fetched_next_offset(buf: bytes | memoryview | None, start: int) -> int:
+    """The offset to fetch after this record set: past its last complete entry (batch
+    headers only: nothing is checked or decoded). `decode_fetched` agrees with it on
+    record sets it accepts."""
+    if not buf:
+        return start
+    n = len(buf)
+    pos = 0
+    next_offset = start
+    while n - pos >= 17:
+        length = _I32.unpack_from(buf, pos + 8)[0]
+        size = length + BATCH_LENGTH_OVERHEAD
+        if length < 0 or size > n - pos:
+            break
+        magic = buf[pos + 16]
+        if magic == 2 and size >= BATCH_HEADER_SIZE:  # base offset + last offset delta + 1
+            batch_next = _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + 23)[0] + 1
+        elif magic in (0, 1):  # a legacy entry's offset is its last record's
+            batch_next = _I64.unpack_from(buf, pos)[0] + 1
+        else:  # corrupt: decode_fetched says so
+            break
+        if batch_next > next_offset:
+            next_offset = batch_next
+        pos += size
+    return next_offset
+
+
 def decode_fetched(
     buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
+    out: list[ConsumerRecord] | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records of a fetched record set with offsets in [start, end), and the offset to
     fetch next (past skipped control batches, and past the last complete batch).
 
     A partial entry at the end is ignored (brokers truncate the last batch of a fetch
-    response to max_bytes); batches wholly before `start` are CRC-checked, not decoded."""
-    out: list[ConsumerRecord] = []
+    response to max_bytes); batches wholly before `start` are CRC-checked, not decoded.
+    Records are appended to `out` when given: on CorruptMessageError it holds the
+    records before the bad data."""
+    if out is None:
+        out = []
     next_offset = start
     if not buf:
         return out, next_offset
@@ -62,7 +94,7 @@ def decode_fetched(
         if magic == 2:
             header = read_batch_header(mv, pos)
             if not batch_crc_ok(mv, pos, size):
-                raise CorruptMessageError(f"batch at {pos}: CRC32C mismatch")
+                raise CorruptMessageError(f"{topic}-{partition}: batch at offset {header.base_offset}: CRC32C mismatch")
             batch_next = header.next_offset
             if batch_next > next_offset:
                 next_offset = batch_next
@@ -92,4 +124,4 @@ def decode_fetched(
     return out, next_offset
 
 
-__all__ = ["ConsumerRecord", "RecordMetadata", "decode_fetched"]
+__all__ = ["ConsumerRecord", "RecordMetadata", "decode_fetched", "fetched_next_offset"]

@@ -11,6 +11,7 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
 from kafkafast.client.admin import create_topics_sync, delete_topics_sync, describe_configs_sync
+from kafkafast.client.producer import DeliveryFuture
 from kafkafast.client.lowlevel import fetch_range_sync, list_offsets_sync, partitions_for_sync, topics_sync
 
 T = TypeVar("T")
@@ -65,21 +66,6 @@ __all__ = [
 ]
 
 
-class SyncDeliveryFuture:
-    """Result of `KafkaProducer.send`: `.get(timeout)` blocks for the RecordMetadata."""
-
-    __slots__ = ("_inner", "_loop")
-
-    def __init__(self, inner: Any, loop: LoopThread) -> None:
-        self._inner = inner
-        self._loop = loop
-
-    def get(self, timeout: float | None = None) -> Any:
-        async def wait() -> Any:
-            return await self._inner
-        return self._loop.run(wait(), timeout)
-
-
 class KafkaProducer:
     """Blocking producer: appends in the calling thread, sends from a private loop thread.
 
@@ -88,20 +74,24 @@ class KafkaProducer:
     def __init__(self, bootstrap_servers: str | list[str], **settings: Any) -> None:
         from kafkafast.client.producer import AIOProducer
 
-        self._lt = LoopThread("kafkafast-producer")
+        # The standard library's loop, not uvloop: its socket writes release the GIL, so the
+        # caller goes on appending while a finished batch is copied into the kernel (uvloop
+        # copies holding the GIL, which stalls the caller for the length of every write).
+        self._lt = LoopThread("kafkafast-producer", use_uvloop=False)
         self._p = AIOProducer(bootstrap_servers, **settings)
         self._lt.run(self._p.start())
         assert self._p.acc is not None
         self._p.acc.threaded = True  # send() appends from the caller's thread
         self._num_partitions = self._p._num_partitions
+        self._append = self._p.append
         self._unyielded = 0
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
-             headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None) -> SyncDeliveryFuture:
+             headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None) -> DeliveryFuture:
         n = self._num_partitions.get(topic)
         if n is None:
             n = len(self._lt.run(self._p.partitions_for(topic)))
-        res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
+        res = self._append(topic, value, key, headers, partition, timestamp_ms, n)
         if res is None:  # buffer.memory full: block like the Java producer
             acc = self._p.acc
             assert acc is not None
@@ -120,7 +110,7 @@ class KafkaProducer:
                 # interpreter's switch interval (5 ms) while batches are ready to send.
                 self._unyielded = 0
                 time.sleep(0)
-        return SyncDeliveryFuture(res, self._lt)
+        return res
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._lt.run(self._p.partitions_for(topic))
@@ -228,4 +218,4 @@ class KafkaConsumer:
         self.close()
 
 
-__all__ += ["KafkaConsumer", "KafkaProducer", "SyncDeliveryFuture"]
+__all__ += ["KafkaConsumer", "KafkaProducer"]

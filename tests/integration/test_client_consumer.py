@@ -12,7 +12,7 @@ import pytest
 
 from kafkafast.client import AIOConsumer, AIOProducer, KafkaConsumer, KafkaProducer, TopicPartition
 from kafkafast.client import admin
-from kafkafast.protocol.errors import OffsetOutOfRangeError
+from kafkafast.protocol.errors import CorruptMessageError, OffsetOutOfRangeError
 
 HAVE_GROUP_COORDINATOR = (Path(__file__).resolve().parents[2] / "kafkafast/broker/group_coordinator.py").exists()
 needs_groups = pytest.mark.skipif(not HAVE_GROUP_COORDINATOR, reason="kafkafast group coordinator not present yet")
@@ -98,6 +98,53 @@ def test_auto_offset_reset_none_raises_offset_out_of_range(bootstrap: str) -> No
                 await c.getmany(timeout_ms=5000)
 
     asyncio.run(run())
+
+
+def test_corrupt_batch_on_disk_is_reported_with_its_offset_after_the_records_before_it(broker) -> None:
+    """A batch damaged on disk (the broker serves it as stored) raises CorruptMessageError
+    naming its offset, after the records before it are handed out, and keeps raising
+    until the application seeks past it; the pipelined fetch beyond it is not used."""
+    topic = f"corrupt-{time.monotonic_ns()}"
+    admin.create_topics_sync(broker.bootstrap, [(topic, 1)])
+    with KafkaProducer(broker.bootstrap, linger_ms=0) as p:
+        for b in range(3):  # three batches of 10 records: offsets 0-9, 10-19, 20-29
+            futs = [p.send(topic, b"value-%d-%d" % (b, i), partition=0) for i in range(10)]
+            p.flush()
+            assert [f.get(10).offset for f in futs] == list(range(b * 10, b * 10 + 10))
+    log = broker.data_dir / f"{topic}-0" / ("0" * 20 + ".log")
+    data = log.read_bytes()
+    first = int.from_bytes(data[8:12], "big") + 12
+    assert int.from_bytes(data[first:first + 8], "big") == 10  # the second batch starts here
+    second = int.from_bytes(data[first + 8:first + 12], "big") + 12
+    with open(log, "r+b") as fh:  # flip one byte of the second batch's last record value
+        fh.seek(first + second - 3)
+        byte = fh.read(1)
+        fh.seek(first + second - 3)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    tp = TopicPartition(topic, 0)
+
+    async def run() -> tuple[list[int], list[int]]:
+        async with AIOConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as c:
+            c.assign([tp])
+            got: list[int] = []
+            errors = 0
+            deadline = time.monotonic() + 20
+            while errors < 2 and time.monotonic() < deadline:
+                try:
+                    got += [r.offset for r in (await c.getmany(timeout_ms=1000)).get(tp, [])]
+                except CorruptMessageError as exc:
+                    assert f"{topic}-0" in str(exc) and "offset 10" in str(exc)
+                    errors += 1
+            assert errors == 2 and await c.position(tp) == 10
+            c.seek(tp, 20)
+            after: list[int] = []
+            while len(after) < 10 and time.monotonic() < deadline:
+                after += [r.offset for r in (await c.getmany(timeout_ms=1000)).get(tp, [])]
+            return got, after
+
+    got, after = asyncio.run(run())
+    assert got == list(range(10))
+    assert after == list(range(20, 30))
 
 
 @needs_groups
