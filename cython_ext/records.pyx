@@ -853,7 +853,7 @@ cdef class BatchBuilder:
         self._cap = cap
         return 0
 
-    def append(self, int64_t timestamp, key, value, headers=()):
+    cpdef bint append(self, int64_t timestamp, key, value, headers=()) except -1:
         """Add a record; False if it would exceed max_size and the batch is not empty."""
         cdef int64_t ts_delta
         cdef int32_t offset_delta = self._count
@@ -970,6 +970,22 @@ cdef class BatchBuilder:
             (<PyBytesObject*>self._data).ob_shash = -1
             self._shared = False
         return True
+
+
+def append_to_last(q, int64_t timestamp, key, value, headers, future_type):
+    """The producer's per-record path: appends the record to the last batch of a partition
+    queue `q` (objects with `builder` and `count`) and returns `future_type((batch, index
+    in batch, timestamp))`; None, with nothing appended, when `q` is empty, its last batch
+    is sealed (builder None) or full (then the producer opens a new batch)."""
+    if not q:
+        return None
+    batch = q[len(q) - 1]  # (negative indices do not wrap around in this module)
+    builder = batch.builder
+    if builder is None or not (<BatchBuilder?>builder).append(timestamp, key, value, headers):
+        return None
+    index = batch.count
+    batch.count = index + 1
+    return future_type((batch, index, timestamp))
 
 
 # Imported last on purpose: importing kafkafast.records.model initialises the

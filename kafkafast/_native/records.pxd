@@ -108,4 +108,5 @@ cdef class BatchBuilder:
     cdef int64_t _max_timestamp
     cdef int32_t _count
     cdef int _reserve(self, Py_ssize_t extra) except -1
+    cpdef bint append(self, int64_t timestamp, key, value, headers=*) except -1
     cdef inline uint8_t* _records(self) noexcept

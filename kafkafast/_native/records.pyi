@@ -2,6 +2,7 @@
 kafkafast/records/_pure_codec.py)."""
 import mmap
 from collections.abc import Iterable
+from typing import Any
 
 from kafkafast.records.model import BatchHeader, Record
 
@@ -37,6 +38,10 @@ def decode_consumer_records(
     end: int,
     out: list[ConsumerRecord],
 ) -> int: ...
+def append_to_last(
+    q: Any, timestamp: int, key: bytes | bytearray | memoryview | None,
+    value: bytes | bytearray | memoryview | None, headers: Any, future_type: Any,
+) -> Any: ...
 
 class ConsumerRecord:
     topic: str

@@ -19,6 +19,7 @@ import threading
 import time
 from time import time_ns
 from collections.abc import Callable, Generator, Iterable
+from operator import itemgetter
 from typing import Any
 
 from kafkafast.client.accumulator import ProducerBatch, RecordAccumulator
@@ -39,6 +40,7 @@ from kafkafast.protocol.errors import (
     for_code,
 )
 from kafkafast.records import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
+from kafkafast.records.batch import append_to_last
 
 logger = logging.getLogger("kafkafast.client.producer")
 
@@ -52,15 +54,16 @@ Headers = Iterable[tuple[str, bytes | None]] | None
 _YIELD_EVERY_BYTES = 256 * 1024
 
 
-class DeliveryFuture:
-    """Awaitable result of one `send`: RecordMetadata, or the typed error of the batch."""
+class DeliveryFuture(tuple):  # type: ignore[type-arg]
+    """Awaitable result of one `send`: RecordMetadata, or the typed error of the batch.
 
-    __slots__ = ("batch", "index", "timestamp")
+    Made once per record, so it is a tuple (batch, index in batch, timestamp) underneath:
+    half the cost of an object with an `__init__`."""
 
-    def __init__(self, batch: ProducerBatch, index: int, timestamp: int) -> None:
-        self.batch = batch
-        self.index = index
-        self.timestamp = timestamp
+    __slots__ = ()
+    batch: ProducerBatch = property(itemgetter(0))  # type: ignore[assignment]
+    index: int = property(itemgetter(1))  # type: ignore[assignment]
+    timestamp: int = property(itemgetter(2))  # type: ignore[assignment]
 
     def _meta(self, result: tuple[int, int]) -> RecordMetadata:
         base, log_append_time = result
@@ -270,7 +273,7 @@ class AIOProducer:
                 res = self.append(topic, value, key, headers, partition, timestamp_ms, n)
         else:
             self._unyielded += 1 if value is None else len(value)
-            if res.index == 0 or self._unyielded >= _YIELD_EVERY_BYTES:
+            if res[1] == 0 or self._unyielded >= _YIELD_EVERY_BYTES:
                 # A batch just filled up, or a while passed: let the sender ship and the
                 # connection flush and read answers while we append.
                 self._unyielded = 0
@@ -306,35 +309,29 @@ class AIOProducer:
         if lock is not None:
             lock.acquire()  # not `with`: this is the per-record path, and `with` costs twice as much
         try:
-            q = acc.queues.get(tp)
-            batch = q[-1] if q else None
-            builder = batch.builder if batch is not None else None
-            if builder is not None and builder.append(ts, key, value, headers):
-                # The usual case: the partition's open batch took the record.
-                index = batch.count  # type: ignore[union-attr]
-                batch.count = index + 1  # type: ignore[union-attr]
-                if builder.estimated_size < acc.batch_size:
-                    return DeliveryFuture(batch, index, ts)  # type: ignore[arg-type]
-                res: tuple[ProducerBatch, int, int] | None = (batch, index, 2)  # type: ignore[assignment]
-            else:
-                res = acc.open_batch(tp, ts, key, value, headers)
+            # The usual case: the partition's open batch takes the record (compiled).
+            fut = append_to_last(acc.queues.get(tp), ts, key, value, headers, DeliveryFuture)
+            if fut is not None:
+                return fut
+            # No open batch, or it is full: a new one, which makes a full one ready to send.
+            res = acc.open_batch(tp, ts, key, value, headers)
         finally:
             if lock is not None:
                 lock.release()
         if res is None:
             return None
         batch, index, event = res
-        if event:
-            if event == 1 and batch.builder is not None and index == 0 and batch.reserved > self.max_request_size:
-                acc.remove_from_queue(batch)
-                acc.complete(batch, None, MessageTooLargeError(f"record of {batch.reserved} bytes"))
-            elif event == 2 or self.linger_ms <= 0:
-                self._wake_from_any_thread()
-                if key is None and event == 2:
-                    self.partitioner.on_new_batch(topic, num_partitions, partition)
-            else:
-                self._arm_from_any_thread(batch.created + self.linger_ms / 1000.0)
-        return DeliveryFuture(batch, index, ts)
+        if batch.reserved > self.max_request_size and batch.builder is not None:
+            acc.remove_from_queue(batch)
+            acc.complete(batch, None, MessageTooLargeError(f"record of {batch.reserved} bytes"))
+        elif event == 2 or self.linger_ms <= 0 or len(acc.queues[tp]) > 1:
+            # A batch is ready: this one is full already, or the one before it is.
+            self._wake_from_any_thread()
+            if key is None:
+                self.partitioner.on_new_batch(topic, num_partitions, partition)
+        else:
+            self._arm_from_any_thread(batch.created + self.linger_ms / 1000.0)
+        return DeliveryFuture((batch, index, ts))
 
     # -- sender ------------------------------------------------------------------------
 

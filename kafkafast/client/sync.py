@@ -15,8 +15,6 @@ from kafkafast.client.producer import DeliveryFuture
 from kafkafast.client.lowlevel import fetch_range_sync, list_offsets_sync, partitions_for_sync, topics_sync
 
 T = TypeVar("T")
-# KafkaProducer.send lets the loop thread run at least this often (in bytes of values appended).
-_YIELD_EVERY_BYTES = 256 * 1024
 
 
 class LoopThread:
@@ -84,7 +82,6 @@ class KafkaProducer:
         self._p.acc.threaded = True  # send() appends from the caller's thread
         self._num_partitions = self._p._num_partitions
         self._append = self._p.append
-        self._unyielded = 0
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
              headers: Any = None, partition: int | None = None, timestamp_ms: int | None = None) -> DeliveryFuture:
@@ -103,13 +100,10 @@ class KafkaProducer:
                     raise RequestTimedOutError("buffer.memory full")
                 acc.wait_memory_blocking(min(left, 0.1))
                 res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
-        else:
-            self._unyielded += 1 if value is None else len(value)
-            if res.index == 0 or self._unyielded >= _YIELD_EVERY_BYTES:
-                # Give the GIL to the loop thread now and then: otherwise it waits for the
-                # interpreter's switch interval (5 ms) while batches are ready to send.
-                self._unyielded = 0
-                time.sleep(0)
+        elif res[1] == 0:
+            # A new batch: the one before is ready to go, so give the GIL to the loop thread
+            # now, instead of letting it wait for the interpreter's switch interval (5 ms).
+            time.sleep(0)
         return res
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -137,7 +131,9 @@ class KafkaConsumer:
     def __init__(self, *topics: str, bootstrap_servers: str | list[str], **settings: Any) -> None:
         from kafkafast.client.consumer import AIOConsumer
 
-        self._lt = LoopThread("kafkafast-consumer")
+        # The standard library's loop here too: it receives with the GIL released, so the
+        # caller works through the last poll's records while the next answer comes in.
+        self._lt = LoopThread("kafkafast-consumer", use_uvloop=False)
         self._c = AIOConsumer(*topics, bootstrap_servers=bootstrap_servers, **settings)
         self._lt.run(self._c.start())
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 from crc32c import crc32c as _crc32c
 
@@ -582,6 +583,23 @@ class BatchBuilder:
         self._max_timestamp = -1
         self._count = 0
         return True
+
+
+def append_to_last(q: Any, timestamp: int, key: Buffer | None, value: Buffer | None, headers: Any,
+                   future_type: Any) -> Any:
+    """The producer's per-record path: appends the record to the last batch of a partition
+    queue `q` (objects with `builder` and `count`) and returns `future_type((batch, index
+    in batch, timestamp))`; None, with nothing appended, when `q` is empty, its last batch
+    is sealed (builder None) or full (then the producer opens a new batch)."""
+    if not q:
+        return None
+    batch = q[-1]
+    builder = batch.builder
+    if builder is None or not builder.append(timestamp, key, value, headers):
+        return None
+    index = batch.count
+    batch.count = index + 1
+    return future_type((batch, index, timestamp))
 
 
 MAX_CODEC_MASK = 0x07

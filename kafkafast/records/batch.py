@@ -151,6 +151,7 @@ BatchBuilder = _codec.BatchBuilder
 # The client's record type, and the decoder that makes them straight from batch bytes.
 ConsumerRecord = _codec.ConsumerRecord
 decode_consumer_records = _codec.decode_consumer_records
+append_to_last = _codec.append_to_last
 
 
 def encode_batch(

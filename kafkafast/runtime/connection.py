@@ -1,10 +1,18 @@
 """One client connection: framing, in-order request processing, response writing.
 
 Framing: a 4-byte big-endian size, then the request. A size below 8 or above
-`socket.request.max.bytes` closes the connection at once. Bytes are only buffered as they
-arrive — nothing is allocated from the size field. Requests on one connection are handled
-one at a time, in order, as Kafka does (responses must come back in request order);
-reading pauses while MAX_QUEUED frames wait.
+`socket.request.max.bytes` closes the connection at once. Requests on one connection are
+handled one at a time, in order, as Kafka does (responses must come back in request
+order); reading pauses while MAX_QUEUED frames wait.
+
+Receiving (a BufferedProtocol): the socket is read into a per-connection scratch buffer,
+from which frames up to SMALL_FRAME bytes are cut out. A larger frame (a produce request)
+is received straight into a buffer of its own, which is handed to the handler as it is:
+the record bytes are copied only from the kernel into it and from it into the log. Memory
+is never sized by the size field alone: a new frame buffer starts small and grows (by
+doubling) only as bytes arrive. A frame buffer that nothing references any more once its
+request is answered is kept (up to SPARE_BUFFERS and SPARE_BYTES per connection) and the next large frame
+that fits is received into it directly, so steady produce traffic allocates nothing.
 
 Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
@@ -26,10 +34,14 @@ from kafkafast.protocol.primitives import FileRegion
 log = logging.getLogger("kafkafast.connection")
 
 MAX_QUEUED = 32
+SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
+SCRATCH = 2 * SMALL_FRAME
+SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produce requests in flight)...
+SPARE_BYTES = 8 << 20  # ...up to this many bytes in all
 _SIZE = int.from_bytes
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Any, max_request_bytes: int, *, internal: bool = False,
                  tracker: set | None = None) -> None:
         self.broker = broker
@@ -37,8 +49,15 @@ class KafkaConnection(asyncio.Protocol):
         self.internal = internal
         self.tracker = tracker
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.queue: deque[bytearray] = deque()
+        self._scratch = bytearray(SCRATCH)
+        self._view = memoryview(self._scratch)
+        self._start = 0  # unconsumed bytes of the scratch buffer: [_start, _end)
+        self._end = 0
+        self._frame: bytearray | None = None  # a large frame being received: _got of _frame_size bytes
+        self._frame_size = 0
+        self._got = 0
+        self._spares: list[bytearray] = []
+        self.queue: deque[bytearray | memoryview] = deque()
         self.wakeup: asyncio.Event | None = None
         self.task: asyncio.Task | None = None
         self.closing = False
@@ -49,7 +68,7 @@ class KafkaConnection(asyncio.Protocol):
         self._write_paused = False
         self._dup_fd = -1
 
-    # -- asyncio.Protocol -----------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
@@ -64,38 +83,89 @@ class KafkaConnection(asyncio.Protocol):
         if self.tracker is not None:
             self.tracker.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self._frame
+        if frame is not None:
+            return memoryview(frame)[self._got:min(len(frame), self._frame_size)]
+        if self._end == SCRATCH:  # move the partial frame to the front
+            n = self._end - self._start
+            self._scratch[:n] = self._view[self._start:self._end]
+            self._start, self._end = 0, n
+        return self._view[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
-        buf = self.buf
-        buf += data
-        start = 0
-        n = len(buf)
-        while n - start >= 4:
-            size = _SIZE(buf[start:start + 4], "big", signed=True)
+        frame = self._frame
+        if frame is not None:
+            self._got += nbytes
+            if self._got == self._frame_size:
+                self._frame = None
+                self._queue_frame(memoryview(frame)[:self._frame_size] if len(frame) > self._frame_size else frame)
+            elif self._got == len(frame):  # grow as the bytes arrive, never ahead of them
+                bigger = bytearray(min(self._frame_size, 2 * len(frame)))
+                bigger[:self._got] = frame
+                self._frame = bigger
+            return
+        self._end += nbytes
+        view = self._view
+        while self._end - self._start >= 4:
+            start = self._start
+            size = _SIZE(view[start:start + 4], "big", signed=True)
             if size < 8 or size > self.max_request:
                 log.info("closing %s: request size %d outside [8, %d]", self.peer, size, self.max_request)
                 self.abort()
                 return
-            end = start + 4 + size
-            if end > n:
+            have = self._end - start - 4
+            if size > SMALL_FRAME and have < size:
+                self._start_large_frame(size, view[start + 4:self._end])
+                self._start = self._end = 0
                 break
-            if end == n and start == 0:
-                # the buffer holds exactly one frame (the usual case for a large produce):
-                # hand the buffer itself over instead of copying the frame out of it
-                self.queue.append(memoryview(buf)[4:])
-                self.buf = buf = bytearray()
-                start = n = 0
+            if have < size:
                 break
-            self.queue.append(buf[start + 4:end])
-            start = end
-        if start:
-            del buf[:start]
-        if self.queue:
-            self.wakeup.set()  # type: ignore[union-attr]
-            if len(self.queue) >= MAX_QUEUED and not self.paused:
-                self.paused = True
-                self.transport.pause_reading()  # type: ignore[union-attr]
+            self._start = start + 4 + size
+            self._queue_frame(bytearray(view[start + 4:start + 4 + size]))
+            if self.closing:
+                return
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _start_large_frame(self, size: int, head: memoryview) -> None:
+        """Receives the rest of a frame of `size` bytes (`head` already here) into a spare
+        buffer that fits, else into a new one that starts at twice what is here."""
+        frame = None
+        for i, spare in enumerate(self._spares):
+            if len(spare) >= size:
+                frame = self._spares.pop(i)
+                break
+        if frame is None:
+            frame = bytearray(min(size, 2 * max(len(head), SMALL_FRAME)))
+        frame[:len(head)] = head
+        self._frame, self._frame_size, self._got = frame, size, len(head)
+
+    def _queue_frame(self, frame: bytearray | memoryview) -> None:
+        self.queue.append(frame)
+        self.wakeup.set()  # type: ignore[union-attr]
+        if len(self.queue) >= MAX_QUEUED and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def _recycle(self, frame: bytearray | memoryview) -> None:
+        """Keeps a large frame's buffer for the next large frame, if nothing else holds a
+        view of it (a forwarded copy still being written, say); otherwise lets it go."""
+        if len(frame) <= SMALL_FRAME or len(self._spares) >= SPARE_BUFFERS:
+            return
+        buf = frame.obj if isinstance(frame, memoryview) else frame
+        if not isinstance(buf, bytearray) or len(buf) + sum(len(b) for b in self._spares) > SPARE_BYTES:
+            return
+        try:
+            if isinstance(frame, memoryview):
+                frame.release()
+            buf.append(0)  # resizing fails while any view of the buffer is alive
+        except BufferError:
+            return
+        buf.pop()
+        self._spares.append(buf)
 
     def eof_received(self) -> bool | None:
         return None
@@ -155,6 +225,9 @@ class KafkaConnection(asyncio.Protocol):
                     self.busy = False
                 if parts is not None and not self.closing:
                     await self._send(parts)
+                parts = None
+                self._recycle(frame)
+                del frame
         except (asyncio.CancelledError, ConnectionError):
             pass
 

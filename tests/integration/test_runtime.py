@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import struct
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kafkafast.client.records import decode_fetched
 from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
 from kafkafast.protocol._generated.delete_topics import DeleteTopicsRequest
 from kafkafast.protocol._generated.fetch import FetchRequest
@@ -254,3 +256,34 @@ def test_consumer_group_commits_through_any_worker_reach_the_coordinating_worker
         seen += [m.value() for m in c.consume(100, 0.2) if m.error() is None]
     c.close()
     assert len(seen) == 400 and len(set(seen)) == 400
+
+
+def test_pipelined_large_produce_frames_of_changing_sizes_are_stored_exactly(multi):
+    """Large frames are received into reused buffers: requests of growing and shrinking
+    sizes, all written before any answer is read, half of them forwarded to the other
+    worker, must land byte for byte."""
+    clients = client_per_worker(multi)
+    (_pa, a), (_pb, b) = sorted(clients.items())
+    assert create(a, "big", 2) == 0
+    rng = random.Random(7)
+    sizes = [200_000, 1_000_000, 50_000, 900_000, 9_000, 1_000_000, 700_000, 1_000_000, 12_000, 600_000] * 2
+    frames = bytearray()
+    expected: dict[int, list[bytes]] = {0: [], 1: []}
+    for i, size in enumerate(sizes):
+        partition = i % 2
+        values = [rng.randbytes(size // 4) for _ in range(4)]
+        records = encode_batch([(1_700_000_000_000, None, v, []) for v in values])
+        req = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+            name="big", partition_data=[ProduceRequest.PartitionProduceData(index=partition, records=records)])])
+        frames += api.encode_request(req, 9, 1000 + i, "pipelined")
+        expected[partition] += values
+    assert {owner_for("big", p, WORKERS) for p in range(2)} == {0, 1}
+    a.sock.settimeout(60)
+    a.sock.sendall(frames)
+    for i in range(len(sizes)):
+        corr, body = api.decode_response(0, 9, a.recv_frame())
+        part = body.responses[0].partition_responses[0]
+        assert corr == 1000 + i and part.error_code == 0 and part.base_offset == (i // 2) * 4
+    for p in (0, 1):
+        records, _next = decode_fetched(fetch(b, "big", [p])[p], "big", p, 0)
+        assert [r.value for r in records] == expected[p]

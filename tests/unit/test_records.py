@@ -504,6 +504,35 @@ def test_twins_agree_on_mutated_batches() -> None:
 # ---------------------------------------------------------------------------- BatchBuilder
 
 
+class _Batch:
+    def __init__(self, builder: object) -> None:
+        self.builder = builder
+        self.count = 0
+
+
+def test_append_to_last_fills_the_open_batch_then_hands_over(codec: ModuleType) -> None:
+    from collections import deque
+
+    class Fut(tuple):
+        __slots__ = ()
+
+    assert codec.append_to_last(None, 1, None, b"v", (), Fut) is None
+    assert codec.append_to_last(deque(), 1, None, b"v", (), Fut) is None
+    sealed = _Batch(None)
+    assert codec.append_to_last(deque([sealed]), 1, None, b"v", (), Fut) is None and sealed.count == 0
+    first, last = _Batch(codec.BatchBuilder(max_size=300)), _Batch(codec.BatchBuilder(max_size=300))
+    q = deque([first, last])  # appends go to the last batch only
+    futs = []
+    while (f := codec.append_to_last(q, 1_700_000_000_000 + len(futs), b"k", b"v" * 20, [("h", b"1")], Fut)):
+        futs.append(f)
+    assert type(futs[0]) is Fut and futs[0] == (last, 0, 1_700_000_000_000)
+    assert [f[1] for f in futs] == list(range(len(futs))) and 1 < len(futs) == last.count
+    assert last.builder.record_count == len(futs) and first.count == 0  # full: None, nothing appended
+    records = codec.decode_records(last.builder.build()[61:], len(futs), 0, 1_700_000_000_000)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records] == [
+        (i, 1_700_000_000_000 + i, b"k", b"v" * 20, [("h", b"1")]) for i in range(len(futs))]
+
+
 def test_builder_respects_max_size_but_takes_first_record(codec: ModuleType) -> None:
     builder = codec.BatchBuilder(max_size=200)
     assert builder.append(1, None, b"x" * 500)
