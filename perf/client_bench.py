@@ -13,7 +13,7 @@ the broker does for a client with no per-record work (prebuilt 1 MiB batches, 5 
 requests in flight; a Fetch loop that discards the bytes): a client near it is
 broker-bound. Loopback TCP bandwidth is measured in the same run.
 
-    python -m perf.client_bench            # full run (about 10 minutes), writes perf/results/client_bench.{md,json}
+    python -m perf.client_bench            # full run (about 5 minutes), writes perf/results/client_bench.{md,json,png}
     python -m perf.client_bench --tiny     # seconds; CI uses it (no speed asserted)
 """
 from __future__ import annotations
@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
              f"Command: `{meta['command']}`", "",
              "linger.ms=5, batch.size=1 MiB, acks=1, 1 partition, no compression; median of "
              f"{repeats} run(s) [min-max]. Client and broker share the machine. "
-             f"Loopback TCP: {loopback / 1e6:,.0f} MB/s. The raw row is the broker's ceiling (no client work).", "",
+             f"Loopback TCP: {loopback / 1e6:,.0f} MB/s. The raw row is the broker's ceiling (no client work); its "
+             "range shows how much the broker's own speed moved during the run (writes into fresh page-cache "
+             "pages), which produce ratios inherit. Repeats go round all clients in turn.", "",
              "| op | record | client | rec/s (median) | range | MB/s | vs kafka-python | vs aiokafka | vs confluent |",
              "|---|---|---|---:|---|---:|---:|---:|---:|"]
     for r in results:
@@ -363,8 +365,40 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['min_rec_s']:,.0f}-{r['max_rec_s']:,.0f} | {r['median_mb_s']:.1f} | {ratio('kafka-python')} | "
                      f"{ratio('aiokafka')} | {ratio('confluent-kafka')} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out.with_suffix('.md')} and .json")
+    if not args.tiny:
+        chart(results, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.md')}, .json" + ("" if args.tiny else " and .png"))
     return 0
+
+
+def chart(results: list[dict], path: Path) -> None:
+    """Bars of records/s per client, one panel per (operation, record size), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for r in results:
+        if (r["op"], r["record_bytes"]) not in panels:
+            panels.append((r["op"], r["record_bytes"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
+    for ax, (op, size) in zip(axes[0], panels):
+        rows = [r for r in results if r["op"] == op and r["record_bytes"] == size]
+        names = [r["client"] for r in rows]
+        med = [r["median_rec_s"] for r in rows]
+        err = [[m - r["min_rec_s"] for m, r in zip(med, rows)], [r["max_rec_s"] - m for m, r in zip(med, rows)]]
+        colors = ["#1f77b4" if n.startswith("kafkafast") else "#999999" if n.startswith("raw") else "#ff7f0e"
+                  for n in names]
+        ax.bar(range(len(rows)), med, yerr=err, color=colors, capsize=3)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("records/s (median, min-max)")
+        ax.set_title(f"{op} {size} B")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
