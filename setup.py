@@ -32,6 +32,7 @@ EXTRAS_REQUIRE = {
         "confluent-kafka",
         "kafka-python",
         "aiokafka",
+        "mypy",  # the client's type hints are checked (tests/unit/test_client_types.py)
     ],
     "spark": [
         "pyspark",

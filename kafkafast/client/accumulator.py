@@ -263,7 +263,7 @@ class RecordAccumulator:
         if any(b.base_sequence < batch.base_sequence for b in st.in_flight if b is not batch):
             return True
         q = self.queues.get(batch.tp)
-        return bool(q) and any(b.payload is not None and b.base_sequence < batch.base_sequence for b in q)
+        return q is not None and any(b.payload is not None and b.base_sequence < batch.base_sequence for b in q)
 
     def complete(self, batch: ProducerBatch, result: tuple[int, int] | None, exc: BaseException | None) -> None:
         if batch.done:

@@ -264,8 +264,8 @@ class Cluster:
         for fn in self.on_update:
             fn()
         for node_id, conn in list(self._conns.items()):
-            info = self.brokers.get(node_id)
-            if info is None or (info.host, info.port) != (conn.host, conn.port):
+            broker = self.brokers.get(node_id)
+            if broker is None or (broker.host, broker.port) != (conn.host, conn.port):
                 conn.close()
                 del self._conns[node_id]
 

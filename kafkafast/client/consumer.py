@@ -23,6 +23,7 @@ raises OffsetOutOfRangeError).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import re
@@ -423,9 +424,9 @@ class AIOConsumer:
             for st in self._states.values():
                 st.buffered = 0
             return
-        st = self._states.get(tp)
-        if st is not None:
-            st.buffered = 0
+        state = self._states.get(tp)
+        if state is not None:
+            state.buffered = 0
         keep = deque(item for item in self._buffer if item[0] != tp)
         self._buffered = sum(len(item[2]) for item in keep)
         self._buffer = keep
@@ -492,8 +493,8 @@ class AIOConsumer:
             self._in_fetch.add(node)
             for tp in requested[node]:
                 self._states[tp].in_fetch = True
-            fut.add_done_callback(lambda f, conn=conn, node=node, version=version, req=requested[node]:
-                                  self._on_fetch(f, conn, node, version, req))
+            fut.add_done_callback(functools.partial(self._on_fetch, conn=conn, node=node, version=version,
+                                                    requested=requested[node]))
 
     async def _refresh(self) -> None:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from kafkafast.client.cluster import Cluster
@@ -42,7 +42,7 @@ async def _with_cluster(bootstrap: str, fn: Callable[[Cluster], Awaitable[T]], t
 
 
 async def list_offsets_with(
-    cluster: Cluster, topic_partitions: list[tuple[str, int]], timestamp: int, *, isolation_level: int = READ_UNCOMMITTED,
+    cluster: Cluster, topic_partitions: Sequence[tuple[str, int]], timestamp: int, *, isolation_level: int = READ_UNCOMMITTED,
 ) -> dict[tuple[str, int], tuple[int, int]]:
     """`list_offsets` on an open `Cluster`."""
     wanted = [(t, p) for t, p in topic_partitions]
@@ -238,7 +238,7 @@ def fetch_range_sync(
             except StopAsyncIteration:
                 return
     finally:
-        loop.run_until_complete(agen.aclose())
+        loop.run_until_complete(agen.aclose())  # type: ignore[attr-defined]  # an async generator
         loop.close()
 
 

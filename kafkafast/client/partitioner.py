@@ -77,7 +77,7 @@ class Partitioner:
             "roundrobin": ("round_robin", "round_robin"),
             "random": ("random", "random"),
         }.get(kind, (None, None))
-        if keyed is None:
+        if keyed is None or keyless is None:
             raise ValueError(f"unknown partitioner {kind!r}")
         self.keyed, self.keyless = keyed, keyless
 
