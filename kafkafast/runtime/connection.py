@@ -11,7 +11,8 @@ is received straight into a buffer of its own, which is handed to the handler as
 the record bytes are copied only from the kernel into it and from it into the log. Memory
 is never sized by the size field alone: a new frame buffer starts small and grows (by
 doubling) only as bytes arrive. A frame buffer that nothing references any more once its
-request is answered is kept (up to SPARE_BUFFERS and SPARE_BYTES per connection) and the next large frame
+request is answered is kept (up to SPARE_BUFFERS and SPARE_BYTES per connection, and
+SPARE_POOL_BYTES for all connections of the process together) and the next large frame
 that fits is received into it directly, so steady produce traffic allocates nothing.
 
 Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
@@ -37,11 +38,14 @@ MAX_QUEUED = 32
 SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
 SCRATCH = 2 * SMALL_FRAME
 SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produce requests in flight)...
-SPARE_BYTES = 8 << 20  # ...up to this many bytes in all
+SPARE_BYTES = 8 << 20  # ...up to this many bytes in all...
+SPARE_POOL_BYTES = 64 << 20  # ...and all connections of a process together up to this many
 _SIZE = int.from_bytes
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
+    spare_pool_bytes = 0  # bytes held in spare frame buffers by all connections of this process
+
     def __init__(self, broker: Any, max_request_bytes: int, *, internal: bool = False,
                  tracker: set | None = None) -> None:
         self.broker = broker
@@ -137,6 +141,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         for i, spare in enumerate(self._spares):
             if len(spare) >= size:
                 frame = self._spares.pop(i)
+                KafkaConnection.spare_pool_bytes -= len(frame)
                 break
         if frame is None:
             frame = bytearray(min(size, 2 * max(len(head), SMALL_FRAME)))
@@ -153,10 +158,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _recycle(self, frame: bytearray | memoryview) -> None:
         """Keeps a large frame's buffer for the next large frame, if nothing else holds a
         view of it (a forwarded copy still being written, say); otherwise lets it go."""
-        if len(frame) <= SMALL_FRAME or len(self._spares) >= SPARE_BUFFERS:
+        if self.closing or len(frame) <= SMALL_FRAME or len(self._spares) >= SPARE_BUFFERS:
             return
         buf = frame.obj if isinstance(frame, memoryview) else frame
-        if not isinstance(buf, bytearray) or len(buf) + sum(len(b) for b in self._spares) > SPARE_BYTES:
+        if (not isinstance(buf, bytearray) or len(buf) + sum(len(b) for b in self._spares) > SPARE_BYTES
+                or KafkaConnection.spare_pool_bytes + len(buf) > SPARE_POOL_BYTES):
             return
         try:
             if isinstance(frame, memoryview):
@@ -166,12 +172,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         buf.pop()
         self._spares.append(buf)
+        KafkaConnection.spare_pool_bytes += len(buf)
 
     def eof_received(self) -> bool | None:
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        KafkaConnection.spare_pool_bytes -= sum(len(b) for b in self._spares)
+        self._spares.clear()
         if self.wakeup is not None:
             self.wakeup.set()
         if self._drain_waiter is not None and not self._drain_waiter.done():
