@@ -167,7 +167,10 @@ class AIOProducer:
     async def start(self) -> AIOProducer:
         self.loop = asyncio.get_running_loop()
         await self.cluster.start()
-        self.acc = RecordAccumulator(loop=self.loop, batch_size=self.batch_size, linger_ms=self.linger_ms,
+        # A batch never outgrows a request: a record that would take it past max.request.size
+        # opens a batch of its own, where `append` rejects it when it is too large alone.
+        self.acc = RecordAccumulator(loop=self.loop, batch_size=min(self.batch_size, self.max_request_size),
+                                     linger_ms=self.linger_ms,
                                      compression=self.compression, buffer_memory=self.buffer_memory,
                                      idempotent=self.idempotent, retry_backoff_ms=self.retry_backoff_ms)
         self.acc.wakeup = self.wakeup
@@ -321,9 +324,16 @@ class AIOProducer:
         if res is None:
             return None
         batch, index, event = res
-        if batch.reserved > self.max_request_size and batch.builder is not None:
+        builder = batch.builder
+        if builder is not None and builder.estimated_size > self.max_request_size:
+            # The record alone is larger than a request may be (RecordTooLargeException in Java).
             acc.remove_from_queue(batch)
-            acc.complete(batch, None, MessageTooLargeError(f"record of {batch.reserved} bytes"))
+            exc = MessageTooLargeError(f"record of {builder.estimated_size} bytes > max.request.size "
+                                       f"{self.max_request_size}")
+            if self._in_loop_thread():
+                acc.complete(batch, None, exc)
+            else:
+                self.loop.call_soon_threadsafe(acc.complete, batch, None, exc)  # type: ignore[union-attr]
         elif event == 2 or self.linger_ms <= 0 or len(acc.queues[tp]) > 1:
             # A batch is ready: this one is full already, or the one before it is.
             self._wake_from_any_thread()

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import pytest
 
 from kafkafast.client import AIOConsumer, AIOProducer, KafkaProducer, TopicPartition, admin, lowlevel
-from kafkafast.protocol.errors import RequestTimedOutError, UnknownTopicOrPartitionError
+from kafkafast.protocol.errors import MessageTooLargeError, RequestTimedOutError, UnknownTopicOrPartitionError
 
 
 @contextmanager
@@ -281,3 +281,27 @@ def test_max_partition_fetch_bytes_below_a_batch_still_makes_progress(broker) ->
     first, offsets = asyncio.run(run())
     assert first % 50 == 0 and first < 250  # whole batches, not everything at once
     assert offsets == list(range(250))
+
+
+def test_a_record_over_max_request_size_fails_alone_and_large_batches_still_go(broker) -> None:
+    """MESSAGE_TOO_LARGE for the one record larger than max.request.size (the check is per
+    record, so a batch.size above max.request.size does not fail ordinary records)."""
+    topic = f"toolarge-{time.monotonic_ns()}"
+    admin.create_topics_sync(broker.bootstrap, [(topic, 1)])
+
+    async def run_async() -> tuple[list[int], bool]:
+        async with AIOProducer(broker.bootstrap, batch_size=2 << 20, max_request_size=100_000, linger_ms=1) as p:
+            small = [await p.send(topic, b"s" * 1000, partition=0) for _ in range(3)]
+            big = await p.send(topic, b"b" * 200_000, partition=0)
+            with pytest.raises(MessageTooLargeError):
+                await big
+            return [(await f).offset for f in small], True
+
+    offsets, raised = asyncio.run(run_async())
+    assert offsets == [0, 1, 2] and raised
+    with KafkaProducer(broker.bootstrap, batch_size=2 << 20, max_request_size=100_000, linger_ms=1) as p:
+        big = p.send(topic, b"b" * 200_000, partition=0)
+        with pytest.raises(MessageTooLargeError):
+            big.get(10)
+        assert p.send(topic, b"after", partition=0).get(10).offset == 3
+    assert _end(broker.bootstrap, topic, 0) == 4
