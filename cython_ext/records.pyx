@@ -421,6 +421,22 @@ def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
 
 # ---------------------------------------------------------------------------- records
 
+cdef inline bint _skip_field(const uint8_t** pp, const uint8_t* end, int32_t* length, int64_t* bad) noexcept nogil:
+    """Steps *pp over a varint-length-prefixed nullable field (*length -1: null). False when
+    the length is unreadable or does not fit before `end` (*bad says which, for the error)."""
+    cdef Py_ssize_t used = read_varint32(pp[0], end, length)
+    if used <= 0:
+        bad[0] = LENGTH_UNREADABLE
+        return False
+    pp[0] += used
+    if length[0] != -1:
+        if length[0] < 0 or length[0] > end - pp[0]:
+            bad[0] = length[0]
+            return False
+        pp[0] += length[0]
+    return True
+
+
 cdef int parse_record(const uint8_t* p, const uint8_t* buf_end, RecordView* r) noexcept nogil:
     """Locate the fields of the record at p (length prefix first), reading only [p, buf_end).
 
@@ -448,30 +464,12 @@ cdef int parse_record(const uint8_t* p, const uint8_t* buf_end, RecordView* r) n
     if used <= 0:
         return REC_BAD_VARINT
     p += used
-    used = read_varint32(p, end, &r.key_length)
-    if used <= 0:
-        r.bad = LENGTH_UNREADABLE
+    if not _skip_field(&p, end, &r.key_length, &r.bad):
         return REC_BAD_KEY
-    p += used
-    r.key = NULL
-    if r.key_length != -1:
-        if r.key_length < 0 or r.key_length > end - p:
-            r.bad = r.key_length
-            return REC_BAD_KEY
-        r.key = p
-        p += r.key_length
-    used = read_varint32(p, end, &r.value_length)
-    if used <= 0:
-        r.bad = LENGTH_UNREADABLE
+    r.key = NULL if r.key_length == -1 else p - r.key_length
+    if not _skip_field(&p, end, &r.value_length, &r.bad):
         return REC_BAD_VALUE
-    p += used
-    r.value = NULL
-    if r.value_length != -1:
-        if r.value_length < 0 or r.value_length > end - p:
-            r.bad = r.value_length
-            return REC_BAD_VALUE
-        r.value = p
-        p += r.value_length
+    r.value = NULL if r.value_length == -1 else p - r.value_length
     used = read_varint32(p, end, &r.header_count)
     if used <= 0:
         return REC_BAD_VARINT
@@ -481,27 +479,12 @@ cdef int parse_record(const uint8_t* p, const uint8_t* buf_end, RecordView* r) n
         return REC_NEGATIVE_HEADERS
     r.headers = p
     for j in range(r.header_count):
-        used = read_varint32(p, end, &n)
-        if used <= 0:
-            r.bad = LENGTH_UNREADABLE
+        if not _skip_field(&p, end, &n, &r.bad):
             return REC_BAD_HEADER_KEY
-        p += used
         if n == -1:
             return REC_NULL_HEADER_KEY
-        if n < 0 or n > end - p:
-            r.bad = n
-            return REC_BAD_HEADER_KEY
-        p += n
-        used = read_varint32(p, end, &n)
-        if used <= 0:
-            r.bad = LENGTH_UNREADABLE
+        if not _skip_field(&p, end, &n, &r.bad):
             return REC_BAD_HEADER_VALUE
-        p += used
-        if n != -1:
-            if n < 0 or n > end - p:
-                r.bad = n
-                return REC_BAD_HEADER_VALUE
-            p += n
     if p != end:
         return REC_NOT_FILLED
     r.end = end
@@ -714,6 +697,51 @@ cdef inline uint8_t* _put_field(uint8_t* p, object b):
     return p + length
 
 
+cdef inline list _header_parts(headers):
+    """A record's headers as [key0, value0, key1, value1, ...] (keys UTF-8 encoded, values
+    bytes or None); None for no headers."""
+    cdef list parts = None
+    if not headers:
+        return None
+    for hkey, hvalue in headers:
+        if parts is None:
+            parts = []
+        parts.append((<str>hkey).encode("utf-8") if isinstance(hkey, str) else _as_bytes(hkey, "header key"))
+        parts.append(None if hvalue is None else _as_bytes(hvalue, "header value"))
+    return parts
+
+
+cdef inline Py_ssize_t _record_body_size(int64_t ts_delta, int32_t offset_delta, kb, vb, list parts) except -1:
+    """Size of a record's body: everything after its length prefix."""
+    cdef Py_ssize_t body = 1 + uvarint_size(_zigzag(ts_delta)) + uvarint_size(_zigzag(offset_delta))
+    body += _field_size(kb) + _field_size(vb)
+    cdef Py_ssize_t n_headers = 0
+    if parts is not None:
+        n_headers = len(parts) // 2
+        for part in parts:
+            body += _field_size(part)
+    return body + uvarint_size(_zigzag(n_headers))
+
+
+cdef inline uint8_t* _put_record(uint8_t* p, Py_ssize_t body, int64_t ts_delta, int32_t offset_delta, kb, vb,
+                                 list parts):
+    """Writes one record (length prefix, attributes 0, the fields) at p; returns its end."""
+    p = put_uvarint(p, _zigzag(body))
+    p[0] = 0
+    p += 1
+    p = put_uvarint(p, _zigzag(ts_delta))
+    p = put_uvarint(p, _zigzag(offset_delta))
+    p = _put_field(p, kb)
+    p = _put_field(p, vb)
+    if parts is None:
+        p[0] = 0  # zigzag(0) headers
+        return p + 1
+    p = put_uvarint(p, _zigzag(len(parts) // 2))
+    for part in parts:
+        p = _put_field(p, part)
+    return p
+
+
 def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
     """One v2 record, length prefix included (attributes byte 0)."""
     cdef int32_t c_offset_delta
@@ -728,29 +756,10 @@ def encode_record(offset_delta, timestamp_delta, key, value, headers=()):
         raise OverflowError("timestamp delta outside the signed 64-bit range") from None
     cdef object kb = None if key is None else _as_bytes(key, "key")
     cdef object vb = None if value is None else _as_bytes(value, "value")
-    cdef list hlist = headers if type(headers) is list else list(headers)
-    cdef list parts = []
-    cdef Py_ssize_t body = 1 + uvarint_size(_zigzag(c_ts_delta)) + uvarint_size(_zigzag(c_offset_delta))
-    body += _field_size(kb) + _field_size(vb) + uvarint_size(_zigzag(len(hlist)))
-    for hkey, hvalue in hlist:
-        hk = (<str>hkey).encode("utf-8") if isinstance(hkey, str) else _as_bytes(hkey, "header key")
-        hv = None if hvalue is None else _as_bytes(hvalue, "header value")
-        parts.append(hk)
-        parts.append(hv)
-        body += _field_size(hk) + _field_size(hv)
-    cdef Py_ssize_t total = uvarint_size(_zigzag(body)) + body
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
-    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    p = put_uvarint(p, _zigzag(body))
-    p[0] = 0
-    p += 1
-    p = put_uvarint(p, _zigzag(c_ts_delta))
-    p = put_uvarint(p, _zigzag(c_offset_delta))
-    p = _put_field(p, kb)
-    p = _put_field(p, vb)
-    p = put_uvarint(p, _zigzag(len(hlist)))
-    for part in parts:
-        p = _put_field(p, part)
+    cdef list parts = _header_parts(headers)
+    cdef Py_ssize_t body = _record_body_size(c_ts_delta, c_offset_delta, kb, vb, parts)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, uvarint_size(_zigzag(body)) + body)
+    _put_record(<uint8_t*>PyBytes_AS_STRING(out), body, c_ts_delta, c_offset_delta, kb, vb, parts)
     return out
 
 
@@ -857,10 +866,8 @@ cdef class BatchBuilder:
         """Add a record; False if it would exceed max_size and the batch is not empty."""
         cdef int64_t ts_delta
         cdef int32_t offset_delta = self._count
-        cdef list parts = None
-        cdef Py_ssize_t n_headers = 0
+        cdef list parts
         cdef Py_ssize_t body, total
-        cdef uint8_t* p
         if self._count == 0:
             self._first_timestamp = timestamp
             self._max_timestamp = timestamp
@@ -868,35 +875,14 @@ cdef class BatchBuilder:
             raise OverflowError("timestamp delta outside the signed 64-bit range")
         kb = key if (key is None or type(key) is bytes) else _as_bytes(key, "key")
         vb = value if (value is None or type(value) is bytes) else _as_bytes(value, "value")
-        body = 1 + uvarint_size(_zigzag(ts_delta)) + uvarint_size(_zigzag(offset_delta))
-        body += _field_size(kb) + _field_size(vb)
-        if headers:
-            parts = []
-            for hkey, hvalue in headers:
-                hk = (<str>hkey).encode("utf-8") if isinstance(hkey, str) else _as_bytes(hkey, "header key")
-                hv = None if hvalue is None else _as_bytes(hvalue, "header value")
-                parts.append(hk)
-                parts.append(hv)
-                body += _field_size(hk) + _field_size(hv)
-            n_headers = len(parts) // 2
-        body += uvarint_size(_zigzag(n_headers))
+        parts = _header_parts(headers)
+        body = _record_body_size(ts_delta, offset_delta, kb, vb, parts)
         total = uvarint_size(_zigzag(body)) + body
         if self._max_size >= 0 and self._count and HEADER_SIZE + self._len + total > self._max_size:
             return False
         if self._len + total > self._cap or self._shared:
             self._reserve(total)
-        p = self._records() + self._len
-        p = put_uvarint(p, _zigzag(body))
-        p[0] = 0
-        p += 1
-        p = put_uvarint(p, _zigzag(ts_delta))
-        p = put_uvarint(p, _zigzag(offset_delta))
-        p = _put_field(p, kb)
-        p = _put_field(p, vb)
-        p = put_uvarint(p, _zigzag(n_headers))
-        if parts is not None:
-            for part in parts:
-                p = _put_field(p, part)
+        _put_record(self._records() + self._len, body, ts_delta, offset_delta, kb, vb, parts)
         self._len += total
         self._count += 1
         if timestamp > self._max_timestamp:

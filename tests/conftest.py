@@ -1,6 +1,8 @@
 """Shared fixtures: real brokers started as child processes on free ports."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
@@ -25,6 +27,16 @@ def broker_factory(tmp_path):
 def broker(broker_factory) -> BrokerProcess:
     """One single-process broker with a fresh data directory."""
     return broker_factory()
+
+
+@pytest.fixture
+def bootstrap(request) -> str:
+    """The `broker` fixture's address, for client tests; KAFKAFAST_CLIENT_TEST_BOOTSTRAP
+    points them at another broker instead."""
+    other = os.environ.get("KAFKAFAST_CLIENT_TEST_BOOTSTRAP")
+    if other:
+        return other
+    return request.getfixturevalue("broker").bootstrap
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,12 @@ from kafkafast.records.batch import (
     ConsumerRecord,
     batch_crc_ok,
     decode_consumer_records,
+    iter_entries,
     read_batch_header,
 )
 from kafkafast.records.compression import decompress
 from kafkafast.records.legacy import decode_legacy_entry
-from kafkafast.records.model import BATCH_HEADER_SIZE, BATCH_LENGTH_OVERHEAD, CODEC_NONE
+from kafkafast.records.model import BATCH_HEADER_SIZE, CODEC_NONE
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -40,26 +41,21 @@ def fetched_next_offset(buf: bytes | memoryview | None, start: int) -> int:
     """The offset to fetch after this record set: past its last complete entry (batch
     headers only: nothing is checked or decoded). `decode_fetched` agrees with it on
     record sets it accepts."""
-    if not buf:
-        return start
-    n = len(buf)
-    pos = 0
     next_offset = start
-    while n - pos >= 17:
-        length = _I32.unpack_from(buf, pos + 8)[0]
-        size = length + BATCH_LENGTH_OVERHEAD
-        if length < 0 or size > n - pos:
-            break
-        magic = buf[pos + 16]
-        if magic == 2 and size >= BATCH_HEADER_SIZE:  # base offset + last offset delta + 1
-            batch_next = _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + 23)[0] + 1
-        elif magic in (0, 1):  # a legacy entry's offset is its last record's
-            batch_next = _I64.unpack_from(buf, pos)[0] + 1
-        else:  # corrupt: decode_fetched says so
-            break
-        if batch_next > next_offset:
-            next_offset = batch_next
-        pos += size
+    if not buf:
+        return next_offset
+    try:
+        for pos, size, magic in iter_entries(buf):
+            if magic == 2 and size >= BATCH_HEADER_SIZE:  # base offset + last offset delta + 1
+                batch_next = _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + 23)[0] + 1
+            elif magic in (0, 1):  # a legacy entry's offset is its last record's
+                batch_next = _I64.unpack_from(buf, pos)[0] + 1
+            else:
+                break
+            if batch_next > next_offset:
+                next_offset = batch_next
+    except CorruptMessageError:
+        pass  # decode_fetched reports corrupt data; this only reads headers
     return next_offset
 
 
@@ -81,16 +77,7 @@ def decode_fetched(
         return out, next_offset
     stop = -1 if end is None else end
     mv = memoryview(buf)
-    n = len(mv)
-    pos = 0
-    while n - pos >= 17:
-        length = _I32.unpack_from(mv, pos + 8)[0]
-        if length < 0:
-            raise CorruptMessageError(f"negative entry length {length} at {pos}")
-        size = length + BATCH_LENGTH_OVERHEAD
-        if size > n - pos:
-            break
-        magic = mv[pos + 16]
+    for pos, size, magic in iter_entries(mv):
         if magic == 2:
             header = read_batch_header(mv, pos)
             if not batch_crc_ok(mv, pos, size):
@@ -120,7 +107,6 @@ def decode_fetched(
             raise CorruptMessageError(f"unknown magic {magic} at {pos}")
         if end is not None and next_offset >= end:
             break
-        pos += size
     return out, next_offset
 
 

@@ -115,25 +115,34 @@ def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[
     return header, records
 
 
-def iter_record_batches(
-    buf: Buffer, *, check_crc: bool = True
-) -> Iterator[tuple[BatchHeader | LegacyHeader, list[Record]]]:
-    """Batches of a fetched record set: v2 batches and legacy v0/v1 entries, in order.
+_ENTRY_LENGTH = struct.Struct(">i")
 
-    The magic byte (offset 16 of every entry) tells the formats apart. A partial entry at
-    the end is ignored (brokers truncate the last batch of a fetch response to max_bytes).
-    """
-    mv = memoryview(buf)
-    n = len(mv)
+
+def iter_entries(buf: Buffer) -> Iterator[tuple[int, int, int]]:
+    """(position, size, magic) of each complete entry of a fetched record set, in order:
+    v2 batches and legacy v0/v1 entries share the offset and length fields, and the magic
+    byte (offset 16) tells them apart. A partial entry at the end ends the walk (brokers
+    truncate the last batch of a fetch response to max_bytes); a negative length raises."""
+    n = len(buf)
     pos = 0
     while n - pos >= 17:
-        length = struct.unpack_from(">i", mv, pos + 8)[0]
+        length = _ENTRY_LENGTH.unpack_from(buf, pos + 8)[0]
         if length < 0:
             raise CorruptMessageError(f"negative entry length {length} at {pos}")
         size = length + BATCH_LENGTH_OVERHEAD
         if size > n - pos:
             return
-        magic = mv[pos + 16]
+        yield pos, size, buf[pos + 16]
+        pos += size
+
+
+def iter_record_batches(
+    buf: Buffer, *, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader | LegacyHeader, list[Record]]]:
+    """Batches of a fetched record set (see `iter_entries`): v2 batches and legacy v0/v1
+    entries, in order."""
+    mv = memoryview(buf)
+    for pos, _size, magic in iter_entries(mv):
         if magic == 2:
             header, records = decode_batch(mv, pos, check_crc=check_crc)
             yield header, records
@@ -142,7 +151,6 @@ def iter_record_batches(
             yield legacy_header, records
         else:
             raise CorruptMessageError(f"unknown magic {magic} at {pos}")
-        pos += size
 
 
 # Accumulates records and builds one v2 batch; the compiled twin appends each record into a

@@ -3,7 +3,6 @@ pause/resume, groups (alone, with a rebalance listener, and shared with confluen
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from pathlib import Path
@@ -16,14 +15,6 @@ from kafkafast.protocol.errors import CorruptMessageError, OffsetOutOfRangeError
 
 HAVE_GROUP_COORDINATOR = (Path(__file__).resolve().parents[2] / "kafkafast/broker/group_coordinator.py").exists()
 needs_groups = pytest.mark.skipif(not HAVE_GROUP_COORDINATOR, reason="kafkafast group coordinator not present yet")
-
-
-@pytest.fixture
-def bootstrap(request) -> str:
-    other = os.environ.get("KAFKAFAST_CLIENT_TEST_BOOTSTRAP")
-    if other:
-        return other
-    return request.getfixturevalue("broker").bootstrap
 
 
 def _fill(bootstrap: str, topic: str, partitions: int, n: int) -> None:

@@ -2,22 +2,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
 
 from kafkafast.client import admin, lowlevel
 from kafkafast.protocol.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
-
-
-@pytest.fixture
-def bootstrap(request) -> str:
-    """The `broker` fixture's address; KAFKAFAST_CLIENT_TEST_BOOTSTRAP points at another broker."""
-    other = os.environ.get("KAFKAFAST_CLIENT_TEST_BOOTSTRAP")
-    if other:
-        return other
-    return request.getfixturevalue("broker").bootstrap
 
 
 def _produce(bootstrap: str, topic: str, n: int, partitions: int, t0: int) -> None:

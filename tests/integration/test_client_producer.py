@@ -3,7 +3,6 @@ drops, acks, murmur2 partitioning identical to librdkafka's murmur2_random."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -11,14 +10,6 @@ import pytest
 from kafkafast.client import admin, lowlevel
 from kafkafast.client.partitioner import murmur2_partition
 from kafkafast.client.producer import AIOProducer
-
-
-@pytest.fixture
-def bootstrap(request) -> str:
-    other = os.environ.get("KAFKAFAST_CLIENT_TEST_BOOTSTRAP")
-    if other:
-        return other
-    return request.getfixturevalue("broker").bootstrap
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list]:
