@@ -8,7 +8,8 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 install_python() {
-  "$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  # Every version pinned (constraints.txt), the build environment's Cython included.
+  export PIP_CONSTRAINT="$PWD/constraints.txt"
   if [ -n "$1" ]; then "$PY" -m pip install -q -e ".[$1]"; else "$PY" -m pip install -q -e .; fi
 }
 

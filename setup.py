@@ -31,6 +31,7 @@ EXTRAS_REQUIRE = {
         "pytest-timeout",
         "confluent-kafka",
         "kafka-python",
+        "python-snappy",  # kafka-python's snappy codec (tests round-trip every codec with it)
         "aiokafka",
         "mypy",  # the client's type hints are checked (tests/unit/test_client_types.py)
     ],
