@@ -114,10 +114,10 @@ def _snappy_raw_decompress(block: Buffer, limit: int) -> bytes:
     output is allocated whole: at most the limit, and at most what `len(block)` bytes can
     expand to (a 5-byte copy yields 64 bytes), so the size a client claims never decides it."""
     length = _snappy_raw_length(block)
-    if length > limit:
-        raise DecompressedSizeError(limit)
     if length > SNAPPY_MAX_EXPANSION * len(block):
         raise CorruptMessageError(f"snappy block of {len(block)} bytes claims {length} bytes")
+    if length > limit:
+        raise DecompressedSizeError(limit)
     try:
         return bytes(cramjam.snappy.decompress_raw(bytes(block)))
     except Exception as exc:  # cramjam raises its own DecompressionError
