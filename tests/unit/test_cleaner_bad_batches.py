@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafkafast.records import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD, encode_batch, iter_record_batches
+from kafkafast.records import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD, encode_batch
 from kafkafast.storage import LogConfig
 from kafkafast.storage.cleaner import LogCleaner
 from kafkafast.storage.log import Log
 from tests.support import hostile_batches as hb
+from tests.unit.test_cleaner import read_all
 
 NOW = 10_000_000
 REPO = Path(__file__).resolve().parents[2]
@@ -46,16 +47,7 @@ def drive(cleaner: LogCleaner, logs: list[Log], now: int, rounds: int) -> None:
 
 
 def record_count(log: Log) -> int:
-    n = 0
-    pos = log.log_start_offset
-    while pos < log.log_end_offset:
-        res = log.reader.read(pos, 1 << 20)
-        if res.region is None:
-            break
-        for h, records in iter_record_batches(res.region.read()):
-            n += len(records)
-            pos = h.next_offset
-    return n
+    return len(read_all(log)[0])
 
 
 def test_undecodable_batch_marks_its_partition_uncleanable_once_and_others_are_still_compacted(tmp_path, caplog):

@@ -3,7 +3,6 @@ twins, and `validate_compressed_records`): what a producer's batch must hold onc
 decompressed, checked in pieces with bounded memory."""
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 import pytest
@@ -24,20 +23,9 @@ from kafkafast.records import (
     validate_compressed_records,
 )
 from tests.support import hostile_batches as hb
+from tests.unit.test_records import codec as twin  # noqa: F401  (the twins, as a fixture)
 
 CODECS = [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD]
-
-
-@pytest.fixture(params=["cython", "pure"])
-def twin(request: pytest.FixtureRequest) -> ModuleType:
-    if request.param == "pure":
-        return native.load_pure("records")
-    try:
-        return native.load_compiled("records")
-    except ImportError:
-        if os.environ.get("KAFKAFAST_REQUIRE_NATIVE") == "1":
-            raise
-        pytest.skip("compiled twin not built")
 
 
 def _records(n: int, value: bytes = b"v" * 100, headers=(("h", b"x"), ("empty", None))) -> bytes:
