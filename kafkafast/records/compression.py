@@ -23,6 +23,7 @@ truncated data raises CorruptMessageError; unknown codecs UnsupportedCompression
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 
@@ -51,7 +52,17 @@ XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
 XERIAL_BLOCK_SIZE = 32 * 1024
 _I32 = struct.Struct(">i")
 
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+# A zstd decompressor is not thread-safe (the log cleaner's thread decodes too) and keeps
+# its buffers between uses: one per thread.
+_zstd_local = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_zstd_local, "decompressor", None)
+    if d is None:
+        d = _zstd_local.decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    return d
+
 
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 
@@ -260,7 +271,7 @@ def _zstd_chunks(data: memoryview, chunk: int) -> Iterator[bytes]:
     declares is never used to size anything; the window a frame asks for is capped
     (ZSTD_MAX_WINDOW), since the decoder allocates it."""
     _zstd_frames_complete(data)
-    reader = _ZSTD_DECOMPRESSOR.stream_reader(data, read_size=_INPUT_SLICE, read_across_frames=True)
+    reader = _zstd_decompressor().stream_reader(data, read_size=_INPUT_SLICE, read_across_frames=True)
     try:
         while True:
             out = reader.read(chunk)
@@ -269,6 +280,8 @@ def _zstd_chunks(data: memoryview, chunk: int) -> Iterator[bytes]:
             yield out
     except zstandard.ZstdError as exc:
         raise CorruptMessageError(f"bad zstd data: {exc}") from None
+    finally:  # also when the caller stops pulling: the thread's decompressor is free again
+        reader.close()
 
 
 # ---------------------------------------------------------------------------- dispatch

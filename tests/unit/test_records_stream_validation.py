@@ -3,6 +3,7 @@ twins, and `validate_compressed_records`): what a producer's batch must hold onc
 decompressed, checked in pieces with bounded memory."""
 from __future__ import annotations
 
+import os
 from types import ModuleType
 
 import pytest
@@ -160,3 +161,24 @@ def test_twins_agree_on_mutated_compressed_batches(which: int, chunk: int, edits
     assert outcome(compiled, mutated[0], False) == outcome(pure, mutated[0], False)
     for data in mutated[1:]:
         assert outcome(compiled, data, True) == outcome(pure, data, True)
+
+
+def test_zstd_batches_validate_concurrently_in_several_threads() -> None:
+    """The log cleaner's thread and the event loop both decompress (each thread has its own
+    zstd decompressor)."""
+    import threading
+
+    batches = [encode_batch([(1, b"k%d" % i, os.urandom(50) * (20 + t), []) for i in range(30)], CODEC_ZSTD)
+               for t in range(4)]
+    expected = [validate_compressed_records(b, 1 << 20) for b in batches]
+    results: dict[int, list[int]] = {}
+
+    def run(t: int) -> None:
+        results[t] = [validate_compressed_records(batches[t], 1 << 20) for _ in range(100)]
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(results[t] == [expected[t]] * 100 for t in range(4))
