@@ -2,6 +2,8 @@
 
     python -m perf.validation_bench [--mib 64] [--repeats 5] [--out perf/results/validation_bench.json]
 
+(--out also writes the .md and a .png chart next to the JSON.)
+
 Producer-shaped input: batches of 1 KiB records (JSON-like text, compressing about 3-4x
 with lz4) of ~1 MiB uncompressed each, compressed with lz4 and zstd as the client does.
 Side by side in one process, interleaved per repeat, on the same bytes:
@@ -176,6 +178,33 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chart(res: dict, path: Path) -> None:
+    """Bars per codec: CPU s per GB of records, old path vs validated, and the check alone."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("old", "old path (append)"), ("validated", "validated + append"),
+              ("compiled_check", "check alone (compiled)"), ("decompress_only", "decompression alone")]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    w = 0.2
+    rows = res["rows"]
+    for i, (key, label) in enumerate(series):
+        meds = [r["cpu_s_per_gb_records"][key]["median"] for r in rows]
+        lo = [m - r["cpu_s_per_gb_records"][key]["min"] for m, r in zip(meds, rows)]
+        hi = [r["cpu_s_per_gb_records"][key]["max"] - m for m, r in zip(meds, rows)]
+        ax.bar([x + i * w for x in range(len(rows))], meds, w, yerr=[lo, hi], capsize=3, label=label)
+    ax.set_xticks([x + 1.5 * w for x in range(len(rows))])
+    ax.set_xticklabels([f"{r['codec']} ({r['compression_ratio']:.1f}x)" for r in rows])
+    ax.set_ylabel("CPU s per GB of records")
+    ax.set_title("produce path with and without the check of compressed batches (1 KiB records)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.validation_bench")
     ap.add_argument("--mib", type=int, default=64, help="MiB of records per codec")
@@ -191,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.write_text(json.dumps(res, indent=1))
         out.with_suffix(".md").write_text(markdown(res))
+        chart(res, out.with_suffix(".png"))
     return 0
 
 
