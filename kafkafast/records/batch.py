@@ -95,15 +95,16 @@ def crc32c(data: Buffer) -> int:
     return _crc32c(data)
 
 
-def validate_compressed_records(buf: Buffer, max_decompressed: int) -> int:
+def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_size: int | None = None) -> int:
     """Check the records inside every compressed batch of a producer's record set: the
     payload decompresses (whole, nothing after it), to at most `max_decompressed` bytes,
     into exactly recordsCount well-formed records with offset deltas 0, 1, 2, ...
     (`validate_record_stream`). Returns the decompressed bytes checked.
 
     Raises CorruptMessageError, or MessageTooLargeError past the bound. The walk stops
-    quietly at the first batch whose header `validate_batches` rejects (it says why); the
-    CRC is its job too, this runs on any bytes safely."""
+    quietly at the first batch whose header `validate_batches` rejects (it says why; a
+    batch over `max_batch_size` is one, so it is never decompressed); the CRC is its job
+    too, this runs on any bytes safely."""
     mv = memoryview(buf)
     n = len(mv)
     pos = total = 0
@@ -113,7 +114,8 @@ def validate_compressed_records(buf: Buffer, max_decompressed: int) -> int:
         except KafkaError:
             return total
         size = header.size
-        if size > n - pos or header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+        if (size > n - pos or (max_batch_size is not None and size > max_batch_size)
+                or header.records_count <= 0 or header.last_offset_delta != header.records_count - 1):
             return total
         if header.compression != CODEC_NONE:
             try:

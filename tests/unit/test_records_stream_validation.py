@@ -106,6 +106,10 @@ def test_compressed_batches_validate_and_bad_ones_raise(codec: int) -> None:
 def test_uncompressed_and_unreadable_sets_are_left_to_validate_batches() -> None:
     plain = encode_batch([(1, b"k", b"v", [])])
     assert validate_compressed_records(plain, 1 << 20) == 0
+    oversized = hb.garbage(CODEC_ZSTD)  # over max.message.bytes: MESSAGE_TOO_LARGE, never decompressed
+    assert validate_compressed_records(oversized, 1 << 20, max_batch_size=len(oversized) - 1) == 0
+    with pytest.raises(CorruptMessageError):
+        validate_compressed_records(oversized, 1 << 20, max_batch_size=len(oversized))
     assert validate_compressed_records(b"\x00" * 30, 1 << 20) == 0  # too short for a header
     legacy = bytearray(hb.garbage(CODEC_GZIP))
     legacy[16] = 1  # magic 1: validate_batches answers UNSUPPORTED_VERSION-style errors

@@ -58,8 +58,8 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
                 continue
             try:
-                validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(
-                    part.log.config.max_message_bytes))
+                max_batch = part.log.config.max_message_bytes
+                validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
