@@ -67,7 +67,7 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 
 
-class DecompressedSizeError(CorruptMessageError):
+class DecompressedSizeError(CorruptMessageError):  # type: ignore[misc,valid-type]
     """The records of a batch decompress to more than the bound."""
 
     def __init__(self, limit: int) -> None:
