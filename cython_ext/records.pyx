@@ -438,22 +438,20 @@ cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noex
     return STREAM_OK
 
 
+_STREAM_MESSAGES = {
+    STREAM_NOT_FILLED: "record {seen}: fields end {bad} bytes before its length",
+    STREAM_TOO_MANY: "more records than recordsCount {count}",
+    STREAM_OVERRUN: "record {seen}: fields overrun its length",
+    STREAM_VARINT_TOO_LONG: "record {seen}: varint too long",
+    STREAM_BAD_LENGTH: "record {seen}: length {bad}",
+    STREAM_BAD_OFFSET_DELTA: "record {seen}: offset delta {bad}",
+    STREAM_BAD_HEADER_COUNT: "record {seen}: header count {bad}",
+    STREAM_BAD_FIELD_LENGTH: "record {seen}: field length {bad}",
+}
+
+
 cdef object _stream_exception(int status, const RecordStream* s):
-    if status == STREAM_NOT_FILLED:
-        return CorruptMessageError(f"record {s.seen}: fields end {s.bad} bytes before its length")
-    if status == STREAM_TOO_MANY:
-        return CorruptMessageError(f"more records than recordsCount {s.count}")
-    if status == STREAM_OVERRUN:
-        return CorruptMessageError(f"record {s.seen}: fields overrun its length")
-    if status == STREAM_VARINT_TOO_LONG:
-        return CorruptMessageError(f"record {s.seen}: varint too long")
-    if status == STREAM_BAD_LENGTH:
-        return CorruptMessageError(f"record {s.seen}: length {s.bad}")
-    if status == STREAM_BAD_OFFSET_DELTA:
-        return CorruptMessageError(f"record {s.seen}: offset delta {s.bad}")
-    if status == STREAM_BAD_HEADER_COUNT:
-        return CorruptMessageError(f"record {s.seen}: header count {s.bad}")
-    return CorruptMessageError(f"record {s.seen}: field length {s.bad}")
+    return CorruptMessageError(_STREAM_MESSAGES[status].format(seen=s.seen, bad=s.bad, count=s.count))
 
 
 def validate_record_stream(chunks, int64_t count, int64_t max_bytes):
