@@ -18,7 +18,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object op)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from crc32c import crc32c as _crc32c
 
@@ -343,6 +343,154 @@ def validate_batches(buf, Py_ssize_t max_batch_size):
         headers.append(_make_header(p))
         pos += size
     return headers
+
+
+cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noexcept nogil:
+    """Walks one piece of decompressed records; the state carries over to the next piece
+    (the same machine as the pure twin's validate_record_stream). Returns STREAM_OK or the
+    error, with s.bad holding the offending number."""
+    cdef uint8_t b
+    cdef int64_t value
+    cdef uint32_t raw
+    cdef Py_ssize_t step
+    cdef int nxt
+    while p < end or s.state == S_END:
+        if s.state == S_END:
+            if s.remaining:
+                s.bad = s.remaining
+                return STREAM_NOT_FILLED
+            s.seen += 1
+            s.state = S_LENGTH
+            continue
+        if s.state == S_SKIP:
+            step = end - p
+            if s.skip < step:
+                step = s.skip
+            p += step
+            s.skip -= step
+            if not s.skip:
+                s.state = s.after_skip
+            continue
+        if s.state == S_LENGTH:
+            if s.seen == s.count and not s.shift:
+                return STREAM_TOO_MANY
+        elif not s.remaining:
+            return STREAM_OVERRUN
+        else:
+            s.remaining -= 1
+        b = p[0]
+        p += 1
+        if s.state == S_ATTRIBUTES:
+            s.state = S_TIMESTAMP
+            continue
+        if s.shift < 64:
+            s.acc |= (<uint64_t>(b & 0x7F)) << s.shift
+        if b & 0x80:
+            s.shift += 7
+            if s.shift > (63 if s.state == S_TIMESTAMP else 28):
+                return STREAM_VARINT_TOO_LONG
+            continue
+        raw = <uint32_t>s.acc
+        value = <int32_t>((raw >> 1) ^ (~(raw & 1) + 1))
+        s.acc = 0
+        s.shift = 0
+        if s.state == S_LENGTH:
+            if value < MIN_RECORD_BODY:
+                s.bad = value
+                return STREAM_BAD_LENGTH
+            s.remaining = value
+            s.state = S_ATTRIBUTES
+        elif s.state == S_TIMESTAMP:
+            s.state = S_OFFSET
+        elif s.state == S_OFFSET:
+            if value != s.seen:
+                s.bad = value
+                return STREAM_BAD_OFFSET_DELTA
+            s.state = S_KEY
+        elif s.state == S_HEADERS:
+            if value < 0:
+                s.bad = value
+                return STREAM_BAD_HEADER_COUNT
+            s.headers_left = value
+            s.state = S_HKEY if value else S_END
+        else:
+            if value < -1 or (value == -1 and s.state == S_HKEY):
+                s.bad = value
+                return STREAM_BAD_FIELD_LENGTH
+            if s.state == S_HVALUE:
+                s.headers_left -= 1
+                nxt = S_HKEY if s.headers_left else S_END
+            elif s.state == S_KEY:
+                nxt = S_VALUE
+            elif s.state == S_VALUE:
+                nxt = S_HEADERS
+            else:
+                nxt = S_HVALUE
+            if value > 0:
+                if value > s.remaining:
+                    return STREAM_OVERRUN
+                s.remaining -= value
+                s.skip = value
+                s.after_skip = nxt
+                s.state = S_SKIP
+            else:
+                s.state = nxt
+    return STREAM_OK
+
+
+_STREAM_MESSAGES = {
+    STREAM_NOT_FILLED: "record {seen}: fields end {bad} bytes before its length",
+    STREAM_TOO_MANY: "more records than recordsCount {count}",
+    STREAM_OVERRUN: "record {seen}: fields overrun its length",
+    STREAM_VARINT_TOO_LONG: "record {seen}: varint too long",
+    STREAM_BAD_LENGTH: "record {seen}: length {bad}",
+    STREAM_BAD_OFFSET_DELTA: "record {seen}: offset delta {bad}",
+    STREAM_BAD_HEADER_COUNT: "record {seen}: header count {bad}",
+    STREAM_BAD_FIELD_LENGTH: "record {seen}: field length {bad}",
+}
+
+
+cdef object _stream_exception(int status, const RecordStream* s):
+    return CorruptMessageError(_STREAM_MESSAGES[status].format(seen=s.seen, bad=s.bad, count=s.count))
+
+
+def validate_record_stream(chunks, int64_t count, int64_t max_bytes):
+    """Check decompressed v2 records arriving in pieces (`compression.iter_decompressed`):
+    exactly `count` well-formed records (every length inside its record, the fields filling
+    it), record i with offsetDelta i, nothing after the last. Nothing is buffered: each
+    piece is walked as it comes, a value longer than a piece is skipped across pieces.
+
+    Returns the decompressed size. Raises CorruptMessageError for malformed records and
+    MessageTooLargeError as soon as more than `max_bytes` arrived (the iterator is not
+    pulled further, so a decompression bomb costs at most one piece beyond the bound).
+    """
+    cdef RecordStream s
+    cdef const uint8_t[::1] view
+    cdef Py_ssize_t n
+    cdef int64_t total = 0
+    cdef int status = STREAM_OK
+    memset(&s, 0, sizeof(s))
+    s.state = S_LENGTH
+    s.count = count
+    for chunk in chunks:
+        view = _byte_view(chunk)
+        n = view.shape[0]
+        total += n
+        if total > max_bytes:
+            raise MessageTooLargeError(f"records decompress to more than {max_bytes} bytes")
+        if n:
+            with nogil:
+                status = stream_feed(&s, &view[0], &view[0] + n)
+            if status != STREAM_OK:
+                raise _stream_exception(status, &s)
+    status = stream_feed(&s, NULL, NULL)  # completes a record that ended with the last piece
+    if status != STREAM_OK:
+        raise _stream_exception(status, &s)
+    if s.state != S_LENGTH or s.shift:
+        raise CorruptMessageError(f"record {s.seen}: truncated")
+    if s.seen != count:
+        raise CorruptMessageError(f"{s.seen} records, recordsCount says {count}")
+    return total
 
 
 @cython.boundscheck(False)

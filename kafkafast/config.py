@@ -16,6 +16,10 @@ from urllib.parse import urlsplit
 log = logging.getLogger("kafkafast.config")
 
 LONG_MAX = 9223372036854775807
+# Default ratio of message.max.decompressed.bytes to message.max.bytes (a topic's
+# max.message.bytes where it is larger): room for what real producers compress (text and
+# JSON 5-20x), far below what a compression bomb expands to (1000x and more).
+DECOMPRESSED_PER_MESSAGE_BYTES = 64
 
 # name -> default (as a string, None meaning "not set")
 DEFAULTS: dict[str, str | None] = {
@@ -30,6 +34,9 @@ DEFAULTS: dict[str, str | None] = {
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
     "message.max.bytes": "1048588",
+    # Bound on the records of one compressed batch once decompressed (produce validation and
+    # the log cleaner); unset: DECOMPRESSED_PER_MESSAGE_BYTES x the batch size bound in use.
+    "message.max.decompressed.bytes": None,
     "socket.request.max.bytes": "104857600",
     "log.segment.bytes": "1073741824",
     "log.roll.ms": None,
@@ -95,6 +102,14 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "compression.type": "compression.type",
 }
+
+
+def max_decompressed_bytes(setting: str | None, max_message_bytes: int) -> int:
+    """`message.max.decompressed.bytes` (a string, None when unset) in effect for batches
+    bounded by `max_message_bytes`."""
+    if setting is not None:
+        return int(setting)
+    return DECOMPRESSED_PER_MESSAGE_BYTES * max_message_bytes
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -173,7 +188,18 @@ class BrokerConfig:
                     "log.index.interval.bytes", "offsets.topic.num.partitions"):
             if self.get_int(key) <= 0:
                 raise ValueError(f"{key} must be positive")
+        v = self.props.get("message.max.decompressed.bytes")
+        if v is not None and int(v) <= 0:
+            raise ValueError("message.max.decompressed.bytes must be positive")
         self.listeners()
+
+    def max_decompressed_bytes(self, max_message_bytes: int | None = None) -> int:
+        """Largest size the records of one compressed batch may decompress to:
+        `message.max.decompressed.bytes` if set, else DECOMPRESSED_PER_MESSAGE_BYTES times
+        `max_message_bytes` (the topic's max.message.bytes) or message.max.bytes."""
+        return max_decompressed_bytes(self.props.get("message.max.decompressed.bytes"),
+                                      self.get_int("message.max.bytes") if max_message_bytes is None
+                                      else max_message_bytes)
 
     @property
     def node_id(self) -> int:

@@ -31,6 +31,47 @@ cdef enum WalkStatus:
     WALK_TOO_MANY = 3
     WALK_COUNT_MISMATCH = 4
 
+# States of the streaming record walker (stream_feed): where in a record the next byte belongs.
+cdef enum StreamState:
+    S_LENGTH = 0
+    S_ATTRIBUTES = 1
+    S_TIMESTAMP = 2
+    S_OFFSET = 3
+    S_KEY = 4
+    S_VALUE = 5
+    S_HEADERS = 6
+    S_HKEY = 7
+    S_HVALUE = 8
+    S_SKIP = 9
+    S_END = 10
+
+# Result of stream_feed().
+cdef enum StreamStatus:
+    STREAM_OK = 0
+    STREAM_NOT_FILLED = 1        # the fields end before the record length says
+    STREAM_TOO_MANY = 2          # bytes after the declared number of records
+    STREAM_OVERRUN = 3           # a field reaches past its record
+    STREAM_VARINT_TOO_LONG = 4
+    STREAM_BAD_LENGTH = 5        # record length below 6
+    STREAM_BAD_OFFSET_DELTA = 6  # record i whose offsetDelta is not i
+    STREAM_BAD_HEADER_COUNT = 7
+    STREAM_BAD_FIELD_LENGTH = 8  # below -1, or a null header key
+
+# Where validate_record_stream is between two pieces of decompressed records.
+cdef struct RecordStream:
+    int state
+    int after_skip              # the state once `skip` bytes are skipped
+    uint64_t acc                # varint being read
+    int shift
+    int64_t remaining           # bytes left in the current record
+    int64_t skip
+    int64_t seen                # complete records
+    int64_t count               # records the batch declares
+    int64_t headers_left
+    int64_t bad                 # the offending number, for the error message
+
+cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noexcept nogil
+
 cdef int16_t be16(const uint8_t* p) noexcept nogil
 cdef int32_t be32(const uint8_t* p) noexcept nogil
 cdef uint32_t be32u(const uint8_t* p) noexcept nogil

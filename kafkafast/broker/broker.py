@@ -141,7 +141,8 @@ class Broker:
         from kafkafast.storage.cleaner import LogCleaner
 
         self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
-                                      enabled=self.config.get_bool("log.cleaner.enable"))
+                                      enabled=self.config.get_bool("log.cleaner.enable"),
+                                      max_decompressed=self.config.get("message.max.decompressed.bytes"))
         self.started = True
 
     async def start(self) -> None:

@@ -19,8 +19,16 @@ from kafkafast.records.batch import (
     read_batch_header,
     scan_valid_prefix,
     validate_batches,
+    validate_compressed_records,
+    validate_record_stream,
 )
-from kafkafast.records.compression import MAX_DECOMPRESSED_SIZE, compress, decompress
+from kafkafast.records.compression import (
+    MAX_DECOMPRESSED_SIZE,
+    DecompressedSizeError,
+    compress,
+    decompress,
+    iter_decompressed,
+)
 from kafkafast.records.model import (
     BATCH_HEADER_SIZE,
     CODEC_GZIP,
@@ -52,6 +60,10 @@ __all__ = [
     "read_batch_header",
     "batch_crc_ok",
     "validate_batches",
+    "validate_compressed_records",
+    "validate_record_stream",
+    "iter_decompressed",
+    "DecompressedSizeError",
     "assign_offsets",
     "scan_valid_prefix",
     "encode_varint",

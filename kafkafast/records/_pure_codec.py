@@ -236,6 +236,116 @@ def validate_batches(buf: Buffer, max_batch_size: int) -> list[BatchHeader]:
     return headers
 
 
+# States of validate_record_stream: where in a record (see batch.py's grammar) the next
+# byte belongs. The compiled twin uses the same numbers and messages.
+_S_LENGTH, _S_ATTRIBUTES, _S_TIMESTAMP, _S_OFFSET, _S_KEY, _S_VALUE, _S_HEADERS, _S_HKEY, _S_HVALUE, _S_SKIP, \
+    _S_END = range(11)
+# Where a length-prefixed field leads once its bytes are skipped (header value: see below).
+_AFTER_FIELD = {_S_KEY: _S_VALUE, _S_VALUE: _S_HEADERS, _S_HKEY: _S_HVALUE}
+
+
+def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int) -> int:
+    """Check decompressed v2 records arriving in pieces (`compression.iter_decompressed`):
+    exactly `count` well-formed records (every length inside its record, the fields filling
+    it), record i with offsetDelta i, nothing after the last. Nothing is buffered: each
+    piece is walked as it comes, a value longer than a piece is skipped across pieces.
+
+    Returns the decompressed size. Raises CorruptMessageError for malformed records and
+    MessageTooLargeError as soon as more than `max_bytes` arrived (the iterator is not
+    pulled further, so a decompression bomb costs at most one piece beyond the bound).
+    """
+    state = _S_LENGTH
+    acc = shift = 0
+    remaining = skip = 0  # bytes left in the record; bytes left to skip in a field
+    after_skip = _S_LENGTH
+    seen = headers_left = total = 0
+    for chunk in chunks:
+        mv = _view(chunk)
+        n = len(mv)
+        total += n
+        if total > max_bytes:
+            raise MessageTooLargeError(f"records decompress to more than {max_bytes} bytes")
+        i = 0
+        while i < n or state == _S_END:
+            if state == _S_END:
+                if remaining:
+                    raise CorruptMessageError(f"record {seen}: fields end {remaining} bytes before its length")
+                seen += 1
+                state = _S_LENGTH
+                continue
+            if state == _S_SKIP:
+                step = skip if skip < n - i else n - i
+                i += step
+                skip -= step
+                if not skip:
+                    state = after_skip
+                continue
+            if state == _S_LENGTH:
+                if seen == count and not shift:
+                    raise CorruptMessageError(f"more records than recordsCount {count}")
+            elif not remaining:
+                raise CorruptMessageError(f"record {seen}: fields overrun its length")
+            else:
+                remaining -= 1
+            b = mv[i]
+            i += 1
+            if state == _S_ATTRIBUTES:
+                state = _S_TIMESTAMP
+                continue
+            acc |= (b & 0x7F) << shift
+            if b & 0x80:
+                shift += 7
+                if shift > (63 if state == _S_TIMESTAMP else 28):
+                    raise CorruptMessageError(f"record {seen}: varint too long")
+                continue
+            value = acc & 0xFFFFFFFF
+            value = (value >> 1) ^ -(value & 1)  # zigzag int32 (unused for the varlong timestamp)
+            acc = shift = 0
+            if state == _S_LENGTH:
+                if value < MIN_RECORD_BODY:
+                    raise CorruptMessageError(f"record {seen}: length {value}")
+                remaining = value
+                state = _S_ATTRIBUTES
+            elif state == _S_TIMESTAMP:
+                state = _S_OFFSET
+            elif state == _S_OFFSET:
+                if value != seen:
+                    raise CorruptMessageError(f"record {seen}: offset delta {value}")
+                state = _S_KEY
+            elif state == _S_HEADERS:
+                if value < 0:
+                    raise CorruptMessageError(f"record {seen}: header count {value}")
+                headers_left = value
+                state = _S_HKEY if value else _S_END
+            else:  # a field's length: key, value, header key or header value
+                if value < -1 or (value == -1 and state == _S_HKEY):
+                    raise CorruptMessageError(f"record {seen}: field length {value}")
+                if state == _S_HVALUE:
+                    headers_left -= 1
+                    nxt = _S_HKEY if headers_left else _S_END
+                else:
+                    nxt = _AFTER_FIELD[state]
+                if value > 0:
+                    if value > remaining:
+                        raise CorruptMessageError(f"record {seen}: fields overrun its length")
+                    remaining -= value
+                    skip = value
+                    after_skip = nxt
+                    state = _S_SKIP
+                else:
+                    state = nxt
+    if state == _S_END:
+        if remaining:
+            raise CorruptMessageError(f"record {seen}: fields end {remaining} bytes before its length")
+        seen += 1
+        state = _S_LENGTH
+    if state != _S_LENGTH or shift:
+        raise CorruptMessageError(f"record {seen}: truncated")
+    if seen != count:
+        raise CorruptMessageError(f"{seen} records, recordsCount says {count}")
+    return total
+
+
 def assign_offsets(buf: Buffer, base_offset: int, leader_epoch: int, log_append_time: int = -1) -> int:
     """Write running baseOffsets and the partitionLeaderEpoch into validated batches in place.
 

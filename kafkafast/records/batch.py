@@ -43,7 +43,9 @@ broker can assign offsets and the leader epoch in place without recomputing it; 
 a batch to LogAppendTime (attributes and maxTimestamp change) does require a new CRC.
 
 On the broker, batches stay opaque bytes: `validate_batches` checks what a producer sent,
-`assign_offsets` stamps it in place, `scan_valid_prefix` recovers segment files. Records
+`validate_compressed_records` decompresses compressed batches (streaming, never holding
+more than a piece) to check their records as Kafka's LogValidator does, while the stored
+bytes stay exactly as the producer compressed them; `assign_offsets` stamps it in place, `scan_valid_prefix` recovers segment files. Records
 are only decoded (`decode_batch`, `iter_record_batches`) where a feature needs them.
 Legacy v0/v1 message sets are read by `kafkafast.records.legacy`.
 
@@ -58,8 +60,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from crc32c import crc32c as _crc32c
 
 from kafkafast import native
-from kafkafast.protocol.errors import CorruptMessageError
-from kafkafast.records.compression import decompress
+from kafkafast.protocol.errors import CorruptMessageError, KafkaError, MessageTooLargeError
+from kafkafast.records.compression import DecompressedSizeError, decompress, iter_decompressed
 from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import (
     BATCH_HEADER_SIZE,
@@ -85,11 +87,50 @@ encode_varint = _codec.encode_varint
 decode_varint = _codec.decode_varint
 encode_uvarint = _codec.encode_uvarint
 decode_uvarint = _codec.decode_uvarint
+validate_record_stream = _codec.validate_record_stream
 
 
 def crc32c(data: Buffer) -> int:
     """CRC32C (Castagnoli) of `data`, the checksum of v2 batches."""
     return _crc32c(data)
+
+
+def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_size: int | None = None) -> int:
+    """Check the records inside every compressed batch of a producer's record set: the
+    payload decompresses (whole, nothing after it), to at most `max_decompressed` bytes,
+    into exactly recordsCount well-formed records with offset deltas 0, 1, 2, ...
+    (`validate_record_stream`). Returns the decompressed bytes checked.
+
+    Raises CorruptMessageError, or MessageTooLargeError past the bound. The walk stops
+    quietly at the first batch whose header `validate_batches` rejects (it says why; a
+    batch over `max_batch_size` is one, so it is never decompressed); the CRC is its job
+    too, this runs on any bytes safely."""
+    mv = memoryview(buf)
+    n = len(mv)
+    pos = total = 0
+    while n - pos >= BATCH_HEADER_SIZE:
+        try:
+            header = read_batch_header(mv, pos)
+        except KafkaError:
+            return total
+        size = header.size
+        if (size > n - pos or (max_batch_size is not None and size > max_batch_size)
+                or header.records_count <= 0 or header.last_offset_delta != header.records_count - 1):
+            return total
+        if header.compression != CODEC_NONE:
+            try:
+                total += validate_record_stream(
+                    iter_decompressed(header.compression, mv[pos + BATCH_HEADER_SIZE : pos + size], max_decompressed),
+                    header.records_count, max_decompressed)
+            except (DecompressedSizeError, MessageTooLargeError):
+                raise MessageTooLargeError(
+                    f"batch at {pos}: records decompress to more than {max_decompressed} bytes") from None
+            except CorruptMessageError as exc:
+                raise CorruptMessageError(f"batch at {pos}: {exc.message}") from None
+            except KafkaError:  # a codec number validate_batches refuses
+                return total
+        pos += size
+    return total
 
 
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:

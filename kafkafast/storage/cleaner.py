@@ -29,6 +29,17 @@ cleaner, simplified to one cleaner thread:
   installed with `Log.replace_segments` (`.cleaned` -> `.swap` -> final names, crash-safe;
   the replaced files become `.deleted` and readers holding them finish their reads).
 
+* **Bad batches.** A compressed batch is first checked as produce checks it
+  (`validate_compressed_records`: streaming decompression, never more than one 128 KiB
+  piece held, at most `message.max.decompressed.bytes` decompressed, by default 64 x the
+  topic's max.message.bytes) and only then decoded, so a decompression bomb costs bounded
+  memory. A batch that cannot be decoded (one that reached the log before produce checked
+  compressed batches, or through a path that does not) makes its partition *uncleanable*,
+  as in Kafka: the cleaning is discarded, the error logged once, the partition counted in
+  `uncleanable_partitions` and skipped from then on, while the other partitions keep being
+  cleaned. It becomes cleanable again once the bad batch has left the log (retention,
+  DeleteRecords). Other failures (I/O) are logged and retried after `backoff_ms`.
+
 Threading: the expensive part (reading, decoding, re-encoding, writing `.cleaned` files)
 runs in one background `threading.Thread` that only reads immutable non-active segment
 files and writes new files nobody else sees. The caller drives `periodic()` from the
@@ -50,12 +61,16 @@ from dataclasses import dataclass, field
 from crc32c import crc32c as _crc32c
 
 from kafkafast import native
+from kafkafast.config import max_decompressed_bytes
+from kafkafast.protocol.errors import KafkaError
 from kafkafast.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
+    Record,
     compress,
     decode_batch,
     read_batch_header,
+    validate_compressed_records,
 )
 from kafkafast.records.model import (
     ATTR_CONTROL,
@@ -93,6 +108,14 @@ class CleanStats:
     tombstone_due_ms: int = -1  # earliest time a retained tombstone may go; -1 none
 
 
+class UncleanableBatchError(Exception):
+    """A batch of the log that the cleaner cannot decode."""
+
+    def __init__(self, offset: int, cause: KafkaError) -> None:
+        super().__init__(f"batch at offset {offset}: {cause.message or cause.name}")
+        self.offset = offset
+
+
 @dataclass(slots=True)
 class _Job:
     log: Log
@@ -108,10 +131,14 @@ class _Job:
 class LogCleaner:
     """Chooses compacted logs to clean and cleans one at a time in a background thread."""
 
-    def __init__(self, log_dirs: list[str], *, backoff_ms: int = 15000, enabled: bool = True) -> None:
+    def __init__(self, log_dirs: list[str], *, backoff_ms: int = 15000, enabled: bool = True,
+                 max_decompressed: str | None = None) -> None:
         self.log_dirs = list(log_dirs)
         self.backoff_ms = backoff_ms
         self.enabled = enabled
+        self.max_decompressed = max_decompressed  # message.max.decompressed.bytes, None: unset
+        # partition -> offset of the batch that made it uncleanable (see the module doc)
+        self.uncleanable: dict[tuple[str, int], int] = {}
         self.clean_points: dict[tuple[str, int], int] = {}
         self.tombstone_due: dict[tuple[str, int], int] = {}
         self._job: _Job | None = None
@@ -135,7 +162,8 @@ class LogCleaner:
                 return True
             self._job = None
             self._finish(job)
-            self._last_idle_check_ms = 0  # look again at once: another log may be due
+            if job.error is None or isinstance(job.error, UncleanableBatchError):
+                self._last_idle_check_ms = 0  # look again at once: another log may be due
             return False
         if not self.enabled or now - self._last_idle_check_ms < self.backoff_ms:
             return False
@@ -190,10 +218,27 @@ class LogCleaner:
         total = clean + dirty
         return (dirty / total if total else 0.0), dirty
 
+    @property
+    def uncleanable_partitions(self) -> int:
+        """How many partitions are skipped because of a batch the cleaner cannot decode
+        (Kafka's uncleanable-partitions-count)."""
+        return len(self.uncleanable)
+
+    def _is_uncleanable(self, lg: Log) -> bool:
+        key = (lg.topic, lg.partition)
+        bad = self.uncleanable.get(key)
+        if bad is None:
+            return False
+        if lg.log_start_offset > bad:  # the bad batch is gone
+            del self.uncleanable[key]
+            log.info("%s-%d is cleanable again: the batch at offset %d left the log", lg.topic, lg.partition, bad)
+            return False
+        return True
+
     def filthiest(self, logs: Iterable[Log], now: int) -> Log | None:
         best, best_ratio = None, -1.0
         for lg in logs:
-            if not lg.config.compact or len(lg.segments) < 2:
+            if not lg.config.compact or len(lg.segments) < 2 or self._is_uncleanable(lg):
                 continue
             ratio, dirty = self.dirty_ratio(lg, now)
             due = self.tombstone_due.get((lg.topic, lg.partition), -1)
@@ -253,6 +298,16 @@ class LogCleaner:
         finally:
             os.close(fd)
 
+    def _records(self, lg: Log, header: BatchHeader, raw: memoryview) -> list[Record]:
+        """The records of a batch, decompressed within the bound (see the module doc)."""
+        try:
+            if header.compression != CODEC_NONE:
+                limit = max_decompressed_bytes(self.max_decompressed, lg.config.max_message_bytes)
+                validate_compressed_records(raw, limit)
+            return decode_batch(raw, 0, check_crc=False)[1]
+        except KafkaError as exc:
+            raise UncleanableBatchError(header.base_offset, exc) from None
+
     def _build_offset_map(self, job: _Job, first_dirty: int) -> dict[bytes, int]:
         offset_map: dict[bytes, int] = {}
         for seg in job.segments:
@@ -261,7 +316,7 @@ class LogCleaner:
             for _, header, raw in self._batches(seg):
                 if header.attributes & ATTR_CONTROL or header.last_offset < first_dirty:
                     continue
-                _, records = decode_batch(raw, 0, check_crc=False)
+                records = self._records(job.log, header, raw)
                 for r in records:
                     if r.key is not None and r.offset >= first_dirty:
                         offset_map[bytes(r.key)] = r.offset
@@ -305,9 +360,11 @@ class LogCleaner:
 
     def _clean_batch(self, header: BatchHeader, raw: memoryview, offset_map: dict[bytes, int],
                      drop_tombstones: bool, st: CleanStats, seg: LogSegment, lg: Log) -> memoryview | bytes | None:
+        if header.last_offset < lg.log_start_offset:
+            return None  # deleted (DeleteRecords) but still in the segment: never read again
         if header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL):
             return raw
-        _, records = decode_batch(raw, 0, check_crc=False)
+        records = self._records(lg, header, raw)
         st.records_in += len(records)
         kept = []
         for r in records:
@@ -332,8 +389,17 @@ class LogCleaner:
 
     def _finish(self, job: _Job) -> None:
         lg = job.log
+        if isinstance(job.error, UncleanableBatchError):
+            self._discard(job)
+            key = (lg.topic, lg.partition)
+            if key not in self.uncleanable:
+                log.error("%s-%d is uncleanable, compaction skips it until that batch leaves the log: %s",
+                          lg.topic, lg.partition, job.error)
+            self.uncleanable[key] = job.error.offset
+            return
         if job.error is not None:
-            log.error("cleaning %s-%d failed: %r", lg.topic, lg.partition, job.error)
+            log.error("cleaning %s-%d failed (retried after log.cleaner.backoff.ms): %r", lg.topic, lg.partition,
+                      job.error)
             self._discard(job)
             return
         current = {id(s) for s in lg.segments[:-1]}
@@ -366,6 +432,7 @@ class LogCleaner:
         """The partition was deleted."""
         self.clean_points.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
+        self.uncleanable.pop((topic, partition), None)
 
     @staticmethod
     def _merge_checkpoint(log_dir: str, points: dict[tuple[str, int], int]) -> None:

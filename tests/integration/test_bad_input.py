@@ -189,3 +189,138 @@ def test_error_codes_for_common_mistakes(broker_factory):
         assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
     with RawClient(b.port) as c:
         assert c.request(ApiVersionsRequest(), 3).error_code == 0
+
+
+# ---------------------------------------------------------------------------- compressed batches
+# Correct CRC32C, bad insides (tests/support/hostile_batches.py): Kafka's LogValidator
+# decompresses every compressed batch on produce, and so must we.
+
+
+def _consume_all(port: int, topic: str, expected: int, partition: int = 0) -> list[bytes]:
+    """Every record of the partition, read from the start by a real client (librdkafka)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "bad-input-check",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    c.assign([TopicPartition(topic, partition, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+    finally:
+        c.close()
+    return values
+
+
+def _produce_with_real_client(port: int, topic: str, codec: str, n: int, partition: int = 0) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "compression.type": codec, "linger.ms": 5})
+    failures: list = []
+    for i in range(n):
+        p.produce(topic, value=b"after-%d" % i, key=b"k", partition=partition,
+                  on_delivery=lambda err, msg: err and failures.append(err))
+    assert p.flush(30) == 0 and not failures, failures
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_garbage_or_truncated_compressed_payload_is_corrupt_message_and_not_stored(module_broker, codec):
+    from tests.support import hostile_batches as hb
+
+    port = module_broker.port
+    topic = f"undecodable-{codec}"
+    assert create_topic(port, topic).error_code == 0
+    assert produce(port, topic, a_batch(3, compression=hb.CODECS[codec])).error_code == 0  # an existing partition
+    for version in (9, 3):
+        for bad in (hb.garbage(hb.CODECS[codec]), hb.truncated(hb.CODECS[codec])):
+            r = produce(port, topic, bad, version=version)
+            assert r.error_code == ErrorCode.CORRUPT_MESSAGE, (version, r)
+            assert latest_offset(port, topic).offset == 3
+    # a good batch first and a bad one after it in the same set: the whole set is refused
+    assert produce(port, topic, a_batch(2) + hb.garbage(hb.CODECS[codec])).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(port, topic).offset == 3
+    _produce_with_real_client(port, topic, codec, 5)
+    values = _consume_all(port, topic, 8)
+    assert values == [b"v0", b"v1", b"v2"] + [b"after-%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_record_count_and_offset_delta_lies_inside_compressed_batches_are_corrupt_message(module_broker, codec):
+    from tests.support import hostile_batches as hb
+
+    port = module_broker.port
+    topic = f"lying-{codec}"
+    c = hb.CODECS[codec]
+    assert create_topic(port, topic).error_code == 0
+    cases = {
+        "fewer records than recordsCount": hb.compressed(c, hb.records([0, 1, 2]), 4),
+        "more records than recordsCount": hb.compressed(c, hb.records([0, 1, 2, 3]), 3),
+        "offset deltas out of order": hb.compressed(c, hb.records([0, 2, 1]), 3),
+        "offset deltas not from zero": hb.compressed(c, hb.records([1, 2, 3]), 3),
+        "a record length past its fields": hb.compressed(c, b"\x40" + hb.records([0])[1:], 1),
+        "half a record at the end": hb.compressed(c, hb.records([0, 1])[:-3], 2),
+    }
+    for what, bad in cases.items():
+        assert produce(port, topic, bad).error_code == ErrorCode.CORRUPT_MESSAGE, what
+    assert latest_offset(port, topic).offset == 0
+    good = hb.compressed(c, hb.records([0, 1, 2]), 3)
+    assert produce(port, topic, good).error_code == 0
+    assert latest_offset(port, topic).offset == 3
+
+
+def test_undecodable_batches_forwarded_between_workers_are_refused(broker_factory):
+    from tests.support import hostile_batches as hb
+
+    b = broker_factory(workers=2)
+    assert create_topic(b.port, "fwd", partitions=4).error_code == 0
+    for partition in range(4):  # two of them are owned by the worker that did not get the request
+        r = produce(b.port, "fwd", hb.garbage(hb.CODEC_ZSTD), partition=partition)
+        assert r.error_code == ErrorCode.CORRUPT_MESSAGE
+        assert produce(b.port, "fwd", a_batch(2, compression=hb.CODEC_LZ4), partition=partition).error_code == 0
+        assert latest_offset(b.port, "fwd", partition).offset == 2
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_decompression_bombs_are_refused_with_bounded_broker_memory(broker_factory, tmp_path_factory):
+    from tests.support import hostile_batches as hb
+
+    cache = tmp_path_factory.getbasetemp() / "bombs"
+    cache.mkdir(exist_ok=True)
+    bombs = {codec: hb.bomb(codec, cache) for codec in hb.BOMB_SIZES}  # made before the broker's baseline
+    b = broker_factory()
+    assert create_topic(b.port, "bombs").error_code == 0
+    assert produce(b.port, "bombs", a_batch(1)).error_code == 0  # warm up the produce path
+    before = _rss_kib(b.proc.pid, "VmRSS")
+    for codec, batch in bombs.items():
+        r = produce(b.port, "bombs", batch)
+        assert r.error_code == ErrorCode.MESSAGE_TOO_LARGE, (codec, r)
+        assert "decompress" in (r.error_message or "")
+    peak = _rss_kib(b.proc.pid, "VmHWM")
+    assert (peak - before) < 64 * 1024, f"broker peak RSS grew by {(peak - before) >> 10} MiB"
+    assert latest_offset(b.port, "bombs").offset == 1
+    _produce_with_real_client(b.port, "bombs", "zstd", 3)
+    assert _consume_all(b.port, "bombs", 4) == [b"v0"] + [b"after-%d" % i for i in range(3)]
+
+
+def test_decompressed_size_bound_is_a_setting(broker_factory):
+    from tests.support import hostile_batches as hb
+
+    b = broker_factory(settings={"message.max.decompressed.bytes": "100000"})
+    create_topic(b.port, "bounded")
+    fits = hb.compressed(hb.CODEC_ZSTD, hb.records(list(range(90)), b"x" * 1000), 90)  # ~91 KB
+    too_big = hb.compressed(hb.CODEC_ZSTD, hb.records(list(range(110)), b"x" * 1000), 110)  # ~111 KB
+    assert produce(b.port, "bounded", fits).error_code == 0
+    assert produce(b.port, "bounded", too_big).error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert latest_offset(b.port, "bounded").offset == 90

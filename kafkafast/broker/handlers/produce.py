@@ -10,10 +10,15 @@ offset the original got, as Kafka does. Legacy v0/v1 message sets are answered w
 UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional produce
 is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
 v8 adds record_errors/error_message (filled for record-level failures).
+Compressed batches are decompressed (streaming) and their records checked before the
+append, as Kafka's LogValidator does: CORRUPT_MESSAGE when the payload does not decompress
+or does not hold exactly recordsCount well-formed records; MESSAGE_TOO_LARGE when it
+decompresses past message.max.decompressed.bytes. Nothing of a refused set is stored.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
+from kafkafast.records import validate_compressed_records
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
@@ -53,6 +58,8 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
                 continue
             try:
+                max_batch = part.log.config.max_message_bytes
+                validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
