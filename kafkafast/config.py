@@ -43,6 +43,7 @@ DEFAULTS: dict[str, str | None] = {
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": str(LONG_MAX),
     "log.flush.offset.checkpoint.interval.ms": "60000",
+    "log.flush.start.offset.checkpoint.interval.ms": "60000",
     "log.index.interval.bytes": "4096",
     "log.index.size.max.bytes": "10485760",
     "log.cleanup.policy": "delete",
@@ -171,6 +172,10 @@ class BrokerConfig:
     def validate(self) -> None:
         for key in ("num.partitions", "message.max.bytes", "socket.request.max.bytes", "log.segment.bytes",
                     "log.index.interval.bytes", "offsets.topic.num.partitions"):
+            if self.get_int(key) <= 0:
+                raise ValueError(f"{key} must be positive")
+        for key in ("log.retention.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+                    "log.flush.start.offset.checkpoint.interval.ms"):
             if self.get_int(key) <= 0:
                 raise ValueError(f"{key} must be positive")
         self.listeners()

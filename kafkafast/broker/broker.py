@@ -97,7 +97,7 @@ class Broker:
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
         self.default_log_config = LogConfig.from_props(config.topic_defaults())
-        self.log_manager = LogManager(self.log_dirs, self.default_log_config)
+        self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.handlers = load_handlers()
         self.group_coordinator: Any = None  # set by the groups layer when present
@@ -105,6 +105,14 @@ class Broker:
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
+
+    def log_manager_settings(self) -> dict[str, int]:
+        """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
+        cfg = self.config
+        return {"retention_check_interval_ms": cfg.get_int("log.retention.check.interval.ms"),
+                "checkpoint_interval_ms": cfg.get_int("log.flush.offset.checkpoint.interval.ms"),
+                "log_start_checkpoint_interval_ms": cfg.get_int("log.flush.start.offset.checkpoint.interval.ms"),
+                "producer_id_expiration_ms": cfg.get_int("producer.id.expiration.ms")}
 
     # -- lifecycle ----------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -176,7 +184,7 @@ class Broker:
         self.started = False
 
     async def _periodic(self) -> None:
-        interval = 0.2
+        interval = self.log_manager.periodic_granularity_ms / 1000.0
         while True:
             await asyncio.sleep(interval)
             try:
@@ -184,7 +192,7 @@ class Broker:
             except Exception:  # keep serving; the error is in the log
                 log.exception("periodic log maintenance failed")
             try:  # compaction runs in the cleaner's thread; the segment swap happens here
-                self.log_cleaner.periodic([p.log for p in self.partitions.values() if self.owns(p)], now_ms())
+                self.log_cleaner.periodic(self.log_manager.all_logs(), now_ms())
             except Exception:
                 log.exception("log cleaner failed")
 

@@ -20,7 +20,10 @@ and waits for signals. A worker that dies is forked again at once with the same 
 (so the same partitions and sockets) and `clean=False`. SIGTERM/SIGINT: forwarded to
 every worker; each stops accepting, finishes what is in flight, flushes and checkpoints;
 when all exited 0 within `SHUTDOWN_TIMEOUT` the supervisor writes the clean-shutdown
-markers and exits 0 (a worker still running then is killed, no marker, exit 1).
+markers and exits 0 (a worker still running then is killed, no marker, exit 1). A worker
+that stopped but could not write all its state (a full disk) exits
+`EXIT_STATE_UNWRITTEN`: the supervisor still exits 0 but writes no marker, so the next
+start recovers (a scan that needs no free space).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import time
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
 from kafkafast.runtime.server import make_listen_socket
+from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -208,10 +212,15 @@ class Supervisor:
                 pass
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT
         ok = True
+        complete = True  # every worker wrote all its state: the logs need no recovery scan
         while self.pids and time.monotonic() < deadline:
             for i, status in self.reap():
                 code = os.waitstatus_to_exitcode(status)
-                if code != 0:
+                if code == EXIT_STATE_UNWRITTEN:
+                    complete = False
+                    log.warning("worker %d stopped without writing all its state (disk full?); "
+                                "the next start recovers its partitions", i)
+                elif code != 0:
                     ok = False
                     log.warning("worker %d exited with %s during shutdown", i, code)
             if self.pids:
@@ -227,12 +236,16 @@ class Supervisor:
             while self.pids:
                 self.reap()
                 time.sleep(0.01)
-        if ok:
+        if not ok:
+            return 1
+        if complete:
             for d in self.config.log_dirs:
-                write_atomically(os.path.join(d, CLEAN_SHUTDOWN_FILE), "")
-            log.info("clean shutdown")
-            return 0
-        return 1
+                try:
+                    write_atomically(os.path.join(d, CLEAN_SHUTDOWN_FILE), "")
+                except OSError as exc:
+                    log.warning("%s: cannot write %s (%s); the next start recovers it", d, CLEAN_SHUTDOWN_FILE, exc)
+        log.info("clean shutdown%s", "" if complete else " (without the clean-shutdown markers)")
+        return 0
 
 
 def run_supervisor(config: BrokerConfig, workers: int) -> int:

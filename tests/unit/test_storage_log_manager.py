@@ -54,7 +54,8 @@ def test_new_partitions_go_to_the_emptiest_dir_and_delete_removes_them(tmp_path)
 def test_periodic_runs_retention_flush_and_checkpoints(tmp_path):
     d = str(tmp_path / "logs")
     cfg = LogConfig.from_props({"segment.bytes": "200", "retention.ms": "100", "file.delete.delay.ms": "0"})
-    mgr = LogManager([d], cfg, retention_check_interval_ms=1000, checkpoint_interval_ms=1000)
+    mgr = LogManager([d], cfg, retention_check_interval_ms=1000, checkpoint_interval_ms=1000,
+                     log_start_checkpoint_interval_ms=1000, now_ms=0)
     mgr.load_all()
     log = mgr.create("r", 0)
     for _ in range(6):
@@ -66,6 +67,31 @@ def test_periodic_runs_retention_flush_and_checkpoints(tmp_path):
     assert log.log_start_offset == log.segments[0].base_offset
     assert open(os.path.join(d, "log-start-offset-checkpoint")).read() == f"0\n1\nr 0 {log.log_start_offset}\n"
     assert mgr.periodic(now_ms=10_500).checkpointed is False
+
+
+def test_periodic_tasks_keep_their_own_intervals(tmp_path):
+    d = str(tmp_path / "logs")
+    cfg = LogConfig.from_props({"segment.bytes": "200", "retention.ms": "100", "file.delete.delay.ms": "0"})
+    mgr = LogManager([d], cfg, retention_check_interval_ms=5000, checkpoint_interval_ms=2000,
+                     log_start_checkpoint_interval_ms=3000, now_ms=0)
+    mgr.load_all()
+    log = mgr.create("r", 0)
+    for _ in range(6):
+        log.append(bytearray(encode_batch([(0, None, b"value", ())])), 0, now_ms=1)
+    log.state.high_watermark = log.log_end_offset
+    rp = os.path.join(d, "recovery-point-offset-checkpoint")
+    ls = os.path.join(d, "log-start-offset-checkpoint")
+    # Nothing runs before its first interval (min(interval, 30 s) after start).
+    assert mgr.periodic(now_ms=1999).segments_deleted == 0 and not os.path.exists(rp)
+    assert mgr.periodic(now_ms=2000).checkpointed and os.path.exists(rp) and not os.path.exists(ls)
+    assert mgr.periodic(now_ms=3000).checkpointed and os.path.exists(ls)
+    assert mgr.periodic(now_ms=4999).segments_deleted == 0
+    assert mgr.periodic(now_ms=5000).segments_deleted > 0
+    log.append(bytearray(encode_batch([(0, None, b"value" * 20, ())])), 0, now_ms=1)
+    log.append(bytearray(encode_batch([(0, None, b"value" * 20, ())])), 0, now_ms=1)
+    log.state.high_watermark = log.log_end_offset
+    assert mgr.periodic(now_ms=9999).segments_deleted == 0
+    assert mgr.periodic(now_ms=10000).segments_deleted > 0
 
 
 def test_leader_epoch_checkpoint_format_and_lookups(tmp_path):

@@ -40,6 +40,9 @@ def _read_all(broker, req, version, plan):
             if part is None:
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if part.state.offline:
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                continue
             if version >= 9 and fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
