@@ -110,6 +110,7 @@ def test_size_retention_deletes_oldest_segments(broker_factory):
                                  "log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
+    time.sleep(1)  # retention must keep running every 200 ms, not only once at start
     produce_n(b.bootstrap, "ret", 400)
     deadline = time.monotonic() + 15
     while offsets(b.port, "ret", -2).offset == 0 and time.monotonic() < deadline:
