@@ -197,13 +197,10 @@ class LogManager:
         existing = self._logs.get(key)
         if existing is not None:
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             raise KafkaStorageError("every log dir is offline")
-        log_dir = min(online, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        log_dir = min(online, key=lambda d: (self._partitions_in(d), self.log_dirs.index(d)))
         path = os.path.join(log_dir, f"{topic}-{partition}")
         os.makedirs(path, exist_ok=True)
         fsync_dir(log_dir)
@@ -212,6 +209,14 @@ class LogManager:
         self._logs[key] = log
         self._dir_of[key] = log_dir
         return log
+
+    @staticmethod
+    def _partitions_in(log_dir: str) -> int:
+        """Partition directories in `log_dir`, whoever opened them (other workers' too)."""
+        try:
+            return sum(1 for e in os.scandir(log_dir) if parse_partition_dir(e.name) is not None and e.is_dir())
+        except OSError:
+            return 1 << 30
 
     def delete(self, topic: str, partition: int) -> bool:
         """Close the log, rename its directory to `<name>.<uuid>-delete`, remove it."""

@@ -1,0 +1,199 @@
+"""A full disk degrades a partition or a log dir, never the broker.
+
+Each test mounts a small tmpfs of its own (`mount -t tmpfs -o size=...`; skipped with the
+reason where the machine cannot mount) and fills it with a real client's produce until
+the broker answers KAFKA_STORAGE_ERROR. Then: SIGTERM stops the broker with exit 0 and
+every acknowledged record intact; a restart on the still-full disk serves every
+acknowledged record to a real consumer and refuses produce with KAFKA_STORAGE_ERROR
+(no crash, no worker crash loop); once space is freed produce works again.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafkafast.client import KafkaConsumer, TopicPartition
+from tests.support.broker_process import BrokerProcess
+
+VALUE_BYTES = 4096
+BALLAST_BYTES = 1 << 20
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 6 MiB tmpfs holding a 1 MiB ballast file (deleting it frees space) and an empty
+    filler file (`fill` tops the disk up with it), unmounted at the end."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {res.stderr.strip()}")
+    try:
+        with open(mnt / "ballast", "wb") as f:
+            f.write(b"\0" * BALLAST_BYTES)
+        (mnt / "filler").touch()  # a full tmpfs cannot even create an empty file
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    """Brokers with 512 KiB segments; their output goes to tmp_path, never to the small fs."""
+    started: list[BrokerProcess] = []
+
+    def make(data_dir: Path, *, workers: int = 0, log_dirs: list[Path] | None = None) -> BrokerProcess:
+        settings = {"log.segment.bytes": str(512 * 1024)}
+        if log_dirs:
+            settings["log.dirs"] = ",".join(str(d) for d in log_dirs)
+        b = BrokerProcess(data_dir, workers=workers, settings=settings)
+        b.log_path = tmp_path / f"broker-{len(started)}.log"
+        started.append(b)
+        return b.start()
+
+    yield make
+    for b in started:
+        b.kill()
+
+
+def create(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> tuple[dict, list]:
+    """Produce without retries: ({offset: value} acknowledged, [error codes of the others])."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "linger.ms": 2,
+                  "message.timeout.ms": 20000, "enable.idempotence": False})
+    acked: dict[int, bytes] = {}
+    errors: list = []
+
+    def report(err, msg):
+        if err is None:
+            acked[msg.offset()] = msg.value()
+        else:
+            errors.append(err.code())
+
+    for v in values:
+        p.produce(topic, value=v, partition=partition, on_delivery=report)
+    assert p.flush(30) == 0
+    return acked, errors
+
+
+def fill(bootstrap: str, topic: str, partition: int, mount: Path, limit_bytes: int = 8 << 20) -> dict[int, bytes]:
+    """Produce 4 KiB records until the broker refuses them with KAFKA_STORAGE_ERROR, then
+    take the last pages a smaller write could still use (so every later write fails)."""
+    acked: dict[int, bytes] = {}
+    for round_ in range(limit_bytes // (VALUE_BYTES * 32) + 2):
+        values = [b"%d-%06d-" % (partition, round_ * 32 + i) + os.urandom(VALUE_BYTES // 2).hex().encode()[:VALUE_BYTES]
+                  for i in range(32)]
+        got, errors = produce(bootstrap, topic, partition, values)
+        acked.update(got)
+        if errors:
+            assert set(errors) == {KafkaError.KAFKA_STORAGE_ERROR}, errors
+            break
+    else:
+        raise AssertionError(f"{limit_bytes} bytes produced without a KAFKA_STORAGE_ERROR")
+    fd = os.open(mount / "filler", os.O_WRONLY | os.O_APPEND)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, partition: int, end: int) -> dict[int, bytes]:
+    """Every record below `end` with kafkafast's own consumer (no group: nothing is written)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    try:
+        tp = TopicPartition(topic, partition)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        out: dict[int, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(out) < end and time.monotonic() < deadline:
+            for records in c.poll(1000).values():
+                for r in records:
+                    out[r.offset] = r.value
+        return out
+    finally:
+        c.close()
+
+
+def assert_readable(b: BrokerProcess, topic: str, partition: int, acked: dict[int, bytes]) -> None:
+    got = read_all(b.bootstrap, topic, partition, max(acked) + 1)
+    assert {o: got.get(o) for o in acked} == acked
+    assert sorted(got) == list(range(max(acked) + 1))
+
+
+def assert_no_worker_died(b: BrokerProcess) -> None:
+    assert b.proc.poll() is None, b.log_tail()
+    assert "starting a replacement" not in b.log_path.read_text(errors="replace"), b.log_tail()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_full_disk_stops_cleanly_restarts_serving_reads_and_recovers_when_freed(small_fs, brokers, workers):
+    b = brokers(small_fs / "data", workers=workers)
+    create(b.bootstrap, "full", 2)
+    acked = {0: fill(b.bootstrap, "full", 0, small_fs)}
+    acked[1], errors = produce(b.bootstrap, "full", 1, [b"p1-%d" % i for i in range(3)])
+    assert errors == [KafkaError.KAFKA_STORAGE_ERROR] * 3 and not acked[1]
+    assert len(acked[0]) > 100
+
+    assert b.stop() == 0, b.log_tail()
+    assert os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize < 64 * 1024  # still full
+
+    b.start()
+    assert_readable(b, "full", 0, acked[0])
+    got, errors = produce(b.bootstrap, "full", 0, [b"refused" * 2000])  # more than the last page's room
+    assert not got and errors == [KafkaError.KAFKA_STORAGE_ERROR]
+    assert_no_worker_died(b)
+
+    os.unlink(small_fs / "ballast")  # free space: produce works again, no restart needed
+    more, errors = produce(b.bootstrap, "full", 0, [b"after-%d" % i for i in range(20)])
+    assert not errors and sorted(more) == list(range(max(acked[0]) + 1, max(acked[0]) + 21))
+    acked[0].update(more)
+    assert b.stop() == 0, b.log_tail()
+    assert (small_fs / "data" / ".kafka_cleanshutdown").exists()  # with space, a clean stop again
+    b.start()
+    assert_readable(b, "full", 0, acked[0])
+    assert_no_worker_died(b)
+
+
+def test_second_log_dir_keeps_serving_while_one_is_full(small_fs, tmp_path, brokers):
+    big = tmp_path / "big"
+    b = brokers(big, log_dirs=[big, small_fs / "data"], workers=2)
+    create(b.bootstrap, "two", 2)
+    for p in (0, 1):  # each owner opens its partition: one goes to each dir (the emptiest)
+        first, errors = produce(b.bootstrap, "two", p, [b"first"])
+        assert not errors and list(first) == [0]
+    on_small = [p for p in (0, 1) if (small_fs / "data" / f"two-{p}").is_dir()]
+    assert len(on_small) == 1 and (big / f"two-{1 - on_small[0]}").is_dir()
+    small, other = on_small[0], 1 - on_small[0]
+    full = {0: b"first", **fill(b.bootstrap, "two", small, small_fs)}
+    ok, errors = produce(b.bootstrap, "two", other, [b"big-%d" % i for i in range(200)])
+    assert not errors and sorted(ok) == list(range(1, 201))
+    ok[0] = b"first"
+    assert_readable(b, "two", other, ok)
+    assert_readable(b, "two", small, full)
+
+    assert b.stop() == 0, b.log_tail()
+    b.start()
+    more, errors = produce(b.bootstrap, "two", other, [b"again-%d" % i for i in range(50)])
+    assert not errors and len(more) == 50
+    ok.update(more)
+    refused, errors = produce(b.bootstrap, "two", small, [b"refused" * 2000])
+    assert not refused and errors == [KafkaError.KAFKA_STORAGE_ERROR]
+    assert_readable(b, "two", other, ok)
+    assert_readable(b, "two", small, full)
+    assert_no_worker_died(b)
