@@ -7,7 +7,8 @@ response and `partition_max_bytes` per partition. When fewer than `min_bytes` ar
 available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes. Fetch sessions (v7+) are declined: the response carries session id
 0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. Transactions do not
-exist, so the last stable offset equals the high watermark.
+exist, so the last stable offset equals the high watermark. An offline partition (its log
+could not be opened) answers KAFKA_STORAGE_ERROR.
 """
 import asyncio
 import time
