@@ -15,11 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkafast.client import KafkaConsumer, TopicPartition
+from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+from kafkafast.protocol.errors import ErrorCode
 from tests.support.broker_process import BrokerProcess
+from tests.support.raw_client import RawClient
 
 VALUE_BYTES = 4096
 BALLAST_BYTES = 1 << 20
@@ -141,6 +144,19 @@ def assert_no_worker_died(b: BrokerProcess) -> None:
     assert "starting a replacement" not in b.log_path.read_text(errors="replace"), b.log_tail()
 
 
+def assert_other_writes_refused_with_an_error(b: BrokerProcess) -> None:
+    """Topic changes and producer-id blocks need the disk too: each is answered with an
+    error code (not a closed connection) and changes nothing."""
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    with pytest.raises(KafkaException) as failed:
+        admin.create_topics([NewTopic("no-room", 1, 1)])["no-room"].result(15)
+    assert failed.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+    assert "no-room" not in admin.list_topics(timeout=10).topics
+    with RawClient(b.port) as c:
+        resp = c.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
+        assert (resp.error_code, resp.producer_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_full_disk_stops_cleanly_restarts_serving_reads_and_recovers_when_freed(small_fs, brokers, workers):
     b = brokers(small_fs / "data", workers=workers)
@@ -149,6 +165,7 @@ def test_full_disk_stops_cleanly_restarts_serving_reads_and_recovers_when_freed(
     acked[1], errors = produce(b.bootstrap, "full", 1, [b"p1-%d" % i for i in range(3)])
     assert errors == [KafkaError.KAFKA_STORAGE_ERROR] * 3 and not acked[1]
     assert len(acked[0]) > 100
+    assert_other_writes_refused_with_an_error(b)
 
     assert b.stop() == 0, b.log_tail()
     assert os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize < 64 * 1024  # still full
