@@ -10,7 +10,6 @@ acknowledged record to a real consumer and refuses produce with KAFKA_STORAGE_ER
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,29 +21,10 @@ from kafkafast.client import KafkaConsumer, TopicPartition
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.broker_process import BrokerProcess
+from tests.support.filesystems import top_up
 from tests.support.raw_client import RawClient
 
 VALUE_BYTES = 4096
-BALLAST_BYTES = 1 << 20
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 6 MiB tmpfs holding a 1 MiB ballast file (deleting it frees space) and an empty
-    filler file (`fill` tops the disk up with it), unmounted at the end."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {res.stderr.strip()}")
-    try:
-        with open(mnt / "ballast", "wb") as f:
-            f.write(b"\0" * BALLAST_BYTES)
-        (mnt / "filler").touch()  # a full tmpfs cannot even create an empty file
-        yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 @pytest.fixture
@@ -104,14 +84,7 @@ def fill(bootstrap: str, topic: str, partition: int, mount: Path, limit_bytes: i
             break
     else:
         raise AssertionError(f"{limit_bytes} bytes produced without a KAFKA_STORAGE_ERROR")
-    fd = os.open(mount / "filler", os.O_WRONLY | os.O_APPEND)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    top_up(mount)
     return acked
 
 
