@@ -51,16 +51,22 @@ def test_new_partitions_go_to_the_emptiest_dir_and_delete_removes_them(tmp_path)
     assert sorted((lg.topic, lg.partition) for lg in mgr.all_logs()) == [("t", 0), ("t", 2), ("t", 3)]
 
 
-def test_periodic_runs_retention_flush_and_checkpoints(tmp_path):
-    d = str(tmp_path / "logs")
+def manager_with_expired_segments(d: str, retention: int, checkpoint: int, start_checkpoint: int):
+    """A LogManager started at time 0 holding log r-0 of 6 one-batch segments past retention."""
     cfg = LogConfig.from_props({"segment.bytes": "200", "retention.ms": "100", "file.delete.delay.ms": "0"})
-    mgr = LogManager([d], cfg, retention_check_interval_ms=1000, checkpoint_interval_ms=1000,
-                     log_start_checkpoint_interval_ms=1000, now_ms=0)
+    mgr = LogManager([d], cfg, retention_check_interval_ms=retention, checkpoint_interval_ms=checkpoint,
+                     log_start_checkpoint_interval_ms=start_checkpoint, now_ms=0)
     mgr.load_all()
     log = mgr.create("r", 0)
     for _ in range(6):
         log.append(bytearray(encode_batch([(0, None, b"value", ())])), 0, now_ms=1)
     log.state.high_watermark = log.log_end_offset
+    return mgr, log
+
+
+def test_periodic_runs_retention_flush_and_checkpoints(tmp_path):
+    d = str(tmp_path / "logs")
+    mgr, log = manager_with_expired_segments(d, 1000, 1000, 1000)
     n_segments = len(log.segments)
     report = mgr.periodic(now_ms=10_000)
     assert report.segments_deleted == n_segments - 1 and report.checkpointed
@@ -71,14 +77,7 @@ def test_periodic_runs_retention_flush_and_checkpoints(tmp_path):
 
 def test_periodic_tasks_keep_their_own_intervals(tmp_path):
     d = str(tmp_path / "logs")
-    cfg = LogConfig.from_props({"segment.bytes": "200", "retention.ms": "100", "file.delete.delay.ms": "0"})
-    mgr = LogManager([d], cfg, retention_check_interval_ms=5000, checkpoint_interval_ms=2000,
-                     log_start_checkpoint_interval_ms=3000, now_ms=0)
-    mgr.load_all()
-    log = mgr.create("r", 0)
-    for _ in range(6):
-        log.append(bytearray(encode_batch([(0, None, b"value", ())])), 0, now_ms=1)
-    log.state.high_watermark = log.log_end_offset
+    mgr, log = manager_with_expired_segments(d, 5000, 2000, 3000)
     rp = os.path.join(d, "recovery-point-offset-checkpoint")
     ls = os.path.join(d, "log-start-offset-checkpoint")
     # Nothing runs before its first interval (min(interval, 30 s) after start).
