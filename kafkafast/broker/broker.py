@@ -92,8 +92,8 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.log_dirs = config.log_dirs
-        for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+        os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
+        # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
         self.default_log_config = LogConfig.from_props(config.topic_defaults())
@@ -137,6 +137,10 @@ class Broker:
 
         self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
         self.topics.load()
+        # A partition of these not found on disk while a log dir is offline is offline too
+        # (its log may be in that dir), never re-created empty elsewhere.
+        self.log_manager.expected_partitions = {(t.name, i) for t in self.topics.topics.values()
+                                                for i in range(t.partitions)}
         self.log_manager.load_all(self._config_for_topic)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
         if scanned:

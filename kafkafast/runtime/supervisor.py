@@ -113,15 +113,19 @@ class Supervisor:
     def _take_clean_markers(self) -> bool:
         clean = True
         for d in self.config.log_dirs:
-            os.makedirs(d, exist_ok=True)
-            for name in os.listdir(d):
-                if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(os.path.join(d, name), ignore_errors=True)
-            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-            if os.path.exists(marker):
-                os.unlink(marker)
-                fsync_dir(d)
-            else:
+            try:
+                os.makedirs(d, exist_ok=True)
+                for name in os.listdir(d):
+                    if name.endswith(DELETE_DIR_SUFFIX):
+                        shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+                marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+                if os.path.exists(marker):
+                    os.unlink(marker)
+                    fsync_dir(d)
+                else:
+                    clean = False
+            except OSError as exc:  # the workers take this dir offline; the others serve
+                log.error("log dir %s failed: %s", d, exc)
                 clean = False
         return clean
 

@@ -75,7 +75,9 @@ class LogManager:
     everything else got written (the others get a recovery scan, which needs no space,
     at the next start). A partition whose log cannot be opened at all (an I/O error) is
     offline (`offline`, published as `state.offline`): it answers KAFKA_STORAGE_ERROR and
-    the other partitions and dirs keep serving; so is a log dir that cannot be listed.
+    the other partitions and dirs keep serving. A log dir that cannot be created or listed
+    is offline, and so is every expected partition found in no online dir (Kafka's
+    getOrCreateLog refuses to re-create a log while a dir is offline).
     """
 
     def __init__(self, log_dirs: list[str], default_config: LogConfig, *, state_factory: StateFactory | None = None,
@@ -104,12 +106,19 @@ class LogManager:
         """Bytes re-validated by recovery scans per log at the last `load_all` (0: none)."""
         self.last_load_truncated: dict[tuple[str, int], int] = {}
         """Bytes cut off invalid tails per log at the last `load_all`."""
+        self.expected_partitions: set[tuple[str, int]] = set()
+        """Partitions known to exist (the broker's topics at load): one of them that is not
+        found while a dir is offline is taken offline in `create`, not re-created empty."""
         start = int(time.time() * 1000) if now_ms is None else now_ms
         self._next_retention_ms = start + min(retention_check_interval_ms, INITIAL_TASK_DELAY_MS)
         self._next_checkpoint_ms = start + min(checkpoint_interval_ms, INITIAL_TASK_DELAY_MS)
         self._next_start_checkpoint_ms = start + min(log_start_checkpoint_interval_ms, INITIAL_TASK_DELAY_MS)
         for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as exc:
+                logger.error("log dir %s is offline: %s", d, exc)
+                self.offline_dirs.add(d)
 
     @property
     def periodic_granularity_ms(self) -> int:
@@ -132,6 +141,8 @@ class LogManager:
     def _load_dir(self, log_dir: str, configs: Mapping[str, LogConfig] | Callable[[str], LogConfig] | None, *,
                   clean: bool, owned: Callable[[str, int], bool]) -> None:
         """Open the partitions of one log dir that `owned` selects."""
+        if log_dir in self.offline_dirs:
+            return
         recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
         log_starts = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
         try:
@@ -191,12 +202,18 @@ class LogManager:
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())
 
-    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log | OfflineLog:
         """The log of (topic, partition), created in the emptiest log dir if new."""
         key = (topic, partition)
-        existing = self._logs.get(key)
+        existing = self._logs.get(key) or self.offline.get(key)
         if existing is not None:
             return existing
+        if key in self.expected_partitions and self.offline_dirs:
+            logger.error("%s-%d is offline: its log is in none of the online log dirs", topic, partition)
+            offline = self.offline[key] = OfflineLog(
+                topic, partition, os.path.join(sorted(self.offline_dirs)[0], f"{topic}-{partition}"),
+                self.state_factory(topic, partition), "its log dir is offline")
+            return offline
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             raise KafkaStorageError("every log dir is offline")

@@ -102,3 +102,40 @@ def test_unopenable_partition_goes_offline_and_the_rest_keeps_serving(broker_fac
     assert metadata(b.port, "off")[0].error_code == 0
     assert_readable(b, "off", 0, acked[0])
     assert_readable(b, "off", 1, acked[1])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_failed_log_dir_goes_offline_and_the_other_dir_keeps_serving(tmp_path, broker_factory, workers):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    b = broker_factory("good", workers=workers, settings={"log.dirs": f"{good},{bad}"})
+    create(b.bootstrap, "jbod", 2)
+    acked = {p: produce(b.bootstrap, "jbod", p, [b"%d-%d" % (p, i) for i in range(30)])[0] for p in (0, 1)}
+    on_bad = [p for p in (0, 1) if (bad / f"jbod-{p}").is_dir()]
+    assert len(on_bad) == 1  # one partition in each dir
+    lost, kept = on_bad[0], 1 - on_bad[0]
+    assert b.stop() == 0
+    bad.rename(tmp_path / "bad-away")
+    bad.write_bytes(b"")  # the log dir is gone: a file stands where it was
+
+    b.start()
+    for _ in range(3):
+        parts = metadata(b.port, "jbod")
+        assert (parts[lost].error_code, parts[lost].leader_id, list(parts[lost].offline_replicas)) == \
+            (ErrorCode.LEADER_NOT_AVAILABLE, -1, [0])
+        assert (parts[kept].error_code, parts[kept].leader_id) == (0, 0)
+        assert raw_produce(b.port, "jbod", lost) == ErrorCode.KAFKA_STORAGE_ERROR
+        assert raw_fetch(b.port, "jbod", lost) == ErrorCode.KAFKA_STORAGE_ERROR
+    more, errors = produce(b.bootstrap, "jbod", kept, [b"more-%d" % i for i in range(10)])
+    assert not errors and sorted(more) == list(range(30, 40))
+    acked[kept].update(more)
+    assert confluent_read(b.bootstrap, "jbod", kept, 40) == acked[kept]
+    assert not (good / f"jbod-{lost}").exists()  # not re-created empty in the other dir
+    assert_no_worker_died(b)
+    assert b.stop() == 0
+
+    bad.unlink()
+    (tmp_path / "bad-away").rename(bad)
+    b.start()
+    assert [p.error_code for p in metadata(b.port, "jbod")] == [0, 0]
+    assert_readable(b, "jbod", lost, acked[lost])
+    assert_readable(b, "jbod", kept, acked[kept])
