@@ -324,8 +324,12 @@ class Broker:
 
     # -- data path ----------------------------------------------------------------------
     def append(self, part: Partition, records: bytearray | memoryview) -> Any:
-        """Appends a validated-on-the-way record set; advances the high watermark."""
-        result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        """Appends a validated-on-the-way record set; advances the high watermark.
+        KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
+        try:
+            result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        except OSError as exc:
+            raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         st = part.log.state
         st.high_watermark = st.log_end_offset
         st.last_stable_offset = st.log_end_offset

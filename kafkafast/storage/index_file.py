@@ -67,7 +67,8 @@ def replace_file(path: str, data: bytes | bytearray | memoryview) -> None:
 def replace_file_or_empty(path: str, data: bytes | bytearray | memoryview) -> bool:
     """`replace_file`, or on a full disk an empty file (or no file) in place of `path`:
     never a stale index. True if `data` got written (or was there already)."""
-    if data and read_index_file(path) == data:
+    existing = read_index_file(path)
+    if existing is not None and existing == data:
         return True
     try:
         replace_file(path, data)

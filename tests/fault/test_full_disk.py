@@ -18,7 +18,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkafast.client import KafkaConsumer, TopicPartition
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.broker_process import BrokerProcess
 from tests.support.filesystems import top_up
@@ -33,7 +35,7 @@ def brokers(tmp_path):
     started: list[BrokerProcess] = []
 
     def make(data_dir: Path, *, workers: int = 0, log_dirs: list[Path] | None = None) -> BrokerProcess:
-        settings = {"log.segment.bytes": str(512 * 1024)}
+        settings = {"log.segment.bytes": str(512 * 1024), "offsets.topic.num.partitions": "1"}
         if log_dirs:
             settings["log.dirs"] = ",".join(str(d) for d in log_dirs)
         b = BrokerProcess(data_dir, workers=workers, settings=settings)
@@ -118,8 +120,8 @@ def assert_no_worker_died(b: BrokerProcess) -> None:
 
 
 def assert_other_writes_refused_with_an_error(b: BrokerProcess) -> None:
-    """Topic changes and producer-id blocks need the disk too: each is answered with an
-    error code (not a closed connection) and changes nothing."""
+    """Topic changes, producer-id blocks and offset commits need the disk too: each is
+    answered with an error code (not a closed connection) and changes nothing."""
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     with pytest.raises(KafkaException) as failed:
         admin.create_topics([NewTopic("no-room", 1, 1)])["no-room"].result(15)
@@ -128,12 +130,19 @@ def assert_other_writes_refused_with_an_error(b: BrokerProcess) -> None:
     with RawClient(b.port) as c:
         resp = c.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
         assert (resp.error_code, resp.producer_id) == (ErrorCode.COORDINATOR_NOT_AVAILABLE, -1)
+        commit = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1, member_id="", topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(name="full", partitions=[
+                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=5)])])
+        assert c.request(commit, 8).topics[0].partitions[0].error_code == ErrorCode.NOT_COORDINATOR  # Kafka's mapping
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_full_disk_stops_cleanly_restarts_serving_reads_and_recovers_when_freed(small_fs, brokers, workers):
     b = brokers(small_fs / "data", workers=workers)
     create(b.bootstrap, "full", 2)
+    with RawClient(b.port) as c:  # creates the (still empty) offsets topic
+        assert c.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), 4).coordinators[0].error_code == 0
     acked = {0: fill(b.bootstrap, "full", 0, small_fs)}
     acked[1], errors = produce(b.bootstrap, "full", 1, [b"p1-%d" % i for i in range(3)])
     assert errors == [KafkaError.KAFKA_STORAGE_ERROR] * 3 and not acked[1]
