@@ -98,7 +98,7 @@ class LogManager:
         self.offline: dict[tuple[str, int], OfflineLog] = {}
         """Partitions whose log could not be opened, by key."""
         self.offline_dirs: set[str] = set()
-        """Log dirs that could not be listed at load (nothing is placed there)."""
+        """Log dirs that could not be created, listed or read at load (nothing is placed there)."""
         self.unwritten_dirs: set[str] = set()
         """Dirs where the last `shutdown` could not write everything (no clean marker)."""
         self._unwritten_files: set[str] = set()
@@ -143,10 +143,10 @@ class LogManager:
         """Open the partitions of one log dir that `owned` selects."""
         if log_dir in self.offline_dirs:
             return
-        recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
-        log_starts = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
         try:
             names = sorted(os.listdir(log_dir))
+            recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
+            log_starts = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
         except OSError as exc:
             logger.error("log dir %s is offline: %s", log_dir, exc)
             self.offline_dirs.add(log_dir)

@@ -57,6 +57,9 @@ def _read_all(broker, req, version, plan):
             except E.KafkaError as exc:
                 tresp.partitions.append(_error(fp.partition, exc.code, part))
                 continue
+            except OSError:  # the file cannot be read (an I/O error): this partition only
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                continue
             region = result.region if result is not None else None
             size = len(region) if region is not None else 0
             total += size
