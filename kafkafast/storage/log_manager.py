@@ -22,6 +22,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
+MIN_FREE_BYTES_FOR_NEW_PARTITION = 1 << 20  # a dir with less free space gets new partitions last
 INITIAL_TASK_DELAY_MS = 30000  # Kafka's LogManager.InitialTaskDelayMs: first run of each periodic task
 
 StateFactory = Callable[[str, int], PartitionState]
@@ -61,7 +62,8 @@ class LogManager:
         <topic>-<partition>/               one `Log`
         <topic>-<partition>.<uuid>-delete  a deleted partition being removed (also at load)
 
-    New partitions go to the log dir holding the fewest partitions (never an offline one).
+    New partitions go to the log dir holding the fewest partition directories among those
+    with at least MIN_FREE_BYTES_FOR_NEW_PARTITION free (then the others; never an offline one).
 
     Periodic tasks (`periodic`), each first run `min(interval, INITIAL_TASK_DELAY_MS)` after
     the manager was made, as Kafka's scheduler does: retention and producer expiry every
@@ -203,7 +205,8 @@ class LogManager:
         return list(self._logs.values())
 
     def create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log | OfflineLog:
-        """The log of (topic, partition), created in the emptiest log dir if new."""
+        """The log of (topic, partition), created in the emptiest log dir that can hold it if
+        new; an `OfflineLog` when none can (or when it should exist in an offline dir)."""
         key = (topic, partition)
         existing = self._logs.get(key) or self.offline.get(key)
         if existing is not None:
@@ -215,17 +218,41 @@ class LogManager:
                 self.state_factory(topic, partition), "its log dir is offline")
             return offline
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
-        if not online:
-            raise KafkaStorageError("every log dir is offline")
-        log_dir = min(online, key=lambda d: (self._partitions_in(d), self.log_dirs.index(d)))
-        path = os.path.join(log_dir, f"{topic}-{partition}")
-        os.makedirs(path, exist_ok=True)
-        fsync_dir(log_dir)
-        log = Log.open(path, topic, partition, config or self.default_config, self.state_factory(topic, partition),
-                       needs_recovery=False, recovery_point=0)
-        self._logs[key] = log
-        self._dir_of[key] = log_dir
-        return log
+        state = self.state_factory(topic, partition)
+        errors = []
+        # The emptiest dir with room first (Kafka: the emptiest); one that cannot take it
+        # leaves no directory behind (a stray empty one would shadow the real log at the
+        # next load) and the next is tried.
+        for log_dir in sorted(online, key=lambda d: (not self._has_room(d), self._partitions_in(d),
+                                                     self.log_dirs.index(d))):
+            path = os.path.join(log_dir, f"{topic}-{partition}")
+            existed = os.path.isdir(path)
+            try:
+                os.makedirs(path, exist_ok=True)
+                fsync_dir(log_dir)
+                log = Log.open(path, topic, partition, config or self.default_config, state,
+                               needs_recovery=False, recovery_point=0)
+            except OSError as exc:
+                errors.append(f"{log_dir}: {exc}")
+                if not existed:
+                    shutil.rmtree(path, ignore_errors=True)
+                continue
+            self._logs[key] = log
+            self._dir_of[key] = log_dir
+            return log
+        reason = "; ".join(errors) or "every log dir is offline"
+        logger.error("%s-%d is offline: no log dir can hold it (%s)", topic, partition, reason)
+        offline = self.offline[key] = OfflineLog(topic, partition, os.path.join(online[0] if online else
+                                                 self.log_dirs[0], f"{topic}-{partition}"), state, reason)
+        return offline
+
+    @staticmethod
+    def _has_room(log_dir: str) -> bool:
+        try:
+            st = os.statvfs(log_dir)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= MIN_FREE_BYTES_FOR_NEW_PARTITION
 
     @staticmethod
     def _partitions_in(log_dir: str) -> int:

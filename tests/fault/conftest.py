@@ -20,7 +20,7 @@ def small_fs(tmp_path):
     try:
         with open(mnt / "ballast", "wb") as f:
             f.write(b"\0" * BALLAST_BYTES)
-        (mnt / "filler").touch()  # a full tmpfs cannot even create an empty file
+        (mnt / "filler").touch()
         yield mnt
     finally:
         if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:

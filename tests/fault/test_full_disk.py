@@ -185,6 +185,11 @@ def test_second_log_dir_keeps_serving_while_one_is_full(small_fs, tmp_path, brok
     ok[0] = b"first"
     assert_readable(b, "two", other, ok)
     assert_readable(b, "two", small, full)
+    create(b.bootstrap, "later", 2)  # new partitions go where there is room
+    for p in (0, 1):
+        got, errors = produce(b.bootstrap, "later", p, [b"later"])
+        assert not errors and list(got) == [0]
+        assert (big / f"later-{p}").is_dir() and not (small_fs / "data" / f"later-{p}").exists()
 
     assert b.stop() == 0, b.log_tail()
     b.start()

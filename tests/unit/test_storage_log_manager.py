@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
+from kafkafast.protocol.errors import KafkaStorageError
 from kafkafast.records import encode_batch
 from kafkafast.storage import LogConfig, LogManager
 from kafkafast.storage.leader_epoch import LeaderEpochCache
@@ -124,3 +127,20 @@ def test_log_records_leader_epochs_of_appends(tmp_path):
     assert log.end_offset_for_epoch(4) == (4, 6)
     mgr.shutdown()
     assert open(os.path.join(str(tmp_path), "e-0", "leader-epoch-checkpoint")).read() == "0\n2\n1 0\n4 5\n"
+
+
+def test_a_dir_that_cannot_hold_a_new_partition_is_skipped(tmp_path):
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    mgr = LogManager(dirs, LogConfig())
+    mgr.load_all()
+    open(os.path.join(dirs[0], "t-0"), "w").close()  # the emptiest dir cannot make the partition dir
+    log = mgr.create("t", 0)
+    assert os.path.dirname(log.dir) == dirs[1] and log.append(batch(2), 0, now_ms=1).base_offset == 0
+    open(os.path.join(dirs[1], "t-1"), "w").close()
+    open(os.path.join(dirs[0], "t-1"), "w").close()
+    offline = mgr.create("t", 1)  # no dir can: offline, not a crash
+    assert offline.state.offline == 1 and mgr.get("t", 1) is offline
+    with pytest.raises(KafkaStorageError):
+        offline.append(batch(1), 0, now_ms=1)
+    mgr.shutdown()
+    assert os.path.exists(os.path.join(dirs[1], CLEAN_SHUTDOWN_FILE))  # t-0's dir stopped cleanly
