@@ -12,8 +12,9 @@ it is only stale, and every user checks the batch an entry points at before trus
 A full disk never costs an index, nor the partition: the file only has to be a sorted
 subset of the entries (a sparser index is still a correct one), so an entry that cannot
 be written is kept in memory only (a torn one is cut off again), a rewrite that does not
-fit leaves an empty file (or none: readers then scan from the segment start), and a
-rewrite of the bytes the file already holds is skipped. The writer always looks up in
+fit keeps the file if it holds the first entries, else leaves an empty file (or none:
+readers then scan from the segment start), and a rewrite of the bytes the file already
+holds is skipped. The writer always looks up in
 its complete in-memory copy.
 
 Lookups use `kafkafast.native.load("index_search")` (compiled twin, or its pure twin).
@@ -65,8 +66,9 @@ def replace_file(path: str, data: bytes | bytearray | memoryview) -> None:
 
 
 def replace_file_or_empty(path: str, data: bytes | bytearray | memoryview) -> bool:
-    """`replace_file`, or on a full disk an empty file (or no file) in place of `path`:
-    never a stale index. True if `data` got written (or was there already)."""
+    """`replace_file`, or on a full disk the file as it is when it holds the first entries
+    of `data`, else an empty file (or no file) in place of `path`: never a stale index.
+    True if `data` got written (or was there already)."""
     existing = read_index_file(path)
     if existing is not None and existing == data:
         return True
@@ -77,6 +79,8 @@ def replace_file_or_empty(path: str, data: bytes | bytearray | memoryview) -> bo
         if not is_out_of_space(exc):
             raise
     logger.warning("%s: no space to write the index; it is kept in memory until space is freed", path)
+    if existing is not None and memoryview(data)[:len(existing)] == existing:
+        return False  # the file holds the first entries: a correct, sparser index
     try:
         replace_file(path, b"")
     except OSError:

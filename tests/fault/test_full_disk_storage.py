@@ -46,7 +46,7 @@ def leftovers(d) -> list[str]:
     return [name for _, _, files in os.walk(d) for name in files if name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("damage", ["missing", "torn"])
+@pytest.mark.parametrize("damage", ["missing", "torn", "prefix"])
 def test_recovery_on_a_full_disk_rebuilds_the_index_in_memory(small_fs, damage):
     log = open_log(small_fs)
     values = fill_log(log, 300)
@@ -55,9 +55,11 @@ def test_recovery_on_a_full_disk_rebuilds_the_index_in_memory(small_fs, damage):
     index = small_fs / "t-0" / f"{log.segments[-1].base_offset:020d}.index"
     if damage == "missing":
         index.unlink()
-    else:  # half an entry at the end: the index is insane and must be rebuilt
+    elif damage == "torn":  # half an entry at the end: the index is insane and must be rebuilt
         with open(index, "ab") as f:
             f.write(b"\x00\x00\x00")
+    else:  # only the first entries reached the disk (the rest were not flushed)
+        os.truncate(index, 5 * 8)
     top_up(small_fs)
 
     again = open_log(small_fs, needs_recovery=True)
@@ -65,6 +67,8 @@ def test_recovery_on_a_full_disk_rebuilds_the_index_in_memory(small_fs, damage):
     assert read_every_offset(again) == values
     assert again.segments[-1].offset_index.entries > 10  # complete, in memory
     assert not index.exists() or index.stat().st_size % 8 == 0  # never a torn or stale file
+    if damage == "prefix":  # its entries are right, only fewer: kept
+        assert index.stat().st_size == 5 * 8
     assert leftovers(small_fs) == []
     with pytest.raises(KafkaStorageError):
         for _ in range(50):  # the last page of the segment may still take a few
