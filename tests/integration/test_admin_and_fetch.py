@@ -30,6 +30,22 @@ def offsets(port, topic, ts, partition=0):
         return c.request(req, 7).topics[0].partitions[0]
 
 
+def segments_within(partition_dir, max_bytes, timeout):
+    """{segment .log path: size} once they add up to at most `max_bytes` (retention ran
+    after the last append), or as they are when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sizes = {}
+        for seg in partition_dir.glob("*.log"):
+            try:
+                sizes[seg] = seg.stat().st_size
+            except FileNotFoundError:  # deleted by retention meanwhile
+                pass
+        if sum(sizes.values()) <= max_bytes or time.monotonic() > deadline:
+            return sizes
+        time.sleep(0.1)
+
+
 def test_describe_and_alter_topic_configs(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("cfg", 1, 1, config={"retention.ms": "12345"})])["cfg"].result(10)
@@ -112,15 +128,11 @@ def test_size_retention_deletes_oldest_segments(broker_factory):
     admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
     time.sleep(1)  # retention must keep running every 200 ms, not only once at start
     produce_n(b.bootstrap, "ret", 400)
-    deadline = time.monotonic() + 15
-    while offsets(b.port, "ret", -2).offset == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    segs = segments_within(b.data_dir / "ret-0", 8192 + 2048 * 2, timeout=15)
     start = offsets(b.port, "ret", -2).offset
     assert start > 0 and offsets(b.port, "ret", -1).offset == 400
-    segs = sorted((b.data_dir / "ret-0").glob("*.log"))
-    assert int(segs[0].stem) == start
-    total = sum(s.stat().st_size for s in segs)
-    assert total <= 8192 + 2048 * 2
+    assert int(min(segs).stem) == start
+    assert sum(segs.values()) <= 8192 + 2048 * 2
 
 
 def test_long_poll_fetch_wakes_when_data_arrives(broker):
