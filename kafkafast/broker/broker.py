@@ -106,7 +106,7 @@ class Broker:
         self._periodic_task: asyncio.Task | None = None
         self.started = False
 
-    def log_manager_settings(self) -> dict[str, int]:
+    def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
         cfg = self.config
         return {"retention_check_interval_ms": cfg.get_int("log.retention.check.interval.ms"),
