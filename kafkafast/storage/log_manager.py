@@ -168,8 +168,9 @@ class LogManager:
                 log = Log.open(path, topic, partition, self._config_for(topic, configs), state,
                                needs_recovery=not clean, recovery_point=recovery_points.get(key, 0),
                                log_start_offset=log_starts.get(key, 0))
-            except (OSError, KafkaError) as exc:
-                logger.error("%s-%d is offline: its log in %s cannot be opened: %r", topic, partition, log_dir, exc)
+            except Exception as exc:  # an I/O error, or anything else: this partition only
+                logger.error("%s-%d is offline: its log in %s cannot be opened: %r", topic, partition, log_dir, exc,
+                             exc_info=not isinstance(exc, (OSError, KafkaError)))
                 self.offline[key] = OfflineLog(topic, partition, path, state, str(exc))
                 continue
             self._logs[key] = log
