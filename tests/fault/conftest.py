@@ -11,7 +11,7 @@ BALLAST_BYTES = 1 << 20
 @pytest.fixture
 def small_fs(tmp_path):
     """A 6 MiB tmpfs holding a 1 MiB ballast file (deleting it frees space) and an empty
-    filler file (`top_up` takes the last pages with it), unmounted at the end."""
+    filler file (`storage_faults.top_up` takes the last pages with it), unmounted at the end."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)

@@ -10,21 +10,19 @@ acknowledged record to a real consumer and refuses produce with KAFKA_STORAGE_ER
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkafast.client import KafkaConsumer, TopicPartition
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
 from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.broker_process import BrokerProcess
-from tests.support.filesystems import top_up
 from tests.support.raw_client import RawClient
+from tests.support.storage_faults import assert_no_worker_died, assert_readable, create, produce, top_up
 
 VALUE_BYTES = 4096
 
@@ -48,30 +46,6 @@ def brokers(tmp_path):
         b.kill()
 
 
-def create(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
-
-
-def produce(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> tuple[dict, list]:
-    """Produce without retries: ({offset: value} acknowledged, [error codes of the others])."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "linger.ms": 2,
-                  "message.timeout.ms": 20000, "enable.idempotence": False})
-    acked: dict[int, bytes] = {}
-    errors: list = []
-
-    def report(err, msg):
-        if err is None:
-            acked[msg.offset()] = msg.value()
-        else:
-            errors.append(err.code())
-
-    for v in values:
-        p.produce(topic, value=v, partition=partition, on_delivery=report)
-    assert p.flush(30) == 0
-    return acked, errors
-
-
 def fill(bootstrap: str, topic: str, partition: int, mount: Path, limit_bytes: int = 8 << 20) -> dict[int, bytes]:
     """Produce 4 KiB records until the broker refuses them with KAFKA_STORAGE_ERROR, then
     take the last pages a smaller write could still use (so every later write fails)."""
@@ -88,35 +62,6 @@ def fill(bootstrap: str, topic: str, partition: int, mount: Path, limit_bytes: i
         raise AssertionError(f"{limit_bytes} bytes produced without a KAFKA_STORAGE_ERROR")
     top_up(mount)
     return acked
-
-
-def read_all(bootstrap: str, topic: str, partition: int, end: int) -> dict[int, bytes]:
-    """Every record below `end` with kafkafast's own consumer (no group: nothing is written)."""
-    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
-    try:
-        tp = TopicPartition(topic, partition)
-        c.assign([tp])
-        c.seek_to_beginning(tp)
-        out: dict[int, bytes] = {}
-        deadline = time.monotonic() + 60
-        while len(out) < end and time.monotonic() < deadline:
-            for records in c.poll(1000).values():
-                for r in records:
-                    out[r.offset] = r.value
-        return out
-    finally:
-        c.close()
-
-
-def assert_readable(b: BrokerProcess, topic: str, partition: int, acked: dict[int, bytes]) -> None:
-    got = read_all(b.bootstrap, topic, partition, max(acked) + 1)
-    assert {o: got.get(o) for o in acked} == acked
-    assert sorted(got) == list(range(max(acked) + 1))
-
-
-def assert_no_worker_died(b: BrokerProcess) -> None:
-    assert b.proc.poll() is None, b.log_tail()
-    assert "starting a replacement" not in b.log_path.read_text(errors="replace"), b.log_tail()
 
 
 def assert_other_writes_refused_with_an_error(b: BrokerProcess) -> None:

@@ -12,7 +12,7 @@ from kafkafast.records import decode_batch, encode_batch
 from kafkafast.storage import LogConfig, LogManager
 from kafkafast.storage.checkpoint import OffsetCheckpointFile
 from kafkafast.storage.log import Log
-from tests.support.filesystems import top_up
+from tests.support.storage_faults import top_up
 
 CONFIG = LogConfig.from_props({"index.interval.bytes": "64", "segment.bytes": "16384"})
 

@@ -16,7 +16,7 @@ from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.protocol.errors import ErrorCode
 from kafkafast.records import encode_batch
-from tests.fault.test_full_disk import assert_no_worker_died, assert_readable, create, produce
+from tests.support.storage_faults import assert_no_worker_died, assert_readable, create, produce
 from tests.support.raw_client import RawClient
 
 
