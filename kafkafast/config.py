@@ -50,6 +50,7 @@ DEFAULTS: dict[str, str | None] = {
     "log.flush.interval.ms": None,
     "log.flush.scheduler.interval.ms": str(LONG_MAX),
     "log.flush.offset.checkpoint.interval.ms": "60000",
+    "log.flush.start.offset.checkpoint.interval.ms": "60000",
     "log.index.interval.bytes": "4096",
     "log.index.size.max.bytes": "10485760",
     "log.cleanup.policy": "delete",
@@ -191,6 +192,10 @@ class BrokerConfig:
         v = self.props.get("message.max.decompressed.bytes")
         if v is not None and int(v) <= 0:
             raise ValueError("message.max.decompressed.bytes must be positive")
+        for key in ("log.retention.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+                    "log.flush.start.offset.checkpoint.interval.ms"):
+            if self.get_int(key) <= 0:
+                raise ValueError(f"{key} must be positive")
         self.listeners()
 
     def max_decompressed_bytes(self, max_message_bytes: int | None = None) -> int:

@@ -92,12 +92,12 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.log_dirs = config.log_dirs
-        for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
+        os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
+        # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
         self.default_log_config = LogConfig.from_props(config.topic_defaults())
-        self.log_manager = LogManager(self.log_dirs, self.default_log_config)
+        self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.handlers = load_handlers()
         self.group_coordinator: Any = None  # set by the groups layer when present
@@ -105,6 +105,14 @@ class Broker:
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
+
+    def log_manager_settings(self) -> dict[str, Any]:
+        """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
+        cfg = self.config
+        return {"retention_check_interval_ms": cfg.get_int("log.retention.check.interval.ms"),
+                "checkpoint_interval_ms": cfg.get_int("log.flush.offset.checkpoint.interval.ms"),
+                "log_start_checkpoint_interval_ms": cfg.get_int("log.flush.start.offset.checkpoint.interval.ms"),
+                "producer_id_expiration_ms": cfg.get_int("producer.id.expiration.ms")}
 
     # -- lifecycle ----------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -129,6 +137,10 @@ class Broker:
 
         self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
         self.topics.load()
+        # A partition of these not found on disk while a log dir is offline is offline too
+        # (its log may be in that dir), never re-created empty elsewhere.
+        self.log_manager.expected_partitions = {(t.name, i) for t in self.topics.topics.values()
+                                                for i in range(t.partitions)}
         self.log_manager.load_all(self._config_for_topic)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
         if scanned:
@@ -177,7 +189,7 @@ class Broker:
         self.started = False
 
     async def _periodic(self) -> None:
-        interval = 0.2
+        interval = self.log_manager.periodic_granularity_ms / 1000.0
         while True:
             await asyncio.sleep(interval)
             try:
@@ -185,7 +197,7 @@ class Broker:
             except Exception:  # keep serving; the error is in the log
                 log.exception("periodic log maintenance failed")
             try:  # compaction runs in the cleaner's thread; the segment swap happens here
-                self.log_cleaner.periodic([p.log for p in self.partitions.values() if self.owns(p)], now_ms())
+                self.log_cleaner.periodic(self.log_manager.all_logs(), now_ms())
             except Exception:
                 log.exception("log cleaner failed")
 
@@ -313,8 +325,12 @@ class Broker:
 
     # -- data path ----------------------------------------------------------------------
     def append(self, part: Partition, records: bytearray | memoryview) -> Any:
-        """Appends a validated-on-the-way record set; advances the high watermark."""
-        result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        """Appends a validated-on-the-way record set; advances the high watermark.
+        KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
+        try:
+            result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        except OSError as exc:
+            raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         st = part.log.state
         st.high_watermark = st.log_end_offset
         st.last_stable_offset = st.log_end_offset

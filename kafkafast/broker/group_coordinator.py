@@ -828,7 +828,7 @@ class GroupCoordinator:
             self.broker.append(part, bytearray(builder.build()))
         except (E.UnknownTopicOrPartitionError, E.NotEnoughReplicasError):
             return EC.COORDINATOR_NOT_AVAILABLE
-        except E.NotLeaderOrFollowerError:
+        except (E.NotLeaderOrFollowerError, E.KafkaStorageError):  # Kafka's mapping, a full disk included
             return EC.NOT_COORDINATOR
         except (E.MessageTooLargeError, E.RecordListTooLargeError):
             return EC.INVALID_COMMIT_OFFSET_SIZE

@@ -2,7 +2,8 @@
 
 Stored as `<first log dir>/__kafkafast_topics.json`:
 `{"version": 1, "topics": {"<name>": {"id": "<32 hex>", "partitions": N, "configs": {...}}}}`,
-replaced atomically (write to a temporary file, fsync, rename). Writers take an exclusive
+replaced atomically (write to a temporary file, fsync, rename; a full disk answers
+KafkaStorageError and changes nothing). Writers take an exclusive
 `flock` on `__kafkafast_topics.lock` so several worker processes can change topics safely;
 `generation` increases with every change so other processes know when to reload.
 """
@@ -17,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kafkafast.protocol.errors import InvalidTopicError
+from kafkafast.protocol.errors import InvalidTopicError, KafkaStorageError
+from kafkafast.storage.checkpoint import write_file_atomically
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -83,12 +85,11 @@ class TopicStore:
         doc = {"version": 1, "topics": {
             t.name: {"id": t.topic_id.hex(), "partitions": t.partitions, "configs": t.configs}
             for t in sorted(self.topics.values(), key=lambda t: t.name)}}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            write_file_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode(),
+                                  tmp=self.path + ".tmp")
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write {self.path}: {exc}") from exc
         self._mtime_ns = os.stat(self.path).st_mtime_ns
         self.by_id = {t.topic_id: t for t in self.topics.values()}
 
@@ -102,7 +103,12 @@ class TopicStore:
                 self._mtime_ns = -1
                 self.load()
                 yield self.topics
-                self._save()
+                try:
+                    self._save()
+                except KafkaStorageError:
+                    self._mtime_ns = -1
+                    self.load()  # the change did not happen: forget it here too
+                    raise
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 

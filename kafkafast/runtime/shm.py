@@ -29,7 +29,8 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       int64 [5..20]  published partition state, `partition_state.FIELDS` in order:
                      log_start_offset, log_end_offset, high_watermark,
                      last_stable_offset, active_base_offset, active_committed_size,
-                     segments_version, max_timestamp, max_timestamp_offset (rest spare)
+                     segments_version, max_timestamp, max_timestamp_offset,
+                     offline (rest spare)
       int64 [21]     owner incarnation that last opened the log
       int64 [22..23] spare
       bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on

@@ -17,10 +17,16 @@ Before forking it
 
 Then it forks N workers (`worker.run_worker`; the event loop is created in the child)
 and waits for signals. A worker that dies is forked again at once with the same index
-(so the same partitions and sockets) and `clean=False`. SIGTERM/SIGINT: forwarded to
-every worker; each stops accepting, finishes what is in flight, flushes and checkpoints;
-when all exited 0 within `SHUTDOWN_TIMEOUT` the supervisor writes the clean-shutdown
-markers and exits 0 (a worker still running then is killed, no marker, exit 1).
+(so the same partitions and sockets) and `clean=False`; one that keeps dying (more than
+CRASH_LOOP_LIMIT times in CRASH_LOOP_WINDOW) is forked again after a growing delay while
+the others keep serving; the supervisor gives up only when every worker keeps dying.
+SIGTERM/SIGINT: forwarded to every worker; each stops accepting, finishes what is in
+flight, flushes and checkpoints; when all exited 0 within `SHUTDOWN_TIMEOUT` the
+supervisor writes the clean-shutdown markers and exits 0 (a worker still running then is
+killed, no marker, exit 1). A worker that stopped but could not write all its state (a
+full disk) exits `EXIT_STATE_UNWRITTEN`: the supervisor still exits 0 but writes no
+marker, so the next start recovers (a scan that needs no free space); so does a stop
+while a crash-looping worker waits for its delayed restart.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import time
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
 from kafkafast.runtime.server import make_listen_socket
+from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -43,8 +50,9 @@ log = logging.getLogger("kafkafast.supervisor")
 
 SHUTDOWN_TIMEOUT = 8.5
 DEFAULT_SLOTS = 16384
-CRASH_LOOP_LIMIT = 10  # deaths within CRASH_LOOP_WINDOW seconds before giving up
+CRASH_LOOP_LIMIT = 10  # deaths of one worker within CRASH_LOOP_WINDOW seconds before its restarts back off
 CRASH_LOOP_WINDOW = 30.0
+RESPAWN_BACKOFF_MAX = 30.0
 
 
 class Supervisor:
@@ -53,7 +61,8 @@ class Supervisor:
         self.n = workers
         self.pids: dict[int, int] = {}  # pid -> worker index
         self.incarnation = [0] * workers
-        self.deaths: list[float] = []
+        self.deaths: list[list[float]] = [[] for _ in range(workers)]  # per worker, within the window
+        self.respawn_at: dict[int, float] = {}  # worker index -> monotonic time of a delayed respawn
         self.listen_socks: list[socket.socket] = []
         self.internal_socks: list[socket.socket] = []
         self.pipes: list[tuple[int, int]] = []
@@ -109,15 +118,19 @@ class Supervisor:
     def _take_clean_markers(self) -> bool:
         clean = True
         for d in self.config.log_dirs:
-            os.makedirs(d, exist_ok=True)
-            for name in os.listdir(d):
-                if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(os.path.join(d, name), ignore_errors=True)
-            marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-            if os.path.exists(marker):
-                os.unlink(marker)
-                fsync_dir(d)
-            else:
+            try:
+                os.makedirs(d, exist_ok=True)
+                for name in os.listdir(d):
+                    if name.endswith(DELETE_DIR_SUFFIX):
+                        shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+                marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+                if os.path.exists(marker):
+                    os.unlink(marker)
+                    fsync_dir(d)
+                else:
+                    clean = False
+            except OSError as exc:  # the workers take this dir offline; the others serve
+                log.error("log dir %s failed: %s", d, exc)
                 clean = False
         return clean
 
@@ -180,23 +193,45 @@ class Supervisor:
             for i in range(self.n):
                 self.spawn(i, self.clean_start)
             while True:
-                info = signal.sigtimedwait(sigs, 1.0)
+                wait = min([1.0] + [max(t - time.monotonic(), 0.0) for t in self.respawn_at.values()])
+                info = signal.sigtimedwait(sigs, wait)
                 if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
                     return self.shutdown()
                 for i, status in self.reap():
                     code = os.waitstatus_to_exitcode(status)
-                    log.warning("worker %d exited (%s); starting a replacement", i,
-                                f"signal {-code}" if code < 0 else f"code {code}")
-                    now = time.monotonic()
-                    self.deaths = [t for t in self.deaths if now - t < CRASH_LOOP_WINDOW] + [now]
-                    if len(self.deaths) > CRASH_LOOP_LIMIT:
-                        log.error("workers keep dying (%d in %.0fs); giving up", len(self.deaths), CRASH_LOOP_WINDOW)
+                    self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
+                    if not self.schedule_replacement(i, code):
                         self.shutdown()
                         return 1
-                    self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
+                now = time.monotonic()
+                for i in [i for i, t in self.respawn_at.items() if t <= now]:
+                    del self.respawn_at[i]
                     self.spawn(i, False)
         finally:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def schedule_replacement(self, i: int, code: int) -> bool:
+        """Replace dead worker `i`: at once, or after a growing delay (up to
+        RESPAWN_BACKOFF_MAX) when it died more than CRASH_LOOP_LIMIT times within
+        CRASH_LOOP_WINDOW, so that one crash-looping worker (its partitions) does not take
+        the others down. False (give up) only when every worker is crash-looping."""
+        now = time.monotonic()
+        deaths = self.deaths[i] = [t for t in self.deaths[i] if now - t < CRASH_LOOP_WINDOW] + [now]
+        how = f"signal {-code}" if code < 0 else f"code {code}"
+        excess = len(deaths) - CRASH_LOOP_LIMIT
+        if excess <= 0:
+            log.warning("worker %d exited (%s); starting a replacement", i, how)
+            self.respawn_at[i] = now
+            return True
+        looping = sum(1 for d in self.deaths if len([t for t in d if now - t < CRASH_LOOP_WINDOW]) > CRASH_LOOP_LIMIT)
+        if looping == self.n:
+            log.error("every worker keeps dying (%d times in %.0fs); giving up", len(deaths), CRASH_LOOP_WINDOW)
+            return False
+        delay = min(0.5 * 2 ** excess, RESPAWN_BACKOFF_MAX)
+        log.error("worker %d keeps dying (%s, %d times in %.0fs); next start in %.1fs, the other workers keep "
+                  "serving", i, how, len(deaths), CRASH_LOOP_WINDOW, delay)
+        self.respawn_at[i] = now + delay
+        return True
 
     def shutdown(self) -> int:
         log.info("shutting down %d workers", len(self.pids))
@@ -208,10 +243,17 @@ class Supervisor:
                 pass
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT
         ok = True
+        # every worker wrote all its state (none is dead awaiting a delayed respawn, with
+        # its partitions unrecovered): the logs need no recovery scan
+        complete = not self.respawn_at
         while self.pids and time.monotonic() < deadline:
             for i, status in self.reap():
                 code = os.waitstatus_to_exitcode(status)
-                if code != 0:
+                if code == EXIT_STATE_UNWRITTEN:
+                    complete = False
+                    log.warning("worker %d stopped without writing all its state (disk full?); "
+                                "the next start recovers its partitions", i)
+                elif code != 0:
                     ok = False
                     log.warning("worker %d exited with %s during shutdown", i, code)
             if self.pids:
@@ -227,12 +269,16 @@ class Supervisor:
             while self.pids:
                 self.reap()
                 time.sleep(0.01)
-        if ok:
+        if not ok:
+            return 1
+        if complete:
             for d in self.config.log_dirs:
-                write_atomically(os.path.join(d, CLEAN_SHUTDOWN_FILE), "")
-            log.info("clean shutdown")
-            return 0
-        return 1
+                try:
+                    write_atomically(os.path.join(d, CLEAN_SHUTDOWN_FILE), "")
+                except OSError as exc:
+                    log.warning("%s: cannot write %s (%s); the next start recovers it", d, CLEAN_SHUTDOWN_FILE, exc)
+        log.info("clean shutdown%s", "" if complete else " (without the clean-shutdown markers)")
+        return 0
 
 
 def run_supervisor(config: BrokerConfig, workers: int) -> int:

@@ -43,14 +43,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
-from kafkafast.storage.log import Log
-from kafkafast.storage.log_manager import (
-    DELETE_DIR_SUFFIX,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    LogManager,
-    parse_partition_dir,
-)
+from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
 from kafkafast.storage.partition_state import PartitionState
 from kafkafast.storage.reader import LogReader
 
@@ -62,6 +55,9 @@ from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
               14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete"}
 SHUTDOWN_GRACE = 6.0
+EXIT_STATE_UNWRITTEN = 3
+"""Exit status of a worker that stopped cleanly but could not write all its state (a full
+disk: a producer snapshot, a checkpoint): its logs are flushed, the next start recovers."""
 
 
 def _group_ids(api_key: int, req: Any) -> list[str]:
@@ -87,46 +83,22 @@ class OwnedLogManager(LogManager):
 
     def load_all(self, configs: Any = None) -> None:
         for log_dir in self.log_dirs:
-            recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
-            log_starts = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
-            for name in sorted(os.listdir(log_dir)):
-                path = os.path.join(log_dir, name)
-                key = parse_partition_dir(name)
-                if key is None or name.endswith(DELETE_DIR_SUFFIX) or key in self._logs \
-                        or not self.owns(*key) or not os.path.isdir(path):
-                    continue
-                topic, partition = key
-                lg = Log.open(path, topic, partition, self._config_for(topic, configs),
-                              self.state_factory(topic, partition), needs_recovery=not self.clean,
-                              recovery_point=recovery_points.get(key, 0), log_start_offset=log_starts.get(key, 0))
-                self._logs[key] = lg
-                self._dir_of[key] = log_dir
-                self.last_load_recovered[key] = lg.load_stats.scanned_bytes
-                self.last_load_truncated[key] = lg.load_stats.truncated_bytes
+            self._load_dir(log_dir, configs, clean=self.clean, owned=self.owns)
 
-    def checkpoint(self) -> None:
-        """Replaces this worker's entries in the shared checkpoint files (others' stay)."""
+    def _write_checkpoint(self, path: str, entries: dict) -> None:
+        """Replaces this worker's entries in the shared checkpoint file (others' stay)."""
         with self.table.locked():
-            for log_dir in self.log_dirs:
-                keys = [k for k, d in self._dir_of.items() if d == log_dir]
-                for fname, value in ((RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point),
-                                     (LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)):
-                    path = os.path.join(log_dir, fname)
-                    merged = {k: v for k, v in self._read_checkpoint(path).items() if not self.owns(*k)}
-                    merged.update({k: value(self._logs[k]) for k in keys})
-                    OffsetCheckpointFile(path).write(merged)
+            merged = {k: v for k, v in self._read_checkpoint(path).items() if not self.owns(*k)}
+            merged.update(entries)
+            OffsetCheckpointFile(path).write(merged)
 
-    def shutdown(self) -> None:
-        for lg in self._logs.values():
-            lg.close(clean=True)
-        self.checkpoint()
-        self._logs.clear()
-        self._dir_of.clear()
+    def _mark_clean(self, log_dir: str) -> None:
+        """The supervisor writes the markers, once every worker stopped with everything written."""
 
     def forget(self, topic: str, partition: int) -> None:
         """Drops a deleted partition's log (its directory may already be gone)."""
         key = (topic, partition)
-        lg = self._logs.pop(key, None)
+        lg = self._logs.pop(key, None) or self.offline.pop(key, None)
         self._dir_of.pop(key, None)
         if lg is not None:
             lg.close(clean=False)
@@ -213,7 +185,7 @@ class WorkerBroker(Broker):
         self.run_dir = run_dir
         self.forwarder = Forwarder(run_dir, index)
         self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
-                                           table=table, state_factory=self._state_for)
+                                           table=table, state_factory=self._state_for, **self.log_manager_settings())
         self._seen_generation = -1
         self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
         self.wakeups_sent = 0
@@ -496,7 +468,7 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
         c.abort()
     loop.remove_reader(wake_r)
     await broker.stop()
-    return 0
+    return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 
 def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,

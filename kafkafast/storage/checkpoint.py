@@ -1,6 +1,7 @@
 """Small text checkpoint files, written atomically (tmp file, fsync, rename, fsync dir)."""
 from __future__ import annotations
 
+import errno
 import os
 
 from kafkafast.protocol.errors import KafkaStorageError
@@ -8,17 +9,41 @@ from kafkafast.protocol.errors import KafkaStorageError
 CHECKPOINT_VERSION = 0
 
 
-def write_atomically(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"  # several worker processes may write the same file
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+OUT_OF_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """A write failed because the file system (or the quota) is full, not because it broke."""
+    return isinstance(exc, OSError) and exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+def write_file_atomically(path: str, data: bytes | bytearray | memoryview, *, tmp: str | None = None,
+                          fsync: bool = True) -> None:
+    """Write `data` to a tmp file and rename it over `path`. A failure (a full disk) leaves
+    `path` as it was and removes the tmp file, so a failed rewrite never costs the old file
+    nor leaves space taken."""
+    tmp = tmp or f"{path}.{os.getpid()}.tmp"  # several worker processes may write the same file
     try:
-        data = memoryview(text.encode())
-        while data:
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_atomically(path: str, text: str) -> None:
+    write_file_atomically(path, text.encode())
     fsync_dir(os.path.dirname(path) or ".")
 
 

@@ -9,14 +9,26 @@ entries to `<name>.tmp` and rename it over the old name. A reader's `mmap` of th
 inode therefore stays valid (a mapping of a file truncated under it would raise SIGBUS);
 it is only stale, and every user checks the batch an entry points at before trusting it.
 
+A full disk never costs an index, nor the partition: the file only has to be a sorted
+subset of the entries (a sparser index is still a correct one), so an entry that cannot
+be written is kept in memory only (a torn one is cut off again), a rewrite that does not
+fit keeps the file if it holds the first entries, else leaves an empty file (or none:
+readers then scan from the segment start), and a rewrite of the bytes the file already
+holds is skipped. The writer always looks up in
+its complete in-memory copy.
+
 Lookups use `kafkafast.native.load("index_search")` (compiled twin, or its pure twin).
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 
 from kafkafast import native
+from kafkafast.storage.checkpoint import is_out_of_space, write_file_atomically
+
+logger = logging.getLogger("kafkafast.storage")
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
@@ -48,17 +60,35 @@ def read_index_file(path: str) -> bytearray | None:
 
 
 def replace_file(path: str, data: bytes | bytearray | memoryview) -> None:
-    """Write `data` to `path.tmp` and rename it over `path` (never shrinks in place)."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    """Write `data` to `path.tmp` and rename it over `path` (never shrinks in place); a
+    failure leaves `path` untouched."""
+    write_file_atomically(path, data, tmp=path + ".tmp", fsync=False)
+
+
+def replace_file_or_empty(path: str, data: bytes | bytearray | memoryview) -> bool:
+    """`replace_file`, or on a full disk the file as it is when it holds the first entries
+    of `data`, else an empty file (or no file) in place of `path`: never a stale index.
+    True if `data` got written (or was there already)."""
+    existing = read_index_file(path)
+    if existing is not None and existing == data:
+        return True
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        replace_file(path, data)
+        return True
+    except OSError as exc:
+        if not is_out_of_space(exc):
+            raise
+    logger.warning("%s: no space to write the index; it is kept in memory until space is freed", path)
+    if existing is not None and memoryview(data)[:len(existing)] == existing:
+        return False  # the file holds the first entries: a correct, sparser index
+    try:
+        replace_file(path, b"")
+    except OSError:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return False
 
 
 class IndexWriter:
@@ -75,9 +105,18 @@ class IndexWriter:
         if initial is None or len(initial) % entry_size:
             self.buf = bytearray()
             self.entries = 0
-            replace_file(path, b"")
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            replace_file_or_empty(path, b"")
+        self._fd = -1
+        self._open_for_append()
         self._deferred = False
+
+    def _open_for_append(self) -> None:
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            self._fd = -1  # no room even for an empty file: entries live in memory
 
     @property
     def is_full(self) -> bool:
@@ -90,8 +129,21 @@ class IndexWriter:
     def _append(self, entry: bytes) -> None:
         self.buf += entry
         self.entries += 1
-        if not self._deferred:
-            os.write(self._fd, entry)
+        if not self._deferred and self._fd >= 0:
+            try:
+                written = os.write(self._fd, entry)
+            except OSError as exc:
+                if not is_out_of_space(exc):
+                    raise
+                written = 0
+            if written != len(entry):
+                self._cut_torn_entry()
+
+    def _cut_torn_entry(self) -> None:
+        """A full disk took part of an entry: cut the file back to whole entries (only
+        bytes no reader maps, so the shrink is safe); the entry stays in memory."""
+        size = os.fstat(self._fd).st_size
+        os.ftruncate(self._fd, size - size % self.entry_size)
 
     def begin_rebuild(self) -> None:
         """Collect entries in memory only, until `end_rebuild` writes them all at once."""
@@ -104,18 +156,23 @@ class IndexWriter:
         self.reset(self.buf)
 
     def reset(self, data: bytes | bytearray) -> None:
-        """Replace every entry (rebuild or truncation), by rename."""
-        os.close(self._fd)
-        replace_file(self.path, data)
+        """Replace every entry (rebuild or truncation), by rename (see the module docstring
+        for a full disk)."""
+        self.close()
+        replace_file_or_empty(self.path, data)
         self.buf = bytearray(data)
         self.entries = len(self.buf) // self.entry_size
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._open_for_append()
 
     def flush(self) -> None:
-        os.fdatasync(self._fd)
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
 
     def rename(self, new_path: str) -> None:
-        os.rename(self.path, new_path)
+        try:
+            os.rename(self.path, new_path)
+        except FileNotFoundError:  # a full disk left no file (see the module docstring)
+            pass
         self.path = new_path
 
     def close(self) -> None:

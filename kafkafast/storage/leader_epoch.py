@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import bisect
+import logging
 
 from kafkafast.protocol.errors import KafkaStorageError
-from kafkafast.storage.checkpoint import EpochCheckpointFile
+from kafkafast.storage.checkpoint import EpochCheckpointFile, is_out_of_space
+
+logger = logging.getLogger("kafkafast.storage")
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -22,10 +25,13 @@ class LeaderEpochCache:
     Used by OffsetForLeaderEpoch (`end_offset_for`) and follower truncation.
     """
 
-    __slots__ = ("_file", "_epochs", "_offsets")
+    __slots__ = ("_file", "_epochs", "_offsets", "unwritten")
 
     def __init__(self, path: str) -> None:
         self._file = EpochCheckpointFile(path)
+        self.unwritten = False
+        """The file lags the cache: a full disk refused the last write (retried at the
+        next change and at close; the log's batches carry their epochs meanwhile)."""
         try:
             entries = self._file.read()
         except KafkaStorageError:
@@ -104,4 +110,19 @@ class LeaderEpochCache:
         self._flush()
 
     def _flush(self) -> None:
-        self._file.write(self.entries())
+        try:
+            self._file.write(self.entries())
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            if not self.unwritten:
+                logger.warning("%s: no space to write the leader-epoch checkpoint", self._file.path)
+            self.unwritten = True
+            return
+        self.unwritten = False
+
+    def flush_if_unwritten(self) -> bool:
+        """Retry a write a full disk refused; True if the file is up to date."""
+        if self.unwritten:
+            self._flush()
+        return not self.unwritten

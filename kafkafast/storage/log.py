@@ -13,7 +13,7 @@ from kafkafast.protocol.errors import (
     RecordListTooLargeError,
 )
 from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, validate_batches
-from kafkafast.storage.checkpoint import fsync_dir
+from kafkafast.storage.checkpoint import fsync_dir, is_out_of_space
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.leader_epoch import LeaderEpochCache
 from kafkafast.storage.partition_state import PartitionState
@@ -181,6 +181,7 @@ class Log:
         st.log_end_offset = self.log_end_offset
         st.high_watermark = self.log_end_offset
         st.last_stable_offset = self.log_end_offset
+        st.offline = 0
         self._publish_max_timestamp()
         st.segments_version += 1  # even
 
@@ -308,7 +309,12 @@ class Log:
         st.segments_version += 1
         self._unflushed.append(old)
         # Bounds the header replay after a crash; not fsynced (a torn one fails its CRC).
-        self.producers.write_snapshot(new_base, fsync=False)
+        # Only an optimisation: a full disk skips it (the replay starts at an older one).
+        try:
+            self.producers.write_snapshot(new_base, fsync=False)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
         return new
 
     # -- flushing ----------------------------------------------------------------------
@@ -535,20 +541,34 @@ class Log:
 
     # -- closing -----------------------------------------------------------------------
 
-    def close(self, clean: bool = True) -> None:
+    def close(self, clean: bool = True) -> bool:
         """Close the files. `clean`: flush, record the active segment's max timestamp in its
-        time index and snapshot producer state at the log end (no replay at next open)."""
+        time index and snapshot producer state at the log end (no replay at next open).
+
+        True if all that got written. On a full disk what does not fit is skipped (False):
+        the log itself is flushed, and the next open recovers from the files it has (an
+        older snapshot plus a header replay, the epochs the batches carry)."""
         if self._closed:
-            return
+            return True
         self._closed = True
-        if clean:
-            self.flush()
-            self._segments[-1].on_become_inactive()
-            self.producers.write_snapshot(self.log_end_offset)
-        for seg in self._segments:
-            seg.close()
-        self.reader.close()
-        self.delete_pending_files(1 << 62 if clean else 0)
+        complete = True
+        try:
+            if clean:
+                self.flush()
+                self._segments[-1].on_become_inactive()
+                complete = self.leader_epochs.flush_if_unwritten()
+                try:
+                    self.producers.write_snapshot(self.log_end_offset)
+                except OSError as exc:
+                    if not is_out_of_space(exc):
+                        raise
+                    complete = False
+        finally:
+            for seg in self._segments:
+                seg.close()
+            self.reader.close()
+            self.delete_pending_files(1 << 62 if clean else 0)
+        return complete
 
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset}, "

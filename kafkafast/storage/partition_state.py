@@ -14,6 +14,8 @@ Publication order (the writer keeps it; readers rely on it):
   A reader that sees an odd value, or a different value before and after reading the
   segment fields, retries; a reader that sees a new even value re-lists the directory.
 * `log_start_offset` moves forward before segment files are renamed away.
+* `offline` is 1 while the partition's log could not be opened (an I/O error at load):
+  every request for it answers KAFKA_STORAGE_ERROR; 0 once a load succeeded.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ FIELDS: tuple[str, ...] = (
     "segments_version",
     "max_timestamp",
     "max_timestamp_offset",
+    "offline",
 )
 
 
@@ -45,6 +48,7 @@ class PartitionState:
         self.segments_version = 0
         self.max_timestamp = -1
         self.max_timestamp_offset = -1
+        self.offline = 0
 
     def snapshot(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in FIELDS}

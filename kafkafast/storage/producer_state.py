@@ -12,6 +12,7 @@ from kafkafast.protocol.errors import (
     UnknownProducerIdError,
 )
 from kafkafast.records import BatchHeader
+from kafkafast.storage.checkpoint import write_file_atomically
 
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka keeps the metadata of the last 5 batches per producer
 NO_PRODUCER_EPOCH = -1
@@ -190,17 +191,7 @@ class ProducerStateManager:
                 body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
         data = _FILE_HEADER.pack(_MAGIC, _VERSION, zlib.crc32(body), len(self.producers)) + body
         path = os.path.join(self.dir, snapshot_name(offset))
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_file_atomically(path, data, tmp=path + ".tmp", fsync=fsync)
         for old in self.snapshot_offsets()[:-keep]:
             self._remove_snapshot(old)
         return path

@@ -144,3 +144,58 @@ def test_sigterm_exits_zero_within_ten_seconds_and_the_next_start_scans_nothing(
     b.start()
     starts = worker_starts(b, mark)
     assert len(starts) == WORKERS and sum(s[2] for s in starts) > 0, starts
+
+
+WORKER_STARTED = re.compile(r"worker (\d+) started: pid (\d+) \(incarnation (\d+)\)")
+
+
+def latest_worker_pid(b, index: int) -> tuple[int, int] | None:
+    """(pid, incarnation) of the newest start of worker `index` in the broker log."""
+    found = [(int(m.group(2)), int(m.group(3))) for m in WORKER_STARTED.finditer(read_log(b))
+             if int(m.group(1)) == index]
+    return found[-1] if found else None
+
+
+def test_a_crash_looping_worker_backs_off_and_the_broker_keeps_serving(broker_factory):
+    """A worker killed over and over (an OOM killer, a bug) no longer makes the supervisor
+    give up on the whole broker: the worker is restarted with a growing delay, the other
+    worker keeps serving, and every partition is back once the worker stays up."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory("loop", workers=WORKERS)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("loop", 4, 1)])["loop"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 2})
+    for i in range(400):
+        p.produce("loop", value=b"v-%04d" % i, partition=i % 4)
+    assert p.flush(30) == 0
+
+    killed = set()
+    deadline = time.monotonic() + 60
+    while len(killed) < 12 and time.monotonic() < deadline:  # more than CRASH_LOOP_LIMIT deaths in 30 s
+        assert b.proc.poll() is None, f"the supervisor gave up:\n{b.log_tail()}"
+        latest = latest_worker_pid(b, 0)
+        if latest is None or latest[1] in killed:
+            time.sleep(0.02)
+            continue
+        try:
+            os.kill(latest[0], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        killed.add(latest[1])
+    assert len(killed) == 12
+    assert b.proc.poll() is None, f"the supervisor gave up:\n{b.log_tail()}"
+    assert "worker 0 keeps dying" in read_log(b)
+    # Worker 0 comes back after its delay; then every partition is served again.
+    while latest_worker_pid(b, 0)[1] in killed and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert latest_worker_pid(b, 0)[1] not in killed
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "loop-reader", "enable.auto.commit": False})
+    c.assign([TopicPartition("loop", part, 0) for part in range(4)])
+    got = set()
+    while len(got) < 400 and time.monotonic() < deadline:
+        got |= {m.value() for m in c.consume(500, 0.5) if m.error() is None}
+    c.close()
+    assert got == {b"v-%04d" % i for i in range(400)}
+    assert b.stop() == 0

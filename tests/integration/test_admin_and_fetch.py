@@ -1,10 +1,15 @@
 """Admin APIs through a real client (confluent-kafka's AdminClient), DeleteRecords,
-retention through the broker, and long-poll fetches that wake when data arrives."""
+retention through the broker, and long-poll fetches that wake when data arrives.
+
+Retention and checkpoints follow their interval settings (log.retention.check.interval.ms,
+log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.interval.ms;
+as Kafka: every interval, the first run min(interval, 30 s) after start)."""
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic)
@@ -28,6 +33,22 @@ def offsets(port, topic, ts, partition=0):
         req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
             name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=ts)])])
         return c.request(req, 7).topics[0].partitions[0]
+
+
+def segments_within(partition_dir, max_bytes, timeout):
+    """{segment .log path: size} once they add up to at most `max_bytes` (retention ran
+    after the last append), or as they are when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sizes = {}
+        for seg in partition_dir.glob("*.log"):
+            try:
+                sizes[seg] = seg.stat().st_size
+            except FileNotFoundError:  # deleted by retention meanwhile
+                pass
+        if sum(sizes.values()) <= max_bytes or time.monotonic() > deadline:
+            return sizes
+        time.sleep(0.1)
 
 
 def test_describe_and_alter_topic_configs(broker):
@@ -110,16 +131,13 @@ def test_size_retention_deletes_oldest_segments(broker_factory):
                                  "log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
+    time.sleep(1)  # retention must keep running every 200 ms, not only once at start
     produce_n(b.bootstrap, "ret", 400)
-    deadline = time.monotonic() + 15
-    while offsets(b.port, "ret", -2).offset == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    segs = segments_within(b.data_dir / "ret-0", 8192 + 2048 * 2, timeout=15)
     start = offsets(b.port, "ret", -2).offset
     assert start > 0 and offsets(b.port, "ret", -1).offset == 400
-    segs = sorted((b.data_dir / "ret-0").glob("*.log"))
-    assert int(segs[0].stem) == start
-    total = sum(s.stat().st_size for s in segs)
-    assert total <= 8192 + 2048 * 2
+    assert int(min(segs).stem) == start
+    assert sum(segs.values()) <= 8192 + 2048 * 2
 
 
 def test_long_poll_fetch_wakes_when_data_arrives(broker):
@@ -162,3 +180,90 @@ def test_offset_for_leader_epoch_answers_the_end_of_the_epoch(broker):
     r = ask(3)
     assert (r.error_code, r.leader_epoch, r.end_offset) == (0, -1, -1)
     assert ask(0, current=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+# -- retention and checkpoint schedules ----------------------------------------------
+
+RETENTION_SETTINGS = {"log.segment.bytes": "2048", "log.retention.bytes": "4096", "log.segment.delete.delay.ms": "0"}
+
+
+def log_start(b, topic):
+    return offsets(b.port, topic, -2).offset
+
+
+def wait_for_log_start_above(b, topic, floor, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        start = log_start(b, topic)
+        if start > floor:
+            return start
+        time.sleep(0.1)
+    return log_start(b, topic)
+
+
+def test_retention_runs_on_every_short_interval(broker_factory):
+    b = broker_factory(settings={**RETENTION_SETTINGS, "log.retention.check.interval.ms": "300"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("short", 1, 1)])["short"].result(10)
+    time.sleep(1)
+    produce_n(b.bootstrap, "short", 200)
+    first = wait_for_log_start_above(b, "short", 0, 10)
+    assert first > 0, "retention never ran with log.retention.check.interval.ms=300"
+    time.sleep(1)
+    produce_n(b.bootstrap, "short", 200)
+    segs = segments_within(b.data_dir / "short-0", 4096 + 2048 * 2, timeout=10)
+    second = log_start(b, "short")
+    assert second > first, "retention ran once, not on every interval"
+    assert offsets(b.port, "short", -1).offset == 400
+    assert int(min(segs).stem) == second and sum(segs.values()) <= 4096 + 2048 * 2
+
+
+def test_retention_waits_for_a_long_interval(broker_factory):
+    b = broker_factory(settings={**RETENTION_SETTINGS, "log.retention.check.interval.ms": "600000"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("long", 1, 1)])["long"].result(10)
+    produce_n(b.bootstrap, "long", 200)
+    b.restart()  # data over retention.bytes is there from the start
+    segments = sorted((b.data_dir / "long-0").glob("*.log"))
+    assert len(segments) > 3
+    time.sleep(2.5)
+    assert log_start(b, "long") == 0
+    assert sorted((b.data_dir / "long-0").glob("*.log")) == segments
+
+
+def checkpoint_entry(b, name, topic):
+    """This partition's offset in checkpoint file `name` (None: no file or no entry yet)."""
+    try:
+        lines = (b.data_dir / name).read_text().splitlines()[2:]
+    except FileNotFoundError:
+        return None
+    found = [int(line.split()[2]) for line in lines if line.split()[:2] == [topic, "0"]]
+    return found[0] if found else None
+
+
+def wait_for_checkpoint(b, name, topic, want, timeout):
+    deadline = time.monotonic() + timeout
+    while checkpoint_entry(b, name, topic) != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return checkpoint_entry(b, name, topic)
+
+
+@pytest.mark.parametrize("interval_ms", [300, 600000])
+def test_offset_checkpoints_are_written_on_their_intervals(broker_factory, interval_ms):
+    b = broker_factory(settings={"log.segment.bytes": "2048",
+                                 "log.flush.offset.checkpoint.interval.ms": str(interval_ms),
+                                 "log.flush.start.offset.checkpoint.interval.ms": str(interval_ms)})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("cp", 1, 1)])["cp"].result(10)
+    time.sleep(1)  # past the first checkpoint of a short interval: the next ones must follow
+    produce_n(b.bootstrap, "cp", 100)
+    admin.delete_records([TopicPartition("cp", 0, 60)])[TopicPartition("cp", 0, 60)].result(10)
+    segments = sorted(int(p.stem) for p in (b.data_dir / "cp-0").glob("*.log"))
+    rolled_to = segments[-1]  # rolled segments are flushed: the recovery point reaches the active one
+    if interval_ms == 300:
+        assert wait_for_checkpoint(b, "log-start-offset-checkpoint", "cp", 60, 10) == 60
+        assert wait_for_checkpoint(b, "recovery-point-offset-checkpoint", "cp", rolled_to, 10) == rolled_to
+    else:
+        time.sleep(2)
+        assert checkpoint_entry(b, "log-start-offset-checkpoint", "cp") is None
+        assert checkpoint_entry(b, "recovery-point-offset-checkpoint", "cp") is None

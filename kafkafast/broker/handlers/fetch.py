@@ -7,7 +7,8 @@ response and `partition_max_bytes` per partition. When fewer than `min_bytes` ar
 available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes. Fetch sessions (v7+) are declined: the response carries session id
 0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. Transactions do not
-exist, so the last stable offset equals the high watermark.
+exist, so the last stable offset equals the high watermark. An offline partition (its log
+could not be opened) answers KAFKA_STORAGE_ERROR.
 """
 import asyncio
 import time
@@ -40,6 +41,9 @@ def _read_all(broker, req, version, plan):
             if part is None:
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if part.state.offline:
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                continue
             if version >= 9 and fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
@@ -52,6 +56,9 @@ def _read_all(broker, req, version, plan):
                                               min_one_batch=(total == 0))
             except E.KafkaError as exc:
                 tresp.partitions.append(_error(fp.partition, exc.code, part))
+                continue
+            except OSError:  # the file cannot be read (an I/O error): this partition only
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
             region = result.region if result is not None else None
             size = len(region) if region is not None else 0

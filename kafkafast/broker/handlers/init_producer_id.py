@@ -4,7 +4,8 @@ Idempotent producers (null transactional id) get a new producer id with epoch 0,
 across workers and restarts. A client that passes its current id and epoch (v3+, after a
 fatal sequence error) gets the same id with the epoch bumped; a bumped epoch must start
 its sequences at 0 again. Transactional ids are refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet). When a new block of
+ids cannot be reserved (a full disk) the answer is the retriable COORDINATOR_NOT_AVAILABLE.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
@@ -21,5 +22,9 @@ async def handle(broker, ctx, req: InitProducerIdRequest, version: int) -> InitP
     if version >= 3 and req.producer_id >= 0 and 0 <= req.producer_epoch < MAX_EPOCH - 1:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=req.producer_id,
                                       producer_epoch=req.producer_epoch + 1)
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.next_id(),
-                                  producer_epoch=0)
+    try:
+        pid = broker.producer_ids.next_id()
+    except E.KafkaStorageError:  # the id block cannot be reserved (a full disk): retriable
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=E.ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                      producer_id=-1, producer_epoch=-1)
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

@@ -4,6 +4,7 @@ timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (
 stable offset for READ_COMMITTED, equal here); -3 (max timestamp, v7): the offset of the
 record with the largest timestamp; otherwise the first offset whose timestamp is at least
 the target, found through the time index (offset -1 and timestamp -1 when there is none).
+An offline partition (its log could not be opened) answers KAFKA_STORAGE_ERROR.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -25,6 +26,11 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
             if part is None:
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
                                               error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
+            if part.state.offline:
+                tr.partitions.append(PartResp(partition_index=p.partition_index,
+                                              error_code=E.ErrorCode.KAFKA_STORAGE_ERROR,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             if version >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:

@@ -4,7 +4,9 @@ Lists this broker (from advertised.listeners) as the only broker and controller,
 requested topics (all topics for a null list, or an empty list before v1) with one replica
 per partition. Unknown topics are auto-created when `auto.create.topics.enable` is on and
 the request allows it (always before v4); invalid names get INVALID_TOPIC_EXCEPTION,
-unknown topic ids (v10+) UNKNOWN_TOPIC_ID.
+unknown topic ids (v10+) UNKNOWN_TOPIC_ID. A partition whose log is offline (its log dir
+failed) is listed as Kafka lists a partition whose only replica is offline: leader -1,
+LEADER_NOT_AVAILABLE, this broker in offline_replicas, an empty ISR.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.broker.topics import validate_topic_name
@@ -27,6 +29,11 @@ def topic_response(broker, meta, version):
     for i in range(meta.partitions):
         p = broker.partitions.get((meta.name, i))
         epoch = p.leader_epoch if p is not None else 0
+        if p is not None and p.state.offline:  # its only replica's log dir failed: no leader
+            parts.append(MetadataResponse.MetadataResponsePartition(
+                error_code=E.ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=epoch,
+                replica_nodes=[node], isr_nodes=[], offline_replicas=[node]))
+            continue
         parts.append(MetadataResponse.MetadataResponsePartition(
             error_code=0, partition_index=i, leader_id=node, leader_epoch=epoch,
             replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
