@@ -55,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             from kafkafast.runtime.supervisor import run_supervisor
         except ImportError:
             run_supervisor = None
-        if workers and run_supervisor is not None:
-            return run_supervisor(config, workers)
-        from kafkafast.runtime.server import run_server
+        from kafkafast.runtime.server import ListenerError, run_server
 
-        return run_server(config)
+        try:
+            if workers and run_supervisor is not None:
+                return run_supervisor(config, workers)
+            return run_server(config)
+        except ListenerError as exc:
+            print(f"kafkafast: cannot start: {exc.strerror}", file=sys.stderr)
+            return 1
     return 2
 
 

@@ -21,14 +21,51 @@ log = logging.getLogger("kafkafast.server")
 SHUTDOWN_GRACE = 5.0
 
 
-def make_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+LISTEN_BACKLOG = 1024
+
+
+class ListenerError(OSError):
+    """The listener's address cannot be taken (in use, or by another kafkafast broker)."""
+
+
+def claim_listener(host: str, port: int) -> socket.socket:
+    """Makes sure no other broker serves host:port and keeps it that way while the returned
+    lock lives (in this process or its workers). SO_REUSEPORT lets a second kafkafast bind
+    the port of a running one, and the kernel would then share connections between the two
+    (those queued at the one that stops are reset), so this refuses, as Kafka does:
+    * a probe bind without SO_REUSEPORT fails if anything listens on an overlapping address;
+    * an abstract Unix socket named after host:port catches a kafkafast broker that is
+      starting (its sockets are bound but not listening yet)."""
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        lock.bind(f"\0kafkafast-listener-{host}:{port}")
+        if port:
+            make_listen_socket(host, port, listen=False).close()
+    except OSError as exc:
+        lock.close()
+        if isinstance(exc, ListenerError):
+            raise
+        raise ListenerError(exc.errno, f"cannot listen on {host}:{port}: another kafkafast broker is "
+                                       "using it") from None
+    return lock
+
+
+def make_listen_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to host:port. With listen=False it is only bound: the kernel
+    refuses connections to it (and, with SO_REUSEPORT, routes none to it) until whoever
+    serves it calls listen() - connections are never queued where nothing will accept them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host or "0.0.0.0", port))
-    sock.listen(1024)
+    try:
+        sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+        if listen:
+            sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ListenerError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 
@@ -43,8 +80,9 @@ class Server:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         max_req = self.broker.config.get_int("socket.request.max.bytes")
-        self.server = await loop.create_server(
-            lambda: KafkaConnection(self.broker, max_req, tracker=self.connections), sock=self.sock)
+        self.server = await loop.create_server(  # listen() happens here, once the broker is started
+            lambda: KafkaConnection(self.broker, max_req, tracker=self.connections), sock=self.sock,
+            backlog=LISTEN_BACKLOG)
 
     async def stop(self) -> None:
         if self.server is not None:
@@ -60,7 +98,8 @@ class Server:
 
 async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     listener = config.listeners()[0]
-    sock = make_listen_socket(listener.host, listener.port)
+    lock = claim_listener(listener.host, listener.port)
+    sock = make_listen_socket(listener.host, listener.port, listen=False)  # taken now, served once started
     broker = Broker(config)
     await broker.start()
     server = Server(broker, sock)
@@ -76,6 +115,7 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     await stop.wait()
     log.info("shutting down")
     await server.stop()
+    lock.close()
     return 0
 
 
