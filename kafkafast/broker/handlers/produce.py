@@ -10,18 +10,49 @@ offset the original got, as Kafka does. Legacy v0/v1 message sets are answered w
 UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional produce
 is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
 v8 adds record_errors/error_message (filled for record-level failures).
+
+A compacted topic (cleanup.policy contains compact) takes only records with a key, as
+Kafka's log validator enforces: a record set holding a keyless record is refused whole
+with INVALID_RECORD, each keyless record listed in record_errors (its index within its
+batch and why), so clients fail exactly those records. Its batches are decoded for this
+(decompressed when compressed) - only for compacted topics.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
+from kafkafast.records.batch import decode_batch, iter_entries
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
+RecordError = ProduceResponse.BatchIndexAndErrorMessage
+MAGIC_V2 = 2
+SHOWN_RECORD_ERRORS = 3  # how many record errors error_message repeats, as Kafka does
 
 
 def _error(index, code, message=None):
     return PartResp(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
                     log_start_offset=-1, record_errors=[], error_message=message)
+
+
+def keyless_record_errors(topic: str, index: int, records) -> list:
+    """A RecordError for each record without a key (CorruptMessageError if a batch is bad)."""
+    errors = []
+    for pos, _size, magic in iter_entries(records):
+        if magic != MAGIC_V2:
+            return []  # legacy message sets are refused by the append itself
+        _header, recs = decode_batch(records, pos)
+        errors += [RecordError(batch_index=i, batch_index_error_message=(
+                   f"compacted topic partition {topic}-{index} does not accept a record without a key"))
+                   for i, r in enumerate(recs) if r.key is None]
+    return errors
+
+
+def _invalid_records(index: int, errors: list):
+    shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
+    resp = _error(index, E.ErrorCode.INVALID_RECORD,
+                  f"{len(errors)} record(s) rejected, the first {min(len(errors), SHOWN_RECORD_ERRORS)}: {shown}")
+    resp.record_errors = errors
+    return resp
 
 
 @handles(ProduceRequest, 3, 9)
@@ -53,6 +84,11 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
                 continue
             try:
+                if part.log.config.compact:
+                    keyless = keyless_record_errors(topic.name, pd.index, pd.records)
+                    if keyless:
+                        tr.partition_responses.append(_invalid_records(pd.index, keyless))
+                        continue
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
