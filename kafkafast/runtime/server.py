@@ -1,5 +1,9 @@
 """The single-process server: one event loop, one Broker, the listening socket.
 
+The listener's address is taken at start (`take_listener`: refused if another broker
+serves it) and listened on only once the broker has loaded, so no connection waits
+unserved while the logs are opened.
+
 `run_server(config)` serves until SIGTERM/SIGINT, then shuts down gracefully: it stops
 accepting, lets requests in flight finish (up to SHUTDOWN_GRACE seconds), flushes every
 log, writes the clean-shutdown markers and returns 0. The multi-process supervisor reuses
@@ -28,7 +32,22 @@ class ListenerError(OSError):
     """The listener's address cannot be taken (in use, or by another kafkafast broker)."""
 
 
-def claim_listener(host: str, port: int) -> socket.socket:
+def take_listener(host: str, port: int, count: int = 1) -> tuple[socket.socket, list[socket.socket]]:
+    """`count` sockets bound to host:port (SO_REUSEPORT when more than one) but not
+    listening: whoever serves one calls listen() when it can serve, and until then the
+    kernel refuses connections to it (and routes none to it) instead of queueing them where
+    nothing accepts. Port 0 takes a free port. Returns them with the lock of `claim_listener`,
+    to be kept open as long as the broker serves."""
+    lock = claim_listener(host, port) if port else None
+    first = make_listen_socket(host, port, reuse_port=count > 1, listen=False)
+    port = first.getsockname()[1]
+    if lock is None:
+        lock = claim_listener(host, port, probe=False)  # a port the kernel just gave out
+    socks = [first] + [make_listen_socket(host, port, reuse_port=True, listen=False) for _ in range(count - 1)]
+    return lock, socks
+
+
+def claim_listener(host: str, port: int, *, probe: bool = True) -> socket.socket:
     """Makes sure no other broker serves host:port and keeps it that way while the returned
     lock lives (in this process or its workers). SO_REUSEPORT lets a second kafkafast bind
     the port of a running one, and the kernel would then share connections between the two
@@ -39,7 +58,7 @@ def claim_listener(host: str, port: int) -> socket.socket:
     lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         lock.bind(f"\0kafkafast-listener-{host}:{port}")
-        if port:
+        if probe:
             make_listen_socket(host, port, listen=False).close()
     except OSError as exc:
         lock.close()
@@ -51,16 +70,14 @@ def claim_listener(host: str, port: int) -> socket.socket:
 
 
 def make_listen_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
-    """A TCP socket bound to host:port. With listen=False it is only bound: the kernel
-    refuses connections to it (and, with SO_REUSEPORT, routes none to it) until whoever
-    serves it calls listen() - connections are never queued where nothing will accept them."""
+    """A TCP socket bound to host:port, listening unless listen=False."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
-        sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+        sock.bind((host or "0.0.0.0", port))
         if listen:
             sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
@@ -98,8 +115,7 @@ class Server:
 
 async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     listener = config.listeners()[0]
-    lock = claim_listener(listener.host, listener.port)
-    sock = make_listen_socket(listener.host, listener.port, listen=False)  # taken now, served once started
+    lock, (sock,) = take_listener(listener.host, listener.port)  # taken now, listened on once started
     broker = Broker(config)
     await broker.start()
     server = Server(broker, sock)

@@ -2,7 +2,7 @@
 dead ones, and shuts everything down gracefully.
 
 Before forking it
-* makes sure no other broker serves the listener's address (`server.claim_listener`:
+* makes sure no other broker serves the listener's address (`server.take_listener`:
   SO_REUSEPORT would otherwise let two kafkafast brokers share a port), then binds one
   socket per worker on that port with `SO_REUSEPORT` - bound, not listening: a worker
   calls listen() on its socket only when it is ready to serve (`worker._serve`), so the
@@ -41,7 +41,7 @@ import time
 
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
-from kafkafast.runtime.server import claim_listener, make_listen_socket
+from kafkafast.runtime.server import take_listener
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -72,13 +72,8 @@ class Supervisor:
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
         listener = self.config.listeners()[0]
-        self.listener_lock = claim_listener(listener.host, listener.port) if listener.port else None
-        first = make_listen_socket(listener.host, listener.port, reuse_port=True, listen=False)
-        self.port = port = first.getsockname()[1]
-        if self.listener_lock is None:
-            self.listener_lock = claim_listener(listener.host, port)
-        self.listen_socks = [first] + [make_listen_socket(listener.host, port, reuse_port=True, listen=False)
-                                       for _ in range(self.n - 1)]
+        self.listener_lock, self.listen_socks = take_listener(listener.host, listener.port, self.n)
+        self.port = self.listen_socks[0].getsockname()[1]
         self.run_dir = tempfile.mkdtemp(prefix=f"kafkafast-{os.getpid()}-")
         for i in range(self.n):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
