@@ -14,18 +14,18 @@ v8 adds record_errors/error_message (filled for record-level failures).
 A compacted topic (cleanup.policy contains compact) takes only records with a key, as
 Kafka's log validator enforces: a record set holding a keyless record is refused whole
 with INVALID_RECORD, each keyless record listed in record_errors (its index within its
-batch and why), so clients fail exactly those records. Its batches are decoded for this
-(decompressed when compressed) - only for compacted topics.
+batch and why), so clients fail exactly those records. For this the batches of a
+compacted topic are validated as the append validates them, then decoded (decompressed
+when compressed); other topics' batches stay opaque.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
-from kafkafast.records.batch import decode_batch, iter_entries
+from kafkafast.records.batch import decode_batch, validate_batches
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
-MAGIC_V2 = 2
 SHOWN_RECORD_ERRORS = 3  # how many record errors error_message repeats, as Kafka does
 
 
@@ -34,13 +34,15 @@ def _error(index, code, message=None):
                     log_start_offset=-1, record_errors=[], error_message=message)
 
 
-def keyless_record_errors(topic: str, index: int, records) -> list:
-    """A RecordError for each record without a key (CorruptMessageError if a batch is bad)."""
+def keyless_record_errors(topic: str, index: int, records, max_batch_size: int) -> list:
+    """A RecordError for each record without a key. The batches are validated first (the
+    errors of a bad batch come before this check, as in Kafka, and a compressed batch is
+    decompressed only once it passed the checks the append makes)."""
     errors = []
-    for pos, _size, magic in iter_entries(records):
-        if magic != MAGIC_V2:
-            return []  # legacy message sets are refused by the append itself
-        _header, recs = decode_batch(records, pos)
+    pos = 0
+    for header in validate_batches(records, max_batch_size):
+        _header, recs = decode_batch(records, pos, check_crc=False)
+        pos += header.size
         errors += [RecordError(batch_index=i, batch_index_error_message=(
                    f"compacted topic partition {topic}-{index} does not accept a record without a key"))
                    for i, r in enumerate(recs) if r.key is None]
@@ -85,7 +87,8 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 continue
             try:
                 if part.log.config.compact:
-                    keyless = keyless_record_errors(topic.name, pd.index, pd.records)
+                    keyless = keyless_record_errors(topic.name, pd.index, pd.records,
+                                                    part.log.config.max_message_bytes)
                     if keyless:
                         tr.partition_responses.append(_invalid_records(pd.index, keyless))
                         continue
