@@ -116,19 +116,20 @@ class Server:
 async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     listener = config.listeners()[0]
     lock, (sock,) = take_listener(listener.host, listener.port)  # taken now, listened on once started
-    broker = Broker(config)
-    await broker.start()
-    server = Server(broker, sock)
-    await server.start()
-    log.info("kafkafast broker %d listening on %s:%d, data in %s", broker.node_id,
-             listener.host, sock.getsockname()[1], ",".join(config.log_dirs))
-    stop = asyncio.Event()
+    stop = asyncio.Event()  # a SIGTERM while the logs load stops the broker cleanly too
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready(sock.getsockname()[1])
-    await stop.wait()
+    broker = Broker(config)
+    await broker.start()
+    server = Server(broker, sock)
+    if not stop.is_set():
+        await server.start()
+        log.info("kafkafast broker %d listening on %s:%d, data in %s", broker.node_id,
+                 listener.host, sock.getsockname()[1], ",".join(config.log_dirs))
+        if ready is not None:
+            ready(sock.getsockname()[1])
+        await stop.wait()
     log.info("shutting down")
     await server.stop()
     lock.close()
