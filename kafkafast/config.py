@@ -17,13 +17,15 @@ log = logging.getLogger("kafkafast.config")
 
 LONG_MAX = 9223372036854775807
 
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"  # Kafka's
+
 # name -> default (as a string, None meaning "not set")
 DEFAULTS: dict[str, str | None] = {
     "node.id": None,
     "broker.id": "0",
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,
-    "listener.security.protocol.map": "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "listener.security.protocol.map": DEFAULT_PROTOCOL_MAP,
     "log.dirs": None,
     "log.dir": "/tmp/kafka-logs",
     "num.partitions": "1",
@@ -158,9 +160,8 @@ def parse_protocol_map(text: str) -> dict[str, str]:
 def parse_listeners(text: str, protocol_map: dict[str, str] | None = None, *,
                     setting: str = "listeners") -> list[Listener]:
     """`NAME://host:port,...`; each NAME's security protocol comes from `protocol_map`
-    (Kafka's default map when None). Names and ports must be unique."""
-    protocols = parse_protocol_map(DEFAULTS["listener.security.protocol.map"] or "") if protocol_map is None \
-        else protocol_map
+    (Kafka's default map when None). Names must be unique."""
+    protocols = parse_protocol_map(DEFAULT_PROTOCOL_MAP) if protocol_map is None else protocol_map
     out: list[Listener] = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         m = LISTENER_RE.match(item)
@@ -252,8 +253,7 @@ class BrokerConfig:
         return [os.path.abspath(d.strip()) for d in v.split(",") if d.strip()]
 
     def protocol_map(self) -> dict[str, str]:
-        return parse_protocol_map(self.props.get("listener.security.protocol.map")
-                                  or DEFAULTS["listener.security.protocol.map"] or "")
+        return parse_protocol_map(self.props.get("listener.security.protocol.map") or DEFAULT_PROTOCOL_MAP)
 
     def listeners(self) -> list[Listener]:
         return parse_listeners(self.props.get("listeners") or "PLAINTEXT://127.0.0.1:9092", self.protocol_map())
