@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 log = logging.getLogger("kafkafast.config")
 
@@ -21,12 +21,15 @@ LONG_MAX = 9223372036854775807
 # JSON 5-20x), far below what a compression bomb expands to (1000x and more).
 DECOMPRESSED_PER_MESSAGE_BYTES = 64
 
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"  # Kafka's
+
 # name -> default (as a string, None meaning "not set")
 DEFAULTS: dict[str, str | None] = {
     "node.id": None,
     "broker.id": "0",
     "listeners": "PLAINTEXT://127.0.0.1:9092",
     "advertised.listeners": None,
+    "listener.security.protocol.map": DEFAULT_PROTOCOL_MAP,
     "log.dirs": None,
     "log.dir": "/tmp/kafka-logs",
     "num.partitions": "1",
@@ -135,20 +138,61 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+# Kafka's listener grammar: NAME://host:port, an IPv6 host in brackets, an empty host for all interfaces
+LISTENER_RE = re.compile(r"^([A-Za-z0-9_.-]+)://\[?([0-9A-Za-z%._:-]*?)\]?:([0-9]+)$")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SERVED_PROTOCOLS = ("PLAINTEXT",)  # TLS and SASL are not implemented yet
+
+
+class ConfigError(ValueError):
+    """A setting the broker cannot start with; the message names the setting."""
+
+
 @dataclass(frozen=True)
 class Listener:
-    name: str
-    host: str
+    name: str  # upper-cased, as Kafka normalises listener names
+    host: str  # "" binds every interface
     port: int
+    security_protocol: str = "PLAINTEXT"
 
 
-def parse_listeners(text: str) -> list[Listener]:
-    out = []
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """`listener.security.protocol.map`: NAME:PROTOCOL pairs, comma-separated."""
+    out: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
-        u = urlsplit(item)
-        if not u.scheme or u.port is None:
-            raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
-        out.append(Listener(u.scheme.upper(), u.hostname or "", u.port))
+        name, sep, proto = item.partition(":")
+        name, proto = name.strip().upper(), proto.strip().upper()
+        if not sep or not name:
+            raise ConfigError(f"listener.security.protocol.map: bad entry {item!r}, expected NAME:PROTOCOL")
+        if proto not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"listener.security.protocol.map: unknown security protocol {proto!r} for listener "
+                              f"{name} (one of {', '.join(SECURITY_PROTOCOLS)})")
+        if name in out:
+            raise ConfigError(f"listener.security.protocol.map: listener {name} is mapped twice")
+        out[name] = proto
+    return out
+
+
+def parse_listeners(text: str, protocol_map: dict[str, str] | None = None, *,
+                    setting: str = "listeners") -> list[Listener]:
+    """`NAME://host:port,...`; each NAME's security protocol comes from `protocol_map`
+    (Kafka's default map when None). Names must be unique."""
+    protocols = parse_protocol_map(DEFAULT_PROTOCOL_MAP) if protocol_map is None else protocol_map
+    out: list[Listener] = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        m = LISTENER_RE.match(item)
+        if m is None or not 0 <= int(m.group(3)) <= 65535:
+            raise ConfigError(f"{setting}: bad listener {item!r}, expected NAME://host:port")
+        name, host, port = m.group(1).upper(), m.group(2), int(m.group(3))
+        proto = protocols.get(name)
+        if proto is None:
+            raise ConfigError(f"{setting}: no security protocol defined for listener {name} "
+                              "(add it to listener.security.protocol.map)")
+        if any(x.name == name for x in out):
+            raise ConfigError(f"{setting}: listener {name} is defined twice; each listener needs its own name")
+        out.append(Listener(name, host, port, proto))
+    if not out:
+        raise ConfigError(f"{setting}: no listener defined")
     return out
 
 
@@ -187,16 +231,39 @@ class BrokerConfig:
     def validate(self) -> None:
         for key in ("num.partitions", "message.max.bytes", "socket.request.max.bytes", "log.segment.bytes",
                     "log.index.interval.bytes", "offsets.topic.num.partitions"):
-            if self.get_int(key) <= 0:
-                raise ValueError(f"{key} must be positive")
+            try:
+                value = self.get_int(key)
+            except ValueError:
+                raise ConfigError(f"{key} must be an integer, got {self.props.get(key)!r}") from None
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive")
         v = self.props.get("message.max.decompressed.bytes")
         if v is not None and int(v) <= 0:
-            raise ValueError("message.max.decompressed.bytes must be positive")
+            raise ConfigError("message.max.decompressed.bytes must be positive")
         for key in ("log.retention.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
                     "log.flush.start.offset.checkpoint.interval.ms"):
             if self.get_int(key) <= 0:
-                raise ValueError(f"{key} must be positive")
-        self.listeners()
+                raise ConfigError(f"{key} must be positive")
+        self._check_listeners()
+
+    def _check_listeners(self) -> None:
+        """Refuse what would not be served as configured: never downgrade a TLS or SASL
+        listener to plaintext, never drop a second listener silently."""
+        listeners = self.listeners()
+        for lst in listeners:
+            if lst.security_protocol not in SERVED_PROTOCOLS:
+                raise ConfigError(
+                    f"listener {lst.name}://{lst.host}:{lst.port} uses security protocol {lst.security_protocol}, "
+                    f"which kafkafast does not implement yet (only {', '.join(SERVED_PROTOCOLS)}); refusing to start "
+                    "rather than serve it in clear text")
+        if len(listeners) > 1:
+            raise ConfigError(f"listeners: kafkafast serves one listener, got {len(listeners)} "
+                              f"({', '.join(x.name for x in listeners)})")
+        names = {x.name for x in listeners}
+        for adv in self.advertised_listeners():
+            if adv.name not in names:
+                raise ConfigError(f"advertised.listeners: listener {adv.name} is not one of listeners "
+                                  f"({', '.join(sorted(names))})")
 
     def max_decompressed_bytes(self, max_message_bytes: int | None = None) -> int:
         """Largest size the records of one compressed batch may decompress to:
@@ -216,12 +283,15 @@ class BrokerConfig:
         v = self.props.get("log.dirs") or self.props.get("log.dir") or "/tmp/kafka-logs"
         return [os.path.abspath(d.strip()) for d in v.split(",") if d.strip()]
 
+    def protocol_map(self) -> dict[str, str]:
+        return parse_protocol_map(self.props.get("listener.security.protocol.map") or DEFAULT_PROTOCOL_MAP)
+
     def listeners(self) -> list[Listener]:
-        return parse_listeners(self.props.get("listeners") or "PLAINTEXT://127.0.0.1:9092")
+        return parse_listeners(self.props.get("listeners") or "PLAINTEXT://127.0.0.1:9092", self.protocol_map())
 
     def advertised_listeners(self) -> list[Listener]:
         adv = self.props.get("advertised.listeners")
-        return parse_listeners(adv) if adv else self.listeners()
+        return parse_listeners(adv, self.protocol_map(), setting="advertised.listeners") if adv else self.listeners()
 
     def retention_ms(self) -> int:
         for key, mult in (("log.retention.ms", 1), ("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)):

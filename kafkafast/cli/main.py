@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from kafkafast.config import BrokerConfig
+from kafkafast.config import BrokerConfig, ConfigError
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -39,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":
         overrides = parse_sets(args.set)
-        config = BrokerConfig.load(args.config, overrides)
+        try:
+            config = BrokerConfig.load(args.config, overrides)
+        except (ConfigError, OSError) as exc:
+            print(f"kafkafast: cannot start: {exc}", file=sys.stderr)
+            return 1
         workers = args.workers
         if workers is None and config.get("num.workers") is not None:
             workers = int(config.get("num.workers"))
@@ -51,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             from kafkafast.runtime.supervisor import run_supervisor
         except ImportError:
             run_supervisor = None
-        if workers and run_supervisor is not None:
-            return run_supervisor(config, workers)
-        from kafkafast.runtime.server import run_server
+        from kafkafast.runtime.server import ListenerError, run_server
 
-        return run_server(config)
+        try:
+            if workers and run_supervisor is not None:
+                return run_supervisor(config, workers)
+            return run_server(config)
+        except ListenerError as exc:
+            print(f"kafkafast: cannot start: {exc.strerror}", file=sys.stderr)
+            return 1
     return 2
 
 

@@ -1,18 +1,26 @@
 """Partitioners: which partition a record goes to.
 
-* `murmur2`: the Java client's key hash, `toPositive(murmur2(key)) % n` with seed
-  0x9747b28c (same partition as Java's default partitioner and librdkafka's
-  `murmur2_random` for every key).
-* keyless records: `sticky` (Java's default since 2.4: one partition until its batch is
-  sent, then another), `round_robin`, `random`.
-* named choices: "default" (murmur2, sticky when keyless), "murmur2_random" (murmur2,
-  random when keyless, librdkafka's name), "murmur2", "round_robin", "random", "sticky",
-  or any callable `partition(key, num_partitions) -> int`.
+Keyed records, by name (librdkafka's partitioner names and hashes, plus Java's):
+* `murmur2`, `murmur2_random`, `default`, `sticky`: the Java client's key hash,
+  `toPositive(murmur2(key)) % n` with seed 0x9747b28c (Java's default partitioner);
+* `consistent`, `consistent_random`: CRC-32 (IEEE, as zlib) of the key, unsigned, `% n`
+  (librdkafka's default partitioner is `consistent_random`);
+* `fnv1a`, `fnv1a_random`: 32-bit FNV-1a of the key (librdkafka's: absolute value of the
+  signed hash), `% n`;
+* `random`: a random partition; `round_robin`: partitions in turn;
+* or any callable `partition(key, num_partitions) -> int`.
+
+Keyless (null key) records go to a sticky partition (one partition until its batch is
+sent, then another) with every named partitioner except `random` and `round_robin`, as
+librdkafka does for all of its partitioners but `random` (sticky.partitioning) and Java
+since 2.4. An empty key is hashed like any other, except with `consistent_random`, which
+treats it as no key (librdkafka does the same).
 """
 from __future__ import annotations
 
 import random
 import struct
+import zlib
 from collections.abc import Callable
 
 _M = 0x5BD1E995
@@ -51,28 +59,49 @@ def murmur2_partition(key: bytes | bytearray | memoryview, num_partitions: int) 
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
+def fnv1a(data: bytes | bytearray | memoryview) -> int:
+    """32-bit FNV-1a (offset basis 0x811c9dc5, prime 0x01000193), then the absolute value
+    of it read as a signed int32 - librdkafka's variant, which matches Sarama's hash
+    partitioner."""
+    h = 0x811C9DC5
+    for b in bytes(data):
+        h = ((h ^ b) * 0x01000193) & _MASK
+    return (1 << 32) - h if h & 0x80000000 else h
+
+
+def _murmur2_hash(key: bytes) -> int:
+    return murmur2(key) & 0x7FFFFFFF
+
+
+KEY_HASHES: dict[str, Callable[[bytes], int]] = {"murmur2": _murmur2_hash, "crc32": zlib.crc32, "fnv1a": fnv1a}
+
 PartitionFn = Callable[[bytes | None, int], int]
 
 
 class Partitioner:
     """Chooses partitions; `on_new_batch(topic)` moves a sticky topic to another partition."""
 
-    __slots__ = ("keyed", "keyless", "_sticky", "_rr", "_callable")
+    __slots__ = ("keyed", "keyless", "empty_key_is_no_key", "_hash", "_sticky", "_rr", "_callable")
 
     def __init__(self, kind: str | PartitionFn = "default") -> None:
         self._sticky: dict[str, int] = {}
         self._rr: dict[str, int] = {}
         self._callable: PartitionFn | None = None
+        self._hash: Callable[[bytes], int] | None = None
+        self.empty_key_is_no_key = kind == "consistent_random"
         if callable(kind):
             self._callable = kind
             self.keyed = self.keyless = "callable"
             return
         keyed, keyless = {
             "default": ("murmur2", "sticky"),
-            "murmur2": ("murmur2", "sticky"),
-            "murmur2_random": ("murmur2", "random"),
-            "consistent_random": ("murmur2", "random"),
             "sticky": ("murmur2", "sticky"),
+            "murmur2": ("murmur2", "sticky"),
+            "murmur2_random": ("murmur2", "sticky"),
+            "consistent": ("crc32", "sticky"),
+            "consistent_random": ("crc32", "sticky"),
+            "fnv1a": ("fnv1a", "sticky"),
+            "fnv1a_random": ("fnv1a", "sticky"),
             "round_robin": ("round_robin", "round_robin"),
             "roundrobin": ("round_robin", "round_robin"),
             "random": ("random", "random"),
@@ -80,13 +109,21 @@ class Partitioner:
         if keyed is None or keyless is None:
             raise ValueError(f"unknown partitioner {kind!r}")
         self.keyed, self.keyless = keyed, keyless
+        self._hash = KEY_HASHES.get(keyed)
+
+    def is_keyless(self, key: bytes | None) -> bool:
+        """Whether `key` is partitioned as no key (None; b"" with consistent_random)."""
+        return key is None or (self.empty_key_is_no_key and not key)
 
     def __call__(self, topic: str, key: bytes | None, num_partitions: int) -> int:
         if self._callable is not None:
             return self._callable(key, num_partitions)
-        how = self.keyless if key is None else self.keyed
-        if how == "murmur2":
-            return (murmur2(key) & 0x7FFFFFFF) % num_partitions  # type: ignore[arg-type]
+        if not self.is_keyless(key):
+            if self._hash is not None:
+                return self._hash(key) % num_partitions  # type: ignore[arg-type]
+            how = self.keyed
+        else:
+            how = self.keyless
         if how == "sticky":
             p = self._sticky.get(topic)
             if p is None or p >= num_partitions:
@@ -110,4 +147,4 @@ class Partitioner:
             self._sticky[topic] = p if p < previous else p + 1
 
 
-__all__ = ["Partitioner", "PartitionFn", "murmur2", "murmur2_partition"]
+__all__ = ["Partitioner", "PartitionFn", "fnv1a", "murmur2", "murmur2_partition"]

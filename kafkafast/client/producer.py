@@ -54,6 +54,13 @@ Headers = Iterable[tuple[str, bytes | None]] | None
 _YIELD_EVERY_BYTES = 256 * 1024
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class DeliveryFuture(tuple):  # type: ignore[type-arg]
     """Awaitable result of one `send`: RecordMetadata, or the typed error of the batch.
 
@@ -78,8 +85,15 @@ class DeliveryFuture(tuple):  # type: ignore[type-arg]
     def done(self) -> bool:
         return self.batch.future.done()
 
-    def result(self) -> RecordMetadata:
-        return self._meta(self.batch.future.result())
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """As `concurrent.futures.Future.result`: waits up to `timeout` seconds (None: no
+        limit) and raises TimeoutError after that, or the batch's typed error. On the
+        producer's own loop nothing may block, so there an unfinished delivery raises
+        asyncio.InvalidStateError at once, as an asyncio future's result() does."""
+        fut = self.batch.future
+        if fut.done() or _running_loop() is fut.get_loop():
+            return self._meta(fut.result())
+        return self.get(timeout)
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Blocks until delivered: for threads other than the producer's loop (the sync
@@ -337,7 +351,7 @@ class AIOProducer:
         elif event == 2 or self.linger_ms <= 0 or len(acc.queues[tp]) > 1:
             # A batch is ready: this one is full already, or the one before it is.
             self._wake_from_any_thread()
-            if key is None:
+            if self.partitioner.is_keyless(key):
                 self.partitioner.on_new_batch(topic, num_partitions, partition)
         else:
             self._arm_from_any_thread(batch.created + self.linger_ms / 1000.0)

@@ -8,7 +8,8 @@ side by side), `headers.py`, `coordinator_records.py`, and `__init__.py` with th
 registries. The output is committed; `tests/unit/test_protocol_generated.py` regenerates
 into a temporary directory and fails on any difference.
 
-Run: `python -m kafkafast.protocol.generator` (or `--check` to compare only).
+Run: `python -m kafkafast.protocol.generator` (or `--check` to compare only). Without the
+schemas both stop with exit status 2 and say where they looked; nothing is written.
 
 Each generated struct class has `__slots__`, keyword construction with the schema's
 defaults, `decode(reader, version)` (classmethod) and `encode(writer, version)`. Flexible
@@ -547,9 +548,17 @@ def module_name(msg_name: str) -> str:
     return snake(base)
 
 
+class SchemaDirMissing(FileNotFoundError):
+    """The schema directory (or its messages/*.json) is not there: nothing to compare with."""
+
+
 def generate(out_dir: Path, proto: Path | None = None) -> dict[str, str]:
     """Returns {relative file name: content} and writes nothing."""
     proto = proto or protocol_dir()
+    if not any((proto / "messages").glob("*Request.json")):
+        raise SchemaDirMissing(f"Kafka's protocol schemas are not at {proto} (no messages/*Request.json): put "
+                               "the kafka-protocol directory at ../shared/kafka-protocol beside the clone, or "
+                               "name it with KAFKAFAST_PROTOCOL_DIR")
     files: dict[str, str] = {}
     by_key: dict[int, dict[str, Message]] = {}
     headers: list[Message] = []
@@ -627,6 +636,14 @@ def diff(out_dir: Path = OUT_DIR) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(argv)
+    except SchemaDirMissing as exc:
+        print(f"kafkafast.protocol.generator: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str]) -> int:
     if "--check" in argv:
         bad = diff()
         if bad:

@@ -2,9 +2,15 @@
 dead ones, and shuts everything down gracefully.
 
 Before forking it
-* binds one listening socket per worker on the advertised port with `SO_REUSEPORT` (the
-  kernel spreads new connections evenly; a socket stays open here while its worker is
-  replaced, so connections arriving meanwhile wait in its backlog);
+* makes sure no other broker serves the listener's address (`server.take_listener`:
+  SO_REUSEPORT would otherwise let two kafkafast brokers share a port), then binds one
+  socket per worker on that port with `SO_REUSEPORT` - bound, not listening: a worker
+  calls listen() on its socket only when it is ready to serve (`worker._serve`), so the
+  kernel refuses connections until some worker serves and then spreads them only over the
+  workers that do; none waits in the backlog of a worker that is still loading at start.
+  The socket of a worker that dies stays open and listening here: connections the kernel
+  hands it meanwhile wait in its backlog and are answered by the replacement (closing it
+  instead would reset them);
 * creates the run directory (`$TMPDIR/kafkafast-<pid>-*/`) with one listening Unix socket
   per worker for forwarding (`worker-<i>.sock`) and `table.lock`;
 * creates the shared-memory partition table (`shm.PartitionTable`, anonymous MAP_SHARED)
@@ -41,8 +47,8 @@ import time
 
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
-from kafkafast.runtime.server import make_listen_socket
 from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
+from kafkafast.runtime.server import take_listener
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -69,15 +75,14 @@ class Supervisor:
         self.run_dir = ""
         self.table: shm.PartitionTable | None = None
         self.clean_start = False
+        self.port = 0
+        self.listener_lock: socket.socket | None = None
 
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
         listener = self.config.listeners()[0]
-        first = make_listen_socket(listener.host, listener.port, reuse_port=True)
-        port = first.getsockname()[1]
-        self.listen_socks = [first] + [make_listen_socket(listener.host, port, reuse_port=True)
-                                       for _ in range(self.n - 1)]
-        self.port = port
+        self.listener_lock, self.listen_socks = take_listener(listener.host, listener.port, self.n)
+        self.port = self.listen_socks[0].getsockname()[1]
         self.run_dir = tempfile.mkdtemp(prefix=f"kafkafast-{os.getpid()}-")
         for i in range(self.n):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

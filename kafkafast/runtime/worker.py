@@ -431,13 +431,20 @@ def _set_parent_death_signal() -> None:
 async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock: socket.socket,
                  wake_r: int, stop: asyncio.Event) -> int:
     from kafkafast.runtime.connection import KafkaConnection
+    from kafkafast.runtime.server import LISTEN_BACKLOG
 
     loop = asyncio.get_running_loop()
+    # Unblocked only now: uvloop loses a signal that arrives before its loop runs, and a
+    # SIGTERM sent while this worker starts must still stop it.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     await broker.start()
     max_req = broker.config.get_int("socket.request.max.bytes")
     external: set = set()
     internal: set = set()
-    ext_server = await loop.create_server(lambda: KafkaConnection(broker, max_req, tracker=external), sock=listen_sock)
+    # listen() happens here, once this worker can serve (the supervisor only bound the socket);
+    # a worker told to stop while it started never listens.
+    ext_server = None if stop.is_set() else await loop.create_server(
+        lambda: KafkaConnection(broker, max_req, tracker=external), sock=listen_sock, backlog=LISTEN_BACKLOG)
     int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
                                                sock=internal_sock)
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
@@ -447,7 +454,8 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)
-    ext_server.close()
+    if ext_server is not None:
+        ext_server.close()
     deadline = loop.time() + SHUTDOWN_GRACE
 
     def idle(conns: set) -> bool:
@@ -490,7 +498,6 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     broker = WorkerBroker(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown

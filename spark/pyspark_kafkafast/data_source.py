@@ -44,6 +44,9 @@ class KafkaFastDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pyspark_kafkafast.writers import KafkaFastBatchWriter
+        if overwrite:  # a topic cannot be truncated and rewritten; Spark's Kafka sink refuses it too
+            raise KafkaFastOptionError("save mode Overwrite is not allowed for kafkafast: records are only ever "
+                                       "appended to a topic; use mode(\"append\")")
         return KafkaFastBatchWriter(parse_sink_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

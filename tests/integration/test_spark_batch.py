@@ -189,3 +189,23 @@ def test_deleted_offsets_fail_the_read_or_are_skipped_per_fail_on_data_loss(spar
     with pytest.raises(Exception, match="failOnDataLoss"):
         read("true").count()
     assert sorted(r.offset for r in read("false").select("offset").collect()) == list(range(40, 100))
+
+
+# Save modes of batch writes: Append appends; Overwrite is refused as Spark's Kafka sink refuses it
+# and nothing is written; the default ErrorIfExists fails in Spark itself (Python data sources
+# get only Append and Overwrite - see spark/README.md).
+def _writer(spark, bootstrap, topic):  # noqa: F811
+    df = spark.range(5).selectExpr("cast(id AS string) AS key", "cast(id AS string) AS value")
+    return df.write.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+
+
+def test_save_modes_as_spark_kafka_sink_where_python_sources_allow(spark, module_broker):  # noqa: F811
+    topic = "spark-save-modes"
+    create_topic(module_broker.bootstrap, topic, 1)
+    with pytest.raises(Exception, match="save mode Overwrite is not allowed for kafkafast.*append"):
+        _writer(spark, module_broker.bootstrap, topic).mode("overwrite").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        _writer(spark, module_broker.bootstrap, topic).save()
+    assert consume_all(module_broker.bootstrap, topic, 1) == []
+    _writer(spark, module_broker.bootstrap, topic).mode("append").save()
+    assert sorted(v for _, _, _, v, _ in consume_all(module_broker.bootstrap, topic, 1)) == [b"%d" % i for i in range(5)]

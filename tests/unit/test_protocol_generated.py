@@ -104,3 +104,23 @@ def test_coordinator_record_formats_are_generated():
     w = Writer()
     key.encode(w, 1)
     assert w.getvalue() == b"\x00\x01g\x00\x01t\x00\x00\x00\x04"
+
+
+@pytest.mark.parametrize("make_dir", [False, True], ids=["missing", "empty"])
+def test_check_without_schemas_says_the_schema_directory_is_missing(tmp_path, make_dir):
+    import os
+    import subprocess
+    import sys
+
+    proto = tmp_path / "kafka-protocol"
+    if make_dir:
+        (proto / "messages").mkdir(parents=True)
+    repo = str(generator.REPO_DIR)  # this tree's generator, whatever is installed
+    env = dict(os.environ, KAFKAFAST_PROTOCOL_DIR=str(proto), PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-m", "kafkafast.protocol.generator", "--check"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert f"Kafka's protocol schemas are not at {proto}" in res.stderr
+    assert "differ" not in res.stdout + res.stderr
+    with pytest.raises(generator.SchemaDirMissing):
+        generator.generate(generator.OUT_DIR, proto)

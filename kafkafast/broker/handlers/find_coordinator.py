@@ -1,9 +1,12 @@
 """FindCoordinator (key 10), versions 0-4.
 
 Key type 0 (group): this broker is the coordinator of every group; `__consumer_offsets`
-is created on first use. Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE with the
-message "transactions are not supported" (there is no transaction coordinator). Other key
-types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
+is created on first use. Key type 1 (transaction): there is no transaction coordinator yet,
+so the answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED with TRANSACTIONS_UNSUPPORTED as
+error message. That code is the one that confluent-kafka (librdkafka), kafka-python and
+aiokafka all treat as fatal here, so `init_transactions()` fails at once; the retriable
+COORDINATOR_NOT_AVAILABLE made them retry until their own timeout (librdkafka shows the
+message, the Python clients only the code). Other key types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
 in `coordinators`; v0-v3 answer one key at the top level (error_message from v1).
 """
 from kafkafast.broker.handlers.metadata import broker_endpoint
@@ -12,11 +15,13 @@ from kafkafast.protocol._generated.find_coordinator import FindCoordinatorReques
 from kafkafast.protocol import errors as E
 
 GROUP, TRANSACTION = 0, 1
+TRANSACTIONS_UNSUPPORTED = ("kafkafast does not support transactions yet (no transaction coordinator); "
+                            "produce without transactional.id (idempotent producers are supported)")
 
 
 def _lookup(broker, key: str, key_type: int) -> tuple[int, str | None]:
     if key_type == TRANSACTION:
-        return E.ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+        return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
     if key_type != GROUP:
         return E.ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
     coordinator = broker.group_coordinator

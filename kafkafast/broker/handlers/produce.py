@@ -14,19 +14,52 @@ Compressed batches are decompressed (streaming) and their records checked before
 append, as Kafka's LogValidator does: CORRUPT_MESSAGE when the payload does not decompress
 or does not hold exactly recordsCount well-formed records; MESSAGE_TOO_LARGE when it
 decompresses past message.max.decompressed.bytes. Nothing of a refused set is stored.
+
+A compacted topic (cleanup.policy contains compact) takes only records with a key, as
+Kafka's log validator enforces: a record set holding a keyless record is refused whole
+with INVALID_RECORD, each keyless record listed in record_errors (its index within its
+batch and why), so clients fail exactly those records. For this the batches of a
+compacted topic are validated as the append validates them, then decoded (decompressed
+when compressed); other topics' batches stay opaque.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
 from kafkafast.records import validate_compressed_records
+from kafkafast.records.batch import decode_batch, validate_batches
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
+RecordError = ProduceResponse.BatchIndexAndErrorMessage
+SHOWN_RECORD_ERRORS = 3  # how many record errors error_message repeats, as Kafka does
 
 
 def _error(index, code, message=None):
     return PartResp(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
                     log_start_offset=-1, record_errors=[], error_message=message)
+
+
+def keyless_record_errors(topic: str, index: int, records, max_batch_size: int) -> list:
+    """A RecordError for each record without a key. The batches are validated first (the
+    errors of a bad batch come before this check, as in Kafka, and a compressed batch is
+    decompressed only once it passed the checks the append makes)."""
+    errors = []
+    pos = 0
+    for header in validate_batches(records, max_batch_size):
+        _header, recs = decode_batch(records, pos, check_crc=False)
+        pos += header.size
+        errors += [RecordError(batch_index=i, batch_index_error_message=(
+                   f"compacted topic partition {topic}-{index} does not accept a record without a key"))
+                   for i, r in enumerate(recs) if r.key is None]
+    return errors
+
+
+def _invalid_records(index: int, errors: list):
+    shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
+    resp = _error(index, E.ErrorCode.INVALID_RECORD,
+                  f"{len(errors)} record(s) rejected, the first {min(len(errors), SHOWN_RECORD_ERRORS)}: {shown}")
+    resp.record_errors = errors
+    return resp
 
 
 @handles(ProduceRequest, 3, 9)
@@ -60,6 +93,12 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             try:
                 max_batch = part.log.config.max_message_bytes
                 validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
+                if part.log.config.compact:
+                    keyless = keyless_record_errors(topic.name, pd.index, pd.records,
+                                                    part.log.config.max_message_bytes)
+                    if keyless:
+                        tr.partition_responses.append(_invalid_records(pd.index, keyless))
+                        continue
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
