@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from kafkafast import clock
 from kafkafast.broker.registry import HANDLERS, load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import BrokerConfig
@@ -48,7 +48,7 @@ class RequestContext:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class Partition:

@@ -4,11 +4,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kafkafast import clock
 from kafkafast.protocol.errors import KafkaStorageError
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
 from kafkafast.storage.config import LogConfig
@@ -182,7 +182,7 @@ class LogManager:
     def periodic(self, now_ms: int | None = None) -> PeriodicReport:
         """Time-based flushes, retention (every retention check interval), file deletions,
         producer expiry and checkpoints (every checkpoint interval)."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         flushed = deleted = unlinked = expired = 0
         run_retention = now - self._last_retention_ms >= self.retention_check_interval_ms
         for log in list(self._logs.values()):

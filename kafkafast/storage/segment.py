@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
+from kafkafast import clock
 from kafkafast.protocol.errors import KafkaError
 from kafkafast.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header, scan_valid_prefix
 from kafkafast.storage.config import LogConfig
@@ -403,4 +403,4 @@ def _pread_full(fd: int, n: int, pos: int) -> bytes:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
