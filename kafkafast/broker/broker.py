@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kafkafast import clock
-from kafkafast.broker.registry import HANDLERS, load_handlers
+from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import BrokerConfig
 from kafkafast.protocol import api
@@ -99,7 +99,9 @@ class Broker:
         self.default_log_config = LogConfig.from_props(config.topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config)
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.handlers = load_handlers()
+        from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, served_handlers
+
+        self.handlers = served_handlers(load_handlers(), config.get(PROFILE_PROPERTY))
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
@@ -351,7 +353,7 @@ class Broker:
         if len(frame) < 8:
             raise CloseConnection("frame shorter than a request header")
         api_key, api_version, correlation_id = api.peek_api(frame)
-        spec = HANDLERS.get(api_key)
+        spec = self.handlers.get(api_key)
         if spec is None:
             raise CloseConnection(f"unknown API key {api_key}")
         if not spec.min_version <= api_version <= spec.max_version:
