@@ -107,6 +107,11 @@ class Broker:
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
+        self.test_control: Any = None  # kafkafast.testing.faults.TestControl of a test broker
+        if config.get("kafkafast.testing.control"):
+            from kafkafast.testing.faults import TestControl
+
+            self.test_control = TestControl(self, config.get("kafkafast.testing.control"))
 
     # -- lifecycle ----------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -153,6 +158,8 @@ class Broker:
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
+        if self.test_control is not None:
+            self.test_control.start()
 
     def _attach_group_coordinator(self) -> None:
         try:
@@ -162,6 +169,8 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
+        if self.test_control is not None:
+            await self.test_control.stop()
         if self._periodic_task:
             self._periodic_task.cancel()
             try:
