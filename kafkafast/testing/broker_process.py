@@ -8,8 +8,13 @@ run killed by a timeout leaves no broker behind.
 
 Why a child process and not a thread of the test process: the broker is then exactly
 what runs in production (its own event loop, signals, fork for workers), a crash or a
-kill of it cannot take the test process down, and restart/kill are real. Start-up is
-dominated by importing the broker (see perf/testing_startup.py for the measurement).
+kill of it cannot take the test process down, and restart/kill are real.
+
+How the child is made (`spawn`): "fork-server" (the default) forks it from a fork server
+that has imported the broker once per test session (`fork_server.py`); "exec" starts a
+new interpreter running `python -m kafkafast.cli.main broker ...` each time, paying the
+broker's import (about half a second) on every start. `KAFKAFAST_TESTING_SPAWN=exec`
+switches the default. perf/testing_startup.py measures both.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +60,89 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def default_spawn() -> str:
+    return os.environ.get("KAFKAFAST_TESTING_SPAWN") or "fork-server"
+
+
+def _pythonpath() -> dict[str, str]:
+    """The environment for a broker: this kafkafast importable first, whatever the cwd."""
+    import kafkafast
+
+    here = str(Path(kafkafast.__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=here + (os.pathsep + rest if rest else ""))
+
+
+class ForkServer:
+    """The client of one `fork_server.py` process (started on first use, one per test
+    process; see that module for the protocol)."""
+
+    _instance: "ForkServer | None" = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-m", "kafkafast.testing.fork_server"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_pythonpath())
+        hello = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not hello:
+            raise RuntimeError("the test broker fork server did not start")
+
+    @classmethod
+    def get(cls) -> "ForkServer":
+        with cls._instance_lock:
+            if cls._instance is None or cls._instance.proc.poll() is not None:
+                cls._instance = ForkServer()
+            return cls._instance
+
+    def call(self, command: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        with self.lock:
+            self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+            line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError("the test broker fork server exited")
+        return json.loads(line)
+
+
+class ForkedProcess:
+    """A broker forked by the fork server, with the parts of Popen's interface we use."""
+
+    def __init__(self, server: ForkServer, argv: list[str], log_path: str) -> None:
+        self.server = server
+        self.pid: int = server.call({"spawn": argv, "log": log_path})["pid"]
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.wait(0, raise_timeout=False)
+
+    def wait(self, timeout: float | None = None, *, raise_timeout: bool = True) -> int | None:
+        if self.returncode is None:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self.returncode is None:
+                step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+                self.returncode = self.server.call({"wait": self.pid, "timeout": step})["code"]
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+            if self.returncode is None and raise_timeout:
+                raise subprocess.TimeoutExpired(["kafkafast", "broker"], timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _die_with_parent_thread() -> Any:
+    """PR_SET_PDEATHSIG fires when the starting *thread* ends: only from the main thread."""
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the test process dies."""
     import ctypes
@@ -73,7 +162,7 @@ class KafkaTestBroker:
 
     def __init__(self, root: str | os.PathLike, *, workers: int = 0, as_kafka: str | None = None,
                  manual_clock: bool = False, settings: dict[str, Any] | None = None,
-                 port: int | None = None, start_timeout: float = 30.0) -> None:
+                 port: int | None = None, start_timeout: float = 30.0, spawn: str | None = None) -> None:
         self.root = Path(root)
         self.data_dir = self.root / "data"
         self.control_dir = self.root / "control"
@@ -83,10 +172,13 @@ class KafkaTestBroker:
         self.settings = {**TEST_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
         self.port = port or free_port()
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.faults = Faults(str(self.control_dir), workers=workers)
         self.clock: ManualClock | None = ManualClock(str(self.control_dir / CLOCK)) if manual_clock else None
         self.startup_seconds: float | None = None
+        self.spawn = spawn or default_spawn()
+        if self.spawn not in ("fork-server", "exec"):
+            raise ValueError(f"spawn must be 'fork-server' or 'exec', not {self.spawn!r}")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -111,10 +203,13 @@ class KafkaTestBroker:
         if self.clock is not None and not os.path.exists(self.clock.path):
             clock.write_manual_clock(self.clock.path, int(time.time() * 1000))
         t0 = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+        if self.spawn == "fork-server":
+            self.proc = ForkedProcess(ForkServer.get(), self.command()[3:], str(self.log_path))
+        else:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True,
+                                             preexec_fn=_die_with_parent_thread(), env=_pythonpath())
         deadline = t0 + self.start_timeout
         while not self._answers_metadata():
             if self.proc.poll() is not None:

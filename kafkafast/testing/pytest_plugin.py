@@ -25,6 +25,19 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(workers, as_kafka, manual_clock, settings)")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts the broker fork server in the background as soon as a collected test uses a
+    broker fixture, so that its one-time import overlaps with the tests before it."""
+    if any({"kafka_broker", "kafka_broker_session"} & set(getattr(item, "fixturenames", ()))
+           for item in session.items):
+        import threading
+
+        from kafkafast.testing.broker_process import ForkServer, default_spawn
+
+        if default_spawn() == "fork-server":
+            threading.Thread(target=ForkServer.get, name="kafkafast-fork-server", daemon=True).start()
+
+
 def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     options: dict[str, Any] = {}
     marker = request.node.get_closest_marker("kafka_broker")
