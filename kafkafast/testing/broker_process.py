@@ -168,6 +168,10 @@ class KafkaTestBroker:
         self.control_dir = self.root / "control"
         self.log_path = self.root / "broker.log"
         self.workers = workers
+        if as_kafka is not None:
+            from kafkafast.broker.kafka_releases import release_versions
+
+            release_versions(as_kafka)  # ValueError for a release we have no table for
         self.as_kafka = as_kafka
         self.settings = {**TEST_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
         self.port = port or free_port()

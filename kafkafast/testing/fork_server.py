@@ -54,6 +54,8 @@ def _child(argv: list[str], log_path: str) -> None:
 
         code = main(argv) or 0
     except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         import traceback
