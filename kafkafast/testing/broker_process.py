@@ -140,10 +140,10 @@ class ForkedProcess:
 
 def _die_with_parent_thread() -> Any:
     """PR_SET_PDEATHSIG fires when the starting *thread* ends: only from the main thread."""
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the test process dies."""
     import ctypes
 
@@ -231,24 +231,11 @@ class KafkaTestBroker:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """Graceful stop (SIGTERM: requests finish, logs are flushed); the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
+        return stop_gracefully(self.proc, timeout)
 
     def kill(self) -> None:
         """SIGKILL the broker and its workers (an unclean stop: the next start recovers)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
+        kill_group(self.proc)
 
     def restart(self, *, clean: bool = True) -> "KafkaTestBroker":
         """Stop (gracefully, or with SIGKILL when clean=False) and start again on the same
@@ -363,6 +350,29 @@ class KafkaTestBroker:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {worker} was not replaced within {timeout}s")
             time.sleep(0.01)
+
+
+def stop_gracefully(proc: Any, timeout: float = 15.0) -> int | None:
+    """SIGTERM to a broker process; its exit code (SIGKILL to its group after `timeout`)."""
+    if proc is None or proc.poll() is not None:
+        return None if proc is None else proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return None
+
+
+def kill_group(proc: Any) -> None:
+    """SIGKILL a broker's whole process group (supervisor and workers)."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
 
 
 def _recv(s: socket.socket, n: int) -> bytes:

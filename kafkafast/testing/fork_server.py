@@ -26,21 +26,14 @@ import sys
 import time
 
 
-def _die_with_parent() -> None:
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def _child(argv: list[str], log_path: str) -> None:
     """In the forked child: become what `kafkafast broker ...` would be, then exit."""
     code = 1
     try:
+        from kafkafast.testing.broker_process import die_with_parent
+
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDONLY)
