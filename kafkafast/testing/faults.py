@@ -180,7 +180,10 @@ class TestControl:
         if not rules or api_key not in broker.handlers or \
                 not broker.handlers[api_key].min_version <= version <= broker.handlers[api_key].max_version:
             return await broker.handle_frame(frame, conn)
-        header, request = api.decode_request(frame)
+        try:
+            header, request = api.decode_request(frame)
+        except Exception:  # malformed: the broker's own dispatch answers it as it always does
+            return await broker.handle_frame(frame, conn)
         targets = list(self._partitions(api_key, request))
         if api_key == PRODUCE:
             await self._wait_while_paused(targets)
@@ -188,6 +191,11 @@ class TestControl:
             if rule["kind"] == "error" and rule.get("api_key") == api_key:
                 hit = [t for t in targets if _matches(rule, *t)] if partitioned(api_key) else [None]
                 if (hit or rule.get("topic") is None) and self.files.use(rule["id"]):
+                    if api_key == PRODUCE and request.acks == 0:
+                        # Kafka closes an acks=0 producer's connection on an error: its only signal.
+                        from kafkafast.broker.broker import CloseConnection
+
+                        raise CloseConnection("injected produce error with acks=0")
                     response = await self._error_answer(api_key, header, request, rule, conn)
                     return None if response is None else api.encode_response(api_key, version, correlation_id,
                                                                              response)
@@ -229,22 +237,31 @@ class TestControl:
             await asyncio.sleep(TICK_S)
 
     async def _error_answer(self, api_key: int, header: Any, request: Any, rule: dict, conn: Any) -> Any:
-        from kafkafast.broker.broker import RequestContext
         from kafkafast.protocol import _generated as gen
+        from kafkafast.protocol import api
+        from kafkafast.protocol.primitives import FileRegion
 
         broker = self.broker
         code = rule["error_code"]
         version = header.request_api_version
-        handler = broker.handlers[api_key].func
         resp_cls = gen.RESPONSES[api_key]
 
         async def handle(req: Any) -> Any:
-            return await handler(broker, RequestContext(header, version, header.client_id, conn), req, version)
+            """Serves `req` through the broker's whole dispatch (forwarding between workers
+            included) and returns the response as an object, to add the errors to."""
+            frame = bytearray(api.encode_request(req, version, header.correlation_id, header.client_id)[4:])
+            parts = await broker.handle_frame(frame, conn)
+            if parts is None:
+                return None
+            data = b"".join(p.read() if isinstance(p, FileRegion) else bytes(p) for p in parts)
+            return api.decode_response(api_key, version, data[4:])[1]
 
         if api_key in PARTITIONED:
             topics_attr, name_attr, parts_attr, index_attr, rtopics, rparts, rtopic_cls, rpart_cls = \
                 PARTITIONED[api_key]
             failed: dict[str, list[int]] = {}
+            ids = {getattr(t, name_attr): {"topic_id": t.topic_id} for t in getattr(request, topics_attr)
+                   if getattr(t, "topic_id", None) is not None}
             for t in getattr(request, topics_attr):
                 keep = []
                 for p in getattr(t, parts_attr):
@@ -265,7 +282,7 @@ class TestControl:
             for name, indexes in failed.items():
                 entry = by_name.get(name)
                 if entry is None:
-                    entry = topic_cls(**{name_attr: name, rparts: []})
+                    entry = topic_cls(**{name_attr: name, rparts: []}, **ids.get(name, {}))
                     getattr(response, rtopics).append(entry)
                 index_field = "index" if api_key == PRODUCE else "partition_index"
                 for i in indexes:

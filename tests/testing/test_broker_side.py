@@ -54,6 +54,17 @@ def test_produce_error_for_one_partition_still_appends_the_others(b):
     assert b.faults.active() == []
 
 
+def test_produce_error_with_acks_0_closes_the_connection_as_kafka_does(b):
+    b.create_topic("t")
+    b.faults.error("Produce", "NOT_LEADER_OR_FOLLOWER")
+    req = produce_request("t", {0: b"unheard"})
+    req.acks = 0
+    with RawClient(b.port, timeout=5) as c:
+        c.send_raw(api.encode_request(req, 8, 1, "raw-test"))
+        assert c.is_closed_by_peer()
+    assert b.records("t") == [] and b.faults.active() == []
+
+
 def test_fetch_error_for_one_partition_and_records_for_the_other(b):
     b.create_topic("t", partitions=2)
     with RawClient(b.port) as c:
@@ -108,8 +119,17 @@ def test_error_counts_are_exact_across_worker_processes(tmp_path):
         for _ in range(12):  # new connections: the kernel spreads them over both workers
             with RawClient(b.port) as c:
                 codes.append(c.request(DescribeClusterRequest(), 0).error_code)
-    assert sorted(codes) == [0] * 9 + [EC.CLUSTER_AUTHORIZATION_FAILED] * 3
-    assert b.faults.active() == []
+        assert sorted(codes) == [0] * 9 + [EC.CLUSTER_AUTHORIZATION_FAILED] * 3
+        assert b.faults.active() == []
+        # A partition-scoped error: the other partitions go their usual way, to whichever
+        # worker owns them (forwarded or not).
+        b.create_topic("t", partitions=4)
+        b.faults.error("Produce", "NOT_ENOUGH_REPLICAS", topic="t", partition=2)
+        with RawClient(b.port) as c:
+            resp = c.request(produce_request("t", {p: b"v%d" % p for p in range(4)}), 8)
+        assert {p.index: p.error_code for p in resp.responses[0].partition_responses} == \
+            {0: 0, 1: 0, 2: EC.NOT_ENOUGH_REPLICAS, 3: 0}
+        assert sorted((r.partition, r.value) for r in b.records("t")) == [(0, b"v0"), (1, b"v1"), (3, b"v3")]
 
 
 def test_as_kafka_profile_narrows_api_versions_and_closes_on_newer_requests(tmp_path):
