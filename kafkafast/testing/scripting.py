@@ -56,7 +56,7 @@ class Faults:
         key = api_key(api)
         if not error_injectable(key):
             raise ValueError(f"API {api!r} has no error code the broker could answer with")
-        if topic is not None and not partitioned(key):
+        if (topic is not None or partition is not None) and not partitioned(key):
             raise ValueError(f"API {api!r} is not addressed by topic; leave topic/partition unset")
         return self.files.add({"kind": "error", "api_key": key, "error_code": error_code(code), "count": count,
                                "topic": topic, "partition": partition})

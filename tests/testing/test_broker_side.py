@@ -104,6 +104,8 @@ def test_rules_are_validated_by_the_test_side(b):
     with pytest.raises(ValueError):
         b.faults.error("Heartbeat", "NOT_COORDINATOR", topic="t")  # not addressed by topic
     with pytest.raises(ValueError):
+        b.faults.error("Heartbeat", "NOT_COORDINATOR", partition=0)
+    with pytest.raises(ValueError):
         b.faults.error("Produce", "NO_SUCH_ERROR")
     with pytest.raises(ValueError):
         b.faults.error("NoSuchApi", 6)
