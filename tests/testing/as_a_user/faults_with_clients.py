@@ -20,16 +20,21 @@ def test_not_leader_makes_the_client_refresh_metadata_and_retry(kafka_broker):
     from confluent_kafka import Producer
 
     kafka_broker.create_topic("t", partitions=2)
-    kafka_broker.faults.error("Produce", "NOT_LEADER_OR_FOLLOWER", count=3, topic="t", partition=1)
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers, "retry.backoff.ms": 20})
+    producer.produce("t", value=b"warm-up", partition=0)
+    assert producer.flush(15) == 0
+    # A zero delay on many Metadata requests counts the ones the client sends from now on.
+    metadata_counter = kafka_broker.faults.delay("Metadata", 0, count=1000)
+    kafka_broker.faults.error("Produce", "NOT_LEADER_OR_FOLLOWER", count=3, topic="t", partition=1)
     delivered = []
     producer.produce("t", value=b"p1", partition=1, on_delivery=lambda err, msg: delivered.append(err))
     producer.produce("t", value=b"p0", partition=0, on_delivery=lambda err, msg: delivered.append(err))
     assert producer.flush(30) == 0
     assert delivered == [None, None]
-    assert kafka_broker.faults.active() == []  # all three errors were answered
+    [counter] = kafka_broker.faults.active()  # all three errors were answered
+    assert counter["id"] == metadata_counter and counter["count"] < 1000  # metadata was refreshed
     # Exactly one copy of each: the refused attempts appended nothing.
-    assert sorted((r.partition, r.value) for r in kafka_broker.records("t")) == [(0, b"p0"), (1, b"p1")]
+    assert [(r.partition, r.value) for r in kafka_broker.records("t")] == [(0, b"warm-up"), (0, b"p0"), (1, b"p1")]
 
 
 def test_error_codes_reach_the_application_when_retries_are_off(kafka_broker):
