@@ -151,6 +151,26 @@ def test_manual_clock_expires_a_silent_session(kafka_broker):
     assert len(assigned) >= 2 and assigned[-1] != assigned[0]
 
 
+@pytest.mark.kafka_broker(manual_clock=True)
+def test_manual_clock_expires_committed_offsets_of_an_empty_group(kafka_broker):
+    from confluent_kafka import Consumer, TopicPartition
+
+    kafka_broker.create_topic("o")
+    config = {"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "idle", "enable.auto.commit": False}
+    consumer = Consumer(config)
+    consumer.commit(offsets=[TopicPartition("o", 0, 5)], asynchronous=False)
+    assert consumer.committed([TopicPartition("o", 0)], timeout=10)[0].offset == 5
+    consumer.close()
+    # offsets.retention.minutes defaults to 7 days, checked every 10 minutes.
+    kafka_broker.clock.advance(days=7, minutes=11)
+    checker = Consumer(config)
+    deadline = time.monotonic() + 15
+    while checker.committed([TopicPartition("o", 0)], timeout=10)[0].offset == 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checker.committed([TopicPartition("o", 0)], timeout=10)[0].offset < 0  # none committed
+    checker.close()
+
+
 @pytest.mark.parametrize("kafka_broker", [{"as_kafka": "2.4"}], indirect=True)
 def test_as_kafka_2_4_advertises_that_release(kafka_broker):
     from kafka import KafkaProducer
