@@ -189,8 +189,7 @@ class TestControl:
             await self._wait_while_paused(targets)
         for rule in self.rules:
             if rule["kind"] == "error" and rule.get("api_key") == api_key:
-                hit = [t for t in targets if _matches(rule, *t)] if partitioned(api_key) else [None]
-                if (hit or rule.get("topic") is None) and self.files.use(rule["id"]):
+                if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
                     if api_key == PRODUCE and request.acks == 0:
                         # Kafka closes an acks=0 producer's connection on an error: its only signal.
                         from kafkafast.broker.broker import CloseConnection
@@ -214,6 +213,15 @@ class TestControl:
 
                 raise CloseConnection(f"dropped the answer to api {api_key} (injected by the test)")
         return parts
+
+    @staticmethod
+    def _applies(rule: dict, api_key: int, request: Any, targets: list) -> bool:
+        """Whether an error rule concerns this request: any request of an API not addressed
+        by partition; else one naming a matching partition (Metadata: or asking for all
+        topics, or the rule names no topic)."""
+        if not partitioned(api_key) or any(_matches(rule, *t) for t in targets):
+            return True
+        return api_key == METADATA and (rule.get("topic") is None or request.topics is None)
 
     @staticmethod
     def _partitions(api_key: int, request: Any) -> Any:

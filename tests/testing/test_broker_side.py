@@ -81,11 +81,16 @@ def test_fetch_error_for_one_partition_and_records_for_the_other(b):
 def test_metadata_error_marks_only_the_chosen_topic(b):
     b.create_topic("sick")
     b.create_topic("well")
-    b.faults.error("Metadata", "LEADER_NOT_AVAILABLE", topic="sick")
+    b.faults.error("Metadata", "LEADER_NOT_AVAILABLE", topic="sick", count=2)
     T = MetadataRequest.MetadataRequestTopic
     with RawClient(b.port) as c:
         resp = c.request(MetadataRequest(topics=[T(name="sick"), T(name="well")], allow_auto_topic_creation=False), 9)
-    assert {t.name: t.error_code for t in resp.topics} == {"sick": EC.LEADER_NOT_AVAILABLE, "well": 0}
+        assert {t.name: t.error_code for t in resp.topics} == {"sick": EC.LEADER_NOT_AVAILABLE, "well": 0}
+        resp = c.request(MetadataRequest(topics=[T(name="well")], allow_auto_topic_creation=False), 9)
+        assert {t.name: t.error_code for t in resp.topics} == {"well": 0}  # not concerned: not used up
+        resp = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9)  # all topics
+        assert {t.name: t.error_code for t in resp.topics} == {"sick": EC.LEADER_NOT_AVAILABLE, "well": 0}
+    assert b.faults.active() == []
 
 
 def test_find_coordinator_error_per_key_and_top_level(b):
