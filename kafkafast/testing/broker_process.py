@@ -175,6 +175,7 @@ class KafkaTestBroker:
         self.as_kafka = as_kafka
         self.settings = {**TEST_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
         self.port = port or free_port()
+        self._port_chosen = port is None  # ours to change if another process takes it first
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | ForkedProcess | None = None
         self.faults = Faults(str(self.control_dir), workers=workers)
@@ -207,6 +208,29 @@ class KafkaTestBroker:
         if self.clock is not None and not os.path.exists(self.clock.path):
             clock.write_manual_clock(self.clock.path, int(time.time() * 1000))
         t0 = time.monotonic()
+        for attempt in range(3):
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self._spawn()
+            deadline = t0 + self.start_timeout
+            while not self._answers_metadata():
+                if self.proc.poll() is not None:  # type: ignore[union-attr]
+                    break
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"broker did not answer within {self.start_timeout}s:\n{self.log_tail()}")
+                time.sleep(0.005)
+            else:
+                self.startup_seconds = time.monotonic() - t0
+                return self
+            with open(self.log_path, "rb") as fh:
+                fh.seek(log_start)
+                port_taken = b"Address already in use" in fh.read()
+            if not (port_taken and self._port_chosen and attempt < 2):
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")  # type: ignore[union-attr]
+            self.port = free_port()  # another process took the free port first
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         if self.spawn == "fork-server":
             self.proc = ForkedProcess(ForkServer.get(), self.command()[3:], str(self.log_path))
         else:
@@ -214,16 +238,6 @@ class KafkaTestBroker:
                 self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True,
                                              preexec_fn=_die_with_parent_thread(), env=_pythonpath())
-        deadline = t0 + self.start_timeout
-        while not self._answers_metadata():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"broker did not answer within {self.start_timeout}s:\n{self.log_tail()}")
-            time.sleep(0.005)
-        self.startup_seconds = time.monotonic() - t0
-        return self
 
     @property
     def running(self) -> bool:
@@ -268,11 +282,15 @@ class KafkaTestBroker:
             return api.decode_response(request.API_KEY, version, _recv(s, size))[1]
 
     def _answers_metadata(self) -> bool:
+        """Whether *this* broker answers Metadata on our port: the cluster id it answers
+        with is the one it wrote into our data directory (not some other process's)."""
+        from kafkafast.config import parse_properties
         from kafkafast.protocol._generated.metadata import MetadataRequest
 
         try:
-            self._request(MetadataRequest(topics=[]), 1, timeout=2.0)
-            return True
+            with open(self.data_dir / "meta.properties", encoding="utf-8") as fh:
+                ours = parse_properties(fh.read()).get("cluster.id")
+            return ours is not None and self._request(MetadataRequest(topics=[]), 2, timeout=2.0).cluster_id == ours
         except (OSError, ValueError):
             return False
 

@@ -214,3 +214,19 @@ def test_exec_spawn_runs_the_same_broker_in_a_new_interpreter(tmp_path):
         assert [r.value for r in b.records("t")] == [b"x"]
         proc = b.proc
     assert proc.returncode == 0
+
+
+def test_a_free_port_taken_meanwhile_is_replaced_and_never_mistaken_for_ours(tmp_path):
+    with broker(str(tmp_path / "a")) as a:
+        b = KafkaTestBroker(tmp_path / "b")
+        b.port = a.port  # as if another process had bound the free port first
+        try:
+            b.start()
+            assert b.port != a.port
+            with RawClient(b.port) as c:  # and it is b that answers there, with b's own cluster id
+                assert c.request(MetadataRequest(topics=[]), 2).cluster_id == \
+                    (tmp_path / "b" / "data" / "meta.properties").read_text().split("cluster.id=")[1].split()[0]
+        finally:
+            b.stop()
+        with pytest.raises(RuntimeError, match="broker exited"):  # a port the test chose is kept
+            KafkaTestBroker(tmp_path / "c", port=a.port).start()
