@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=15)
     parser.add_argument("--out", default="perf/results/testing_startup.json")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     t0 = time.monotonic()
     ForkServer.get()
     fork_server_start = time.monotonic() - t0
@@ -54,7 +55,8 @@ def main() -> None:
     results = {
         "command": f"python -m perf.testing_startup --starts {args.starts}",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} "
-                   f"{platform.python_version()}, shared with other jobs",
+                   f"{platform.python_version()}, shared with other jobs (1-minute load average "
+                   f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after)",
         "fork_server_start_ms": round(fork_server_start * 1000, 1),
         "startup": {mode: summary(v) for mode, v in samples.items()},
     }
