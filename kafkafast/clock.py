@@ -101,7 +101,12 @@ async def sleep(delay_ms: float) -> None:
         await asyncio.sleep(max(delay_ms, 0) / 1000.0)
         return
     fut = asyncio.get_running_loop().create_future()
-    timer = call_later(None, delay_ms, lambda: fut.done() or fut.set_result(None))
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    timer = call_later(None, delay_ms, wake)
     try:
         await fut
     finally:

@@ -316,7 +316,7 @@ class KafkaTestBroker:
         from kafkafast.storage.log_manager import parse_partition_dir
         from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name
 
-        out = []
+        out: list[LogRecord] = []
         if not self.data_dir.is_dir():
             return out
         dirs = sorted((key[1], entry) for entry in os.scandir(self.data_dir)
@@ -342,8 +342,8 @@ class KafkaTestBroker:
         path = self.data_dir / f"{topic}-{partition}"
         if not path.is_dir():
             return []
-        return sorted((n for n in os.listdir(path) if parse_segment_name(n, LOG_SUFFIX) is not None),
-                      key=lambda n: parse_segment_name(n, LOG_SUFFIX))
+        bases = {n: parse_segment_name(n, LOG_SUFFIX) for n in os.listdir(path)}
+        return sorted((n for n, base in bases.items() if base is not None), key=lambda n: bases[n] or 0)
 
     def worker_pids(self) -> list[int]:
         """Pids of the broker's worker processes (empty for a single-process broker)."""

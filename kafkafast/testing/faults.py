@@ -64,7 +64,7 @@ def error_injectable(api_key: int) -> bool:
 
     resp = gen.RESPONSES.get(api_key)
     return resp is not None and (api_key in PARTITIONED or api_key in (METADATA, FIND_COORDINATOR)
-                                 or "error_code" in resp.__slots__)
+                                 or "error_code" in _fields(resp))
 
 
 def partitioned(api_key: int) -> bool:
@@ -308,14 +308,19 @@ class TestControl:
                             p.error_code = code
             return response
         if api_key == FIND_COORDINATOR and version >= 4:
-            coordinator = resp_cls.Coordinator
+            coordinator = getattr(resp_cls, "Coordinator")
             return resp_cls(coordinators=[coordinator(key=k, error_code=code, **_unknowns(coordinator))
                                           for k in request.coordinator_keys])
         fields = {"error_code": code, **_unknowns(resp_cls)}
-        if "member_id" in resp_cls.__slots__ and hasattr(request, "member_id"):
+        if "member_id" in _fields(resp_cls) and hasattr(request, "member_id"):
             fields["member_id"] = request.member_id
         return resp_cls(**fields)
 
 
-def _unknowns(cls: type) -> dict[str, Any]:
-    return {k: v for k, v in _UNKNOWN.items() if k in cls.__slots__}
+def _fields(cls: Any) -> tuple[str, ...]:
+    """The fields of a generated message class (its __slots__)."""
+    return cls.__slots__
+
+
+def _unknowns(cls: Any) -> dict[str, Any]:
+    return {k: v for k, v in _UNKNOWN.items() if k in _fields(cls)}
