@@ -312,7 +312,7 @@ class KafkaTestBroker:
         """Every record the log holds for the topic (or one partition), read from the
         segment files (complete batches only; control records left out), ordered by
         partition, then offset."""
-        from kafkafast.records import iter_record_batches
+        from kafkafast.records import iter_record_batches, scan_valid_prefix
         from kafkafast.storage.log_manager import parse_partition_dir
         from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name
 
@@ -328,7 +328,8 @@ class KafkaTestBroker:
             for _, name in segments:
                 with open(os.path.join(entry.path, name), "rb") as fh:
                     data = fh.read()
-                for header, batch in iter_record_batches(data):
+                valid, _ = scan_valid_prefix(data)  # whole, valid batches: the tail may be a write in progress
+                for header, batch in iter_record_batches(memoryview(data)[:valid]):
                     if getattr(header, "is_control", False):
                         continue
                     out.extend(LogRecord(topic, index, r.offset, r.timestamp, r.key, r.value, list(r.headers))

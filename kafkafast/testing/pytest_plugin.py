@@ -6,7 +6,8 @@ Fixtures:
   Options come from the marker `@pytest.mark.kafka_broker(workers=2, as_kafka="2.4",
   manual_clock=True, settings={...})` or from indirect parametrization
   (`@pytest.mark.parametrize("kafka_broker", [{"as_kafka": "2.4"}], indirect=True)`).
-* `kafka_broker_session`: one broker for the whole session (default options).
+* `kafka_broker_session`: one broker for the whole session (default options); the fault
+  rules a test leaves on it are cleared when that test ends.
 
 `kafka_cluster` (n brokers and ZooKeeper) is not provided: kafkafast has no multi-broker
 cluster mode yet; see docs/TESTING.md.
@@ -57,9 +58,15 @@ def kafka_broker(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Kafk
 
 
 @pytest.fixture(scope="session")
-def kafka_broker_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaTestBroker]:
+def _kafka_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaTestBroker]:
     broker = KafkaTestBroker(tmp_path_factory.mktemp("kafka-session"))
     try:
         yield broker.start()
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def kafka_broker_session(_kafka_session_broker: KafkaTestBroker) -> Iterator[KafkaTestBroker]:
+    yield _kafka_session_broker
+    _kafka_session_broker.faults.clear()  # the next test starts without this one's faults

@@ -65,14 +65,19 @@ def test_restart_keeps_the_log_and_the_port(kafka_broker):
     assert kafka_broker.stop() == 0
 
 
-def test_session_broker_is_shared(kafka_broker_session, request):
+@pytest.mark.parametrize("run", [1, 2])
+def test_session_broker_is_shared_and_starts_each_test_without_faults(kafka_broker_session, run):
     from kafka import KafkaProducer
 
-    kafka_broker_session.create_topic("session-topic-%d" % id(request))
+    assert kafka_broker_session.faults.active() == []  # run 1's rule is gone in run 2
+    kafka_broker_session.faults.delay("Produce", 1, count=-1)
+    kafka_broker_session.create_topic(f"session-{run}")
     producer = KafkaProducer(bootstrap_servers=kafka_broker_session.bootstrap_servers)
-    producer.send("session-topic-%d" % id(request), b"x").get(15)
+    producer.send(f"session-{run}", b"x").get(15)
     producer.close()
-    assert [r.value for r in kafka_broker_session.records("session-topic-%d" % id(request))] == [b"x"]
+    assert [r.value for r in kafka_broker_session.records(f"session-{run}")] == [b"x"]
+    # One broker for both runs: run 2 sees run 1's topic.
+    assert [r.value for r in kafka_broker_session.records("session-1")] == [b"x"]
 
 
 def test_context_manager_without_pytest_fixtures():
