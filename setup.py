@@ -116,6 +116,9 @@ setup(
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
-    entry_points={"console_scripts": ["kafkafast = kafkafast.cli.main:main"]},
+    entry_points={
+        "console_scripts": ["kafkafast = kafkafast.cli.main:main"],
+        "pytest11": ["kafkafast = kafkafast.testing.pytest_plugin"],  # the kafka_broker fixtures
+    },
     zip_safe=False,
 )

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from kafkafast.broker.registry import HANDLERS, load_handlers
+from kafkafast import clock
+from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import BrokerConfig
 from kafkafast.protocol import api
@@ -48,7 +48,7 @@ class RequestContext:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class Partition:
@@ -99,12 +99,19 @@ class Broker:
         self.default_log_config = LogConfig.from_props(config.topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.handlers = load_handlers()
+        from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, served_handlers
+
+        self.handlers = served_handlers(load_handlers(), config.get(PROFILE_PROPERTY))
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
+        self.test_control: Any = None  # kafkafast.testing.faults.TestControl of a test broker
+        if config.get("kafkafast.testing.control"):
+            from kafkafast.testing.faults import TestControl
+
+            self.test_control = TestControl(self, config.get("kafkafast.testing.control"))
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
@@ -164,6 +171,8 @@ class Broker:
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
+        if self.test_control is not None:
+            self.test_control.start()
 
     def _attach_group_coordinator(self) -> None:
         try:
@@ -173,6 +182,8 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
+        if self.test_control is not None:
+            await self.test_control.stop()
         if self._periodic_task:
             self._periodic_task.cancel()
             try:
@@ -368,7 +379,7 @@ class Broker:
         if len(frame) < 8:
             raise CloseConnection("frame shorter than a request header")
         api_key, api_version, correlation_id = api.peek_api(frame)
-        spec = HANDLERS.get(api_key)
+        spec = self.handlers.get(api_key)
         if spec is None:
             raise CloseConnection(f"unknown API key {api_key}")
         if not spec.min_version <= api_version <= spec.max_version:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from kafkafast import clock
 from kafkafast.broker.groups.group import Group, GroupState, Member
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
@@ -70,7 +70,7 @@ def java_string_hash(s: str) -> int:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 @dataclass(slots=True)
@@ -208,7 +208,7 @@ class GroupCoordinator:
     # -- timers ------------------------------------------------------------------------------
     def _later(self, delay_ms: float, fn, *args) -> asyncio.TimerHandle:
         assert self._loop is not None
-        return self._loop.call_later(max(delay_ms, 0) / 1000.0, fn, *args)
+        return clock.call_later(self._loop, delay_ms, fn, *args)
 
     def _cancel_group_timers(self, group: Group) -> None:
         for h in (group.join_timer, group.sync_timer, *group.pending_members.values()):
@@ -770,7 +770,7 @@ class GroupCoordinator:
     # -- offset expiry -----------------------------------------------------------------------
     async def _expire_offsets_periodically(self) -> None:
         while True:
-            await asyncio.sleep(max(self.retention_check_interval_ms, 100) / 1000.0)
+            await clock.sleep(max(self.retention_check_interval_ms, 100))
             try:
                 self.expire_offsets(now_ms())
             except Exception:

@@ -1,6 +1,6 @@
 """`kafkafast` command line.
 
-    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N]
+    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
 
 The properties file uses Kafka's names (listeners, log.dirs, num.partitions,
 log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys.
@@ -34,11 +34,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="worker processes (default: num.workers, else the number of CPUs; "
                         "0: serve in one process)")
     b.add_argument("--log-level", default="INFO")
+    b.add_argument("--as-kafka", metavar="X.Y", help="serve only the API versions Kafka X.Y served "
+                                                     "(property kafkafast.as.kafka)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":
         overrides = parse_sets(args.set)
+        if args.as_kafka:
+            from kafkafast.broker.kafka_releases import release_versions
+
+            try:
+                release_versions(args.as_kafka)
+            except ValueError as exc:
+                raise SystemExit(f"--as-kafka: {exc}") from None
+            overrides["kafkafast.as.kafka"] = args.as_kafka
         try:
             config = BrokerConfig.load(args.config, overrides)
         except (ConfigError, OSError) as exc:

@@ -71,6 +71,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._drain_waiter: asyncio.Future | None = None
         self._write_paused = False
         self._dup_fd = -1
+        # kafkafast.testing: faults applied at the edge, on client connections only
+        self.test_control = None if internal else getattr(broker, "test_control", None)
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -221,7 +223,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.transport.resume_reading()  # type: ignore[union-attr]
                 self.busy = True
                 try:
-                    parts = await self.broker.handle_frame(frame, self, internal=self.internal)
+                    parts = await self._dispatch(frame)
                 except CloseConnection as exc:
                     log.info("closing %s: %s", self.peer, exc)
                     self.abort()
@@ -239,6 +241,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 del frame
         except (asyncio.CancelledError, ConnectionError):
             pass
+
+    def _dispatch(self, frame: bytearray | memoryview) -> Any:
+        if self.test_control is not None:
+            return self.test_control.handle_frame(frame, self)
+        return self.broker.handle_frame(frame, self, internal=self.internal)
 
     async def _send(self, parts: list) -> None:
         t = self.transport

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c as _crc32c
 
-from kafkafast import native
+from kafkafast import clock, native
 from kafkafast.config import max_decompressed_bytes
 from kafkafast.protocol.errors import KafkaError
 from kafkafast.records import (
@@ -155,7 +155,7 @@ class LogCleaner:
     def periodic(self, logs: Iterable[Log], now_ms: int | None = None) -> bool:
         """Install a finished cleaning, or start one if a log is due. Call often, from the
         thread that appends to the logs. True while a cleaning is running."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         job = self._job
         if job is not None:
             if job.thread is not None and job.thread.is_alive():
@@ -176,7 +176,7 @@ class LogCleaner:
 
     def clean_now(self, lg: Log, now_ms: int | None = None) -> CleanStats:
         """Clean `lg` in the calling thread, whatever its dirty ratio (tests, tools)."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         job = self._plan(lg, now)
         if job is None:
             return CleanStats()

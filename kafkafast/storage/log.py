@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kafkafast import clock
 from kafkafast.protocol.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -57,7 +57,7 @@ class LoadStats:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 class Log:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
+from kafkafast import clock
 from kafkafast.protocol.errors import KafkaError, KafkaStorageError
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, is_out_of_space, write_atomically
 from kafkafast.storage.config import LogConfig
@@ -111,7 +111,7 @@ class LogManager:
         self.expected_partitions: set[tuple[str, int]] = set()
         """Partitions known to exist (the broker's topics at load): one of them that is not
         found while a dir is offline is taken offline in `create`, not re-created empty."""
-        start = int(time.time() * 1000) if now_ms is None else now_ms
+        start = clock.now_ms() if now_ms is None else now_ms
         self._next_retention_ms = start + min(retention_check_interval_ms, INITIAL_TASK_DELAY_MS)
         self._next_checkpoint_ms = start + min(checkpoint_interval_ms, INITIAL_TASK_DELAY_MS)
         self._next_start_checkpoint_ms = start + min(log_start_checkpoint_interval_ms, INITIAL_TASK_DELAY_MS)
@@ -288,7 +288,7 @@ class LogManager:
     def periodic(self, now_ms: int | None = None) -> PeriodicReport:
         """Time-based flushes and file deletions (every call); retention and producer expiry,
         and the two offset checkpoints, each on its own interval (see the class docstring)."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         flushed = deleted = unlinked = expired = 0
         run_retention = now >= self._next_retention_ms
         for log in list(self._logs.values()):

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import os
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from kafkafast import clock
 from kafkafast.protocol.errors import KafkaError
 from kafkafast.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header, scan_valid_prefix
 from kafkafast.storage.config import LogConfig
@@ -64,6 +65,11 @@ class RecoveryResult:
     scanned_bytes: int
     truncated_bytes: int
     batches: int
+
+
+# Test hook (kafkafast.testing): called with the partition directory before each segment
+# write; raises OSError to make the write fail.
+write_fault: Callable[[str], None] | None = None
 
 
 class LogSegment:
@@ -196,6 +202,8 @@ class LogSegment:
 
     def append(self, data: bytearray | memoryview, batches: list[tuple[int, int, int, int]], now_ms: int) -> None:
         """Write whole batches with one `os.write`; `batches` = (base, next offset, max ts, size)."""
+        if write_fault is not None:
+            write_fault(self.dir)
         view = memoryview(data)
         total = len(view)
         written = os.write(self.fd, view)
@@ -403,4 +411,4 @@ def _pread_full(fd: int, n: int, pos: int) -> bytes:
 
 
 def now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()

@@ -6,7 +6,6 @@ answers ApiVersions, and stops it (SIGTERM, then SIGKILL after a bound) at the e
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -14,25 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from kafkafast.testing.broker_process import die_with_parent, free_port, kill_group, stop_gracefully
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it if the test process dies (a test run
-    killed by a timeout must not leave brokers behind)."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
@@ -86,7 +69,7 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True, preexec_fn=die_with_parent)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -106,24 +89,11 @@ class BrokerProcess:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM (graceful); returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
+        return stop_gracefully(self.proc, timeout)
 
     def kill(self) -> None:
         """SIGKILL the whole process group (supervisor and workers)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(10)
+        kill_group(self.proc)
 
     def restart(self) -> "BrokerProcess":
         self.stop()

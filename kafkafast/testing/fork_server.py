@@ -1,0 +1,109 @@
+"""A fork server for test brokers: the broker is imported once, each broker is a fork.
+
+Starting `kafkafast broker` in a new interpreter costs about half a second, nearly all
+of it importing the broker (the generated protocol codecs above all). This process
+imports it once, then forks a child for every broker a test asks for; the child runs
+the same `kafkafast.cli.main.main(argv)` that the command runs. The fork server is
+single-threaded and has no event loop, so forking it is safe (the broker creates its
+loop, and its workers, after the fork, as always).
+
+Protocol on stdin/stdout, one JSON object per line each way:
+
+    {"spawn": [argv...], "log": path}   -> {"pid": pid}    the child is a session leader
+    {"wait": pid, "timeout": seconds}   -> {"code": exit code, or null if still running}
+
+The fork server ends when its stdin closes, which happens when the process that started
+it exits however it exits; its brokers die with it (PR_SET_PDEATHSIG), so nothing
+outlives a killed test run. (Not PR_SET_PDEATHSIG for the fork server itself: that fires
+when the *thread* that started it ends, and it may be started from a helper thread.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def _child(argv: list[str], log_path: str) -> None:
+    """In the forked child: become what `kafkafast broker ...` would be, then exit."""
+    code = 1
+    try:
+        from kafkafast.testing.broker_process import die_with_parent
+
+        os.setsid()
+        die_with_parent()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(devnull)
+        os.close(log)
+        from kafkafast.cli.main import main
+
+        code = main(argv) or 0
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _exit_code(status: int) -> int:
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve() -> None:
+    # Everything a broker imports, imported once here.
+    import kafkafast.broker.broker  # noqa: F401
+    import kafkafast.broker.group_coordinator  # noqa: F401
+    import kafkafast.broker.registry as registry
+    import kafkafast.cli.main  # noqa: F401
+    import kafkafast.runtime.server  # noqa: F401
+    import kafkafast.runtime.supervisor  # noqa: F401
+    import kafkafast.runtime.worker  # noqa: F401
+    import kafkafast.testing.faults  # noqa: F401
+    import uvloop  # noqa: F401
+
+    registry.load_handlers()
+    reply = sys.stdout
+    print(json.dumps({"ready": os.getpid()}), file=reply, flush=True)
+    exited: dict[int, int] = {}
+    for line in sys.stdin:
+        command = json.loads(line)
+        if "spawn" in command:
+            pid = os.fork()
+            if pid == 0:
+                _child(command["spawn"], command["log"])
+            print(json.dumps({"pid": pid}), file=reply, flush=True)
+        elif "wait" in command:
+            pid, deadline = command["wait"], time.monotonic() + command.get("timeout", 0)
+            code = exited.get(pid)
+            while code is None:
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # not a child of ours
+                    code = exited[pid] = -1
+                    break
+                if done:
+                    code = exited[pid] = _exit_code(status)
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.005)
+            print(json.dumps({"code": code}), file=reply, flush=True)
+
+
+if __name__ == "__main__":
+    serve()

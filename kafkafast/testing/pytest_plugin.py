@@ -1,0 +1,72 @@
+"""The pytest plugin (entry point `pytest11`: `kafkafast`), loaded by installing kafkafast.
+
+Fixtures:
+
+* `kafka_broker`: a fresh broker per test, data in the test's tmp_path, stopped after it.
+  Options come from the marker `@pytest.mark.kafka_broker(workers=2, as_kafka="2.4",
+  manual_clock=True, settings={...})` or from indirect parametrization
+  (`@pytest.mark.parametrize("kafka_broker", [{"as_kafka": "2.4"}], indirect=True)`).
+* `kafka_broker_session`: one broker for the whole session (default options); the fault
+  rules a test leaves on it are cleared when that test ends.
+
+`kafka_cluster` (n brokers and ZooKeeper) is not provided: kafkafast has no multi-broker
+cluster mode yet; see docs/TESTING.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from kafkafast.testing.broker_process import KafkaTestBroker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kafka_broker(**options): options of the kafka_broker fixture "
+                                       "(workers, as_kafka, manual_clock, settings)")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts the broker fork server in the background as soon as a collected test uses a
+    broker fixture, so that its one-time import overlaps with the tests before it."""
+    if any({"kafka_broker", "kafka_broker_session"} & set(getattr(item, "fixturenames", ()))
+           for item in session.items):
+        import threading
+
+        from kafkafast.testing.broker_process import ForkServer, default_spawn
+
+        if default_spawn() == "fork-server":
+            threading.Thread(target=ForkServer.get, name="kafkafast-fork-server", daemon=True).start()
+
+
+def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    marker = request.node.get_closest_marker("kafka_broker")
+    if marker is not None:
+        options.update(marker.kwargs)
+    options.update(getattr(request, "param", None) or {})
+    return options
+
+
+@pytest.fixture
+def kafka_broker(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[KafkaTestBroker]:
+    broker = KafkaTestBroker(tmp_path / "kafka", **_options(request))
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def _kafka_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaTestBroker]:
+    broker = KafkaTestBroker(tmp_path_factory.mktemp("kafka-session"))
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_broker_session(_kafka_session_broker: KafkaTestBroker) -> Iterator[KafkaTestBroker]:
+    yield _kafka_session_broker
+    _kafka_session_broker.faults.clear()  # the next test starts without this one's faults
