@@ -54,7 +54,6 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
