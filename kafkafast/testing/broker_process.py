@@ -224,7 +224,9 @@ class KafkaTestBroker:
                 return self
             with open(self.log_path, "rb") as fh:
                 fh.seek(log_start)
-                port_taken = b"Address already in use" in fh.read()
+                logged = fh.read()
+                # the OS's words, or the broker's when the holder is another kafkafast broker
+                port_taken = b"Address already in use" in logged or b"cannot listen on" in logged
             if not (port_taken and self._port_chosen and attempt < 2):
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")  # type: ignore[union-attr]
             self.port = free_port()  # another process took the free port first
