@@ -1,0 +1,5 @@
+NAME = "dump-log"
+def add_parser(sub):
+    sub.add_parser(NAME)
+def run(args):
+    return 2
