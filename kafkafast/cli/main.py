@@ -63,15 +63,22 @@ def main(argv: list[str] | None = None) -> int:
             import os
 
             workers = os.cpu_count() or 1
-        try:
-            from kafkafast.runtime.supervisor import run_supervisor
-        except ImportError:
-            run_supervisor = None
-        if workers and run_supervisor is not None:
-            return run_supervisor(config, workers)
-        from kafkafast.runtime.server import run_server
+        from kafkafast.metrics.server import start_for_broker
 
-        return run_server(config)
+        metrics = start_for_broker(config, workers)  # before the fork: workers inherit recording
+        try:
+            try:
+                from kafkafast.runtime.supervisor import run_supervisor
+            except ImportError:
+                run_supervisor = None
+            if workers and run_supervisor is not None:
+                return run_supervisor(config, workers)
+            from kafkafast.runtime.server import run_server
+
+            return run_server(config)
+        finally:
+            if metrics is not None:
+                metrics.close()
     return 2
 
 
