@@ -280,71 +280,73 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
 
 
 def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str, Any]:
-    """One record at a time: produce (acks=all), then poll until it is read back."""
+    """One record at a time to partition 0: produce (acks=all), then poll until it is read back."""
     n = args.num_records or 1000
     payload = _payloads(args)
     prog = Progress(n, args.reporting_interval, live)
-    from kafkafast.cli.common import settings_for
-    from kafkafast.client.cluster import TopicPartition
-    from kafkafast.client.consumer import AIOConsumer
-    from kafkafast.client.producer import AIOProducer
-    from kafkafast.client.sync import KafkaConsumer, KafkaProducer
-
     pprops = {"acks": "all", "linger.ms": "0", **_props(args, "producer")}
+    cprops = _props(args, "consumer")
     if _use_confluent(args.client):
         from confluent_kafka import Consumer, Producer
         from confluent_kafka import TopicPartition as CTP
 
         p = Producer({"bootstrap.servers": bootstrap, **pprops})
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100, **_props(args, "consumer")})
-        md = c.list_topics(args.topic, timeout=10).topics[args.topic]
-        if md.error is not None:
-            raise CommandError(f"topic {args.topic}: {md.error}")
-        c.assign([CTP(args.topic, pid, -1) for pid in md.partitions])  # -1: the log end
-        c.poll(0.5)
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100, **cprops})
+        _, end = c.get_watermark_offsets(CTP(args.topic, 0), timeout=args.timeout)
+        c.assign([CTP(args.topic, 0, end)])  # an explicit offset: no reset racing the first record
+
+        def send(value: bytes) -> None:
+            p.produce(args.topic, value, partition=0)
+            if p.flush(args.timeout):
+                raise CommandError(f"record not acknowledged within {args.timeout}s")
+
+        def received(wait: float) -> bool:
+            m = c.poll(min(wait, 0.1))
+            return m is not None and m.error() is None
+
         try:
-            for i in range(n):
-                value = payload(i)
-                t0 = time.monotonic()
-                p.produce(args.topic, value, partition=0)
-                p.flush(args.timeout)
-                m = None
-                while m is None or m.error() is not None:
-                    m = c.poll(max(0.0, t0 + args.timeout - time.monotonic()))
-                    if time.monotonic() > t0 + args.timeout:
-                        raise CommandError(f"record {i} not read back within {args.timeout}s")
-                prog.record(len(value), (time.monotonic() - t0) * 1000)
-                prog.tick()
+            _round_trips(args, n, payload, prog, send, received)
         finally:
             c.close()
         client = "confluent-kafka"
     else:
+        from kafkafast.cli.common import settings_for
+        from kafkafast.client.cluster import TopicPartition
+        from kafkafast.client.consumer import AIOConsumer
+        from kafkafast.client.producer import AIOProducer
+        from kafkafast.client.sync import KafkaConsumer, KafkaProducer
+
         kp = KafkaProducer(bootstrap, **settings_for(AIOProducer, pprops))
-        kc = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100,
-                           **settings_for(AIOConsumer, _props(args, "consumer")))
+        kc = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100, **settings_for(AIOConsumer, cprops))
         try:
             tp = TopicPartition(args.topic, 0)
             kc.assign([tp])
             kc.seek_to_end(tp)
             kc.position(tp)
-            for i in range(n):
-                value = payload(i)
-                t0 = time.monotonic()
-                kp.send(args.topic, value, partition=0).get(args.timeout)
-                got = False
-                while not got:
-                    got = any(kc.poll(100).values())
-                    if time.monotonic() > t0 + args.timeout:
-                        raise CommandError(f"record {i} not read back within {args.timeout}s")
-                prog.record(len(value), (time.monotonic() - t0) * 1000)
-                prog.tick()
+            _round_trips(args, n, payload, prog, lambda value: kp.send(args.topic, value, partition=0).get(args.timeout),
+                         lambda wait: any(kc.poll(int(min(wait, 0.1) * 1000)).values()))
         finally:
             kc.close()
             kp.close()
         client = "kafkafast"
     prog.done()
     return prog.summary(mode="e2e", client=client, topic=args.topic, record_size=args.record_size)
+
+
+def _round_trips(args: argparse.Namespace, n: int, payload: Callable[[int], bytes], prog: Progress,
+                 send: Callable[[bytes], Any], received: Callable[[float], bool]) -> None:
+    """n times: send a record (blocking until acknowledged), wait until it is read back,
+    and record the round trip's time."""
+    for i in range(n):
+        value = payload(i)
+        t0 = time.monotonic()
+        send(value)
+        while not received(max(0.0, t0 + args.timeout - time.monotonic())):
+            if time.monotonic() > t0 + args.timeout:
+                raise CommandError(f"record {i} not read back within {args.timeout}s")
+        prog.record(len(value), (time.monotonic() - t0) * 1000)
+        prog.tick()
 
 
 def _table(doc: dict[str, Any]) -> None:

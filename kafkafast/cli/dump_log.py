@@ -159,13 +159,18 @@ def _batch_index(seg_path: str) -> list[tuple[int, Any]]:
             mm.close()
 
 
-def dump_offset_index(path: str, args: argparse.Namespace, out: list[str], problems: Problems, doc: dict) -> None:
+def _index_file(path: str, args: argparse.Namespace, doc: dict) -> tuple[int, bytes, list[tuple[int, Any]], bool, list]:
+    """(base offset, the index's bytes, its segment's batches, verify only?, doc entries)."""
     base = int(os.path.basename(path).split(".")[0])
     with open(path, "rb") as fh:
         data = fh.read()
-    batches = {pos: h for pos, h in _batch_index(_segment_of(path))}
-    verify = args.verify_index_only or args.index_sanity_check
-    entries = doc.setdefault("entries", [])
+    return (base, data, _batch_index(_segment_of(path)), args.verify_index_only or args.index_sanity_check,
+            doc.setdefault("entries", []))
+
+
+def dump_offset_index(path: str, args: argparse.Namespace, out: list[str], problems: Problems, doc: dict) -> None:
+    base, data, segment, verify, entries = _index_file(path, args, doc)
+    batches = dict(segment)
     last_offset = -1
     for i in range(len(data) // _INDEX_ENTRY.size):
         rel, position = _INDEX_ENTRY.unpack_from(data, i * _INDEX_ENTRY.size)
@@ -187,16 +192,8 @@ def dump_offset_index(path: str, args: argparse.Namespace, out: list[str], probl
 
 
 def dump_time_index(path: str, args: argparse.Namespace, out: list[str], problems: Problems, doc: dict) -> None:
-    base = int(os.path.basename(path).split(".")[0])
-    with open(path, "rb") as fh:
-        data = fh.read()
-    batches = _batch_index(_segment_of(path))
-    max_ts = {}  # offset of each batch's max timestamp is at most its last offset
-    for _, h in batches:
-        max_ts[h.last_offset] = h.max_timestamp
+    base, data, batches, verify, entries = _index_file(path, args, doc)
     end = batches[-1][1].last_offset if batches else base - 1
-    verify = args.verify_index_only or args.index_sanity_check
-    entries = doc.setdefault("entries", [])
     last_ts = -1
     for i in range(len(data) // _TIME_ENTRY.size):
         ts, rel = _TIME_ENTRY.unpack_from(data, i * _TIME_ENTRY.size)

@@ -217,25 +217,15 @@ class AdminClient:
         """{(resource type, name): {config: value}}; a bare string means one topic."""
         if isinstance(resources, str):
             resources = [(RESOURCE_TOPIC, resources)]
+        entries = await self.describe_config_entries(resources, keys)
+        return {res: {e.name: e.value for e in es} for res, es in entries.items()}
+
+    async def describe_config_entries(self, resources: Iterable[tuple[int, str]], keys: list[str] | None = None
+                                      ) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """Every config (or `keys`) of each resource with its source (SOURCE_*), read-only
+        and sensitive flags, as DescribeConfigs v1+ gives them, sorted by name."""
         R = gen.DescribeConfigsRequest.DescribeConfigsResource
         req = gen.DescribeConfigsRequest(resources=[R(resource_type=t, resource_name=n, configuration_keys=keys)
-                                                    for t, n in resources],
-                                         include_synonyms=False, include_documentation=False)
-        conn = await self._controller()
-        resp = await conn.send(req)
-        out: dict[tuple[int, str], dict[str, str | None]] = {}
-        for r in resp.results:
-            if r.error_code:
-                raise for_code(r.error_code)(f"describe configs {r.resource_name!r}: {r.error_message or ''}")
-            out[(r.resource_type, r.resource_name)] = {c.name: c.value for c in r.configs}
-        return out
-
-    async def describe_config_entries(self, resources: Iterable[tuple[int, str]]
-                                      ) -> dict[tuple[int, str], list[ConfigEntry]]:
-        """Every config of each resource with its source (SOURCE_*), read-only and
-        sensitive flags, as DescribeConfigs v1+ gives them."""
-        R = gen.DescribeConfigsRequest.DescribeConfigsResource
-        req = gen.DescribeConfigsRequest(resources=[R(resource_type=t, resource_name=n, configuration_keys=None)
                                                     for t, n in resources],
                                          include_synonyms=False, include_documentation=False)
         conn = await self._controller()
