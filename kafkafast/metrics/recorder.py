@@ -2,9 +2,11 @@
 
 `observe(frame, parts, started)` is called by the connection once a request is answered:
 it counts the request by API and version, its total time into a histogram per API, and
-for Produce (messages and bytes appended per topic, from the request's batch headers and
-the response's per-partition errors) and Fetch (bytes sent per topic, from the sendfile
-regions of the response) the per-topic traffic. It is inert (`active` False, nothing
+for Produce (records and batch bytes per topic, from the request's batch headers) and
+Fetch (bytes sent per topic, from the sendfile regions of the response) the per-topic
+traffic. Produce traffic is counted as received: the response is not decoded (that
+would double the cost of the hook), so a partition whose append failed still counts, and
+Kafka's FailedProduceRequestsPerSec is not served. It is inert (`active` False, nothing
 imported) until `enable` is called, before the workers are forked.
 """
 from __future__ import annotations
@@ -21,7 +23,6 @@ _TOTAL_TIME: Any = None
 _MESSAGES_IN: Any = None
 _BYTES_IN: Any = None
 _BYTES_OUT: Any = None
-_FAILED_PRODUCE: Any = None
 _NAMES: dict[int, str] = {}
 _BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
 
@@ -34,7 +35,7 @@ clock = time.perf_counter
 def enable(directory: str) -> None:
     """Turns recording on in this process and every process forked from it; `directory`
     holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
-    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _FAILED_PRODUCE
+    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     from prometheus_client import Counter, Histogram, values
 
@@ -47,13 +48,11 @@ def enable(directory: str) -> None:
     _TOTAL_TIME = Histogram("kafka_network_requestmetrics_totaltimems",
                             "Time from a request's arrival at the handler to its response written, in ms",
                             ["request"], buckets=TIME_BUCKETS_MS, registry=None)
-    _MESSAGES_IN = Counter("kafka_server_brokertopicmetrics_messagesin", "Records appended", ["topic"], registry=None)
-    _BYTES_IN = Counter("kafka_server_brokertopicmetrics_bytesin", "Record batch bytes appended", ["topic"],
+    _MESSAGES_IN = Counter("kafka_server_brokertopicmetrics_messagesin", "Records received in produce requests", ["topic"], registry=None)
+    _BYTES_IN = Counter("kafka_server_brokertopicmetrics_bytesin", "Record batch bytes received in produce requests", ["topic"],
                         registry=None)
     _BYTES_OUT = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes sent to fetchers", ["topic"],
                          registry=None)
-    _FAILED_PRODUCE = Counter("kafka_server_brokertopicmetrics_failedproducerequests",
-                              "Partitions of produce requests answered with an error", ["topic"], registry=None)
     _children.clear()
     _topic_metrics.clear()
     active = True
@@ -79,42 +78,33 @@ def observe(frame: Any, parts: list | None, started: float) -> None:
         pair[0].inc()
         pair[1].observe(elapsed_ms)
         if api_key == 0:
-            _produce(frame, parts, version)
+            _produce(frame)
         elif api_key == 1 and parts:
             _fetch(parts)
     except Exception:  # noqa: BLE001 - metrics must never break serving
         pass
 
 
-def _produce(frame: Any, parts: list | None, version: int) -> None:
+def _produce(frame: Any) -> None:
     from kafkafast.protocol import api
     from kafkafast.records.batch import iter_entries
 
     _, req = api.decode_request(frame)
-    failed: set[tuple[str, int]] = set()
-    if parts:
-        body = b"".join(bytes(p) for p in parts)[4:]
-        _, resp = api.decode_response(0, version, body)
-        for t in resp.responses:
-            for p in t.partition_responses:
-                if p.error_code:
-                    failed.add((t.name, p.index))
     for t in req.topic_data:
+        count = size = 0
         for p in t.partition_data:
-            if (t.name, p.index) in failed:
-                _FAILED_PRODUCE.labels(t.name).inc()
-                continue
             records = p.records
             if records is None:
                 continue
-            count = 0
             for pos, _size, magic in iter_entries(records):
                 if magic == 2:
                     count += int.from_bytes(records[pos + _BATCH_COUNT_AT:pos + _BATCH_COUNT_AT + 4], "big")
+            size += len(records)
+            del records
+        if size:
             m_in, b_in, _ = _topic(t.name)
             m_in.inc(count)
-            b_in.inc(len(records))
-            del records
+            b_in.inc(size)
     del req
 
 

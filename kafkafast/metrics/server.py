@@ -13,7 +13,7 @@ log = logging.getLogger("kafkafast.metrics")
 # Per-topic counters that Kafka also reports summed over all topics (the MBean without a
 # topic), which the JMX exporter turns into the same name without the label.
 ALL_TOPICS = {"kafka_server_brokertopicmetrics_messagesin", "kafka_server_brokertopicmetrics_bytesin",
-              "kafka_server_brokertopicmetrics_bytesout", "kafka_server_brokertopicmetrics_failedproducerequests"}
+              "kafka_server_brokertopicmetrics_bytesout"}
 
 
 class WorkerMetrics:

@@ -72,8 +72,7 @@ def test_metrics_move_with_traffic(broker_factory, workers):
     assert sum(value(m, "kafka_consumergroup_lag", consumergroup="readers", topic="m", partition=str(p))
                for p in range(4)) == 50
 
-    # Every series the Grafana dashboard in deploy/ plots is served (failed produces only
-    # appear once a produce has failed).
+    # Every series the Grafana dashboard in deploy/ plots is served.
     import json
     import re
     from pathlib import Path
@@ -82,7 +81,7 @@ def test_metrics_move_with_traffic(broker_factory, workers):
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     plotted = {n for e in exprs for n in re.findall(r"\b(kafka(?:fast)?_[a-z_]+)\{", e)}
     served = {name for name, _ in m}
-    assert plotted - served == {"kafka_server_brokertopicmetrics_failedproducerequests_total"}
+    assert plotted and plotted <= served, plotted - served
 
     from kafkafast.client.sync import KafkaConsumer  # an open connection shows per listener
 
