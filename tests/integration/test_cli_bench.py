@@ -33,3 +33,38 @@ def test_bench_produce_consume_e2e(module_broker, client):
     table = kafkafast("bench", "produce", *b, "--topic", topic, "--num-records", "100", "--client", client).stdout
     assert table.splitlines()[0].split() == ["METRIC", "VALUE"]
     assert any(line.split() == ["records", "100"] for line in table.splitlines())
+
+
+def test_bench_draws_a_progress_line_on_a_terminal(module_broker):
+    """On a terminal (stderr is a tty) the progress line is redrawn with \\r."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.support.broker_process import REPO
+
+    kafkafast("topics", "--bootstrap-server", module_broker.bootstrap, "--create", "--topic", "tty",
+              "--partitions", "1")
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("KAFKAFAST_NO_PROGRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "kafkafast.cli.main", "bench", "produce", "--bootstrap-server",
+                           module_broker.bootstrap, "--topic", "tty", "--num-records", "3000", "--throughput", "3000",
+                           "--reporting-interval", "0.2", "--client", "kafkafast", "--json"],
+                          stdout=subprocess.PIPE, stderr=slave, env=env, timeout=60, cwd=str(REPO))
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["records"] == 3000  # stdout stays clean JSON
+    lines = seen.decode(errors="replace").split("\r")
+    assert any("/3000 records" in x and "rec/s" in x and "MB/s" in x and "p99" in x for x in lines), seen[:400]

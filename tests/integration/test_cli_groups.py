@@ -85,3 +85,29 @@ def test_group_describe_lag_reset_and_delete(module_broker):
     deleted = kafkafast("groups", *b, "--delete", "--group", "billing")
     assert "('billing') was successful" in deleted.stdout
     assert "billing" not in kafkafast("groups", *b, "--list").stdout.split()
+
+
+def test_group_with_a_live_member_shows_its_assignment_and_refuses_a_reset(module_broker):
+    from kafkafast.client.sync import KafkaConsumer
+
+    b = _b(module_broker)
+    kafkafast("topics", *b, "--create", "--topic", "live", "--partitions", "3")
+    c = KafkaConsumer("live", bootstrap_servers=module_broker.bootstrap, group_id="live-group", client_id="ops-test",
+                      auto_offset_reset="earliest")
+    try:
+        deadline = 0
+        while len(c.assignment()) < 3 and deadline < 100:
+            c.poll(200)
+            deadline += 1
+        members = json.loads(kafkafast("groups", *b, "--describe", "--group", "live-group", "--members",
+                                       "--output", "json").stdout)[0]
+        assert members["state"] == "Stable"
+        (m,) = members["members"]
+        assert m["client_id"] == "ops-test" and m["assignment"] == ["live-0", "live-1", "live-2"]
+        table = kafkafast("groups", *b, "--describe", "--group", "live-group", "--members").stdout
+        assert any(line.split()[3:6] == ["ops-test", "3", "live-0,live-1,live-2"] for line in table.splitlines()[1:])
+        refused = kafkafast("groups", *b, "--reset-offsets", "--group", "live-group", "--topic", "live",
+                            "--to-earliest", "--execute", check=False)
+        assert refused.returncode == 1 and "can only be reset if the group 'live-group' is inactive" in refused.stderr
+    finally:
+        c.close()
