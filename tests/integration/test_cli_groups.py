@@ -32,6 +32,13 @@ def test_produce_and_consume_keys_headers_and_formats(module_broker):
     kind, _, ts = stamped.stdout.strip().partition(":")
     assert kind == "CreateTime" and int(ts) > 1_600_000_000_000
 
+    since = kafkafast("consume", *b, "--topic", "lines", "--from-datetime", "2001-01-01T00:00:00Z",
+                      "--max-messages", "5", "--format", "%o ")
+    assert since.stdout.split() == ["0", "1", "2", "3", "4"]
+    future = kafkafast("consume", *b, "--topic", "lines", "--from-datetime", "2999-01-01T00:00:00Z",
+                       "--timeout-ms", "1000")
+    assert future.stdout == "" and "Processed a total of 0 messages" in future.stderr
+
     # Waits for nothing: --timeout-ms ends a read of an exhausted topic.
     rest = kafkafast("consume", *b, "--topic", "lines", "--partition", "0", "--offset", "4", "--timeout-ms", "1500")
     assert rest.stdout.splitlines() == ["v4"]
@@ -76,6 +83,9 @@ def test_group_describe_lag_reset_and_delete(module_broker):
     future = kafkafast("groups", *b, "--reset-offsets", "--group", "billing", "--all-topics", "--to-datetime",
                        "2999-01-01T00:00:00", "--output", "json")
     assert {o["partition"]: o["new_offset"] for o in json.loads(future.stdout)[0]["offsets"]} == {0: 13, 1: 6}
+    recent = kafkafast("groups", *b, "--reset-offsets", "--group", "billing", "--all-topics", "--by-duration",
+                       "P1D", "--output", "json")  # everything was written within the last day
+    assert {o["partition"]: o["new_offset"] for o in json.loads(recent.stdout)[0]["offsets"]} == {0: 0, 1: 0}
     past = kafkafast("groups", *b, "--reset-offsets", "--group", "billing", "--all-topics", "--to-datetime",
                      "2001-01-01T00:00:00Z", "--execute", "--output", "json")
     assert {o["partition"]: o["new_offset"] for o in json.loads(past.stdout)[0]["offsets"]} == {0: 0, 1: 0}
