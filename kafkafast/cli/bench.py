@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from kafkafast.cli.common import CommandError, add_bootstrap, load_client_properties, parser_for, print_json
+from kafkafast.cli.common import CommandError, add_bootstrap, merged_client_properties, parser_for, print_json
 
 NAME = "bench"
 MAX_SAMPLES = 500_000
@@ -145,11 +145,10 @@ def _payloads(args: argparse.Namespace) -> Callable[[int], bytes]:
 
 
 def _props(args: argparse.Namespace, which: str) -> dict[str, str]:
-    props = load_client_properties(args.command_config)
     if which == "producer":
-        props.update(load_client_properties(args.producer_config, args.producer_props))
+        props = merged_client_properties(args.command_config, args.producer_config, args.producer_props)
     else:
-        props.update(load_client_properties(args.consumer_config, args.consumer_props))
+        props = merged_client_properties(args.command_config, args.consumer_config, args.consumer_props)
     props.pop("bootstrap.servers", None)
     return props
 

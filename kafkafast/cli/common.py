@@ -62,6 +62,15 @@ def load_client_properties(path: str | None, extra: Iterable[str] = ()) -> dict[
     return props
 
 
+def merged_client_properties(command_config: str | None, config_file: str | None,
+                             items: Iterable[str] = ()) -> dict[str, str]:
+    """--command-config, then the tool's own properties file (--producer.config,
+    --consumer.config), then its key=value items: later ones win, as in Kafka's tools."""
+    props = load_client_properties(command_config)
+    props.update(load_client_properties(config_file, items))
+    return props
+
+
 def settings_for(cls: Any, props: dict[str, str]) -> dict[str, Any]:
     """Keyword settings of a kafkafast client class from Kafka property names
     (`linger.ms` -> linger_ms), converted to the parameter's default's type. Properties the

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from kafkafast.cli.common import (CommandError, add_bootstrap, load_client_properties, parse_kv, parser_for,
+from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, parse_kv, parser_for,
                                   settings_for)
 
 NAME = "consume"
@@ -120,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.group and args.partition is not None:
         raise CommandError("--group and --partition exclude each other (assign or join, not both)")
     fmt = Formatter(parse_kv(args.property, "--property"), args.format)
-    client_props = load_client_properties(args.command_config)
-    client_props.update(load_client_properties(args.consumer_config, args.consumer_property))
+    client_props = merged_client_properties(args.command_config, args.consumer_config, args.consumer_property)
     settings = settings_for(AIOConsumer, client_props)
     settings.setdefault("client_id", "console-consumer")
     settings["auto_offset_reset"] = "earliest" if args.from_beginning else "latest"

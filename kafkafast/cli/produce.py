@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from kafkafast.cli.common import (CommandError, add_bootstrap, load_client_properties, parse_kv, parser_for,
+from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, parse_kv, parser_for,
                                   settings_for)
 
 NAME = "produce"
@@ -71,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from kafkafast.protocol.errors import KafkaError
 
     props = parse_kv(args.property, "--property")
-    client_props = load_client_properties(args.command_config)
-    client_props.update(load_client_properties(args.producer_config, args.producer_property))
+    client_props = merged_client_properties(args.command_config, args.producer_config, args.producer_property)
     if args.compression:
         client_props["compression.type"] = args.compression
     if args.acks:
