@@ -2,7 +2,9 @@
 `kafkafast broker` before it forks its workers when `metrics.port` is set."""
 from __future__ import annotations
 
+import glob
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,12 +23,21 @@ class WorkerMetrics:
     per-topic counters, the all-topics sum."""
 
     def __init__(self, directory: str) -> None:
-        from prometheus_client.multiprocess import MultiProcessCollector
-
-        self.inner = MultiProcessCollector(None, path=directory)
+        self.directory = directory
 
     def collect(self) -> Iterator[Any]:
-        for metric in self.inner.collect():
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        # A process creating its file (at its first request) leaves it empty for an
+        # instant; such a file holds nothing yet and cannot be parsed, so it is skipped.
+        files = []
+        for path in glob.glob(os.path.join(self.directory, "*.db")):
+            try:
+                if os.path.getsize(path) > 0:
+                    files.append(path)
+            except OSError:
+                continue
+        for metric in MultiProcessCollector.merge(files, accumulate=True):
             if metric.name in ALL_TOPICS:
                 totals = [s for s in metric.samples if s.name.endswith("_total")]
                 if totals:

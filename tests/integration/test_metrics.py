@@ -108,3 +108,27 @@ def test_metrics_move_with_traffic(broker_factory, workers):
 def test_metrics_are_off_by_default(broker):
     """No metrics.port: no endpoint is started (the start is logged when there is one)."""
     assert "metrics on http" not in broker.log_tail(200)
+
+
+def test_a_file_being_created_does_not_break_the_scrape(tmp_path):
+    """A worker's metrics file is empty for an instant while it is created; the endpoint
+    sums the others instead of failing (run in a child: enabling recording is process-wide)."""
+    import subprocess
+    import sys
+
+    from tests.support.broker_process import REPO
+
+    script = f"""
+import os
+from kafkafast.metrics import recorder
+from kafkafast.metrics.server import WorkerMetrics
+recorder.enable({str(tmp_path)!r})
+recorder._REQUESTS.labels("Produce", "9").inc(3)
+open(os.path.join({str(tmp_path)!r}, "counter_999999.db"), "wb").close()
+samples = [(s.name, s.labels, s.value) for m in WorkerMetrics({str(tmp_path)!r}).collect() for s in m.samples]
+print(samples)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO))
+    assert out.returncode == 0, out.stderr
+    assert "('kafka_network_requestmetrics_requests_total', {'request': 'Produce', 'version': '9'}, 3.0)" in out.stdout
