@@ -21,6 +21,7 @@ INSTALL_REQUIRES = [
     "zstandard",
     "cramjam",
     "kazoo",
+    "prometheus_client",  # the broker's /metrics endpoint (kafkafast/metrics), multiprocess mode
 ]
 
 EXTRAS_REQUIRE = {

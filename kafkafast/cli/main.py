@@ -1,17 +1,26 @@
-"""`kafkafast` command line.
+"""`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
     kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
+    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|bench|health ...
 
-The properties file uses Kafka's names (listeners, log.dirs, num.partitions,
-log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys.
+The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
+log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys. The other
+commands take the flags of Kafka's shell tools (`kafkafast <command> --help`).
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from kafkafast.config import BrokerConfig, ConfigError
+
+# command name -> module in kafkafast.cli with add_parser(subparsers) and run(args) -> exit code
+COMMANDS = {
+    "topics": "topics", "groups": "groups", "configs": "configs", "produce": "produce", "consume": "consume",
+    "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
+}
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -36,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--log-level", default="INFO")
     b.add_argument("--as-kafka", metavar="X.Y", help="serve only the API versions Kafka X.Y served "
                                                      "(property kafkafast.as.kafka)")
+    import importlib
+
+    modules = {name: importlib.import_module(f"kafkafast.cli.{mod}") for name, mod in COMMANDS.items()}
+    for m in modules.values():
+        m.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command in modules:
+        return run_command(modules[args.command], args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":
@@ -61,20 +77,44 @@ def main(argv: list[str] | None = None) -> int:
             import os
 
             workers = os.cpu_count() or 1
-        try:
-            from kafkafast.runtime.supervisor import run_supervisor
-        except ImportError:
-            run_supervisor = None
+        from kafkafast.metrics.server import start_for_broker
         from kafkafast.runtime.server import ListenerError, run_server
 
+        metrics = start_for_broker(config, workers)  # before the fork: workers inherit recording
         try:
+            try:
+                from kafkafast.runtime.supervisor import run_supervisor
+            except ImportError:
+                run_supervisor = None
             if workers and run_supervisor is not None:
                 return run_supervisor(config, workers)
             return run_server(config)
         except ListenerError as exc:
             print(f"kafkafast: cannot start: {exc.strerror}", file=sys.stderr)
             return 1
+        finally:
+            if metrics is not None:
+                metrics.close()
     return 2
+
+
+def run_command(module: object, args: argparse.Namespace) -> int:
+    """Runs a client command: its errors become one line on stderr and exit code 1."""
+    from kafkafast.cli.common import CommandError
+    from kafkafast.protocol.errors import KafkaError
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(module.run(args))  # type: ignore[attr-defined]
+    except BrokenPipeError:  # `kafkafast consume ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (CommandError, KafkaError, ValueError, OSError) as exc:
+        name = type(exc).__name__
+        print(f"Error: {exc}" if isinstance(exc, CommandError) else f"Error: {name}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""Minimal admin client: create and delete topics, describe topic/broker configs.
+"""Admin client: topics, partitions, configs, consumer groups and their offsets, cluster.
 
 Requests go to the controller (from Metadata; any broker when the cluster has none) and
 wait for the topics to show up in (or vanish from) the metadata, so a topic can be used
 as soon as `create_topics` returns. Errors are raised per topic as typed exceptions;
 `create_topics(..., exist_ok=True)` ignores TOPIC_ALREADY_EXISTS.
+
+Group operations (list, describe, committed offsets, offset resets, delete) go to each
+group's coordinator (FindCoordinator); ListGroups asks every broker. Requests whose API
+this client's producer and consumer never send pick their version here (`ADMIN_VERSIONS`).
 """
 from __future__ import annotations
 
@@ -12,7 +16,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kafkafast.client.cluster import Cluster
+from dataclasses import dataclass, field
+
+from kafkafast.client.cluster import Cluster, TopicPartition
+from kafkafast.client.connection import BrokerConnection
+from kafkafast.client.consumer_protocol import decode_assignment
+from kafkafast.client.lowlevel import list_offsets_with
 from kafkafast.protocol import _generated as gen
 from kafkafast.protocol.errors import KafkaError, TopicAlreadyExistsError, for_code
 
@@ -20,6 +29,107 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 NewTopic = tuple[str, int] | tuple[str, int, dict[str, str]]
+
+# api key -> (lowest, highest) version the admin client speaks, for APIs not in CLIENT_VERSIONS.
+ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
+    15: (0, 5),   # DescribeGroups
+    16: (0, 4),   # ListGroups (v5 adds a types filter we do not use)
+    33: (0, 2),   # AlterConfigs
+    42: (0, 2),   # DeleteGroups
+    44: (0, 1),   # IncrementalAlterConfigs
+    60: (0, 1),   # DescribeCluster
+}
+CONFIG_SET, CONFIG_DELETE = 0, 1
+
+
+def admin_version(conn: BrokerConnection, api_key: int) -> int:
+    lo, hi = ADMIN_VERSIONS[api_key]
+    blo, bhi = conn.versions.get(api_key, (0, -1))
+    v = min(hi, bhi)
+    if v < max(lo, blo):
+        raise for_code(35)(f"broker {conn.host}:{conn.port} does not serve {gen.API_NAMES.get(api_key, api_key)} "
+                           f"v{lo}-{hi}")
+    return v
+
+
+# DescribeConfigs config_source values
+SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER = 1, 2, 3
+SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
+SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    sensitive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    is_internal: bool
+    partitions: tuple[PartitionDescription, ...]
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[tuple[int, str, int, str | None], ...]  # (node id, host, port, rack)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: int
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class GroupOffsets:
+    """Committed offset, log end and lag of every partition a group has committed."""
+    group_id: str
+    rows: dict[TopicPartition, tuple[int | None, int]] = field(default_factory=dict)  # tp -> (committed, log end)
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        committed, end = self.rows[tp]
+        return None if committed is None else max(0, end - committed)
 
 
 class AdminClient:
@@ -107,17 +217,26 @@ class AdminClient:
         """{(resource type, name): {config: value}}; a bare string means one topic."""
         if isinstance(resources, str):
             resources = [(RESOURCE_TOPIC, resources)]
+        entries = await self.describe_config_entries(resources, keys)
+        return {res: {e.name: e.value for e in es} for res, es in entries.items()}
+
+    async def describe_config_entries(self, resources: Iterable[tuple[int, str]], keys: list[str] | None = None
+                                      ) -> dict[tuple[int, str], list[ConfigEntry]]:
+        """Every config (or `keys`) of each resource with its source (SOURCE_*), read-only
+        and sensitive flags, as DescribeConfigs v1+ gives them, sorted by name."""
         R = gen.DescribeConfigsRequest.DescribeConfigsResource
         req = gen.DescribeConfigsRequest(resources=[R(resource_type=t, resource_name=n, configuration_keys=keys)
                                                     for t, n in resources],
                                          include_synonyms=False, include_documentation=False)
         conn = await self._controller()
         resp = await conn.send(req)
-        out: dict[tuple[int, str], dict[str, str | None]] = {}
+        out: dict[tuple[int, str], list[ConfigEntry]] = {}
         for r in resp.results:
             if r.error_code:
                 raise for_code(r.error_code)(f"describe configs {r.resource_name!r}: {r.error_message or ''}")
-            out[(r.resource_type, r.resource_name)] = {c.name: c.value for c in r.configs}
+            out[(r.resource_type, r.resource_name)] = sorted(
+                (ConfigEntry(c.name, c.value, c.config_source, bool(c.read_only), bool(c.is_sensitive))
+                 for c in r.configs), key=lambda e: e.name)
         return out
 
     async def create_partitions(self, topic: str, total: int) -> None:
@@ -128,6 +247,186 @@ class AdminClient:
         for r in resp.results:
             if r.error_code:
                 raise for_code(r.error_code)(f"create partitions {r.name!r}: {r.error_message or ''}")
+
+
+    # -- topics and cluster -------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """Brokers, controller and cluster id (DescribeCluster where served, else Metadata)."""
+        conn = await self.cluster.any_connection()
+        if 60 in conn.versions:
+            resp = await conn.send(gen.DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                              endpoint_type=1), version=admin_version(conn, 60))
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"describe cluster: {resp.error_message or ''}")
+            brokers = tuple((b.broker_id, b.host, b.port, b.rack) for b in resp.brokers)
+            return ClusterDescription(resp.cluster_id, resp.controller_id, tuple(sorted(brokers)))
+        await self.cluster.refresh_metadata()
+        return ClusterDescription(self.cluster.cluster_id, self.cluster.controller_id,
+                                  tuple(sorted((b.node_id, b.host, b.port, b.rack)
+                                               for b in self.cluster.brokers.values())))
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              include_internal: bool = False) -> list[TopicDescription]:
+        """Leader, replicas, ISR and offline replicas of every partition; all topics when
+        `names` is None. A named topic that does not exist raises UNKNOWN_TOPIC_OR_PARTITION."""
+        Topic = gen.MetadataRequest.MetadataRequestTopic
+        conn = await self.cluster.any_connection()
+        wanted = None if names is None else [Topic(name=n) for n in names]
+        resp = await conn.send(gen.MetadataRequest(topics=wanted, allow_auto_topic_creation=False),
+                               version=conn.version(3))
+        out = []
+        for t in resp.topics:
+            if names is None and t.is_internal and not include_internal:
+                continue
+            if names is not None and t.error_code:
+                raise for_code(t.error_code)(f"describe topic {t.name!r}")
+            tid = t.topic_id
+            parts = tuple(sorted((PartitionDescription(p.partition_index, p.leader_id, tuple(p.replica_nodes or ()),
+                                                       tuple(p.isr_nodes or ()), tuple(p.offline_replicas or ()),
+                                                       p.error_code) for p in t.partitions),
+                                 key=lambda p: p.partition))
+            out.append(TopicDescription(t.name, uuid_of(tid) if tid else "", bool(t.is_internal), parts,
+                                        t.error_code))
+        return sorted(out, key=lambda d: d.name)
+
+    async def alter_configs(self, resource_type: int, name: str, *, set_configs: dict[str, str] | None = None,
+                            delete_configs: Iterable[str] = (), validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs: SET and DELETE (back to the default) of single keys."""
+        A = gen.IncrementalAlterConfigsRequest.AlterConfigsResource
+        C = A.AlterableConfig
+        configs = [C(name=k, config_operation=CONFIG_SET, value=str(v)) for k, v in (set_configs or {}).items()]
+        configs += [C(name=k, config_operation=CONFIG_DELETE, value=None) for k in delete_configs]
+        conn = await self._controller()
+        resp = await conn.send(gen.IncrementalAlterConfigsRequest(
+            resources=[A(resource_type=resource_type, resource_name=name, configs=configs)],
+            validate_only=validate_only), version=admin_version(conn, 44))
+        for r in resp.responses:
+            if r.error_code:
+                raise for_code(r.error_code)(f"alter configs {r.resource_name!r}: {r.error_message or ''}")
+
+    async def list_offsets(self, tps: Iterable[tuple[str, int]], timestamp: int) -> dict[TopicPartition, int]:
+        """Offset per partition for `timestamp` (-2 earliest, -1 latest, or ms since the epoch:
+        the first offset whose timestamp is at or after it, the log end when there is none)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        self.cluster.add_topics({t for t, _ in tps})
+        got = await list_offsets_with(self.cluster, tps, timestamp)
+        out = {TopicPartition(*tp): off for tp, (off, _) in got.items()}
+        missing = [tp for tp in tps if TopicPartition(*tp) not in out or out[TopicPartition(*tp)] < 0]
+        if missing and timestamp >= 0:
+            for tp, (off, _) in (await list_offsets_with(self.cluster, missing, -1)).items():
+                out[TopicPartition(*tp)] = off
+        return out
+
+    # -- consumer groups ----------------------------------------------------------------
+
+    async def _coordinator(self, group: str) -> BrokerConnection:
+        return await self.cluster.connection(await self.cluster.find_coordinator(group))
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group on every broker (ListGroups is answered per broker)."""
+        await self.cluster.refresh_metadata()
+        out: dict[str, GroupListing] = {}
+        for node in sorted(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            resp = await conn.send(gen.ListGroupsRequest(states_filter=[], types_filter=[]),
+                                   version=admin_version(conn, 16))
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"list groups on broker {node}")
+            for g in resp.groups:
+                out[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state or "")
+        return [out[k] for k in sorted(out)]
+
+    async def describe_group(self, group: str) -> GroupDescription:
+        node = await self.cluster.find_coordinator(group)
+        conn = await self.cluster.connection(node)
+        resp = await conn.send(gen.DescribeGroupsRequest(groups=[group], include_authorized_operations=False),
+                               version=admin_version(conn, 15))
+        g = resp.groups[0]
+        if g.error_code:
+            raise for_code(g.error_code)(f"describe group {group!r}")
+        members = []
+        for m in g.members:
+            assignment: tuple[TopicPartition, ...] = ()
+            if g.protocol_type == "consumer" and m.member_assignment:
+                try:
+                    assignment = tuple(TopicPartition(t, p) for t, p in
+                                       sorted(decode_assignment(m.member_assignment).partitions))
+                except Exception:  # noqa: BLE001 - a non-standard assignment is shown as none
+                    assignment = ()
+            members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                             assignment))
+        return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, tuple(members), node)
+
+    async def group_offsets(self, group: str, topics: Iterable[str] | None = None) -> GroupOffsets:
+        """Committed offsets of a group (all partitions it committed, or every partition of
+        `topics`, uncommitted ones as None) with each partition's log end offset."""
+        conn = await self._coordinator(group)
+        T = gen.OffsetFetchRequest.OffsetFetchRequestTopic
+        req_topics = None
+        if topics is not None:
+            req_topics = []
+            for t in topics:
+                self.cluster.add_topics([t])
+                req_topics.append(T(name=t, partition_indexes=await self.cluster.wait_for_topic(t)))
+        resp = await conn.send(gen.OffsetFetchRequest(group_id=group, topics=req_topics, require_stable=False),
+                               version=min(conn.version(9), 7))
+        if resp.error_code:
+            raise for_code(resp.error_code)(f"offsets of group {group!r}")
+        committed: dict[TopicPartition, int | None] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(f"offsets of group {group!r} in {t.name}-{p.partition_index}")
+                committed[TopicPartition(t.name, p.partition_index)] = (p.committed_offset
+                                                                        if p.committed_offset >= 0 else None)
+        ends = await self.list_offsets(list(committed), -1)
+        out = GroupOffsets(group)
+        for tp in sorted(committed):
+            out.rows[tp] = (committed[tp], ends.get(tp, -1))
+        return out
+
+    async def commit_group_offsets(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commits offsets for a group that has no active members (as Kafka's tool requires:
+        a live group answers UNKNOWN_MEMBER_ID / REBALANCE_IN_PROGRESS and nothing changes)."""
+        T = gen.OffsetCommitRequest.OffsetCommitRequestTopic
+        Pt = T.OffsetCommitRequestPartition
+        topics: dict[str, Any] = {}
+        for tp, off in sorted(offsets.items()):
+            topics.setdefault(tp.topic, T(name=tp.topic, partitions=[])).partitions.append(
+                Pt(partition_index=tp.partition, committed_offset=off, committed_leader_epoch=-1,
+                   commit_timestamp=-1, committed_metadata=""))
+        conn = await self._coordinator(group)
+        resp = await conn.send(gen.OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1,
+                                                       member_id="", group_instance_id=None, retention_time_ms=-1,
+                                                       topics=list(topics.values())))
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise for_code(p.error_code)(f"commit offsets of group {group!r} in {t.name}-{p.partition_index}")
+
+    async def delete_groups(self, groups: Iterable[str]) -> dict[str, int]:
+        """{group: error code} (0 = deleted; NON_EMPTY_GROUP while it has members)."""
+        out: dict[str, int] = {}
+        for g in groups:
+            conn = await self._coordinator(g)
+            resp = await conn.send(gen.DeleteGroupsRequest(groups_names=[g]), version=admin_version(conn, 42))
+            for r in resp.results:
+                out[r.group_id] = r.error_code
+        return out
+
+
+def uuid_of(raw: Any) -> str:
+    """A topic id as Kafka's tools print it (base64url without padding)."""
+    import base64
+    import uuid as _uuid
+
+    b = raw.bytes if isinstance(raw, _uuid.UUID) else bytes(raw)
+    if not any(b):
+        return ""
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
 
 
 async def create_topics(bootstrap: str, topics: Iterable[NewTopic], **kw: Any) -> None:

@@ -30,6 +30,7 @@ from collections import deque
 from typing import Any
 
 from kafkafast.broker.broker import CloseConnection
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol.primitives import FileRegion
 
 log = logging.getLogger("kafkafast.connection")
@@ -222,6 +223,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.paused = False
                     self.transport.resume_reading()  # type: ignore[union-attr]
                 self.busy = True
+                started = request_metrics.clock()
                 try:
                     parts = await self._dispatch(frame)
                 except CloseConnection as exc:
@@ -236,6 +238,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.busy = False
                 if parts is not None and not self.closing:
                     await self._send(parts)
+                if request_metrics.active:
+                    request_metrics.observe(frame, parts, started)
                 parts = None
                 self._recycle(frame)
                 del frame

@@ -1,0 +1,31 @@
+"""`kafkafast cluster`: brokers, controller and cluster id (DescribeCluster, else Metadata)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kafkafast.cli.common import add_bootstrap, add_output, parser_for, print_json, print_table, run_admin
+
+NAME = "cluster"
+
+
+def add_parser(sub: Any) -> None:
+    p = parser_for(sub, NAME, "show the cluster id, the controller and the brokers", [
+        "kafkafast cluster --bootstrap-server 127.0.0.1:9092",
+        "kafkafast cluster --bootstrap-server 127.0.0.1:9092 --output json | jq .controller",
+    ])
+    add_bootstrap(p)
+    add_output(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    c = run_admin(args, lambda admin: admin.describe_cluster())
+    if args.output == "json":
+        print_json({"cluster_id": c.cluster_id, "controller": c.controller_id,
+                    "brokers": [{"id": i, "host": h, "port": p, "rack": r} for i, h, p, r in c.brokers]})
+        return 0
+    print(f"Cluster ID: {c.cluster_id}")
+    print(f"Controller: {c.controller_id}")
+    print_table(["ID", "HOST", "PORT", "RACK", "CONTROLLER"],
+                [(i, h, p, r, "*" if i == c.controller_id else "") for i, h, p, r in c.brokers])
+    return 0

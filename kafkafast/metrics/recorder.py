@@ -1,0 +1,129 @@
+"""Per-request metrics, recorded in each worker (see the package docstring).
+
+`observe(frame, parts, started)` is called by the connection once a request is answered:
+it counts the request by API and version, its total time into a histogram per API, and
+for Produce (records and batch bytes per topic, from the request's batch headers) and
+Fetch (bytes sent per topic, from the sendfile regions of the response) the per-topic
+traffic. Produce traffic is counted as received: the response is not decoded (that
+would double the cost of the hook), so a partition whose append failed still counts, and
+Kafka's FailedProduceRequestsPerSec is not served. It is inert (`active` False, nothing
+imported) until `enable` is called, before the workers are forked.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+active = False
+_children: dict[tuple[int, int], tuple[Any, Any]] = {}
+_topic_metrics: dict[str, tuple[Any, Any, Any]] = {}
+_REQUESTS: Any = None
+_TOTAL_TIME: Any = None
+_MESSAGES_IN: Any = None
+_BYTES_IN: Any = None
+_BYTES_OUT: Any = None
+_NAMES: dict[int, str] = {}
+_BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
+
+# Request time buckets in ms: sub-millisecond answers up to long-polling fetches.
+TIME_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, float("inf"))
+
+clock = time.perf_counter
+
+
+def enable(directory: str) -> None:
+    """Turns recording on in this process and every process forked from it; `directory`
+    holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
+    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    from prometheus_client import Counter, Histogram, values
+
+    values.ValueClass = values.MultiProcessValue()  # in case prometheus_client was imported before
+    from kafkafast.protocol import _generated as gen
+
+    _NAMES.update(gen.API_NAMES)
+    _REQUESTS = Counter("kafka_network_requestmetrics_requests", "Requests answered, by API and version",
+                        ["request", "version"], registry=None)
+    _TOTAL_TIME = Histogram("kafka_network_requestmetrics_totaltimems",
+                            "Time from a request's arrival at the handler to its response written, in ms",
+                            ["request"], buckets=TIME_BUCKETS_MS, registry=None)
+    _MESSAGES_IN = Counter("kafka_server_brokertopicmetrics_messagesin", "Records received in produce requests", ["topic"], registry=None)
+    _BYTES_IN = Counter("kafka_server_brokertopicmetrics_bytesin", "Record batch bytes received in produce requests", ["topic"],
+                        registry=None)
+    _BYTES_OUT = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes sent to fetchers", ["topic"],
+                         registry=None)
+    _children.clear()
+    _topic_metrics.clear()
+    active = True
+
+
+def _topic(topic: str) -> tuple[Any, Any, Any]:
+    t = _topic_metrics.get(topic)
+    if t is None:
+        t = _topic_metrics[topic] = (_MESSAGES_IN.labels(topic), _BYTES_IN.labels(topic), _BYTES_OUT.labels(topic))
+    return t
+
+
+def observe(frame: Any, parts: list | None, started: float) -> None:
+    """Records one answered request (see the module docstring); never raises."""
+    try:
+        elapsed_ms = (clock() - started) * 1000.0
+        api_key = int.from_bytes(frame[0:2], "big", signed=True)
+        version = int.from_bytes(frame[2:4], "big", signed=True)
+        pair = _children.get((api_key, version))
+        if pair is None:
+            name = _NAMES.get(api_key, str(api_key))
+            pair = _children[(api_key, version)] = (_REQUESTS.labels(name, str(version)), _TOTAL_TIME.labels(name))
+        pair[0].inc()
+        pair[1].observe(elapsed_ms)
+        if api_key == 0:
+            _produce(frame)
+        elif api_key == 1 and parts:
+            _fetch(parts)
+    except Exception:  # noqa: BLE001 - metrics must never break serving
+        pass
+
+
+def _produce(frame: Any) -> None:
+    from kafkafast.protocol import api
+    from kafkafast.records.batch import iter_entries
+
+    _, req = api.decode_request(frame)
+    for t in req.topic_data:
+        count = size = 0
+        for p in t.partition_data:
+            records = p.records
+            if records is None:
+                continue
+            for pos, _size, magic in iter_entries(records):
+                if magic == 2:
+                    count += int.from_bytes(records[pos + _BATCH_COUNT_AT:pos + _BATCH_COUNT_AT + 4], "big")
+            size += len(records)
+            del records
+        if size:
+            m_in, b_in, _ = _topic(t.name)
+            m_in.inc(count)
+            b_in.inc(size)
+    del req
+
+
+def _fetch(parts: list) -> None:
+    from kafkafast.protocol.primitives import FileRegion
+
+    for part in parts:
+        if isinstance(part, FileRegion) and part.length:
+            topic = topic_of_fd(part.fd)
+            if topic is not None:
+                _topic(topic)[2].inc(part.length)
+
+
+def topic_of_fd(fd: int) -> str | None:
+    """The topic of an open segment file: its directory is `<topic>-<partition>`."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    name = os.path.basename(os.path.dirname(path))
+    topic, sep, partition = name.rpartition("-")
+    return topic if sep and partition.isdigit() else None
