@@ -14,11 +14,12 @@ install_python() {
 }
 
 install_debian() {
-  # ZooKeeper for the cluster tests; Java is needed by ZooKeeper and Spark.
+  # ZooKeeper for the cluster tests; Java is needed by ZooKeeper and Spark; systemd-analyze for deploy/.
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     local need=()
     [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
     command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+    command -v systemd-analyze >/dev/null || need+=(systemd)  # checks deploy/'s unit files
     if [ ${#need[@]} -gt 0 ]; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
     fi
