@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 log = logging.getLogger("kafkafast.config")
 
@@ -73,6 +72,39 @@ DEFAULTS: dict[str, str | None] = {
     "replica.lag.time.max.ms": "30000",
     "cluster.id": None,
     "num.workers": None,
+    # -- security (kafkafast/security, kafkafast/runtime/limits.py) --
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    "inter.broker.listener.name": None,
+    "security.inter.broker.protocol": "PLAINTEXT",
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": None,
+    "ssl.keystore.password": None,
+    "ssl.keystore.key": None,
+    "ssl.keystore.certificate.chain": None,
+    "ssl.key.password": None,
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": None,
+    "ssl.truststore.password": None,
+    "ssl.truststore.certificates": None,
+    "ssl.client.auth": "none",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.cipher.suites": None,
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.principal.mapping.rules": "DEFAULT",
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "sasl.jaas.config": None,
+    "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "connections.max.reauth.ms": "0",
+    "connection.failed.authentication.delay.ms": "100",
+    "authorizer.class.name": "",
+    "super.users": None,
+    "allow.everyone.if.no.acl.found": "false",
+    "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647",
+    "max.connections.per.ip.overrides": "",
+    "connections.max.idle.ms": "600000",
+    "queued.max.requests": "500",
+    "queued.max.request.bytes": "-1",
 }
 
 # broker property -> topic-level property (Kafka's LogConfig synonyms)
@@ -127,13 +159,9 @@ class Listener:
 
 
 def parse_listeners(text: str) -> list[Listener]:
-    out = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        u = urlsplit(item)
-        if not u.scheme or u.port is None:
-            raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
-        out.append(Listener(u.scheme.upper(), u.hostname or "", u.port))
-    return out
+    from kafkafast.security.listeners import parse_endpoints
+
+    return [Listener(name, host, port) for name, host, port in parse_endpoints(text)]
 
 
 @dataclass
@@ -149,7 +177,7 @@ class BrokerConfig:
         if overrides:
             props.update(overrides)
         for key in props:
-            if key not in DEFAULTS:
+            if key not in DEFAULTS and not key.startswith("listener.name."):
                 log.info("config %s is not used by kafkafast (kept)", key)
         cfg = cls(props)
         cfg.validate()

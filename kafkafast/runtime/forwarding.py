@@ -37,6 +37,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.produce import ProduceResponse
 from kafkafast.protocol.primitives import FileRegion
 from kafkafast.runtime.connection import KafkaConnection
+from kafkafast.security.context import FORWARDED_PRINCIPAL, read_trailer
 
 log = logging.getLogger("kafkafast.forwarding")
 
@@ -105,6 +106,7 @@ class InternalConnection(KafkaConnection):
 
     async def _handle(self, frame: bytearray) -> None:
         self._inline = True
+        FORWARDED_PRINCIPAL.set(read_trailer(frame))  # the client's principal, for the authorizer
         try:
             parts = await self.broker.handle_frame(frame, self, internal=True)
         except CloseConnection as exc:

@@ -16,39 +16,29 @@ from typing import Any
 from kafkafast.broker.broker import Broker
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime.connection import KafkaConnection
+from kafkafast.runtime.listening import bind_listeners, make_listen_socket, serve_listeners  # noqa: F401
 
 log = logging.getLogger("kafkafast.server")
 SHUTDOWN_GRACE = 5.0
 
 
-def make_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host or "0.0.0.0", port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
 class Server:
-    def __init__(self, broker: Broker, sock: socket.socket) -> None:
+    def __init__(self, broker: Broker, specs: list, socks: list[socket.socket]) -> None:
         self.broker = broker
-        self.sock = sock
+        self.specs = specs
+        self.socks = socks
         self.connections: set[KafkaConnection] = set()
-        self.server: asyncio.AbstractServer | None = None
+        self.servers: list[asyncio.AbstractServer] = []
+        self.limits: Any = None
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        max_req = self.broker.config.get_int("socket.request.max.bytes")
-        self.server = await loop.create_server(
-            lambda: KafkaConnection(self.broker, max_req, tracker=self.connections), sock=self.sock)
+        self.servers, self.limits = await serve_listeners(self.broker, self.specs, self.socks, self.connections)
 
     async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        for srv in self.servers:
+            srv.close()
+        if self.limits is not None:
+            self.limits.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SHUTDOWN_GRACE
         while any(c.busy or c.queue for c in self.connections) and loop.time() < deadline:
@@ -59,20 +49,19 @@ class Server:
 
 
 async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
-    listener = config.listeners()[0]
-    sock = make_listen_socket(listener.host, listener.port)
+    specs, socks = bind_listeners(config)
     broker = Broker(config)
     await broker.start()
-    server = Server(broker, sock)
+    server = Server(broker, specs, socks[0])
     await server.start()
-    log.info("kafkafast broker %d listening on %s:%d, data in %s", broker.node_id,
-             listener.host, sock.getsockname()[1], ",".join(config.log_dirs))
+    log.info("kafkafast broker %d listening on %s, data in %s", broker.node_id,
+             ", ".join(f"{s.name} ({s.protocol}) {s.host}:{s.port}" for s in specs), ",".join(config.log_dirs))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready is not None:
-        ready(sock.getsockname()[1])
+        ready(specs[0].port)
     await stop.wait()
     log.info("shutting down")
     await server.stop()

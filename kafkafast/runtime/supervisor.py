@@ -35,7 +35,7 @@ import time
 
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
-from kafkafast.runtime.server import make_listen_socket
+from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -54,7 +54,8 @@ class Supervisor:
         self.pids: dict[int, int] = {}  # pid -> worker index
         self.incarnation = [0] * workers
         self.deaths: list[float] = []
-        self.listen_socks: list[socket.socket] = []
+        self.listen_socks: list[list[socket.socket]] = []  # [worker][listener]
+        self.listener_specs: list = []
         self.internal_socks: list[socket.socket] = []
         self.pipes: list[tuple[int, int]] = []
         self.run_dir = ""
@@ -63,12 +64,9 @@ class Supervisor:
 
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
-        listener = self.config.listeners()[0]
-        first = make_listen_socket(listener.host, listener.port, reuse_port=True)
-        port = first.getsockname()[1]
-        self.listen_socks = [first] + [make_listen_socket(listener.host, port, reuse_port=True)
-                                       for _ in range(self.n - 1)]
-        self.port = port
+        # one SO_REUSEPORT socket per listener for each worker
+        self.listener_specs, self.listen_socks = bind_listeners(self.config, self.n, reuse_port=True)
+        self.port = self.listener_specs[0].port
         self.run_dir = tempfile.mkdtemp(prefix=f"kafkafast-{os.getpid()}-")
         for i in range(self.n):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -131,16 +129,18 @@ class Supervisor:
                 for j, s in enumerate(self.internal_socks):
                     if j != i:
                         s.close()
-                for j, s in enumerate(self.listen_socks):
+                for j, socks in enumerate(self.listen_socks):
                     if j != i:
-                        s.close()
+                        for s in socks:
+                            s.close()
                 for j, (r, _) in enumerate(self.pipes):
                     if j != i:
                         os.close(r)
                 from kafkafast.runtime.worker import run_worker
 
                 code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
-                                  listen_sock=self.listen_socks[i], internal_sock=self.internal_socks[i],
+                                  listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
+                                  internal_sock=self.internal_socks[i],
                                   wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
                                   run_dir=self.run_dir, clean=clean)
             except BaseException:

@@ -42,6 +42,7 @@ from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
+from kafkafast.security.context import principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import (
@@ -408,7 +409,7 @@ class WorkerBroker(Broker):
             if api_key in GROUP_KEYS and self.group_coordinator is not None:
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
-                    return await self.forwarder.frame(owner, frame)
+                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await super().handle_frame(frame, conn, internal=internal)
 
     def _group_owner(self, frame: Any, api_key: int) -> int | None:
@@ -456,16 +457,16 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock: socket.socket,
-                 wake_r: int, stop: asyncio.Event) -> int:
-    from kafkafast.runtime.connection import KafkaConnection
+async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listener_specs: list,
+                 internal_sock: socket.socket, wake_r: int, stop: asyncio.Event) -> int:
+    from kafkafast.runtime.listening import serve_listeners
 
     loop = asyncio.get_running_loop()
     await broker.start()
     max_req = broker.config.get_int("socket.request.max.bytes")
     external: set = set()
     internal: set = set()
-    ext_server = await loop.create_server(lambda: KafkaConnection(broker, max_req, tracker=external), sock=listen_sock)
+    ext_servers, limits = await serve_listeners(broker, listener_specs, listen_socks, external)
     int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
                                                sock=internal_sock)
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
@@ -475,7 +476,9 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)
-    ext_server.close()
+    for srv in ext_servers:
+        srv.close()
+    limits.stop()
     deadline = loop.time() + SHUTDOWN_GRACE
 
     def idle(conns: set) -> bool:
@@ -500,7 +503,8 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
 
 
 def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
-               listen_sock: socket.socket, internal_sock: socket.socket, wake_r: int, wake_fds: list[int],
+               listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
+               wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool) -> int:
     """The worker's main, called in the child right after the fork."""
     _set_parent_death_signal()
@@ -529,7 +533,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         profiler = cProfile.Profile()
         profiler.enable()
     try:
-        return loop.run_until_complete(_serve(broker, listen_sock, internal_sock, wake_r, stop))
+        return loop.run_until_complete(_serve(broker, listen_socks, listener_specs, internal_sock, wake_r, stop))
     except Exception:
         log.exception("worker %d failed", index)
         return 1

@@ -30,7 +30,7 @@ def _lookup(broker, key: str, key_type: int) -> tuple[int, str | None]:
 
 @handles(FindCoordinatorRequest, 0, 4)
 async def handle(broker, ctx, req: FindCoordinatorRequest, version: int) -> FindCoordinatorResponse:
-    host, port = broker_endpoint(broker)
+    host, port = broker_endpoint(broker, ctx)
     if version >= 4:
         coordinators = []
         for key in req.coordinator_keys:

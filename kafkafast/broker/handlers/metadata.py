@@ -15,7 +15,10 @@ from kafkafast.protocol.primitives import ZERO_UUID
 AUTH_OPS_UNSET = -2147483648
 
 
-def broker_endpoint(broker):
+def broker_endpoint(broker, ctx=None):
+    listener = getattr(getattr(ctx, "conn", None), "listener", None)
+    if listener is not None:  # the advertised endpoint of the listener the client came in on
+        return listener.endpoint()
     adv = broker.config.advertised_listeners()[0]
     host = adv.host or "127.0.0.1"
     return host, adv.port
@@ -44,7 +47,7 @@ def error_topic(name, code, topic_id=ZERO_UUID):
 @handles(MetadataRequest, 0, 12)
 async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataResponse:
     broker.refresh_topics()
-    host, port = broker_endpoint(broker)
+    host, port = broker_endpoint(broker, ctx)
     resp = MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
