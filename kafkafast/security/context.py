@@ -97,3 +97,30 @@ def read_trailer(frame: Any) -> tuple[str, str] | None:
         return None
     principal, _, host = bytes(frame[-6 - n:-6]).decode("utf-8", "replace").partition("\0")
     return principal, host
+
+
+# -- one-line checks for handlers -------------------------------------------------------------
+_DENIED_CODE = {acl.TOPIC: 29, acl.GROUP: 30, acl.CLUSTER: 31, acl.TRANSACTIONAL_ID: 53, acl.DELEGATION_TOKEN: 65}
+
+
+def denied(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = acl.CLUSTER_NAME) -> int:
+    """0 when allowed, else the error code Kafka answers for the resource type
+    (TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+    return 0 if allowed(broker, ctx, operation, resource_type, name) else _DENIED_CODE[resource_type]
+
+
+def require(broker: Any, ctx: Any, operation: int, resource_type: int, name: str = acl.CLUSTER_NAME) -> None:
+    """Raises the KafkaError of `denied` (for handlers that answer errors from an except clause)."""
+    code = denied(broker, ctx, operation, resource_type, name)
+    if code:
+        from kafkafast.protocol import errors as E
+
+        raise E.for_code(code)()
+
+
+def fetch_denied(broker: Any, ctx: Any, replica_id: int, topic: str) -> int:
+    """Fetch: a consumer needs Read on the topic; a fetch naming a broker's replica_id needs
+    ClusterAction on the cluster (a client cannot pose as a follower, CVE-2018-1288)."""
+    if replica_id is not None and replica_id >= 0:
+        return 29 if not allowed(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER) else 0
+    return denied(broker, ctx, acl.READ, acl.TOPIC, topic)

@@ -28,7 +28,7 @@ async def handle(broker, ctx, req: DescribeAclsRequest, version: int) -> Describ
     if authorizer is None:
         return _error(E.ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
     if not allowed(broker, ctx, acl.DESCRIBE, acl.CLUSTER):
-        return _error(E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+        return _error(E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     flt = acl_filter(req)
     if flt.resource_type == acl.UNKNOWN or flt.pattern_type == acl.UNKNOWN or flt.operation == acl.UNKNOWN \
             or flt.permission_type == acl.UNKNOWN:

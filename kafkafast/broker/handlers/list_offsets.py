@@ -8,6 +8,8 @@ the target, found through the time index (offset -1 and timestamp -1 when there 
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -22,9 +24,10 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
         topics.append(tr)
         for p in t.partitions:
             part = broker.get_partition(t.name, p.partition_index)
-            if part is None:
+            if part is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.name):
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
-                                              error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              error_code=denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.name)
+                                              or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             if version >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:

@@ -11,6 +11,8 @@ from kafkafast.broker.topics import validate_topic_name
 from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 AUTH_OPS_UNSET = -2147483648
 
@@ -56,6 +58,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
     all_topics = req.topics is None or (version == 0 and not req.topics)
     if all_topics:
         for meta in sorted(broker.topics.topics.values(), key=lambda t: t.name):
+            if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):  # hidden from this principal
+                continue
             resp.topics.append(topic_response(broker, meta, version))
         return resp
     auto = req.allow_auto_topic_creation if version >= 4 else True
@@ -63,10 +67,13 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
         name = t.name
         if name is None:
             meta = broker.topics.by_id.get(bytes(t.topic_id))
-            if meta is None:
+            if meta is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):
                 resp.topics.append(error_topic(None, E.ErrorCode.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
             else:
                 resp.topics.append(topic_response(broker, meta, version))
+            continue
+        if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
+            resp.topics.append(error_topic(name, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
         meta = broker.topics.get(name)
         if meta is None:
@@ -75,7 +82,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
             except E.InvalidTopicError:
                 resp.topics.append(error_topic(name, E.ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
-            if auto:
+            if auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
+                         or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name)):
                 meta = broker.maybe_auto_create(name)
         if meta is None:
             resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -8,6 +8,8 @@ error. `require_stable` (v7+) changes nothing: there are no pending transactiona
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 R = OffsetFetchResponse
 
@@ -23,13 +25,21 @@ def _lookup(coordinator, group_id, topics):
     return err, by_topic
 
 
+def _authorized(broker, ctx, group_id, err, by_topic):
+    """Describe on the group (else GROUP_AUTHORIZATION_FAILED and no offsets) and on each
+    topic (topics the principal may not describe are left out)."""
+    if denied(broker, ctx, acl.DESCRIBE, acl.GROUP, group_id):
+        return E.ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    return err, {t: parts for t, parts in by_topic.items() if not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t)}
+
+
 @handles(OffsetFetchRequest, 1, 8)
 async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
     coordinator = broker.group_coordinator
     if version >= 8:
         groups = []
         for g in req.groups:
-            err, by_topic = _lookup(coordinator, g.group_id, g.topics)
+            err, by_topic = _authorized(broker, ctx, g.group_id, *_lookup(coordinator, g.group_id, g.topics))
             groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
                 R.OffsetFetchResponseTopics(name=t, partitions=[
                     R.OffsetFetchResponsePartitions(
@@ -39,7 +49,7 @@ async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFe
                     for p, c in parts])
                 for t, parts in by_topic.items()]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    err, by_topic = _lookup(coordinator, req.group_id, req.topics)
+    err, by_topic = _authorized(broker, ctx, req.group_id, *_lookup(coordinator, req.group_id, req.topics))
     per_partition_err = err if version < 2 else 0
     return OffsetFetchResponse(throttle_time_ms=0, error_code=err if version >= 2 else 0, topics=[
         R.OffsetFetchResponseTopic(name=t, partitions=[

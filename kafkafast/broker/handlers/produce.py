@@ -14,6 +14,8 @@ v8 adds record_errors/error_message (filled for record-level failures).
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
@@ -40,6 +42,9 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if req.transactional_id is not None:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                                      "transactions are not supported by this broker"))
+                continue
+            if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
+                tr.partition_responses.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             part = broker.get_partition(topic.name, pd.index)
             if part is None:
