@@ -156,9 +156,12 @@ class SecuritySession:
     def expired(self) -> bool:
         return self.expires_at != 0.0 and time.monotonic() > self.expires_at
 
-    def handshake(self, mechanism: str, version: int, enabled: list[str], scram_store: Any) -> None:
+    def handshake(self, mechanism: str, version: int, enabled: list[str], scram_store: Any,
+                  reauth_ms: int = 0) -> None:
         if self.exchange is not None and not self.exchange.done:
             raise AuthenticationFailed("SaslHandshake during an authentication exchange")
+        if self.authenticated and reauth_ms <= 0:
+            raise AuthenticationFailed("re-authentication is disabled (connections.max.reauth.ms=0)")
         if self.authenticated:
             if mechanism != self.mechanism:
                 raise AuthenticationFailed("re-authentication must use the mechanism of the first authentication")

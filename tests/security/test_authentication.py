@@ -271,8 +271,55 @@ def test_reauthentication_kip368(tmp_path, pki):
         with RawClient(ports["SASL_PLAINTEXT"]) as c:  # re-authentication keeps the principal
             assert _plain_login(c, "alice", "alice-secret").error_code == 0
             assert _plain_login(c, "bob", "bob-secret").error_code == 58
+        # librdkafka re-authenticates by itself within the session lifetime: a producer that
+        # keeps sending across several lifetimes sees no error and loses no message
+        import confluent_kafka as ck
+
+        errors: list = []
+        conn = conn_for("SASL_PLAINTEXT-PLAIN", pki, ports)
+        p = ck.Producer({**conn.confluent(), "error_cb": errors.append, "linger.ms": 5})
+        delivered: list = []
+        t_end = time.monotonic() + 5
+        while time.monotonic() < t_end:
+            p.produce("reauth", b"x", on_delivery=lambda err, msg: delivered.append(err))
+            p.poll(0.1)
+        assert p.flush(20) == 0
+        assert errors == [] and len(delivered) >= 40 and not any(delivered)
+        log = broker.log_path.read_text(errors="replace")
+        assert log.count("SASL session expired") == 1  # only the raw client above let its session lapse
     finally:
         broker.kill()
+
+
+def test_second_handshake_refused_when_reauthentication_is_off(env):
+    _, _, ports = env
+    with RawClient(ports["SASL_PLAINTEXT"]) as c:
+        assert _plain_login(c, "alice", "alice-secret").error_code == 0
+        assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 34  # ILLEGAL_SASL_STATE
+        assert c.recv_frame() is None
+
+
+def test_large_fetches_over_tls_arrive_intact(env):
+    """Fetch responses over TLS are read from the segment in 256 KiB steps through a reused
+    buffer: several MiB of distinct records must come back byte for byte."""
+    import confluent_kafka as ck
+
+    pki, _, ports = env
+    conf = conn_for("SSL", pki, ports).confluent()
+    records = [bytes([i % 251]) * 1000 + i.to_bytes(4, "big") * 16000 for i in range(60)]  # ~65 KB each
+    p = ck.Producer({**conf, "linger.ms": 20, "message.max.bytes": 8 << 20})
+    for r in records:
+        p.produce("tls-large", r)
+    assert p.flush(30) == 0
+    c = ck.Consumer({**conf, "group.id": "tls-large", "fetch.max.bytes": 8 << 20,
+                     "max.partition.fetch.bytes": 8 << 20, "enable.auto.commit": False})
+    c.assign([ck.TopicPartition("tls-large", 0, 0)])
+    got: list = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(records) and time.monotonic() < deadline:
+        got += [m.value() for m in c.consume(100, 0.5) if m.error() is None]
+    c.close()
+    assert got == records
 
 
 def test_secured_listeners_with_worker_processes(tmp_path, pki):

@@ -24,7 +24,7 @@ async def handle(broker, ctx, req: SaslHandshakeRequest, version: int) -> SaslHa
         session.failed = True
         return SaslHandshakeResponse(error_code=E.ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)
     try:
-        session.handshake(mechanism, version, enabled, security_of(broker).scram)
+        session.handshake(mechanism, version, enabled, security_of(broker).scram, security_of(broker).reauth_ms)
     except AuthenticationFailed:
         session.failed = True
         return SaslHandshakeResponse(error_code=E.ErrorCode.ILLEGAL_SASL_STATE, mechanisms=enabled)
