@@ -330,3 +330,24 @@ def test_secured_listeners_with_worker_processes(tmp_path, pki):
             assert ROUND_TRIPS["confluent"](conn_for(mode, pki, ports), topic) == values(topic)
     finally:
         broker.kill()
+
+
+def test_client_certificate_subject_is_the_principal(tmp_path, pki):
+    """The certificate's subject DN (RFC 2253) through ssl.principal.mapping.rules names the
+    principal the authorizer sees: alice's certificate may produce, an anonymous TLS client not."""
+    import confluent_kafka as ck
+
+    broker, ports = start_broker(tmp_path / "data", pki, {
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),O=Clients,C=DE$/$1/L,DEFAULT",
+        "super.users": "User:alice"})
+    try:
+        for mode, expected in (("MTLS", None), ("SSL", ck.KafkaError.TOPIC_AUTHORIZATION_FAILED)):
+            conn = conn_for(mode, pki, ports)
+            result: list = []
+            p = ck.Producer({**conn.confluent(), "message.timeout.ms": 10000})
+            p.produce("by-cert", b"v", on_delivery=lambda err, msg: result.append(err))
+            p.flush(20)
+            assert result and (result[0].code() if result[0] else None) == expected, (mode, result)
+    finally:
+        broker.kill()
