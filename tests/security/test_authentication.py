@@ -351,3 +351,32 @@ def test_client_certificate_subject_is_the_principal(tmp_path, pki):
             assert result and (result[0].code() if result[0] else None) == expected, (mode, result)
     finally:
         broker.kill()
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_broker_side_client_authenticates_over_sasl_ssl(env, mechanism):
+    """kafkafast.security.client (for inter-broker connections): TLS with host name checking
+    against the broker's own trust store, then a SASL exchange, then a request."""
+    import socket as socket_
+
+    from kafkafast.security.client import client_ssl_context, sasl_client
+    from kafkafast.security.listeners import listener_specs
+
+    pki, _, ports = env
+    spec = listener_specs({"listeners": f"SASL_SSL://localhost:{ports['SASL_SSL']}",
+                           "ssl.truststore.location": str(pki.ca)})[0]
+    ctx = client_ssl_context(spec)
+    user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else SCRAM_USERS[mechanism]
+    with ctx.wrap_socket(socket_.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=10),
+                         server_hostname="localhost") as s:
+        c = RawClient.__new__(RawClient)
+        c.sock, c.correlation = s, 0
+        assert c.request(SaslHandshakeRequest(mechanism=mechanism), 1).error_code == 0
+        client = sasl_client(mechanism, user, password)
+        token = client.first()
+        while token is not None:
+            resp = c.request(SaslAuthenticateRequest(auth_bytes=token), 1)
+            assert resp.error_code == 0, resp.error_message
+            token = client.step(resp.auth_bytes)
+        md = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+        assert md.brokers[0].port == ports["SASL_SSL"]
