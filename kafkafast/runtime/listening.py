@@ -50,15 +50,21 @@ def bind_listeners(config: Any, copies: int = 1, *,
 
 def validate_security(specs: list[ListenerSpec]) -> None:
     """Fails start-up (ValueError) on a listener whose TLS or SASL settings cannot work."""
+    from kafkafast.security.acl import AUTHORIZER_CLASSES
+    from kafkafast.security.jaas import jaas_for
     from kafkafast.security.sasl import enabled_mechanisms
     from kafkafast.security.tls import PrincipalMapper, server_context
 
+    cls = (specs[0].props.get("authorizer.class.name") or "").strip() if specs else ""
+    if cls and cls not in AUTHORIZER_CLASSES:
+        raise ValueError(f"authorizer.class.name={cls} is not supported (use one of {', '.join(AUTHORIZER_CLASSES)})")
     for spec in specs:
         if spec.tls:
             server_context(spec)
             PrincipalMapper(spec.get("ssl.principal.mapping.rules"))
         if spec.sasl:
-            enabled_mechanisms(spec)
+            for mechanism in enabled_mechanisms(spec):
+                jaas_for(spec, mechanism)  # raises JaasError (a ValueError) on a bad sasl.jaas.config
 
 
 async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[socket.socket],
