@@ -6,7 +6,7 @@ with a message) and either `ssl.keystore.location` - one PEM file holding the pr
 or the inline `ssl.keystore.key` + `ssl.keystore.certificate.chain` PEM texts. Trust store:
 `ssl.truststore.location` (PEM certificates) or inline `ssl.truststore.certificates`.
 `ssl.client.auth` none/requested/required, `ssl.enabled.protocols` (TLSv1.2, TLSv1.3),
-`ssl.cipher.suites` (OpenSSL or IANA names for TLS 1.2 suites), every key also read with its
+`ssl.cipher.suites` (IANA names as Kafka takes them, or OpenSSL names; TLS 1.2 suites - TLS 1.3 ones are always on), every key also read with its
 `listener.name.<listener>.` prefix.
 
 The principal of a client certificate is its subject DN in RFC 2253 form (as Java's
@@ -82,12 +82,30 @@ def server_context(listener: Any) -> ssl.SSLContext:
     ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
     ciphers = get("ssl.cipher.suites")
     if ciphers:
+        names = [n for n in (openssl_cipher_name(c.strip()) for c in ciphers.split(",") if c.strip()) if n]
         try:
-            ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",") if c.strip()))
+            if names:
+                ctx.set_ciphers(":".join(names))
         except ssl.SSLError as exc:
             raise ValueError(f"ssl.cipher.suites: {exc}") from exc
     ctx.options |= ssl.OP_NO_COMPRESSION
     return ctx
+
+
+def openssl_cipher_name(name: str) -> str | None:
+    """A cipher suite as Kafka's (Java's) IANA name or as OpenSSL names it, in OpenSSL's
+    spelling for `set_ciphers` (TLS 1.2 and below). TLS 1.3 suites (`TLS_AES_128_GCM_SHA256`,
+    ...) cannot be chosen through Python's ssl and are always on: None."""
+    if not name.startswith("TLS_"):
+        return name
+    kx, sep, cipher = name[4:].partition("_WITH_")
+    if not sep:
+        return None  # a TLS 1.3 suite
+    cipher = cipher.replace("AES_128", "AES128").replace("AES_256", "AES256").replace("_CBC", "")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
+    kx = {"RSA": ""}.get(kx, kx)
+    out = "-".join(p for p in (kx.replace("_", "-"), cipher.replace("_", "-")) if p)
+    return out
 
 
 # -- principals ----------------------------------------------------------------------------

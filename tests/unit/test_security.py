@@ -118,3 +118,50 @@ def test_acl_decisions(tmp_path):
     assert [a.resource_name for a in auth.acls()] == ["orders", "g"]
     assert A.validate(_acl(A.CLUSTER, "other", "User:a", A.ALTER)) is not None
     assert A.validate(_acl(A.TOPIC, "t", "alice", A.READ)) is not None
+
+
+def _handshake(server_ctx, client_ctx) -> tuple:
+    """A TLS handshake between two contexts through memory BIOs (no sockets)."""
+    import ssl
+
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    for _ in range(10):
+        for obj in (client, server):
+            try:
+                obj.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    return server.cipher(), server.getpeercert()
+
+
+def test_tls_listener_settings_take_effect(tmp_path):
+    import ssl
+
+    from kafkafast.security.tls import openssl_cipher_name, server_context
+    from tests.security.pki import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    assert openssl_cipher_name("TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256") == "ECDHE-RSA-AES128-SHA256"
+    assert openssl_cipher_name("TLS_AES_256_GCM_SHA384") is None  # TLS 1.3: not selectable, always on
+    spec = listener_specs({"listeners": "SECURE://:9", "listener.security.protocol.map": "SECURE:SSL",
+                           "ssl.keystore.location": str(pki.server_keystore), "ssl.key.password": pki.key_password,
+                           "ssl.truststore.location": str(pki.ca), "ssl.enabled.protocols": "TLSv1.2",
+                           "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+                           "listener.name.secure.ssl.client.auth": "required"})[0]
+    server = server_context(spec)
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    cipher, peer = _handshake(server, client)
+    assert cipher[0] == "ECDHE-ECDSA-AES256-GCM-SHA384" and cipher[1] == "TLSv1.2"
+    assert subject_dn(peer) == "CN=alice,O=Clients,C=DE"
+    wrong_pw = listener_specs({"listeners": "SSL://:9", "ssl.keystore.location": str(pki.server_keystore),
+                               "ssl.key.password": "nope"})[0]
+    with pytest.raises(ValueError):
+        server_context(wrong_pw)
+    jks = listener_specs({"listeners": "SSL://:9", "ssl.keystore.type": "JKS", "ssl.keystore.location": "x.jks"})[0]
+    with pytest.raises(ValueError, match="PEM"):
+        server_context(jks)
