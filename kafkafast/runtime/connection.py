@@ -44,6 +44,9 @@ from typing import Any
 
 from kafkafast.broker.broker import CloseConnection
 from kafkafast.protocol.primitives import FileRegion
+from kafkafast.security.context import security_of
+from kafkafast.security.gate import new_session, screen
+from kafkafast.security.sasl import PRE_AUTH_MAX_BYTES
 
 log = logging.getLogger("kafkafast.connection")
 
@@ -113,9 +116,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             transport.abort()  # type: ignore[attr-defined]
             return
         if self.listener is not None:
-            from kafkafast.security.gate import new_session
-            from kafkafast.security.sasl import PRE_AUTH_MAX_BYTES
-
             try:
                 self.session = new_session(self.listener, transport, self.peer)
             except ValueError as exc:  # no principal mapping rule matches the certificate
@@ -301,11 +301,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._dequeued(frame)
                 self.busy = True
                 try:
-                    parts = None
-                    if self.session is not None:
-                        from kafkafast.security.gate import screen
-
-                        parts = screen(self, frame)
+                    parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
                         parts = await self.broker.handle_frame(frame, self, internal=self.internal)
                 except CloseConnection as exc:
@@ -330,8 +326,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             pass
 
     async def _close_failed_auth(self) -> None:
-        from kafkafast.security.context import security_of
-
         await asyncio.sleep(security_of(self.broker).failed_auth_delay)
         log.info("closing %s: SASL authentication failed", self.peer)
         self.abort()
