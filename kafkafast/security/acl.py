@@ -119,6 +119,7 @@ class AclAuthorizer:
         self._by_type: dict[int, list[Acl]] = {}
         self._stamp: tuple | None = None
         self._checked = 0.0
+        self._decisions: dict[tuple, bool] = {}  # cleared whenever the ACLs change
 
     # -- store ----------------------------------------------------------------------------
     def _refresh(self, force: bool = False) -> None:
@@ -138,6 +139,7 @@ class AclAuthorizer:
             with open(self.path, encoding="utf-8") as fh:
                 acls = [Acl(**raw) for raw in json.load(fh)]
         self._acls, self._stamp = acls, stamp
+        self._decisions = {}
         self._by_type = {}
         for a in acls:
             self._by_type.setdefault(a.resource_type, []).append(a)
@@ -184,6 +186,15 @@ class AclAuthorizer:
         if principal in self.super_users:
             return True
         self._refresh()
+        key = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) > 65536:
+                self._decisions = {}
+            decision = self._decisions[key] = self._decide(principal, host, operation, resource_type, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
         matching = [a for a in self._by_type.get(resource_type, ()) if _pattern_applies(a, name)]
         if not matching:
             return self.allow_if_no_acl

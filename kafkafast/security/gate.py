@@ -32,6 +32,8 @@ def screen(conn: Any, frame: Any) -> list | None:
     """None: dispatch the frame normally; a list: send these parts instead (the answer to
     a bare v0 token). Raises CloseConnection when the frame is not allowed."""
     session = conn.session
+    if session.authenticated and not session.expires_at and not session.raw_tokens:
+        return None  # the common case: nothing to screen
     if session.raw_tokens:
         broker = conn.broker
         sec = security_of(broker)
