@@ -89,6 +89,9 @@ def listener_specs(props: dict) -> list[ListenerSpec]:
         if name not in pmap:
             raise ValueError(f"listener {name} has no entry in listener.security.protocol.map")
         ahost, aport = adv.get(name, (host, port))
+        if ahost in ("0.0.0.0", "::"):
+            raise ValueError(f"listener {name}: advertised.listeners cannot use the nonroutable meta-address "
+                             f"{ahost}; advertise a routable address for it")
         specs.append(ListenerSpec(name, pmap[name], host, port, ahost, aport, props))
     inter = props.get("inter.broker.listener.name")
     if inter and inter.upper() not in names:

@@ -33,7 +33,8 @@ def test_listeners_with_names_map_and_advertised():
     {"listeners": "A://:1,A://:2", "listener.security.protocol.map": "A:SSL"},
     {"listeners": "PLAINTEXT://:1", "advertised.listeners": "OTHER://h:1"},
     {"listeners": "PLAINTEXT://:1", "listener.security.protocol.map": "PLAINTEXT:TLS"},
-    {"listeners": "PLAINTEXT//:1"}])
+    {"listeners": "PLAINTEXT//:1"},
+    {"listeners": "PLAINTEXT://0.0.0.0:1"}])  # bound to every address, advertising none
 def test_bad_listener_configs_are_refused(props):
     with pytest.raises(ValueError):
         listener_specs(props)
