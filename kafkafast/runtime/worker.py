@@ -42,7 +42,7 @@ from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
-from kafkafast.security.context import principal_trailer
+from kafkafast.security.context import carry_principal, principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import (
@@ -403,6 +403,7 @@ class WorkerBroker(Broker):
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
             if api_key in FANOUT_KEYS and self.group_coordinator is not None:
+                carry_principal(conn)  # the split requests are authorized as this client
                 parts = await maybe_fan_out(self, frame)
                 if parts is not None:
                     return parts

@@ -85,8 +85,22 @@ def principal_trailer(frame: Any, conn: Any) -> Any:
     session = getattr(conn, "session", None)
     if session is None:
         return frame
-    tail = f"{session.principal}\0{session.host}".encode()
-    return bytearray(frame) + tail + len(tail).to_bytes(2, "big") + TRAILER_MAGIC
+    return bytearray(frame) + trailer_bytes((session.principal, session.host))
+
+
+def trailer_bytes(who: tuple[str, str] | None) -> bytes:
+    if who is None:
+        return b""
+    tail = f"{who[0]}\0{who[1]}".encode()
+    return tail + len(tail).to_bytes(2, "big") + TRAILER_MAGIC
+
+
+def carry_principal(conn: Any) -> None:
+    """Makes the connection's principal the one that requests split off from its request
+    (group fan-out) are authorized as, locally (`identity` of an internal request) and on
+    other workers (`trailer_bytes(FORWARDED_PRINCIPAL.get())`)."""
+    session = getattr(conn, "session", None)
+    FORWARDED_PRINCIPAL.set((session.principal, session.host) if session is not None else None)
 
 
 def read_trailer(frame: Any) -> tuple[str, str] | None:

@@ -312,6 +312,14 @@ def test_acl_changes_reach_every_worker(tmp_path):
                                                   protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
                                                       name="range", metadata=b"")]), 5)
                 assert resp.error_code == 30, g  # GROUP_AUTHORIZATION_FAILED
+            # requests split over the groups' owners (DescribeGroups, ListGroups) keep the principal too
+            from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+            from kafkafast.protocol._generated.list_groups import ListGroupsRequest
+
+            groups = ["mwg", "g1", "g2", "g3", "g4", "g5", "g6"]
+            described = c.request(DescribeGroupsRequest(groups=groups, include_authorized_operations=False), 5)
+            assert [(g.group_id, g.error_code) for g in described.groups] == [("mwg", 0)] + [(g, 30) for g in groups[1:]]
+            assert [g.group_id for g in c.request(ListGroupsRequest(states_filter=[]), 4).groups] == ["mwg"]
     finally:
         _ADMINS.clear()
         broker.kill()
