@@ -287,7 +287,8 @@ def test_reauthentication_kip368(tmp_path, pki):
         assert p.flush(20) == 0
         assert errors == [] and len(delivered) >= 40 and not any(delivered)
         log = broker.log_path.read_text(errors="replace")
-        assert log.count("SASL session expired") == 1  # only the raw client above let its session lapse
+        # the raw client's explicit one, and at least one by librdkafka within the 5 s
+        assert log.count("re-authenticated User:alice with PLAIN for 1500 ms") >= 2
     finally:
         broker.kill()
 
