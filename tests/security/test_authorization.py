@@ -323,3 +323,22 @@ def test_acl_changes_reach_every_worker(tmp_path):
     finally:
         _ADMINS.clear()
         broker.kill()
+
+
+def test_offset_fetch_needs_group_and_topic_describe(env):
+    from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest
+
+    _, port = env
+    T = OffsetFetchRequest.OffsetFetchRequestTopic
+    req = OffsetFetchRequest(group_id="carols", topics=[T(name="orders", partition_indexes=[0])],
+                             require_stable=False)
+    with login(port, "bob") as c:
+        resp = c.request(req, 7)
+        assert resp.error_code == 30 and resp.topics == []  # GROUP_AUTHORIZATION_FAILED
+    grant(port, acl("GROUP", "carols", "User:bob", "DESCRIBE"), acl("TOPIC", "shared", "User:bob", "DESCRIBE"))
+    req.topics = [T(name="alice-private", partition_indexes=[0]), T(name="shared", partition_indexes=[0])]
+    with login(port, "bob") as c:
+        resp = c.request(req, 7)
+        assert resp.error_code == 0
+        assert [(t.name, t.partitions[0].error_code, t.partitions[0].committed_offset) for t in resp.topics] == [
+            ("alice-private", 29, -1), ("shared", 0, -1)]

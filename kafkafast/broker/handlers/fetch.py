@@ -15,7 +15,6 @@ import time
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
-from kafkafast.security import acl
 from kafkafast.security.context import fetch_denied
 
 PartData = FetchResponse.PartitionData
