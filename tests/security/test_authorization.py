@@ -18,7 +18,8 @@ from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.raw_client import RawClient
 
 pytestmark = pytest.mark.timeout(180)
-PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "eve": "eve-secret"}
+JAAS = PLAIN_JAAS[:-1] + ' user_eve="eve-secret";'  # eve never gets an ACL
 
 
 def start(base, workers=0, extra=None) -> tuple[BrokerProcess, int]:
@@ -26,7 +27,7 @@ def start(base, workers=0, extra=None) -> tuple[BrokerProcess, int]:
     plain = free_port()
     settings = {
         "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": PLAIN_JAAS,
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
         "super.users": "User:admin;User:ANONYMOUS",  # the PLAINTEXT listener is the operators' back door here
         "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
@@ -342,3 +343,47 @@ def test_offset_fetch_needs_group_and_topic_describe(env):
         assert resp.error_code == 0
         assert [(t.name, t.partitions[0].error_code, t.partitions[0].committed_offset) for t in resp.topics] == [
             ("alice-private", 29, -1), ("shared", 0, -1)]
+
+
+def test_every_other_checked_api_answers_its_authorization_error(env):
+    """eve holds no ACL at all: each API answers Kafka's error for it (and the connection
+    stays usable)."""
+    from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest as CP
+    from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
+    from kafkafast.protocol._generated.heartbeat import HeartbeatRequest
+    from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+    from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+    from kafkafast.protocol._generated.leave_group import LeaveGroupRequest
+    from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest as OC
+    from kafkafast.protocol._generated.offset_delete import OffsetDeleteRequest as OD
+    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as OE
+    from kafkafast.protocol._generated.sync_group import SyncGroupRequest
+
+    _, port = env
+    cases = [
+        (SyncGroupRequest(group_id="nope", generation_id=1, member_id="m", assignments=[]), 3,
+         lambda r: r.error_code, 30),
+        (HeartbeatRequest(group_id="nope", generation_id=1, member_id="m"), 4, lambda r: r.error_code, 30),
+        (LeaveGroupRequest(group_id="nope", members=[LeaveGroupRequest.MemberIdentity(member_id="m")]), 4,
+         lambda r: r.error_code, 30),
+        (LeaveGroupRequest(group_id="nope", member_id="m"), 1, lambda r: r.error_code, 30),
+        (DeleteGroupsRequest(groups_names=["nope"]), 2, lambda r: r.results[0].error_code, 30),
+        (OD(group_id="nope", topics=[OD.OffsetDeleteRequestTopic(
+            name="orders", partitions=[OD.OffsetDeleteRequestPartition(partition_index=0)])]), 0,
+         lambda r: r.error_code, 30),
+        (OC(group_id="nope", generation_id_or_member_epoch=-1, member_id="", topics=[OC.OffsetCommitRequestTopic(
+            name="orders", partitions=[OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]), 8,
+         lambda r: r.topics[0].partitions[0].error_code, 30),
+        (InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000), 4, lambda r: r.error_code, 31),
+        (CP(topics=[CP.CreatePartitionsTopic(name="orders", count=3, assignments=None)], timeout_ms=1000), 3,
+         lambda r: r.results[0].error_code, 29),
+        (IAC(resources=[IAC.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
+            IAC.AlterableConfig(name="retention.ms", config_operation=0, value="1000")])]), 1,
+         lambda r: r.responses[0].error_code, 29),
+        (OE(replica_id=-1, topics=[OE.OffsetForLeaderTopic(topic="alice-private", partitions=[
+            OE.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]), 4,
+         lambda r: r.topics[0].partitions[0].error_code, 29),
+    ]
+    with login(port, "eve") as c:
+        for req, version, code_of, expected in cases:
+            assert code_of(c.request(req, version)) == expected, type(req).__name__
