@@ -57,7 +57,7 @@ def closed_by_peer(s: socket.socket, timeout: float) -> bool:
 def test_idle_connections_are_closed(broker_factory):
     b = broker_factory(settings={"connections.max.idle.ms": "1500"})
     idle = [connect(b.port) for _ in range(300)]
-    assert all(answered(s) for s in idle[:5])
+    assert all(answered(s) for s in idle[-5:])  # accepted (the first ones may already be idle-closed)
     busy = connect(b.port)
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:  # a connection in use is not idle
