@@ -35,6 +35,7 @@ EXTRAS_REQUIRE = {
         "python-snappy",  # kafka-python's snappy codec (tests round-trip every codec with it)
         "aiokafka",
         "mypy",  # the client's type hints are checked (tests/unit/test_client_types.py)
+        "cryptography",  # certificates made by the security tests (tests/security/pki.py)
     ],
     "spark": [
         "pyspark",

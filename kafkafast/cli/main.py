@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         except ListenerError as exc:
             print(f"kafkafast: cannot start: {exc.strerror}", file=sys.stderr)
             return 1
+        except ConfigError as exc:
+            print(f"kafkafast: cannot start: {exc}", file=sys.stderr)
+            return 1
         finally:
             if metrics is not None:
                 metrics.close()

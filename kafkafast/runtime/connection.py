@@ -19,6 +19,19 @@ Responses are lists of parts. Byte parts go through the transport; a FileRegion 
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
 is drained first (so framing stays in order), then the region is pushed with sendfile,
 waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
+On TLS connections the region is read with os.preadv into a reused TLS_CHUNK buffer and
+written through the SSL transport (which encrypts it at once into its own buffer; the
+buffer is reused only when the transport kept no view of it).
+
+Security (connections of a configured listener, `listener` set): each has a
+`SecuritySession` (kafkafast/security): the TLS client certificate's principal, the SASL
+exchange, and the gate (`security.gate.screen`) that lets only the SASL APIs through
+before authentication and caps such requests at 512 KiB. A failed authentication is
+answered, then the connection is closed after `connection.failed.authentication.delay.ms`.
+Limits (`runtime/limits.py`): the connection registers with the process's
+`ConnectionLimits` (max.connections, per-IP caps, idle timeout); `queued.max.requests` /
+`queued.max.request.bytes` bound the frames waiting in all connections of the process
+together: a connection that queues past them stops reading until the total falls again.
 """
 from __future__ import annotations
 
@@ -32,10 +45,14 @@ from typing import Any
 from kafkafast.broker.broker import CloseConnection
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol.primitives import FileRegion
+from kafkafast.security.context import security_of
+from kafkafast.security.gate import new_session, screen
+from kafkafast.security.sasl import PRE_AUTH_MAX_BYTES
 
 log = logging.getLogger("kafkafast.connection")
 
 MAX_QUEUED = 32
+TLS_CHUNK = 256 * 1024  # fetch bytes read per step on TLS connections
 SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
 SCRATCH = 2 * SMALL_FRAME
 SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produce requests in flight)...
@@ -46,9 +63,13 @@ _SIZE = int.from_bytes
 
 class KafkaConnection(asyncio.BufferedProtocol):
     spare_pool_bytes = 0  # bytes held in spare frame buffers by all connections of this process
+    queued_total = 0  # frames waiting in all connections of this process...
+    queued_bytes = 0  # ...and their bytes (queued.max.requests / queued.max.request.bytes)
+    queue_limits = (500, -1)
+    held_back: set = set()  # connections paused because the process-wide queue is full
 
     def __init__(self, broker: Any, max_request_bytes: int, *, internal: bool = False,
-                 tracker: set | None = None) -> None:
+                 tracker: set | None = None, listener: Any = None, limits: Any = None) -> None:
         self.broker = broker
         self.max_request = max_request_bytes
         self.internal = internal
@@ -74,6 +95,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._dup_fd = -1
         # kafkafast.testing: faults applied at the edge, on client connections only
         self.test_control = None if internal else getattr(broker, "test_control", None)
+        self.listener = listener  # kafkafast.security.listeners.ListenerSpec (None: internal)
+        self.limits = limits
+        self.session: Any = None
+        self.last_active = 0.0
+        self._tls_buf: bytearray | None = None
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -86,7 +112,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
             except OSError:
                 pass
         self.wakeup = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._process())
+        loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
+        if self.limits is not None and not self.limits.admit(self):
+            self.closing = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        if self.listener is not None:
+            try:
+                self.session = new_session(self.listener, transport, self.peer)
+            except ValueError as exc:  # no principal mapping rule matches the certificate
+                log.info("closing %s: %s", self.peer, exc)
+                self.closing = True
+                transport.abort()  # type: ignore[attr-defined]
+                return
+            if not self.session.authenticated:
+                self.max_request = min(self.max_request, PRE_AUTH_MAX_BYTES)
+        self.task = loop.create_task(self._process())
         if self.tracker is not None:
             self.tracker.add(self)
 
@@ -103,6 +145,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
+        if self.limits is not None:
+            self.last_active = self.limits.now()
         frame = self._frame
         if frame is not None:
             self._got += nbytes
@@ -119,7 +163,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while self._end - self._start >= 4:
             start = self._start
             size = _SIZE(view[start:start + 4], "big", signed=True)
-            if size < 8 or size > self.max_request:
+            if size < (8 if self.session is None or not self.session.raw_tokens else 0) or size > self.max_request:
                 log.info("closing %s: request size %d outside [8, %d]", self.peer, size, self.max_request)
                 self.abort()
                 return
@@ -154,9 +198,36 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _queue_frame(self, frame: bytearray | memoryview) -> None:
         self.queue.append(frame)
         self.wakeup.set()  # type: ignore[union-attr]
-        if len(self.queue) >= MAX_QUEUED and not self.paused:
+        if self.internal:  # forwarded requests: bounded by the requesting worker
+            if len(self.queue) >= MAX_QUEUED and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+            return
+        cls = KafkaConnection
+        cls.queued_total += 1
+        cls.queued_bytes += len(frame)
+        max_requests, max_bytes = cls.queue_limits
+        if not self.paused and (len(self.queue) >= MAX_QUEUED or cls.queued_total >= max_requests
+                                or 0 < max_bytes <= cls.queued_bytes):
             self.paused = True
             self.transport.pause_reading()  # type: ignore[union-attr]
+            if len(self.queue) < MAX_QUEUED:
+                cls.held_back.add(self)
+
+    def _dequeued(self, frame: bytearray | memoryview) -> None:
+        cls = KafkaConnection
+        cls.queued_total -= 1
+        cls.queued_bytes -= len(frame)
+        if self.paused and len(self.queue) < MAX_QUEUED // 2 and self not in cls.held_back:
+            self.paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        max_requests, max_bytes = cls.queue_limits
+        if cls.held_back and cls.queued_total < max_requests // 2 + 1 and (max_bytes <= 0 or 2 * cls.queued_bytes < max_bytes):
+            for conn in list(cls.held_back):
+                cls.held_back.discard(conn)
+                if conn.paused and not conn.closing and len(conn.queue) < MAX_QUEUED // 2:
+                    conn.paused = False
+                    conn.transport.resume_reading()  # type: ignore[union-attr]
 
     def _recycle(self, frame: bytearray | memoryview) -> None:
         """Keeps a large frame's buffer for the next large frame, if nothing else holds a
@@ -182,6 +253,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self._drop_queue()
+        KafkaConnection.held_back.discard(self)
+        if self.limits is not None:
+            self.limits.release(self)
         KafkaConnection.spare_pool_bytes -= sum(len(b) for b in self._spares)
         self._spares.clear()
         if self.wakeup is not None:
@@ -207,9 +282,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- processing -----------------------------------------------------------------------
     def abort(self) -> None:
         self.closing = True
-        self.queue.clear()
+        self._drop_queue()
         if self.transport is not None:
             self.transport.close()
+
+    def _drop_queue(self) -> None:
+        cls = KafkaConnection
+        for frame in self.queue if not self.internal else ():
+            cls.queued_total -= 1
+            cls.queued_bytes -= len(frame)
+        self.queue.clear()
 
     async def _process(self) -> None:
         try:
@@ -219,13 +301,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self.wakeup.wait()  # type: ignore[union-attr]
                     continue
                 frame = self.queue.popleft()
-                if self.paused and len(self.queue) < MAX_QUEUED // 2:
-                    self.paused = False
-                    self.transport.resume_reading()  # type: ignore[union-attr]
+                self._dequeued(frame)
                 self.busy = True
                 started = request_metrics.clock()
                 try:
-                    parts = await self._dispatch(frame)
+                    parts = screen(self, frame) if self.session is not None else None
+                    if parts is None:
+                        parts = await self._dispatch(frame)
                 except CloseConnection as exc:
                     log.info("closing %s: %s", self.peer, exc)
                     self.abort()
@@ -241,6 +323,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if request_metrics.active:
                     request_metrics.observe(frame, parts, started)
                 parts = None
+                if self.session is not None and self.session.failed:
+                    await self._close_failed_auth()
+                    return
                 self._recycle(frame)
                 del frame
         except (asyncio.CancelledError, ConnectionError):
@@ -251,15 +336,56 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return self.test_control.handle_frame(frame, self)
         return self.broker.handle_frame(frame, self, internal=self.internal)
 
+    async def _close_failed_auth(self) -> None:
+        await asyncio.sleep(security_of(self.broker).failed_auth_delay)
+        log.info("closing %s: SASL authentication failed", self.peer)
+        self.abort()
+
     async def _send(self, parts: list) -> None:
         t = self.transport
         for part in parts:
             if isinstance(part, FileRegion):
-                await self._sendfile(part)
+                if self.listener is not None and self.listener.tls:
+                    await self._send_region_tls(part)
+                else:
+                    await self._sendfile(part)
             else:
                 t.write(part)  # type: ignore[union-attr]
         if self._write_paused:
             await self._wait_drained(False)
+        if self.limits is not None:
+            self.last_active = self.limits.now()
+
+    async def _send_region_tls(self, region: FileRegion) -> None:
+        """No sendfile through TLS: the region is read into a reused buffer and handed to
+        the SSL transport, which encrypts it into its outgoing buffer at once. The buffer
+        is reused only if the transport holds no view of it (a partial SSL write keeps one)."""
+        t = self.transport
+        offset, remaining = region.offset, region.length
+        while remaining > 0 and not self.closing:
+            buf = self._tls_buf
+            if buf is None or len(buf) < min(TLS_CHUNK, remaining):
+                buf = self._tls_buf = bytearray(min(TLS_CHUNK, max(remaining, 4096)))
+            view = memoryview(buf)[:min(len(buf), remaining)]
+            n = os.preadv(region.fd, [view], offset)
+            if n <= 0:
+                view.release()
+                log.error("segment file ended early while sending a fetch response; closing %s", self.peer)
+                self.abort()
+                return
+            chunk = view[:n]
+            t.write(chunk)  # type: ignore[union-attr]
+            chunk.release()
+            view.release()
+            try:
+                buf.append(0)  # fails while the transport still holds a view of the buffer
+                buf.pop()
+            except BufferError:
+                self._tls_buf = None
+            offset += n
+            remaining -= n
+            if self._write_paused:
+                await self._wait_drained(False)
 
     async def _wait_drained(self, empty: bool) -> None:
         """Waits for resume_writing (buffer below the low mark) or, with empty=True,

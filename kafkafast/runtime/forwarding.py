@@ -37,6 +37,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.produce import ProduceResponse
 from kafkafast.protocol.primitives import FileRegion
 from kafkafast.runtime.connection import KafkaConnection
+from kafkafast.security.context import FORWARDED_PRINCIPAL, read_trailer
 
 log = logging.getLogger("kafkafast.forwarding")
 
@@ -105,6 +106,7 @@ class InternalConnection(KafkaConnection):
 
     async def _handle(self, frame: bytearray) -> None:
         self._inline = True
+        FORWARDED_PRINCIPAL.set(read_trailer(frame))  # the client's principal, for the authorizer
         try:
             parts = await self.broker.handle_frame(frame, self, internal=True)
         except CloseConnection as exc:
@@ -330,11 +332,16 @@ class Forwarder:
         out += memoryview(answer)[4:]
         return [out]
 
-    async def request(self, owner: int, req: Any, version: int, timeout_s: float = 30.0) -> Any:
-        """Sends one request built with the generated codecs; returns the decoded response."""
+    async def request(self, owner: int, req: Any, version: int, timeout_s: float = 30.0,
+                      trailer: bytes = b"") -> Any:
+        """Sends one request built with the generated codecs (with `trailer` after the body:
+        the client's principal, see security/context.py); returns the decoded response."""
         ln = await self.link(owner)
         corr = self.next_corr()
-        fut = await ln.send([api.encode_request(req, version, corr, CLIENT_ID.decode())], corr)
+        data = api.encode_request(req, version, corr, CLIENT_ID.decode())
+        if trailer:
+            data = (len(data) - 4 + len(trailer)).to_bytes(4, "big") + data[4:] + trailer
+        fut = await ln.send([data], corr)
         answer = await asyncio.wait_for(fut, timeout_s)  # type: ignore[arg-type]
         return api.decode_response(req.API_KEY, version, answer)[1]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kafkafast.broker.broker import RequestContext
 from kafkafast.protocol import api
+from kafkafast.security.context import FORWARDED_PRINCIPAL, trailer_bytes
 
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH = 16, 15, 42, 9
 FANOUT_KEYS = frozenset({LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH})
@@ -56,7 +57,7 @@ async def _ask(broker: Any, owner: int, header: Any, req: Any, version: int) -> 
         spec = broker.handlers[req.API_KEY]
         ctx = RequestContext(header, version, header.client_id, None, True)
         return await spec.func(broker, ctx, req, version)
-    return await broker.forwarder.request(owner, req, version)
+    return await broker.forwarder.request(owner, req, version, trailer=trailer_bytes(FORWARDED_PRINCIPAL.get()))
 
 
 async def maybe_fan_out(broker: Any, frame: Any) -> list | None:

@@ -2,10 +2,10 @@
 dead ones, and shuts everything down gracefully.
 
 Before forking it
-* makes sure no other broker serves the listener's address (`server.take_listener`:
+* makes sure no other broker serves a listener's address (`listening.bind_listeners`:
   SO_REUSEPORT would otherwise let two kafkafast brokers share a port), then binds one
-  socket per worker on that port with `SO_REUSEPORT` - bound, not listening: a worker
-  calls listen() on its socket only when it is ready to serve (`worker._serve`), so the
+  socket per worker and listener with `SO_REUSEPORT` - bound, not listening: a worker
+  calls listen() on its sockets only when it is ready to serve (`worker._serve`), so the
   kernel refuses connections until some worker serves and then spreads them only over the
   workers that do; none waits in the backlog of a worker that is still loading at start.
   The socket of a worker that dies stays open and listening here: connections the kernel
@@ -48,7 +48,7 @@ import time
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
 from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
-from kafkafast.runtime.server import take_listener
+from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
 
@@ -69,20 +69,22 @@ class Supervisor:
         self.incarnation = [0] * workers
         self.deaths: list[list[float]] = [[] for _ in range(workers)]  # per worker, within the window
         self.respawn_at: dict[int, float] = {}  # worker index -> monotonic time of a delayed respawn
-        self.listen_socks: list[socket.socket] = []
+        self.listen_socks: list[list[socket.socket]] = []  # [worker][listener]
+        self.listener_specs: list = []
+        self.listener_locks: list[socket.socket] = []
         self.internal_socks: list[socket.socket] = []
         self.pipes: list[tuple[int, int]] = []
         self.run_dir = ""
         self.table: shm.PartitionTable | None = None
         self.clean_start = False
         self.port = 0
-        self.listener_lock: socket.socket | None = None
 
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
-        listener = self.config.listeners()[0]
-        self.listener_lock, self.listen_socks = take_listener(listener.host, listener.port, self.n)
-        self.port = self.listen_socks[0].getsockname()[1]
+        # one SO_REUSEPORT socket per listener for each worker, bound but not listening
+        self.listener_specs, self.listen_socks, self.listener_locks = bind_listeners(self.config, self.n,
+                                                                                     reuse_port=True)
+        self.port = self.listener_specs[0].port
         self.run_dir = tempfile.mkdtemp(prefix=f"kafkafast-{os.getpid()}-")
         for i in range(self.n):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -149,16 +151,18 @@ class Supervisor:
                 for j, s in enumerate(self.internal_socks):
                     if j != i:
                         s.close()
-                for j, s in enumerate(self.listen_socks):
+                for j, socks in enumerate(self.listen_socks):
                     if j != i:
-                        s.close()
+                        for s in socks:
+                            s.close()
                 for j, (r, _) in enumerate(self.pipes):
                     if j != i:
                         os.close(r)
                 from kafkafast.runtime.worker import run_worker
 
                 code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
-                                  listen_sock=self.listen_socks[i], internal_sock=self.internal_socks[i],
+                                  listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
+                                  internal_sock=self.internal_socks[i],
                                   wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
                                   run_dir=self.run_dir, clean=clean)
             except BaseException:

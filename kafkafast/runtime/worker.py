@@ -42,6 +42,7 @@ from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
+from kafkafast.security.context import carry_principal, principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
 from kafkafast.storage.partition_state import PartitionState
@@ -374,13 +375,14 @@ class WorkerBroker(Broker):
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
             if api_key in FANOUT_KEYS and self.group_coordinator is not None:
+                carry_principal(conn)  # the split requests are authorized as this client
                 parts = await maybe_fan_out(self, frame)
                 if parts is not None:
                     return parts
             if api_key in GROUP_KEYS and self.group_coordinator is not None:
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
-                    return await self.forwarder.frame(owner, frame)
+                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await super().handle_frame(frame, conn, internal=internal)
 
     def _group_owner(self, frame: Any, api_key: int) -> int | None:
@@ -428,10 +430,9 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock: socket.socket,
-                 wake_r: int, stop: asyncio.Event) -> int:
-    from kafkafast.runtime.connection import KafkaConnection
-    from kafkafast.runtime.server import LISTEN_BACKLOG
+async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listener_specs: list,
+                 internal_sock: socket.socket, wake_r: int, stop: asyncio.Event) -> int:
+    from kafkafast.runtime.listening import serve_listeners
 
     loop = asyncio.get_running_loop()
     # Unblocked only now: uvloop loses a signal that arrives before its loop runs, and a
@@ -441,10 +442,10 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
     max_req = broker.config.get_int("socket.request.max.bytes")
     external: set = set()
     internal: set = set()
-    # listen() happens here, once this worker can serve (the supervisor only bound the socket);
+    # listen() happens here, once this worker can serve (the supervisor only bound the sockets);
     # a worker told to stop while it started never listens.
-    ext_server = None if stop.is_set() else await loop.create_server(
-        lambda: KafkaConnection(broker, max_req, tracker=external), sock=listen_sock, backlog=LISTEN_BACKLOG)
+    ext_servers, limits = ([], None) if stop.is_set() else await serve_listeners(
+        broker, listener_specs, listen_socks, external)
     int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
                                                sock=internal_sock)
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
@@ -454,8 +455,10 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)
-    if ext_server is not None:
-        ext_server.close()
+    for srv in ext_servers:
+        srv.close()
+    if limits is not None:
+        limits.stop()
     deadline = loop.time() + SHUTDOWN_GRACE
 
     def idle(conns: set) -> bool:
@@ -480,7 +483,8 @@ async def _serve(broker: WorkerBroker, listen_sock: socket.socket, internal_sock
 
 
 def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
-               listen_sock: socket.socket, internal_sock: socket.socket, wake_r: int, wake_fds: list[int],
+               listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
+               wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool) -> int:
     """The worker's main, called in the child right after the fork."""
     _set_parent_death_signal()
@@ -508,7 +512,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         profiler = cProfile.Profile()
         profiler.enable()
     try:
-        return loop.run_until_complete(_serve(broker, listen_sock, internal_sock, wake_r, stop))
+        return loop.run_until_complete(_serve(broker, listen_socks, listener_specs, internal_sock, wake_r, stop))
     except Exception:
         log.exception("worker %d failed", index)
         return 1

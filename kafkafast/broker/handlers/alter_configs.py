@@ -6,6 +6,8 @@ properties file): altering them answers INVALID_REQUEST."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import require
 
 Resp = AlterConfigsResponse.AlterConfigsResourceResponse
 TOPIC = 2
@@ -23,6 +25,8 @@ async def handle(broker, ctx, req: AlterConfigsRequest, version: int) -> AlterCo
     out = []
     for res in req.resources:
         try:
+            require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC
+                                                      else (acl.CLUSTER,)))
             if res.resource_type != TOPIC:
                 raise E.InvalidRequestError("only topic configs can be altered; broker configs are static")
             configs = {}

@@ -5,6 +5,8 @@ given, must name only this broker (INVALID_REPLICA_ASSIGNMENT)."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import require
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
@@ -14,6 +16,7 @@ async def handle(broker, ctx, req: CreatePartitionsRequest, version: int) -> Cre
     out = []
     for t in req.topics:
         try:
+            require(broker, ctx, acl.ALTER, acl.TOPIC, t.name)
             for a in t.assignments or []:
                 if list(a.broker_ids) != [broker.node_id]:
                     raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")

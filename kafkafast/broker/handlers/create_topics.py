@@ -11,6 +11,8 @@ from kafkafast.broker.handlers.describe_configs import topic_config_entries
 from kafkafast.protocol._generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
+from kafkafast.security import acl
+from kafkafast.security.context import denied, require
 
 Result = CreateTopicsResponse.CreatableTopicResult
 ConfigOut = CreateTopicsResponse.CreatableTopicConfigs
@@ -31,6 +33,8 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
             continue
         seen.add(t.name)
         try:
+            if denied(broker, ctx, acl.CREATE, acl.CLUSTER):
+                require(broker, ctx, acl.CREATE, acl.TOPIC, t.name)
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise E.InvalidRequestError("both assignments and a partition count/replication factor given")

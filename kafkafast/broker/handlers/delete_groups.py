@@ -5,10 +5,14 @@ GROUP_ID_NOT_FOUND for unknown groups, NON_EMPTY_GROUP for groups with members.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 @handles(DeleteGroupsRequest, 0, 2)
 async def handle(broker, ctx, req: DeleteGroupsRequest, version: int) -> DeleteGroupsResponse:
-    results = broker.group_coordinator.delete_groups(list(req.groups_names))
+    refused = {g: 30 for g in req.groups_names if denied(broker, ctx, acl.DELETE, acl.GROUP, g)}
+    results = broker.group_coordinator.delete_groups([g for g in req.groups_names if g not in refused])
+    results.update(refused)  # GROUP_AUTHORIZATION_FAILED
     return DeleteGroupsResponse(throttle_time_ms=0, results=[
         DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g]) for g in req.groups_names])

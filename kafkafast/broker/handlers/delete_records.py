@@ -6,6 +6,8 @@ above the high watermark is OFFSET_OUT_OF_RANGE."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -19,9 +21,10 @@ async def handle(broker, ctx, req: DeleteRecordsRequest, version: int) -> Delete
         out.append(tr)
         for p in t.partitions:
             part = broker.get_partition(t.name, p.partition_index)
-            if part is None:
+            if part is None or denied(broker, ctx, acl.DELETE, acl.TOPIC, t.name):
                 tr.partitions.append(PartResult(partition_index=p.partition_index, low_watermark=-1,
-                                                error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                                                error_code=denied(broker, ctx, acl.DELETE, acl.TOPIC, t.name)
+                                                or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             target = part.high_watermark if p.offset == -1 else p.offset
             try:

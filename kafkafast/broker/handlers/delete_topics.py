@@ -9,6 +9,8 @@ from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
+from kafkafast.security import acl
+from kafkafast.security.context import require
 
 Result = DeleteTopicsResponse.DeletableTopicResult
 
@@ -29,6 +31,7 @@ async def handle(broker, ctx, req: DeleteTopicsRequest, version: int) -> DeleteT
             name = meta.name
         meta = broker.topics.get(name)
         try:
+            require(broker, ctx, acl.DELETE, acl.TOPIC, name)
             if not broker.config.get_bool("delete.topic.enable"):
                 raise E.for_code(E.ErrorCode.TOPIC_DELETION_DISABLED)()
             if meta is None:

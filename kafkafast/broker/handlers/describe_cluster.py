@@ -14,7 +14,7 @@ async def handle(broker, ctx, req: DescribeClusterRequest, version: int) -> Desc
                                        error_message="only broker endpoints are served",
                                        endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
                                        controller_id=-1, brokers=[])
-    host, port = broker_endpoint(broker)
+    host, port = broker_endpoint(broker, ctx)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
         cluster_id=broker.cluster_id, controller_id=broker.node_id,

@@ -12,6 +12,8 @@ from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafkafast.protocol import errors as E
 from kafkafast.storage.config import TOPIC_CONFIG_DEFAULTS
+from kafkafast.security import acl
+from kafkafast.security.context import require
 
 TOPIC, BROKER = 2, 4
 SRC_TOPIC, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 4, 5
@@ -84,11 +86,13 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
     for res in req.resources:
         try:
             if res.resource_type == TOPIC:
+                require(broker, ctx, acl.DESCRIBE_CONFIGS, acl.TOPIC, res.resource_name)
                 meta = broker.topics.get(res.resource_name)
                 if meta is None:
                     raise E.UnknownTopicOrPartitionError(f"Topic {res.resource_name} does not exist")
                 entries = topic_config_entries(broker, meta, version)
             elif res.resource_type == BROKER:
+                require(broker, ctx, acl.DESCRIBE_CONFIGS, acl.CLUSTER)
                 if res.resource_name not in ("", str(broker.node_id)):
                     raise E.InvalidRequestError(f"unknown broker {res.resource_name!r}")
                 entries = broker_config_entries(broker)

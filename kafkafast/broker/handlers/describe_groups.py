@@ -7,6 +7,8 @@ described as state "Dead" with no error. v3+ authorized operations: not computed
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 AUTH_OPS_UNSET = -2147483648
 # READ(3), DELETE(6), DESCRIBE(8) as bits: the operations a group has in Kafka's ACL model.
@@ -17,6 +19,11 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 async def handle(broker, ctx, req: DescribeGroupsRequest, version: int) -> DescribeGroupsResponse:
     out = []
     for gid in req.groups:
+        if denied(broker, ctx, acl.DESCRIBE, acl.GROUP, gid):
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=30, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[],
+                authorized_operations=AUTH_OPS_UNSET))  # GROUP_AUTHORIZATION_FAILED
+            continue
         s = broker.group_coordinator.describe_group(gid)
         out.append(DescribeGroupsResponse.DescribedGroup(
             error_code=s.error, group_id=gid, group_state=s.state, protocol_type=s.protocol_type,

@@ -16,6 +16,7 @@ import time
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security.context import fetch_denied
 
 PartData = FetchResponse.PartitionData
 TopicResp = FetchResponse.FetchableTopicResponse
@@ -78,7 +79,12 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         return FetchResponse(throttle_time_ms=0, error_code=E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
                              session_id=0, responses=[])
     plan = []
+    refused = []  # topics the principal may not read (a replica_id needs ClusterAction)
     for ft in req.topics:
+        if fetch_denied(broker, ctx, req.replica_id, ft.topic):
+            refused.append(TopicResp(topic=ft.topic, partitions=[
+                _error(fp.partition, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in ft.partitions]))
+            continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
         plan.append((ft.topic, parts, TopicResp(topic=ft.topic, partitions=[])))
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
@@ -94,4 +100,4 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused)

@@ -13,13 +13,19 @@ from kafkafast.broker.handlers.metadata import broker_endpoint
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 GROUP, TRANSACTION = 0, 1
 TRANSACTIONS_UNSUPPORTED = ("kafkafast does not support transactions yet (no transaction coordinator); "
                             "produce without transactional.id (idempotent producers are supported)")
 
 
-def _lookup(broker, key: str, key_type: int) -> tuple[int, str | None]:
+def _lookup(broker, key: str, key_type: int, ctx=None) -> tuple[int, str | None]:
+    if key_type in (GROUP, TRANSACTION):
+        refused = denied(broker, ctx, acl.DESCRIBE, acl.GROUP if key_type == GROUP else acl.TRANSACTIONAL_ID, key)
+        if refused:
+            return refused, None
     if key_type == TRANSACTION:
         return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
     if key_type != GROUP:
@@ -35,17 +41,17 @@ def _lookup(broker, key: str, key_type: int) -> tuple[int, str | None]:
 
 @handles(FindCoordinatorRequest, 0, 4)
 async def handle(broker, ctx, req: FindCoordinatorRequest, version: int) -> FindCoordinatorResponse:
-    host, port = broker_endpoint(broker)
+    host, port = broker_endpoint(broker, ctx)
     if version >= 4:
         coordinators = []
         for key in req.coordinator_keys:
-            err, msg = _lookup(broker, key, req.key_type)
+            err, msg = _lookup(broker, key, req.key_type, ctx)
             ok = err == 0
             coordinators.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=broker.node_id if ok else -1, host=host if ok else "", port=port if ok else -1,
                 error_code=err, error_message=msg))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    err, msg = _lookup(broker, req.key, req.key_type if version >= 1 else GROUP)
+    err, msg = _lookup(broker, req.key, req.key_type if version >= 1 else GROUP, ctx)
     ok = err == 0
     return FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=msg,
                                    node_id=broker.node_id if ok else -1, host=host if ok else "",

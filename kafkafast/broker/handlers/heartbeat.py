@@ -5,10 +5,15 @@ UNKNOWN_MEMBER_ID and (v3+, static members) FENCED_INSTANCE_ID as Kafka returns 
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.heartbeat import HeartbeatRequest, HeartbeatResponse
+from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 @handles(HeartbeatRequest, 0, 4)
 async def handle(broker, ctx, req: HeartbeatRequest, version: int) -> HeartbeatResponse:
+    if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED)
     err = broker.group_coordinator.heartbeat(req.group_id, req.member_id,
                                              req.group_instance_id if version >= 3 else None, req.generation_id)
     return HeartbeatResponse(throttle_time_ms=0, error_code=err)

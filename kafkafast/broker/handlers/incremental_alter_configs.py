@@ -7,6 +7,8 @@ from kafkafast.broker.handlers.alter_configs import TOPIC, alter_topic
 from kafkafast.protocol._generated.incremental_alter_configs import (
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse)
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import require
 
 Resp = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -18,6 +20,8 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
     out = []
     for res in req.resources:
         try:
+            require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC
+                                                      else (acl.CLUSTER,)))
             if res.resource_type != TOPIC:
                 raise E.InvalidRequestError("only topic configs can be altered; broker configs are static")
             broker.refresh_topics()

@@ -10,6 +10,8 @@ ids cannot be reserved (a full disk) the answer is the retriable COORDINATOR_NOT
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import any_allowed, denied
 
 MAX_EPOCH = 32767
 
@@ -18,6 +20,9 @@ MAX_EPOCH = 32767
 async def handle(broker, ctx, req: InitProducerIdRequest, version: int) -> InitProducerIdResponse:
     if req.transactional_id is not None:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                      producer_id=-1, producer_epoch=-1)
+    if denied(broker, ctx, acl.IDEMPOTENT_WRITE, acl.CLUSTER) and not any_allowed(broker, ctx, acl.WRITE, acl.TOPIC):
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                       producer_id=-1, producer_epoch=-1)
     if version >= 3 and req.producer_id >= 0 and 0 <= req.producer_epoch < MAX_EPOCH - 1:
         return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=req.producer_id,

@@ -10,6 +10,9 @@ protocol name. The state machine is in `GroupCoordinator`.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.join_group import JoinGroupRequest, JoinGroupResponse
+from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 def client_host(ctx) -> str:
@@ -19,6 +22,8 @@ def client_host(ctx) -> str:
 
 @handles(JoinGroupRequest, 0, 7)
 async def handle(broker, ctx, req: JoinGroupRequest, version: int) -> JoinGroupResponse:
+    if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1, protocol_name="" if version < 7 else None, leader="", member_id=req.member_id, members=[])
     rebalance_timeout = req.rebalance_timeout_ms if version >= 1 else req.session_timeout_ms
     res = await broker.group_coordinator.join_group(
         req.group_id, req.member_id, req.group_instance_id if version >= 5 else None, ctx.client_id or "",

@@ -6,10 +6,15 @@ leave by instance id alone; FENCED_INSTANCE_ID when the ids disagree).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 @handles(LeaveGroupRequest, 0, 4)
 async def handle(broker, ctx, req: LeaveGroupRequest, version: int) -> LeaveGroupResponse:
+    if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     else:

@@ -6,6 +6,8 @@ Kafka does). v4 filters by state names, case-insensitively; an empty filter list
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_groups import ListGroupsRequest, ListGroupsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 @handles(ListGroupsRequest, 0, 4)
@@ -13,6 +15,8 @@ async def handle(broker, ctx, req: ListGroupsRequest, version: int) -> ListGroup
     coordinator = broker.group_coordinator
     err = E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else 0
     groups = coordinator.list_groups(req.states_filter if version >= 4 else None)
+    if denied(broker, ctx, acl.DESCRIBE, acl.CLUSTER):  # then only the groups it may describe
+        groups = [g for g in groups if not denied(broker, ctx, acl.DESCRIBE, acl.GROUP, g[0])]
     return ListGroupsResponse(throttle_time_ms=0, error_code=err, groups=[
         ListGroupsResponse.ListedGroup(group_id=g, protocol_type=pt, group_state=st, group_type="classic")
         for g, pt, st in groups])

@@ -9,6 +9,8 @@ An offline partition (its log could not be opened) answers KAFKA_STORAGE_ERROR.
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -23,9 +25,10 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
         topics.append(tr)
         for p in t.partitions:
             part = broker.get_partition(t.name, p.partition_index)
-            if part is None:
+            if part is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.name):
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
-                                              error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              error_code=denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.name)
+                                              or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             if part.state.offline:

@@ -13,11 +13,16 @@ from kafkafast.broker.topics import validate_topic_name
 from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 AUTH_OPS_UNSET = -2147483648
 
 
-def broker_endpoint(broker):
+def broker_endpoint(broker, ctx=None):
+    listener = getattr(getattr(ctx, "conn", None), "listener", None)
+    if listener is not None:  # the advertised endpoint of the listener the client came in on
+        return listener.endpoint()
     adv = broker.config.advertised_listeners()[0]
     host = adv.host or "127.0.0.1"
     return host, adv.port
@@ -51,7 +56,7 @@ def error_topic(name, code, topic_id=ZERO_UUID):
 @handles(MetadataRequest, 0, 12)
 async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataResponse:
     broker.refresh_topics()
-    host, port = broker_endpoint(broker)
+    host, port = broker_endpoint(broker, ctx)
     resp = MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
@@ -60,6 +65,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
     all_topics = req.topics is None or (version == 0 and not req.topics)
     if all_topics:
         for meta in sorted(broker.topics.topics.values(), key=lambda t: t.name):
+            if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):  # hidden from this principal
+                continue
             resp.topics.append(topic_response(broker, meta, version))
         return resp
     auto = req.allow_auto_topic_creation if version >= 4 else True
@@ -67,10 +74,13 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
         name = t.name
         if name is None:
             meta = broker.topics.by_id.get(bytes(t.topic_id))
-            if meta is None:
+            if meta is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):
                 resp.topics.append(error_topic(None, E.ErrorCode.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
             else:
                 resp.topics.append(topic_response(broker, meta, version))
+            continue
+        if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
+            resp.topics.append(error_topic(name, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
         meta = broker.topics.get(name)
         if meta is None:
@@ -79,7 +89,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
             except E.InvalidTopicError:
                 resp.topics.append(error_topic(name, E.ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
-            if auto:
+            if auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
+                         or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name)):
                 meta = broker.maybe_auto_create(name)
         if meta is None:
             resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -12,6 +12,8 @@ from kafkafast.broker.group_coordinator import OffsetCommitEntry
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResp = OffsetCommitResponse.OffsetCommitResponsePartition
 TopicResp = OffsetCommitResponse.OffsetCommitResponseTopic
@@ -21,9 +23,13 @@ TopicResp = OffsetCommitResponse.OffsetCommitResponseTopic
 async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
     errors: dict[tuple[str, int], int] = {}
     entries = []
+    group_denied = denied(broker, ctx, acl.READ, acl.GROUP, req.group_id)
     for t in req.topics:
         for p in t.partitions:
-            if broker.get_partition(t.name, p.partition_index) is None:
+            refused = group_denied or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
+            if refused:
+                errors[(t.name, p.partition_index)] = refused
+            elif broker.get_partition(t.name, p.partition_index) is None:
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,

@@ -9,6 +9,8 @@ of topics that do not exist.
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 R = OffsetDeleteResponse
 
@@ -17,9 +19,13 @@ R = OffsetDeleteResponse
 async def handle(broker, ctx, req: OffsetDeleteRequest, version: int) -> OffsetDeleteResponse:
     errors: dict[tuple[str, int], int] = {}
     wanted = []
+    if denied(broker, ctx, acl.DELETE, acl.GROUP, req.group_id):
+        return OffsetDeleteResponse(error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
     for t in req.topics:
         for p in t.partitions:
-            if broker.get_partition(t.name, p.partition_index) is None:
+            if denied(broker, ctx, acl.READ, acl.TOPIC, t.name):
+                errors[(t.name, p.partition_index)] = E.ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif broker.get_partition(t.name, p.partition_index) is None:
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append((t.name, p.partition_index))

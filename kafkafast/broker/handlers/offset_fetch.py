@@ -7,7 +7,10 @@ top level from v2; v8 asks for several groups at once and answers each with its 
 error. `require_stable` (v7+) changes nothing: there are no pending transactional offsets.
 """
 from kafkafast.broker.registry import handles
+from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 R = OffsetFetchResponse
 
@@ -23,29 +26,46 @@ def _lookup(coordinator, group_id, topics):
     return err, by_topic
 
 
+def _authorized(broker, ctx, group_id, topics, err, by_topic):
+    """Describe on the group (else GROUP_AUTHORIZATION_FAILED and no offsets) and on each
+    topic: (error, offsets by topic, refused topics). Named topics the principal may not
+    describe answer TOPIC_AUTHORIZATION_FAILED without an offset; with a null list (all
+    topics) they are left out."""
+    if denied(broker, ctx, acl.DESCRIBE, acl.GROUP, group_id):
+        return E.ErrorCode.GROUP_AUTHORIZATION_FAILED, {}, set()
+    refused = {t for t in by_topic if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t)}
+    if not refused:
+        return err, by_topic, refused
+    if topics is None:
+        return err, {t: parts for t, parts in by_topic.items() if t not in refused}, set()
+    return err, {t: [(p, None) for p, _ in parts] if t in refused else parts for t, parts in by_topic.items()}, refused
+
+
 @handles(OffsetFetchRequest, 1, 8)
 async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
     coordinator = broker.group_coordinator
     if version >= 8:
         groups = []
         for g in req.groups:
-            err, by_topic = _lookup(coordinator, g.group_id, g.topics)
+            err, by_topic, refused = _authorized(broker, ctx, g.group_id, g.topics,
+                                                 *_lookup(coordinator, g.group_id, g.topics))
             groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
                 R.OffsetFetchResponseTopics(name=t, partitions=[
                     R.OffsetFetchResponsePartitions(
                         partition_index=p, committed_offset=c.offset if c else -1,
                         committed_leader_epoch=c.leader_epoch if c else -1, metadata=c.metadata if c else "",
-                        error_code=0)
+                        error_code=E.ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in refused else 0)
                     for p, c in parts])
                 for t, parts in by_topic.items()]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    err, by_topic = _lookup(coordinator, req.group_id, req.topics)
+    err, by_topic, refused = _authorized(broker, ctx, req.group_id, req.topics,
+                                         *_lookup(coordinator, req.group_id, req.topics))
     per_partition_err = err if version < 2 else 0
     return OffsetFetchResponse(throttle_time_ms=0, error_code=err if version >= 2 else 0, topics=[
         R.OffsetFetchResponseTopic(name=t, partitions=[
             R.OffsetFetchResponsePartition(
                 partition_index=p, committed_offset=c.offset if c else -1,
                 committed_leader_epoch=c.leader_epoch if c else -1, metadata=c.metadata if c else "",
-                error_code=per_partition_err)
+                error_code=E.ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in refused else per_partition_err)
             for p, c in parts])
         for t, parts in by_topic.items()])

@@ -15,6 +15,8 @@ from kafkafast.protocol._generated.offset_for_leader_epoch import (OffsetForLead
                                                                    OffsetForLeaderEpochResponse)
 from kafkafast.protocol import errors as E
 from kafkafast.storage.leader_epoch import LeaderEpochCache
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 Result = OffsetForLeaderEpochResponse.EpochEndOffset
 TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
@@ -36,8 +38,9 @@ async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) ->
         topics.append(tr)
         for p in t.partitions:
             part = broker.get_partition(t.topic, p.partition)
-            if part is None:
-                tr.partitions.append(Result(error_code=E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition,
+            if part is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.topic):
+                tr.partitions.append(Result(error_code=denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.topic)
+                                            or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition,
                                             leader_epoch=-1, end_offset=-1))
                 continue
             if part.state.offline:

@@ -27,6 +27,8 @@ from kafkafast.protocol._generated.produce import ProduceRequest, ProduceRespons
 from kafkafast.protocol import errors as E
 from kafkafast.records import validate_compressed_records
 from kafkafast.records.batch import decode_batch, validate_batches
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
@@ -78,6 +80,9 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if req.transactional_id is not None:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                                      "transactions are not supported by this broker"))
+                continue
+            if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
+                tr.partition_responses.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             part = broker.get_partition(topic.name, pd.index)
             if part is None:

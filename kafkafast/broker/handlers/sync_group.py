@@ -8,10 +8,15 @@ them.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.sync_group import SyncGroupRequest, SyncGroupResponse
+from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 
 @handles(SyncGroupRequest, 0, 5)
 async def handle(broker, ctx, req: SyncGroupRequest, version: int) -> SyncGroupResponse:
+    if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     res = await broker.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id, req.group_instance_id if version >= 3 else None,
         req.protocol_type if version >= 5 else None, req.protocol_name if version >= 5 else None,

@@ -1,0 +1,118 @@
+"""The client side of TLS and SASL, for connections the broker itself opens (inter-broker
+traffic on `inter.broker.listener.name`), configured with the same Kafka property names.
+
+`client_ssl_context(listener)`: trusts `ssl.truststore.*`, presents `ssl.keystore.*` (for
+listeners that require client certificates), checks the server's host name when
+`ssl.endpoint.identification.algorithm` is `https` (Kafka's default; empty turns it off).
+`sasl_client(mechanism, username, password)` gives the token exchange of PLAIN or
+SCRAM-SHA-256/512: `first()` is the first token, `step(server token)` the next (or None
+when done); a server signature that does not verify raises SaslClientError. The broker's
+own credentials come from the `username`/`password` options of the listener's JAAS entry
+(`broker_credentials`), as Kafka's login modules read them.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import ssl
+from typing import Any
+
+from kafkafast.security.jaas import jaas_for
+from kafkafast.security.scram import MECHANISMS
+from kafkafast.security.tls import PROTOCOL_VERSIONS, _pem_file
+
+
+class SaslClientError(Exception):
+    pass
+
+
+def client_ssl_context(listener: Any) -> ssl.SSLContext:
+    get = listener.get
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    trust, trust_inline = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    if trust:
+        ctx.load_verify_locations(cafile=trust)
+    elif trust_inline:
+        ctx.load_verify_locations(cadata=trust_inline.replace("\\n", "\n"))
+    else:
+        ctx.load_default_certs()
+    password = get("ssl.key.password") or get("ssl.keystore.password") or None
+    location, key, chain = get("ssl.keystore.location"), get("ssl.keystore.key"), get("ssl.keystore.certificate.chain")
+    if location:
+        ctx.load_cert_chain(location, password=password)
+    elif key and chain:
+        temps = [_pem_file(chain), _pem_file(key)]
+        try:
+            ctx.load_cert_chain(temps[0], temps[1], password=password)
+        finally:
+            import os
+
+            for p in temps:
+                os.unlink(p)
+    ctx.check_hostname = (get("ssl.endpoint.identification.algorithm", "https") or "").lower() == "https"
+    versions = [PROTOCOL_VERSIONS[p.strip().upper()]
+                for p in (get("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3").split(",") if p.strip()]
+    ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    return ctx
+
+
+def broker_credentials(listener: Any, mechanism: str) -> tuple[str, str]:
+    entry = jaas_for(listener, mechanism)
+    opts = entry[1] if entry else {}
+    if "username" not in opts or "password" not in opts:
+        raise SaslClientError(f"listener {listener.name}: the {mechanism} JAAS entry has no username/password "
+                              "for the broker's own connections")
+    return opts["username"], opts["password"]
+
+
+class PlainClient:
+    def __init__(self, username: str, password: str) -> None:
+        self.token = f"\0{username}\0{password}".encode()
+
+    def first(self) -> bytes:
+        return self.token
+
+    def step(self, server: bytes) -> bytes | None:
+        return None
+
+
+class ScramClient:
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.hash = MECHANISMS[mechanism][0]
+        self.password = password.encode()
+        self.nonce = base64.b64encode(secrets.token_bytes(18)).decode()
+        self.bare = "n=" + username.replace("=", "=3D").replace(",", "=2C") + ",r=" + self.nonce
+        self.state = 0
+
+    def first(self) -> bytes:
+        return ("n,," + self.bare).encode()
+
+    def step(self, server: bytes) -> bytes | None:
+        msg = bytes(server).decode()
+        if self.state == 0:
+            attrs = dict(part.split("=", 1) for part in msg.split(","))
+            if not attrs.get("r", "").startswith(self.nonce):
+                raise SaslClientError("SCRAM server nonce does not extend ours")
+            salted = hashlib.pbkdf2_hmac(self.hash, self.password, base64.b64decode(attrs["s"]), int(attrs["i"]))
+            without_proof = f"c=biws,r={attrs['r']}"
+            auth = f"{self.bare},{msg},{without_proof}".encode()
+            client_key = hmac.new(salted, b"Client Key", self.hash).digest()
+            signature = hmac.new(hashlib.new(self.hash, client_key).digest(), auth, self.hash).digest()
+            self.expected = hmac.new(hmac.new(salted, b"Server Key", self.hash).digest(), auth, self.hash).digest()
+            self.state = 1
+            proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+            return f"{without_proof},p={proof}".encode()
+        if not msg.startswith("v=") or not hmac.compare_digest(base64.b64decode(msg[2:]), self.expected):
+            raise SaslClientError("SCRAM server signature does not verify")
+        self.state = 2
+        return None
+
+
+def sasl_client(mechanism: str, username: str, password: str) -> Any:
+    if mechanism == "PLAIN":
+        return PlainClient(username, password)
+    if mechanism in MECHANISMS:
+        return ScramClient(mechanism, username, password)
+    raise SaslClientError(f"no client for SASL mechanism {mechanism}")

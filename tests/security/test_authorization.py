@@ -1,0 +1,389 @@
+"""The ACL authorizer end to end: every API answers Kafka's authorization error without
+the ACL and succeeds with it; PREFIXED and LITERAL patterns, DENY over ALLOW, super users,
+Metadata hiding what a principal may not describe, follower fetches refused to clients,
+ACLs managed through CreateAcls/DescribeAcls/DeleteAcls by a real admin client, and
+changes seen by every worker of a multi-process broker."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
+from kafkafast.protocol._generated.sasl_handshake import SaslHandshakeRequest
+from tests.security.conftest import PLAIN_JAAS
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.raw_client import RawClient
+
+pytestmark = pytest.mark.timeout(180)
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "eve": "eve-secret"}
+JAAS = PLAIN_JAAS[:-1] + ' user_eve="eve-secret";'  # eve never gets an ACL
+
+
+def start(base, workers=0, extra=None) -> tuple[BrokerProcess, int]:
+    sasl = free_port()
+    plain = free_port()
+    settings = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",  # the PLAINTEXT listener is the operators' back door here
+        "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
+    }
+    settings.update(extra or {})
+    return BrokerProcess(base, port=plain, workers=workers, settings=settings).start(), sasl
+
+
+def conf(port: int, user: str) -> dict:
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": PASSWORDS[user]}
+
+
+_ADMINS: dict = {}
+
+
+def admin(port: int, user: str):
+    """One admin client per user and broker, kept alive (a collected client cancels its futures)."""
+    from confluent_kafka.admin import AdminClient
+
+    key = (port, user)
+    if key not in _ADMINS:
+        _ADMINS[key] = AdminClient(conf(port, user))
+    return _ADMINS[key]
+
+
+def acl(rtype: str, name: str, principal: str, op: str, *, pattern: str = "LITERAL", perm: str = "ALLOW"):
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return AclBinding(ResourceType[rtype], name, ResourcePatternType[pattern], principal, "*", AclOperation[op],
+                      AclPermissionType[perm])
+
+
+def grant(port: int, *bindings) -> None:
+    for fut in admin(port, "admin").create_acls(list(bindings)).values():
+        fut.result(30)
+
+
+def produce_error(port: int, user: str, topic: str):
+    import confluent_kafka as ck
+
+    result = []
+    p = ck.Producer({**conf(port, user), "message.timeout.ms": 10000, "enable.idempotence": False})
+    p.produce(topic, b"v", on_delivery=lambda err, msg: result.append(err))
+    p.flush(20)
+    assert result, "no delivery report"
+    return result[0]
+
+
+def consume_error(port: int, user: str, topic: str, group: str | None = None):
+    """(error code or None, values) of reading the topic with assign (group=None) or subscribe."""
+    import confluent_kafka as ck
+
+    c = ck.Consumer({**conf(port, user), "group.id": group or "unused", "auto.offset.reset": "earliest",
+                     "enable.auto.commit": False})
+    if group is None:
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+    else:
+        c.subscribe([topic])
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    continue
+                return m.error().code(), None
+            return None, m.value()
+    finally:
+        c.close()
+    return "timeout", None
+
+
+def login(port: int, user: str) -> RawClient:
+    c = RawClient(port)
+    assert c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    assert c.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORDS[user]}".encode()), 1).error_code == 0
+    return c
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    broker, port = start(tmp_path_factory.mktemp("acl") / "data")
+    a = admin(port, "admin")
+    from confluent_kafka.admin import NewTopic
+
+    for fut in a.create_topics([NewTopic(t, 1, 1) for t in ("orders", "alice-private", "shared")]).values():
+        fut.result(30)
+    import confluent_kafka as ck
+
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    for t in ("orders", "alice-private", "shared"):
+        p.produce(t, b"seed-" + t.encode())
+    assert p.flush(20) == 0
+    grant(port, acl("GROUP", "unused", "User:*", "READ"))  # librdkafka looks up its group's coordinator
+    yield broker, port
+    _ADMINS.clear()
+    broker.kill()
+
+
+def test_produce_needs_write(env):
+    import confluent_kafka as ck
+
+    _, port = env
+    assert produce_error(port, "bob", "orders").code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(port, acl("TOPIC", "orders", "User:bob", "WRITE"))
+    assert produce_error(port, "bob", "orders") is None
+
+
+def test_fetch_needs_read_and_group_consume_needs_group_read(env):
+    import confluent_kafka as ck
+
+    _, port = env
+    grant(port, acl("TOPIC", "shared", "User:bob", "DESCRIBE"))  # metadata yes, Fetch no
+    assert consume_error(port, "bob", "shared")[0] == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(port, acl("TOPIC", "shared", "User:bob", "READ"))
+    assert consume_error(port, "bob", "shared") == (None, b"seed-shared")
+    assert consume_error(port, "bob", "shared", group="bobs")[0] == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
+    grant(port, acl("GROUP", "bobs", "User:bob", "READ"))
+    assert consume_error(port, "bob", "shared", group="bobs") == (None, b"seed-shared")
+
+
+def test_prefixed_acl_and_deny_wins(env):
+    import confluent_kafka as ck
+
+    _, port = env
+    grant(port, acl("TOPIC", "alice-", "User:alice", "ALL", pattern="PREFIXED"))
+    assert produce_error(port, "alice", "alice-private") is None
+    assert consume_error(port, "alice", "alice-private") == (None, b"seed-alice-private")
+    grant(port, acl("TOPIC", "alice-private", "User:alice", "READ", perm="DENY"))
+    assert consume_error(port, "alice", "alice-private")[0] == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert produce_error(port, "alice", "alice-private") is None  # only READ is denied
+
+
+def test_create_and_delete_topics(env):
+    from confluent_kafka.admin import NewTopic
+
+    _, port = env
+    with pytest.raises(Exception) as info:
+        admin(port, "bob").create_topics([NewTopic("bob-new", 1, 1)])["bob-new"].result(30)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
+    grant(port, acl("TOPIC", "bob-", "User:bob", "CREATE", pattern="PREFIXED"))
+    admin(port, "bob").create_topics([NewTopic("bob-new", 1, 1)])["bob-new"].result(30)
+    with pytest.raises(Exception) as info:
+        admin(port, "bob").delete_topics(["bob-new"])["bob-new"].result(30)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
+    grant(port, acl("TOPIC", "bob-new", "User:bob", "DELETE"))
+    admin(port, "bob").delete_topics(["bob-new"])["bob-new"].result(30)
+
+
+def test_describe_and_alter_configs(env):
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    _, port = env
+    res = ConfigResource(ResourceType.TOPIC, "orders")
+    with pytest.raises(Exception) as info:
+        admin(port, "alice").describe_configs([res])[res].result(30)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
+    grant(port, acl("TOPIC", "orders", "User:alice", "ALTER_CONFIGS"))  # implies DESCRIBE_CONFIGS
+    assert "retention.ms" in admin(port, "alice").describe_configs([res])[res].result(30)
+    res2 = ConfigResource(ResourceType.TOPIC, "shared", set_config={"retention.ms": "12345"})
+    with pytest.raises(Exception) as info:
+        admin(port, "alice").alter_configs([res2])[res2].result(30)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
+    broker_res = ConfigResource(ResourceType.BROKER, "0")
+    with pytest.raises(Exception) as info:
+        admin(port, "alice").describe_configs([broker_res])[broker_res].result(30)
+    assert "CLUSTER_AUTHORIZATION_FAILED" in str(info.value)
+
+
+def test_list_offsets_needs_describe_and_delete_records_needs_delete(env):
+    import confluent_kafka as ck
+    from confluent_kafka.admin import OffsetSpec
+
+    from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+
+    _, port = env
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name="orders", partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
+                                                                           timestamp=-1)])])
+    with login(port, "alice") as c:
+        assert c.request(req, 5).topics[0].partitions[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+    grant(port, acl("TOPIC", "orders", "User:alice", "DESCRIBE"))
+    with login(port, "alice") as c:
+        assert c.request(req, 5).topics[0].partitions[0].error_code == 0
+    tp = ck.TopicPartition("orders", 0, 1)
+    latest = admin(port, "alice").list_offsets({ck.TopicPartition("orders", 0): OffsetSpec.latest()})[
+        ck.TopicPartition("orders", 0)].result(30)
+    assert latest.offset >= 1
+    with pytest.raises(Exception) as info:
+        admin(port, "alice").delete_records([tp])[tp].result(30)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
+    grant(port, acl("TOPIC", "orders", "User:alice", "DELETE"))
+    assert admin(port, "alice").delete_records([tp])[tp].result(30).low_watermark == 1
+
+
+def test_metadata_lists_only_describable_topics_and_does_not_auto_create(env):
+    _, port = env
+    with login(port, "bob") as c:  # bob got WRITE on orders and READ on shared in earlier tests or not at all
+        names = {t.name for t in c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9).topics}
+        assert "alice-private" not in names
+        resp = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="alice-private")],
+                                         allow_auto_topic_creation=True), 9)
+        assert resp.topics[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+    grant(port, acl("TOPIC", "ghost", "User:bob", "DESCRIBE"))
+    with login(port, "bob") as c:
+        resp = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="ghost")],
+                                         allow_auto_topic_creation=True), 9)
+        assert resp.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no Create, so not created
+    with login(port, "admin") as c:  # super user: sees everything
+        names = {t.name for t in c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9).topics}
+        assert {"orders", "alice-private", "shared"} <= names and "ghost" not in names
+
+
+def test_fetch_with_a_replica_id_is_refused_to_clients(env):
+    _, port = env
+    grant(port, acl("TOPIC", "shared", "User:alice", "READ"))
+    P = FetchRequest.FetchPartition
+    for replica_id, expected in ((-1, 0), (0, 29)):
+        with login(port, "alice") as c:
+            req = FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                               isolation_level=0, session_id=0, session_epoch=-1,
+                               topics=[FetchRequest.FetchTopic(topic="shared", partitions=[
+                                   P(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                                     partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+            resp = c.request(req, 11)
+            assert resp.responses[0].partitions[0].error_code == expected
+
+
+def test_acls_described_and_deleted_by_admin_client(env):
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, \
+        ResourceType
+
+    _, port = env
+    grant(port, acl("GROUP", "temp-", "User:bob", "READ", pattern="PREFIXED"))
+    flt = AclBindingFilter(ResourceType.GROUP, "temp-", ResourcePatternType.PREFIXED, "User:bob", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    found = admin(port, "admin").describe_acls(flt).result(30)
+    assert [(b.name, b.operation, b.permission_type) for b in found] == \
+        [("temp-", AclOperation.READ, AclPermissionType.ALLOW)]
+    from kafkafast.protocol._generated.describe_acls import DescribeAclsRequest
+
+    with login(port, "bob") as c:  # librdkafka drops DescribeAcls' top-level error; read it raw
+        resp = c.request(DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                             principal_filter=None, host_filter=None, operation=1,
+                                             permission_type=1), 1)
+        assert (resp.error_code, resp.resources) == (31, [])  # CLUSTER_AUTHORIZATION_FAILED
+    deleted = admin(port, "admin").delete_acls([flt])[flt].result(30)
+    assert [b.name for b in deleted] == ["temp-"]
+    assert admin(port, "admin").describe_acls(flt).result(30) == []
+
+
+def test_acl_changes_reach_every_worker(tmp_path):
+    import confluent_kafka as ck
+
+    broker, port = start(tmp_path / "data", workers=2)
+    try:
+        from confluent_kafka.admin import NewTopic
+
+        admin(port, "admin").create_topics([NewTopic("mw", 2, 1)])["mw"].result(30)
+        assert produce_error(port, "bob", "mw").code() == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        grant(port, acl("TOPIC", "mw", "User:bob", "WRITE"))
+        deadline = time.monotonic() + 10
+        ok = 0
+        while ok < 8 and time.monotonic() < deadline:  # fresh connections land on both workers
+            ok = ok + 1 if produce_error(port, "bob", "mw") is None else 0
+        assert ok == 8
+        # group requests are forwarded to the worker owning the group: the principal goes along
+        grant(port, acl("TOPIC", "mw", "User:bob", "READ"))
+        assert consume_error(port, "bob", "mw", group="mwg")[0] == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
+        grant(port, acl("GROUP", "mwg", "User:bob", "READ"))
+        deadline = time.monotonic() + 10  # every worker re-reads the ACL file within a second
+        while consume_error(port, "bob", "mw", group="mwg")[0] is not None:
+            assert time.monotonic() < deadline
+        from kafkafast.protocol._generated.join_group import JoinGroupRequest
+
+        with login(port, "bob") as c:  # groups owned by either worker: a forwarded JoinGroup is still bob's
+            for g in ("g1", "g2", "g3", "g4", "g5", "g6"):
+                resp = c.request(JoinGroupRequest(group_id=g, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                                  member_id="", group_instance_id=None, protocol_type="consumer",
+                                                  protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
+                                                      name="range", metadata=b"")]), 5)
+                assert resp.error_code == 30, g  # GROUP_AUTHORIZATION_FAILED
+            # requests split over the groups' owners (DescribeGroups, ListGroups) keep the principal too
+            from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+            from kafkafast.protocol._generated.list_groups import ListGroupsRequest
+
+            groups = ["mwg", "g1", "g2", "g3", "g4", "g5", "g6"]
+            described = c.request(DescribeGroupsRequest(groups=groups, include_authorized_operations=False), 5)
+            assert [(g.group_id, g.error_code) for g in described.groups] == [("mwg", 0)] + [(g, 30) for g in groups[1:]]
+            assert [g.group_id for g in c.request(ListGroupsRequest(states_filter=[]), 4).groups] == ["mwg"]
+    finally:
+        _ADMINS.clear()
+        broker.kill()
+
+
+def test_offset_fetch_needs_group_and_topic_describe(env):
+    from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest
+
+    _, port = env
+    T = OffsetFetchRequest.OffsetFetchRequestTopic
+    req = OffsetFetchRequest(group_id="carols", topics=[T(name="orders", partition_indexes=[0])],
+                             require_stable=False)
+    with login(port, "bob") as c:
+        resp = c.request(req, 7)
+        assert resp.error_code == 30 and resp.topics == []  # GROUP_AUTHORIZATION_FAILED
+    grant(port, acl("GROUP", "carols", "User:bob", "DESCRIBE"), acl("TOPIC", "shared", "User:bob", "DESCRIBE"))
+    req.topics = [T(name="alice-private", partition_indexes=[0]), T(name="shared", partition_indexes=[0])]
+    with login(port, "bob") as c:
+        resp = c.request(req, 7)
+        assert resp.error_code == 0
+        assert [(t.name, t.partitions[0].error_code, t.partitions[0].committed_offset) for t in resp.topics] == [
+            ("alice-private", 29, -1), ("shared", 0, -1)]
+
+
+def test_every_other_checked_api_answers_its_authorization_error(env):
+    """eve holds no ACL at all: each API answers Kafka's error for it (and the connection
+    stays usable)."""
+    from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest as CP
+    from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
+    from kafkafast.protocol._generated.heartbeat import HeartbeatRequest
+    from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+    from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+    from kafkafast.protocol._generated.leave_group import LeaveGroupRequest
+    from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest as OC
+    from kafkafast.protocol._generated.offset_delete import OffsetDeleteRequest as OD
+    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as OE
+    from kafkafast.protocol._generated.sync_group import SyncGroupRequest
+
+    _, port = env
+    cases = [
+        (SyncGroupRequest(group_id="nope", generation_id=1, member_id="m", assignments=[]), 3,
+         lambda r: r.error_code, 30),
+        (HeartbeatRequest(group_id="nope", generation_id=1, member_id="m"), 4, lambda r: r.error_code, 30),
+        (LeaveGroupRequest(group_id="nope", members=[LeaveGroupRequest.MemberIdentity(member_id="m")]), 4,
+         lambda r: r.error_code, 30),
+        (LeaveGroupRequest(group_id="nope", member_id="m"), 1, lambda r: r.error_code, 30),
+        (DeleteGroupsRequest(groups_names=["nope"]), 2, lambda r: r.results[0].error_code, 30),
+        (OD(group_id="nope", topics=[OD.OffsetDeleteRequestTopic(
+            name="orders", partitions=[OD.OffsetDeleteRequestPartition(partition_index=0)])]), 0,
+         lambda r: r.error_code, 30),
+        (OC(group_id="nope", generation_id_or_member_epoch=-1, member_id="", topics=[OC.OffsetCommitRequestTopic(
+            name="orders", partitions=[OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]), 8,
+         lambda r: r.topics[0].partitions[0].error_code, 30),
+        (InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000), 4, lambda r: r.error_code, 31),
+        (CP(topics=[CP.CreatePartitionsTopic(name="orders", count=3, assignments=None)], timeout_ms=1000), 3,
+         lambda r: r.results[0].error_code, 29),
+        (IAC(resources=[IAC.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
+            IAC.AlterableConfig(name="retention.ms", config_operation=0, value="1000")])]), 1,
+         lambda r: r.responses[0].error_code, 29),
+        (OE(replica_id=-1, topics=[OE.OffsetForLeaderTopic(topic="alice-private", partitions=[
+            OE.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]), 4,
+         lambda r: r.topics[0].partitions[0].error_code, 29),
+    ]
+    with login(port, "eve") as c:
+        for req, version, code_of, expected in cases:
+            assert code_of(c.request(req, version)) == expected, type(req).__name__

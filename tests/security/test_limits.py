@@ -1,0 +1,114 @@
+"""Connection limits against hostile or broken clients: idle connections closed after
+connections.max.idle.ms, max.connections.per.ip (with overrides) and max.connections
+enforced at accept, and queued.max.requests back-pressure that still answers everything."""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+
+from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from tests.support.raw_client import RawClient
+
+pytestmark = pytest.mark.timeout(120)
+
+API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 7, 0)  # size, key 18, v0, correlation 7, client id ""
+
+
+def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    s = socket.socket()
+    s.bind((source, 0))
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def answered(s: socket.socket) -> bool:
+    """Sends ApiVersions v0; True if the broker answers, False if it closed the connection."""
+    try:
+        s.sendall(API_VERSIONS_V0)
+        head = s.recv(4)
+        if len(head) < 4:
+            return False
+        size = struct.unpack(">i", head)[0]
+        got = b""
+        while len(got) < size:
+            chunk = s.recv(size - len(got))
+            if not chunk:
+                return False
+            got += chunk
+        return struct.unpack(">i", got[:4])[0] == 7
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+def closed_by_peer(s: socket.socket, timeout: float) -> bool:
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_idle_connections_are_closed(broker_factory):
+    b = broker_factory(settings={"connections.max.idle.ms": "1500"})
+    idle = [connect(b.port) for _ in range(300)]
+    assert all(answered(s) for s in idle[-5:])  # accepted (the first ones may already be idle-closed)
+    busy = connect(b.port)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # a connection in use is not idle
+        assert answered(busy)
+        time.sleep(0.3)
+    give_up = time.monotonic() + 30
+    still_open = list(idle)
+    while still_open and time.monotonic() < give_up:
+        still_open = [s for s in still_open if not closed_by_peer(s, 0.01)]
+        time.sleep(0.2)
+    assert still_open == [], f"{len(still_open)} of 300 idle connections still open"
+    assert answered(busy)
+    for s in idle + [busy]:
+        s.close()
+
+
+def test_max_connections_per_ip_and_overrides(broker_factory):
+    b = broker_factory(settings={"max.connections.per.ip": "3", "max.connections.per.ip.overrides": "127.0.0.1:6"})
+    local = [connect(b.port) for _ in range(7)]
+    assert [answered(s) for s in local] == [True] * 6 + [False]  # the override for 127.0.0.1
+    other = [connect(b.port, "127.0.0.2") for _ in range(4)]
+    assert [answered(s) for s in other] == [True] * 3 + [False]  # the default cap
+    other[0].close()
+    deadline = time.monotonic() + 10
+    while True:  # a closed connection frees its slot once the broker has seen it go
+        again = connect(b.port, "127.0.0.2")
+        if answered(again):
+            break
+        again.close()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    for s in local + other + [again]:
+        s.close()
+
+
+def test_max_connections_caps_all_addresses(broker_factory):
+    b = broker_factory(settings={"max.connections": "4"})
+    conns = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.1", "127.0.0.2")]
+    assert [answered(s) for s in conns] == [True] * 4 + [False]
+    for s in conns:
+        s.close()
+
+
+def test_queued_max_requests_back_pressure_answers_every_pipelined_request(broker_factory):
+    b = broker_factory(settings={"queued.max.requests": "2", "queued.max.request.bytes": "4096"})
+    clients = [RawClient(b.port) for _ in range(3)]
+    for c in clients:
+        c.send_raw(b"".join(struct.pack(">ihhih", 10, 18, 0, i, 0) for i in range(200)))
+    for c in clients:
+        for i in range(200):
+            frame = c.recv_frame()
+            assert frame is not None and struct.unpack(">i", frame[:4])[0] == i
+        assert c.request(ApiVersionsRequest(), 0).error_code == 0
+        c.close()
