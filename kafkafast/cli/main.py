@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
             from kafkafast.runtime.supervisor import run_supervisor
         except ImportError:
             run_supervisor = None
+        if workers and config.get("zookeeper.connect"):
+            logging.getLogger("kafkafast").warning(
+                "cluster mode (zookeeper.connect) serves in one process; --workers %d ignored", workers)
+            workers = 0
         if workers and run_supervisor is not None:
             return run_supervisor(config, workers)
         from kafkafast.runtime.server import run_server

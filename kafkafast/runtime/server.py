@@ -61,7 +61,12 @@ class Server:
 async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     listener = config.listeners()[0]
     sock = make_listen_socket(listener.host, listener.port)
-    broker = Broker(config)
+    if config.get("zookeeper.connect"):  # cluster mode (ZooKeeper): kafkafast/cluster
+        from kafkafast.cluster.cluster_broker import ClusterBroker
+
+        broker = ClusterBroker(config)
+    else:
+        broker = Broker(config)
     await broker.start()
     server = Server(broker, sock)
     await server.start()
