@@ -129,13 +129,31 @@ class KafkaCluster:
             time.sleep(interval)
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     configs: dict[str, str] | None = None) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+                     configs: dict[str, str] | None = None, assignment: list[list[int]] | None = None) -> None:
+        """Creates the topic (with `assignment`: replica lists, first the preferred leader) and
+        waits for a leader and the full ISR of every partition."""
+        if assignment:  # (confluent-kafka's NewTopic refuses replica_assignment in this version)
+            from kafkafast.protocol._generated.create_topics import CreateTopicsRequest as C
+            from tests.support.raw_client import RawClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        fut = admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs or {})],
-                                  request_timeout=30)[name]
-        fut.result(30)
+            partitions = len(assignment)
+            req = C(topics=[C.CreatableTopic(
+                name=name, num_partitions=-1, replication_factor=-1,
+                assignments=[C.CreatableReplicaAssignment(partition_index=i, broker_ids=r)
+                             for i, r in enumerate(assignment)],
+                configs=[C.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+                timeout_ms=30000, validate_only=False)
+            with RawClient(next(iter(self.brokers.values())).port, timeout=30) as rc:
+                code = rc.request(req, 4).topics[0].error_code
+            assert code == 0, f"CreateTopics: error {code}"
+        else:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            fut = admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs or {})],
+                                      request_timeout=30)[name]
+            fut.result(30)
+        replication_factor = len(assignment[0]) if assignment else replication_factor
         self.wait_for(lambda: all(self._has_leader(name, p) for p in range(partitions)), 30,
                       f"leaders for {name}")
         self.wait_for(lambda: all(len(self.partition_state(name, p)["isr"]) == replication_factor
