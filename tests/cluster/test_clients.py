@@ -1,0 +1,107 @@
+"""Consumer groups and kafkafast's own client over the three-broker cluster."""
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer
+
+from kafkafast.client.sync import KafkaConsumer, KafkaProducer
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from tests.support.raw_client import RawClient
+
+
+def _coordinator(cluster, group: str) -> int:
+    port = next(b.port for b in cluster.brokers.values() if b.proc.poll() is None)
+    with RawClient(port) as rc:
+        resp = rc.request(FindCoordinatorRequest(key=group, key_type=0), 2)
+    return resp.node_id if resp.error_code == 0 else -1
+
+
+def _commit_ok(consumer) -> bool:
+    try:
+        consumer.commit(asynchronous=False)
+        return True
+    except Exception:
+        return False
+
+
+def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
+    cluster.create_topic("grp", 3, 3, {"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(300):
+        p.produce("grp", b"%05d" % i, partition=i % 3)
+    assert p.flush(30) == 0
+    settings = {"bootstrap.servers": cluster.bootstrap, "group.id": "survivors", "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000}
+    c = Consumer(settings)
+    c.subscribe(["grp"])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 300:
+        assert time.monotonic() < deadline, f"only {len(seen)} of the first 300 consumed"
+        m = c.poll(1.0)
+        if m is not None and not m.error():
+            seen.add(m.value())
+    c.commit(asynchronous=False)
+    coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, "survivors"), 0), 20, "the group's coordinator")
+    victim = cluster.brokers[coordinator]
+    victim.kill()
+    try:
+        for i in range(300, 600):
+            p.produce("grp", b"%05d" % i, partition=i % 3)
+        assert p.flush(60) == 0
+        deadline = time.monotonic() + 90
+        while len(seen) < 600:
+            assert time.monotonic() < deadline, f"only {len(seen)} of 600 consumed after the coordinator died"
+            m = c.poll(1.0)
+            if m is not None and not m.error():
+                seen.add(m.value())
+        cluster.wait_for(lambda: _coordinator(cluster, "survivors") not in (-1, coordinator), 30, "a new coordinator")
+        cluster.wait_for(lambda: _commit_ok(c), 30, "a commit through the new coordinator")
+        c.close()
+        assert seen == {b"%05d" % i for i in range(600)}
+        # a new member of the group starts from the committed offsets: nothing left to read
+        c2 = Consumer(settings)
+        c2.subscribe(["grp"])
+        extra = []
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            m = c2.poll(0.5)
+            if m is not None and not m.error():
+                extra.append(m.value())
+        c2.close()
+        assert extra == []
+    finally:
+        victim.start(timeout=60)
+
+
+def test_kafkafast_client_follows_a_leader_change(cluster):
+    cluster.create_topic("own", 2, 3, {"min.insync.replicas": "2"})
+    producer = KafkaProducer(cluster.bootstrap, acks="all")
+    victim = None
+    try:
+        for i in range(200):
+            producer.send("own", b"%04d" % i, partition=i % 2)
+        producer.flush(30)
+        leader = cluster.leader("own", 0)
+        victim = cluster.brokers[leader]
+        assert victim.stop() == 0
+        cluster.wait_for(lambda: cluster.leader("own", 0) not in (-1, leader), 20, "a new leader")
+        for i in range(200, 400):
+            producer.send("own", b"%04d" % i, partition=i % 2)
+        producer.flush(60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer("own", bootstrap_servers=cluster.bootstrap, group_id="own-reader",
+                             auto_offset_reset="earliest")
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < 400 and time.monotonic() < deadline:
+            for records in consumer.poll(1000).values():
+                got.extend(r.value for r in records)
+    finally:
+        consumer.close()
+        if victim is not None:
+            victim.start(timeout=60)
+    assert sorted(got) == [b"%04d" % i for i in range(400)]
