@@ -114,3 +114,20 @@ def test_session_loss_moves_leadership_and_the_broker_rejoins(cluster):
     cluster.wait_for(lambda: all(victim_id in cluster.partition_state("session", p)["isr"] for p in range(3)), 40,
                      "the broker back in every ISR")
     assert cluster.leader("session", 0) != victim_id
+
+
+def test_a_log_dir_of_another_cluster_refuses_to_start(cluster, tmp_path):
+    from tests.support.broker_process import BrokerProcess
+
+    data = tmp_path / "foreign"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=0\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nbroker.id=9\n")
+    b = BrokerProcess(data, settings=cluster.broker_settings(9))
+    try:
+        b.start(timeout=30)
+        raise AssertionError("a broker of another cluster started")
+    except RuntimeError as exc:
+        assert "doesn't match stored clusterId AAAAAAAAAAAAAAAAAAAAAA" in str(exc)
+    finally:
+        b.kill()
+    assert 9 not in cluster.registered()
