@@ -19,6 +19,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
+from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
@@ -79,6 +80,32 @@ class ClusterBroker(Broker):
         self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
         self.node.controller.start()
         self._isr_task = self.loop.create_task(self._isr_maintenance())
+        self._seen_config_changes: set[str] = set(await asyncio.to_thread(self.node.zk.get_children, Z.CONFIG_CHANGES))
+        self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
+
+    def _on_config_changes(self, children: list[str]) -> None:
+        """Kazoo's thread: a topic's configs changed somewhere; reload them on the loop."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
+
+    async def _reload_configs(self, children: list[str]) -> None:
+        for child in sorted(set(children) - self._seen_config_changes):
+            self._seen_config_changes.add(child)
+            try:
+                data, _ = await asyncio.to_thread(self.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
+            except Exception:
+                continue
+            entity = Z.loads(data).get("entity_path", "")
+            if not entity.startswith("topics/"):
+                continue
+            topic = entity[len("topics/"):]
+            configs = await asyncio.to_thread(self.node.topic_configs, topic)
+            self.topics.configs[topic] = configs  # type: ignore[attr-defined]
+            cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
+            for (t, _), part in self.partitions.items():
+                if t == topic:
+                    part.log.config = cfg
+            log.info("topic %s: configs reloaded (%s)", topic, child)
 
     def _session_reset(self) -> None:
         log.info("new ZooKeeper session (broker epoch %d)", self.node.broker_epoch)

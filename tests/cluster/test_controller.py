@@ -131,3 +131,37 @@ def test_a_log_dir_of_another_cluster_refuses_to_start(cluster, tmp_path):
     finally:
         b.kill()
     assert 9 not in cluster.registered()
+
+
+def test_create_partitions_configs_and_delete_topics_across_the_cluster(cluster):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+
+    cluster.create_topic("admin", 2, 2)
+    first = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    first.create_partitions([NewPartitions("admin", 4)], request_timeout=20)["admin"].result(30)
+    zk = cluster.zk()
+    cluster.wait_for(lambda: len(json.loads(zk.get("/brokers/topics/admin")[0])["partitions"]) == 4, 10,
+                     "four partitions assigned")
+    cluster.wait_for(lambda: all(zk.exists(f"/brokers/topics/admin/partitions/{p}/state") for p in range(4)), 15,
+                     "states of the new partitions")
+    third = AdminClient({"bootstrap.servers": cluster.brokers[3].bootstrap})
+    cluster.wait_for(lambda: len(third.list_topics("admin", timeout=10).topics["admin"].partitions) == 4, 15,
+                     "broker 3 announcing four partitions")
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, "admin", set_config={"retention.ms": "123456"})
+    first.alter_configs([res], request_timeout=20)[res].result(30)
+    assert json.loads(zk.get("/config/topics/admin")[0])["config"]["retention.ms"] == "123456"
+    changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": "topics/admin"} in changes
+
+    def described_on_third() -> bool:
+        r = ConfigResource(ConfigResource.Type.TOPIC, "admin")
+        return third.describe_configs([r], request_timeout=20)[r].result(30)["retention.ms"].value == "123456"
+    cluster.wait_for(described_on_third, 15, "broker 3 seeing the new config")
+
+    first.delete_topics(["admin"], request_timeout=20)["admin"].result(30)
+    cluster.wait_for(lambda: zk.exists("/brokers/topics/admin") is None, 15, "the topic znode removed")
+    assert zk.exists("/config/topics/admin") is None and zk.get_children("/admin/delete_topics") == []
+    cluster.wait_for(lambda: not any(any((cluster.root / f"broker-{i}").glob("admin-*")) for i in (1, 2, 3)),
+                     15, "the partition directories removed everywhere")
+    cluster.wait_for(lambda: "admin" not in third.list_topics(timeout=10).topics, 15, "the topic gone from metadata")
