@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
@@ -278,13 +277,7 @@ class ClusterBroker(Broker):
             for f in part.followers.values():
                 f.last_caught_up_ms = max(f.last_caught_up_ms, now)
             part.epoch_start_offset = lg.log_end_offset
-        part.is_leader = True
-        part.leader_id = self.node_id
-        part.leader_epoch = ps.leader_epoch
-        part.isr = list(ps.isr)
-        part.replicas = list(ps.replicas)
-        part.partition_epoch = ps.partition_epoch
-        part.alter_in_flight = None
+        part.apply_state(ps, is_leader=True)
         lg.leader_epochs.assign(ps.leader_epoch, lg.log_end_offset)
         st = lg.state
         st.high_watermark = min(st.high_watermark, lg.log_end_offset)
@@ -300,13 +293,7 @@ class ClusterBroker(Broker):
         assert self.fetchers is not None
         tp = (part.topic, part.index)
         was_leader = part.is_leader
-        part.is_leader = False
-        part.leader_id = ps.leader
-        part.leader_epoch = ps.leader_epoch
-        part.isr = list(ps.isr)
-        part.replicas = list(ps.replicas)
-        part.partition_epoch = ps.partition_epoch
-        part.alter_in_flight = None
+        part.apply_state(ps, is_leader=False)
         part.followers = {}
         part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
         if was_leader and part.topic == OFFSETS_TOPIC and self.group_coordinator is not None:

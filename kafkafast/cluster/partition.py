@@ -51,6 +51,16 @@ class ClusterPartition(Partition):
         self.epoch_start_offset = 0
         self.hw_waiters: list[tuple[int, asyncio.Future]] = []
 
+    def apply_state(self, ps: Any, *, is_leader: bool) -> None:
+        """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
+        self.is_leader = is_leader
+        self.leader_id = ps.leader
+        self.leader_epoch = ps.leader_epoch
+        self.isr = list(ps.isr)
+        self.replicas = list(ps.replicas)
+        self.partition_epoch = ps.partition_epoch
+        self.alter_in_flight = None
+
     def maximal_isr(self) -> set[int]:
         """The ISR the high watermark waits for: the committed one plus pending additions."""
         members = set(self.isr)

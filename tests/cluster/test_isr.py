@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
