@@ -105,3 +105,76 @@ def test_kafkafast_client_follows_a_leader_change(cluster):
         if victim is not None:
             victim.start(timeout=60)
     assert sorted(got) == [b"%04d" % i for i in range(400)]
+
+
+def test_three_client_libraries_share_a_group_through_a_coordinator_failover(cluster):
+    import threading
+
+    import kafka
+    from confluent_kafka import TopicPartition as CTP
+
+    topic, group, n = "mixed", "mixed-group", 600
+    cluster.create_topic(topic, 6, 3, {"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(n // 2):
+        p.produce(topic, b"%05d" % i, partition=i % 6)
+    assert p.flush(30) == 0
+    seen: dict[str, set[bytes]] = {"confluent": set(), "kafka-python": set(), "kafkafast": set()}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(name, poll, close):
+        try:
+            while not stop.is_set():
+                seen[name].update(poll())
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+        finally:
+            close()
+
+    cc = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                   "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+    cc.subscribe([topic])
+    kp = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap.split(","), group_id=group,
+                             auto_offset_reset="earliest", auto_commit_interval_ms=500, session_timeout_ms=10000,
+                             heartbeat_interval_ms=1000)
+    kf = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+                       auto_commit_interval_ms=500, session_timeout_ms=10000, heartbeat_interval_ms=1000)
+    threads = [
+        threading.Thread(target=run, args=("confluent", lambda: {m.value() for m in cc.consume(100, 0.5)
+                                                                if not m.error()}, cc.close)),
+        threading.Thread(target=run, args=("kafka-python", lambda: {r.value for rs in kp.poll(500).values()
+                                                                   for r in rs}, kp.close)),
+        threading.Thread(target=run, args=("kafkafast", lambda: {r.value for rs in kf.poll(500).values()
+                                                                for r in rs}, kf.close)),
+    ]
+    for t in threads:
+        t.start()
+    victim = None
+    try:
+        everyone = lambda: set().union(*seen.values())  # noqa: E731
+        cluster.wait_for(lambda: len(everyone()) >= n // 2, 90, "the first half consumed")
+        coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, group), 0), 20, "the coordinator")
+        victim = cluster.brokers[coordinator]
+        victim.kill()
+        for i in range(n // 2, n):
+            p.produce(topic, b"%05d" % i, partition=i % 6)
+        assert p.flush(60) == 0
+        cluster.wait_for(lambda: len(everyone()) >= n, 120, "everything consumed after the coordinator died")
+        assert everyone() == {b"%05d" % i for i in range(n)}
+        assert sum(1 for s in seen.values() if s) >= 2  # the partitions were shared
+        time.sleep(2)  # a last auto-commit
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        if victim is not None:
+            victim.start(timeout=60)
+    assert errors == []
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        committed = check.committed([CTP(topic, i) for i in range(6)], timeout=30)
+        ends = [check.get_watermark_offsets(CTP(topic, i), timeout=30)[1] for i in range(6)]
+        assert [c.offset for c in committed] == ends
+    finally:
+        check.close()
