@@ -178,3 +178,21 @@ def test_three_client_libraries_share_a_group_through_a_coordinator_failover(clu
         assert [c.offset for c in committed] == ends
     finally:
         check.close()
+
+
+def test_offsets_commit_for_partitions_the_coordinator_does_not_host(cluster):
+    from confluent_kafka import TopicPartition as CTP
+
+    cluster.create_topic("spread", 3, 1)  # one replica each: the coordinator hosts at most one of them
+    hosts = {cluster.leader("spread", p) for p in range(3)}
+    assert len(hosts) == 3
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "spread-group", "enable.auto.commit": False})
+    try:
+        offsets = [CTP("spread", p, 10 + p) for p in range(3)]
+        committed = c.commit(offsets=offsets, asynchronous=False)
+        assert [(tp.partition, tp.offset, tp.error) for tp in committed] == [(0, 10, None), (1, 11, None),
+                                                                            (2, 12, None)]
+        got = c.committed([CTP("spread", p) for p in range(3)], timeout=30)
+        assert [tp.offset for tp in got] == [10, 11, 12]
+    finally:
+        c.close()
