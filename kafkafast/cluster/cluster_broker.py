@@ -348,17 +348,24 @@ class ClusterBroker(Broker):
         interval = max(self.lag_ms / 2, 100) / 1000.0
         while True:
             await asyncio.sleep(interval)
-            now = now_ms()
-            for part in list(self.partitions.values()):
-                if not isinstance(part, ClusterPartition) or not part.is_leader or part.alter_in_flight is not None:
-                    continue
-                leo = part.log.log_end_offset
-                lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
-                           and f.leo < leo and now - f.last_caught_up_ms > self.lag_ms]
-                if lagging:
-                    log.info("%s-%d: shrinking ISR %s: %s not caught up for %d ms", part.topic, part.index,
-                             part.isr, lagging, self.lag_ms)
-                    self._alter_isr(part, [r for r in part.isr if r not in lagging])
+            try:
+                self._shrink_lagging_isrs()
+            except Exception:  # keep checking; the error is in the log
+                log.exception("ISR maintenance failed")
+
+    def _shrink_lagging_isrs(self) -> None:
+        """Followers in the ISR that have not caught up for replica.lag.time.max.ms leave it."""
+        now = now_ms()
+        for part in list(self.partitions.values()):
+            if not isinstance(part, ClusterPartition) or not part.is_leader or part.alter_in_flight is not None:
+                continue
+            leo = part.log.log_end_offset
+            lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
+                       and f.leo < leo and now - f.last_caught_up_ms > self.lag_ms]
+            if lagging:
+                log.info("%s-%d: shrinking ISR %s: %s not caught up for %d ms", part.topic, part.index,
+                         part.isr, lagging, self.lag_ms)
+                self._alter_isr(part, [r for r in part.isr if r not in lagging])
 
     def _alter_isr(self, part: ClusterPartition, new_isr: list[int]) -> None:
         part.alter_in_flight = new_isr

@@ -145,7 +145,7 @@ class ClusterNode:
         if broker_id < 0:
             if not self.config.get_bool("broker.id.generation.enable"):
                 raise SystemExit("broker.id is not set and broker.id.generation.enable is false")
-            stat = self.zk.set_data(Z.BROKER_SEQID, b"", version=-1)
+            stat = self.zk.set(Z.BROKER_SEQID, b"", version=-1)
             broker_id = stat.version + int(self.config.get("reserved.broker.max.id") or Z.RESERVED_BROKER_MAX_ID)
         if meta.get("broker.id") and int(meta["broker.id"]) != broker_id:
             raise SystemExit(f"Configured broker.id {broker_id} doesn't match stored broker.id "

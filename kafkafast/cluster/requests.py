@@ -20,7 +20,7 @@ import asyncio
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
-from kafkafast.broker.topics import validate_topic_name
+from kafkafast.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
 from kafkafast.protocol._generated.metadata import MetadataResponse
@@ -107,7 +107,7 @@ def _topic_metadata(broker: Any, name: str, version: int) -> Any:
             isr_nodes=list(info.isr), offline_replicas=list(info.offline)))
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=name, topic_id=cache.topic_ids.get(name, bytes(16)),
-        is_internal=name.startswith("__") and name in ("__consumer_offsets", "__transaction_state"),
+        is_internal=name in INTERNAL_TOPICS,
         partitions=parts, topic_authorized_operations=AUTH_OPS_UNSET)
 
 

@@ -165,3 +165,23 @@ def test_create_partitions_configs_and_delete_topics_across_the_cluster(cluster)
     cluster.wait_for(lambda: not any(any((cluster.root / f"broker-{i}").glob("admin-*")) for i in (1, 2, 3)),
                      15, "the partition directories removed everywhere")
     cluster.wait_for(lambda: "admin" not in third.list_topics(timeout=10).topics, 15, "the topic gone from metadata")
+
+
+def test_broker_id_generation_through_brokers_seqid(cluster, tmp_path):
+    from tests.support.broker_process import BrokerProcess
+
+    settings = {**cluster.broker_settings(0), "broker.id": "-1"}
+    b = BrokerProcess(tmp_path / "generated", settings=settings)
+    try:
+        b.start(timeout=60)
+        zk = cluster.zk()
+        generated = cluster.wait_for(lambda: [i for i in cluster.registered() if i > 1000], 20, "a generated id")
+        assert generated == [1000 + zk.exists("/brokers/seqid").version]
+        assert f"broker.id={generated[0]}" in (tmp_path / "generated" / "meta.properties").read_text()
+        assert b.stop() == 0
+        cluster.wait_for(lambda: cluster.registered() == [1, 2, 3], 15, "the generated broker gone")
+        b.start(timeout=60)  # the id is kept in meta.properties
+        cluster.wait_for(lambda: generated[0] in cluster.registered(), 20, "the same id again")
+    finally:
+        b.stop()
+    cluster.wait_for(lambda: cluster.registered() == [1, 2, 3], 15, "back to three brokers")
