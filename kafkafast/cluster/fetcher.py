@@ -105,6 +105,14 @@ class ReplicaFetcher:
                     self.conn = None
                 await asyncio.sleep(self.backoff_s)
 
+    def _unchanged(self, tp: TP, asked: tuple | None) -> FetchState | None:
+        """The partition's state if it is still the one a request was sent for (same object,
+        same leader epoch); None when a LeaderAndIsr moved or replaced it meanwhile."""
+        s = self.partitions.get(tp)
+        if s is None or asked is None or asked[0] is not s or s.epoch != asked[1]:
+            return None
+        return s
+
     # -- truncation by leader epoch ------------------------------------------------------------
     async def _truncate(self, conn: BrokerConnection) -> None:
         R = OffsetForLeaderEpochRequest
@@ -130,8 +138,8 @@ class ReplicaFetcher:
         for tr in resp.topics:
             for pr in tr.partitions:
                 tp = (tr.topic, pr.partition)
-                s = self.partitions.get(tp)
-                if s is None or tp not in asked or asked[tp][0] is not s or s.epoch != asked[tp][1]:
+                s = self._unchanged(tp, asked.get(tp))
+                if s is None:
                     continue
                 if pr.error_code:
                     s.delay_until = now + self.backoff_s
@@ -190,8 +198,8 @@ class ReplicaFetcher:
         for tr in resp.responses:
             for pd in tr.partitions:
                 tp = (tr.topic, pd.partition_index)
-                s = self.partitions.get(tp)
-                if s is None or tp not in sent or sent[tp][0] is not s or s.epoch != sent[tp][1]:
+                s = self._unchanged(tp, sent.get(tp))
+                if s is None:
                     continue
                 lg = s.part.log
                 if lg.log_end_offset != sent[tp][2]:
