@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         for b in brokers:
             b.stop()
         zk.kill()
+        shutil.rmtree(root, ignore_errors=True)
     out = Path(args.out)
     out.write_text(json.dumps({"size": SIZE, "partitions": PARTITIONS, "duration_s": args.duration,
                                "rows": rows}, indent=1))
