@@ -849,6 +849,24 @@ class GroupCoordinator:
         return self._append(group.group_id, [(group_key(group.group_id), group_value(value))], now_ms())
 
     # -- loading -----------------------------------------------------------------------------
+    def load_partition(self, index: int) -> None:
+        """This broker now leads `__consumer_offsets` partition `index` (cluster mode): load its groups."""
+        if self._loop is None or self._stopped:
+            return
+        self.loading.add(index)
+        self._tasks.append(self._loop.create_task(self._load_partitions([index])))
+
+    def unload_partition(self, index: int) -> None:
+        """Leadership of partition `index` moved away: forget its groups (NOT_COORDINATOR from now)."""
+        self.loading.discard(index)
+        for gid in [g for g in self.groups if self.partition_for(g) == index]:
+            group = self.groups.pop(gid)
+            self._cancel_group_timers(group)
+            for m in group.members.values():
+                _resolve(m.join_future, JoinResult(EC.NOT_COORDINATOR, m.member_id))
+                _resolve(m.sync_future, SyncResult(EC.NOT_COORDINATOR))
+                m.join_future = m.sync_future = None
+
     async def _load_partitions(self, partitions: list[int]) -> None:
         for p in partitions:
             try:

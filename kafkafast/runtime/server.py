@@ -58,7 +58,12 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = Broker(config)
+    if config.get("zookeeper.connect"):  # cluster mode (ZooKeeper): kafkafast/cluster
+        from kafkafast.cluster.cluster_broker import ClusterBroker
+
+        broker: Broker = ClusterBroker(config)
+    else:
+        broker = Broker(config)
     await broker.start()
     server = Server(broker, specs, socks[0])
     if not stop.is_set():

@@ -12,7 +12,7 @@ from kafkafast.protocol.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, validate_batches
+from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, scan_valid_prefix, validate_batches
 from kafkafast.storage.checkpoint import fsync_dir, is_out_of_space
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.leader_epoch import LeaderEpochCache
@@ -263,23 +263,35 @@ class Log:
             infos.append((off, nxt, append_time if append_time >= 0 else h.max_timestamp, h.size))
             count += h.records_count
             off = nxt
+        seg = self._write(records, infos, next_offset - 1, now_ms)
+        for h, (b, _, max_ts, _) in zip(headers, infos):
+            if h.producer_id >= 0:
+                self.producers.update(dataclasses.replace(h, base_offset=b), max_ts)
+        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
+            self.leader_epochs.assign(leader_epoch, base)
+        self._publish_append(seg, next_offset)
+        return AppendResult(base, next_offset - 1, append_time, self.log_start_offset, count)
+
+    def _write(self, data: bytearray | memoryview, infos: list[tuple[int, int, int, int]], last_offset: int,
+               now_ms: int) -> LogSegment:
+        """Rolls if the batches do not fit the active segment (the new one starts at the first
+        batch's offset), writes them, and cuts a failed write back off. Returns the segment."""
         seg = self._segments[-1]
-        if seg.should_roll(cfg, total, next_offset - 1, now_ms):
-            seg = self._roll(base)
+        if seg.should_roll(self.config, len(data), last_offset, now_ms):
+            seg = self._roll(infos[0][0])
         old_size = seg.size
         try:
-            seg.append(records, infos, now_ms)
+            seg.append(data, infos, now_ms)
         except OSError as exc:
             try:
                 seg.truncate_bytes(old_size)
             except OSError:
                 pass
             raise KafkaStorageError(f"{self.topic}-{self.partition}: write failed: {exc}") from exc
-        for h, (b, _, max_ts, _) in zip(headers, infos):
-            if h.producer_id >= 0:
-                self.producers.update(dataclasses.replace(h, base_offset=b), max_ts)
-        if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(leader_epoch, base)
+        return seg
+
+    def _publish_append(self, seg: LogSegment, next_offset: int) -> None:
+        """After a write: the new log end and max timestamp published, the flush policy applied."""
         st = self.state
         st.active_committed_size = seg.size
         st.log_end_offset = next_offset
@@ -287,9 +299,39 @@ class Log:
         if seg.max_timestamp > st.max_timestamp:
             st.max_timestamp_offset = seg.offset_of_max_timestamp
             st.max_timestamp = seg.max_timestamp
-        if next_offset - self.recovery_point >= cfg.flush_messages:
+        if next_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()
-        return AppendResult(base, next_offset - 1, append_time, self.log_start_offset, count)
+
+    def append_as_follower(self, records: bytearray | memoryview | bytes, *, now_ms: int) -> int:
+        """Append a leader's batches byte for byte, at the leader's offsets (a replica
+        follower). Batches wholly below the log end are skipped; the producer state and the
+        leader-epoch cache follow the batches' own fields. Returns the new log end offset."""
+        _, found = scan_valid_prefix(records)  # whole batches with good CRCs; a cut-off tail is dropped
+        view = memoryview(records)
+        start = pos = 0
+        kept: list[BatchHeader] = []
+        for at, h in found:
+            if h.last_offset < self.log_end_offset:
+                start = at + h.size
+            else:
+                kept.append(h)
+            pos = at + h.size
+        if not kept:
+            return self.log_end_offset
+        if kept[0].base_offset < self.log_end_offset:
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: leader batch at {kept[0].base_offset} "
+                                    f"overlaps the log end {self.log_end_offset}")
+        data = view[start:pos]
+        infos = [(h.base_offset, h.last_offset + 1, h.max_timestamp, h.size) for h in kept]
+        seg = self._write(data, infos, kept[-1].last_offset, now_ms)
+        for h in kept:
+            if h.producer_id >= 0:
+                self.producers.update(h, h.max_timestamp)
+            if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
+        next_offset = kept[-1].last_offset + 1
+        self._publish_append(seg, next_offset)
+        return next_offset
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op if the active one is empty)."""

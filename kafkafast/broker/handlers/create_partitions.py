@@ -18,6 +18,8 @@ async def handle(broker, ctx, req: CreatePartitionsRequest, version: int) -> Cre
         try:
             require(broker, ctx, acl.ALTER, acl.TOPIC, t.name)
             for a in t.assignments or []:
+                if getattr(broker, "cluster", None) is not None:
+                    raise E.InvalidReplicaAssignmentError("manual assignments are not supported in cluster mode yet")
                 if list(a.broker_ids) != [broker.node_id]:
                     raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")
             broker.add_partitions(t.name, t.count, validate_only=req.validate_only)

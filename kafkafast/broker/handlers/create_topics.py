@@ -23,6 +23,15 @@ def _fail(name, exc):
                   num_partitions=-1, replication_factor=-1, configs=None)
 
 
+async def cluster_create(broker, t, partitions: int, rf: int, configs: dict, validate_only: bool):
+    """Cluster mode: RF above the live broker count is INVALID_REPLICATION_FACTOR."""
+    import asyncio
+
+    assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
+    return await asyncio.to_thread(broker.create_topic, t.name, partitions, configs, validate_only=validate_only,
+                                   replication_factor=rf, assignment=assignment)
+
+
 @handles(CreateTopicsRequest, 0, 7)
 async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateTopicsResponse:
     out = []
@@ -39,12 +48,12 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise E.InvalidRequestError("both assignments and a partition count/replication factor given")
                 for a in t.assignments:
-                    if list(a.broker_ids) != [broker.node_id]:
+                    if getattr(broker, "cluster", None) is None and list(a.broker_ids) != [broker.node_id]:
                         raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")
                 indexes = sorted(a.partition_index for a in t.assignments)
                 if indexes != list(range(len(indexes))):
                     raise E.InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
-                partitions, rf = len(indexes), 1
+                partitions, rf = len(indexes), len(t.assignments[0].broker_ids)
             else:
                 partitions = t.num_partitions if t.num_partitions != -1 else broker.config.get_int("num.partitions")
                 rf = t.replication_factor if t.replication_factor != -1 else broker.config.get_int("default.replication.factor")
@@ -52,7 +61,7 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
                     raise E.InvalidPartitionsError("number of partitions must be larger than 0")
                 if rf <= 0:
                     raise E.InvalidReplicationFactorError("replication factor must be larger than 0")
-                if rf > 1:
+                if rf > 1 and getattr(broker, "cluster", None) is None:
                     raise E.InvalidReplicationFactorError(
                         f"Replication factor: {rf} larger than available brokers: 1.")
             configs = {}
@@ -60,7 +69,9 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
                 if c.value is None:
                     raise E.InvalidConfigError(f"null value for config {c.name}")
                 configs[c.name] = c.value
-            if req.validate_only:
+            if getattr(broker, "cluster", None) is not None:  # replicas placed over the live brokers (ZooKeeper)
+                meta = await cluster_create(broker, t, partitions, rf, configs, req.validate_only)
+            elif req.validate_only:
                 meta = broker.create_topic_validate(t.name, partitions, configs)
             else:
                 meta = broker.create_topic(t.name, partitions, configs)

@@ -45,15 +45,20 @@ def _read_all(broker, req, version, plan):
             if part.state.offline:
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
+            not_leader = cluster_fetch_error(broker, part, req.replica_id)
+            if not_leader:
+                tresp.partitions.append(_error(fp.partition, not_leader, part))
+                continue
             if version >= 9 and fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
                 tresp.partitions.append(_error(fp.partition, code, part))
                 continue
             hw = part.high_watermark
+            upper = cluster_upper_bound(broker, part, req.replica_id, hw)
             limit = min(fp.partition_max_bytes, max(budget - total, 0))
             try:
-                result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=hw,
+                result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
                                               min_one_batch=(total == 0))
             except E.KafkaError as exc:
                 tresp.partitions.append(_error(fp.partition, exc.code, part))
@@ -73,6 +78,16 @@ def _read_all(broker, req, version, plan):
     return responses, total
 
 
+def cluster_fetch_error(broker, part, replica_id: int) -> int:
+    """Cluster mode: NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
+    return broker.fetch_error(part, replica_id) if getattr(broker, "cluster", None) is not None else 0
+
+
+def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
+    """Cluster mode: followers (replica_id >= 0) read up to the log end, consumers to the HW."""
+    return broker.fetch_upper_bound(part, replica_id) if getattr(broker, "cluster", None) is not None else hw
+
+
 @handles(FetchRequest, 4, 12)
 async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     if version >= 7 and req.session_id != 0:
@@ -87,6 +102,11 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
         plan.append((ft.topic, parts, TopicResp(topic=ft.topic, partitions=[])))
+    if req.replica_id >= 0 and getattr(broker, "cluster", None) is not None:
+        for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
+            for fp, part in parts:
+                if part is not None:
+                    broker.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     while True:
         responses, total = _read_all(broker, req, version, plan)

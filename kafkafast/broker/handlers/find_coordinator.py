@@ -41,6 +41,10 @@ def _lookup(broker, key: str, key_type: int, ctx=None) -> tuple[int, str | None]
 
 @handles(FindCoordinatorRequest, 0, 4)
 async def handle(broker, ctx, req: FindCoordinatorRequest, version: int) -> FindCoordinatorResponse:
+    if getattr(broker, "cluster", None) is not None:  # the offsets partition's leader: kafkafast/cluster
+        from kafkafast.cluster.requests import find_coordinator as cluster_find_coordinator
+
+        return await cluster_find_coordinator(broker, ctx, req, version)
     host, port = broker_endpoint(broker, ctx)
     if version >= 4:
         coordinators = []

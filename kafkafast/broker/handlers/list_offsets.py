@@ -36,6 +36,11 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                                               error_code=E.ErrorCode.KAFKA_STORAGE_ERROR,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
+            if getattr(broker, "cluster", None) is not None and not part.is_leader:
+                tr.partitions.append(PartResp(partition_index=p.partition_index,
+                                              error_code=E.ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                              timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             if version >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)

@@ -55,6 +55,10 @@ def error_topic(name, code, topic_id=ZERO_UUID):
 
 @handles(MetadataRequest, 0, 12)
 async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataResponse:
+    if getattr(broker, "cluster", None) is not None:  # every broker, leader, replica and ISR: kafkafast/cluster
+        from kafkafast.cluster.requests import metadata as cluster_metadata
+
+        return await cluster_metadata(broker, ctx, req, version)
     broker.refresh_topics()
     host, port = broker_endpoint(broker, ctx)
     resp = MetadataResponse(

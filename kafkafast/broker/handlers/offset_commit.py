@@ -19,6 +19,26 @@ PartResp = OffsetCommitResponse.OffsetCommitResponsePartition
 TopicResp = OffsetCommitResponse.OffsetCommitResponseTopic
 
 
+def partition_known(broker, topic: str, index: int) -> bool:
+    """Whether the partition exists (in cluster mode: anywhere in the cluster, not only here)."""
+    if getattr(broker, "cluster", None) is not None:
+        return index in broker.metadata.partitions.get(topic, {})
+    return broker.get_partition(topic, index) is not None
+
+
+async def cluster_wait_replicated(broker, group_id: str, errors: dict) -> None:
+    """Cluster mode: answer once the commit is in every ISR member of the group's partition
+    (offsets.commit.timeout.ms; then COORDINATOR_NOT_AVAILABLE for what was stored, as Kafka)."""
+    part = broker.get_partition("__consumer_offsets", broker.group_coordinator.partition_for(group_id))
+    if part is None or not getattr(part, "is_leader", False):
+        return
+    code = await part.wait_for_hw(part.log_end_offset, broker.config.get_int("offsets.commit.timeout.ms") / 1000.0)
+    if code:
+        for key, err in errors.items():
+            if err == 0:
+                errors[key] = E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
 @handles(OffsetCommitRequest, 2, 8)
 async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
     errors: dict[tuple[str, int], int] = {}
@@ -29,7 +49,7 @@ async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetC
             refused = group_denied or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
             if refused:
                 errors[(t.name, p.partition_index)] = refused
-            elif broker.get_partition(t.name, p.partition_index) is None:
+            elif not partition_known(broker, t.name, p.partition_index):
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
@@ -40,6 +60,8 @@ async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetC
         errors.update(broker.group_coordinator.commit_offsets(
             req.group_id, req.member_id, req.group_instance_id if version >= 7 else None,
             req.generation_id_or_member_epoch, entries, retention_ms=retention))
+        if getattr(broker, "cluster", None) is not None:
+            await cluster_wait_replicated(broker, req.group_id, errors)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         TopicResp(name=t.name, partitions=[PartResp(partition_index=p.partition_index,
                                                     error_code=errors.get((t.name, p.partition_index), 0))

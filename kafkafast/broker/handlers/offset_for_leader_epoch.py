@@ -47,6 +47,10 @@ async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) ->
                 tr.partitions.append(Result(error_code=E.ErrorCode.KAFKA_STORAGE_ERROR, partition=p.partition,
                                             leader_epoch=-1, end_offset=-1))
                 continue
+            if getattr(broker, "cluster", None) is not None and not part.is_leader:
+                tr.partitions.append(Result(error_code=E.ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition,
+                                            leader_epoch=-1, end_offset=-1))
+                continue
             if version >= 2 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)

@@ -66,6 +66,10 @@ def _invalid_records(index: int, errors: list):
 
 @handles(ProduceRequest, 3, 9)
 async def handle(broker, ctx, req: ProduceRequest, version: int):
+    if getattr(broker, "cluster", None) is not None:  # leader checks, acks=all replication: kafkafast/cluster
+        from kafkafast.cluster.requests import produce as cluster_produce
+
+        return await cluster_produce(broker, ctx, req, version)
     acks = req.acks
     responses = []
     forward = getattr(broker, "forward_produce", None)

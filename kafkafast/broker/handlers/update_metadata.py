@@ -1,0 +1,18 @@
+"""UpdateMetadata (key 6), version 7 (inter-broker: from the controller, cluster mode).
+
+Replaces the live broker list and the controller id, and updates the listed partitions'
+leader, epoch, replicas, ISR and offline replicas in the metadata cache (leader -2 marks a
+partition of a topic being deleted: it is dropped). Older controller epoch:
+STALE_CONTROLLER_EPOCH; older broker epoch: STALE_BROKER_EPOCH. Without
+`zookeeper.connect`: BROKER_NOT_AVAILABLE.
+"""
+from kafkafast.broker.registry import handles
+from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
+from kafkafast.protocol import errors as E
+
+
+@handles(UpdateMetadataRequest, 7, 7)
+async def handle(broker, ctx, req: UpdateMetadataRequest, version: int) -> UpdateMetadataResponse:
+    if getattr(broker, "cluster", None) is None:
+        return UpdateMetadataResponse(error_code=E.ErrorCode.BROKER_NOT_AVAILABLE)
+    return UpdateMetadataResponse(error_code=await broker.apply_update_metadata(req))

@@ -1,0 +1,437 @@
+"""The broker in cluster mode (`zookeeper.connect` set): Kafka's `ReplicaManager` over
+the single-node `Broker`.
+
+Topics live in ZooKeeper; this broker opens a partition only when the controller makes it a
+replica (LeaderAndIsr) and knows the rest of the cluster from UpdateMetadata. Appends are
+accepted only by the leader; followers replicate through `fetcher.FetcherManager`; the
+leader tracks its followers' fetch positions, moves the high watermark (see
+`partition.ClusterPartition`) and asks the controller to change the ISR with
+AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
+half of it; expand: a follower that reached the high watermark and the current epoch).
+Everything runs on the broker's event loop; ZooKeeper calls go to threads.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
+from kafkafast.broker.topics import TopicMeta, validate_topic_name
+from kafkafast.cluster import zk_data as Z
+from kafkafast.cluster.controller import Controller
+from kafkafast.cluster.fetcher import FetcherManager
+from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
+from kafkafast.cluster.node import ClusterNode, ZkProducerIds
+from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.client.connection import BrokerConnection
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
+from kafkafast.storage.config import LogConfig
+
+log = logging.getLogger("kafkafast.replica_manager")
+ALTER_PARTITION_VERSION = 1
+EC = E.ErrorCode
+
+
+class ClusterBroker(Broker):
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.node = ClusterNode(config, self.log_dirs[0])
+        self.cluster = self.node
+        self.metadata = MetadataCache(self.node.inter_broker_listener)
+        self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
+        self.controller_epoch = 0
+        self.leader_endpoints: dict[int, tuple[str, int]] = {}
+        self.fetchers: FetcherManager | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._isr_task: asyncio.Task | None = None
+        self._controller_conn: BrokerConnection | None = None
+        self.lag_ms = config.get_int("replica.lag.time.max.ms")
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _load_cluster_id(self) -> str:
+        return ""  # read from ZooKeeper in load()
+
+    def load(self) -> None:
+        from kafkafast.storage.cleaner import LogCleaner
+
+        self.node.connect()
+        self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
+        self.producer_ids = ZkProducerIds(self.node)
+        self.log_manager.load_all(self._config_for_topic)
+        self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
+                                      enabled=self.config.get_bool("log.cleaner.enable"))
+        self.started = True
+
+    def _config_for_topic(self, topic: str) -> LogConfig:
+        configs = self.node.topic_configs(topic)
+        return LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.load)
+        self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
+        self.fetchers = FetcherManager(self)
+        await super().start()
+        await asyncio.to_thread(self.node.register)
+        self.node.controller = Controller(self.node)
+        self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
+        self.node.controller.start()
+        self._isr_task = self.loop.create_task(self._isr_maintenance())
+        self._seen_config_changes: set[str] = set(await asyncio.to_thread(self.node.zk.get_children, Z.CONFIG_CHANGES))
+        self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
+
+    def _on_config_changes(self, children: list[str]) -> None:
+        """Kazoo's thread: a topic's configs changed somewhere; reload them on the loop."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
+
+    async def _reload_configs(self, children: list[str]) -> None:
+        for child in sorted(set(children) - self._seen_config_changes):
+            self._seen_config_changes.add(child)
+            try:
+                data, _ = await asyncio.to_thread(self.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
+            except Exception:
+                continue
+            entity = Z.loads(data).get("entity_path", "")
+            if not entity.startswith("topics/"):
+                continue
+            topic = entity[len("topics/"):]
+            configs = await asyncio.to_thread(self.node.topic_configs, topic)
+            self.topics.configs[topic] = configs  # type: ignore[attr-defined]
+            cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
+            for (t, _), part in self.partitions.items():
+                if t == topic:
+                    part.log.config = cfg
+            log.info("topic %s: configs reloaded (%s)", topic, child)
+
+    def _session_reset(self) -> None:
+        log.info("new ZooKeeper session (broker epoch %d)", self.node.broker_epoch)
+
+    async def stop(self) -> None:
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        if self._controller_conn is not None:
+            self._controller_conn.close()
+        for p in self.partitions.values():
+            if isinstance(p, ClusterPartition):
+                p.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
+        await asyncio.to_thread(self.node.close)
+        await super().stop()
+
+    # -- topics (in ZooKeeper) -----------------------------------------------------------------
+    def refresh_topics(self) -> None:
+        """Topics come from the controller's UpdateMetadata; nothing to reload."""
+
+    def get_partition(self, topic: str, index: int) -> ClusterPartition | None:
+        return self.partitions.get((topic, index))  # type: ignore[return-value]
+
+    def owns(self, part: Any) -> bool:
+        return bool(getattr(part, "is_leader", False))
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False, replication_factor: int = -1,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMeta:
+        validate_topic_name(name)
+        configs = dict(configs or {})
+        if name == OFFSETS_TOPIC:
+            configs.setdefault("cleanup.policy", "compact")
+            configs.setdefault("segment.bytes", self.config.get("offsets.topic.segment.bytes") or "104857600")
+            if replication_factor < 0:
+                replication_factor = self.config.get_int("offsets.topic.replication.factor")
+        if replication_factor < 0:
+            replication_factor = self.config.get_int("default.replication.factor")
+        if assignment is None and partitions <= 0:
+            raise E.InvalidPartitionsError("number of partitions must be larger than 0")
+        LogConfig.from_props(configs, self.default_log_config)  # raises InvalidConfigError
+        topic_id, assigned = self.node.create_topic(name, partitions, replication_factor, configs, assignment,
+                                                    validate_only=validate_only)
+        meta = TopicMeta(name, topic_id, len(assigned), configs)
+        if not validate_only:
+            self.topics.extra[name] = meta  # type: ignore[attr-defined]
+        return meta
+
+    def create_topic_validate(self, name: str, partitions: int, configs: dict[str, str] | None,
+                              replication_factor: int = -1, assignment: dict[int, list[int]] | None = None) -> TopicMeta:
+        return self.create_topic(name, partitions, configs, validate_only=True,
+                                 replication_factor=replication_factor, assignment=assignment)
+
+    def delete_topic(self, name: str) -> None:
+        self.node.delete_topic(name)
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        self.node.add_partitions(name, count, validate_only=validate_only)
+
+    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        cfg = LogConfig.from_props(configs, self.default_log_config)
+        if validate_only:
+            return
+        self.node.set_topic_configs(name, configs)
+        self.topics.configs[name] = dict(configs)  # type: ignore[attr-defined]
+        for (t, _), part in self.partitions.items():
+            if t == name:
+                part.log.config = cfg
+
+    def maybe_auto_create(self, name: str) -> TopicMeta | None:
+        if not self.config.get_bool("auto.create.topics.enable"):
+            return None
+        try:
+            n = self.config.get_int("offsets.topic.num.partitions" if name == OFFSETS_TOPIC else "num.partitions")
+            return self.create_topic(name, n)
+        except E.TopicAlreadyExistsError:
+            return self.topics.get(name)
+        except E.KafkaError as exc:
+            log.info("auto-creating %s failed: %s", name, exc)
+            return None
+
+    # -- data path (leader) --------------------------------------------------------------------
+    def append(self, part: Any, records: bytearray | memoryview) -> Any:
+        if not getattr(part, "is_leader", False):
+            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
+        result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        part.wake()
+        part.maybe_increment_hw(self.node_id)
+        return result
+
+    def min_insync_replicas(self, part: Any) -> int:
+        return part.log.config.min_insync_replicas
+
+    def fetch_error(self, part: Any, replica_id: int) -> int:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
+        return 0 if getattr(part, "is_leader", False) else EC.NOT_LEADER_OR_FOLLOWER
+
+    def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
+        """Followers read up to the log end; consumers up to the high watermark."""
+        return part.log_end_offset if replica_id >= 0 else part.high_watermark
+
+    def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
+        if not getattr(part, "is_leader", False):
+            return
+        f = part.followers.get(replica_id)
+        if f is None:
+            return
+        f.on_fetch(fetch_offset, part.log.log_end_offset, now_ms())
+        part.maybe_increment_hw(self.node_id)
+        if (replica_id not in part.isr and part.alter_in_flight is None
+                and fetch_offset >= part.high_watermark and fetch_offset >= part.epoch_start_offset):
+            self._alter_isr(part, sorted(set(part.isr) | {replica_id}))
+
+    # -- controller requests -------------------------------------------------------------------
+    def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
+        if controller_epoch < self.controller_epoch:
+            return EC.STALE_CONTROLLER_EPOCH
+        if 0 <= broker_epoch < self.node.broker_epoch:
+            return EC.STALE_BROKER_EPOCH
+        self.controller_epoch = controller_epoch
+        return 0
+
+    async def apply_leader_and_isr(self, req: Any) -> tuple[int, list[tuple[str, bytes, int, int]]]:
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err, []
+        for leader in req.live_leaders:
+            self.leader_endpoints[leader.broker_id] = (leader.host_name, leader.port)
+        results = []
+        for ts in req.topic_states:
+            for ps in ts.partition_states:
+                code = await self._apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps)
+                results.append((ts.topic_name, bytes(ts.topic_id), ps.partition_index, code))
+        return 0, results
+
+    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any) -> int:
+        tp = (topic, ps.partition_index)
+        part = self.partitions.get(tp)
+        if isinstance(part, ClusterPartition) and part.partition_epoch >= 0:
+            if ps.leader_epoch < part.leader_epoch or (ps.leader_epoch == part.leader_epoch
+                                                       and ps.partition_epoch <= part.partition_epoch):
+                return EC.STALE_CONTROLLER_EPOCH
+        if self.node_id not in ps.replicas:
+            return EC.UNKNOWN_TOPIC_OR_PARTITION
+        if not isinstance(part, ClusterPartition):
+            lg = self.log_manager.get(topic, ps.partition_index)
+            if lg is None:
+                configs = await asyncio.to_thread(self.node.topic_configs, topic)
+                cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
+                lg = self.log_manager.create(topic, ps.partition_index, cfg)
+            part = ClusterPartition(topic, ps.partition_index, lg)
+            part.topic_id = topic_id
+            self.partitions[tp] = part
+        if ps.leader == self.node_id:
+            self._become_leader(part, ps)
+        else:
+            self._become_follower(part, ps)
+        return 0
+
+    def _become_leader(self, part: ClusterPartition, ps: Any) -> None:
+        assert self.fetchers is not None
+        tp = (part.topic, part.index)
+        self.fetchers.remove(tp)
+        was_leader = part.is_leader
+        now = now_ms()
+        lg = part.log
+        if not was_leader or ps.leader_epoch != part.leader_epoch:
+            part.followers = {r: part.followers.get(r) or FollowerState(now) for r in ps.replicas if r != self.node_id}
+            for f in part.followers.values():
+                f.last_caught_up_ms = max(f.last_caught_up_ms, now)
+            part.epoch_start_offset = lg.log_end_offset
+        part.apply_state(ps, is_leader=True)
+        lg.leader_epochs.assign(ps.leader_epoch, lg.log_end_offset)
+        st = lg.state
+        st.high_watermark = min(st.high_watermark, lg.log_end_offset)
+        st.last_stable_offset = st.high_watermark
+        log.info("%s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", part.topic, part.index,
+                 ps.leader_epoch, part.isr, lg.log_end_offset, st.high_watermark)
+        part.maybe_increment_hw(self.node_id)
+        part.wake()
+        if part.topic == OFFSETS_TOPIC and not was_leader and self.group_coordinator is not None:
+            self.group_coordinator.load_partition(part.index)
+
+    def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
+        assert self.fetchers is not None
+        tp = (part.topic, part.index)
+        was_leader = part.is_leader
+        part.apply_state(ps, is_leader=False)
+        part.followers = {}
+        part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
+        if was_leader and part.topic == OFFSETS_TOPIC and self.group_coordinator is not None:
+            self.group_coordinator.unload_partition(part.index)
+        self.fetchers.remove(tp)
+        endpoint = self.leader_endpoints.get(ps.leader)
+        if ps.leader >= 0 and endpoint is None and ps.leader in self.metadata.brokers:
+            b = self.metadata.brokers[ps.leader]
+            endpoint = (b.host, b.port)
+        if ps.leader >= 0 and endpoint is not None:
+            self.fetchers.add(tp, part, ps.leader, endpoint[0], endpoint[1], ps.leader_epoch)
+        log.info("%s-%d: follower of %d at epoch %d", part.topic, part.index, ps.leader, ps.leader_epoch)
+        part.wake()
+
+    async def apply_update_metadata(self, req: Any) -> int:
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err
+        self.metadata.update(req)
+        for b in self.metadata.brokers.values():
+            self.leader_endpoints[b.broker_id] = (b.host, b.port)
+        return 0
+
+    async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err, []
+        out = []
+        for ts in req.topic_states:
+            for ps in ts.partition_states:
+                tp = (ts.topic_name, ps.partition_index)
+                if self.fetchers is not None:
+                    self.fetchers.remove(tp)
+                part = self.partitions.get(tp)
+                if isinstance(part, ClusterPartition):
+                    part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
+                    if part.is_leader and part.topic == OFFSETS_TOPIC and self.group_coordinator is not None:
+                        self.group_coordinator.unload_partition(part.index)
+                    part.is_leader = False
+                if ps.delete_partition:
+                    removed = self.partitions.pop(tp, None)
+                    if removed is not None:
+                        removed.wake()
+                    self.log_manager.delete(*tp)
+                    if self.log_cleaner is not None:
+                        self.log_cleaner.forget(*tp)
+                out.append((ts.topic_name, ps.partition_index, 0))
+        return 0, out
+
+    # -- ISR changes (leader -> controller) ----------------------------------------------------
+    async def _isr_maintenance(self) -> None:
+        interval = max(self.lag_ms / 2, 100) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._shrink_lagging_isrs()
+            except Exception:  # keep checking; the error is in the log
+                log.exception("ISR maintenance failed")
+
+    def _shrink_lagging_isrs(self) -> None:
+        """Followers in the ISR that have not caught up for replica.lag.time.max.ms leave it."""
+        now = now_ms()
+        for part in list(self.partitions.values()):
+            if not isinstance(part, ClusterPartition) or not part.is_leader or part.alter_in_flight is not None:
+                continue
+            leo = part.log.log_end_offset
+            lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
+                       and f.leo < leo and now - f.last_caught_up_ms > self.lag_ms]
+            if lagging:
+                log.info("%s-%d: shrinking ISR %s: %s not caught up for %d ms", part.topic, part.index,
+                         part.isr, lagging, self.lag_ms)
+                self._alter_isr(part, [r for r in part.isr if r not in lagging])
+
+    def _alter_isr(self, part: ClusterPartition, new_isr: list[int]) -> None:
+        part.alter_in_flight = new_isr
+        assert self.loop is not None
+        self.loop.create_task(self._send_alter_partition(part, new_isr, part.leader_epoch))
+
+    async def _controller_connection(self) -> BrokerConnection | None:
+        cid = self.metadata.controller_id
+        b = self.metadata.brokers.get(cid)
+        if b is None:
+            return None
+        conn = self._controller_conn
+        if conn is None or conn.closed or conn.node_id != cid or (conn.host, conn.port) != (b.host, b.port):
+            if conn is not None:
+                conn.close()
+            self._controller_conn = conn = await BrokerConnection(
+                b.host, b.port, node_id=cid, client_id=f"broker-{self.node_id}-alter-partition").connect()
+        return conn
+
+    async def _send_alter_partition(self, part: ClusterPartition, new_isr: list[int], epoch: int) -> None:
+        R = AlterPartitionRequest
+        try:
+            conn = await self._controller_connection()
+            if conn is None:
+                await asyncio.sleep(0.5)
+                return
+            req = R(broker_id=self.node_id, broker_epoch=self.node.broker_epoch, topics=[R.TopicData(
+                topic_name=part.topic, partitions=[R.PartitionData(
+                    partition_index=part.index, leader_epoch=epoch, new_isr=new_isr, leader_recovery_state=0,
+                    partition_epoch=part.partition_epoch)])])
+            resp = await conn.send(req, version=ALTER_PARTITION_VERSION, timeout=10.0)
+            if resp.error_code:
+                log.info("AlterPartition for %s-%d: error %d", part.topic, part.index, resp.error_code)
+                await asyncio.sleep(0.5)
+                return
+            pd = resp.topics[0].partitions[0]
+            if pd.error_code:
+                log.info("AlterPartition for %s-%d refused: error %d", part.topic, part.index, pd.error_code)
+                await asyncio.sleep(0.5)
+                return
+            if part.is_leader and part.leader_epoch == pd.leader_epoch:
+                part.isr = list(pd.isr)
+                part.partition_epoch = pd.partition_epoch
+                log.info("%s-%d: ISR now %s (partition epoch %d)", part.topic, part.index, part.isr,
+                         part.partition_epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("AlterPartition for %s-%d failed: %r", part.topic, part.index, exc)
+            if self._controller_conn is not None:
+                self._controller_conn.close()
+                self._controller_conn = None
+            await asyncio.sleep(0.5)
+        finally:
+            if part.alter_in_flight is new_isr:
+                part.alter_in_flight = None
+            part.maybe_increment_hw(self.node_id)
+
+    async def handle_alter_partition(self, req: Any) -> Any:
+        """AlterPartition arriving at this broker: the controller's thread answers it."""
+        controller = self.node.controller
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def reply(resp: Any) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(resp))
+
+        controller.put("alter_partition", req, reply)
+        return await asyncio.wait_for(fut, 30.0)

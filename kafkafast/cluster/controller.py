@@ -1,0 +1,518 @@
+"""The controller (Kafka's `KafkaController` in ZooKeeper mode), one per cluster.
+
+Every broker runs a `Controller`; the one that creates the ephemeral `/controller` znode
+is active. Everything it does happens on one event thread, in order (Kafka's
+`ControllerEventManager`): ZooKeeper watches, AlterPartition requests from leaders and
+its own election only enqueue events, so its state needs no locks.
+
+State machine of a partition (kept in `/brokers/topics/<t>/partitions/<p>/state`):
+
+    NonExistent --topic created--> New --first live replica leads, ISR = live replicas--> Online
+    Online --leader's broker dies--> elect from the live ISR (assignment order) --> Online
+                                  \-> none live: leader -1, ISR keeps its last member --> Offline
+    Offline --an ISR member returns (or any live replica, with unclean election)--> Online
+    Online --a follower's broker dies--> ISR minus that broker --> Online
+    Online --AlterPartition from the leader (ISR shrink/expand, same leader epoch)--> Online
+
+Each leader change or controller-made ISR change bumps the leader epoch; every write is a
+ZooKeeper multi-op that first checks `/controller_epoch`'s version (a deposed controller's
+writes fail) and then sets the state znode at its expected version. After a change the
+controller sends LeaderAndIsr to the partition's live replicas and UpdateMetadata to every
+live broker.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Callable
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from kafkafast.cluster import zk_data as Z
+from kafkafast.cluster.channel import ControllerChannel
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
+from kafkafast.protocol._generated.stop_replica import StopReplicaRequest
+from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
+
+log = logging.getLogger("kafkafast.controller")
+
+LEADER_AND_ISR_VERSION = 6
+UPDATE_METADATA_VERSION = 7
+STOP_REPLICA_VERSION = 3
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2
+
+TP = tuple[str, int]
+
+
+class ControllerMoved(Exception):
+    """A fenced write: another controller was elected."""
+
+
+class Controller:
+    def __init__(self, node: Any) -> None:
+        self.node = node  # kafkafast.cluster.node.ClusterNode: zk, broker_id, config
+        self.zk = node.zk
+        self.broker_id: int = node.broker_id
+        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="controller-event-thread", daemon=True)
+        self.active = False
+        self.epoch = 0
+        self.epoch_zk_version = -1
+        self.brokers: dict[int, Z.BrokerInfo] = {}
+        self.topics: dict[str, tuple[bytes, dict[int, list[int]]]] = {}
+        self.states: dict[TP, Z.LeaderIsr] = {}
+        self.deleting: set[str] = set()
+        self.unclean_elections = 0  # metric: UncleanLeaderElectionsPerSec's count
+        self.channel = ControllerChannel(f"controller-{self.broker_id}",
+                                         node.config.get_int("controller.socket.timeout.ms"))
+        self._stopped = False
+
+    # -- event queue ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.thread.start()
+        self.put("elect")
+
+    def stop(self) -> None:
+        self._stopped = True
+        self.events.put(("shutdown",))
+        self.thread.join(5)
+        self.channel.close()
+
+    def put(self, *event: Any) -> None:
+        self.events.put(event)
+
+    def _watch(self, *event: Any) -> Callable[[Any], None]:
+        return lambda _ev: self.put(*event)
+
+    def _run(self) -> None:
+        while True:
+            event = self.events.get()
+            kind = event[0]
+            if kind == "shutdown":
+                self._resign()
+                return
+            if self._stopped:
+                continue
+            try:
+                getattr(self, "_on_" + kind)(*event[1:])
+            except ControllerMoved:
+                log.warning("controller %d: another controller was elected; resigning", self.broker_id)
+                self._resign()
+                self.put("elect")
+            except Exception:
+                log.exception("controller event %s failed", kind)
+                if kind == "alter_partition":
+                    event[2](AlterPartitionResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR, topics=[]))
+
+    # -- election ------------------------------------------------------------------------------
+    def _on_elect(self) -> None:
+        if self.active and self._still_controller():
+            return
+        try:
+            data, _ = self.zk.get(Z.CONTROLLER, watch=self._watch("elect"))
+            current = Z.loads(data).get("brokerid", -1)
+            if current != self.broker_id:
+                self._resign()
+                return
+        except NoNodeError:
+            pass
+        try:
+            data, stat = self.zk.get(Z.CONTROLLER_EPOCH)
+        except NoNodeError:
+            try:
+                self.zk.create(Z.CONTROLLER_EPOCH, b"0")
+            except NodeExistsError:
+                pass
+            data, stat = self.zk.get(Z.CONTROLLER_EPOCH)
+        epoch = int(data.decode() or 0) + 1
+        t = self.zk.transaction()
+        t.create(Z.CONTROLLER, Z.controller_json(self.broker_id), ephemeral=True)
+        t.set_data(Z.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        results = t.commit()
+        if any(isinstance(r, Exception) for r in results):
+            self.zk.exists(Z.CONTROLLER, watch=self._watch("elect"))
+            return
+        self.epoch, self.epoch_zk_version = epoch, stat.version + 1
+        self.zk.exists(Z.CONTROLLER, watch=self._watch("elect"))
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        self.active = True
+        self._failover()
+
+    def _still_controller(self) -> bool:
+        try:
+            data, _ = self.zk.get(Z.CONTROLLER)
+            return Z.loads(data).get("brokerid") == self.broker_id
+        except NoNodeError:
+            return False
+
+    def _resign(self) -> None:
+        if self.active:
+            log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.epoch)
+        self.active = False
+        self.brokers, self.topics, self.states = {}, {}, {}
+        self.channel.close()
+
+    def _on_session_reset(self) -> None:
+        """The ZooKeeper session was lost and a new one made: start over."""
+        self._resign()
+        self._on_elect()
+
+    def _failover(self) -> None:
+        self.brokers = self._read_brokers()
+        for b in self.brokers.values():
+            self.channel.add(b.broker_id, *b.endpoint(self.node.inter_broker_listener))
+        self.topics = {}
+        for t in self.zk.get_children(Z.TOPICS, watch=self._watch("topic_change")):
+            self._load_topic(t)
+        self._on_delete_topics()
+        changed = self._initialize_new(list(self.states_missing()))
+        changed |= self._elect_offline(set())
+        # a broker that died while there was no controller is still in some ISRs
+        dead_in_isr = {tp for tp, s in self.states.items() if any(r not in self.brokers for r in s.isr)
+                       and s.leader in self.brokers}
+        changed |= self._shrink_isr(dead_in_isr, set(self.brokers))
+        self._send_leader_and_isr(set(self.states), set(self.brokers))
+        self._send_update_metadata(set(self.brokers), set(self.states))
+
+    # -- reading ZooKeeper ---------------------------------------------------------------------
+    def _read_brokers(self) -> dict[int, Z.BrokerInfo]:
+        out = {}
+        for child in self.zk.get_children(Z.BROKER_IDS, watch=self._watch("broker_change")):
+            try:
+                data, stat = self.zk.get(Z.broker_path(int(child)))
+            except (NoNodeError, ValueError):
+                continue
+            out[int(child)] = Z.BrokerInfo.from_json(int(child), data, stat.czxid)
+        return out
+
+    def _load_topic(self, topic: str) -> None:
+        try:
+            data, _ = self.zk.get(Z.topic_path(topic), watch=self._watch("partition_change", topic))
+        except NoNodeError:
+            return
+        tid, assignment = Z.parse_topic_assignment(data)
+        self.topics[topic] = (tid or bytes(16), assignment)
+        for p in assignment:
+            try:
+                sdata, stat = self.zk.get(Z.state_path(topic, p))
+                self.states[(topic, p)] = Z.LeaderIsr.from_json(sdata, stat.version)
+            except NoNodeError:
+                pass
+
+    def states_missing(self) -> list[TP]:
+        return [(t, p) for t, (_, a) in self.topics.items() for p in a
+                if (t, p) not in self.states and t not in self.deleting]
+
+    def _replicas(self, tp: TP) -> list[int]:
+        topic = self.topics.get(tp[0])
+        return list(topic[1].get(tp[1], [])) if topic else []
+
+    def _unclean_enabled(self, topic: str) -> bool:
+        try:
+            data, _ = self.zk.get(Z.topic_config_path(topic))
+            v = Z.parse_topic_config(data).get("unclean.leader.election.enable")
+        except NoNodeError:
+            v = None
+        if v is None:
+            return self.node.config.get_bool("unclean.leader.election.enable")
+        return v.strip().lower() == "true"
+
+    # -- writing ZooKeeper (fenced) ------------------------------------------------------------
+    def _write_state(self, tp: TP, new: Z.LeaderIsr, *, create: bool = False) -> Z.LeaderIsr | None:
+        """Writes the state znode, fenced by the controller epoch; None when its version moved."""
+        path = Z.state_path(*tp)
+        if create:
+            self.zk.ensure_path(path.rsplit("/", 1)[0])
+        t = self.zk.transaction()
+        t.check(Z.CONTROLLER_EPOCH, self.epoch_zk_version)
+        if create:
+            t.create(path, new.to_json())
+        else:
+            t.set_data(path, new.to_json(), version=new.zk_version)
+        results = t.commit()
+        if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise ControllerMoved()
+        if isinstance(results[0], BadVersionError):
+            raise ControllerMoved()
+        if isinstance(results[1], Exception):
+            log.info("state of %s-%d changed under the controller (%r); re-reading", tp[0], tp[1], results[1])
+            try:
+                data, stat = self.zk.get(path)
+                self.states[tp] = Z.LeaderIsr.from_json(data, stat.version)
+            except NoNodeError:
+                pass
+            return None
+        stored = Z.LeaderIsr(new.leader, new.leader_epoch, new.isr, self.epoch, 0 if create else new.zk_version + 1)
+        self.states[tp] = stored
+        return stored
+
+    # -- partition state machine ---------------------------------------------------------------
+    def _initialize_new(self, tps: list[TP]) -> set[TP]:
+        done = set()
+        for tp in tps:
+            replicas = self._replicas(tp)
+            live = [r for r in replicas if r in self.brokers]
+            if not live:
+                log.warning("new partition %s-%d has no live replica", *tp)
+                continue
+            try:
+                if self._write_state(tp, Z.LeaderIsr(live[0], 0, tuple(live), self.epoch), create=True):
+                    done.add(tp)
+            except NodeExistsError:
+                pass
+        return done
+
+    def _elect(self, tp: TP, state: Z.LeaderIsr, dead: set[int]) -> Z.LeaderIsr | None:
+        """The new state after the leader's loss (None: no change needed)."""
+        replicas = self._replicas(tp)
+        live_isr = [r for r in replicas if r in state.isr and r in self.brokers and r not in dead]
+        if live_isr:
+            leader = live_isr[0]
+            isr = tuple(r for r in state.isr if r in self.brokers and r not in dead)
+        elif self._unclean_enabled(tp[0]) and any(r in self.brokers and r not in dead for r in replicas):
+            leader = next(r for r in replicas if r in self.brokers and r not in dead)
+            isr = (leader,)
+            self.unclean_elections += 1
+            log.warning("unclean leader election for %s-%d: %d leads without being in ISR %s",
+                        tp[0], tp[1], leader, list(state.isr))
+        else:
+            leader = NO_LEADER
+            isr = tuple(state.isr)
+            for r in sorted(dead):  # removed one by one; the last member stays (Kafka's rule)
+                if r in isr and len(isr) > 1:
+                    isr = tuple(i for i in isr if i != r)
+            if state.leader == NO_LEADER and isr == state.isr:
+                return None
+        return Z.LeaderIsr(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+
+    def _elect_offline(self, dead: set[int]) -> set[TP]:
+        changed = set()
+        for tp, state in list(self.states.items()):
+            if tp[0] in self.deleting:
+                continue
+            if state.leader in dead or state.leader not in self.brokers:
+                new = self._elect(tp, state, dead)
+                if new is not None and self._write_state(tp, new):
+                    changed.add(tp)
+        return changed
+
+    def _shrink_isr(self, tps: set[TP], live: set[int]) -> set[TP]:
+        changed = set()
+        for tp in tps:
+            state = self.states[tp]
+            isr = tuple(r for r in state.isr if r in live)
+            if isr == state.isr or not isr:
+                continue
+            if self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch + 1, isr, self.epoch,
+                                                 state.zk_version)):
+                changed.add(tp)
+        return changed
+
+    # -- events --------------------------------------------------------------------------------
+    def _on_broker_change(self) -> None:
+        if not self.active:
+            return
+        current = self._read_brokers()
+        dead = {b for b, info in self.brokers.items() if b not in current or current[b].epoch != info.epoch}
+        new = {b for b, info in current.items() if b not in self.brokers or self.brokers[b].epoch != info.epoch}
+        if not dead and not new:
+            return
+        log.info("controller: brokers %s registered, %s gone", sorted(new), sorted(dead))
+        for b in dead:
+            self.channel.remove(b)
+        self.brokers = current
+        for b in new:
+            self.channel.add(b, *current[b].endpoint(self.node.inter_broker_listener))
+        changed = self._elect_offline(dead)
+        followers_dead = {tp for tp, s in self.states.items() if s.leader in self.brokers and s.leader not in dead
+                          and any(r in dead or r not in self.brokers for r in s.isr)}
+        changed |= self._shrink_isr(followers_dead, set(self.brokers) - dead)
+        if new:  # a returning broker: offline partitions it can lead, and all of its replicas
+            changed |= self._elect_offline(set())
+            hosted = {tp for tp in self.states if any(r in new for r in self._replicas(tp))}
+            self._send_update_metadata(new, set(self.states))
+            self._send_leader_and_isr(hosted, new)
+        self._send_leader_and_isr(changed, set(self.brokers))
+        self._send_update_metadata(set(self.brokers), changed)
+
+    def _on_topic_change(self) -> None:
+        if not self.active:
+            return
+        children = set(self.zk.get_children(Z.TOPICS, watch=self._watch("topic_change")))
+        for gone in set(self.topics) - children:
+            self.topics.pop(gone, None)
+            for tp in [tp for tp in self.states if tp[0] == gone]:
+                del self.states[tp]
+        new_topics = children - set(self.topics)
+        for t in new_topics:
+            self._load_topic(t)
+        self._on_new_partitions({tp for tp in self.states_missing() if tp[0] in new_topics})
+
+    def _on_partition_change(self, topic: str) -> None:
+        if not self.active or topic not in self.topics:
+            return
+        self._load_topic(topic)
+        self._on_new_partitions(set(self.states_missing()))
+
+    def _on_new_partitions(self, tps: set[TP]) -> None:
+        changed = self._initialize_new(sorted(tps))
+        if changed:
+            self._send_leader_and_isr(changed, set(self.brokers), is_new=True)
+            self._send_update_metadata(set(self.brokers), changed)
+
+    def _on_delete_topics(self) -> None:
+        if not self.active:
+            return
+        try:
+            names = self.zk.get_children(Z.DELETE_TOPICS, watch=self._watch("delete_topics"))
+        except NoNodeError:
+            return
+        for topic in names:
+            if topic not in self.topics:
+                self.zk.delete(f"{Z.DELETE_TOPICS}/{topic}")
+                continue
+            self.deleting.add(topic)
+            tps = {tp for tp in self.states if tp[0] == topic} | {(topic, p) for p in self.topics[topic][1]}
+            for tp in tps:
+                s = self.states.get(tp)
+                self.states[tp] = Z.LeaderIsr(LEADER_DURING_DELETE, (s.leader_epoch if s else 0) + 1,
+                                              s.isr if s else (), self.epoch, s.zk_version if s else 0)
+            self._send_update_metadata(set(self.brokers), tps)
+            for b in self.brokers:
+                parts = sorted(p for (t, p) in tps if b in self._replicas((t, p)))
+                if parts:
+                    req = StopReplicaRequest(
+                        controller_id=self.broker_id, controller_epoch=self.epoch,
+                        broker_epoch=self.brokers[b].epoch, topic_states=[StopReplicaRequest.StopReplicaTopicState(
+                            topic_name=topic, partition_states=[StopReplicaRequest.StopReplicaPartitionState(
+                                partition_index=p, leader_epoch=LEADER_DURING_DELETE, delete_partition=True)
+                                for p in parts])])
+                    self.channel.send(b, req, STOP_REPLICA_VERSION)
+            for tp in tps:
+                self.states.pop(tp, None)
+            self.topics.pop(topic, None)
+            self.zk.delete(Z.topic_path(topic), recursive=True)
+            try:
+                self.zk.delete(Z.topic_config_path(topic))
+            except NoNodeError:
+                pass
+            self.zk.delete(f"{Z.DELETE_TOPICS}/{topic}")
+            self.deleting.discard(topic)
+            log.info("controller: topic %s deleted", topic)
+
+    def _on_alter_partition(self, request: Any, reply: Callable[[Any], None]) -> None:
+        """An ISR change from a partition's leader (AlterPartition v1, by topic name)."""
+        if not self.active:
+            reply(AlterPartitionResponse(error_code=E.ErrorCode.NOT_CONTROLLER, topics=[]))
+            return
+        broker = self.brokers.get(request.broker_id)
+        if broker is None or (request.broker_epoch >= 0 and request.broker_epoch != broker.epoch):
+            reply(AlterPartitionResponse(error_code=E.ErrorCode.STALE_BROKER_EPOCH, topics=[]))
+            return
+        Part = AlterPartitionResponse.PartitionData
+        topics, changed = [], set()
+        for t in request.topics:
+            out = AlterPartitionResponse.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=[])
+            topics.append(out)
+            for p in t.partitions:
+                tp = (t.topic_name, p.partition_index)
+                state = self.states.get(tp)
+                err = 0
+                new_isr = tuple(p.new_isr)
+                if state is None:
+                    err = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif state.leader != request.broker_id:
+                    err = E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+                elif p.leader_epoch < state.leader_epoch:
+                    err = E.ErrorCode.FENCED_LEADER_EPOCH
+                elif p.partition_epoch != state.zk_version:
+                    err = E.ErrorCode.INVALID_UPDATE_VERSION
+                elif (request.broker_id not in new_isr
+                      or any(r not in self._replicas(tp) or r not in self.brokers for r in new_isr)):
+                    err = E.ErrorCode.INELIGIBLE_REPLICA
+                if not err:
+                    stored = self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch, new_isr, self.epoch,
+                                                               state.zk_version))
+                    if stored is None:
+                        err = E.ErrorCode.INVALID_UPDATE_VERSION
+                    else:
+                        state = stored
+                        changed.add(tp)
+                if err:
+                    out.partitions.append(Part(partition_index=p.partition_index, error_code=err, leader_id=-1,
+                                               leader_epoch=-1, isr=[], partition_epoch=-1))
+                else:
+                    out.partitions.append(Part(partition_index=p.partition_index, error_code=0, leader_id=state.leader,
+                                               leader_epoch=state.leader_epoch, isr=list(state.isr),
+                                               partition_epoch=state.zk_version))
+        reply(AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics))
+        if changed:
+            self._send_update_metadata(set(self.brokers), changed)
+
+    # -- requests to brokers -------------------------------------------------------------------
+    def _send_leader_and_isr(self, tps: set[TP], to: set[int], *, is_new: bool = False) -> None:
+        S = LeaderAndIsrRequest
+        for b in to:
+            if b not in self.brokers:
+                continue
+            by_topic: dict[str, list] = {}
+            leaders = set()
+            for tp in sorted(tps):
+                state = self.states.get(tp)
+                replicas = self._replicas(tp)
+                if state is None or b not in replicas:
+                    continue
+                leaders.add(state.leader)
+                by_topic.setdefault(tp[0], []).append(S.LeaderAndIsrPartitionState(
+                    topic_name=tp[0], partition_index=tp[1], controller_epoch=state.controller_epoch,
+                    leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
+                    partition_epoch=state.zk_version, replicas=replicas, adding_replicas=[], removing_replicas=[],
+                    is_new=is_new, leader_recovery_state=0))
+            if not by_topic:
+                continue
+            live_leaders = []
+            for leader in sorted(leaders):
+                info = self.brokers.get(leader)
+                if info is not None:
+                    host, port = info.endpoint(self.node.inter_broker_listener)
+                    live_leaders.append(S.LeaderAndIsrLiveLeader(broker_id=leader, host_name=host, port=port))
+            req = S(controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.epoch,
+                    broker_epoch=self.brokers[b].epoch, type=0, topic_states=[
+                        S.LeaderAndIsrTopicState(topic_name=t, topic_id=self.topics[t][0], partition_states=ps)
+                        for t, ps in by_topic.items() if t in self.topics],
+                    live_leaders=live_leaders)
+            self.channel.send(b, req, LEADER_AND_ISR_VERSION)
+
+    def _send_update_metadata(self, to: set[int], tps: set[TP]) -> None:
+        U = UpdateMetadataRequest
+        by_topic: dict[str, list] = {}
+        for tp in sorted(tps):
+            state = self.states.get(tp)
+            if state is None:
+                continue
+            replicas = self._replicas(tp)
+            by_topic.setdefault(tp[0], []).append(U.UpdateMetadataPartitionState(
+                topic_name=tp[0], partition_index=tp[1], controller_epoch=state.controller_epoch,
+                leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
+                zk_version=state.zk_version, replicas=replicas,
+                offline_replicas=[r for r in replicas if r not in self.brokers]))
+        live = []
+        for info in self.brokers.values():
+            protocols = dict(info.security_protocols)
+            live.append(U.UpdateMetadataBroker(id=info.broker_id, endpoints=[
+                U.UpdateMetadataEndpoint(port=port, host=host, listener=name,
+                                         security_protocol=Z.SECURITY_PROTOCOLS.get(protocols.get(name, name), 0))
+                for name, host, port in info.endpoints], rack=info.rack))
+        for b in to:
+            if b not in self.brokers:
+                continue
+            req = U(controller_id=self.broker_id, is_k_raft_controller=False, type=0, controller_epoch=self.epoch,
+                    broker_epoch=self.brokers[b].epoch, topic_states=[
+                        U.UpdateMetadataTopicState(topic_name=t, topic_id=self.topics[t][0] if t in self.topics
+                                                   else bytes(16), partition_states=ps)
+                        for t, ps in by_topic.items()], live_brokers=live)
+            self.channel.send(b, req, UPDATE_METADATA_VERSION)

@@ -1,0 +1,257 @@
+"""Follower replication (Kafka's `ReplicaFetcherThread`, as asyncio tasks on the broker's loop).
+
+`num.replica.fetchers` fetchers per source broker; a partition goes to fetcher
+`hash(topic, partition) % num.replica.fetchers` of its leader. A partition added to a fetcher
+(it became a follower) first truncates by leader epoch (KIP-101/279): it sends
+OffsetForLeaderEpoch with its latest epoch; the leader answers with the largest epoch it
+has at or below it and where that epoch ends; the follower truncates to the smaller of
+that end and its own end of the same epoch, asking again with its own earlier epoch when
+it does not have the leader's one. Only without any epoch information does it fall back
+to its high watermark. Then it fetches (Fetch v12 with replica_id and the current leader
+epoch, long-polled with replica.fetch.wait.max.ms), appends the leader's batches byte for
+byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
+end). Errors back the partition off for replica.fetch.backoff.ms; a leader change
+comes as a LeaderAndIsr request that moves the partition to another fetcher.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from typing import Any
+
+from kafkafast.client.connection import BrokerConnection
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+
+log = logging.getLogger("kafkafast.replica_fetcher")
+TP = tuple[str, int]
+FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+MAX_TRUNCATION_ROUNDS = 8
+
+
+class FetchState:
+    __slots__ = ("part", "epoch", "truncating", "request_epoch", "rounds", "delay_until")
+
+    def __init__(self, part: Any, epoch: int) -> None:
+        self.part = part
+        self.epoch = epoch
+        self.truncating = True
+        self.request_epoch: int | None = None
+        self.rounds = 0
+        self.delay_until = 0.0
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Any, leader_id: int, host: str, port: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.host, self.port = host, port
+        cfg = broker.config
+        self.wait_ms = cfg.get_int("replica.fetch.wait.max.ms")
+        self.min_bytes = cfg.get_int("replica.fetch.min.bytes")
+        self.max_bytes = cfg.get_int("replica.fetch.max.bytes")
+        self.response_max_bytes = cfg.get_int("replica.fetch.response.max.bytes")
+        self.backoff_s = cfg.get_int("replica.fetch.backoff.ms") / 1000.0
+        self.timeout_s = cfg.get_int("replica.socket.timeout.ms") / 1000.0
+        self.partitions: dict[TP, FetchState] = {}
+        self.conn: BrokerConnection | None = None
+        self.changed = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def add(self, tp: TP, part: Any, epoch: int) -> None:
+        self.partitions[tp] = FetchState(part, epoch)
+        self.changed.set()
+
+    def remove(self, tp: TP) -> None:
+        self.partitions.pop(tp, None)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        try:
+            await self.task
+        except (asyncio.CancelledError, Exception):
+            pass
+        if self.conn is not None:
+            self.conn.close()
+
+    async def _connection(self) -> BrokerConnection:
+        if self.conn is None or self.conn.closed:
+            self.conn = await BrokerConnection(
+                self.host, self.port, node_id=self.leader_id, client_id=f"broker-{self.broker.node_id}-fetcher",
+                request_timeout_ms=int(self.timeout_s * 1000)).connect()
+        return self.conn
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self.changed.clear()
+                await self.changed.wait()
+                continue
+            try:
+                conn = await self._connection()
+                if any(s.truncating for s in self.partitions.values()):
+                    await self._truncate(conn)
+                await self._fetch(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("fetcher for leader %d: %r; retrying", self.leader_id, exc)
+                if self.conn is not None:
+                    self.conn.close()
+                    self.conn = None
+                await asyncio.sleep(self.backoff_s)
+
+    def _unchanged(self, tp: TP, asked: tuple | None) -> FetchState | None:
+        """The partition's state if it is still the one a request was sent for (same object,
+        same leader epoch); None when a LeaderAndIsr moved or replaced it meanwhile."""
+        s = self.partitions.get(tp)
+        if s is None or asked is None or asked[0] is not s or s.epoch != asked[1]:
+            return None
+        return s
+
+    # -- truncation by leader epoch ------------------------------------------------------------
+    async def _truncate(self, conn: BrokerConnection) -> None:
+        R = OffsetForLeaderEpochRequest
+        topics: dict[str, list] = {}
+        asked: dict[TP, tuple[FetchState, int]] = {}
+        for tp, s in self.partitions.items():
+            if not s.truncating:
+                continue
+            lg = s.part.log
+            epoch = s.request_epoch if s.request_epoch is not None else lg.leader_epochs.latest_epoch
+            if epoch < 0 or s.rounds >= MAX_TRUNCATION_ROUNDS:
+                self._truncate_to(tp, s, lg.state.high_watermark, "no leader epoch: to the high watermark")
+                continue
+            asked[tp] = (s, s.epoch)
+            topics.setdefault(tp[0], []).append(R.OffsetForLeaderPartition(
+                partition=tp[1], current_leader_epoch=s.epoch, leader_epoch=epoch))
+        if not topics:
+            return
+        req = R(replica_id=self.broker.node_id, topics=[R.OffsetForLeaderTopic(topic=t, partitions=ps)
+                                                          for t, ps in topics.items()])
+        resp = await conn.send(req, version=OFFSET_FOR_LEADER_EPOCH_VERSION, timeout=self.timeout_s)
+        now = time.monotonic()
+        for tr in resp.topics:
+            for pr in tr.partitions:
+                tp = (tr.topic, pr.partition)
+                s = self._unchanged(tp, asked.get(tp))
+                if s is None:
+                    continue
+                if pr.error_code:
+                    s.delay_until = now + self.backoff_s
+                    continue
+                lg = s.part.log
+                if pr.leader_epoch < 0 or pr.end_offset < 0:
+                    self._truncate_to(tp, s, lg.state.high_watermark, "leader has no epoch: to the high watermark")
+                    continue
+                own_epoch, own_end = lg.leader_epochs.end_offset_for(pr.leader_epoch, lg.log_end_offset)
+                if own_epoch == pr.leader_epoch or own_epoch < 0:
+                    self._truncate_to(tp, s, min(pr.end_offset, own_end if own_epoch >= 0 else lg.log_end_offset),
+                                      f"leader epoch {pr.leader_epoch} ends at {pr.end_offset}")
+                else:  # we do not have the leader's epoch: ask about our own largest one below it
+                    s.request_epoch = own_epoch
+                    s.rounds += 1
+
+    def _truncate_to(self, tp: TP, s: FetchState, offset: int, why: str) -> None:
+        lg = s.part.log
+        if offset < lg.log_end_offset:
+            log.info("%s-%d: truncating from %d to %d (%s)", tp[0], tp[1], lg.log_end_offset, offset, why)
+            lg.truncate_to(offset)
+            s.part.wake()
+        s.truncating = False
+        s.request_epoch = None
+        s.rounds = 0
+
+    # -- fetching ------------------------------------------------------------------------------
+    async def _fetch(self, conn: BrokerConnection) -> None:
+        now = time.monotonic()
+        ready = {tp: s for tp, s in self.partitions.items() if not s.truncating and s.delay_until <= now}
+        if not ready:
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), self.backoff_s)
+            except asyncio.TimeoutError:
+                pass
+            return
+        F = FetchRequest
+        topics: dict[str, list] = {}
+        sent: dict[TP, tuple[FetchState, int, int]] = {}
+        for tp, s in ready.items():
+            lg = s.part.log
+            sent[tp] = (s, s.epoch, lg.log_end_offset)
+            topics.setdefault(tp[0], []).append(F.FetchPartition(
+                partition=tp[1], current_leader_epoch=s.epoch, fetch_offset=lg.log_end_offset,
+                last_fetched_epoch=-1, log_start_offset=lg.log_start_offset, partition_max_bytes=self.max_bytes))
+        req = F(replica_id=self.broker.node_id, max_wait_ms=self.wait_ms, min_bytes=self.min_bytes,
+                max_bytes=self.response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[F.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+                forgotten_topics_data=[], rack_id="")
+        resp = await conn.send(req, version=FETCH_VERSION, timeout=self.timeout_s + self.wait_ms / 1000.0)
+        if resp.error_code:
+            raise E.for_code(resp.error_code)()
+        now = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        for tr in resp.responses:
+            for pd in tr.partitions:
+                tp = (tr.topic, pd.partition_index)
+                s = self._unchanged(tp, sent.get(tp))
+                if s is None:
+                    continue
+                lg = s.part.log
+                if lg.log_end_offset != sent[tp][2]:
+                    continue
+                if pd.error_code == E.ErrorCode.OFFSET_OUT_OF_RANGE:
+                    s.truncating = True
+                    s.delay_until = now + self.backoff_s
+                    continue
+                if pd.error_code:
+                    s.delay_until = now + self.backoff_s
+                    continue
+                records = pd.records
+                if records is not None and len(records):
+                    try:
+                        lg.append_as_follower(records if isinstance(records, (bytes, bytearray)) else bytes(records),
+                                              now_ms=now_ms)
+                    except E.KafkaError as exc:
+                        log.warning("%s-%d: follower append failed: %s", tp[0], tp[1], exc)
+                        s.truncating = True
+                        s.delay_until = now + self.backoff_s
+                        continue
+                st = lg.state
+                hw = min(pd.high_watermark, lg.log_end_offset)
+                if hw != st.high_watermark:
+                    st.high_watermark = hw
+                    st.last_stable_offset = hw
+                s.part.wake()
+
+
+class FetcherManager:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.count = max(1, broker.config.get_int("num.replica.fetchers"))
+        self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}
+        self.assigned: dict[TP, tuple[int, int, str, int]] = {}
+
+    def add(self, tp: TP, part: Any, leader_id: int, host: str, port: int, epoch: int) -> None:
+        self.remove(tp)
+        key = (leader_id, zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.count, host, port)
+        f = self.fetchers.get(key)
+        if f is None:
+            f = self.fetchers[key] = ReplicaFetcher(self.broker, leader_id, host, port)
+        f.add(tp, part, epoch)
+        self.assigned[tp] = key
+
+    def remove(self, tp: TP) -> None:
+        key = self.assigned.pop(tp, None)
+        if key is not None and key in self.fetchers:
+            self.fetchers[key].remove(tp)
+
+    async def close(self) -> None:
+        for f in list(self.fetchers.values()):
+            await f.close()
+        self.fetchers.clear()
+        self.assigned.clear()

@@ -1,0 +1,328 @@
+"""This broker's ZooKeeper session: chroot, cluster id, broker id, registration, the
+controller, producer-id blocks and the topic znodes the admin APIs write.
+
+The kazoo session is started in `start()`, which the serving process calls after any fork
+(STYLE.md item 11). Watches and session events run on kazoo's threads and only hand work on:
+to the controller's queue or to the broker's event loop (`call_soon_threadsafe`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from kafkafast.cluster import zk_data as Z
+from kafkafast.cluster.assignment import assign_replicas
+from kafkafast.config import parse_properties
+from kafkafast.protocol import errors as E
+
+log = logging.getLogger("kafkafast.cluster")
+
+
+class InconsistentClusterIdError(SystemExit):
+    pass
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """`host:port,host:port/chroot` -> (hosts, chroot or "")."""
+    i = connect.find("/")
+    if i < 0:
+        return connect, ""
+    return connect[:i], connect[i:].rstrip("/")
+
+
+class ClusterNode:
+    def __init__(self, config: Any, log_dir: str) -> None:
+        self.config = config
+        self.log_dir = log_dir
+        hosts, self.chroot = split_connect(config.get("zookeeper.connect") or "")
+        self.hosts = hosts
+        self.session_timeout_s = config.get_int("zookeeper.session.timeout.ms") / 1000.0
+        conn_timeout = config.get("zookeeper.connection.timeout.ms")
+        self.connection_timeout_s = int(conn_timeout) / 1000.0 if conn_timeout else self.session_timeout_s
+        self.inter_broker_listener = (config.get("inter.broker.listener.name")
+                                      or (config.get("security.inter.broker.protocol") or "PLAINTEXT")).upper()
+        self.zk: KazooClient | None = None
+        self.broker_id = -1
+        self.broker_epoch = -1
+        self.cluster_id = ""
+        self.controller: Any = None
+        self.on_session_reset: Callable[[], None] | None = None
+        self._lost = False
+        self._pid_lock = threading.Lock()
+        self._pid_next = 0
+        self._pid_end = 0
+
+    # -- session -------------------------------------------------------------------------------
+    def connect(self) -> None:
+        if self.chroot:
+            root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
+            root.start(timeout=self.connection_timeout_s)
+            try:
+                root.ensure_path(self.chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+        self.zk.start(timeout=self.connection_timeout_s)
+        self.zk.add_listener(self._state_listener)
+        for path in Z.PERSISTENT_PATHS:
+            self.zk.ensure_path(path)
+
+    def _state_listener(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost = True
+            log.warning("ZooKeeper session lost")
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            threading.Thread(target=self._reestablish, name="zk-reregister", daemon=True).start()
+
+    def _reestablish(self) -> None:
+        """A new session after expiry: register again and run for controller again."""
+        try:
+            self.register()
+        except Exception:
+            log.exception("re-registration failed")
+        if self.controller is not None:
+            self.controller.put("session_reset")
+        if self.on_session_reset is not None:
+            self.on_session_reset()
+
+    def close(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception:
+                pass
+
+    # -- identity ------------------------------------------------------------------------------
+    def read_meta(self) -> dict[str, str]:
+        path = os.path.join(self.log_dir, "meta.properties")
+        if not os.path.exists(path):
+            return {}
+        with open(path, encoding="utf-8") as fh:
+            return parse_properties(fh.read())
+
+    def establish_identity(self, configured_cluster_id: str | None) -> tuple[str, int]:
+        """Cluster id from /cluster/id (created if absent), checked against meta.properties;
+        broker id from config, meta.properties or /brokers/seqid. Writes meta.properties."""
+        assert self.zk is not None
+        meta = self.read_meta()
+        try:
+            data, _ = self.zk.get(Z.CLUSTER_ID)
+            cluster_id = Z.loads(data)["id"]
+        except NoNodeError:
+            import base64
+            import uuid
+
+            proposed = configured_cluster_id or meta.get("cluster.id") or \
+                base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            try:
+                self.zk.create(Z.CLUSTER_ID, Z.cluster_id_json(proposed), makepath=True)
+            except NodeExistsError:
+                pass
+            data, _ = self.zk.get(Z.CLUSTER_ID)
+            cluster_id = Z.loads(data)["id"]
+        stored = meta.get("cluster.id")
+        if stored and stored != cluster_id:
+            raise InconsistentClusterIdError(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId {stored} in meta.properties "
+                f"({self.log_dir}). The broker is trying to join the wrong cluster. Configured zookeeper.connect "
+                f"may be wrong.")
+        broker_id = int(self.config.get("broker.id") or -1)
+        if self.config.get("node.id") is not None:
+            broker_id = int(self.config.get("node.id"))
+        if broker_id < 0 and meta.get("broker.id"):
+            broker_id = int(meta["broker.id"])
+        if broker_id < 0:
+            if not self.config.get_bool("broker.id.generation.enable"):
+                raise SystemExit("broker.id is not set and broker.id.generation.enable is false")
+            stat = self.zk.set(Z.BROKER_SEQID, b"", version=-1)
+            broker_id = stat.version + int(self.config.get("reserved.broker.max.id") or Z.RESERVED_BROKER_MAX_ID)
+        if meta.get("broker.id") and int(meta["broker.id"]) != broker_id:
+            raise SystemExit(f"Configured broker.id {broker_id} doesn't match stored broker.id "
+                             f"{meta['broker.id']} in meta.properties ({self.log_dir}).")
+        if not stored or not meta.get("broker.id"):
+            with open(os.path.join(self.log_dir, "meta.properties"), "w", encoding="utf-8") as fh:
+                fh.write(f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n")
+        self.cluster_id, self.broker_id = cluster_id, broker_id
+        return cluster_id, broker_id
+
+    def broker_info(self) -> Z.BrokerInfo:
+        eps = tuple((l.name, l.host or "127.0.0.1", l.port) for l in self.config.advertised_listeners())
+        protocols = tuple((name, name if name in Z.SECURITY_PROTOCOLS else "PLAINTEXT") for name, _, _ in eps)
+        return Z.BrokerInfo(self.broker_id, eps, self.config.get("broker.rack"), protocols)
+
+    def register(self) -> None:
+        """Creates `/brokers/ids/<id>` (ephemeral). A registration left by this broker's
+        previous, killed process is waited out (it disappears when that session expires)."""
+        assert self.zk is not None
+        path = Z.broker_path(self.broker_id)
+        deadline = time.monotonic() + self.session_timeout_s * 2 + 5
+        while True:
+            try:
+                self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                stat = self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"broker id {self.broker_id} is registered by another live broker")
+                log.info("waiting for the old registration of broker %d to expire", self.broker_id)
+                time.sleep(0.5)
+        stat = self.zk.exists(path)
+        self.broker_epoch = stat.czxid if stat else -1
+        log.info("registered broker %d in ZooKeeper (epoch %d)", self.broker_id, self.broker_epoch)
+
+    # -- reads used by the admin paths ---------------------------------------------------------
+    def live_brokers(self) -> dict[int, str | None]:
+        assert self.zk is not None
+        out: dict[int, str | None] = {}
+        for child in self.zk.get_children(Z.BROKER_IDS):
+            try:
+                data, _ = self.zk.get(Z.broker_path(int(child)))
+            except NoNodeError:
+                continue
+            out[int(child)] = Z.BrokerInfo.from_json(int(child), data).rack
+        return out
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        assert self.zk is not None
+        try:
+            data, _ = self.zk.get(Z.topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        return Z.parse_topic_config(data)
+
+    def topic_assignment(self, topic: str) -> tuple[bytes | None, dict[int, list[int]], int] | None:
+        assert self.zk is not None
+        try:
+            data, stat = self.zk.get(Z.topic_path(topic))
+        except NoNodeError:
+            return None
+        tid, assignment = Z.parse_topic_assignment(data)
+        return tid, assignment, stat.version
+
+    # -- admin writes (any broker; the controller reacts to the znodes) --------------------------
+    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                     assignment: dict[int, list[int]] | None = None, *, validate_only: bool = False
+                     ) -> tuple[bytes, dict[int, list[int]]]:
+        assert self.zk is not None
+        if self.zk.exists(Z.topic_path(name)) is not None:
+            raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        if self.zk.exists(f"{Z.DELETE_TOPICS}/{name}") is not None:
+            raise E.TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
+        collide = name.replace(".", "_")
+        for other in self.zk.get_children(Z.TOPICS):
+            if other != name and other.replace(".", "_") == collide:
+                raise E.InvalidTopicError(f"Topic '{name}' collides with existing topic '{other}'")
+        live = self.live_brokers()
+        if assignment is None:
+            assignment = assign_replicas(live, partitions, replication_factor)
+        else:
+            for p, reps in assignment.items():
+                if len(set(reps)) != len(reps) or any(r not in live for r in reps):
+                    raise E.InvalidReplicaAssignmentError(f"Invalid replica assignment for partition {p}: {reps}")
+        topic_id = Z.new_topic_id()
+        if validate_only:
+            return topic_id, assignment
+        self.zk.ensure_path(Z.CONFIG_TOPICS)
+        try:
+            self.zk.create(Z.topic_config_path(name), Z.topic_config_json(configs))
+        except NodeExistsError:
+            self.zk.set(Z.topic_config_path(name), Z.topic_config_json(configs))
+        try:
+            self.zk.create(Z.topic_path(name), Z.topic_assignment_json(topic_id, assignment))
+        except NodeExistsError:
+            raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
+        return topic_id, assignment
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        assert self.zk is not None
+        current = self.topic_assignment(name)
+        if current is None:
+            raise E.UnknownTopicOrPartitionError()
+        tid, assignment, version = current
+        if count <= len(assignment):
+            raise E.InvalidPartitionsError(
+                f"Topic currently has {len(assignment)} partitions, which is higher than the requested {count}.")
+        rf = len(next(iter(assignment.values())))
+        extra = assign_replicas(self.live_brokers(), count - len(assignment), rf, start_partition=len(assignment))
+        if validate_only:
+            return
+        try:
+            self.zk.set(Z.topic_path(name), Z.topic_assignment_json(tid or Z.new_topic_id(), {**assignment, **extra}),
+                        version=version)
+        except BadVersionError:
+            raise E.ReassignmentInProgressError("the topic's assignment changed meanwhile; retry") from None
+
+    def delete_topic(self, name: str) -> None:
+        assert self.zk is not None
+        if self.zk.exists(Z.topic_path(name)) is None:
+            raise E.UnknownTopicOrPartitionError()
+        try:
+            self.zk.create(f"{Z.DELETE_TOPICS}/{name}", b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        assert self.zk is not None
+        if self.zk.exists(Z.topic_path(name)) is None:
+            raise E.UnknownTopicOrPartitionError()
+        self.zk.ensure_path(Z.CONFIG_TOPICS)
+        if self.zk.exists(Z.topic_config_path(name)) is None:
+            self.zk.create(Z.topic_config_path(name), Z.topic_config_json(configs))
+        else:
+            self.zk.set(Z.topic_config_path(name), Z.topic_config_json(configs))
+        self.zk.create(f"{Z.CONFIG_CHANGES}/config_change_", Z.config_change_json(name), sequence=True,
+                       makepath=True)
+
+    # -- producer ids (unique across the cluster) ----------------------------------------------
+    def next_producer_id(self) -> int:
+        with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                self._reserve_producer_ids()
+            pid = self._pid_next
+            self._pid_next += 1
+            return pid
+
+    def _reserve_producer_ids(self) -> None:
+        assert self.zk is not None
+        while True:
+            try:
+                data, stat = self.zk.get(Z.PRODUCER_ID_BLOCK)
+                doc = Z.loads(data)
+                start = int(doc["block_end"]) + 1 if doc else 0
+                version = stat.version
+            except NoNodeError:
+                try:
+                    self.zk.create(Z.PRODUCER_ID_BLOCK, b"")
+                except NodeExistsError:
+                    pass
+                continue
+            end = start + Z.PRODUCER_ID_BLOCK_SIZE - 1
+            try:
+                self.zk.set(Z.PRODUCER_ID_BLOCK, Z.producer_id_block_json(self.broker_id, start, end), version=version)
+            except BadVersionError:
+                continue
+            self._pid_next, self._pid_end = start, end + 1
+            return
+
+
+class ZkProducerIds:
+    """The broker's `producer_ids` in cluster mode (same interface as ProducerIdAllocator)."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    def next_id(self) -> int:
+        return self.node.next_producer_id()

@@ -1,0 +1,113 @@
+"""A partition replica in cluster mode: leader or follower, ISR, and the high-watermark rule.
+
+Leader side (Kafka's `Partition`): each follower's log end offset is what it last asked
+to fetch from; a follower is caught up when that reaches the leader's log end, and its
+`last_caught_up_ms` is when it last did (or, if it fetched up to where the log ended at its
+previous fetch, the time of that fetch). The high watermark is the minimum log end offset
+over the ISR (plus followers whose addition is in flight), never moves backwards on the
+leader, and produce requests with acks=all wait until it passes their last offset.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafkafast.broker.broker import Partition
+
+
+class FollowerState:
+    __slots__ = ("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms")
+
+    def __init__(self, now_ms: int) -> None:
+        self.leo = -1
+        self.last_fetch_ms = now_ms
+        self.leo_at_last_fetch = -1
+        self.last_caught_up_ms = now_ms
+
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = now_ms
+        elif fetch_offset >= self.leo_at_last_fetch >= 0:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.leo = fetch_offset
+        self.last_fetch_ms = now_ms
+        self.leo_at_last_fetch = leader_leo
+
+
+class ClusterPartition(Partition):
+    __slots__ = ("topic_id", "leader_id", "isr", "replicas", "partition_epoch", "is_leader", "followers",
+                 "alter_in_flight", "epoch_start_offset", "hw_waiters")
+
+    def __init__(self, topic: str, index: int, log_: Any) -> None:
+        super().__init__(topic, index, log_)
+        self.topic_id = bytes(16)
+        self.leader_id = -1
+        self.isr: list[int] = []
+        self.replicas: list[int] = []
+        self.partition_epoch = -1
+        self.is_leader = False
+        self.followers: dict[int, FollowerState] = {}
+        self.alter_in_flight: list[int] | None = None
+        self.epoch_start_offset = 0
+        self.hw_waiters: list[tuple[int, asyncio.Future]] = []
+
+    def apply_state(self, ps: Any, *, is_leader: bool) -> None:
+        """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
+        self.is_leader = is_leader
+        self.leader_id = ps.leader
+        self.leader_epoch = ps.leader_epoch
+        self.isr = list(ps.isr)
+        self.replicas = list(ps.replicas)
+        self.partition_epoch = ps.partition_epoch
+        self.alter_in_flight = None
+
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark waits for: the committed one plus pending additions."""
+        members = set(self.isr)
+        if self.alter_in_flight is not None:
+            members |= set(self.alter_in_flight)
+        return members
+
+    def maybe_increment_hw(self, self_id: int) -> bool:
+        if not self.is_leader:
+            return False
+        st = self.log.state
+        new_hw = self.log.log_end_offset
+        for r in self.maximal_isr():
+            if r == self_id:
+                continue
+            f = self.followers.get(r)
+            new_hw = min(new_hw, f.leo if f is not None else -1)
+        if new_hw <= st.high_watermark:
+            return False
+        st.high_watermark = new_hw
+        st.last_stable_offset = new_hw
+        self.wake()
+        if self.hw_waiters:
+            still = []
+            for offset, fut in self.hw_waiters:
+                if offset <= new_hw:
+                    if not fut.done():
+                        fut.set_result(0)
+                else:
+                    still.append((offset, fut))
+            self.hw_waiters = still
+        return True
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
+        """0 once the high watermark reaches `offset`; an error code if leadership is lost
+        (NOT_LEADER_OR_FOLLOWER) or the timeout passes (REQUEST_TIMED_OUT)."""
+        if self.log.state.high_watermark >= offset:
+            return 0
+        fut = asyncio.get_running_loop().create_future()
+        self.hw_waiters.append((offset, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return 7  # REQUEST_TIMED_OUT
+
+    def fail_waiters(self, code: int) -> None:
+        waiters, self.hw_waiters = self.hw_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(code)

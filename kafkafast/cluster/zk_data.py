@@ -1,0 +1,195 @@
+"""Kafka's ZooKeeper layout (ZooKeeper mode, Kafka 3.x): paths and JSON, as `ZkData.scala`
+writes them, so Kafka's ZooKeeper tooling reads a kafkafast cluster and vice versa.
+
+    /cluster/id                                   {"version":"1","id":"<cluster id>"}
+    /controller                  (ephemeral)      {"version":1,"brokerid":N,"timestamp":"<ms>"}
+    /controller_epoch                             "<epoch>"  (its zkVersion fences old controllers)
+    /brokers/ids/<id>            (ephemeral)      v5: endpoints, listener_security_protocol_map,
+                                                  host, port, rack, jmx_port, timestamp, features
+    /brokers/seqid                                data unused; its version generates broker ids
+    /brokers/topics/<t>                           {"version":3,"topic_id":"<base64 uuid>",
+                                                   "partitions":{"0":[1,2,3]},
+                                                   "adding_replicas":{},"removing_replicas":{}}
+    /brokers/topics/<t>/partitions/<p>/state      {"controller_epoch":E,"leader":L,"version":1,
+                                                   "leader_epoch":LE,"isr":[...]}
+    /config/topics/<t>                            {"version":1,"config":{...}}
+    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<t>"}
+    /admin/delete_topics/<t>                      (empty)
+    /latest_producer_id_block                     {"version":1,"broker":N,
+                                                   "block_start":"S","block_end":"E"}
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_SEQID = "/brokers/seqid"
+TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CHANGES = "/config/changes"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
+                    "/config/brokers", "/config/clients", "/config/users", "/isr_change_notification",
+                    "/cluster")
+PRODUCER_ID_BLOCK_SIZE = 1000
+RESERVED_BROKER_MAX_ID = 1000
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def now_text() -> str:
+    return str(int(time.time() * 1000))
+
+
+def dumps(doc: object) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def loads(data: bytes | None) -> dict:
+    return json.loads(data.decode()) if data else {}
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+# -- topic ids: Kafka prints a Uuid as URL-safe base64 without padding ------------------------------
+def topic_id_text(topic_id: bytes) -> str:
+    return base64.urlsafe_b64encode(topic_id).decode().rstrip("=")
+
+
+def topic_id_bytes(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def new_topic_id() -> bytes:
+    while True:
+        b = uuid.uuid4().bytes
+        if b != bytes(16):
+            return b
+
+
+# -- codecs ------------------------------------------------------------------------------------------
+def cluster_id_json(cluster_id: str) -> bytes:
+    return dumps({"version": "1", "id": cluster_id})
+
+
+def controller_json(broker_id: int) -> bytes:
+    return dumps({"version": 1, "brokerid": broker_id, "timestamp": now_text()})
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """One `/brokers/ids/<id>` registration; `epoch` is the znode's czxid (Kafka's broker epoch)."""
+
+    broker_id: int
+    endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
+    rack: str | None
+    security_protocols: tuple[tuple[str, str], ...]
+    epoch: int = -1
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        name, host, port = self.endpoints[0]
+        return host, port
+
+    def to_json(self) -> bytes:
+        doc: dict = {"features": {},
+                     "listener_security_protocol_map": dict(self.security_protocols),
+                     "endpoints": [f"{n}://{h}:{p}" for n, h, p in self.endpoints],
+                     "jmx_port": -1, "host": None, "port": -1, "timestamp": now_text(), "version": 5}
+        for name, host, port in self.endpoints:
+            if dict(self.security_protocols).get(name) == "PLAINTEXT":
+                doc["host"], doc["port"] = host, port
+                break
+        if self.rack is not None:
+            doc["rack"] = self.rack
+        return dumps(doc)
+
+    @classmethod
+    def from_json(cls, broker_id: int, data: bytes, epoch: int = -1) -> "BrokerInfo":
+        doc = loads(data)
+        protocols = doc.get("listener_security_protocol_map") or {"PLAINTEXT": "PLAINTEXT"}
+        eps = []
+        for text in doc.get("endpoints", []):
+            name, rest = text.split("://", 1)
+            host, _, port = rest.rpartition(":")
+            eps.append((name, host.strip("[]"), int(port)))
+        if not eps and doc.get("host"):
+            eps.append(("PLAINTEXT", doc["host"], int(doc["port"])))
+        return cls(broker_id, tuple(eps), doc.get("rack"), tuple(protocols.items()), epoch)
+
+
+def topic_assignment_json(topic_id: bytes, assignment: dict[int, list[int]]) -> bytes:
+    return dumps({"version": 3, "topic_id": topic_id_text(topic_id),
+                  "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+                  "adding_replicas": {}, "removing_replicas": {}})
+
+
+def parse_topic_assignment(data: bytes) -> tuple[bytes | None, dict[int, list[int]]]:
+    doc = loads(data)
+    tid = doc.get("topic_id")
+    return (topic_id_bytes(tid) if tid else None,
+            {int(p): [int(r) for r in reps] for p, reps in doc.get("partitions", {}).items()})
+
+
+@dataclass(frozen=True)
+class LeaderIsr:
+    """A partition state znode; `zk_version` is the znode version (Kafka's partition epoch)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = 0
+
+    def to_json(self) -> bytes:
+        return dumps({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
+                      "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
+
+    @classmethod
+    def from_json(cls, data: bytes, zk_version: int) -> "LeaderIsr":
+        doc = loads(data)
+        return cls(int(doc["leader"]), int(doc["leader_epoch"]), tuple(int(i) for i in doc["isr"]),
+                   int(doc["controller_epoch"]), zk_version)
+
+
+def topic_config_json(configs: dict[str, str]) -> bytes:
+    return dumps({"version": 1, "config": dict(configs)})
+
+
+def parse_topic_config(data: bytes | None) -> dict[str, str]:
+    return {str(k): str(v) for k, v in loads(data).get("config", {}).items()}
+
+
+def config_change_json(topic: str) -> bytes:
+    return dumps({"version": 2, "entity_path": f"topics/{topic}"})
+
+
+def producer_id_block_json(broker_id: int, start: int, end: int) -> bytes:
+    return dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})

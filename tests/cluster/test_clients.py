@@ -1,0 +1,198 @@
+"""Consumer groups and kafkafast's own client over the three-broker cluster."""
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer
+
+from kafkafast.client.sync import KafkaConsumer, KafkaProducer
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from tests.support.raw_client import RawClient
+
+
+def _coordinator(cluster, group: str) -> int:
+    port = next(b.port for b in cluster.brokers.values() if b.proc.poll() is None)
+    with RawClient(port) as rc:
+        resp = rc.request(FindCoordinatorRequest(key=group, key_type=0), 2)
+    return resp.node_id if resp.error_code == 0 else -1
+
+
+def _commit_ok(consumer) -> bool:
+    try:
+        consumer.commit(asynchronous=False)
+        return True
+    except Exception:
+        return False
+
+
+def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
+    cluster.create_topic("grp", 3, 3, {"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(300):
+        p.produce("grp", b"%05d" % i, partition=i % 3)
+    assert p.flush(30) == 0
+    settings = {"bootstrap.servers": cluster.bootstrap, "group.id": "survivors", "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000}
+    c = Consumer(settings)
+    c.subscribe(["grp"])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 300:
+        assert time.monotonic() < deadline, f"only {len(seen)} of the first 300 consumed"
+        m = c.poll(1.0)
+        if m is not None and not m.error():
+            seen.add(m.value())
+    c.commit(asynchronous=False)
+    coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, "survivors"), 0), 20, "the group's coordinator")
+    victim = cluster.brokers[coordinator]
+    victim.kill()
+    try:
+        for i in range(300, 600):
+            p.produce("grp", b"%05d" % i, partition=i % 3)
+        assert p.flush(60) == 0
+        deadline = time.monotonic() + 90
+        while len(seen) < 600:
+            assert time.monotonic() < deadline, f"only {len(seen)} of 600 consumed after the coordinator died"
+            m = c.poll(1.0)
+            if m is not None and not m.error():
+                seen.add(m.value())
+        cluster.wait_for(lambda: _coordinator(cluster, "survivors") not in (-1, coordinator), 30, "a new coordinator")
+        cluster.wait_for(lambda: _commit_ok(c), 30, "a commit through the new coordinator")
+        c.close()
+        assert seen == {b"%05d" % i for i in range(600)}
+        # a new member of the group starts from the committed offsets: nothing left to read
+        c2 = Consumer(settings)
+        c2.subscribe(["grp"])
+        extra = []
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            m = c2.poll(0.5)
+            if m is not None and not m.error():
+                extra.append(m.value())
+        c2.close()
+        assert extra == []
+    finally:
+        victim.start(timeout=60)
+
+
+def test_kafkafast_client_follows_a_leader_change(cluster):
+    cluster.create_topic("own", 2, 3, {"min.insync.replicas": "2"})
+    producer = KafkaProducer(cluster.bootstrap, acks="all")
+    victim = None
+    try:
+        for i in range(200):
+            producer.send("own", b"%04d" % i, partition=i % 2)
+        producer.flush(30)
+        leader = cluster.leader("own", 0)
+        victim = cluster.brokers[leader]
+        assert victim.stop() == 0
+        cluster.wait_for(lambda: cluster.leader("own", 0) not in (-1, leader), 20, "a new leader")
+        for i in range(200, 400):
+            producer.send("own", b"%04d" % i, partition=i % 2)
+        producer.flush(60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer("own", bootstrap_servers=cluster.bootstrap, group_id="own-reader",
+                             auto_offset_reset="earliest")
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < 400 and time.monotonic() < deadline:
+            for records in consumer.poll(1000).values():
+                got.extend(r.value for r in records)
+    finally:
+        consumer.close()
+        if victim is not None:
+            victim.start(timeout=60)
+    assert sorted(got) == [b"%04d" % i for i in range(400)]
+
+
+def test_three_client_libraries_share_a_group_through_a_coordinator_failover(cluster):
+    import threading
+
+    import kafka
+    from confluent_kafka import TopicPartition as CTP
+
+    topic, group, n = "mixed", "mixed-group", 600
+    cluster.create_topic(topic, 6, 3, {"min.insync.replicas": "2"})
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(n // 2):
+        p.produce(topic, b"%05d" % i, partition=i % 6)
+    assert p.flush(30) == 0
+    seen: dict[str, set[bytes]] = {"confluent": set(), "kafka-python": set(), "kafkafast": set()}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(name, poll, close):
+        try:
+            while not stop.is_set():
+                seen[name].update(poll())
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+        finally:
+            close()
+
+    cc = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                   "auto.commit.interval.ms": 500, "session.timeout.ms": 10000})
+    cc.subscribe([topic])
+    kp = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap.split(","), group_id=group,
+                             auto_offset_reset="earliest", auto_commit_interval_ms=500, session_timeout_ms=10000,
+                             heartbeat_interval_ms=1000)
+    kf = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+                       auto_commit_interval_ms=500, session_timeout_ms=10000, heartbeat_interval_ms=1000)
+    threads = [
+        threading.Thread(target=run, args=("confluent", lambda: {m.value() for m in cc.consume(100, 0.5)
+                                                                if not m.error()}, cc.close)),
+        threading.Thread(target=run, args=("kafka-python", lambda: {r.value for rs in kp.poll(500).values()
+                                                                   for r in rs}, kp.close)),
+        threading.Thread(target=run, args=("kafkafast", lambda: {r.value for rs in kf.poll(500).values()
+                                                                for r in rs}, kf.close)),
+    ]
+    for t in threads:
+        t.start()
+    victim = None
+    try:
+        everyone = lambda: set().union(*seen.values())  # noqa: E731
+        cluster.wait_for(lambda: len(everyone()) >= n // 2, 90, "the first half consumed")
+        coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, group), 0), 20, "the coordinator")
+        victim = cluster.brokers[coordinator]
+        victim.kill()
+        for i in range(n // 2, n):
+            p.produce(topic, b"%05d" % i, partition=i % 6)
+        assert p.flush(60) == 0
+        cluster.wait_for(lambda: len(everyone()) >= n, 120, "everything consumed after the coordinator died")
+        assert everyone() == {b"%05d" % i for i in range(n)}
+        assert sum(1 for s in seen.values() if s) >= 2  # the partitions were shared
+        time.sleep(2)  # a last auto-commit
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        if victim is not None:
+            victim.start(timeout=60)
+    assert errors == []
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        committed = check.committed([CTP(topic, i) for i in range(6)], timeout=30)
+        ends = [check.get_watermark_offsets(CTP(topic, i), timeout=30)[1] for i in range(6)]
+        assert [c.offset for c in committed] == ends
+    finally:
+        check.close()
+
+
+def test_offsets_commit_for_partitions_the_coordinator_does_not_host(cluster):
+    from confluent_kafka import TopicPartition as CTP
+
+    cluster.create_topic("spread", 3, 1)  # one replica each: the coordinator hosts at most one of them
+    hosts = {cluster.leader("spread", p) for p in range(3)}
+    assert len(hosts) == 3
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "spread-group", "enable.auto.commit": False})
+    try:
+        offsets = [CTP("spread", p, 10 + p) for p in range(3)]
+        committed = c.commit(offsets=offsets, asynchronous=False)
+        assert [(tp.partition, tp.offset, tp.error) for tp in committed] == [(0, 10, None), (1, 11, None),
+                                                                            (2, 12, None)]
+        got = c.committed([CTP("spread", p) for p in range(3)], timeout=30)
+        assert [tp.offset for tp in got] == [10, 11, 12]
+    finally:
+        c.close()

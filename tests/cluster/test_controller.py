@@ -1,0 +1,187 @@
+"""Registry, controller election and failover, session loss, against real ZooKeeper."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+
+from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
+from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
+from tests.support.raw_client import RawClient
+
+STALE_CONTROLLER_EPOCH = 11
+
+
+def test_brokers_register_with_kafkas_v5_json(cluster):
+    zk = cluster.zk()
+    assert sorted(zk.get_children("/brokers/ids")) == ["1", "2", "3"]
+    for i, b in cluster.brokers.items():
+        data, stat = zk.get(f"/brokers/ids/{i}")
+        doc = json.loads(data)
+        assert stat.ephemeralOwner != 0
+        assert doc["version"] == 5
+        assert doc["endpoints"] == [f"PLAINTEXT://127.0.0.1:{b.port}"]
+        assert doc["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+        assert (doc["host"], doc["port"], doc["jmx_port"]) == ("127.0.0.1", b.port, -1)
+        assert int(doc["timestamp"]) > 1_600_000_000_000
+    cluster_id = json.loads(zk.get("/cluster/id")[0])
+    assert cluster_id["version"] == "1" and len(cluster_id["id"]) == 22
+    meta = (cluster.root / "broker-1" / "meta.properties").read_text()
+    assert f"cluster.id={cluster_id['id']}" in meta and "broker.id=1" in meta
+    controller = json.loads(zk.get("/controller")[0])
+    assert controller["version"] == 1 and controller["brokerid"] in (1, 2, 3)
+    assert zk.exists("/controller").ephemeralOwner != 0
+    assert int(zk.get("/controller_epoch")[0]) >= 1
+
+
+def test_topic_znodes_follow_kafkas_layout(cluster):
+    cluster.create_topic("layout", 4, 3, {"retention.ms": "3600000"})
+    zk = cluster.zk()
+    doc = json.loads(zk.get("/brokers/topics/layout")[0])
+    assert doc["version"] == 3 and doc["adding_replicas"] == {} and doc["removing_replicas"] == {}
+    assert len(base64.urlsafe_b64decode(doc["topic_id"] + "==")) == 16
+    assert sorted(doc["partitions"]) == ["0", "1", "2", "3"]
+    firsts = [doc["partitions"][str(p)][0] for p in range(4)]
+    for reps in doc["partitions"].values():
+        assert sorted(reps) == [1, 2, 3]
+    assert len(set(firsts[:3])) == 3  # round-robin leaders
+    for p in range(4):
+        state = cluster.partition_state("layout", p)
+        assert set(state) == {"controller_epoch", "leader", "version", "leader_epoch", "isr"}
+        assert state["leader"] == doc["partitions"][str(p)][0] and state["leader_epoch"] == 0
+        assert sorted(state["isr"]) == [1, 2, 3]
+    assert json.loads(zk.get("/config/topics/layout")[0]) == {"version": 1, "config": {"retention.ms": "3600000"}}
+
+
+def test_replication_factor_above_live_brokers_is_refused(cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import KafkaException
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    fut = admin.create_topics([NewTopic("too-many", 1, 4)], request_timeout=20)["too-many"]
+    try:
+        fut.result(30)
+        raise AssertionError("created")
+    except KafkaException as exc:
+        assert exc.args[0].name() == "INVALID_REPLICATION_FACTOR"
+    assert cluster.zk().exists("/brokers/topics/too-many") is None
+
+
+def test_killing_the_controller_elects_another_and_fences_the_old_epoch(cluster):
+    old_id, old_epoch = cluster.controller_id(), cluster.controller_epoch()
+    victim = cluster.brokers[old_id]
+    killed_at = time.monotonic()
+    victim.kill()
+    new_id = cluster.wait_for(lambda: (c := cluster.controller_id()) not in (-1, old_id) and c, 6 + 5 + 5,
+                              "a new controller")
+    assert time.monotonic() - killed_at < 6 + 5 + 2
+    assert cluster.controller_epoch() == old_epoch + 1
+    other = next(b for i, b in cluster.brokers.items() if i != old_id)
+    cluster.wait_for(lambda: _update_metadata_epoch_seen(other.port, old_epoch + 1), 15, "the new epoch announced")
+    with RawClient(other.port) as rc:
+        resp = rc.request(LeaderAndIsrRequest(controller_id=old_id, controller_epoch=old_epoch, broker_epoch=-1,
+                                              type=0, topic_states=[], live_leaders=[]), 6)
+        assert resp.error_code == STALE_CONTROLLER_EPOCH
+    victim.start(timeout=60)
+    cluster.wait_for(lambda: len(cluster.registered()) == 3, 30, "the old controller back")
+    assert cluster.controller_id() == new_id  # it does not take over again
+
+
+def _update_metadata_epoch_seen(port: int, epoch: int) -> bool:
+    """True once the broker refuses an UpdateMetadata of epoch-1 (so it has seen `epoch`)."""
+    with RawClient(port) as rc:
+        resp = rc.request(UpdateMetadataRequest(controller_id=-1, controller_epoch=epoch - 1, broker_epoch=-1,
+                                                topic_states=[], live_brokers=[]), 7)
+        return resp.error_code == STALE_CONTROLLER_EPOCH
+
+
+def test_session_loss_moves_leadership_and_the_broker_rejoins(cluster):
+    cluster.create_topic("session", 3, 3)
+    victim_id = cluster.leader("session", 0)
+    victim = cluster.brokers[victim_id]
+    epoch_before = cluster.partition_state("session", 0)["leader_epoch"]
+    os.kill(victim.proc.pid, signal.SIGSTOP)
+    try:
+        cluster.wait_for(lambda: victim_id not in cluster.registered(), 6 + 10, "the stopped broker's session expiry")
+        cluster.wait_for(lambda: cluster.leader("session", 0) not in (-1, victim_id), 15, "a new leader")
+        state = cluster.partition_state("session", 0)
+        assert state["leader_epoch"] > epoch_before and victim_id not in state["isr"]
+    finally:
+        os.kill(victim.proc.pid, signal.SIGCONT)
+    cluster.wait_for(lambda: victim_id in cluster.registered(), 30, "re-registration after SIGCONT")
+    cluster.wait_for(lambda: all(victim_id in cluster.partition_state("session", p)["isr"] for p in range(3)), 40,
+                     "the broker back in every ISR")
+    assert cluster.leader("session", 0) != victim_id
+
+
+def test_a_log_dir_of_another_cluster_refuses_to_start(cluster, tmp_path):
+    from tests.support.broker_process import BrokerProcess
+
+    data = tmp_path / "foreign"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=0\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nbroker.id=9\n")
+    b = BrokerProcess(data, settings=cluster.broker_settings(9))
+    try:
+        b.start(timeout=30)
+        raise AssertionError("a broker of another cluster started")
+    except RuntimeError as exc:
+        assert "doesn't match stored clusterId AAAAAAAAAAAAAAAAAAAAAA" in str(exc)
+    finally:
+        b.kill()
+    assert 9 not in cluster.registered()
+
+
+def test_create_partitions_configs_and_delete_topics_across_the_cluster(cluster):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+
+    cluster.create_topic("admin", 2, 2)
+    first = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    first.create_partitions([NewPartitions("admin", 4)], request_timeout=20)["admin"].result(30)
+    zk = cluster.zk()
+    cluster.wait_for(lambda: len(json.loads(zk.get("/brokers/topics/admin")[0])["partitions"]) == 4, 10,
+                     "four partitions assigned")
+    cluster.wait_for(lambda: all(zk.exists(f"/brokers/topics/admin/partitions/{p}/state") for p in range(4)), 15,
+                     "states of the new partitions")
+    third = AdminClient({"bootstrap.servers": cluster.brokers[3].bootstrap})
+    cluster.wait_for(lambda: len(third.list_topics("admin", timeout=10).topics["admin"].partitions) == 4, 15,
+                     "broker 3 announcing four partitions")
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, "admin", set_config={"retention.ms": "123456"})
+    first.alter_configs([res], request_timeout=20)[res].result(30)
+    assert json.loads(zk.get("/config/topics/admin")[0])["config"]["retention.ms"] == "123456"
+    changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": "topics/admin"} in changes
+
+    def described_on_third() -> bool:
+        r = ConfigResource(ConfigResource.Type.TOPIC, "admin")
+        return third.describe_configs([r], request_timeout=20)[r].result(30)["retention.ms"].value == "123456"
+    cluster.wait_for(described_on_third, 15, "broker 3 seeing the new config")
+
+    first.delete_topics(["admin"], request_timeout=20)["admin"].result(30)
+    cluster.wait_for(lambda: zk.exists("/brokers/topics/admin") is None, 15, "the topic znode removed")
+    assert zk.exists("/config/topics/admin") is None and zk.get_children("/admin/delete_topics") == []
+    cluster.wait_for(lambda: not any(any((cluster.root / f"broker-{i}").glob("admin-*")) for i in (1, 2, 3)),
+                     15, "the partition directories removed everywhere")
+    cluster.wait_for(lambda: "admin" not in third.list_topics(timeout=10).topics, 15, "the topic gone from metadata")
+
+
+def test_broker_id_generation_through_brokers_seqid(cluster, tmp_path):
+    from tests.support.broker_process import BrokerProcess
+
+    settings = {**cluster.broker_settings(0), "broker.id": "-1"}
+    b = BrokerProcess(tmp_path / "generated", settings=settings)
+    try:
+        b.start(timeout=60)
+        zk = cluster.zk()
+        generated = cluster.wait_for(lambda: [i for i in cluster.registered() if i > 1000], 20, "a generated id")
+        assert generated == [1000 + zk.exists("/brokers/seqid").version]
+        assert f"broker.id={generated[0]}" in (tmp_path / "generated" / "meta.properties").read_text()
+        assert b.stop() == 0
+        cluster.wait_for(lambda: cluster.registered() == [1, 2, 3], 15, "the generated broker gone")
+        b.start(timeout=60)  # the id is kept in meta.properties
+        cluster.wait_for(lambda: generated[0] in cluster.registered(), 20, "the same id again")
+    finally:
+        b.stop()
+    cluster.wait_for(lambda: cluster.registered() == [1, 2, 3], 15, "back to three brokers")

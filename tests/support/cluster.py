@@ -1,0 +1,166 @@
+"""A real ZooKeeper and three kafkafast brokers in cluster mode, as child processes on free
+127.0.0.1 ports (each broker with its own log dir, `zookeeper.connect=127.0.0.1:PORT/kafka`).
+
+    with KafkaCluster(tmp_path, settings={...}) as c:
+        c.bootstrap                      # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+        c.zk()                           # a kazoo client on the chroot (closed with the cluster)
+        c.brokers[1].kill(); c.brokers[1].start()
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.zookeeper_process import ZooKeeperProcess
+
+CHROOT = "/kafka"
+# small timeouts so failures are noticed within a test's time
+TEST_SETTINGS = {
+    "zookeeper.session.timeout.ms": "6000",
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.num.partitions": "6",
+    "offsets.topic.replication.factor": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    "log.cleaner.enable": "false",
+}
+
+
+class KafkaCluster:
+    def __init__(self, root: Path, *, size: int = 3, settings: dict[str, str] | None = None,
+                 workers: int = 0) -> None:
+        self.root = Path(root)
+        self.zookeeper = ZooKeeperProcess(self.root / "zookeeper")
+        self.settings = {**TEST_SETTINGS, **(settings or {})}
+        self.size = size
+        self.workers = workers
+        self.brokers: dict[int, BrokerProcess] = {}
+        self._clients: list[Any] = []
+
+    @property
+    def connect(self) -> str:
+        return self.zookeeper.connect + CHROOT
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        return {"broker.id": str(broker_id), "zookeeper.connect": self.connect, **self.settings}
+
+    def start(self) -> "KafkaCluster":
+        self.zookeeper.start()
+        for i in range(1, self.size + 1):
+            self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", workers=self.workers,
+                                            settings=self.broker_settings(i))
+        for b in self.brokers.values():
+            b.start(timeout=60)
+        self.wait_for(lambda: len(self.registered()) == self.size and self.controller_id() > 0, 60,
+                      "brokers registered and a controller elected")
+        return self
+
+    def __enter__(self) -> "KafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for c in self._clients:
+            try:
+                c.stop()
+                c.close()
+            except Exception:
+                pass
+        for b in self.brokers.values():
+            b.kill()
+        self.zookeeper.kill()
+
+    # -- ZooKeeper views ---------------------------------------------------------------------
+    def zk(self) -> Any:
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.connect, timeout=10)
+        client.start(timeout=20)
+        self._clients.append(client)
+        return client
+
+    def _zk(self) -> Any:
+        if not self._clients:
+            self.zk()
+        return self._clients[0]
+
+    def registered(self) -> list[int]:
+        try:
+            return sorted(int(c) for c in self._zk().get_children("/brokers/ids"))
+        except Exception:
+            return []
+
+    def controller_id(self) -> int:
+        try:
+            data, _ = self._zk().get("/controller")
+            return json.loads(data)["brokerid"]
+        except Exception:
+            return -1
+
+    def controller_epoch(self) -> int:
+        data, _ = self._zk().get("/controller_epoch")
+        return int(data)
+
+    def partition_state(self, topic: str, partition: int) -> dict:
+        data, _ = self._zk().get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        return json.loads(data)
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.partition_state(topic, partition)["leader"]
+
+    @staticmethod
+    def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = cond()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(interval)
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, str] | None = None, assignment: list[list[int]] | None = None) -> None:
+        """Creates the topic (with `assignment`: replica lists, first the preferred leader) and
+        waits for a leader and the full ISR of every partition."""
+        if assignment:  # (confluent-kafka's NewTopic refuses replica_assignment in this version)
+            from kafkafast.protocol._generated.create_topics import CreateTopicsRequest as C
+            from tests.support.raw_client import RawClient
+
+            partitions = len(assignment)
+            req = C(topics=[C.CreatableTopic(
+                name=name, num_partitions=-1, replication_factor=-1,
+                assignments=[C.CreatableReplicaAssignment(partition_index=i, broker_ids=r)
+                             for i, r in enumerate(assignment)],
+                configs=[C.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+                timeout_ms=30000, validate_only=False)
+            with RawClient(next(iter(self.brokers.values())).port, timeout=30) as rc:
+                code = rc.request(req, 4).topics[0].error_code
+            assert code == 0, f"CreateTopics: error {code}"
+        else:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            fut = admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs or {})],
+                                      request_timeout=30)[name]
+            fut.result(30)
+        replication_factor = len(assignment[0]) if assignment else replication_factor
+        self.wait_for(lambda: all(self._has_leader(name, p) for p in range(partitions)), 30,
+                      f"leaders for {name}")
+        self.wait_for(lambda: all(len(self.partition_state(name, p)["isr"]) == replication_factor
+                                  for p in range(partitions)), 30, f"full ISR for {name}")
+
+    def _has_leader(self, topic: str, partition: int) -> bool:
+        try:
+            return self.leader(topic, partition) >= 0
+        except Exception:
+            return False
