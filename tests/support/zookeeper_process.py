@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from kafkafast.cluster.local import ZooKeeperServer
-from tests.support.broker_process import _die_with_parent, free_port
+from tests.support.broker_process import die_with_parent, free_port
 
 
 def zookeeper_available() -> bool:
@@ -20,5 +20,5 @@ class ZooKeeperProcess(ZooKeeperServer):
         super().__init__(data_dir, port or free_port())
 
     def start(self, timeout: float = 60.0, **popen: object) -> "ZooKeeperProcess":
-        super().start(timeout, preexec_fn=_die_with_parent)
+        super().start(timeout, preexec_fn=die_with_parent)
         return self
