@@ -53,6 +53,7 @@ EXTRAS_REQUIRE = {
 NATIVE_MODULES = {
     "records": "cython_ext/records.pyx",
     "index_search": "cython_ext/index_search.pyx",
+    "arrow_decode": "cython_ext/arrow_decode.pyx",
 }
 
 
