@@ -1,6 +1,6 @@
 """Build and install kafkafast.
 
-The compiled twins in `cython_ext/` (`records`, `index_search`) are built into the
+The compiled twins in `cython_ext/` (`records`, `index_search`, `arrow_decode`) are built into the
 `kafkafast._native` package. When Cython or a C compiler is unavailable the package still
 installs and `kafkafast.native.load()` falls back to the pure-Python twins in
 `kafkafast/records/`.
@@ -38,6 +38,9 @@ EXTRAS_REQUIRE = {
         "pyspark",
         "pyarrow",
         "pandas",
+    ],
+    "arrow": [
+        "pyarrow",  # kafkafast.client.lowlevel.read_arrow / kafkafast.client.arrow
     ],
     "perf": [
         "matplotlib",
