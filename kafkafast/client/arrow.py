@@ -1,9 +1,9 @@
 """Fetched record sets of one partition -> `pyarrow.RecordBatch`es, with no Python object
 per record.
 
-`decode_fetched_arrow` walks a fetched record set like `records.decode_fetched` (CRC
-check, control batches skipped, a partial last batch ignored, legacy entries read) and
-hands each v2 batch's records payload to an `ArrowColumns` of the arrow_decode twin
+`decode_fetched_arrow` walks a fetched record set with `records.walk_fetched` (as
+`decode_fetched` does: CRC check, control batches skipped, a partial last batch ignored,
+legacy entries read) and hands each v2 batch's records payload to an `ArrowColumns` of the arrow_decode twin
 (compiled when built; `kafkafast.native.load("arrow_decode")`), which appends the fields
 straight to Arrow column buffers: an uncompressed batch is read in place from the fetched
 buffer, a compressed one from its decompressed payload, and every key, value and header
@@ -27,11 +27,8 @@ from typing import Any
 import pyarrow as pa
 
 from kafkafast import native
-from kafkafast.protocol.errors import CorruptMessageError
-from kafkafast.records.batch import batch_crc_ok, iter_entries, read_batch_header
-from kafkafast.records.compression import decompress
-from kafkafast.records.legacy import decode_legacy_entry
-from kafkafast.records.model import BATCH_HEADER_SIZE, CODEC_NONE, BatchHeader
+from kafkafast.client.records import walk_fetched
+from kafkafast.records.model import BatchHeader
 
 _twin = native.load("arrow_decode")
 ArrowColumns = _twin.ArrowColumns
@@ -58,42 +55,21 @@ DEFAULT_MAX_RECORDS = 10_000
 def decode_fetched_arrow(columns: Any, buf: bytes | memoryview | None, start: int, end: int | None = None, *,
                          skip_batch: Callable[[BatchHeader], bool] | None = None) -> int:
     """Adds the records of a fetched record set with offsets in [start, end) to `columns`
-    (an ArrowColumns); returns the offset to fetch next, as `decode_fetched` does.
-
-    Control batches are skipped; so is every v2 batch for which `skip_batch(header)` is
-    true (the hook for aborted transactions under read_committed). A CRC mismatch or a
-    malformed record raises CorruptMessageError."""
-    next_offset = start
-    if not buf:
-        return next_offset
+    (an ArrowColumns); returns the offset to fetch next. The walk (CRC checks, control
+    batches and `skip_batch`, partial last batch) is `records.walk_fetched`; a malformed
+    record raises CorruptMessageError."""
     stop = -1 if end is None else end
-    mv = memoryview(buf)
-    for pos, size, magic in iter_entries(mv):
-        if magic == 2:
-            header = read_batch_header(mv, pos)
-            if not batch_crc_ok(mv, pos, size):
-                raise CorruptMessageError(f"batch at offset {header.base_offset}: CRC32C mismatch")
-            batch_next = header.next_offset
-            if batch_next > next_offset:
-                next_offset = batch_next
-            if batch_next > start and not header.is_control and not (skip_batch is not None and skip_batch(header)):
-                payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
-                if header.compression != CODEC_NONE:
-                    payload = decompress(header.compression, payload)
-                columns.add_records(payload, header.records_count, header.base_offset, header.first_timestamp,
-                                    header.max_timestamp if header.timestamp_type else -1, start, stop)
-        elif magic in (0, 1):
-            legacy, records = decode_legacy_entry(mv, pos)
-            if records and records[-1].offset + 1 > next_offset:
-                next_offset = records[-1].offset + 1
-            for r in records:
-                if start <= r.offset and (end is None or r.offset < end):
-                    columns.add_record(r.offset, r.timestamp, legacy.timestamp_type, r.key, r.value, r.headers)
-        else:
-            raise CorruptMessageError(f"unknown magic {magic} at {pos}")
-        if end is not None and next_offset >= end:
-            break
-    return next_offset
+
+    def batch(header: BatchHeader, payload: bytes | memoryview) -> None:
+        columns.add_records(payload, header.records_count, header.base_offset, header.first_timestamp,
+                            header.max_timestamp if header.timestamp_type else -1, start, stop)
+
+    def legacy(header: Any, records: list) -> None:
+        for r in records:
+            if start <= r.offset and (end is None or r.offset < end):
+                columns.add_record(r.offset, r.timestamp, header.timestamp_type, r.key, r.value, r.headers)
+
+    return walk_fetched(buf, start, end, batch, legacy, skip_batch=skip_batch)
 
 
 def _binary(type_: pa.DataType, n: int, nulls: int, offsets: Any, data: Any, valid: Any) -> pa.Array:

@@ -23,7 +23,7 @@ from tests.integration.spark_cluster import (
     package_archive,
     wait_executors,
 )
-from tests.integration.spark_topics import T0, consume_all, create_topic, fill
+from tests.integration.spark_topics import check_query, consume_all, create_topic, fill
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -67,18 +67,7 @@ def test_six_partitions_read_by_six_tasks_on_executors_exactly_once(spark, clust
           .option("includeHeaders", "true").option("maxRecordsPerBatch", "3000").load())
     assert df.rdd.getNumPartitions() == PARTITIONS
     df.createOrReplaceTempView("cluster_records")
-    row = spark.sql(f"""
-        SELECT count(*) AS n,
-               count(DISTINCT partition, offset) AS distinct_positions,
-               sum(CASE WHEN cast(value AS string) = concat('v', offset * {PARTITIONS} + partition)
-                         AND cast(key AS string) = concat('k', offset * {PARTITIONS} + partition)
-                         AND unix_millis(timestamp) = {T0} + offset * {PARTITIONS} + partition
-                         AND topic = '{TOPIC}' AND timestampType = 0
-                         AND size(headers) = 1 AND headers[0].key = 'seq'
-                         AND cast(headers[0].value AS string) = cast(offset * {PARTITIONS} + partition AS string)
-                        THEN 1 ELSE 0 END) AS correct,
-               min(offset) AS lo, max(offset) AS hi
-        FROM cluster_records""").collect()[0]
+    row = spark.sql(check_query("cluster_records", TOPIC, PARTITIONS, headers=True)).collect()[0]
     assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (N, N, N, 0, N // PARTITIONS - 1)
 
     def where_tasks_ran(it):  # nested, so cloudpickle ships it by value
