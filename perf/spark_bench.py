@@ -14,6 +14,8 @@ Three parts, side by side in one run:
    (`lowlevel.read_arrow`), + conversion to the source schema (the task body without
    Spark), + serialising the batches as the Python worker hands them to the JVM (Arrow
    IPC), and the full Spark query; the rest of the Spark time is Spark's own.
+   The arrow and per-record task bodies are read in turn through Spark after warm-up
+   reads (a fresh JVM's first reads are several times slower on a busy machine).
 3. Spark reads of topics with 1, 2, 4 and 8 partitions (one task each) on `local[2]` and
    on a standalone cluster (master + 2 workers of 1 core, `tests/integration/
    spark_cluster.py`), query `SELECT count(*), sum(length(value))`.
@@ -255,19 +257,41 @@ def spark_read(spark, bootstrap: str, topic: str, fmt: str = "kafkafast") -> tup
     return time.perf_counter() - t0, row.n, df.rdd.getNumPartitions()
 
 
-def spark_reads(spark, bootstrap: str, topics: dict[int, str], records: int, repeats: int, label: str,
-                fmt: str = "kafkafast") -> list[dict]:
+def warm_up(spark, bootstrap: str, topic: str, formats: list[str], reads: int) -> None:
+    """Reads before measuring: Python workers started, page cache filled, and above all the
+    JVMs' JIT compilers given time (on a busy machine the first reads of a fresh JVM run
+    several times slower than later ones)."""
+    for _ in range(reads):
+        for fmt in formats:
+            spark_read(spark, bootstrap, topic, fmt)
+
+
+def summary(p: int, runs: list[tuple[float, int, int]], records: int, label: str) -> dict:
+    secs, n, tasks = min(runs)
+    assert n == records, (n, records)
+    assert tasks == p, (tasks, p)
+    print(f"{label}: {p} partition(s): {n / secs:,.0f} records/s ({secs:.2f} s)", flush=True)
+    return {"partitions": p, "tasks": tasks, "seconds": secs, "records_per_s": n / secs,
+            "all_seconds": [r[0] for r in runs], "median_seconds": statistics.median(r[0] for r in runs)}
+
+
+def spark_reads(spark, bootstrap: str, topics: dict[int, str], records: int, repeats: int, label: str) -> list[dict]:
     results = []
     for p, topic in topics.items():
-        spark_read(spark, bootstrap, topic, fmt)  # warm-up: Python workers, JIT, page cache
-        runs = [spark_read(spark, bootstrap, topic, fmt) for _ in range(repeats)]
-        secs, n, tasks = min(runs)
-        assert n == records, (n, records)
-        assert tasks == p, (tasks, p)
-        results.append({"partitions": p, "tasks": tasks, "seconds": secs, "records_per_s": n / secs,
-                        "all_seconds": [r[0] for r in runs], "median_seconds": statistics.median(r[0] for r in runs)})
-        print(f"{label}: {p} partition(s): {n / secs:,.0f} records/s ({secs:.2f} s)", flush=True)
+        spark_read(spark, bootstrap, topic)  # warm-up of this topic's tasks
+        results.append(summary(p, [spark_read(spark, bootstrap, topic) for _ in range(repeats)], records, label))
     return results
+
+
+def paired_reads(spark, bootstrap: str, topic: str, records: int, repeats: int, label: str) -> tuple[dict, dict]:
+    """One partition read by the arrow path and the per-record path in turn (A B A B ...),
+    so both meet the same JIT state and the same neighbours' load."""
+    runs: dict[str, list] = {"kafkafast": [], "kafkafast_per_record": []}
+    for _ in range(repeats):
+        for fmt in runs:
+            runs[fmt].append(spark_read(spark, bootstrap, topic, fmt))
+    return (summary(1, runs["kafkafast"], records, label),
+            summary(1, runs["kafkafast_per_record"], records, f"{label} per-record"))
 
 
 def cluster_reads(bootstrap: str, topics: dict[int, str], records: int, repeats: int) -> list[dict]:
@@ -281,6 +305,7 @@ def cluster_reads(bootstrap: str, topics: dict[int, str], records: int, repeats:
         register(spark)
         try:
             wait_executors(spark, 2)
+            warm_up(spark, bootstrap, topics[min(topics)], ["kafkafast"], 3)
             return spark_reads(spark, bootstrap, topics, records, repeats, "cluster")
         finally:
             spark.stop()
@@ -470,12 +495,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"decode alone: arrow {decode['arrow_records_per_s']:,.0f}/s, per-record "
               f"{decode['per_record_records_per_s']:,.0f}/s ({decode['speedup']:.1f}x)", flush=True)
         stage = stages(bootstrap, one, records, repeats)
-        read_topics = {p: topics[p] for p in partitions}
+        read_topics = {p: topics[p] for p in sorted(set(partitions) | {1})}
         spark = spark_local_session(args.master)
         spark.dataSource.register(per_record_source())
-        results = spark_reads(spark, bootstrap, read_topics, records, repeats, args.master)
-        per_record = spark_reads(spark, bootstrap, {1: one}, records, repeats, f"{args.master} per-record",
-                                 "kafkafast_per_record")[0]
+        warm_up(spark, bootstrap, one, ["kafkafast", "kafkafast_per_record"], 1 if args.tiny else 3)
+        arrow_one, per_record = paired_reads(spark, bootstrap, one, records, repeats, args.master)
+        results = [arrow_one] + spark_reads(spark, bootstrap, {p: t for p, t in read_topics.items() if p != 1},
+                                            records, repeats, args.master)
         fixed = min(spark_read(spark, bootstrap, empty)[0] for _ in range(repeats + 1))
         spark.stop()
         spark = None
