@@ -3,8 +3,9 @@ per record.
 
 `decode_fetched_arrow` walks a fetched record set with `records.walk_fetched` (as
 `decode_fetched` does: CRC check, control batches skipped, a partial last batch ignored,
-legacy entries read) and hands each v2 batch's records payload to an `ArrowColumns` of the arrow_decode twin
-(compiled when built; `kafkafast.native.load("arrow_decode")`), which appends the fields
+legacy entries read) and hands each v2 batch's records payload to an `ArrowColumns` of
+the arrow_decode twin (compiled when built; `kafkafast.native.load("arrow_decode")`),
+which appends the fields
 straight to Arrow column buffers: an uncompressed batch is read in place from the fetched
 buffer, a compressed one from its decompressed payload, and every key, value and header
 byte is copied once, into its column. `record_batches` makes the Arrow arrays from those
