@@ -323,8 +323,9 @@ def markdown(res: dict) -> str:
     lines = [
         "# Spark read throughput (`kafkafast` data source)",
         "",
-        f"{res['records']:,} records of {res['value_bytes']} bytes per topic; best of {res['repeats']} after one "
-        "warm-up; Spark query `count(*), sum(length(value))`.",
+        f"{res['records']:,} records of {res['value_bytes']} bytes per topic; best of {res['repeats']}; Spark query "
+        "`count(*), sum(length(value))`, after warm-up reads (3 rounds of both task bodies on the 1-partition topic, "
+        "3 reads on the cluster, then one per topic).",
         f"Machine: {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; "
         f"load average {m['loadavg_start']} at the start, {m['loadavg_end']} at the end.",
     ]
