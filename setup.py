@@ -1,6 +1,6 @@
 """Build and install kafkafast.
 
-The compiled twins in `cython_ext/` (`records`, `index_search`) are built into the
+The compiled twins in `cython_ext/` (`records`, `index_search`, `arrow_decode`) are built into the
 `kafkafast._native` package. When Cython or a C compiler is unavailable the package still
 installs and `kafkafast.native.load()` falls back to the pure-Python twins in
 `kafkafast/records/`.
@@ -42,6 +42,9 @@ EXTRAS_REQUIRE = {
         "pyarrow",
         "pandas",
     ],
+    "arrow": [
+        "pyarrow",  # kafkafast.client.lowlevel.read_arrow / kafkafast.client.arrow
+    ],
     "perf": [
         "matplotlib",
         "psutil",
@@ -56,6 +59,7 @@ EXTRAS_REQUIRE = {
 NATIVE_MODULES = {
     "records": "cython_ext/records.pyx",
     "index_search": "cython_ext/index_search.pyx",
+    "arrow_decode": "cython_ext/arrow_decode.pyx",
 }
 
 

@@ -20,6 +20,7 @@ logger = logging.getLogger("kafkafast.native")
 PURE_MODULES: dict[str, str] = {
     "records": "kafkafast.records._pure_codec",
     "index_search": "kafkafast.records._pure_index_search",
+    "arrow_decode": "kafkafast.client._pure_arrow_decode",
 }
 COMPILED_PACKAGE = "kafkafast._native"
 

@@ -5,6 +5,10 @@ closes them when done, so they can be called from anywhere (Spark executors incl
 Signatures are stable; the synchronous twins are `*_sync` here and in
 `kafkafast.client.sync`.
 
+A range of a partition comes as lists of `ConsumerRecord`s (`fetch_range`) or as
+`pyarrow.RecordBatch`es decoded straight from the fetched bytes into Arrow columns
+(`fetch_arrow`, `read_arrow`; see `kafkafast.client.arrow`).
+
 Timestamps for `list_offsets`: `EARLIEST` (-2), `LATEST` (-1), or milliseconds since the
 epoch (the first offset whose timestamp is >= it; (-1, -1) when there is none).
 """
@@ -131,12 +135,14 @@ def fetch_request(
     )
 
 
-async def fetch_range_with(
-    cluster: Cluster, topic: str, partition: int, start: int, end: int, *,
-    max_bytes: int = 4 * 1024 * 1024, max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED,
-    timeout_ms: int | None = 60000,
-) -> AsyncIterator[list[ConsumerRecord]]:
-    """`fetch_range` on an open `Cluster`."""
+async def _fetch_loop(
+    cluster: Cluster, topic: str, partition: int, start: int, end: int, decode: Callable[[Any, int], tuple[T, int]], *,
+    max_bytes: int, max_wait_ms: int, isolation_level: int, timeout_ms: int | None,
+) -> AsyncIterator[T]:
+    """Fetches [start, end) of one partition from its leader; each fetched record set goes
+    to `decode(record_set, offset)` -> (result, next offset), and each truthy result is
+    yielded. Retries, waiting for offsets not written yet and the timeout are shared by
+    every way of decoding."""
     offset = start
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
     failures = 0
@@ -169,12 +175,12 @@ async def fetch_range_with(
             await cluster.refresh_metadata()
             continue
         failures = 0
-        records, next_offset = decode_fetched(pdata.records, topic, partition, offset, end)
+        result, next_offset = decode(pdata.records, offset)
         if next_offset <= offset and pdata.records and len(pdata.records) >= max_bytes:
             max_bytes *= 2  # one batch larger than max_bytes (pre-KIP-74 brokers)
             continue
-        if records:
-            yield records
+        if result:
+            yield result
         if next_offset > offset:
             offset = next_offset
             if timeout_ms is not None:
@@ -185,6 +191,40 @@ async def fetch_range_with(
                     f"{topic}-{partition}: offset {offset} not reached (high watermark {pdata.high_watermark})")
         if deadline is not None and time.monotonic() > deadline and offset < end:
             raise for_code(7)(f"fetch_range {topic}-{partition} [{start}, {end}) stopped at {offset}")
+
+
+async def fetch_range_with(
+    cluster: Cluster, topic: str, partition: int, start: int, end: int, *,
+    max_bytes: int = 4 * 1024 * 1024, max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED,
+    timeout_ms: int | None = 60000,
+) -> AsyncIterator[list[ConsumerRecord]]:
+    """`fetch_range` on an open `Cluster`."""
+    def decode(buf: Any, offset: int) -> tuple[list[ConsumerRecord], int]:
+        return decode_fetched(buf, topic, partition, offset, end)
+    async for records in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
+                                     max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):
+        yield records
+
+
+async def fetch_arrow_with(
+    cluster: Cluster, topic: str, partition: int, start: int, end: int, *,
+    max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
+    max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+) -> AsyncIterator[Any]:
+    """`fetch_arrow` on an open `Cluster`."""
+    from kafkafast.client import arrow  # pyarrow is needed only here
+
+    columns = arrow.ArrowColumns(include_headers)
+
+    def decode(buf: Any, offset: int) -> tuple[bool, int]:
+        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end)
+        return arrow.columns_full(columns, max_records), next_offset
+    async for _ in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
+                               max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):
+        for batch in arrow.record_batches(columns, max_records):
+            yield batch
+    for batch in arrow.record_batches(columns, max_records):
+        yield batch
 
 
 async def fetch_range(
@@ -207,6 +247,27 @@ async def fetch_range(
         await cluster.close()
 
 
+async def fetch_arrow(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+    max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+) -> AsyncIterator[Any]:
+    """The records with offsets in [start, end) of one partition as `pyarrow.RecordBatch`es
+    of at most `max_records` rows, decoded straight from the fetched bytes into Arrow
+    columns (`kafkafast.client.arrow`: schema `RECORD_SCHEMA`, or without `headers` when
+    include_headers is false). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
+    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
+    try:
+        cluster.add_topics([topic])
+        await cluster.start()
+        async for batch in fetch_arrow_with(cluster, topic, partition, start, end, max_records=max_records,
+                                            include_headers=include_headers, max_bytes=max_bytes,
+                                            isolation_level=isolation_level, timeout_ms=timeout_ms):
+            yield batch
+    finally:
+        await cluster.close()
+
+
 # -- synchronous twins ----------------------------------------------------------------
 
 def list_offsets_sync(
@@ -223,14 +284,9 @@ def topics_sync(bootstrap: str) -> list[str]:
     return asyncio.run(topics(bootstrap))
 
 
-def fetch_range_sync(
-    bootstrap: str, topic: str, partition: int, start: int, end: int, *,
-    max_bytes: int = 4 * 1024 * 1024, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
-) -> Iterator[list[ConsumerRecord]]:
-    """Generator over the same lists as `fetch_range`, driving a private event loop."""
+def _drive(agen: AsyncIterator[T]) -> Iterator[T]:
+    """Iterates an async generator on a private event loop."""
     loop = asyncio.new_event_loop()
-    agen = fetch_range(bootstrap, topic, partition, start, end, max_bytes=max_bytes,
-                       isolation_level=isolation_level, timeout_ms=timeout_ms)
     try:
         while True:
             try:
@@ -242,8 +298,31 @@ def fetch_range_sync(
         loop.close()
 
 
+def fetch_range_sync(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+    max_bytes: int = 4 * 1024 * 1024, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+) -> Iterator[list[ConsumerRecord]]:
+    """Generator over the same lists as `fetch_range`, driving a private event loop."""
+    return _drive(fetch_range(bootstrap, topic, partition, start, end, max_bytes=max_bytes,
+                              isolation_level=isolation_level, timeout_ms=timeout_ms))
+
+
+def read_arrow(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+    max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+) -> Iterator[Any]:
+    """Generator over the same `pyarrow.RecordBatch`es as `fetch_arrow`, driving a private
+    event loop: the records with offsets in [start, end) of one partition, at most
+    `max_records` rows per batch."""
+    return _drive(fetch_arrow(bootstrap, topic, partition, start, end, max_records=max_records,
+                              include_headers=include_headers, max_bytes=max_bytes,
+                              isolation_level=isolation_level, timeout_ms=timeout_ms))
+
+
 __all__ = [
-    "EARLIEST", "LATEST", "READ_COMMITTED", "READ_UNCOMMITTED", "fetch_range", "fetch_range_sync", "fetch_range_with",
+    "EARLIEST", "LATEST", "READ_COMMITTED", "READ_UNCOMMITTED", "fetch_arrow", "fetch_arrow_with", "fetch_range",
+    "fetch_range_sync", "fetch_range_with",
     "fetch_request", "list_offsets", "list_offsets_sync", "list_offsets_with", "partitions_for",
-    "partitions_for_sync", "topics", "topics_sync",
+    "partitions_for_sync", "read_arrow", "topics", "topics_sync",
 ]

@@ -10,6 +10,7 @@ decoded by `kafkafast.records.legacy`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kafkafast.protocol.errors import CorruptMessageError
@@ -22,7 +23,7 @@ from kafkafast.records.batch import (
 )
 from kafkafast.records.compression import decompress
 from kafkafast.records.legacy import decode_legacy_entry
-from kafkafast.records.model import BATCH_HEADER_SIZE, CODEC_NONE
+from kafkafast.records.model import BATCH_HEADER_SIZE, CODEC_NONE, BatchHeader, LegacyHeader, Record
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -59,55 +60,73 @@ def fetched_next_offset(buf: bytes | memoryview | None, start: int) -> int:
     return next_offset
 
 
-def decode_fetched(
-    buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
-    out: list[ConsumerRecord] | None = None,
-) -> tuple[list[ConsumerRecord], int]:
-    """Records of a fetched record set with offsets in [start, end), and the offset to
-    fetch next (past skipped control batches, and past the last complete batch).
+def walk_fetched(
+    buf: bytes | memoryview | None, start: int, end: int | None,
+    on_batch: Callable[[BatchHeader, bytes | memoryview], object],
+    on_legacy: Callable[[LegacyHeader, list[Record]], object], *,
+    skip_batch: Callable[[BatchHeader], bool] | None = None, where: str = "",
+) -> int:
+    """Walks a fetched record set and returns the offset to fetch next (past skipped
+    control batches, and past the last complete batch); stops once that reaches `end`.
 
-    A partial entry at the end is ignored (brokers truncate the last batch of a fetch
-    response to max_bytes); batches wholly before `start` are CRC-checked, not decoded.
-    Records are appended to `out` when given: on CorruptMessageError it holds the
-    records before the bad data."""
-    if out is None:
-        out = []
+    Each v2 batch is CRC-checked; `on_batch(header, payload)` gets the uncompressed
+    records payload (in place in `buf` when the batch is not compressed) of each batch
+    that holds offsets at or past `start`, unless it is a control batch or
+    `skip_batch(header)` says so (the hook for aborted transactions under read_committed).
+    Legacy entries go to `on_legacy(header, records)`. A partial entry at the end is
+    ignored (brokers truncate the last batch of a fetch response to max_bytes). `where`
+    prefixes error messages."""
     next_offset = start
     if not buf:
-        return out, next_offset
-    stop = -1 if end is None else end
+        return next_offset
     mv = memoryview(buf)
     for pos, size, magic in iter_entries(mv):
         if magic == 2:
             header = read_batch_header(mv, pos)
             if not batch_crc_ok(mv, pos, size):
-                raise CorruptMessageError(f"{topic}-{partition}: batch at offset {header.base_offset}: CRC32C mismatch")
+                raise CorruptMessageError(f"{where}batch at offset {header.base_offset}: CRC32C mismatch")
             batch_next = header.next_offset
             if batch_next > next_offset:
                 next_offset = batch_next
-            if batch_next > start and not header.is_control:
+            if batch_next > start and not header.is_control and not (skip_batch is not None and skip_batch(header)):
                 payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
                 if header.compression != CODEC_NONE:
                     payload = decompress(header.compression, payload)
-                decode_consumer_records(payload, header.records_count, header.base_offset, header.first_timestamp,
-                                        header.max_timestamp if header.timestamp_type else -1,
-                                        topic, partition, start, stop, out)
+                on_batch(header, payload)
         elif magic in (0, 1):
             legacy, records = decode_legacy_entry(mv, pos)
-            ts_type = legacy.timestamp_type
             if records and records[-1].offset + 1 > next_offset:
                 next_offset = records[-1].offset + 1
-            for r in records:
-                if r.offset < start:
-                    continue
-                if end is not None and r.offset >= end:
-                    break
-                out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers))
+            on_legacy(legacy, records)
         else:
-            raise CorruptMessageError(f"unknown magic {magic} at {pos}")
+            raise CorruptMessageError(f"{where}unknown magic {magic} at {pos}")
         if end is not None and next_offset >= end:
             break
-    return out, next_offset
+    return next_offset
 
 
-__all__ = ["ConsumerRecord", "RecordMetadata", "decode_fetched", "fetched_next_offset"]
+def decode_fetched(
+    buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
+    out: list[ConsumerRecord] | None = None,
+) -> tuple[list[ConsumerRecord], int]:
+    """Records of a fetched record set with offsets in [start, end), and the offset to
+    fetch next (`walk_fetched`); batches wholly before `start` are CRC-checked, not
+    decoded. Records are appended to `out` when given: on CorruptMessageError it holds the
+    records before the bad data."""
+    records: list[ConsumerRecord] = [] if out is None else out
+    stop = -1 if end is None else end
+
+    def batch(header: BatchHeader, payload: bytes | memoryview) -> None:
+        decode_consumer_records(payload, header.records_count, header.base_offset, header.first_timestamp,
+                                header.max_timestamp if header.timestamp_type else -1,
+                                topic, partition, start, stop, records)
+
+    def legacy(header: LegacyHeader, entry: list[Record]) -> None:
+        records.extend(ConsumerRecord(topic, partition, r.offset, r.timestamp, header.timestamp_type, r.key, r.value,
+                                      r.headers)
+                       for r in entry if start <= r.offset and (end is None or r.offset < end))
+
+    return records, walk_fetched(buf, start, end, batch, legacy, where=f"{topic}-{partition}: ")
+
+
+__all__ = ["ConsumerRecord", "RecordMetadata", "decode_fetched", "fetched_next_offset", "walk_fetched"]

@@ -7,10 +7,11 @@
           .option("subscribe", "events").load())
 
 The package is named `pyspark_*` and exports `DefaultSource`, so Spark (4.0+) also finds and
-registers it by itself when the package is importable by Spark's Python workers.
+registers it by itself when the driver's Python sees it as a directory on sys.path (a normal
+install, or spark/ on PYTHONPATH; not a default `pip install -e`): see spark/README.md.
 
 Modules, in the order data flows: `options` (parse), `planning` (offset ranges, pure),
-`broker_calls` (the kafkafast client), `arrow_records` (records -> Arrow), `readers`,
+`broker_calls` (the kafkafast client), `arrow_records` (client Arrow batches -> source schema), `readers`,
 `writers`, `data_source` (the DataSource tying them together).
 """
 from __future__ import annotations

@@ -85,9 +85,11 @@ class BrokerLookup:
         return {tp: (None if off < 0 else off) for tp, off in found.items()}
 
 
-def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_bytes: int,
-               timeout_ms: int) -> Iterator[list[Any]]:
-    """Lists of records with offsets in [r.start, r.until), read from the partition leader.
+def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_bytes: int, timeout_ms: int,
+               max_records: int, include_headers: bool) -> Iterator[Any]:
+    """`pyarrow.RecordBatch`es (kafkafast.client.arrow.RECORD_SCHEMA) of the records with
+    offsets in [r.start, r.until), read from the partition leader, at most `max_records`
+    rows each.
 
     When offsets the range needs have been deleted (retention) the read fails with
     DataLossError, or with failOnDataLoss=false continues at the log start offset, as Spark's
@@ -96,10 +98,11 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_b
     position = r.start  # next offset not yet handed out
     while position < r.until:
         try:
-            for records in lowlevel.fetch_range_sync(bootstrap, r.topic, r.partition, position, r.until,
-                                                     max_bytes=max_bytes, timeout_ms=timeout_ms):
-                position = records[-1].offset + 1
-                yield records
+            for batch in lowlevel.read_arrow(bootstrap, r.topic, r.partition, position, r.until,
+                                             max_records=max_records, include_headers=include_headers,
+                                             max_bytes=max_bytes, timeout_ms=timeout_ms):
+                position = batch.column("offset")[-1].as_py() + 1
+                yield batch
             return
         except OffsetOutOfRangeError as exc:
             earliest = BrokerLookup(bootstrap).earliest([r.topic_partition]).get(r.topic_partition, r.until)

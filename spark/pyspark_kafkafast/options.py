@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 EARLIEST = -2
 LATEST = -1
+# Rows per Arrow batch a task hands to Spark (option maxRecordsPerBatch); Spark's own
+# spark.sql.execution.arrow.maxRecordsPerBatch has the same default.
+DEFAULT_MAX_RECORDS_PER_BATCH = 10_000
 
 TopicPartition = tuple[str, int]
 
@@ -104,6 +107,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     fetch_max_bytes: int = 8 * 1024 * 1024
+    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
     kafka_params: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -306,6 +310,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_offsets_per_trigger=_positive_int(opts, "minOffsetsPerTrigger"),
         max_trigger_delay_ms=_duration_ms(delay) if delay is not None else 15 * 60 * 1000,
         fetch_max_bytes=int(fetch_max_bytes) if fetch_max_bytes else 8 * 1024 * 1024,
+        max_records_per_batch=_positive_int(opts, "maxRecordsPerBatch") or DEFAULT_MAX_RECORDS_PER_BATCH,
         kafka_params=kafka_params,
     )
 

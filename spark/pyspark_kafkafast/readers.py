@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_kafkafast.arrow_records import records_to_batch
+from pyspark_kafkafast.arrow_records import to_source_batch
 from pyspark_kafkafast.options import SourceOptions
 from pyspark_kafkafast.planning import (
     OffsetLookup,
@@ -65,9 +65,10 @@ def read_offset_range(opts: SourceOptions, schema: pa.Schema, r: OffsetRange) ->
     """The task body shared by batch and streaming reads (runs on a Spark worker)."""
     from pyspark_kafkafast.broker_calls import read_range
     timeout_ms = int(opts.kafka_params.get("request.timeout.ms", 60000))
-    for records in read_range(opts.bootstrap, r, fail_on_data_loss=opts.fail_on_data_loss,
-                              max_bytes=opts.fetch_max_bytes, timeout_ms=timeout_ms):
-        yield records_to_batch(r.topic, r.partition, records, schema)
+    for batch in read_range(opts.bootstrap, r, fail_on_data_loss=opts.fail_on_data_loss,
+                            max_bytes=opts.fetch_max_bytes, timeout_ms=timeout_ms,
+                            max_records=opts.max_records_per_batch, include_headers=len(schema) == 8):
+        yield to_source_batch(r.topic, r.partition, batch, schema)
 
 
 class KafkaFastBatchReader(DataSourceReader):

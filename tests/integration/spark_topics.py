@@ -10,6 +10,25 @@ from __future__ import annotations
 T0 = 1_700_000_000_000
 
 
+def check_query(view: str, topic: str, partitions: int, *, headers: bool = False) -> str:
+    """SQL over a DataFrame of a topic filled by `fill` (registered as `view`): row count,
+    distinct (partition, offset) count, rows whose key, value, timestamp, topic, type (and
+    headers) are those of record offset * partitions + partition, and min/max offset."""
+    i = f"offset * {partitions} + partition"
+    header_check = (f" AND size(headers) = 1 AND headers[0].key = 'seq'"
+                    f" AND cast(headers[0].value AS string) = cast({i} AS string)") if headers else ""
+    return f"""
+        SELECT count(*) AS n,
+               count(DISTINCT partition, offset) AS distinct_positions,
+               sum(CASE WHEN cast(value AS string) = concat('v', {i})
+                         AND cast(key AS string) = concat('k', {i})
+                         AND unix_millis(timestamp) = {T0} + {i}
+                         AND topic = '{topic}' AND timestampType = 0{header_check}
+                        THEN 1 ELSE 0 END) AS correct,
+               min(offset) AS lo, max(offset) AS hi
+        FROM {view}"""
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tests.integration.spark_fixtures import spark  # noqa: F401 - module-scoped SparkSession fixture
-from tests.integration.spark_topics import T0, consume_all, create_topic, fill
+from tests.integration.spark_topics import T0, check_query, consume_all, create_topic, fill
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,16 +44,7 @@ def test_batch_read_returns_every_record_once_with_one_task_per_partition(spark,
     df = reader(spark, filled)
     assert df.rdd.getNumPartitions() == PARTITIONS
     df.createOrReplaceTempView("clicks")
-    row = spark.sql(f"""
-        SELECT count(*) AS n,
-               count(DISTINCT partition, offset) AS distinct_positions,
-               sum(CASE WHEN cast(value AS string) = concat('v', offset * {PARTITIONS} + partition)
-                         AND cast(key AS string) = concat('k', offset * {PARTITIONS} + partition)
-                         AND unix_millis(timestamp) = {T0} + offset * {PARTITIONS} + partition
-                         AND topic = '{TOPIC}' AND timestampType = 0
-                        THEN 1 ELSE 0 END) AS correct,
-               min(offset) AS lo, max(offset) AS hi
-        FROM clicks""").collect()[0]
+    row = spark.sql(check_query("clicks", TOPIC, PARTITIONS)).collect()[0]
     assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (N, N, N, 0, PER_PARTITION - 1)
 
 

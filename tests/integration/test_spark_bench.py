@@ -20,4 +20,8 @@ def test_spark_bench_tiny_reports_throughput_per_partition_count(tmp_path):
     res = json.loads(out.with_suffix(".json").read_text())
     assert [(r["partitions"], r["tasks"]) for r in res["spark"]] == [(1, 1), (2, 2)]
     assert all(r["records_per_s"] > 0 for r in res["spark"]) and res["client_one_partition"]["records_per_s"] > 0
-    assert "| partitions | Spark tasks |" in out.with_suffix(".md").read_text()
+    assert res["decode"]["arrow_records_per_s"] > 0 and res["decode"]["per_record_records_per_s"] > 0
+    assert res["stages"]["fetch_seconds"] > 0 and res["stages"]["task_body_seconds"] > 0
+    md = out.with_suffix(".md").read_text()
+    assert "| partitions | tasks | local[2] records/s |" in md and "## One partition: where the time goes" in md
+    assert out.with_suffix(".png").stat().st_size > 0
