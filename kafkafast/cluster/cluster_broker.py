@@ -74,6 +74,11 @@ class ClusterBroker(Broker):
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
         self.fetchers = FetcherManager(self)
         await super().start()
+
+    async def on_listening(self) -> None:
+        """Once the listeners accept connections (runtime/server.py): register, so that the
+        controller's LeaderAndIsr for this broker finds it reachable, as Kafka registers only
+        after its socket server is up."""
         await asyncio.to_thread(self.node.register)
         self.node.controller = Controller(self.node)
         self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore

@@ -68,6 +68,9 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     server = Server(broker, specs, socks[0])
     if not stop.is_set():
         await server.start()
+        on_listening = getattr(broker, "on_listening", None)  # cluster mode: register in ZooKeeper now
+        if on_listening is not None:
+            await on_listening()
         log.info("kafkafast broker %d listening on %s, data in %s", broker.node_id,
                  ", ".join(f"{s.name} ({s.protocol}) {s.host}:{s.port}" for s in specs), ",".join(config.log_dirs))
         if ready is not None:
