@@ -509,7 +509,8 @@ class AIOConsumer:
             await self.cluster.connection(node)
         except KafkaError as exc:
             logger.info("connect to %d: %r", node, exc)
-            await asyncio.sleep(self.retry_backoff)
+            await self._refresh()  # the leader may have moved (its broker died): ask again
+            return
         self._wake_fetcher()
 
     def _on_fetch(self, fut: asyncio.Future, conn: BrokerConnection, node: int, version: int,
@@ -527,7 +528,10 @@ class AIOConsumer:
             if st is not None:
                 st.in_fetch = False
         try:
-            if fut.cancelled() or fut.exception() is not None:
+            if fut.cancelled():
+                return
+            if fut.exception() is not None:  # the connection failed: the leaders may have moved
+                asyncio.get_running_loop().create_task(self._refresh())
                 return
             resp = conn.decode(1, version, fut.result())
             if resp.error_code:
