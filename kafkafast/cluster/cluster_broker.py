@@ -75,6 +75,10 @@ class ClusterBroker(Broker):
         self.fetchers = FetcherManager(self)
         await super().start()
         await asyncio.to_thread(self.node.register)
+        # ACLs and SCRAM credentials live in ZooKeeper: loaded now, off the loop (security/zk_stores.py)
+        from kafkafast.security.context import security_of
+
+        await asyncio.to_thread(security_of, self)
         self.node.controller = Controller(self.node)
         self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
         self.node.controller.start()
@@ -382,7 +386,8 @@ class ClusterBroker(Broker):
             if conn is not None:
                 conn.close()
             self._controller_conn = conn = await BrokerConnection(
-                b.host, b.port, node_id=cid, client_id=f"broker-{self.node_id}-alter-partition").connect()
+                b.host, b.port, node_id=cid, client_id=f"broker-{self.node_id}-alter-partition",
+                security=self.node.inter_broker).connect()
         return conn
 
     async def _send_alter_partition(self, part: ClusterPartition, new_isr: list[int], epoch: int) -> None:
