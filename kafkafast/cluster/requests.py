@@ -15,6 +15,10 @@ endpoint on the listener the client came in on; brokers without that listener ar
 out, and a partition whose leader lacks it answers LISTENER_NOT_FOUND (v6+), as Kafka does.
 
 FindCoordinator (groups): the leader of the group's `__consumer_offsets` partition.
+
+Authorization as on a single node: Produce needs Write on the topic; Metadata lists only
+topics the principal may Describe (TOPIC_AUTHORIZATION_FAILED for a named one) and
+auto-creates only with Create on the cluster or the topic.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
 from kafkafast.protocol._generated.metadata import MetadataResponse
 from kafkafast.protocol._generated.produce import ProduceResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 EC = E.ErrorCode
 AUTH_OPS_UNSET = -2147483648
@@ -54,6 +60,9 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if req.transactional_id is not None:
                 out.append(_produce_error(pd.index, EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                           "transactions are not supported by this broker"))
+                continue
+            if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
+                out.append(_produce_error(pd.index, EC.TOPIC_AUTHORIZATION_FAILED))
                 continue
             part = broker.get_partition(topic.name, pd.index)
             if part is None or not part.is_leader:
@@ -137,7 +146,8 @@ async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                             cluster_authorized_operations=AUTH_OPS_UNSET)
     if req.topics is None or (version == 0 and not req.topics):
         for name in sorted(cache.partitions):
-            resp.topics.append(_topic_metadata(broker, name, version, listed))
+            if not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):  # else hidden from this principal
+                resp.topics.append(_topic_metadata(broker, name, version, listed))
         return resp
     auto = req.allow_auto_topic_creation if version >= 4 else True
     by_id = {tid: name for name, tid in cache.topic_ids.items()}
@@ -145,8 +155,13 @@ async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
         name = t.name
         if name is None:
             found = by_id.get(bytes(t.topic_id))
+            if found and denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, found):
+                found = None
             resp.topics.append(_topic_metadata(broker, found, version, listed) if found
                                else _error_topic(None, EC.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
+            continue
+        if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
+            resp.topics.append(_error_topic(name, EC.TOPIC_AUTHORIZATION_FAILED))
             continue
         if name in cache.partitions:
             resp.topics.append(_topic_metadata(broker, name, version, listed))
@@ -156,7 +171,9 @@ async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
         except E.InvalidTopicError:
             resp.topics.append(_error_topic(name, EC.INVALID_TOPIC_EXCEPTION))
             continue
-        created = await asyncio.to_thread(broker.maybe_auto_create, name) if auto else None
+        may_create = auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
+                               or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name))
+        created = await asyncio.to_thread(broker.maybe_auto_create, name) if may_create else None
         resp.topics.append(_error_topic(name, EC.LEADER_NOT_AVAILABLE if created is not None
                                         else EC.UNKNOWN_TOPIC_OR_PARTITION))
     return resp
@@ -176,8 +193,6 @@ def _ensure_offsets_topic(broker: Any) -> int:
 
 async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     from kafkafast.broker.handlers.find_coordinator import TRANSACTIONS_UNSUPPORTED
-    from kafkafast.security import acl
-    from kafkafast.security.context import denied
 
     keys = list(req.coordinator_keys) if version >= 4 else [req.key]
     key_type = req.key_type if version >= 1 else 0

@@ -48,13 +48,17 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
+    def broker_port(self, broker_id: int) -> int | None:
+        """The PLAINTEXT port of a broker (None: a free one)."""
+        return None
+
     def broker_settings(self, broker_id: int) -> dict[str, str]:
         return {"broker.id": str(broker_id), "zookeeper.connect": self.connect, **self.settings}
 
     def start(self) -> "KafkaCluster":
         self.zookeeper.start()
         for i in range(1, self.size + 1):
-            self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", workers=self.workers,
+            self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", port=self.broker_port(i), workers=self.workers,
                                             settings=self.broker_settings(i))
         for b in self.brokers.values():
             b.start(timeout=60)
