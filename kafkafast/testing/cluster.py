@@ -39,7 +39,61 @@ class ZooKeeperUnavailable(RuntimeError):
     """ZooKeeper (Debian's `zookeeper` package) or java is not installed."""
 
 
-class KafkaTestCluster:
+class ZooKeeperView:
+    """Cluster state as the controller wrote it to ZooKeeper (a subclass gives `_view_zk()`,
+    a kazoo client on the cluster's chroot)."""
+
+    def _view_zk(self) -> Any:
+        raise NotImplementedError
+
+    def registered(self) -> list[int]:
+        """Ids of the brokers registered in ZooKeeper (alive as far as the cluster knows)."""
+        try:
+            return sorted(int(c) for c in self._view_zk().get_children("/brokers/ids"))
+        except Exception:
+            return []
+
+    def controller(self) -> int:
+        """Id of the controller, -1 while there is none."""
+        try:
+            data, _ = self._view_zk().get("/controller")
+            return int(json.loads(data)["brokerid"])
+        except Exception:
+            return -1
+
+    def partition_state(self, topic: str, partition: int) -> dict:
+        """The partition's state znode: leader, leader_epoch, isr, controller_epoch."""
+        data, _ = self._view_zk().get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        return json.loads(data)
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        """The broker id leading the partition (-1: none, or the topic is not there yet)."""
+        try:
+            return int(self.partition_state(topic, partition)["leader"])
+        except Exception:
+            return -1
+
+    def isr(self, topic: str, partition: int = 0) -> list[int]:
+        try:
+            return list(self.partition_state(topic, partition)["isr"])
+        except Exception:
+            return []
+
+    @staticmethod
+    def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+                 interval: float = 0.1) -> Any:
+        """Polls `condition` until it returns something true (which is returned)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(interval)
+
+
+class KafkaTestCluster(ZooKeeperView):
     """`brokers` kafkafast brokers in ZooKeeper cluster mode. `bootstrap_servers`; `kill(id)`,
     `stop(id)`, `start(id)`; `leader(topic, partition)`, `isr(...)`, `controller()`;
     `create_topic(...)`; `stop()` ends everything. `brokers[id]` is each `KafkaTestBroker`
@@ -125,7 +179,10 @@ class KafkaTestCluster:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    # -- state, as the controller wrote it to ZooKeeper ----------------------------------------
+    # -- state, as the controller wrote it to ZooKeeper (ZooKeeperView) ------------------------
+    def _view_zk(self) -> Any:
+        return self.zk()
+
     def zk(self) -> Any:
         """A kazoo client on the cluster's chroot (closed by `stop()`)."""
         if self._zk is None:
@@ -135,52 +192,6 @@ class KafkaTestCluster:
             client.start(timeout=20)
             self._zk = client
         return self._zk
-
-    def registered(self) -> list[int]:
-        """Ids of the brokers registered in ZooKeeper (alive as far as the cluster knows)."""
-        try:
-            return sorted(int(c) for c in self.zk().get_children("/brokers/ids"))
-        except Exception:
-            return []
-
-    def controller(self) -> int:
-        """Id of the controller, -1 while there is none."""
-        try:
-            data, _ = self.zk().get("/controller")
-            return int(json.loads(data)["brokerid"])
-        except Exception:
-            return -1
-
-    def partition_state(self, topic: str, partition: int) -> dict:
-        """The partition's state znode: leader, leader_epoch, isr, controller_epoch."""
-        data, _ = self.zk().get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-        return json.loads(data)
-
-    def leader(self, topic: str, partition: int = 0) -> int:
-        """The broker id leading the partition (-1: none, or the topic is not there yet)."""
-        try:
-            return int(self.partition_state(topic, partition)["leader"])
-        except Exception:
-            return -1
-
-    def isr(self, topic: str, partition: int = 0) -> list[int]:
-        try:
-            return list(self.partition_state(topic, partition)["isr"])
-        except Exception:
-            return []
-
-    @staticmethod
-    def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
-                 interval: float = 0.1) -> Any:
-        """Polls `condition` until it returns something true (which is returned)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(interval)
 
     def wait_for_leader(self, topic: str, partition: int = 0, *, not_on: int | None = None,
                         timeout: float = 30.0) -> int:

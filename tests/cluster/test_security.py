@@ -25,8 +25,8 @@ N = 200
 
 
 class SecureCluster(KafkaCluster):
-    def __init__(self, root, pki) -> None:
-        super().__init__(root, settings={
+    def __init__(self, root, pki, size: int = 3, settings: dict | None = None) -> None:
+        super().__init__(root, size=size, settings={
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
             "inter.broker.listener.name": "INTERNAL",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
@@ -39,6 +39,7 @@ class SecureCluster(KafkaCluster):
             "super.users": "User:broker",
             "allow.everyone.if.no.acl.found": "true",
             "connection.failed.authentication.delay.ms": "50",
+            **(settings or {}),
         })
         self.pki = pki
         self.ports = {i: (free_port(), free_port()) for i in range(1, self.size + 1)}
@@ -265,3 +266,46 @@ def test_a_scram_user_created_on_one_broker_logs_in_on_another(secure):
     zk.create("/config/changes/config_change_", b'{"version":2,"entity_path":"users/dave"}', sequence=True)
     assert secure.wait_for(lambda: _logs_in(secure.sasl_ssl(2, "dave", "dave-secret", "SCRAM-SHA-512")), 20,
                            "dave logging in on broker 2")
+
+
+class ScramInterBrokerCluster(SecureCluster):
+    """Two brokers logging in to each other with SCRAM-SHA-512 as User:broker, whose
+    credential is written to ZooKeeper before they start (as `kafka-configs --zookeeper`
+    bootstraps it for Kafka)."""
+
+    def __init__(self, root, pki) -> None:
+        super().__init__(root, pki, size=2, settings={
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.internal.scram-sha-512.sasl.jaas.config":
+                'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+                'password="broker-scram-secret";'})
+
+    def before_brokers(self) -> None:
+        from kazoo.client import KazooClient
+
+        from kafkafast.security.scram import ScramCredential
+        from kafkafast.security.zk_stores import credential_text
+
+        zk = KazooClient(hosts=self.zookeeper.connect, timeout=10)
+        zk.start(timeout=20)
+        try:
+            cred = ScramCredential.from_password("SCRAM-SHA-512", "broker-scram-secret", 4096)
+            zk.create("/kafka/config/users/broker", json.dumps(
+                {"version": 1, "config": {"SCRAM-SHA-512": credential_text(cred)}}).encode(), makepath=True)
+        finally:
+            zk.stop()
+            zk.close()
+
+
+def test_brokers_replicate_with_a_scram_inter_broker_login_from_zookeeper(tmp_path):
+    with ScramInterBrokerCluster(tmp_path, make_pki(tmp_path / "pki")) as c:
+        c.create_topic("scram-replicated", 1, 2, {"min.insync.replicas": "2"})
+        sent = [b"s-%03d" % i for i in range(50)]
+        # acks=all with both replicas required: answered only once the follower fetched the
+        # records over the SCRAM-authenticated SASL_SSL listener.
+        assert produce(c.bootstrap, "scram-replicated", sent, **{"message.timeout.ms": 30000}) == [None] * 50
+        assert c.partition_state("scram-replicated", 0)["isr"] != []
+        leader = c.leader("scram-replicated", 0)
+        c.brokers[leader].kill()
+        c.wait_for(lambda: c.leader("scram-replicated", 0) == 3 - leader, 30, "the follower leading")
+        assert consume_all(c.plaintext(3 - leader), "scram-replicated", 50) == sent
