@@ -68,15 +68,7 @@ class BrokerSender:
     def _round_trip(self, request: Any, version: int) -> Any:
         if self._sock is None:
             self._sock = self._connect()
-        self._cid = (self._cid + 1) & 0x7FFFFFFF
-        self._sock.sendall(api.encode_request(request, version, self._cid, self.client_id))
-        size = struct.unpack(">i", self._recv(4))[0]
-        if size < 4 or size > 100 * 1024 * 1024:
-            raise OSError(f"bad response size {size}")
-        correlation_id, body = api.decode_response(request.API_KEY, version, self._recv(size))
-        if correlation_id != self._cid:
-            raise OSError("correlation id mismatch")
-        return body
+        return self._exchange(request, version)
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
@@ -102,13 +94,16 @@ class BrokerSender:
         return sock
 
     def _exchange(self, request: Any, version: int) -> Any:
-        self._cid = (self._cid + 1) & 0x7FFFFFFF
         assert self._sock is not None
+        self._cid = (self._cid + 1) & 0x7FFFFFFF
         self._sock.sendall(api.encode_request(request, version, self._cid, self.client_id))
         size = struct.unpack(">i", self._recv(4))[0]
-        if size < 4 or size > 1024 * 1024:
+        if size < 4 or size > 100 * 1024 * 1024:
             raise OSError(f"bad response size {size}")
-        return api.decode_response(request.API_KEY, version, self._recv(size))[1]
+        correlation_id, body = api.decode_response(request.API_KEY, version, self._recv(size))
+        if correlation_id != self._cid:
+            raise OSError("correlation id mismatch")
+        return body
 
     def _recv(self, n: int) -> bytes:
         assert self._sock is not None

@@ -58,6 +58,11 @@ class ClusterBroker(Broker):
 
         self.node.connect()
         self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
+        # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
+        # (security/zk_stores.py)
+        from kafkafast.security.context import security_of
+
+        security_of(self)
         self.producer_ids = ZkProducerIds(self.node)
         self.log_manager.load_all(self._config_for_topic)
         self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
@@ -75,10 +80,6 @@ class ClusterBroker(Broker):
         self.fetchers = FetcherManager(self)
         await super().start()
         await asyncio.to_thread(self.node.register)
-        # ACLs and SCRAM credentials live in ZooKeeper: loaded now, off the loop (security/zk_stores.py)
-        from kafkafast.security.context import security_of
-
-        await asyncio.to_thread(security_of, self)
         self.node.controller = Controller(self.node)
         self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
         self.node.controller.start()
