@@ -238,16 +238,18 @@ class ZkAclStore:
     def delete(self, filters: list[A.AclFilter]) -> list[list[A.Acl]]:
         matched: list[list[A.Acl]] = [[] for _ in filters]
         for r in list(self.by_resource):
+            if not any(f.matches(a) for a in self.by_resource.get(r, ()) for f in filters):
+                continue
+            hits: list[list[A.Acl]] = []  # of the attempt that was written
+
             def edit(have: list[A.Acl]) -> list[A.Acl]:
-                gone = set()
-                for i, f in enumerate(filters):
-                    hits = [a for a in have if f.matches(a)]
-                    matched[i].extend(hits)
-                    gone.update(hits)
+                hits[:] = [[a for a in have if f.matches(a)] for f in filters]
+                gone = {a for h in hits for a in h}
                 return [a for a in have if a not in gone]
 
-            if any(f.matches(a) for a in self.by_resource.get(r, ()) for f in filters):
-                self._change(r, edit)
+            self._change(r, edit)
+            for i, h in enumerate(hits):
+                matched[i].extend(h)
         return matched
 
 
