@@ -175,8 +175,11 @@ class BrokerConnection:
         client_id: str = "kafkafast",
         max_in_flight: int = 5,
         request_timeout_ms: int = 30000,
+        security: Any = None,
     ) -> None:
         self.host = host
+        # TLS context and SASL exchange (kafkafast.security.client.InterBrokerSecurity), or None
+        self.security = security
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -204,8 +207,10 @@ class BrokerConnection:
         self.loop = asyncio.get_running_loop()
         self._slots = asyncio.Semaphore(self.max_in_flight)
         try:
+            tls = self.security.ssl_context if self.security is not None else None
             transport, protocol = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _FrameProtocol(self), self.host, self.port),
+                self.loop.create_connection(lambda: _FrameProtocol(self), self.host, self.port, ssl=tls,
+                                            server_hostname=self.host if tls is not None else None),
                 timeout or self.request_timeout,
             )
         except (OSError, asyncio.TimeoutError) as exc:
@@ -214,7 +219,24 @@ class BrokerConnection:
         self._transport = transport  # type: ignore[assignment]
         self._protocol = protocol
         await self._negotiate()
+        if self.security is not None:
+            await self._authenticate(self.security.exchange())
         return self
+
+    async def _authenticate(self, exchange: Any) -> None:
+        """Runs a SASL exchange (a generator of (request, version) sent the answers)."""
+        if exchange is None:
+            return
+        step = next(exchange)
+        try:
+            while True:
+                answer = await self.send(step[0], version=step[1])
+                step = exchange.send(answer)
+        except StopIteration:
+            return
+        except Exception:
+            self.close()
+            raise
 
     async def _negotiate(self) -> None:
         req = gen.ApiVersionsRequest(client_software_name="kafkafast", client_software_version="0.1")

@@ -3,7 +3,8 @@
 One sender thread per live broker, each with its own queue and blocking socket, so a slow
 or stopped broker delays only its own requests. A request is retried (reconnecting, with
 a short backoff) until it is answered or its broker is removed; a response is handed to
-the request's callback on the sender thread.
+the request's callback on the sender thread. Connections are made as the inter-broker
+listener says (`security`: TLS context and SASL exchange, kafkafast/security/client.py).
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ RETRY_BACKOFF = 0.2
 
 
 class BrokerSender:
-    def __init__(self, broker_id: int, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(self, broker_id: int, host: str, port: int, client_id: str, timeout_s: float,
+                 security: Any = None) -> None:
         self.broker_id = broker_id
+        self.security = security
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout_s = timeout_s
@@ -64,8 +67,34 @@ class BrokerSender:
 
     def _round_trip(self, request: Any, version: int) -> Any:
         if self._sock is None:
-            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = self._connect()
+        return self._exchange(request, version)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.security is None:
+            return sock
+        try:
+            if self.security.ssl_context is not None:
+                sock = self.security.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            self._sock = sock
+            exchange = self.security.exchange()
+            if exchange is not None:
+                step = next(exchange)
+                try:
+                    while True:
+                        step = exchange.send(self._exchange(*step))
+                except StopIteration:
+                    pass
+        except Exception as exc:
+            sock.close()
+            self._sock = None
+            raise OSError(f"cannot authenticate to broker {self.broker_id}: {exc}") from exc
+        return sock
+
+    def _exchange(self, request: Any, version: int) -> Any:
+        assert self._sock is not None
         self._cid = (self._cid + 1) & 0x7FFFFFFF
         self._sock.sendall(api.encode_request(request, version, self._cid, self.client_id))
         size = struct.unpack(">i", self._recv(4))[0]
@@ -96,8 +125,9 @@ class BrokerSender:
 
 
 class ControllerChannel:
-    def __init__(self, client_id: str, timeout_ms: int) -> None:
+    def __init__(self, client_id: str, timeout_ms: int, security: Any = None) -> None:
         self.client_id = client_id
+        self.security = security
         self.timeout_s = timeout_ms / 1000.0
         self.senders: dict[int, BrokerSender] = {}
 
@@ -107,7 +137,7 @@ class ControllerChannel:
             return
         if old is not None:
             old.stop()
-        self.senders[broker_id] = BrokerSender(broker_id, host, port, self.client_id, self.timeout_s)
+        self.senders[broker_id] = BrokerSender(broker_id, host, port, self.client_id, self.timeout_s, self.security)
 
     def remove(self, broker_id: int) -> None:
         sender = self.senders.pop(broker_id, None)

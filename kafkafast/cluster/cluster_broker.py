@@ -58,6 +58,11 @@ class ClusterBroker(Broker):
 
         self.node.connect()
         self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
+        # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
+        # (security/zk_stores.py)
+        from kafkafast.security.context import security_of
+
+        security_of(self)
         self.producer_ids = ZkProducerIds(self.node)
         self.log_manager.load_all(self._config_for_topic)
         self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
@@ -387,7 +392,8 @@ class ClusterBroker(Broker):
             if conn is not None:
                 conn.close()
             self._controller_conn = conn = await BrokerConnection(
-                b.host, b.port, node_id=cid, client_id=f"broker-{self.node_id}-alter-partition").connect()
+                b.host, b.port, node_id=cid, client_id=f"broker-{self.node_id}-alter-partition",
+                security=self.node.inter_broker).connect()
         return conn
 
     async def _send_alter_partition(self, part: ClusterPartition, new_isr: list[int], epoch: int) -> None:

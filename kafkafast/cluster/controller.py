@@ -68,7 +68,7 @@ class Controller:
         self.deleting: set[str] = set()
         self.unclean_elections = 0  # metric: UncleanLeaderElectionsPerSec's count
         self.channel = ControllerChannel(f"controller-{self.broker_id}",
-                                         node.config.get_int("controller.socket.timeout.ms"))
+                                         node.config.get_int("controller.socket.timeout.ms"), node.inter_broker)
         self._stopped = False
 
     # -- event queue ---------------------------------------------------------------------------

@@ -82,7 +82,7 @@ class ReplicaFetcher:
         if self.conn is None or self.conn.closed:
             self.conn = await BrokerConnection(
                 self.host, self.port, node_id=self.leader_id, client_id=f"broker-{self.broker.node_id}-fetcher",
-                request_timeout_ms=int(self.timeout_s * 1000)).connect()
+                request_timeout_ms=int(self.timeout_s * 1000), security=self.broker.node.inter_broker).connect()
         return self.conn
 
     async def _run(self) -> None:

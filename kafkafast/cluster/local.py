@@ -25,6 +25,13 @@ JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "netty-handl
         "commons-cli", "metrics-core", "snappy-java")
 
 
+def zookeeper_available() -> bool:
+    """Whether Debian's zookeeper package and a java runtime are installed."""
+    import shutil
+
+    return os.path.exists("/usr/share/java/zookeeper.jar") and shutil.which("java") is not None
+
+
 def zookeeper_classpath() -> str:
     jars = [f"/usr/share/java/{name}.jar" for name in JARS if os.path.exists(f"/usr/share/java/{name}.jar")]
     if not jars:

@@ -1,5 +1,7 @@
 """What this broker knows of the cluster, from the controller's UpdateMetadata requests
-(Kafka's `ZkMetadataCache`): live brokers and their endpoints, the controller, and each
+(Kafka's `ZkMetadataCache`): live brokers and the endpoint of each of their listeners
+(clients are answered with the endpoints of the listener they came in on; the broker's own
+connections use the inter-broker listener's), the controller, and each
 partition's leader, leader epoch, replicas, ISR and offline replicas. Also the topic view
 (`ClusterTopics`) the handlers read through `broker.topics` in cluster mode."""
 from __future__ import annotations
@@ -15,9 +17,20 @@ LEADER_DURING_DELETE = -2
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     broker_id: int
-    host: str
+    host: str  # host and port: the inter-broker listener's endpoint
     port: int
     rack: str | None
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (listener name, host, port) of every listener
+
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """The broker's endpoint on `listener` (None: it has no such listener); the
+        inter-broker one for None (internal connections)."""
+        if listener is None:
+            return self.host, self.port
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +60,8 @@ class MetadataCache:
             eps = {e.listener: e for e in b.endpoints}
             ep = eps.get(self.listener) or next(iter(eps.values()), None)
             if ep is not None:
-                brokers[b.id] = BrokerEndpoint(b.id, ep.host, ep.port, b.rack)
+                brokers[b.id] = BrokerEndpoint(b.id, ep.host, ep.port, b.rack,
+                                               tuple((e.listener, e.host, e.port) for e in b.endpoints))
         self.brokers = brokers
         new_topics = []
         for ts in req.topic_states:
@@ -69,6 +83,16 @@ class MetadataCache:
             if name in self.partitions and ts.topic_id and ts.topic_id != bytes(16):
                 self.topic_ids[name] = bytes(ts.topic_id)
         return new_topics
+
+    def brokers_on(self, listener: str | None) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of the live brokers that have `listener`, by id (Kafka
+        leaves out the brokers without the client's listener)."""
+        out = []
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            ep = b.endpoint(listener)
+            if ep is not None:
+                out.append((b.broker_id, ep[0], ep[1], b.rack))
+        return out
 
     def leader_of(self, topic: str, partition: int) -> int:
         info = self.partitions.get(topic, {}).get(partition)

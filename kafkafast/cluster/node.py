@@ -20,6 +20,7 @@ from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.assignment import assign_replicas
 from kafkafast.config import parse_properties
 from kafkafast.protocol import errors as E
+from kafkafast.security.client import InterBrokerSecurity
 
 log = logging.getLogger("kafkafast.cluster")
 
@@ -45,8 +46,10 @@ class ClusterNode:
         self.session_timeout_s = config.get_int("zookeeper.session.timeout.ms") / 1000.0
         conn_timeout = config.get("zookeeper.connection.timeout.ms")
         self.connection_timeout_s = int(conn_timeout) / 1000.0 if conn_timeout else self.session_timeout_s
-        self.inter_broker_listener = (config.get("inter.broker.listener.name")
-                                      or (config.get("security.inter.broker.protocol") or "PLAINTEXT")).upper()
+        # the broker's own connections (controller requests, fetchers, AlterPartition) go to the
+        # other brokers' inter-broker listener, with its TLS and SASL (security/client.py)
+        self.inter_broker = InterBrokerSecurity(config.props)
+        self.inter_broker_listener = self.inter_broker.listener.name
         self.zk: KazooClient | None = None
         self.broker_id = -1
         self.broker_epoch = -1
@@ -157,8 +160,12 @@ class ClusterNode:
         return cluster_id, broker_id
 
     def broker_info(self) -> Z.BrokerInfo:
-        eps = tuple((l.name, l.host or "127.0.0.1", l.port) for l in self.config.advertised_listeners())
-        protocols = tuple((name, name if name in Z.SECURITY_PROTOCOLS else "PLAINTEXT") for name, _, _ in eps)
+        """Every listener's advertised endpoint and its security protocol (Kafka's v5 JSON)."""
+        from kafkafast.security.listeners import listener_specs
+
+        specs = listener_specs(self.config.props)
+        eps = tuple((s.name, *s.endpoint()) for s in specs)
+        protocols = tuple((s.name, s.protocol) for s in specs)
         return Z.BrokerInfo(self.broker_id, eps, self.config.get("broker.rack"), protocols)
 
     def register(self) -> None:

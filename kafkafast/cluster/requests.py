@@ -10,9 +10,15 @@ append.
 
 Metadata: every live broker, the controller, and each partition's leader, leader epoch,
 replicas, ISR and offline replicas from the controller's UpdateMetadata
-(LEADER_NOT_AVAILABLE for a partition without a leader).
+(LEADER_NOT_AVAILABLE for a partition without a leader). Brokers are listed with their
+endpoint on the listener the client came in on; brokers without that listener are left
+out, and a partition whose leader lacks it answers LISTENER_NOT_FOUND (v6+), as Kafka does.
 
 FindCoordinator (groups): the leader of the group's `__consumer_offsets` partition.
+
+Authorization as on a single node: Produce needs Write on the topic; Metadata lists only
+topics the principal may Describe (TOPIC_AUTHORIZATION_FAILED for a named one) and
+auto-creates only with Create on the cluster or the topic.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
 from kafkafast.protocol._generated.metadata import MetadataResponse
 from kafkafast.protocol._generated.produce import ProduceResponse
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 EC = E.ErrorCode
 AUTH_OPS_UNSET = -2147483648
@@ -52,6 +60,9 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if req.transactional_id is not None:
                 out.append(_produce_error(pd.index, EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                           "transactions are not supported by this broker"))
+                continue
+            if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
+                out.append(_produce_error(pd.index, EC.TOPIC_AUTHORIZATION_FAILED))
                 continue
             part = broker.get_partition(topic.name, pd.index)
             if part is None or not part.is_leader:
@@ -97,12 +108,21 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     return ProduceResponse(responses=responses, throttle_time_ms=0)
 
 
-def _topic_metadata(broker: Any, name: str, version: int) -> Any:
+def client_listener(ctx: Any) -> str | None:
+    """The name of the listener the request came in on (None: an internal connection)."""
+    listener = getattr(getattr(ctx, "conn", None), "listener", None)
+    return listener.name if listener is not None else None
+
+
+def _topic_metadata(broker: Any, name: str, version: int, listed: set[int] | None = None) -> Any:
     cache = broker.metadata
     parts = []
     for index, info in sorted(cache.partitions.get(name, {}).items()):
+        code = EC.LEADER_NOT_AVAILABLE if info.leader < 0 else 0
+        if not code and listed is not None and info.leader not in listed:
+            code = EC.LISTENER_NOT_FOUND if version >= 6 else EC.LEADER_NOT_AVAILABLE
         parts.append(MetadataResponse.MetadataResponsePartition(
-            error_code=EC.LEADER_NOT_AVAILABLE if info.leader < 0 else 0, partition_index=index,
+            error_code=code, partition_index=index,
             leader_id=info.leader, leader_epoch=info.leader_epoch, replica_nodes=list(info.replicas),
             isr_nodes=list(info.isr), offline_replicas=list(info.offline)))
     return MetadataResponse.MetadataResponseTopic(
@@ -118,14 +138,16 @@ def _error_topic(name: str | None, code: int, topic_id: bytes = bytes(16)) -> An
 
 async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     cache = broker.metadata
-    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-               for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)]
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
+               for i, h, p, r in cache.brokers_on(client_listener(ctx))]
+    listed = {b.node_id for b in brokers}
     resp = MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
                             controller_id=cache.controller_id, topics=[],
                             cluster_authorized_operations=AUTH_OPS_UNSET)
     if req.topics is None or (version == 0 and not req.topics):
         for name in sorted(cache.partitions):
-            resp.topics.append(_topic_metadata(broker, name, version))
+            if not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):  # else hidden from this principal
+                resp.topics.append(_topic_metadata(broker, name, version, listed))
         return resp
     auto = req.allow_auto_topic_creation if version >= 4 else True
     by_id = {tid: name for name, tid in cache.topic_ids.items()}
@@ -133,18 +155,25 @@ async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
         name = t.name
         if name is None:
             found = by_id.get(bytes(t.topic_id))
-            resp.topics.append(_topic_metadata(broker, found, version) if found
+            if found and denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, found):
+                found = None
+            resp.topics.append(_topic_metadata(broker, found, version, listed) if found
                                else _error_topic(None, EC.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
             continue
+        if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
+            resp.topics.append(_error_topic(name, EC.TOPIC_AUTHORIZATION_FAILED))
+            continue
         if name in cache.partitions:
-            resp.topics.append(_topic_metadata(broker, name, version))
+            resp.topics.append(_topic_metadata(broker, name, version, listed))
             continue
         try:
             validate_topic_name(name)
         except E.InvalidTopicError:
             resp.topics.append(_error_topic(name, EC.INVALID_TOPIC_EXCEPTION))
             continue
-        created = await asyncio.to_thread(broker.maybe_auto_create, name) if auto else None
+        may_create = auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
+                               or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name))
+        created = await asyncio.to_thread(broker.maybe_auto_create, name) if may_create else None
         resp.topics.append(_error_topic(name, EC.LEADER_NOT_AVAILABLE if created is not None
                                         else EC.UNKNOWN_TOPIC_OR_PARTITION))
     return resp
@@ -164,8 +193,6 @@ def _ensure_offsets_topic(broker: Any) -> int:
 
 async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     from kafkafast.broker.handlers.find_coordinator import TRANSACTIONS_UNSUPPORTED
-    from kafkafast.security import acl
-    from kafkafast.security.context import denied
 
     keys = list(req.coordinator_keys) if version >= 4 else [req.key]
     key_type = req.key_type if version >= 1 else 0
@@ -188,10 +215,11 @@ async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any
                 p = broker.group_coordinator.partition_for(key)
                 leader = broker.metadata.leader_of(OFFSETS_TOPIC, p)
                 b = broker.metadata.brokers.get(leader)
-                if b is None:
+                ep = b.endpoint(client_listener(ctx)) if b is not None else None
+                if b is None or ep is None:
                     err = EC.COORDINATOR_NOT_AVAILABLE
                 else:
-                    node, host, port = b.broker_id, b.host, b.port
+                    node, (host, port) = b.broker_id, ep
         answers.append((key, node, host, port, err, msg))
     if version >= 4:
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[

@@ -14,7 +14,8 @@ objects `{"resource_type": 2, "resource_name": "t", "pattern_type": 3, "principa
 "User:a", "host": "*", "operation": 3, "permission_type": 3}` (Kafka's numeric codes),
 replaced atomically under a flock of `<file>.lock`. Each process re-reads it when its
 mtime changes, checked at most every RELOAD_INTERVAL seconds, so every worker sees a change
-within about a second.
+within about a second. In cluster mode the store is ZooKeeper (`store=ZkAclStore`, Kafka's
+/kafka-acl layout, see zk_stores.py).
 """
 from __future__ import annotations
 
@@ -111,7 +112,9 @@ def validate(a: Acl) -> str | None:
 
 
 class AclAuthorizer:
-    def __init__(self, log_dir: str, *, super_users: str | None = None, allow_if_no_acl: bool = False) -> None:
+    def __init__(self, log_dir: str, *, super_users: str | None = None, allow_if_no_acl: bool = False,
+                 store: object = None) -> None:
+        self.store = store  # ZkAclStore (cluster mode), else the file in log_dir
         self.path = os.path.join(log_dir, STORE_FILE)
         self.super_users = frozenset(p.strip() for p in (super_users or "").split(";") if p.strip())
         self.allow_if_no_acl = allow_if_no_acl
@@ -127,6 +130,13 @@ class AclAuthorizer:
         if not force and now - self._checked < RELOAD_INTERVAL:
             return
         self._checked = now
+        if self.store is not None:
+            stamp = self.store.generation  # type: ignore[attr-defined]
+            if stamp == self._stamp:
+                return
+            acls = list(self.store.acls())  # type: ignore[attr-defined]
+            self._install(acls, stamp)
+            return
         try:
             st = os.stat(self.path)
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -134,10 +144,13 @@ class AclAuthorizer:
             stamp = None
         if stamp == self._stamp:
             return
-        acls: list[Acl] = []
+        acls = []
         if stamp is not None:
             with open(self.path, encoding="utf-8") as fh:
                 acls = [Acl(**raw) for raw in json.load(fh)]
+        self._install(acls, stamp)
+
+    def _install(self, acls: list[Acl], stamp: object) -> None:
         self._acls, self._stamp = acls, stamp
         self._decisions = {}
         self._by_type = {}
@@ -163,6 +176,11 @@ class AclAuthorizer:
             return result
 
     def create(self, new: list[Acl]) -> None:
+        if self.store is not None:
+            self.store.create(new)  # type: ignore[attr-defined]
+            self._refresh(force=True)
+            return
+
         def change(acls: list[Acl]):
             have = set(acls)
             for a in new:
@@ -174,6 +192,11 @@ class AclAuthorizer:
         self._rewrite(change)
 
     def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        if self.store is not None:
+            matched = self.store.delete(filters)  # type: ignore[attr-defined]
+            self._refresh(force=True)
+            return matched
+
         def change(acls: list[Acl]):
             matched = [[a for a in acls if f.matches(a)] for f in filters]
             gone = {a for m in matched for a in m}

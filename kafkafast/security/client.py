@@ -116,3 +116,62 @@ def sasl_client(mechanism: str, username: str, password: str) -> Any:
     if mechanism in MECHANISMS:
         return ScramClient(mechanism, username, password)
     raise SaslClientError(f"no client for SASL mechanism {mechanism}")
+
+
+# -- the broker's own outgoing connections (inter.broker.listener.name) ------------------------
+class InterBrokerSecurity:
+    """How this broker connects to the others: the inter-broker listener's protocol (from
+    `inter.broker.listener.name`, else the listener named by `security.inter.broker.protocol`),
+    a client TLS context for SSL/SASL_SSL, and for SASL_* the mechanism
+    `sasl.mechanism.inter.broker.protocol` with the username/password of that listener's JAAS
+    entry. Built once at start, so a missing setting stops the broker with a clear message."""
+
+    def __init__(self, props: dict) -> None:
+        from kafkafast.security.listeners import listener_specs
+
+        specs = {s.name: s for s in listener_specs(props)}
+        name = (props.get("inter.broker.listener.name") or props.get("security.inter.broker.protocol")
+                or "PLAINTEXT").upper()
+        spec = specs.get(name)
+        if spec is None:
+            raise ValueError(f"the inter-broker listener {name} is not one of listeners ({', '.join(specs)}); "
+                             "set inter.broker.listener.name")
+        self.listener = spec
+        self.ssl_context = client_ssl_context(spec) if spec.tls else None
+        self.mechanism: str | None = None
+        self.credentials: tuple[str, str] | None = None
+        if spec.sasl:
+            mechanism = (props.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").upper()
+            if mechanism != "PLAIN" and mechanism not in MECHANISMS:
+                raise ValueError(f"sasl.mechanism.inter.broker.protocol={mechanism}: the broker's own connections "
+                                 "speak PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+            self.mechanism = mechanism
+            self.credentials = broker_credentials(spec, mechanism)
+
+    def server_hostname(self, host: str) -> str | None:
+        return host if self.ssl_context is not None else None
+
+    def exchange(self) -> Any:
+        """The SASL exchange as a generator of (request, version) that is sent the answers
+        (None without SASL): SaslHandshake v1, then SaslAuthenticate v2 until the client
+        is done; a refusal raises SaslClientError."""
+        if self.mechanism is None:
+            return None
+        return _sasl_exchange(self.mechanism, *self.credentials)  # type: ignore[misc]
+
+
+def _sasl_exchange(mechanism: str, username: str, password: str) -> Any:
+    from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
+    from kafkafast.protocol._generated.sasl_handshake import SaslHandshakeRequest
+
+    answer = yield SaslHandshakeRequest(mechanism=mechanism), 1
+    if answer.error_code:
+        raise SaslClientError(f"SaslHandshake {mechanism}: error {answer.error_code} "
+                              f"(enabled: {', '.join(answer.mechanisms or [])})")
+    client = sasl_client(mechanism, username, password)
+    token: bytes | None = client.first()
+    while token is not None:
+        answer = yield SaslAuthenticateRequest(auth_bytes=token), 2
+        if answer.error_code:
+            raise SaslClientError(f"SASL {mechanism} as {username}: {answer.error_message or answer.error_code}")
+        token = client.step(bytes(answer.auth_bytes))

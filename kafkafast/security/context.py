@@ -1,7 +1,9 @@
 """The security state of one broker process and the one call handlers make.
 
 `security_of(broker)` builds (once per process, after the fork) the SCRAM store, the ACL
-authorizer when `authorizer.class.name` names one, and the timing settings.
+authorizer when `authorizer.class.name` names one, and the timing settings. In cluster mode
+(`zookeeper.connect`: the broker's kazoo session is given as `zk`) both stores are in
+ZooKeeper (zk_stores.py), else files in the first log dir.
 `allowed(broker, ctx, operation, resource_type, name)` is the check every handler makes:
 True when no authorizer is configured, else the authorizer's decision for the request's
 principal and client host. Requests forwarded from another worker carry their principal
@@ -24,15 +26,18 @@ TRAILER_MAGIC = b"KFPR"
 
 
 class Security:
-    def __init__(self, config: Any, log_dir: str) -> None:
+    def __init__(self, config: Any, log_dir: str, zk: Any = None) -> None:
         cls = (config.get("authorizer.class.name") or "").strip()
         if cls and cls not in acl.AUTHORIZER_CLASSES:
             raise ValueError(f"authorizer.class.name={cls} is not supported (use one of "
                              f"{', '.join(acl.AUTHORIZER_CLASSES)})")
+        if zk is not None:
+            from kafkafast.security.zk_stores import ZkAclStore, ZkScramStore
         self.authorizer = acl.AclAuthorizer(
             log_dir, super_users=config.get("super.users"),
-            allow_if_no_acl=str(config.get("allow.everyone.if.no.acl.found")).lower() == "true") if cls else None
-        self.scram = ScramStore(log_dir)
+            allow_if_no_acl=str(config.get("allow.everyone.if.no.acl.found")).lower() == "true",
+            store=ZkAclStore(zk) if zk is not None else None) if cls else None
+        self.scram: Any = ZkScramStore(zk) if zk is not None else ScramStore(log_dir)
         self.reauth_ms = int(config.get("connections.max.reauth.ms") or 0)
         self.failed_auth_delay = int(config.get("connection.failed.authentication.delay.ms") or 100) / 1000.0
 
@@ -40,7 +45,8 @@ class Security:
 def security_of(broker: Any) -> Security:
     sec = broker.__dict__.get("_security")
     if sec is None:
-        sec = broker._security = Security(broker.config, broker.log_dirs[0])
+        node = getattr(broker, "cluster", None)
+        sec = broker._security = Security(broker.config, broker.log_dirs[0], getattr(node, "zk", None))
     return sec
 
 

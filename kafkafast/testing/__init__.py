@@ -10,12 +10,14 @@
 
     async with async_broker() as b: ...       # the same from asyncio code
 
-Installed as a pytest plugin (entry point `pytest11`: `kafkafast`): the fixtures
-`kafka_broker` (one broker per test) and `kafka_broker_session` (one per session) need
-no conftest. The guide is docs/TESTING.md.
+    with cluster(brokers=3) as c:             # brokers in ZooKeeper cluster mode + ZooKeeper
+        c.create_topic("orders", replication_factor=3)
+        c.kill(c.leader("orders", 0))
 
-`kafka_cluster` (several brokers and ZooKeeper) is not here yet: it needs the
-multi-broker cluster mode, which the broker does not have; see docs/TESTING.md.
+Installed as a pytest plugin (entry point `pytest11`: `kafkafast`): the fixtures
+`kafka_broker` (one broker per test), `kafka_broker_session` (one per session) and
+`kafka_cluster` (n brokers and Debian's ZooKeeper, per test) need no conftest. The guide
+is docs/TESTING.md.
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ import tempfile
 from typing import Any, AsyncIterator, Iterator
 
 from kafkafast.testing.broker_process import KafkaTestBroker
+from kafkafast.testing.cluster import KafkaTestCluster, ZooKeeperUnavailable
 from kafkafast.testing.scripting import Faults, ManualClock
 
-__all__ = ["KafkaTestBroker", "Faults", "ManualClock", "broker", "async_broker"]
+__all__ = ["KafkaTestBroker", "KafkaTestCluster", "ZooKeeperUnavailable", "Faults", "ManualClock", "broker",
+           "async_broker", "cluster"]
 
 
 @contextlib.contextmanager
@@ -38,6 +42,18 @@ def broker(directory: str | None = None, **options: Any) -> Iterator[KafkaTestBr
         b = KafkaTestBroker(root, **options)
         stack.callback(b.stop)
         yield b.start()
+
+
+@contextlib.contextmanager
+def cluster(directory: str | None = None, **options: Any) -> Iterator[KafkaTestCluster]:
+    """Started brokers and ZooKeeper, all stopped (and the temporary directory removed) on
+    exit. Options: brokers (3), settings (broker properties for every broker).
+    Raises ZooKeeperUnavailable when ZooKeeper or java is not installed."""
+    with contextlib.ExitStack() as stack:
+        root = directory or stack.enter_context(tempfile.TemporaryDirectory(prefix="kafkafast-cluster-"))
+        c = KafkaTestCluster(root, **options)
+        stack.callback(c.stop)
+        yield c.start()
 
 
 @contextlib.asynccontextmanager

@@ -9,8 +9,11 @@ Fixtures:
 * `kafka_broker_session`: one broker for the whole session (default options); the fault
   rules a test leaves on it are cleared when that test ends.
 
-`kafka_cluster` (n brokers and ZooKeeper) is not provided: kafkafast has no multi-broker
-cluster mode yet; see docs/TESTING.md.
+* `kafka_cluster`: n brokers (default 3) in ZooKeeper cluster mode and Debian's ZooKeeper,
+  per test (`KafkaTestCluster`: `.bootstrap_servers`, `.kill(id)`, `.start(id)`,
+  `.leader(topic, partition)`, `.create_topic(...)`, `.stop()`). Options from
+  `@pytest.mark.kafka_cluster(brokers=3, settings={...})` or indirect parametrization. The
+  test is skipped, saying why, when ZooKeeper or java is not installed.
 """
 from __future__ import annotations
 
@@ -24,12 +27,14 @@ from kafkafast.testing.broker_process import KafkaTestBroker
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_broker(**options): options of the kafka_broker fixture "
                                        "(workers, as_kafka, manual_clock, settings)")
+    config.addinivalue_line("markers", "kafka_cluster(**options): options of the kafka_cluster fixture "
+                                       "(brokers, settings)")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Starts the broker fork server in the background as soon as a collected test uses a
     broker fixture, so that its one-time import overlaps with the tests before it."""
-    if any({"kafka_broker", "kafka_broker_session"} & set(getattr(item, "fixturenames", ()))
+    if any({"kafka_broker", "kafka_broker_session", "kafka_cluster"} & set(getattr(item, "fixturenames", ()))
            for item in session.items):
         import threading
 
@@ -39,9 +44,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             threading.Thread(target=ForkServer.get, name="kafkafast-fork-server", daemon=True).start()
 
 
-def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
+def _options(request: pytest.FixtureRequest, marker_name: str = "kafka_broker") -> dict[str, Any]:
     options: dict[str, Any] = {}
-    marker = request.node.get_closest_marker("kafka_broker")
+    marker = request.node.get_closest_marker(marker_name)
     if marker is not None:
         options.update(marker.kwargs)
     options.update(getattr(request, "param", None) or {})
@@ -70,3 +75,17 @@ def _kafka_session_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def kafka_broker_session(_kafka_session_broker: KafkaTestBroker) -> Iterator[KafkaTestBroker]:
     yield _kafka_session_broker
     _kafka_session_broker.faults.clear()  # the next test starts without this one's faults
+
+
+@pytest.fixture
+def kafka_cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    from kafkafast.testing.cluster import KafkaTestCluster, ZooKeeperUnavailable
+
+    try:
+        cluster = KafkaTestCluster(tmp_path / "kafka-cluster", **_options(request, "kafka_cluster"))
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

@@ -29,8 +29,10 @@ def _produce_raw(port: int, topic: str, values: list[bytes], acks: int = -1) -> 
 
 
 def _produce_to_leader(c, broker_id: int, topic: str, values: list[bytes]) -> tuple[int, int]:
-    """acks=1 produce, retried while the broker has not yet applied its LeaderAndIsr."""
-    return c.wait_for(lambda: (r := _produce_raw(c.brokers[broker_id].port, topic, values, acks=1))[0] != 6 and r,
+    """acks=1 produce, retried while the broker has not yet applied its LeaderAndIsr (a
+    restarted broker knows nothing of the topic until then: UNKNOWN_TOPIC_OR_PARTITION)."""
+    return c.wait_for(lambda: (r := _produce_raw(c.brokers[broker_id].port, topic, values, acks=1))[0] not in (3, 6)
+                      and r,
                       15, f"broker {broker_id} leading {topic}")
 
 

@@ -8,11 +8,10 @@
 """
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from kafkafast.testing.cluster import ZooKeeperView
 from tests.support.broker_process import BrokerProcess
 from tests.support.zookeeper_process import ZooKeeperProcess
 
@@ -29,7 +28,7 @@ TEST_SETTINGS = {
 }
 
 
-class KafkaCluster:
+class KafkaCluster(ZooKeeperView):
     def __init__(self, root: Path, *, size: int = 3, settings: dict[str, str] | None = None,
                  workers: int = 0) -> None:
         self.root = Path(root)
@@ -48,13 +47,21 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
+    def broker_port(self, broker_id: int) -> int | None:
+        """The PLAINTEXT port of a broker (None: a free one)."""
+        return None
+
     def broker_settings(self, broker_id: int) -> dict[str, str]:
         return {"broker.id": str(broker_id), "zookeeper.connect": self.connect, **self.settings}
 
+    def before_brokers(self) -> None:
+        """Runs once ZooKeeper is up, before any broker starts (e.g. to write credentials)."""
+
     def start(self) -> "KafkaCluster":
         self.zookeeper.start()
+        self.before_brokers()
         for i in range(1, self.size + 1):
-            self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", workers=self.workers,
+            self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", port=self.broker_port(i), workers=self.workers,
                                             settings=self.broker_settings(i))
         for b in self.brokers.values():
             b.start(timeout=60)
@@ -93,40 +100,15 @@ class KafkaCluster:
             self.zk()
         return self._clients[0]
 
-    def registered(self) -> list[int]:
-        try:
-            return sorted(int(c) for c in self._zk().get_children("/brokers/ids"))
-        except Exception:
-            return []
+    def _view_zk(self) -> Any:
+        return self._zk()
 
     def controller_id(self) -> int:
-        try:
-            data, _ = self._zk().get("/controller")
-            return json.loads(data)["brokerid"]
-        except Exception:
-            return -1
+        return self.controller()
 
     def controller_epoch(self) -> int:
         data, _ = self._zk().get("/controller_epoch")
         return int(data)
-
-    def partition_state(self, topic: str, partition: int) -> dict:
-        data, _ = self._zk().get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-        return json.loads(data)
-
-    def leader(self, topic: str, partition: int) -> int:
-        return self.partition_state(topic, partition)["leader"]
-
-    @staticmethod
-    def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = cond()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(interval)
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None, assignment: list[list[int]] | None = None) -> None:
@@ -160,7 +142,4 @@ class KafkaCluster:
                                   for p in range(partitions)), 30, f"full ISR for {name}")
 
     def _has_leader(self, topic: str, partition: int) -> bool:
-        try:
-            return self.leader(topic, partition) >= 0
-        except Exception:
-            return False
+        return self.leader(topic, partition) >= 0

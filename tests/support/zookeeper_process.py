@@ -3,16 +3,10 @@
 off), killed with its process group at the end and when the test process dies."""
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 
-from kafkafast.cluster.local import ZooKeeperServer
+from kafkafast.cluster.local import ZooKeeperServer, zookeeper_available  # noqa: F401 (re-exported)
 from tests.support.broker_process import die_with_parent, free_port
-
-
-def zookeeper_available() -> bool:
-    return os.path.exists("/usr/share/java/zookeeper.jar") and bool(glob.glob("/usr/bin/java*"))
 
 
 class ZooKeeperProcess(ZooKeeperServer):

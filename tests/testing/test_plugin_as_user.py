@@ -48,3 +48,12 @@ def test_fixtures_context_managers_clock_and_profile_as_a_user(installed_metadat
 def test_every_fault_seen_by_real_clients_as_a_user(installed_metadata, tmp_path):
     out = run_as_user("faults_with_clients.py", installed_metadata, tmp_path)
     assert re.search(r"\b11 passed\b", out), out[-3000:]
+
+
+def test_kafka_cluster_fixture_with_real_clients_as_a_user(installed_metadata, tmp_path):
+    from kafkafast.cluster.local import zookeeper_available
+
+    if not zookeeper_available():  # pragma: no cover - CI installs it (run.sh test)
+        pytest.skip("Debian's zookeeper package and java are needed for kafka_cluster")
+    out = run_as_user("cluster_with_clients.py", installed_metadata, tmp_path)
+    assert re.search(r"\b3 passed\b", out), out[-3000:]

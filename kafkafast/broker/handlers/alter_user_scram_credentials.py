@@ -7,6 +7,7 @@ password, or an empty user name UNACCEPTABLE_CREDENTIAL; a user named in more th
 change DUPLICATE_RESOURCE; deleting a credential that does not exist RESOURCE_NOT_FOUND.
 A user's changes apply only if all of them are valid. Needs Alter on the cluster.
 """
+import asyncio
 from collections import Counter
 
 from kafkafast.broker.registry import handles
@@ -65,7 +66,7 @@ async def handle(broker, ctx, req, version: int):
                for c, upsert in changes if upsert and c.name not in errors]
     deletes = [(c.name, MECHANISM_BY_CODE[c.mechanism]) for c, upsert in changes if not upsert and c.name not in errors]
     if upserts or deletes:
-        store.change(upserts, deletes)
+        await asyncio.to_thread(store.change, upserts, deletes)  # a file write or ZooKeeper round trips
     return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
         Result(user=n, error_code=errors.get(n, (0, None))[0], error_message=errors.get(n, (0, None))[1])
         for n in names])

@@ -5,6 +5,8 @@ an invalid one (unknown type, operation or permission, ANY/MATCH patterns, a clu
 resource not named kafka-cluster, a principal without `Type:`) gets INVALID_REQUEST with
 Kafka's message. Needs Alter on the cluster; SECURITY_DISABLED without an authorizer.
 """
+import asyncio
+
 from kafkafast.broker.registry import handles
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.create_acls import CreateAclsRequest, CreateAclsResponse
@@ -34,6 +36,6 @@ async def handle(broker, ctx, req: CreateAclsRequest, version: int) -> CreateAcl
         results.append(Result(error_code=E.ErrorCode.INVALID_REQUEST if problem else 0, error_message=problem))
         if not problem:
             valid.append(a)
-    if valid:
-        authorizer.create(valid)
+    if valid:  # a file write or ZooKeeper round trips: off the loop
+        await asyncio.to_thread(authorizer.create, valid)
     return CreateAclsResponse(throttle_time_ms=0, results=results)

@@ -3,6 +3,8 @@
 Removes every ACL matching each filter (same matching as DescribeAcls) and lists what
 each filter removed. Needs Alter on the cluster; SECURITY_DISABLED without an authorizer.
 """
+import asyncio
+
 from kafkafast.broker.handlers.describe_acls import acl_filter
 from kafkafast.broker.registry import handles
 from kafkafast.protocol import errors as E
@@ -21,7 +23,7 @@ async def handle(broker, ctx, req: DeleteAclsRequest, version: int) -> DeleteAcl
         code = E.ErrorCode.SECURITY_DISABLED if authorizer is None else E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
             FilterResult(error_code=code, error_message=None, matching_acls=[]) for _ in req.filters])
-    deleted = authorizer.delete([acl_filter(f) for f in req.filters])
+    deleted = await asyncio.to_thread(authorizer.delete, [acl_filter(f) for f in req.filters])
     return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
         FilterResult(error_code=0, error_message=None, matching_acls=[
             Matching(error_code=0, error_message=None, resource_type=a.resource_type, resource_name=a.resource_name,

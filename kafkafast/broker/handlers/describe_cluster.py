@@ -15,13 +15,14 @@ async def handle(broker, ctx, req: DescribeClusterRequest, version: int) -> Desc
                                        endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
                                        controller_id=-1, brokers=[])
     if getattr(broker, "cluster", None) is not None:  # the brokers and controller the controller announced
+        from kafkafast.cluster.requests import client_listener
+
         cache = broker.metadata
         return DescribeClusterResponse(
             throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
             cluster_id=broker.cluster_id, controller_id=cache.controller_id,
-            brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
-                                                                    rack=b.rack)
-                     for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)],
+            brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
+                     for i, h, p, r in cache.brokers_on(client_listener(ctx))],
             cluster_authorized_operations=AUTH_OPS_UNSET)
     host, port = broker_endpoint(broker, ctx)
     return DescribeClusterResponse(

@@ -5,11 +5,14 @@ the local log on first sight). An older controller epoch than the last one seen 
 with STALE_CONTROLLER_EPOCH (top level), an older broker epoch with STALE_BROKER_EPOCH;
 a partition state whose leader epoch (or, at the same leader epoch, partition epoch) is
 not newer than the one applied gets STALE_CONTROLLER_EPOCH, as Kafka answers. Without
-`zookeeper.connect` the broker is no cluster member and answers BROKER_NOT_AVAILABLE.
+`zookeeper.connect` the broker is no cluster member and answers BROKER_NOT_AVAILABLE. With
+an authorizer, the sender needs ClusterAction on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest, LeaderAndIsrResponse
 from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
 
 TopicError = LeaderAndIsrResponse.LeaderAndIsrTopicError
 PartError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
@@ -19,6 +22,8 @@ PartError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
 async def handle(broker, ctx, req: LeaderAndIsrRequest, version: int) -> LeaderAndIsrResponse:
     if getattr(broker, "cluster", None) is None:
         return LeaderAndIsrResponse(error_code=E.ErrorCode.BROKER_NOT_AVAILABLE, topics=[])
+    if denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER):
+        return LeaderAndIsrResponse(error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
     err, results = await broker.apply_leader_and_isr(req)
     by_topic: dict[bytes, list] = {}
     for _topic, topic_id, index, code in results:

@@ -6,7 +6,8 @@ partition's leader-epoch checkpoint, as Kafka answers it. Consumers use it to va
 their position after a leader change; an epoch newer than any known gives -1/-1.
 `current_leader_epoch` (v2+) is checked: older is FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH. Partitions appended to by another worker are answered from the
-checkpoint file they share.
+checkpoint file they share. A principal with ClusterAction on the cluster (a follower
+broker) may ask about every topic; others need Describe on each, as in Kafka.
 """
 import os
 
@@ -33,13 +34,15 @@ def end_offset_for_epoch(part, epoch: int) -> tuple[int, int]:
 @handles(OffsetForLeaderEpochRequest, 0, 4)
 async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) -> OffsetForLeaderEpochResponse:
     topics = []
+    replica = not denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER) if version >= 3 and req.replica_id >= 0 else False
     for t in req.topics:
         tr = TopicResult(topic=t.topic, partitions=[])
         topics.append(tr)
         for p in t.partitions:
             part = broker.get_partition(t.topic, p.partition)
-            if part is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.topic):
-                tr.partitions.append(Result(error_code=denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.topic)
+            refused = 0 if replica else denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t.topic)
+            if part is None or refused:
+                tr.partitions.append(Result(error_code=refused
                                             or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition,
                                             leader_epoch=-1, end_offset=-1))
                 continue
