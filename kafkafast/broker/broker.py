@@ -344,7 +344,7 @@ class Broker:
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         st = part.log.state
         st.high_watermark = st.log_end_offset
-        st.last_stable_offset = st.log_end_offset
+        st.last_stable_offset = part.log.last_stable_offset(st.high_watermark)
         part.wake()
         self.on_append(part)
         return result
