@@ -138,6 +138,9 @@ class GroupCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
+        # Offsets committed in open transactions (TxnOffsetCommit), applied on the COMMIT marker:
+        # producer id -> group -> (topic, partition) -> offset
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -669,6 +672,64 @@ class GroupCoordinator:
                     group.offsets[key] = c
         return result
 
+    # -- TxnOffsetCommit (KIP-98, KIP-447) ---------------------------------------------------
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                           group_instance_id: str | None, generation: int, entries: list[OffsetCommitEntry],
+                           ) -> dict[tuple[str, int], int]:
+        """Offsets written to `__consumer_offsets` in the producer's transaction (a transactional
+        batch); they become the committed offsets only when the COMMIT marker reaches that
+        partition (`complete_txn`). Group fencing as Kafka's `doTxnCommitOffsets`: a member
+        id (not "") must be in the group, a generation >= 0 must be the group's."""
+        keys = [(e.topic, e.partition) for e in entries]
+        err = self.status(group_id, "txn_offset_commit")
+        if err:
+            return dict.fromkeys(keys, err)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
+            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
+        if group.is_(DEAD):
+            return dict.fromkeys(keys, EC.COORDINATOR_NOT_AVAILABLE)
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return dict.fromkeys(keys, EC.FENCED_INSTANCE_ID)
+        if member_id and member_id not in group.members:
+            return dict.fromkeys(keys, EC.UNKNOWN_MEMBER_ID)
+        if generation >= 0 and generation != group.generation:
+            return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
+        ts = now_ms()
+        result: dict[tuple[str, int], int] = {}
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for e in entries:
+            metadata = e.metadata if e.metadata is not None else ""
+            if len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+                result[(e.topic, e.partition)] = EC.OFFSET_METADATA_TOO_LARGE
+                continue
+            c = CommittedOffset(e.offset, e.leader_epoch, metadata, ts)
+            accepted[(e.topic, e.partition)] = c
+            records.append((offset_key(group_id, e.topic, e.partition), offset_value(c)))
+        if records:
+            error = self._append(group_id, records, ts, producer=(producer_id, producer_epoch))
+            for key in accepted:
+                result[key] = error
+            if not error:
+                self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
+        return result
+
+    def complete_txn(self, partition_index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker reached `__consumer_offsets` partition `partition_index`."""
+        per_group = self.pending_txn.get(producer_id)
+        if not per_group:
+            return
+        for gid in [g for g in per_group if self.partition_for(g) == partition_index]:
+            offsets = per_group.pop(gid)
+            group = self.groups.get(gid)
+            if commit and group is not None:
+                group.offsets.update(offsets)
+        if not per_group:
+            del self.pending_txn[producer_id]
+
     # -- OffsetFetch -------------------------------------------------------------------------
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[int, list[tuple[str, int, CommittedOffset | None]]]:
@@ -815,13 +876,15 @@ class GroupCoordinator:
         return removed
 
     # -- persistence -------------------------------------------------------------------------
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int) -> int:
-        """Write records to the group's partition; an error code (0 on success) as Kafka maps
-        storage errors for the group APIs."""
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int,
+                producer: tuple[int, int] | None = None) -> int:
+        """Write records to the group's partition (in a transaction when `producer` is its id
+        and epoch); an error code (0 on success) as Kafka maps storage errors for the group APIs."""
         part = self._offsets_partition(self.partition_for(group_id))
         if part is None:
             return EC.COORDINATOR_NOT_AVAILABLE
-        builder = BatchBuilder()
+        builder = (BatchBuilder(producer_id=producer[0], producer_epoch=producer[1], is_transactional=True)
+                   if producer else BatchBuilder())
         for key, value in records:
             builder.append(timestamp, key, value)
         try:
@@ -832,6 +895,8 @@ class GroupCoordinator:
             return EC.NOT_COORDINATOR
         except (E.MessageTooLargeError, E.RecordListTooLargeError):
             return EC.INVALID_COMMIT_OFFSET_SIZE
+        except E.InvalidProducerEpochError:  # a newer epoch of the producer wrote here already
+            return EC.PRODUCER_FENCED
         except Exception:
             log.exception("group %s: writing to %s failed", group_id, OFFSETS_TOPIC)
             return EC.UNKNOWN_SERVER_ERROR
@@ -884,6 +949,7 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
+        pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
         reader = part.log.reader
         position = part.log_start_offset
         end = part.log_end_offset
@@ -896,12 +962,23 @@ class GroupCoordinator:
             for header, records in iter_record_batches(data):
                 last = header.next_offset
                 if getattr(header, "is_control", False):
+                    done = pending.pop(header.producer_id, {})
+                    if records and control_type_of(records[0]) == COMMIT_MARKER:
+                        for gid, entries in done.items():
+                            for key, value in entries.items():
+                                if value is None:
+                                    offsets.setdefault(gid, {}).pop(key, None)
+                                else:
+                                    offsets.setdefault(gid, {})[key] = value
                     continue
+                txn = pending.setdefault(header.producer_id, {}) if header.is_transactional else None
                 for rec in records:
                     if rec.offset < position:
                         continue
                     decoded = decode_record(rec.key, rec.value)
-                    if isinstance(decoded, OffsetRecord):
+                    if txn is not None and isinstance(decoded, OffsetRecord):
+                        txn.setdefault(decoded.group, {})[(decoded.topic, decoded.partition)] = decoded.value
+                    elif isinstance(decoded, OffsetRecord):
                         per_group = offsets.setdefault(decoded.group, {})
                         if decoded.value is None:
                             per_group.pop((decoded.topic, decoded.partition), None)
@@ -913,6 +990,10 @@ class GroupCoordinator:
                 break
             position = last
             await asyncio.sleep(0)  # let requests for other partitions through
+        for pid, groups in pending.items():  # still open: applied when their marker comes
+            for gid, entries in groups.items():
+                self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
+                    {k: v for k, v in entries.items() if v is not None})
         loaded = 0
         for gid in set(offsets) | set(metas):
             value = metas.get(gid)
@@ -946,6 +1027,17 @@ class GroupCoordinator:
             if group.state_timestamp < 0:
                 group.state_timestamp = now_ms()
         return group
+
+
+COMMIT_MARKER = 1
+
+
+def control_type_of(record: Any) -> int:
+    """The marker type of a control record (key: int16 version, int16 type); -1 if unreadable."""
+    key = record.key
+    if key is None or len(key) < 4:
+        return -1
+    return int.from_bytes(bytes(key[2:4]), "big", signed=True)
 
 
 def _resolve(fut: asyncio.Future | None, result: Any) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kafkafast import clock
 from kafkafast.protocol.errors import (
+    InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -236,10 +237,11 @@ class Log:
         return self._segments
 
     def append(self, records: bytearray | memoryview | bytes, leader_epoch: int, *, now_ms: int,
-               validate: bool = True) -> AppendResult:
+               validate: bool = True, allow_control: bool = True) -> AppendResult:
         """Append record batches as leader; offsets are assigned in `records` in place.
 
-        Raises the records layer's errors for invalid batches, RecordListTooLargeError
+        Raises the records layer's errors for invalid batches, InvalidRecordError for a
+        control batch unless `allow_control` (client produce may not write markers), RecordListTooLargeError
         when the set exceeds segment.bytes, the producer-state errors (see
         `ProducerStateManager`), KafkaStorageError when the write fails.
         """
@@ -249,6 +251,8 @@ class Log:
         headers = validate_batches(records, cfg.max_message_bytes) if validate else _headers(records)
         if not headers:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
+        if not allow_control and any(h.is_control for h in headers):
+            raise InvalidRecordError("control batches are written by the transaction coordinator only")
         total = len(records)
         if total > cfg.segment_bytes:
             raise RecordListTooLargeError(f"record set of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
