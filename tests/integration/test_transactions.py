@@ -1,0 +1,212 @@
+"""Transactions end to end with real clients (KIP-98/360/447): consume-transform-produce
+loops with a SIGKILLed producer process, zombie fencing, coordinator timeouts, offsets
+committed in transactions, a broker killed between EndTxn and its markers."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkafast.testing import KafkaTestBroker
+from tests.support.raw_client import RawClient
+from tests.support.txn_loop import CHUNK, GROUP, IN, OUT, should_abort
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTEMPTS, CRASH = 20, 7
+
+
+@pytest.fixture
+def txn_broker(tmp_path, request):
+    workers = getattr(request, "param", 0)
+    b = KafkaTestBroker(tmp_path / "b", workers=workers, settings={
+        "num.partitions": "1", "transaction.state.log.num.partitions": "4", "offsets.topic.num.partitions": "4",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    b.start()
+    yield b
+    b.kill()
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list:
+    """Every record of partition 0 a consumer with that isolation level gets, as (offset, value)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + timeout
+    idle_until = None
+    while time.monotonic() < deadline:
+        msgs = c.consume(5000, 0.5)
+        for m in msgs:
+            assert m.error() is None, m.error()
+            out.append((m.offset(), m.value()))
+        if len(out) >= expect:
+            idle_until = idle_until or time.monotonic() + 1.0  # anything beyond what is expected shows up too
+            if time.monotonic() > idle_until:
+                break
+    c.close()
+    return out
+
+
+def fill_input(bootstrap: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(n):
+        p.produce(IN, value=b"%05d" % i, partition=0)
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def describe_txn(port: int, tid: str):
+    from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
+
+    with RawClient(port) as rc:
+        return rc.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0]
+
+
+def run_loop(client: str, bootstrap: str, first: int, last: int, crash: int = -1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.support.txn_loop", client, bootstrap, str(first), str(last),
+                           str(crash)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+def check_loop(client: str, b: KafkaTestBroker) -> None:
+    committed = sum(1 for a in range(1, ATTEMPTS + 1) if not should_abort(a))
+    fill_input(b.bootstrap_servers, (committed + 1) * CHUNK)  # the last attempt (20) aborts a 17th chunk
+    first = run_loop(client, b.bootstrap_servers, 1, ATTEMPTS, CRASH)
+    assert first.returncode == -9, first.stdout + first.stderr
+    assert f"attempt {CRASH - 1} committed" in first.stdout
+    before = describe_txn(b.port, "txn-loop")
+    second = run_loop(client, b.bootstrap_servers, CRASH, ATTEMPTS)
+    assert second.returncode == 0, second.stdout + second.stderr
+    after = describe_txn(b.port, "txn-loop")
+    assert after.producer_id == before.producer_id and after.producer_epoch > before.producer_epoch  # fenced
+    assert after.transaction_state == ("CompleteAbort" if should_abort(ATTEMPTS) else "CompleteCommit")
+
+    expected = [b"out-%05d" % i for i in range(committed * CHUNK)]
+    got = read_all(b.bootstrap_servers, OUT, "read_committed", len(expected))
+    assert [v for _, v in got] == expected  # each committed record once, in order, no markers
+    aborted = sum(1 for a in range(1, ATTEMPTS + 1) if should_abort(a)) * CHUNK + CHUNK // 2 + 1
+    everything = read_all(b.bootstrap_servers, OUT, "read_uncommitted", len(expected) + aborted)
+    assert len(everything) == len(expected) + aborted
+    assert [o for o, _ in everything] != list(range(len(everything)))  # control batches take offsets
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": GROUP})
+    assert c.committed([TopicPartition(IN, 0)], 30)[0].offset == committed * CHUNK
+    c.close()
+
+
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
+def test_confluent_kafka_consume_transform_produce(txn_broker):
+    check_loop("ck", txn_broker)
+
+
+def test_kafka_python_consume_transform_produce(txn_broker):
+    check_loop("kp", txn_broker)
+
+
+def test_kafkafast_client_consume_transform_produce(txn_broker):
+    check_loop("kf", txn_broker)
+
+
+def test_zombie_is_fenced_and_its_writes_never_visible(txn_broker):
+    from confluent_kafka import KafkaException, Producer
+
+    bs = txn_broker.bootstrap_servers
+    old = Producer({"bootstrap.servers": bs, "transactional.id": "zombie"})
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("zombie-out", value=b"old-1", partition=0)
+    old.flush(30)
+    new = Producer({"bootstrap.servers": bs, "transactional.id": "zombie"})
+    new.init_transactions(30)  # aborts the old instance's transaction and bumps the epoch
+    old.produce("zombie-out", value=b"old-2", partition=0)
+    with pytest.raises(KafkaException) as failed:
+        old.commit_transaction(30)
+    err = failed.value.args[0]
+    assert err.fatal() or err.txn_requires_abort(), err
+    assert "fenced" in err.str().lower() or err.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+    new.begin_transaction()
+    new.produce("zombie-out", value=b"new-1", partition=0)
+    new.commit_transaction(30)
+    assert [v for _, v in read_all(bs, "zombie-out", "read_committed", 1)] == [b"new-1"]
+    assert b"old-2" not in [v for _, v in read_all(bs, "zombie-out", "read_uncommitted", 2)]
+
+
+def test_timed_out_transaction_is_aborted_and_the_lso_moves_on(txn_broker):
+    from confluent_kafka import KafkaException, Producer
+
+    bs = txn_broker.bootstrap_servers
+    stuck = Producer({"bootstrap.servers": bs, "transactional.id": "slow", "transaction.timeout.ms": 1500})
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce("timeout-out", value=b"never", partition=0)
+    stuck.flush(30)
+    plain = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    plain.produce("timeout-out", value=b"after", partition=0)
+    plain.flush(30)
+    deadline = time.monotonic() + 30
+    while describe_txn(txn_broker.port, "slow").transaction_state != "CompleteAbort":
+        assert time.monotonic() < deadline, describe_txn(txn_broker.port, "slow")
+        time.sleep(0.2)
+    assert [v for _, v in read_all(bs, "timeout-out", "read_committed", 1)] == [b"after"]
+    with pytest.raises(KafkaException):
+        stuck.commit_transaction(10)
+
+
+def test_offsets_in_a_transaction_are_visible_only_on_commit(txn_broker):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bs = txn_broker.bootstrap_servers
+    first = Producer({"bootstrap.servers": bs})
+    first.produce("offs-in", value=b"x", partition=0)
+    assert first.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bs, "group.id": "offs-group"})
+    meta = c.consumer_group_metadata()
+
+    def committed() -> int:
+        return c.committed([TopicPartition("offs-in", 0)], 30)[0].offset
+
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "offs"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("offs-in", 0, 42)], meta, 30)
+    assert committed() < 0
+    p.commit_transaction(30)
+    assert committed() == 42
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("offs-in", 0, 99)], meta, 30)
+    p.abort_transaction(30)
+    assert committed() == 42
+    txn_broker.restart(clean=False)  # the offsets are read back from __consumer_offsets with their markers
+    assert committed() == 42
+    c.close()
+
+
+def test_broker_killed_between_end_txn_and_markers_completes_after_restart(txn_broker):
+    from confluent_kafka import Producer
+
+    bs = txn_broker.bootstrap_servers
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "crashy"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("crash-out", value=b"v%d" % i, partition=0)
+    p.flush(30)
+    txn_broker.faults.disk_error("crash-out", 0, count=-1)  # the COMMIT marker cannot be written
+    p.commit_transaction(30)  # the decision is in __transaction_state
+    assert describe_txn(txn_broker.port, "crashy").transaction_state == "PrepareCommit"
+    assert read_all(bs, "crash-out", "read_committed", 0, timeout=2) == []
+    txn_broker.faults.clear()
+    txn_broker.restart(clean=False)
+    deadline = time.monotonic() + 30
+    while describe_txn(txn_broker.port, "crashy").transaction_state != "CompleteCommit":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert [v for _, v in read_all(bs, "crash-out", "read_committed", 10)] == [b"v%d" % i for i in range(10)]
