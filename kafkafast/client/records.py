@@ -61,7 +61,7 @@ def fetched_next_offset(buf: bytes | memoryview | None, start: int) -> int:
 
 def decode_fetched(
     buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
-    out: list[ConsumerRecord] | None = None,
+    out: list[ConsumerRecord] | None = None, aborted: list | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records of a fetched record set with offsets in [start, end), and the offset to
     fetch next (past skipped control batches, and past the last complete batch).
@@ -69,7 +69,12 @@ def decode_fetched(
     A partial entry at the end is ignored (brokers truncate the last batch of a fetch
     response to max_bytes); batches wholly before `start` are CRC-checked, not decoded.
     Records are appended to `out` when given: on CorruptMessageError it holds the
-    records before the bad data."""
+    records before the bad data.
+
+    `aborted` (READ_COMMITTED): the fetch response's aborted transactions (producer id,
+    first offset); a transactional batch of a producer whose aborted transaction began at
+    or before the batch is skipped, until that producer's next control batch (Kafka's
+    consumer algorithm)."""
     if out is None:
         out = []
     next_offset = start
@@ -77,6 +82,8 @@ def decode_fetched(
         return out, next_offset
     stop = -1 if end is None else end
     mv = memoryview(buf)
+    pending = sorted(aborted, key=lambda a: a.first_offset, reverse=True) if aborted else None
+    aborting: set[int] = set()
     for pos, size, magic in iter_entries(mv):
         if magic == 2:
             header = read_batch_header(mv, pos)
@@ -85,6 +92,14 @@ def decode_fetched(
             batch_next = header.next_offset
             if batch_next > next_offset:
                 next_offset = batch_next
+            if pending is not None:
+                while pending and pending[-1].first_offset < batch_next:
+                    aborting.add(pending.pop().producer_id)
+                if header.is_control:
+                    aborting.discard(header.producer_id)
+                    continue
+                if header.is_transactional and header.producer_id in aborting:
+                    continue
             if batch_next > start and not header.is_control:
                 payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
                 if header.compression != CODEC_NONE:

@@ -108,22 +108,24 @@ def run_kafka_python(bootstrap: str, first: int, last: int, crash: int) -> None:
 
 
 def run_kafkafast(bootstrap: str, first: int, last: int, crash: int) -> None:
-    from kafkafast.client import Consumer, Producer
+    from kafkafast.client import KafkaConsumer, KafkaProducer, TopicPartition
 
-    consumer = Consumer(bootstrap, group_id=GROUP, enable_auto_commit=False, isolation_level="read_committed",
-                        auto_offset_reset="earliest")
-    producer = Producer(bootstrap, transactional_id=TXN_ID)
+    tp = TopicPartition(IN, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False,
+                             isolation_level="read_committed", auto_offset_reset="earliest")
+    producer = KafkaProducer(bootstrap, transactional_id=TXN_ID)
     producer.init_transactions()
-    consumer.assign([(IN, 0)])
-    committed = consumer.committed(IN, 0)
+    consumer.assign([tp])
+    committed = consumer.committed(tp)
     start = committed if committed is not None and committed >= 0 else 0
-    consumer.seek(IN, 0, start)
+    consumer.seek(tp, start)
     for attempt in range(first, last + 1):
         producer.begin_transaction()
         got = []
         deadline = time.monotonic() + 30
         while len(got) < CHUNK and time.monotonic() < deadline:
-            got.extend(consumer.poll(1.0, max_records=CHUNK - len(got)))
+            for records in consumer.poll(1000, max_records=CHUNK - len(got)).values():
+                got.extend(records)
         assert len(got) == CHUNK, (attempt, len(got))
         for i, m in enumerate(got):
             producer.send(OUT, b"out-" + m.value, partition=0)
@@ -135,7 +137,7 @@ def run_kafkafast(bootstrap: str, first: int, last: int, crash: int) -> None:
         if should_abort(attempt):
             producer.flush(30)
             producer.abort_transaction()
-            consumer.seek(IN, 0, start)
+            consumer.seek(tp, start)
         else:
             producer.commit_transaction()
             start = next_offset
