@@ -169,7 +169,8 @@ async def fetch_range_with(
             await cluster.refresh_metadata()
             continue
         failures = 0
-        records, next_offset = decode_fetched(pdata.records, topic, partition, offset, end)
+        records, next_offset = decode_fetched(pdata.records, topic, partition, offset, end,
+                                              aborted=pdata.aborted_transactions if isolation_level else None)
         if next_offset <= offset and pdata.records and len(pdata.records) >= max_bytes:
             max_bytes *= 2  # one batch larger than max_bytes (pre-KIP-74 brokers)
             continue

@@ -226,3 +226,36 @@ def test_broker_killed_between_end_txn_and_markers_completes_after_restart(txn_b
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert [v for _, v in read_all(bs, "crash-out", "read_committed", 10)] == [b"v%d" % i for i in range(10)]
+
+
+@pytest.mark.timeout(300)
+def test_spark_source_reads_committed_records_only(txn_broker):
+    from confluent_kafka import Producer
+
+    from tests.integration.spark_fixtures import make_spark_session
+
+    bs = txn_broker.bootstrap_servers
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "spark-txn", "transaction.timeout.ms": 600000})
+    p.init_transactions(30)
+    for i in range(3):
+        p.begin_transaction()
+        for j in range(5):
+            p.produce("spark-txn", value=b"%d-%d" % (i, j), partition=0)
+        p.flush(30)
+        (p.abort_transaction if i == 1 else p.commit_transaction)(30)
+    p.begin_transaction()  # open: beyond the last stable offset
+    p.produce("spark-txn", value=b"open", partition=0)
+    p.flush(30)
+    session = make_spark_session("kafkafast-txn")
+    try:
+        def values(**options) -> list[bytes]:
+            r = session.read.format("kafkafast").option("kafka.bootstrap.servers", bs).option("subscribe", "spark-txn")
+            for k, v in options.items():
+                r = r.option(k, v)
+            return [bytes(row.value) for row in r.load().orderBy("offset").collect()]
+
+        assert values(**{"kafka.isolation.level": "read_committed"}) == (
+            [b"0-%d" % j for j in range(5)] + [b"2-%d" % j for j in range(5)])
+        assert len(values()) == 16  # read_uncommitted: the aborted and the open ones too
+    finally:
+        session.stop()  # (the open transaction is left to the broker, killed at the end)
