@@ -78,8 +78,8 @@ def measure(records: int, repeats: int, workers: int) -> dict:
             from confluent_kafka.admin import AdminClient, NewTopic
 
             topics = [f"{name}-{r}" for r in range(repeats) for name in sizes] + ["warmup"]
-            for fut in AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-                    [NewTopic(t, 1, 1) for t in topics]).values():
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            for fut in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
                 fut.result(30)  # topic creation stays out of the timed window
             run_once(bootstrap, "warmup", min(records, 20_000), 1000, "warm")
             for r in range(repeats):
