@@ -259,3 +259,76 @@ def test_spark_source_reads_committed_records_only(txn_broker):
         assert len(values()) == 16  # read_uncommitted: the aborted and the open ones too
     finally:
         session.stop()  # (the open transaction is left to the broker, killed at the end)
+
+
+def test_coordinator_apis_at_the_protocol_level(txn_broker):
+    """InitProducerId limits and KIP-360 bumps, ListTransactions, DescribeProducers, EndTxn
+    state errors, and a client's control batch refused -- with raw requests."""
+    from kafkafast.protocol._generated.add_partitions_to_txn import AddPartitionsToTxnRequest
+    from kafkafast.protocol._generated.describe_producers import DescribeProducersRequest
+    from kafkafast.protocol._generated.end_txn import EndTxnRequest
+    from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+    from kafkafast.protocol._generated.list_transactions import ListTransactionsRequest
+    from kafkafast.protocol._generated.produce import ProduceRequest
+    from kafkafast.protocol.errors import ErrorCode as EC
+    from kafkafast.records import encode_batch
+    from kafkafast.storage.txn_index import COMMIT, control_batch
+
+    txn_broker.create_topic("raw-txn", 1)
+    with RawClient(txn_broker.port) as rc:
+        def init(timeout=60000, pid=-1, epoch=-1):
+            return rc.request(InitProducerIdRequest(transactional_id="raw", transaction_timeout_ms=timeout,
+                                                    producer_id=pid, producer_epoch=epoch), 4)
+
+        assert init(timeout=900001).error_code == EC.INVALID_TRANSACTION_TIMEOUT  # > transaction.max.timeout.ms
+        deadline = time.monotonic() + 20
+        while (first := init()).error_code == EC.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.error_code == 0 and first.producer_epoch == 0
+        bumped = init(pid=first.producer_id, epoch=0)  # KIP-360: the current id and epoch get epoch + 1
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, first.producer_id, 1)
+        assert init(pid=first.producer_id, epoch=0).error_code == 0  # a retry of that bump: answered again
+        assert init(pid=first.producer_id + 1000, epoch=1).error_code == EC.PRODUCER_FENCED
+        pid, epoch = bumped.producer_id, bumped.producer_epoch
+        end = rc.request(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
+                                       committed=True), 3)
+        assert end.error_code == EC.INVALID_TXN_STATE  # nothing ongoing
+        T = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0]), T(name="no-such-topic", partitions=[0])]), 3)
+        codes = {(t.name, p.partition_index): p.partition_error_code
+                 for t in added.results_by_topic_v3_and_below for p in t.results_by_partition}
+        assert codes == {("raw-txn", 0): EC.OPERATION_NOT_ATTEMPTED, ("no-such-topic", 0): EC.UNKNOWN_TOPIC_OR_PARTITION}
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch - 1,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0])]), 1)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+            EC.INVALID_PRODUCER_EPOCH  # v1 predates PRODUCER_FENCED
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0])]), 3)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+
+        PD = ProduceRequest.TopicProduceData.PartitionProduceData
+
+        def produce(records):
+            resp = rc.request(ProduceRequest(transactional_id="raw", acks=-1, timeout_ms=5000, topic_data=[
+                ProduceRequest.TopicProduceData(name="raw-txn", partition_data=[PD(index=0, records=records)])]), 8)
+            return resp.responses[0].partition_responses[0].error_code
+
+        assert produce(encode_batch([(1, b"k", b"v", ())], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                    is_transactional=True)) == 0
+        assert produce(bytes(control_batch(pid, epoch, COMMIT, 0, 1))) == EC.INVALID_RECORD
+        listed = rc.request(ListTransactionsRequest(state_filters=["Ongoing", "Bogus"], producer_id_filters=[]), 0)
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [("raw", "Ongoing")]
+        assert listed.unknown_state_filters == ["Bogus"]
+        producers = rc.request(DescribeProducersRequest(topics=[
+            DescribeProducersRequest.TopicRequest(name="raw-txn", partition_indexes=[0])]), 0)
+        state = producers.topics[0].partitions[0].active_producers
+        assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.current_txn_start_offset) for s in state] == [
+            (pid, epoch, 0, 0)]
+        end = rc.request(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
+                                       committed=True), 3)
+        assert end.error_code == 0
+        assert describe_txn(txn_broker.port, "raw").transaction_state == "CompleteCommit"
