@@ -154,13 +154,7 @@ class GroupCoordinator:
 
     async def stop(self) -> None:
         self._stopped = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_tasks(self._tasks)
         for group in self.groups.values():
             self._cancel_group_timers(group)
             for m in group.members.values():
@@ -626,18 +620,9 @@ class GroupCoordinator:
                        ) -> dict[tuple[str, int], int]:
         """Error per (topic, partition); the valid ones are written to `__consumer_offsets`."""
         keys = [(e.topic, e.partition) for e in entries]
-        err = self.status(group_id, "offset_commit")
+        group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "offset_commit")
         if err:
             return dict.fromkeys(keys, err)
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation >= 0:
-                return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
-        if group.is_(DEAD):
-            return dict.fromkeys(keys, EC.COORDINATOR_NOT_AVAILABLE)
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return dict.fromkeys(keys, EC.FENCED_INSTANCE_ID)
         if not (generation < 0 and group.is_(EMPTY)):
             member = group.members.get(member_id)
             if member is None:
@@ -649,8 +634,28 @@ class GroupCoordinator:
             self._schedule_heartbeat(group, member)
         return self._store_offsets(group, entries, retention_ms)
 
-    def _store_offsets(self, group: Group, entries: list[OffsetCommitEntry], retention_ms: int
-                       ) -> dict[tuple[str, int], int]:
+    def _group_for_commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
+                          api: str) -> tuple[Any, int]:
+        """(group, 0) or (None, error): the checks OffsetCommit and TxnOffsetCommit share; an
+        unknown group is created for a commit without generation."""
+        err = self.status(group_id, api)
+        if err:
+            return None, err
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return None, EC.ILLEGAL_GENERATION
+            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
+        if group.is_(DEAD):
+            return None, EC.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return None, EC.FENCED_INSTANCE_ID
+        return group, NONE
+
+    def _store_offsets(self, group: Group, entries: list[OffsetCommitEntry], retention_ms: int,
+                       producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+        """Writes the offsets; they become the group's at once, or (`producer`: a transaction's
+        id and epoch) when its COMMIT marker arrives."""
         result: dict[tuple[str, int], int] = {}
         ts = now_ms()
         expire = ts + retention_ms if retention_ms >= 0 else -1
@@ -665,11 +670,14 @@ class GroupCoordinator:
             accepted[(e.topic, e.partition)] = c
             records.append((offset_key(group.group_id, e.topic, e.partition), offset_value(c)))
         if records:
-            error = self._append(group.group_id, records, ts)
-            for key, c in accepted.items():
+            error = self._append(group.group_id, records, ts, producer=producer)
+            for key in accepted:
                 result[key] = error
-                if not error:
-                    group.offsets[key] = c
+            if not error:
+                if producer is None:
+                    group.offsets.update(accepted)
+                else:
+                    self.pending_txn.setdefault(producer[0], {}).setdefault(group.group_id, {}).update(accepted)
         return result
 
     # -- TxnOffsetCommit (KIP-98, KIP-447) ---------------------------------------------------
@@ -681,41 +689,14 @@ class GroupCoordinator:
         partition (`complete_txn`). Group fencing as Kafka's `doTxnCommitOffsets`: a member
         id (not "") must be in the group, a generation >= 0 must be the group's."""
         keys = [(e.topic, e.partition) for e in entries]
-        err = self.status(group_id, "txn_offset_commit")
+        group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "txn_offset_commit")
+        if not err and member_id and member_id not in group.members:
+            err = EC.UNKNOWN_MEMBER_ID
+        if not err and generation >= 0 and generation != group.generation:
+            err = EC.ILLEGAL_GENERATION
         if err:
             return dict.fromkeys(keys, err)
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation >= 0:
-                return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
-        if group.is_(DEAD):
-            return dict.fromkeys(keys, EC.COORDINATOR_NOT_AVAILABLE)
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return dict.fromkeys(keys, EC.FENCED_INSTANCE_ID)
-        if member_id and member_id not in group.members:
-            return dict.fromkeys(keys, EC.UNKNOWN_MEMBER_ID)
-        if generation >= 0 and generation != group.generation:
-            return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
-        ts = now_ms()
-        result: dict[tuple[str, int], int] = {}
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for e in entries:
-            metadata = e.metadata if e.metadata is not None else ""
-            if len(metadata.encode("utf-8")) > self.metadata_max_bytes:
-                result[(e.topic, e.partition)] = EC.OFFSET_METADATA_TOO_LARGE
-                continue
-            c = CommittedOffset(e.offset, e.leader_epoch, metadata, ts)
-            accepted[(e.topic, e.partition)] = c
-            records.append((offset_key(group_id, e.topic, e.partition), offset_value(c)))
-        if records:
-            error = self._append(group_id, records, ts, producer=(producer_id, producer_epoch))
-            for key in accepted:
-                result[key] = error
-            if not error:
-                self.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
-        return result
+        return self._store_offsets(group, entries, -1, producer=(producer_id, producer_epoch))
 
     def complete_txn(self, partition_index: int, producer_id: int, commit: bool) -> None:
         """A transaction marker reached `__consumer_offsets` partition `partition_index`."""
@@ -933,15 +914,7 @@ class GroupCoordinator:
                 m.join_future = m.sync_future = None
 
     async def _load_partitions(self, partitions: list[int]) -> None:
-        for p in partitions:
-            try:
-                await self._load_partition(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading %s-%d failed", OFFSETS_TOPIC, p)
-            finally:
-                self.loading.discard(p)
+        await load_each(partitions, self._load_partition, self.loading, OFFSETS_TOPIC)
 
     async def _load_partition(self, index: int) -> None:
         part = self._offsets_partition(index)
@@ -950,46 +923,30 @@ class GroupCoordinator:
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
         pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
-        reader = part.log.reader
-        position = part.log_start_offset
-        end = part.log_end_offset
-        while position < end:
-            res = reader.read(position, _LOAD_CHUNK_BYTES, upper_bound_offset=end)
-            if res.region is None:
-                break
-            data = res.region.read()
-            last = position
-            for header, records in iter_record_batches(data):
-                last = header.next_offset
-                if getattr(header, "is_control", False):
-                    done = pending.pop(header.producer_id, {})
-                    if records and control_type_of(records[0]) == COMMIT_MARKER:
-                        for gid, entries in done.items():
-                            for key, value in entries.items():
-                                if value is None:
-                                    offsets.setdefault(gid, {}).pop(key, None)
-                                else:
-                                    offsets.setdefault(gid, {})[key] = value
-                    continue
-                txn = pending.setdefault(header.producer_id, {}) if header.is_transactional else None
-                for rec in records:
-                    if rec.offset < position:
-                        continue
-                    decoded = decode_record(rec.key, rec.value)
-                    if txn is not None and isinstance(decoded, OffsetRecord):
-                        txn.setdefault(decoded.group, {})[(decoded.topic, decoded.partition)] = decoded.value
-                    elif isinstance(decoded, OffsetRecord):
-                        per_group = offsets.setdefault(decoded.group, {})
-                        if decoded.value is None:
-                            per_group.pop((decoded.topic, decoded.partition), None)
-                        else:
-                            per_group[(decoded.topic, decoded.partition)] = decoded.value
-                    elif isinstance(decoded, GroupRecord):
-                        metas[decoded.group] = decoded.value
-            if last <= position:
-                break
-            position = last
-            await asyncio.sleep(0)  # let requests for other partitions through
+        async for header, records in read_partition(part):
+            if header.is_control:
+                done = pending.pop(header.producer_id, {})
+                if records and control_type_of(records[0]) == COMMIT_MARKER:
+                    for gid, entries in done.items():
+                        for key, value in entries.items():
+                            if value is None:
+                                offsets.setdefault(gid, {}).pop(key, None)
+                            else:
+                                offsets.setdefault(gid, {})[key] = value
+                continue
+            txn = pending.setdefault(header.producer_id, {}) if header.is_transactional else None
+            for rec in records:
+                decoded = decode_record(rec.key, rec.value)
+                if txn is not None and isinstance(decoded, OffsetRecord):
+                    txn.setdefault(decoded.group, {})[(decoded.topic, decoded.partition)] = decoded.value
+                elif isinstance(decoded, OffsetRecord):
+                    per_group = offsets.setdefault(decoded.group, {})
+                    if decoded.value is None:
+                        per_group.pop((decoded.topic, decoded.partition), None)
+                    else:
+                        per_group[(decoded.topic, decoded.partition)] = decoded.value
+                elif isinstance(decoded, GroupRecord):
+                    metas[decoded.group] = decoded.value
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
@@ -1030,6 +987,51 @@ class GroupCoordinator:
 
 
 COMMIT_MARKER = 1
+
+
+async def cancel_tasks(tasks: list[asyncio.Task]) -> None:
+    """Cancels a coordinator's background tasks and waits for them to end."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except (asyncio.CancelledError, Exception):
+            pass
+
+
+async def load_each(partitions: list[int], load: Any, loading: set[int], topic: str) -> None:
+    """Loads an internal topic's partitions one after the other; each leaves `loading` when
+    done (a failure is logged: its ids are then unknown, not stuck in COORDINATOR_LOAD_IN_PROGRESS)."""
+    for p in partitions:
+        try:
+            await load(p)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed", topic, p)
+        finally:
+            loading.discard(p)
+
+
+async def read_partition(part: Any) -> Any:
+    """(header, records at or after the log start) of every batch of a partition, read from
+    its files in 1 MiB pieces, yielding to the loop between pieces (loading an internal topic)."""
+    reader = part.log.reader
+    position = part.log_start_offset
+    end = part.log_end_offset
+    while position < end:
+        res = reader.read(position, _LOAD_CHUNK_BYTES, upper_bound_offset=end)
+        if res.region is None:
+            break
+        last = position
+        for header, records in iter_record_batches(res.region.read()):
+            last = header.next_offset
+            yield header, [r for r in records if r.offset >= position]
+        if last <= position:
+            break
+        position = last
+        await asyncio.sleep(0)  # let requests for other partitions through
 
 
 def control_type_of(record: Any) -> int:

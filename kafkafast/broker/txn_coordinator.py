@@ -42,11 +42,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkafast import clock
-from kafkafast.broker.group_coordinator import OFFSETS_TOPIC, java_string_hash
+from kafkafast.broker.group_coordinator import (
+    OFFSETS_TOPIC,
+    cancel_tasks,
+    java_string_hash,
+    load_each,
+    read_partition,
+)
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import TransactionLogKey, TransactionLogValue
 from kafkafast.protocol.primitives import Reader, Writer
-from kafkafast.records import BatchBuilder, iter_record_batches
+from kafkafast.records import BatchBuilder
 from kafkafast.storage import txn_index
 
 log = logging.getLogger("kafkafast.transactions")
@@ -57,7 +63,6 @@ MAX_EPOCH = 32767
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
 STATE_NAMES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
                "PrepareEpochFence")
-_LOAD_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -146,13 +151,7 @@ class TransactionCoordinator:
 
     async def stop(self) -> None:
         self._stopped = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_tasks(self._tasks)
 
     # -- placement ---------------------------------------------------------------------------
     def num_partitions(self) -> int:
@@ -433,15 +432,7 @@ class TransactionCoordinator:
 
     # -- loading -----------------------------------------------------------------------------
     async def _load_partitions(self, partitions: list[int]) -> None:
-        for p in partitions:
-            try:
-                await self._load_partition(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading %s-%d failed", TXN_TOPIC, p)
-            finally:
-                self.loading.discard(p)
+        await load_each(partitions, self._load_partition, self.loading, TXN_TOPIC)
         for m in list(self.txns.values()):  # decisions whose markers were not all written
             if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
                 await self._complete(m)
@@ -451,29 +442,13 @@ class TransactionCoordinator:
         if part is None:
             return
         found: dict[str, TxnMetadata | None] = {}
-        reader = part.log.reader
-        position = part.log_start_offset
-        end = part.log_end_offset
-        while position < end:
-            res = reader.read(position, _LOAD_CHUNK_BYTES, upper_bound_offset=end)
-            if res.region is None:
-                break
-            data = res.region.read()
-            last = position
-            for header, records in iter_record_batches(data):
-                last = header.next_offset
-                if header.is_control:
-                    continue
-                for rec in records:
-                    if rec.offset < position:
-                        continue
-                    decoded = decode_txn_record(rec.key, rec.value)
-                    if decoded is not None:
-                        found[decoded[0]] = decoded[1]
-            if last <= position:
-                break
-            position = last
-            await asyncio.sleep(0)
+        async for header, records in read_partition(part):
+            if header.is_control:
+                continue
+            for rec in records:
+                decoded = decode_txn_record(rec.key, rec.value)
+                if decoded is not None:
+                    found[decoded[0]] = decoded[1]
         for tid, m in found.items():
             if m is None:
                 self.txns.pop(tid, None)

@@ -4,8 +4,7 @@ and makes them the group's committed offsets when the COMMIT marker arrives ther
 ABORT drops them). KIP-447 (v3): a member id and a generation >= 0 are checked against
 the group (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID). Forwarded whole to
 the worker that owns the group, like the other group APIs."""
-from kafkafast.broker.group_coordinator import OffsetCommitEntry
-from kafkafast.broker.handlers.offset_commit import partition_known
+from kafkafast.broker.handlers.offset_commit import commit_entries
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from kafkafast.protocol import errors as E
@@ -17,21 +16,9 @@ R = TxnOffsetCommitResponse
 
 @handles(TxnOffsetCommitRequest, 0, 3)
 async def handle(broker, ctx, req: TxnOffsetCommitRequest, version: int) -> TxnOffsetCommitResponse:
-    errors: dict[tuple[str, int], int] = {}
-    entries = []
     first = (denied(broker, ctx, acl.WRITE, acl.TRANSACTIONAL_ID, req.transactional_id)
              or denied(broker, ctx, acl.READ, acl.GROUP, req.group_id))
-    for t in req.topics:
-        for p in t.partitions:
-            refused = first or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
-            if refused:
-                errors[(t.name, p.partition_index)] = refused
-            elif not partition_known(broker, t.name, p.partition_index):
-                errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
-                                                 p.committed_leader_epoch if version >= 2 else -1,
-                                                 p.committed_metadata))
+    errors, entries = commit_entries(broker, ctx, req.topics, first, with_leader_epoch=version >= 2)
     if entries:
         result = broker.group_coordinator.txn_commit_offsets(
             req.group_id, req.producer_id, req.producer_epoch, req.member_id if version >= 3 else "",
