@@ -332,3 +332,36 @@ def test_coordinator_apis_at_the_protocol_level(txn_broker):
                                        committed=True), 3)
         assert end.error_code == 0
         assert describe_txn(txn_broker.port, "raw").transaction_state == "CompleteCommit"
+
+
+def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
+    """transaction.timeout.ms and transactional.id.expiration.ms read kafkafast/clock.py: on a
+    manual clock nothing expires until the test moves the time."""
+    from confluent_kafka import Producer
+
+    b = KafkaTestBroker(tmp_path / "b", manual_clock=True, settings={
+        "num.partitions": "1", "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "1000",
+        "transactional.id.expiration.ms": "600000"})
+    b.start()
+    try:
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "transactional.id": "clocked",
+                      "transaction.timeout.ms": 60000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("clocked-out", value=b"v", partition=0)
+        p.flush(30)
+        time.sleep(1.5)  # real time passes, the broker's does not
+        assert describe_txn(b.port, "clocked").transaction_state == "Ongoing"
+        b.clock.advance(seconds=62)
+        deadline = time.monotonic() + 20
+        while describe_txn(b.port, "clocked").transaction_state != "CompleteAbort":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        b.clock.advance(minutes=11)  # idle past transactional.id.expiration.ms: the id is removed
+        while describe_txn(b.port, "clocked").error_code != 105:  # TRANSACTIONAL_ID_NOT_FOUND
+            assert time.monotonic() < deadline + 20
+            time.sleep(0.05)
+    finally:
+        b.kill()
