@@ -310,6 +310,8 @@ class Log:
         st.active_committed_size = seg.size
         st.log_end_offset = next_offset
         self.log_end_offset = next_offset
+        # Published unbounded by the HW (the replica manager owns that): readers take the min.
+        st.last_stable_offset = self.last_stable_offset(next_offset)
         if seg.max_timestamp > st.max_timestamp:
             st.max_timestamp_offset = seg.offset_of_max_timestamp
             st.max_timestamp = seg.max_timestamp

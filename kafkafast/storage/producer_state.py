@@ -99,11 +99,12 @@ class ProducerStateManager:
             int64 timestamp
     """
 
-    __slots__ = ("dir", "producers")
+    __slots__ = ("dir", "producers", "_open")
 
     def __init__(self, dir: str) -> None:
         self.dir = dir
         self.producers: dict[int, ProducerEntry] = {}
+        self._open: set[int] = set()  # producers with an open transaction (each append asks for the LSO)
 
     # -- leader appends ----------------------------------------------------------------
 
@@ -162,6 +163,7 @@ class ProducerStateManager:
             entry.batches.clear()
         if h.is_transactional and not h.is_control and entry.txn_first_offset < 0:
             entry.txn_first_offset = h.base_offset
+            self._open.add(pid)
         if h.base_sequence >= 0 and not h.is_control:
             batches = entry.batches
             batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, timestamp))
@@ -177,12 +179,14 @@ class ProducerStateManager:
         if entry is None:
             return -1
         first, entry.txn_first_offset = entry.txn_first_offset, -1
+        self._open.discard(producer_id)
         return first
 
     def first_unstable_offset(self) -> int:
         """The smallest first offset of an ongoing transaction, -1 when none is open."""
-        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
-        return min(firsts) if firsts else -1
+        if not self._open:
+            return -1
+        return min(self.producers[pid].txn_first_offset for pid in self._open)
 
     def ongoing(self) -> dict[int, int]:
         """producer id -> first offset of each open transaction."""
@@ -199,6 +203,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self._open.clear()
 
     # -- snapshots ---------------------------------------------------------------------
 
@@ -240,6 +245,7 @@ class ProducerStateManager:
         """Load the newest readable snapshot at or below `max_offset`; its offset, or None
         (state cleared). Snapshots above `max_offset` and unreadable ones are deleted."""
         self.producers.clear()
+        self._open.clear()
         for name in os.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
                 os.unlink(os.path.join(self.dir, name))
@@ -284,4 +290,5 @@ class ProducerStateManager:
         if pos != len(body):
             return False
         self.producers = producers
+        self._open = {pid for pid, e in producers.items() if e.txn_first_offset >= 0}
         return True
