@@ -131,6 +131,7 @@ def test_kafkafast_client_consume_transform_produce(txn_broker):
             assert got == [b"out-%05d" % i for i in range(count)]
 
 
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
 def test_zombie_is_fenced_and_its_writes_never_visible(txn_broker):
     from confluent_kafka import KafkaException, Producer
 
@@ -328,6 +329,26 @@ def test_coordinator_apis_at_the_protocol_level(txn_broker):
         state = producers.topics[0].partitions[0].active_producers
         assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.current_txn_start_offset) for s in state] == [
             (pid, epoch, 0, 0)]
+        # KIP-447: offsets from a member the group does not know, or of another generation, are refused.
+        from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest
+        from kafkafast.protocol._generated.txn_offset_commit import TxnOffsetCommitRequest
+
+        OT = OffsetCommitRequest.OffsetCommitRequestTopic
+        rc.request(OffsetCommitRequest(group_id="raw-group", generation_id_or_member_epoch=-1, member_id="",
+                                       topics=[OT(name="raw-txn", partitions=[
+                                           OT.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]),
+                   8)
+        TT = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+
+        def txn_commit(member: str, generation: int) -> int:
+            resp = rc.request(TxnOffsetCommitRequest(
+                transactional_id="raw", group_id="raw-group", producer_id=pid, producer_epoch=epoch,
+                generation_id=generation, member_id=member, topics=[TT(name="raw-txn", partitions=[
+                    TT.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]), 3)
+            return resp.topics[0].partitions[0].error_code
+
+        assert txn_commit("stranger", -1) == EC.UNKNOWN_MEMBER_ID
+        assert txn_commit("", 7) == EC.ILLEGAL_GENERATION
         end = rc.request(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
                                        committed=True), 3)
         assert end.error_code == 0
