@@ -154,6 +154,13 @@ def test_zombie_is_fenced_and_its_writes_never_visible(txn_broker):
     new.commit_transaction(30)
     assert [v for _, v in read_all(bs, "zombie-out", "read_committed", 1)] == [b"new-1"]
     assert b"old-2" not in [v for _, v in read_all(bs, "zombie-out", "read_uncommitted", 2)]
+    from kafkafast.protocol._generated.list_transactions import ListTransactionsRequest
+
+    for _ in range(4):  # with workers, whichever worker a connection lands on asks them all
+        with RawClient(txn_broker.port) as rc:
+            listed = rc.request(ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 0)
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("zombie", "CompleteCommit")]
 
 
 def test_timed_out_transaction_is_aborted_and_the_lso_moves_on(txn_broker):
