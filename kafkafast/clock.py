@@ -14,7 +14,8 @@ milliseconds, on the event loop, so callbacks run where loop timers would.
 What reads this clock: record append time and segment roll by time (`segment.ms`),
 retention by time and the retention check interval, time-based flushes, producer-id
 expiry, and in the group coordinator: session timeouts, rebalance and initial-delay
-timers, offsets retention and its check interval. What does not: waits that belong to the
+timers, offsets retention and its check interval; in the transaction coordinator: transaction
+timeouts, their cleanup interval and transactional-id expiry. What does not: waits that belong to the
 network (fetch `max.wait.ms`, produce `timeout.ms`, delays injected by a test), which stay
 on real time so that clients never hang on a clock that a test has stopped.
 """

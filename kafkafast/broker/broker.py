@@ -103,6 +103,7 @@ class Broker:
 
         self.handlers = served_handlers(load_handlers(), config.get(PROFILE_PROPERTY))
         self.group_coordinator: Any = None  # set by the groups layer when present
+        self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
@@ -170,6 +171,12 @@ class Broker:
             self._attach_group_coordinator()
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
+        if self.txn_coordinator is None and self.group_coordinator is not None and getattr(self, "cluster", None) is None:
+            from kafkafast.broker.txn_coordinator import TransactionCoordinator
+
+            self.txn_coordinator = TransactionCoordinator(self)
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
         if self.test_control is not None:
             self.test_control.start()
@@ -190,6 +197,8 @@ class Broker:
                 await self._periodic_task
             except asyncio.CancelledError:
                 pass
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
         for p in self.partitions.values():
@@ -335,16 +344,17 @@ class Broker:
         return part
 
     # -- data path ----------------------------------------------------------------------
-    def append(self, part: Partition, records: bytearray | memoryview) -> Any:
-        """Appends a validated-on-the-way record set; advances the high watermark.
+    def append(self, part: Partition, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
+        """Appends a validated-on-the-way record set; advances the high watermark and the last
+        stable offset. Control batches only from the marker writer (`allow_control`).
         KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
         try:
-            result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+            result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         except OSError as exc:
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         st = part.log.state
         st.high_watermark = st.log_end_offset
-        st.last_stable_offset = st.log_end_offset
+        st.last_stable_offset = part.log.last_stable_offset(st.high_watermark)
         part.wake()
         self.on_append(part)
         return result

@@ -138,6 +138,9 @@ class GroupCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
+        # Offsets committed in open transactions (TxnOffsetCommit), applied on the COMMIT marker:
+        # producer id -> group -> (topic, partition) -> offset
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -151,13 +154,7 @@ class GroupCoordinator:
 
     async def stop(self) -> None:
         self._stopped = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_tasks(self._tasks)
         for group in self.groups.values():
             self._cancel_group_timers(group)
             for m in group.members.values():
@@ -623,18 +620,9 @@ class GroupCoordinator:
                        ) -> dict[tuple[str, int], int]:
         """Error per (topic, partition); the valid ones are written to `__consumer_offsets`."""
         keys = [(e.topic, e.partition) for e in entries]
-        err = self.status(group_id, "offset_commit")
+        group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "offset_commit")
         if err:
             return dict.fromkeys(keys, err)
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation >= 0:
-                return dict.fromkeys(keys, EC.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
-        if group.is_(DEAD):
-            return dict.fromkeys(keys, EC.COORDINATOR_NOT_AVAILABLE)
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return dict.fromkeys(keys, EC.FENCED_INSTANCE_ID)
         if not (generation < 0 and group.is_(EMPTY)):
             member = group.members.get(member_id)
             if member is None:
@@ -646,8 +634,28 @@ class GroupCoordinator:
             self._schedule_heartbeat(group, member)
         return self._store_offsets(group, entries, retention_ms)
 
-    def _store_offsets(self, group: Group, entries: list[OffsetCommitEntry], retention_ms: int
-                       ) -> dict[tuple[str, int], int]:
+    def _group_for_commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
+                          api: str) -> tuple[Any, int]:
+        """(group, 0) or (None, error): the checks OffsetCommit and TxnOffsetCommit share; an
+        unknown group is created for a commit without generation."""
+        err = self.status(group_id, api)
+        if err:
+            return None, err
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return None, EC.ILLEGAL_GENERATION
+            group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
+        if group.is_(DEAD):
+            return None, EC.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(member_id, group_instance_id):
+            return None, EC.FENCED_INSTANCE_ID
+        return group, NONE
+
+    def _store_offsets(self, group: Group, entries: list[OffsetCommitEntry], retention_ms: int,
+                       producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+        """Writes the offsets; they become the group's at once, or (`producer`: a transaction's
+        id and epoch) when its COMMIT marker arrives."""
         result: dict[tuple[str, int], int] = {}
         ts = now_ms()
         expire = ts + retention_ms if retention_ms >= 0 else -1
@@ -662,12 +670,46 @@ class GroupCoordinator:
             accepted[(e.topic, e.partition)] = c
             records.append((offset_key(group.group_id, e.topic, e.partition), offset_value(c)))
         if records:
-            error = self._append(group.group_id, records, ts)
-            for key, c in accepted.items():
+            error = self._append(group.group_id, records, ts, producer=producer)
+            for key in accepted:
                 result[key] = error
-                if not error:
-                    group.offsets[key] = c
+            if not error:
+                if producer is None:
+                    group.offsets.update(accepted)
+                else:
+                    self.pending_txn.setdefault(producer[0], {}).setdefault(group.group_id, {}).update(accepted)
         return result
+
+    # -- TxnOffsetCommit (KIP-98, KIP-447) ---------------------------------------------------
+    def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                           group_instance_id: str | None, generation: int, entries: list[OffsetCommitEntry],
+                           ) -> dict[tuple[str, int], int]:
+        """Offsets written to `__consumer_offsets` in the producer's transaction (a transactional
+        batch); they become the committed offsets only when the COMMIT marker reaches that
+        partition (`complete_txn`). Group fencing as Kafka's `doTxnCommitOffsets`: a member
+        id (not "") must be in the group, a generation >= 0 must be the group's."""
+        keys = [(e.topic, e.partition) for e in entries]
+        group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "txn_offset_commit")
+        if not err and member_id and member_id not in group.members:
+            err = EC.UNKNOWN_MEMBER_ID
+        if not err and generation >= 0 and generation != group.generation:
+            err = EC.ILLEGAL_GENERATION
+        if err:
+            return dict.fromkeys(keys, err)
+        return self._store_offsets(group, entries, -1, producer=(producer_id, producer_epoch))
+
+    def complete_txn(self, partition_index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker reached `__consumer_offsets` partition `partition_index`."""
+        per_group = self.pending_txn.get(producer_id)
+        if not per_group:
+            return
+        for gid in [g for g in per_group if self.partition_for(g) == partition_index]:
+            offsets = per_group.pop(gid)
+            group = self.groups.get(gid)
+            if commit and group is not None:
+                group.offsets.update(offsets)
+        if not per_group:
+            del self.pending_txn[producer_id]
 
     # -- OffsetFetch -------------------------------------------------------------------------
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
@@ -815,13 +857,15 @@ class GroupCoordinator:
         return removed
 
     # -- persistence -------------------------------------------------------------------------
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int) -> int:
-        """Write records to the group's partition; an error code (0 on success) as Kafka maps
-        storage errors for the group APIs."""
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int,
+                producer: tuple[int, int] | None = None) -> int:
+        """Write records to the group's partition (in a transaction when `producer` is its id
+        and epoch); an error code (0 on success) as Kafka maps storage errors for the group APIs."""
         part = self._offsets_partition(self.partition_for(group_id))
         if part is None:
             return EC.COORDINATOR_NOT_AVAILABLE
-        builder = BatchBuilder()
+        builder = (BatchBuilder(producer_id=producer[0], producer_epoch=producer[1], is_transactional=True)
+                   if producer else BatchBuilder())
         for key, value in records:
             builder.append(timestamp, key, value)
         try:
@@ -832,6 +876,8 @@ class GroupCoordinator:
             return EC.NOT_COORDINATOR
         except (E.MessageTooLargeError, E.RecordListTooLargeError):
             return EC.INVALID_COMMIT_OFFSET_SIZE
+        except E.InvalidProducerEpochError:  # a newer epoch of the producer wrote here already
+            return EC.PRODUCER_FENCED
         except Exception:
             log.exception("group %s: writing to %s failed", group_id, OFFSETS_TOPIC)
             return EC.UNKNOWN_SERVER_ERROR
@@ -868,15 +914,7 @@ class GroupCoordinator:
                 m.join_future = m.sync_future = None
 
     async def _load_partitions(self, partitions: list[int]) -> None:
-        for p in partitions:
-            try:
-                await self._load_partition(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loading %s-%d failed", OFFSETS_TOPIC, p)
-            finally:
-                self.loading.discard(p)
+        await load_each(partitions, self._load_partition, self.loading, OFFSETS_TOPIC)
 
     async def _load_partition(self, index: int) -> None:
         part = self._offsets_partition(index)
@@ -884,35 +922,35 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
-        reader = part.log.reader
-        position = part.log_start_offset
-        end = part.log_end_offset
-        while position < end:
-            res = reader.read(position, _LOAD_CHUNK_BYTES, upper_bound_offset=end)
-            if res.region is None:
-                break
-            data = res.region.read()
-            last = position
-            for header, records in iter_record_batches(data):
-                last = header.next_offset
-                if getattr(header, "is_control", False):
-                    continue
-                for rec in records:
-                    if rec.offset < position:
-                        continue
-                    decoded = decode_record(rec.key, rec.value)
-                    if isinstance(decoded, OffsetRecord):
-                        per_group = offsets.setdefault(decoded.group, {})
-                        if decoded.value is None:
-                            per_group.pop((decoded.topic, decoded.partition), None)
-                        else:
-                            per_group[(decoded.topic, decoded.partition)] = decoded.value
-                    elif isinstance(decoded, GroupRecord):
-                        metas[decoded.group] = decoded.value
-            if last <= position:
-                break
-            position = last
-            await asyncio.sleep(0)  # let requests for other partitions through
+        pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
+        async for header, records in read_partition(part):
+            if header.is_control:
+                done = pending.pop(header.producer_id, {})
+                if records and control_type_of(records[0]) == COMMIT_MARKER:
+                    for gid, entries in done.items():
+                        for key, value in entries.items():
+                            if value is None:
+                                offsets.setdefault(gid, {}).pop(key, None)
+                            else:
+                                offsets.setdefault(gid, {})[key] = value
+                continue
+            txn = pending.setdefault(header.producer_id, {}) if header.is_transactional else None
+            for rec in records:
+                decoded = decode_record(rec.key, rec.value)
+                if txn is not None and isinstance(decoded, OffsetRecord):
+                    txn.setdefault(decoded.group, {})[(decoded.topic, decoded.partition)] = decoded.value
+                elif isinstance(decoded, OffsetRecord):
+                    per_group = offsets.setdefault(decoded.group, {})
+                    if decoded.value is None:
+                        per_group.pop((decoded.topic, decoded.partition), None)
+                    else:
+                        per_group[(decoded.topic, decoded.partition)] = decoded.value
+                elif isinstance(decoded, GroupRecord):
+                    metas[decoded.group] = decoded.value
+        for pid, groups in pending.items():  # still open: applied when their marker comes
+            for gid, entries in groups.items():
+                self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
+                    {k: v for k, v in entries.items() if v is not None})
         loaded = 0
         for gid in set(offsets) | set(metas):
             value = metas.get(gid)
@@ -946,6 +984,62 @@ class GroupCoordinator:
             if group.state_timestamp < 0:
                 group.state_timestamp = now_ms()
         return group
+
+
+COMMIT_MARKER = 1
+
+
+async def cancel_tasks(tasks: list[asyncio.Task]) -> None:
+    """Cancels a coordinator's background tasks and waits for them to end."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except (asyncio.CancelledError, Exception):
+            pass
+
+
+async def load_each(partitions: list[int], load: Any, loading: set[int], topic: str) -> None:
+    """Loads an internal topic's partitions one after the other; each leaves `loading` when
+    done (a failure is logged: its ids are then unknown, not stuck in COORDINATOR_LOAD_IN_PROGRESS)."""
+    for p in partitions:
+        try:
+            await load(p)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed", topic, p)
+        finally:
+            loading.discard(p)
+
+
+async def read_partition(part: Any) -> Any:
+    """(header, records at or after the log start) of every batch of a partition, read from
+    its files in 1 MiB pieces, yielding to the loop between pieces (loading an internal topic)."""
+    reader = part.log.reader
+    position = part.log_start_offset
+    end = part.log_end_offset
+    while position < end:
+        res = reader.read(position, _LOAD_CHUNK_BYTES, upper_bound_offset=end)
+        if res.region is None:
+            break
+        last = position
+        for header, records in iter_record_batches(res.region.read()):
+            last = header.next_offset
+            yield header, [r for r in records if r.offset >= position]
+        if last <= position:
+            break
+        position = last
+        await asyncio.sleep(0)  # let requests for other partitions through
+
+
+def control_type_of(record: Any) -> int:
+    """The marker type of a control record (key: int16 version, int16 type); -1 if unreadable."""
+    key = record.key
+    if key is None or len(key) < 4:
+        return -1
+    return int.from_bytes(bytes(key[2:4]), "big", signed=True)
 
 
 def _resolve(fut: asyncio.Future | None, result: Any) -> None:

@@ -99,6 +99,7 @@ class RecordAccumulator:
         self.compression = compression
         self.buffer_memory = buffer_memory
         self.idempotent = idempotent
+        self.transactional = False  # batches carry the transactional attribute (a transactional producer)
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.producer_id = -1
         self.producer_epoch = -1
@@ -133,7 +134,8 @@ class RecordAccumulator:
         if self.used + self.batch_size > self.buffer_memory and self.used > 0:
             return None
         spare = self.spare_builders
-        builder = spare.pop() if spare else BatchBuilder(self.compression, max_size=self.batch_size)
+        builder = spare.pop() if spare else BatchBuilder(self.compression, max_size=self.batch_size,
+                                                         is_transactional=self.transactional)
         builder.append(timestamp, key, value, headers)
         reserved = max(self.batch_size, builder.estimated_size)
         batch = ProducerBatch(tp, builder, self.loop.create_future(), reserved)

@@ -54,10 +54,10 @@ DEFAULT_MAX_RECORDS = 10_000
 
 
 def decode_fetched_arrow(columns: Any, buf: bytes | memoryview | None, start: int, end: int | None = None, *,
-                         skip_batch: Callable[[BatchHeader], bool] | None = None) -> int:
+                         skip_batch: Callable[[BatchHeader], bool] | None = None, aborted: list | None = None) -> int:
     """Adds the records of a fetched record set with offsets in [start, end) to `columns`
     (an ArrowColumns); returns the offset to fetch next. The walk (CRC checks, control
-    batches and `skip_batch`, partial last batch) is `records.walk_fetched`; a malformed
+    batches, aborted transactions and `skip_batch`, partial last batch) is `records.walk_fetched`; a malformed
     record raises CorruptMessageError."""
     stop = -1 if end is None else end
 
@@ -70,7 +70,7 @@ def decode_fetched_arrow(columns: Any, buf: bytes | memoryview | None, start: in
             if start <= r.offset and (end is None or r.offset < end):
                 columns.add_record(r.offset, r.timestamp, header.timestamp_type, r.key, r.value, r.headers)
 
-    return walk_fetched(buf, start, end, batch, legacy, skip_batch=skip_batch)
+    return walk_fetched(buf, start, end, batch, legacy, skip_batch=skip_batch, aborted=aborted)
 
 
 def _binary(type_: pa.DataType, n: int, nulls: int, offsets: Any, data: Any, valid: Any) -> pa.Array:

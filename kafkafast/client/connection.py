@@ -43,6 +43,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     19: (0, 7),   # CreateTopics
     20: (0, 6),   # DeleteTopics
     22: (0, 5),   # InitProducerId
+    24: (0, 3),   # AddPartitionsToTxn (v4+ is the brokers' batched form)
+    25: (0, 4),   # AddOffsetsToTxn
+    26: (0, 4),   # EndTxn
+    28: (0, 4),   # TxnOffsetCommit
     32: (0, 4),   # DescribeConfigs
     37: (0, 3),   # CreatePartitions
 }

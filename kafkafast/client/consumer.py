@@ -539,6 +539,8 @@ class AIOConsumer:
                 return
             todo: list[tuple[TopicPartition, _PartitionState, int, Any]] = []
             reset: list[TopicPartition] = []
+            aborted: dict[TopicPartition, list] = {}  # READ_COMMITTED: the aborted transactions per partition
+            aborted_of = aborted.get
             for t in resp.responses:
                 topic = t.topic
                 for p in t.partitions:
@@ -561,13 +563,15 @@ class AIOConsumer:
                     if next_offset > start:
                         st.fetch_offset = next_offset
                         todo.append((tp, st, start, p.records))
+                        if p.aborted_transactions:
+                            aborted[tp] = p.aborted_transactions
             if todo:
                 self._send_fetches()
             got = False
             for tp, st, start, data in todo:
                 records: list[ConsumerRecord] = []
                 try:
-                    decode_fetched(data, tp.topic, tp.partition, start, out=records)
+                    decode_fetched(data, tp.topic, tp.partition, start, out=records, aborted=aborted_of(tp))
                 except CorruptMessageError as exc:
                     # Keep the records before the bad data, and stay at it (an answer already
                     # asked for beyond it is dropped: its offset no longer matches) until the

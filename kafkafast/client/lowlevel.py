@@ -136,11 +136,11 @@ def fetch_request(
 
 
 async def _fetch_loop(
-    cluster: Cluster, topic: str, partition: int, start: int, end: int, decode: Callable[[Any, int], tuple[T, int]], *,
+    cluster: Cluster, topic: str, partition: int, start: int, end: int, decode: Callable[[Any, int, Any], tuple[T, int]], *,
     max_bytes: int, max_wait_ms: int, isolation_level: int, timeout_ms: int | None,
 ) -> AsyncIterator[T]:
     """Fetches [start, end) of one partition from its leader; each fetched record set goes
-    to `decode(record_set, offset)` -> (result, next offset), and each truthy result is
+    to `decode(record_set, offset, aborted transactions or None)` -> (result, next offset), and each truthy result is
     yielded. Retries, waiting for offsets not written yet and the timeout are shared by
     every way of decoding."""
     offset = start
@@ -175,7 +175,8 @@ async def _fetch_loop(
             await cluster.refresh_metadata()
             continue
         failures = 0
-        result, next_offset = decode(pdata.records, offset)
+        aborted = pdata.aborted_transactions if isolation_level else None  # READ_COMMITTED
+        result, next_offset = decode(pdata.records, offset, aborted)
         if next_offset <= offset and pdata.records and len(pdata.records) >= max_bytes:
             max_bytes *= 2  # one batch larger than max_bytes (pre-KIP-74 brokers)
             continue
@@ -199,8 +200,8 @@ async def fetch_range_with(
     timeout_ms: int | None = 60000,
 ) -> AsyncIterator[list[ConsumerRecord]]:
     """`fetch_range` on an open `Cluster`."""
-    def decode(buf: Any, offset: int) -> tuple[list[ConsumerRecord], int]:
-        return decode_fetched(buf, topic, partition, offset, end)
+    def decode(buf: Any, offset: int, aborted: Any) -> tuple[list[ConsumerRecord], int]:
+        return decode_fetched(buf, topic, partition, offset, end, aborted=aborted)
     async for records in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
                                      max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):
         yield records
@@ -216,8 +217,8 @@ async def fetch_arrow_with(
 
     columns = arrow.ArrowColumns(include_headers)
 
-    def decode(buf: Any, offset: int) -> tuple[bool, int]:
-        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end)
+    def decode(buf: Any, offset: int, aborted: Any) -> tuple[bool, int]:
+        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end, aborted=aborted)
         return arrow.columns_full(columns, max_records), next_offset
     async for _ in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
                                max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):

@@ -134,8 +134,14 @@ class AIOProducer:
         partitioner: str | PartitionFn = "default",
         metadata_max_age_ms: int = 300000,
         allow_auto_create_topics: bool = True,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
     ) -> None:
         self.acks = -1 if acks in ("all", -1, "-1") else int(acks)
+        if transactional_id is not None:
+            if enable_idempotence is False or self.acks != -1:
+                raise ValueError("a transactional producer is idempotent: acks=all, enable_idempotence not False")
+            enable_idempotence = True
         if self.acks not in (-1, 0, 1):
             raise ValueError(f"acks must be 0, 1 or all, not {acks!r}")
         if compression_type not in CODECS:
@@ -175,6 +181,10 @@ class AIOProducer:
         self._num_partitions: dict[str, int] = {}
         self._tps: dict[str, list[TopicPartition]] = {}
         self._unyielded = 0  # payload bytes appended by send() since it last yielded to the loop
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.txn: Any = None  # kafkafast.client.transactions.TransactionManager of a transactional producer
+        self._txn_failures: list[BaseException] = []
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -189,7 +199,12 @@ class AIOProducer:
                                      idempotent=self.idempotent, retry_backoff_ms=self.retry_backoff_ms)
         self.acc.wakeup = self.wakeup
         self.cluster.on_update.append(self._on_metadata)
-        if self.idempotent:
+        if self.transactional_id is not None:
+            from kafkafast.client.transactions import TransactionManager
+
+            self.acc.transactional = True
+            self.txn = TransactionManager(self, self.transactional_id, self.transaction_timeout_ms)
+        elif self.idempotent:
             await self._init_producer_id()
         self._sender = self.loop.create_task(self._run())
         return self
@@ -219,6 +234,47 @@ class AIOProducer:
                 raise err("InitProducerId")
             await asyncio.sleep(self.retry_backoff_ms / 1000.0 * (attempt + 1))
         raise for_code(resp.error_code)("InitProducerId")
+
+    # -- transactions (a transactional_id was given; see client/transactions.py) ------------
+
+    async def init_transactions(self) -> None:
+        """Gets the producer id and epoch of the transactional id (fencing older instances)."""
+        await self._txn().init()
+
+    def begin_transaction(self) -> None:
+        self._txn().begin()
+
+    async def send_offsets_to_transaction(self, offsets: dict[Any, Any], group_id: str) -> None:
+        """Commits the consumer offsets {(topic, partition): offset} with the transaction."""
+        await self._txn().send_offsets(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        await self._txn().end(True)
+
+    async def abort_transaction(self) -> None:
+        await self._txn().end(False)
+
+    def _txn(self) -> Any:
+        if self.txn is None:
+            raise KafkaError("the producer has no transactional_id")
+        return self.txn
+
+    def fail_partition(self, tp: TopicPartition, exc: BaseException) -> None:
+        """Fails every buffered batch of `tp` (its partition could not join the transaction)."""
+        acc = self.acc
+        assert acc is not None
+        with acc.lock:
+            q = acc.queues.get(tp)
+            batches = list(q) if q else []
+            if q:
+                q.clear()
+        for b in batches:
+            acc.complete(b, None, exc)
+        self._txn_failures.append(exc)
+
+    def take_failures(self) -> list[BaseException]:
+        out, self._txn_failures = self._txn_failures, []
+        return out
 
     async def flush(self, timeout: float | None = None) -> None:
         """Sends everything buffered now (ignoring linger) and waits until it is acknowledged."""
@@ -309,6 +365,9 @@ class AIOProducer:
             raise KafkaError("producer is closed")
         if self._fatal is not None:
             raise self._fatal
+        txn = self.txn
+        if txn is not None and not txn.in_transaction:
+            raise KafkaError("a transactional producer sends only within begin_transaction()")
         if partition is None:
             partition = self.partitioner(topic, key, num_partitions)
         elif not 0 <= partition < num_partitions:
@@ -320,6 +379,8 @@ class AIOProducer:
         acc = self.acc
         assert acc is not None
         tp = tps[partition]
+        if txn is not None:
+            txn.on_append(tp)
         if headers is None:
             headers = ()
         lock = acc.lock if acc.threaded else None
@@ -414,6 +475,8 @@ class AIOProducer:
                 ready, next_check, unknown = acc.ready(cluster.leader_for, now, self._can_send)
                 if unknown or self._refresh_wanted:
                     self._refresh_soon()
+                if self.txn is not None:  # partitions not in the transaction yet wait for AddPartitionsToTxn
+                    ready = {node: [tp for tp in tps if self.txn.may_send(tp)] for node, tps in ready.items()}
                 for node, tps in ready.items():
                     conn = cluster.connection_if_open(node)
                     if conn is None:
@@ -484,7 +547,7 @@ class AIOProducer:
             if td is None:
                 td = topics[b.tp.topic] = TD(name=b.tp.topic, partition_data=[])
             td.partition_data.append(PD(index=b.tp.partition, records=b.payload))
-        req = gen.ProduceRequest(transactional_id=None, acks=self.acks, timeout_ms=self.request_timeout_ms,
+        req = gen.ProduceRequest(transactional_id=self.transactional_id, acks=self.acks, timeout_ms=self.request_timeout_ms,
                                  topic_data=list(topics.values()))
         acc = self.acc
         assert acc is not None
@@ -542,6 +605,8 @@ class AIOProducer:
                 acc.requeue(b)
             else:
                 acc.complete(b, None, exc)
+                if self.txn is not None:
+                    self._txn_failures.append(exc)
         self.wakeup()
 
 

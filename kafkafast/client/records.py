@@ -64,7 +64,7 @@ def walk_fetched(
     buf: bytes | memoryview | None, start: int, end: int | None,
     on_batch: Callable[[BatchHeader, bytes | memoryview], object],
     on_legacy: Callable[[LegacyHeader, list[Record]], object], *,
-    skip_batch: Callable[[BatchHeader], bool] | None = None, where: str = "",
+    skip_batch: Callable[[BatchHeader], bool] | None = None, where: str = "", aborted: list | None = None,
 ) -> int:
     """Walks a fetched record set and returns the offset to fetch next (past skipped
     control batches, and past the last complete batch); stops once that reaches `end`.
@@ -75,11 +75,18 @@ def walk_fetched(
     `skip_batch(header)` says so (the hook for aborted transactions under read_committed).
     Legacy entries go to `on_legacy(header, records)`. A partial entry at the end is
     ignored (brokers truncate the last batch of a fetch response to max_bytes). `where`
-    prefixes error messages."""
+    prefixes error messages.
+
+    `aborted` (READ_COMMITTED): the fetch response's aborted transactions (producer id,
+    first offset); a transactional batch of a producer whose aborted transaction began at
+    or before the batch is skipped, until that producer's next control batch (Kafka's
+    consumer algorithm)."""
     next_offset = start
     if not buf:
         return next_offset
     mv = memoryview(buf)
+    pending = sorted(aborted, key=lambda a: a.first_offset, reverse=True) if aborted else None
+    aborting: set[int] = set()
     for pos, size, magic in iter_entries(mv):
         if magic == 2:
             header = read_batch_header(mv, pos)
@@ -88,6 +95,14 @@ def walk_fetched(
             batch_next = header.next_offset
             if batch_next > next_offset:
                 next_offset = batch_next
+            if pending is not None:
+                while pending and pending[-1].first_offset < batch_next:
+                    aborting.add(pending.pop().producer_id)
+                if header.is_control:
+                    aborting.discard(header.producer_id)
+                    continue
+                if header.is_transactional and header.producer_id in aborting:
+                    continue
             if batch_next > start and not header.is_control and not (skip_batch is not None and skip_batch(header)):
                 payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
                 if header.compression != CODEC_NONE:
@@ -107,12 +122,12 @@ def walk_fetched(
 
 def decode_fetched(
     buf: bytes | memoryview | None, topic: str, partition: int, start: int, end: int | None = None,
-    out: list[ConsumerRecord] | None = None,
+    out: list[ConsumerRecord] | None = None, aborted: list | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records of a fetched record set with offsets in [start, end), and the offset to
     fetch next (`walk_fetched`); batches wholly before `start` are CRC-checked, not
     decoded. Records are appended to `out` when given: on CorruptMessageError it holds the
-    records before the bad data."""
+    records before the bad data. `aborted`: as for `walk_fetched` (READ_COMMITTED)."""
     records: list[ConsumerRecord] = [] if out is None else out
     stop = -1 if end is None else end
 
@@ -126,7 +141,7 @@ def decode_fetched(
                                       r.headers)
                        for r in entry if start <= r.offset and (end is None or r.offset < end))
 
-    return records, walk_fetched(buf, start, end, batch, legacy, where=f"{topic}-{partition}: ")
+    return records, walk_fetched(buf, start, end, batch, legacy, where=f"{topic}-{partition}: ", aborted=aborted)
 
 
 __all__ = ["ConsumerRecord", "RecordMetadata", "decode_fetched", "fetched_next_offset", "walk_fetched"]

@@ -109,6 +109,21 @@ class KafkaProducer:
     def partitions_for(self, topic: str) -> list[int]:
         return self._lt.run(self._p.partitions_for(topic))
 
+    def init_transactions(self) -> None:
+        self._lt.run(self._p.init_transactions())
+
+    def begin_transaction(self) -> None:
+        self._p.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_id: str) -> None:
+        self._lt.run(self._p.send_offsets_to_transaction(offsets, group_id))
+
+    def commit_transaction(self) -> None:
+        self._lt.run(self._p.commit_transaction())
+
+    def abort_transaction(self) -> None:
+        self._lt.run(self._p.abort_transaction())
+
     def flush(self, timeout: float | None = None) -> None:
         self._lt.run(self._p.flush(timeout))
 

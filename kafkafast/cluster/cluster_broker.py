@@ -198,10 +198,10 @@ class ClusterBroker(Broker):
             return None
 
     # -- data path (leader) --------------------------------------------------------------------
-    def append(self, part: Any, records: bytearray | memoryview) -> Any:
+    def append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
         if not getattr(part, "is_leader", False):
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
-        result = part.log.append(records, part.leader_epoch, now_ms=now_ms())
+        result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         part.wake()
         part.maybe_increment_hw(self.node_id)
         return result

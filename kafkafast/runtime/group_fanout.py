@@ -5,7 +5,8 @@ one group (or several with one owner) is forwarded whole (`WorkerBroker.handle_f
 These requests are split instead, each part answered by its owner (locally or over the
 forwarding link), and the answers merged in request order:
 
-- ListGroups (16): asked of every worker; the group lists are concatenated.
+- ListGroups (16), ListTransactions (66): asked of every worker; the lists are concatenated
+  (each worker coordinates the transactional ids of its `__transaction_state` partitions).
 - DescribeGroups (15), DeleteGroups (42), OffsetFetch v8+ with several groups (9): the
   groups are split by owner.
 """
@@ -19,8 +20,9 @@ from kafkafast.broker.broker import RequestContext
 from kafkafast.protocol import api
 from kafkafast.security.context import FORWARDED_PRINCIPAL, trailer_bytes
 
-LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH = 16, 15, 42, 9
-FANOUT_KEYS = frozenset({LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH})
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH, LIST_TRANSACTIONS = 16, 15, 42, 9, 66
+LISTED = {LIST_GROUPS: "groups", LIST_TRANSACTIONS: "transaction_states"}  # asked of every worker
+FANOUT_KEYS = frozenset({LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH, LIST_TRANSACTIONS})
 
 
 def _groups_of(api_key: int, req: Any) -> list:
@@ -69,11 +71,12 @@ async def maybe_fan_out(broker: Any, frame: Any) -> list | None:
         header, req = api.decode_request(frame)
     except Exception:
         return None  # the normal path answers (or closes on) a malformed request
-    if api_key == LIST_GROUPS:
+    if api_key in LISTED:
         workers = range(broker.workers)
         answers = await asyncio.gather(*(_ask(broker, w, header, req, version) for w in workers))
         merged = answers[0]
-        merged.groups = [g for a in answers for g in a.groups]
+        field = LISTED[api_key]
+        setattr(merged, field, [item for a in answers for item in getattr(a, field)])
         merged.error_code = next((a.error_code for a in answers if a.error_code), 0)
         return api.encode_response(api_key, version, correlation_id, merged)
     if api_key == OFFSET_FETCH and version < 8:

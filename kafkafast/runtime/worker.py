@@ -37,6 +37,7 @@ from typing import Any, Iterable
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition
 from kafkafast.broker.topics import TopicMeta
+from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.config import BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
@@ -55,10 +56,24 @@ from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E
 
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
               14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete"}
+# Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
+TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
+            65: "DescribeTransactions"}
 SHUTDOWN_GRACE = 6.0
 EXIT_STATE_UNWRITTEN = 3
 """Exit status of a worker that stopped cleanly but could not write all its state (a full
 disk: a producer snapshot, a checkpoint): its logs are flushed, the next start recovers."""
+
+
+def _transactional_ids(api_key: int, req: Any) -> list[str]:
+    if api_key == 65:
+        return list(req.transactional_ids or [])
+    if api_key == 24:
+        if getattr(req, "transactions", None):
+            return [t.transactional_id for t in req.transactions]
+        return [req.v3_and_below_transactional_id] if req.v3_and_below_transactional_id else []
+    tid = getattr(req, "transactional_id", None)
+    return [tid] if tid else []  # InitProducerId without one: idempotent, answered anywhere
 
 
 def _group_ids(api_key: int, req: Any) -> list[str]:
@@ -383,7 +398,36 @@ class WorkerBroker(Broker):
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+            if api_key in TXN_KEYS and self.txn_coordinator is not None:
+                owner = self._txn_owner(frame, api_key)
+                if owner is not None and owner != self.index:
+                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await super().handle_frame(frame, conn, internal=internal)
+
+    def _txn_owner(self, frame: Any, api_key: int) -> int | None:
+        try:
+            _, req = api.decode_request(frame)
+        except Exception:
+            return None
+        tids = _transactional_ids(api_key, req)
+        if not tids:
+            return None
+        self.txn_coordinator.ensure_topic()
+        owners = {self.owner_of(TXN_TOPIC, self.txn_coordinator.partition_for(t)) for t in tids}
+        return owners.pop() if len(owners) == 1 else None
+
+    async def forward_marker(self, part: Any, producer_id: int, producer_epoch: int, commit: bool,
+                             coordinator_epoch: int) -> int:
+        """A transaction marker for a partition another worker owns: WriteTxnMarkers to it."""
+        from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
+
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        req = WriteTxnMarkersRequest(markers=[M(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=part.topic, partition_indexes=[part.index])])])
+        resp = await self.forwarder.request(part.owner, req, 1)
+        return resp.markers[0].topics[0].partitions[0].error_code
 
     def _group_owner(self, frame: Any, api_key: int) -> int | None:
         try:

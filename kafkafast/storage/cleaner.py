@@ -16,8 +16,12 @@ cleaner, simplified to one cleaner thread:
   iff no later offset has its key (records without a key are kept). A tombstone (null
   value) is kept until its segment's largest timestamp is older than
   `delete.retention.ms` (so a consumer that read the key has that long to see its
-  deletion), then dropped. Control batches and transactional batches are kept as they
-  are. Cleaned segments are filled up to `segment.bytes`, so small ones merge.
+  deletion), then dropped. Transactions, as Kafka's cleaner: cleaning stops at the first
+  offset of an open transaction; records of aborted transactions (known from the
+  `.txnindex` files) are removed and never enter the offset map; an ABORT marker is removed
+  once its segment is past `delete.retention.ms`; committed transactional records are
+  compacted like any others; COMMIT markers are kept. Cleaned segments are filled up to
+  `segment.bytes`, so small ones merge.
 * **Batches.** A batch whose records all survive is copied byte for byte. Otherwise it is
   re-encoded with the records codec (`kafkafast.records`, the compiled twin when built):
   same base offset, last offset delta, partition leader epoch, attributes (codec,
@@ -104,7 +108,31 @@ class CleanStats:
     records_in: int = 0
     records_out: int = 0
     tombstones_dropped: int = 0
+    aborted_dropped: int = 0  # records of aborted transactions removed
     tombstone_due_ms: int = -1  # earliest time a retained tombstone may go; -1 none
+
+
+class _AbortedTracker:
+    """Walks the batches in offset order and says which belong to aborted transactions (the
+    consumer's algorithm over the `.txnindex` entries): a transactional batch of a producer
+    whose aborted transaction began at or before it, up to and including its ABORT marker."""
+
+    def __init__(self, aborted: list) -> None:
+        self.pending = sorted(aborted, key=lambda a: a.first_offset, reverse=True)
+        self.open: dict[int, int] = {}  # producer id -> last offset (marker) of its aborted transaction
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        while self.pending and self.pending[-1].first_offset <= header.last_offset:
+            a = self.pending.pop()
+            self.open[a.producer_id] = a.last_offset
+        if not header.attributes & ATTR_TRANSACTIONAL:
+            return False
+        end = self.open.get(header.producer_id)
+        if end is None or header.base_offset > end:
+            return False
+        if header.attributes & ATTR_CONTROL:
+            del self.open[header.producer_id]
+        return True
 
 
 class UncleanableBatchError(Exception):
@@ -125,6 +153,7 @@ class _Job:
     stats: CleanStats = field(default_factory=CleanStats)
     error: BaseException | None = None
     thread: threading.Thread | None = None
+    aborted: list = field(default_factory=list)  # the log's aborted transactions (txn_index.AbortedTxn)
 
 
 class LogCleaner:
@@ -198,8 +227,11 @@ class LogCleaner:
         segs = lg.segments
         out: list[LogSegment] = []
         lag = lg.config.min_compaction_lag_ms
+        unstable = lg.producers.first_unstable_offset()  # an open transaction's data is not cleaned yet
         for seg, nxt in zip(segs[:-1], segs[1:]):
             if lag > 0 and now - seg.largest_timestamp() < lag:
+                break
+            if 0 <= unstable < nxt.base_offset:
                 break
             out.append(seg)
         end = segs[len(out)].base_offset if len(out) < len(segs) else lg.log_end_offset
@@ -250,7 +282,7 @@ class LogCleaner:
         segs, end = self._first_uncleanable(lg, now)
         if not segs:
             return None
-        return _Job(lg, segs, end, now)
+        return _Job(lg, segs, end, now, aborted=lg.aborted_transactions(lg.log_start_offset, lg.log_end_offset))
 
     def _start(self, lg: Log, now: int) -> None:
         job = self._plan(lg, now)
@@ -309,10 +341,11 @@ class LogCleaner:
 
     def _build_offset_map(self, job: _Job, first_dirty: int) -> dict[bytes, int]:
         offset_map: dict[bytes, int] = {}
+        aborted = _AbortedTracker(job.aborted)
         for seg in job.segments:
-            if seg.next_offset <= first_dirty:
-                continue
             for _, header, raw in self._batches(seg):
+                if aborted.is_aborted(header):  # aborted records never displace committed ones
+                    continue
                 if header.attributes & ATTR_CONTROL or header.last_offset < first_dirty:
                     continue
                 records = self._records(job.log, header, raw)
@@ -330,6 +363,7 @@ class LogCleaner:
         horizon = job.now_ms - cfg.delete_retention_ms
         st = job.stats
         out: LogSegment | None = None
+        aborted = _AbortedTracker(job.aborted)
         for seg in job.segments:
             st.segments_in += 1
             st.bytes_in += seg.size
@@ -337,7 +371,17 @@ class LogCleaner:
                 out = self._new_segment(job, seg.base_offset)
             drop_tombstones = seg.largest_timestamp() < horizon
             for _, header, raw in self._batches(seg):
-                kept = self._clean_batch(header, raw, offset_map, drop_tombstones, st, seg, lg)
+                if aborted.is_aborted(header):
+                    # Kafka's cleaner: an aborted transaction's records go, and its ABORT marker
+                    # too once the segment is past delete.retention.ms (like a tombstone).
+                    if not header.attributes & ATTR_CONTROL:
+                        st.aborted_dropped += header.records_count
+                        continue
+                    if drop_tombstones:
+                        continue
+                    kept = raw
+                else:
+                    kept = self._clean_batch(header, raw, offset_map, drop_tombstones, st, seg, lg)
                 if kept is None:
                     continue
                 h = header if kept is raw else read_batch_header(kept, 0)
@@ -361,8 +405,8 @@ class LogCleaner:
                      drop_tombstones: bool, st: CleanStats, seg: LogSegment, lg: Log) -> memoryview | bytes | None:
         if header.last_offset < lg.log_start_offset:
             return None  # deleted (DeleteRecords) but still in the segment: never read again
-        if header.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL):
-            return raw
+        if header.attributes & ATTR_CONTROL:
+            return raw  # a COMMIT marker (kept: consumers of the committed records may need it)
         records = self._records(lg, header, raw)
         st.records_in += len(records)
         kept = []

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kafkafast import clock
 from kafkafast.protocol.errors import (
+    InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -19,6 +20,7 @@ from kafkafast.storage.leader_epoch import LeaderEpochCache
 from kafkafast.storage.partition_state import PartitionState
 from kafkafast.storage.producer_state import ProducerStateManager
 from kafkafast.storage.reader import LogReader
+from kafkafast.storage import txn_index
 from kafkafast.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -173,6 +175,7 @@ class Log:
             self._replay_producers(snap)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._truncate_txn_indexes(self.log_end_offset)
         st = self.state
         st.segments_version += 1 + (st.segments_version & 1)  # odd
         st.log_start_offset = self.log_start_offset
@@ -180,7 +183,7 @@ class Log:
         st.active_committed_size = active.size
         st.log_end_offset = self.log_end_offset
         st.high_watermark = self.log_end_offset
-        st.last_stable_offset = self.log_end_offset
+        st.last_stable_offset = self.last_stable_offset(self.log_end_offset)
         st.offline = 0
         self._publish_max_timestamp()
         st.segments_version += 1  # even
@@ -216,6 +219,9 @@ class Log:
                         break
                 if header.producer_id >= 0 and header.base_offset >= from_offset:
                     self.producers.update(header, header.max_timestamp)
+                    if header.is_control:
+                        self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
+                                           replay=True)
                 pos += header.size
                 header = None
 
@@ -231,10 +237,11 @@ class Log:
         return self._segments
 
     def append(self, records: bytearray | memoryview | bytes, leader_epoch: int, *, now_ms: int,
-               validate: bool = True) -> AppendResult:
+               validate: bool = True, allow_control: bool = True) -> AppendResult:
         """Append record batches as leader; offsets are assigned in `records` in place.
 
-        Raises the records layer's errors for invalid batches, RecordListTooLargeError
+        Raises the records layer's errors for invalid batches, InvalidRecordError for a
+        control batch unless `allow_control` (client produce may not write markers), RecordListTooLargeError
         when the set exceeds segment.bytes, the producer-state errors (see
         `ProducerStateManager`), KafkaStorageError when the write fails.
         """
@@ -244,6 +251,8 @@ class Log:
         headers = validate_batches(records, cfg.max_message_bytes) if validate else _headers(records)
         if not headers:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
+        if not allow_control and any(h.is_control for h in headers):
+            raise InvalidRecordError("control batches are written by the transaction coordinator only")
         total = len(records)
         if total > cfg.segment_bytes:
             raise RecordListTooLargeError(f"record set of {total} bytes exceeds segment.bytes {cfg.segment_bytes}")
@@ -264,9 +273,14 @@ class Log:
             count += h.records_count
             off = nxt
         seg = self._write(records, infos, next_offset - 1, now_ms)
+        pos = 0
         for h, (b, _, max_ts, _) in zip(headers, infos):
             if h.producer_id >= 0:
-                self.producers.update(dataclasses.replace(h, base_offset=b), max_ts)
+                h = dataclasses.replace(h, base_offset=b)
+                self.producers.update(h, max_ts)
+                if h.is_control:
+                    self._track_marker(h, records, pos, seg.base_offset)
+            pos += h.size
         if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
             self.leader_epochs.assign(leader_epoch, base)
         self._publish_append(seg, next_offset)
@@ -296,6 +310,8 @@ class Log:
         st.active_committed_size = seg.size
         st.log_end_offset = next_offset
         self.log_end_offset = next_offset
+        # Published unbounded by the HW (the replica manager owns that): readers take the min.
+        st.last_stable_offset = self.last_stable_offset(next_offset)
         if seg.max_timestamp > st.max_timestamp:
             st.max_timestamp_offset = seg.offset_of_max_timestamp
             st.max_timestamp = seg.max_timestamp
@@ -324,14 +340,55 @@ class Log:
         data = view[start:pos]
         infos = [(h.base_offset, h.last_offset + 1, h.max_timestamp, h.size) for h in kept]
         seg = self._write(data, infos, kept[-1].last_offset, now_ms)
+        at = 0
         for h in kept:
             if h.producer_id >= 0:
                 self.producers.update(h, h.max_timestamp)
+                if h.is_control:
+                    self._track_marker(h, data, at, seg.base_offset)
+            at += h.size
             if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
         next_offset = kept[-1].last_offset + 1
         self._publish_append(seg, next_offset)
         return next_offset
+
+    # -- transactions ------------------------------------------------------------------
+
+    def _track_marker(self, h: BatchHeader, buf, pos: int, segment_base: int, *, replay: bool = False) -> None:
+        """A control batch at `pos` of `buf` ended producer `h.producer_id`'s transaction; an
+        ABORT is recorded in the marker's segment's `.txnindex` (once: a replay after a
+        crash finds the entries already written)."""
+        first = self.producers.complete_txn(h.producer_id)
+        if first < 0 or txn_index.control_type(buf, pos) != txn_index.ABORT:
+            return
+        unstable = self.producers.first_unstable_offset()
+        entry = txn_index.AbortedTxn(h.producer_id, first, h.base_offset,
+                                     unstable if unstable >= 0 else h.base_offset + 1)
+        path = txn_index.txn_index_path(self.dir, segment_base)
+        if replay and any(e.last_offset == entry.last_offset for e in txn_index.read_entries(path)):
+            return
+        txn_index.append_entry(path, entry)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The first offset of the oldest open transaction, capped by the high watermark."""
+        unstable = self.producers.first_unstable_offset()
+        return min(unstable, high_watermark) if unstable >= 0 else high_watermark
+
+    def aborted_transactions(self, fetch_offset: int, upper_offset: int) -> list[txn_index.AbortedTxn]:
+        return txn_index.collect_aborted(self.dir, [s.base_offset for s in self._segments], fetch_offset,
+                                         upper_offset)
+
+    def _truncate_txn_indexes(self, offset: int) -> None:
+        """Drop index entries whose marker is at or after `offset` (gone from the log)."""
+        for seg in self._segments:
+            if seg.next_offset < offset and seg is not self._segments[-1]:
+                continue
+            path = txn_index.txn_index_path(self.dir, seg.base_offset)
+            entries = txn_index.read_entries(path)
+            kept = [e for e in entries if e.last_offset < offset]
+            if len(kept) != len(entries):
+                txn_index.rewrite(path, kept)
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op if the active one is empty)."""
@@ -509,6 +566,7 @@ class Log:
         self._unflushed = [s for s in self._unflushed if s in self._segments[:-1]]
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.producers.delete_snapshots_above(self.log_end_offset)
+        self._truncate_txn_indexes(self.log_end_offset)
         snap = self.producers.load_latest(self.log_end_offset)
         self._replay_producers(snap if snap is not None else self.log_start_offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
@@ -517,7 +575,7 @@ class Log:
         st.active_committed_size = active.size
         st.log_end_offset = self.log_end_offset
         st.high_watermark = min(st.high_watermark, self.log_end_offset)
-        st.last_stable_offset = min(st.last_stable_offset, self.log_end_offset)
+        st.last_stable_offset = self.last_stable_offset(st.high_watermark)
         self._publish_max_timestamp()
         st.segments_version += 1
         self.delete_pending_files(now)

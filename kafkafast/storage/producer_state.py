@@ -20,9 +20,10 @@ SNAPSHOT_SUFFIX = ".snapshot"
 
 _FILE_HEADER = struct.Struct(">4sHII")  # magic, version, crc32, producer count
 _PRODUCER = struct.Struct(">qhqB")      # producer id, epoch, last timestamp, batch count
+_TXN = struct.Struct(">q")              # v2: first offset of the ongoing transaction, -1 if none
 _BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, timestamp
 _MAGIC = b"KFPS"
-_VERSION = 1
+_VERSION = 2  # 2 adds the ongoing transaction's first offset; 1 is still read
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +38,14 @@ class BatchMetadata:
 
 
 class ProducerEntry:
-    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp")
+    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "txn_first_offset")
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: list[BatchMetadata] = []
         self.last_timestamp = -1
+        self.txn_first_offset = -1  # first offset of its ongoing transaction, -1 when none
 
     @property
     def last_seq(self) -> int:
@@ -81,24 +83,28 @@ class ProducerStateManager:
       snapshot was missing): then any sequence is accepted, as Kafka >= 2.5 does (KIP-360).
       Producer state is only dropped by `remove_expired` (producer.id.expiration.ms).
 
-    Control batches and batches without a sequence only update the epoch.
+    Control batches and batches without a sequence only update the epoch. A transactional
+    batch opens the producer's transaction (its first offset is kept until the marker:
+    `complete_txn`); the smallest such offset bounds the last stable offset.
 
     Snapshot file `<20-digit offset>.snapshot` in the partition directory: the state after
     every batch below that offset. Written at roll and at clean close (tmp + fsync + rename).
     Layout, all big-endian::
 
-        magic "KFPS", uint16 version (1), uint32 CRC-32 (zlib) of everything after the
+        magic "KFPS", uint16 version (2; 1 is read too), uint32 CRC-32 (zlib) of everything after the
         12-byte header, uint32 producer count, then per producer:
-          int64 producer id, int16 epoch, int64 last timestamp, uint8 n (<= 5), then n x
+          int64 producer id, int16 epoch, int64 last timestamp, uint8 n (<= 5),
+            int64 first offset of its ongoing transaction (-1: none; version 2 only), then n x
             int32 first seq, int32 last seq, int64 first offset, int64 last offset,
             int64 timestamp
     """
 
-    __slots__ = ("dir", "producers")
+    __slots__ = ("dir", "producers", "_open")
 
     def __init__(self, dir: str) -> None:
         self.dir = dir
         self.producers: dict[int, ProducerEntry] = {}
+        self._open: set[int] = set()  # producers with an open transaction (each append asks for the LSO)
 
     # -- leader appends ----------------------------------------------------------------
 
@@ -155,6 +161,9 @@ class ProducerStateManager:
         elif h.producer_epoch != entry.epoch:
             entry.epoch = h.producer_epoch
             entry.batches.clear()
+        if h.is_transactional and not h.is_control and entry.txn_first_offset < 0:
+            entry.txn_first_offset = h.base_offset
+            self._open.add(pid)
         if h.base_sequence >= 0 and not h.is_control:
             batches = entry.batches
             batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, timestamp))
@@ -162,15 +171,39 @@ class ProducerStateManager:
                 del batches[0]
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
 
+    # -- transactions ------------------------------------------------------------------
+
+    def complete_txn(self, producer_id: int) -> int:
+        """A marker ended the producer's transaction: its first offset (-1 if none was open)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return -1
+        first, entry.txn_first_offset = entry.txn_first_offset, -1
+        self._open.discard(producer_id)
+        return first
+
+    def first_unstable_offset(self) -> int:
+        """The smallest first offset of an ongoing transaction, -1 when none is open."""
+        if not self._open:
+            return -1
+        return min(self.producers[pid].txn_first_offset for pid in self._open)
+
+    def ongoing(self) -> dict[int, int]:
+        """producer id -> first offset of each open transaction."""
+        return {pid: e.txn_first_offset for pid, e in self.producers.items() if e.txn_first_offset >= 0}
+
     def remove_expired(self, now_ms: int, max_age_ms: int) -> int:
-        """Forget producers idle for longer than `max_age_ms` (producer.id.expiration.ms)."""
-        expired = [pid for pid, e in self.producers.items() if now_ms - e.last_timestamp > max_age_ms]
+        """Forget producers idle for longer than `max_age_ms` (producer.id.expiration.ms);
+        a producer with an open transaction is kept (as Kafka does)."""
+        expired = [pid for pid, e in self.producers.items()
+                   if now_ms - e.last_timestamp > max_age_ms and e.txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
 
     def clear(self) -> None:
         self.producers.clear()
+        self._open.clear()
 
     # -- snapshots ---------------------------------------------------------------------
 
@@ -187,6 +220,7 @@ class ProducerStateManager:
         body = bytearray()
         for entry in self.producers.values():
             body += _PRODUCER.pack(entry.producer_id, entry.epoch, entry.last_timestamp, len(entry.batches))
+            body += _TXN.pack(entry.txn_first_offset)
             for b in entry.batches:
                 body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
         data = _FILE_HEADER.pack(_MAGIC, _VERSION, zlib.crc32(body), len(self.producers)) + body
@@ -211,6 +245,7 @@ class ProducerStateManager:
         """Load the newest readable snapshot at or below `max_offset`; its offset, or None
         (state cleared). Snapshots above `max_offset` and unreadable ones are deleted."""
         self.producers.clear()
+        self._open.clear()
         for name in os.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
                 os.unlink(os.path.join(self.dir, name))
@@ -233,7 +268,7 @@ class ProducerStateManager:
             return False
         magic, version, crc, count = _FILE_HEADER.unpack_from(data, 0)
         body = memoryview(data)[_FILE_HEADER.size:]
-        if magic != _MAGIC or version != _VERSION or zlib.crc32(body) != crc:
+        if magic != _MAGIC or version not in (1, _VERSION) or zlib.crc32(body) != crc:
             return False
         producers: dict[int, ProducerEntry] = {}
         pos = 0
@@ -243,6 +278,9 @@ class ProducerStateManager:
                 pos += _PRODUCER.size
                 entry = ProducerEntry(pid, epoch)
                 entry.last_timestamp = last_ts
+                if version >= 2:
+                    entry.txn_first_offset = _TXN.unpack_from(body, pos)[0]
+                    pos += _TXN.size
                 for _ in range(min(n, MAX_BATCHES_PER_PRODUCER)):
                     entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                     pos += _BATCH.size
@@ -252,4 +290,5 @@ class ProducerStateManager:
         if pos != len(body):
             return False
         self.producers = producers
+        self._open = {pid for pid, e in producers.items() if e.txn_first_offset >= 0}
         return True

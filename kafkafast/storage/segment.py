@@ -18,6 +18,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions (kafkafast/storage/txn_index.py), only when some
 
 RECOVERY_CHUNK_BYTES = 8 << 20
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF
@@ -370,7 +371,7 @@ class LogSegment:
         self.suffix = new
 
     def files(self) -> list[str]:
-        return [self.path(ext) for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        return [self.path(ext) for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)]
 
     def mark_deleted(self) -> list[str]:
         """Rename the files to `.deleted` and close them; the paths to unlink later."""

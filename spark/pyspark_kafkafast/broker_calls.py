@@ -24,9 +24,10 @@ logger = logging.getLogger("pyspark_kafkafast")
 class BrokerLookup:
     """`planning.OffsetLookup` answered by a Kafka-compatible broker."""
 
-    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000) -> None:
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000, isolation_level: int = 0) -> None:
         self.bootstrap = bootstrap
         self.request_timeout_ms = request_timeout_ms
+        self.isolation_level = isolation_level  # 1 (read_committed): "latest" is the last stable offset
 
     def _run(self, topics: list[str] | None, fn: Any, *, all_topics: bool = False) -> Any:
         async def go() -> Any:
@@ -66,7 +67,7 @@ class BrokerLookup:
         async def run(cluster: Cluster) -> dict[TopicPartition, int]:
             out: dict[TopicPartition, int] = {}
             for ts, tps in timestamps.items():
-                found = await lowlevel.list_offsets_with(cluster, list(tps), ts)
+                found = await lowlevel.list_offsets_with(cluster, list(tps), ts, isolation_level=self.isolation_level)
                 out.update({tp: off for tp, (off, _) in found.items()})
             return out
         return self._run(sorted({t for t, _ in wanted}), run)
@@ -86,12 +87,13 @@ class BrokerLookup:
 
 
 def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_bytes: int, timeout_ms: int,
-               max_records: int, include_headers: bool) -> Iterator[Any]:
+               max_records: int, include_headers: bool, isolation_level: int = 0) -> Iterator[Any]:
     """`pyarrow.RecordBatch`es (kafkafast.client.arrow.RECORD_SCHEMA) of the records with
     offsets in [r.start, r.until), read from the partition leader, at most `max_records`
     rows each.
 
-    When offsets the range needs have been deleted (retention) the read fails with
+    isolation_level 1 (kafka.isolation.level=read_committed): aborted records and control
+    batches are skipped. When offsets the range needs have been deleted (retention) the read fails with
     DataLossError, or with failOnDataLoss=false continues at the log start offset, as Spark's
     Kafka reader does.
     """
@@ -100,7 +102,8 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_b
         try:
             for batch in lowlevel.read_arrow(bootstrap, r.topic, r.partition, position, r.until,
                                              max_records=max_records, include_headers=include_headers,
-                                             max_bytes=max_bytes, timeout_ms=timeout_ms):
+                                             max_bytes=max_bytes, timeout_ms=timeout_ms,
+                                             isolation_level=isolation_level):
                 position = batch.column("offset")[-1].as_py() + 1
                 yield batch
             return

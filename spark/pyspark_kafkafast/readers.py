@@ -58,7 +58,12 @@ class OffsetRangePartition(InputPartition):
 
 def _lookup(opts: SourceOptions) -> OffsetLookup:
     from pyspark_kafkafast.broker_calls import BrokerLookup
-    return BrokerLookup(opts.bootstrap)
+    return BrokerLookup(opts.bootstrap, isolation_level=isolation_level(opts))
+
+
+def isolation_level(opts: SourceOptions) -> int:
+    """Spark's option kafka.isolation.level: read_committed (1) or read_uncommitted (0, the default)."""
+    return 1 if opts.kafka_params.get("isolation.level", "").strip().lower() == "read_committed" else 0
 
 
 def read_offset_range(opts: SourceOptions, schema: pa.Schema, r: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -67,7 +72,8 @@ def read_offset_range(opts: SourceOptions, schema: pa.Schema, r: OffsetRange) ->
     timeout_ms = int(opts.kafka_params.get("request.timeout.ms", 60000))
     for batch in read_range(opts.bootstrap, r, fail_on_data_loss=opts.fail_on_data_loss,
                             max_bytes=opts.fetch_max_bytes, timeout_ms=timeout_ms,
-                            max_records=opts.max_records_per_batch, include_headers=len(schema) == 8):
+                            max_records=opts.max_records_per_batch, include_headers=len(schema) == 8,
+                            isolation_level=isolation_level(opts)):
         yield to_source_batch(r.topic, r.partition, batch, schema)
 
 

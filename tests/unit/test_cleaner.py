@@ -150,3 +150,36 @@ def test_non_compacted_logs_are_never_chosen(tmp_path):
         append(log, [(b"k", b"v")])
     log.roll()
     assert LogCleaner([str(tmp_path)], backoff_ms=0).filthiest([log], NOW) is None
+
+
+def test_compaction_removes_aborted_transactions_keeps_committed_and_stops_at_open_ones(tmp_path):
+    from kafkafast.storage import txn_index
+
+    log = open_log(tmp_path, delete_retention_ms="5000")
+    ts = NOW - 60_000
+    txn = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
+
+    def marker(kind: int) -> None:
+        log.append(txn_index.control_batch(7, 0, kind, 0, ts), 0, now_ms=ts)
+        log.state.high_watermark = log.state.log_end_offset
+
+    append(log, [(b"a", b"committed"), (b"b", b"committed")], ts=ts, base_sequence=0, **txn)  # 0-1
+    marker(txn_index.COMMIT)                                                                   # 2
+    append(log, [(b"a", b"aborted"), (b"c", b"aborted")], ts=ts, base_sequence=2, **txn)      # 3-4
+    marker(txn_index.ABORT)                                                                    # 5
+    append(log, [(b"tail", b"x")], ts=ts)                                                      # 6
+    log.roll()
+    cleaner = LogCleaner([str(tmp_path)])
+    stats = cleaner.clean_now(log, NOW)
+    assert stats.aborted_dropped == 2
+    records, headers = read_all(log)
+    # The aborted "a" never displaced the committed one; the ABORT marker is past delete.retention.ms.
+    assert [(o, k, v) for o, k, v in records if k is None or k[:1] != b"\x00"] == [
+        (0, b"a", b"committed"), (1, b"b", b"committed"), (6, b"tail", b"x")]
+    assert [h.base_offset for h in headers if h.is_control] == [2]  # the COMMIT marker stays
+    # An open transaction: nothing from its first offset on is cleaned.
+    append(log, [(b"d", b"open")], ts=ts, base_sequence=4, **txn)                              # 7
+    append(log, [(b"tail", b"y")], ts=ts)
+    log.roll()
+    assert cleaner._first_uncleanable(log, NOW)[1] <= 7
+    log.close()

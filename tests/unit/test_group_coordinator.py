@@ -197,16 +197,20 @@ def test_committed_offsets_and_groups_load_back_after_restart(tmp_path):
     run(tmp_path, second)
 
 
-@pytest.mark.parametrize("version", [0, 3])
-def test_find_coordinator_for_transactions_is_a_clear_error(tmp_path, version):
+@pytest.mark.parametrize("version", [1, 3])
+def test_find_coordinator_for_transactions(tmp_path, version):
     async def body(broker, gc):
         res = await find_coordinator.handle(broker, None, FindCoordinatorRequest(key="tx", key_type=1), version)
-        assert res.error_code == (EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if version else 0)
-        if version:
-            assert "does not support transactions" in res.error_message
-        res = await find_coordinator.handle(broker, None, FindCoordinatorRequest(key="g", key_type=0), version)
         assert (res.error_code, res.node_id, res.port) == (0, broker.node_id, 9092)
+        assert broker.topics.get("__transaction_state").partitions == 50  # created on first use
+        assert broker.txn_coordinator.partition_for("tx") == (java_string_hash("tx") & 0x7FFFFFFF) % 50
         batched = await find_coordinator.handle(
             broker, None, FindCoordinatorRequest(key_type=1, coordinator_keys=["a", "b"]), 4)
-        assert [(c.key, c.error_code) for c in batched.coordinators] == [("a", 53), ("b", 53)]
+        assert [(c.key, c.error_code, c.node_id) for c in batched.coordinators] == [("a", 0, 0), ("b", 0, 0)]
+        # Where no transaction coordinator runs (cluster mode) the answer is a clear, fatal error.
+        coordinator, broker.txn_coordinator = broker.txn_coordinator, None
+        res = await find_coordinator.handle(broker, None, FindCoordinatorRequest(key="tx", key_type=1), version)
+        assert res.error_code == EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert "no transaction coordinator" in res.error_message
+        broker.txn_coordinator = coordinator
     run(tmp_path, body)

@@ -6,8 +6,10 @@ with data always gets at least one whole batch (KIP-74), then `max_bytes` for th
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes. Fetch sessions (v7+) are declined: the response carries session id
-0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. Transactions do not
-exist, so the last stable offset equals the high watermark. An offline partition (its log
+0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. isolation_level 1
+(READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
+(producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
+the high watermark. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR.
 """
 import asyncio
@@ -17,8 +19,10 @@ from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
 from kafkafast.security.context import fetch_denied
+from kafkafast.storage.txn_index import collect_aborted
 
 PartData = FetchResponse.PartitionData
+AbortedTxnResp = FetchResponse.AbortedTransaction
 TopicResp = FetchResponse.FetchableTopicResponse
 READ_COMMITTED = 1
 
@@ -26,7 +30,7 @@ READ_COMMITTED = 1
 def _error(index, code, part=None):
     return PartData(partition_index=index, error_code=code,
                     high_watermark=part.high_watermark if part else -1,
-                    last_stable_offset=part.high_watermark if part else -1,
+                    last_stable_offset=stable_offset(part) if part else -1,
                     log_start_offset=part.log_start_offset if part else -1,
                     aborted_transactions=None, preferred_read_replica=-1, records=b"")
 
@@ -55,7 +59,10 @@ def _read_all(broker, req, version, plan):
                 tresp.partitions.append(_error(fp.partition, code, part))
                 continue
             hw = part.high_watermark
+            lso = stable_offset(part)
             upper = cluster_upper_bound(broker, part, req.replica_id, hw)
+            if req.isolation_level == READ_COMMITTED and req.replica_id < 0:
+                upper = min(upper, lso)
             limit = min(fp.partition_max_bytes, max(budget - total, 0))
             try:
                 result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
@@ -70,12 +77,28 @@ def _read_all(broker, req, version, plan):
             size = len(region) if region is not None else 0
             total += size
             tresp.partitions.append(PartData(
-                partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
+                partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
-                aborted_transactions=[] if req.isolation_level == READ_COMMITTED else None,
+                aborted_transactions=(aborted_in(part, fp.fetch_offset, upper if size else -1)
+                                      if req.isolation_level == READ_COMMITTED else None),
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
     return responses, total
+
+
+def stable_offset(part) -> int:
+    """The published last stable offset (the first offset of the oldest open transaction,
+    at most the high watermark)."""
+    return min(part.state.last_stable_offset, part.high_watermark)
+
+
+def aborted_in(part, fetch_offset: int, upper: int) -> list:
+    """READ_COMMITTED: the aborted transactions that overlap [fetch_offset, upper), read from
+    the segments' `.txnindex` files (any process can)."""
+    if upper <= fetch_offset:
+        return []
+    return [AbortedTxnResp(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in collect_aborted(part.log.reader.dir, part.log.reader.segment_bases(), fetch_offset, upper)]
 
 
 def cluster_fetch_error(broker, part, replica_id: int) -> int:

@@ -1,12 +1,12 @@
 """FindCoordinator (key 10), versions 0-4.
 
 Key type 0 (group): this broker is the coordinator of every group; `__consumer_offsets`
-is created on first use. Key type 1 (transaction): there is no transaction coordinator yet,
-so the answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED with TRANSACTIONS_UNSUPPORTED as
-error message. That code is the one that confluent-kafka (librdkafka), kafka-python and
-aiokafka all treat as fatal here, so `init_transactions()` fails at once; the retriable
-COORDINATOR_NOT_AVAILABLE made them retry until their own timeout (librdkafka shows the
-message, the Python clients only the code). Other key types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
+is created on first use. Key type 1 (transaction): this broker is the transaction
+coordinator (`broker/txn_coordinator.py`); `__transaction_state` is created on first use.
+Where no transaction coordinator runs (cluster mode, for now) the answer is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED with TRANSACTIONS_UNSUPPORTED as error message: the
+code that confluent-kafka, kafka-python and aiokafka treat as fatal, so
+`init_transactions()` fails at once. Other key types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
 in `coordinators`; v0-v3 answer one key at the top level (error_message from v1).
 """
 from kafkafast.broker.handlers.metadata import broker_endpoint
@@ -17,7 +17,7 @@ from kafkafast.security import acl
 from kafkafast.security.context import denied
 
 GROUP, TRANSACTION = 0, 1
-TRANSACTIONS_UNSUPPORTED = ("kafkafast does not support transactions yet (no transaction coordinator); "
+TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator (cluster mode); "
                             "produce without transactional.id (idempotent producers are supported)")
 
 
@@ -27,7 +27,7 @@ def _lookup(broker, key: str, key_type: int, ctx=None) -> tuple[int, str | None]
         if refused:
             return refused, None
     if key_type == TRANSACTION:
-        return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+        return _lookup_transaction(broker, key)
     if key_type != GROUP:
         return E.ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
     coordinator = broker.group_coordinator
@@ -36,6 +36,16 @@ def _lookup(broker, key: str, key_type: int, ctx=None) -> tuple[int, str | None]
     err = coordinator.status(key, "find_coordinator")
     if err == E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or err == E.ErrorCode.NOT_COORDINATOR:
         err = 0  # the client retries the group request itself
+    return err, None
+
+
+def _lookup_transaction(broker, key: str) -> tuple[int, str | None]:
+    coordinator = broker.txn_coordinator
+    if coordinator is None:
+        return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+    err = coordinator.status(key)
+    if err in (E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, E.ErrorCode.NOT_COORDINATOR):
+        err = 0  # this broker it is; the client retries its transaction request
     return err, None
 
 

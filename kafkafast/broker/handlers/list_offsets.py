@@ -1,7 +1,7 @@
 """ListOffsets (key 2), versions 1-7.
 
 timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (the last
-stable offset for READ_COMMITTED, equal here); -3 (max timestamp, v7): the offset of the
+stable offset for READ_COMMITTED); -3 (max timestamp, v7): the offset of the
 record with the largest timestamp; otherwise the first offset whose timestamp is at least
 the target, found through the time index (offset -1 and timestamp -1 when there is none).
 An offline partition (its log could not be opened) answers KAFKA_STORAGE_ERROR.
@@ -15,6 +15,13 @@ from kafkafast.security.context import denied
 PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def latest_offset(part, isolation_level: int) -> int:
+    """"latest": the high watermark, or the last stable offset for READ_COMMITTED (1)."""
+    if isolation_level == 1:
+        return min(part.state.last_stable_offset, part.high_watermark)
+    return part.high_watermark
 
 
 @handles(ListOffsetsRequest, 1, 7)
@@ -51,7 +58,7 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
             if p.timestamp == EARLIEST:
                 off = part.log_start_offset
             elif p.timestamp == LATEST:
-                off = part.high_watermark
+                off = latest_offset(part, req.isolation_level if version >= 2 else 0)
             elif p.timestamp == MAX_TIMESTAMP:
                 found = part.log.max_timestamp_offset()
                 if found is not None:

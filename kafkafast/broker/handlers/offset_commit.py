@@ -39,22 +39,30 @@ async def cluster_wait_replicated(broker, group_id: str, errors: dict) -> None:
                 errors[key] = E.ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-@handles(OffsetCommitRequest, 2, 8)
-async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
+def commit_entries(broker, ctx, topics, refused_first: int, *, with_leader_epoch: bool
+                   ) -> tuple[dict[tuple[str, int], int], list[OffsetCommitEntry]]:
+    """(errors, entries) of an OffsetCommit or TxnOffsetCommit: `refused_first` (the group's
+    or transactional id's ACL error) or READ on the topic, UNKNOWN_TOPIC_OR_PARTITION."""
     errors: dict[tuple[str, int], int] = {}
     entries = []
-    group_denied = denied(broker, ctx, acl.READ, acl.GROUP, req.group_id)
-    for t in req.topics:
+    for t in topics:
         for p in t.partitions:
-            refused = group_denied or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
+            refused = refused_first or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
             if refused:
                 errors[(t.name, p.partition_index)] = refused
             elif not partition_known(broker, t.name, p.partition_index):
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
-                                                 p.committed_leader_epoch if version >= 6 else -1,
+                                                 p.committed_leader_epoch if with_leader_epoch else -1,
                                                  p.committed_metadata))
+    return errors, entries
+
+
+@handles(OffsetCommitRequest, 2, 8)
+async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
+    errors, entries = commit_entries(broker, ctx, req.topics, denied(broker, ctx, acl.READ, acl.GROUP, req.group_id),
+                                     with_leader_epoch=version >= 6)
     retention = req.retention_time_ms if 2 <= version <= 4 else -1
     if entries:
         errors.update(broker.group_coordinator.commit_offsets(

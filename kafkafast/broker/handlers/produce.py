@@ -7,8 +7,11 @@ partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVAL
 UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
 UNKNOWN_PRODUCER_ID; a duplicate batch of an idempotent producer answers NONE with the
 offset the original got, as Kafka does. Legacy v0/v1 message sets are answered with
-UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional produce
-is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no transaction coordinator yet).
+UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional
+batches (attribute bit 4) open the producer's transaction in the partition (the last stable
+offset stays at its first offset until the coordinator's marker); control batches from a
+client are refused with INVALID_RECORD; a transactional id needs WRITE on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, also where no coordinator runs).
 v8 adds record_errors/error_message (filled for record-level failures).
 Compressed batches are decompressed (streaming) and their records checked before the
 append, as Kafka's LogValidator does: CORRUPT_MESSAGE when the payload does not decompress
@@ -56,6 +59,14 @@ def keyless_record_errors(topic: str, index: int, records, max_batch_size: int) 
     return errors
 
 
+def transactional_refused(broker, ctx, transactional_id: str) -> int:
+    """A transactional produce needs WRITE on its transactional id, and a transaction
+    coordinator (none in cluster mode yet): TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    if getattr(broker, "txn_coordinator", None) is None:
+        return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return denied(broker, ctx, acl.WRITE, acl.TRANSACTIONAL_ID, transactional_id)
+
+
 def _invalid_records(index: int, errors: list):
     shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
     resp = _error(index, E.ErrorCode.INVALID_RECORD,
@@ -81,9 +92,9 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if acks not in (-1, 0, 1):
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
-            if req.transactional_id is not None:
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                                     "transactions are not supported by this broker"))
+            if req.transactional_id is not None and transactional_refused(broker, ctx, req.transactional_id):
+                tr.partition_responses.append(_error(pd.index, transactional_refused(broker, ctx,
+                                                                                     req.transactional_id)))
                 continue
             if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))

@@ -1,0 +1,395 @@
+"""Transactions end to end with real clients (KIP-98/360/447): consume-transform-produce
+loops with a SIGKILLed producer process, zombie fencing, coordinator timeouts, offsets
+committed in transactions, a broker killed between EndTxn and its markers."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkafast.testing import KafkaTestBroker
+from tests.support.raw_client import RawClient
+from tests.support.txn_loop import CHUNK, GROUP, IN, OUT, should_abort
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTEMPTS, CRASH = 20, 7
+
+
+@pytest.fixture
+def txn_broker(tmp_path, request):
+    workers = getattr(request, "param", 0)
+    b = KafkaTestBroker(tmp_path / "b", workers=workers, settings={
+        "num.partitions": "1", "transaction.state.log.num.partitions": "4", "offsets.topic.num.partitions": "4",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200"})
+    b.start()
+    yield b
+    b.kill()
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list:
+    """Every record of partition 0 a consumer with that isolation level gets, as (offset, value)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + timeout
+    idle_until = None
+    while time.monotonic() < deadline:
+        msgs = c.consume(5000, 0.5)
+        for m in msgs:
+            assert m.error() is None, m.error()
+            out.append((m.offset(), m.value()))
+        if len(out) >= expect:
+            idle_until = idle_until or time.monotonic() + 1.0  # anything beyond what is expected shows up too
+            if time.monotonic() > idle_until:
+                break
+    c.close()
+    return out
+
+
+def fill_input(bootstrap: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(n):
+        p.produce(IN, value=b"%05d" % i, partition=0)
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+
+def describe_txn(port: int, tid: str):
+    from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
+
+    with RawClient(port) as rc:
+        return rc.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0]
+
+
+def run_loop(client: str, bootstrap: str, first: int, last: int, crash: int = -1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.support.txn_loop", client, bootstrap, str(first), str(last),
+                           str(crash)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+
+
+def check_loop(client: str, b: KafkaTestBroker) -> None:
+    committed = sum(1 for a in range(1, ATTEMPTS + 1) if not should_abort(a))
+    fill_input(b.bootstrap_servers, (committed + 1) * CHUNK)  # the last attempt (20) aborts a 17th chunk
+    first = run_loop(client, b.bootstrap_servers, 1, ATTEMPTS, CRASH)
+    assert first.returncode == -9, first.stdout + first.stderr
+    assert f"attempt {CRASH - 1} committed" in first.stdout
+    before = describe_txn(b.port, "txn-loop")
+    second = run_loop(client, b.bootstrap_servers, CRASH, ATTEMPTS)
+    assert second.returncode == 0, second.stdout + second.stderr
+    after = describe_txn(b.port, "txn-loop")
+    assert after.producer_id == before.producer_id and after.producer_epoch > before.producer_epoch  # fenced
+    assert after.transaction_state == ("CompleteAbort" if should_abort(ATTEMPTS) else "CompleteCommit")
+
+    expected = [b"out-%05d" % i for i in range(committed * CHUNK)]
+    got = read_all(b.bootstrap_servers, OUT, "read_committed", len(expected))
+    assert [v for _, v in got] == expected  # each committed record once, in order, no markers
+    aborted = sum(1 for a in range(1, ATTEMPTS + 1) if should_abort(a)) * CHUNK + CHUNK // 2 + 1
+    everything = read_all(b.bootstrap_servers, OUT, "read_uncommitted", len(expected) + aborted)
+    assert len(everything) == len(expected) + aborted
+    assert [o for o, _ in everything] != list(range(len(everything)))  # control batches take offsets
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": GROUP})
+    assert c.committed([TopicPartition(IN, 0)], 30)[0].offset == committed * CHUNK
+    c.close()
+
+
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
+def test_confluent_kafka_consume_transform_produce(txn_broker):
+    check_loop("ck", txn_broker)
+
+
+def test_kafka_python_consume_transform_produce(txn_broker):
+    check_loop("kp", txn_broker)
+
+
+def test_kafkafast_client_consume_transform_produce(txn_broker):
+    check_loop("kf", txn_broker)
+    from kafkafast.client import KafkaConsumer, TopicPartition
+
+    for isolation, count in (("read_committed", 16 * CHUNK), ("read_uncommitted", 20 * CHUNK + CHUNK // 2 + 1)):
+        c = KafkaConsumer(bootstrap_servers=txn_broker.bootstrap_servers, isolation_level=isolation,
+                          group_id=f"kf-{isolation}", enable_auto_commit=False)
+        c.assign([TopicPartition(OUT, 0)])
+        c.seek(TopicPartition(OUT, 0), 0)
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            for records in c.poll(500).values():
+                got.extend(r.value for r in records)
+        c.close()
+        assert len(got) == count, (isolation, len(got))
+        if isolation == "read_committed":  # kafkafast's consumer drops aborted batches and markers
+            assert got == [b"out-%05d" % i for i in range(count)]
+
+
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
+def test_zombie_is_fenced_and_its_writes_never_visible(txn_broker):
+    from confluent_kafka import KafkaException, Producer
+
+    bs = txn_broker.bootstrap_servers
+    old = Producer({"bootstrap.servers": bs, "transactional.id": "zombie"})
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce("zombie-out", value=b"old-1", partition=0)
+    old.flush(30)
+    new = Producer({"bootstrap.servers": bs, "transactional.id": "zombie"})
+    new.init_transactions(30)  # aborts the old instance's transaction and bumps the epoch
+    old.produce("zombie-out", value=b"old-2", partition=0)
+    with pytest.raises(KafkaException) as failed:
+        old.commit_transaction(30)
+    err = failed.value.args[0]
+    assert err.fatal() or err.txn_requires_abort(), err
+    assert "fenced" in err.str().lower() or err.name() in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+    new.begin_transaction()
+    new.produce("zombie-out", value=b"new-1", partition=0)
+    new.commit_transaction(30)
+    assert [v for _, v in read_all(bs, "zombie-out", "read_committed", 1)] == [b"new-1"]
+    assert b"old-2" not in [v for _, v in read_all(bs, "zombie-out", "read_uncommitted", 2)]
+    from kafkafast.protocol._generated.list_transactions import ListTransactionsRequest
+
+    for _ in range(4):  # with workers, whichever worker a connection lands on asks them all
+        with RawClient(txn_broker.port) as rc:
+            listed = rc.request(ListTransactionsRequest(state_filters=[], producer_id_filters=[]), 0)
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("zombie", "CompleteCommit")]
+
+
+def test_timed_out_transaction_is_aborted_and_the_lso_moves_on(txn_broker):
+    from confluent_kafka import KafkaException, Producer
+
+    bs = txn_broker.bootstrap_servers
+    stuck = Producer({"bootstrap.servers": bs, "transactional.id": "slow", "transaction.timeout.ms": 1500})
+    stuck.init_transactions(30)
+    stuck.begin_transaction()
+    stuck.produce("timeout-out", value=b"never", partition=0)
+    stuck.flush(30)
+    plain = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    plain.produce("timeout-out", value=b"after", partition=0)
+    plain.flush(30)
+    deadline = time.monotonic() + 30
+    while describe_txn(txn_broker.port, "slow").transaction_state != "CompleteAbort":
+        assert time.monotonic() < deadline, describe_txn(txn_broker.port, "slow")
+        time.sleep(0.2)
+    assert [v for _, v in read_all(bs, "timeout-out", "read_committed", 1)] == [b"after"]
+    with pytest.raises(KafkaException):
+        stuck.commit_transaction(10)
+
+
+def test_offsets_in_a_transaction_are_visible_only_on_commit(txn_broker):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    bs = txn_broker.bootstrap_servers
+    first = Producer({"bootstrap.servers": bs})
+    first.produce("offs-in", value=b"x", partition=0)
+    assert first.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bs, "group.id": "offs-group"})
+    meta = c.consumer_group_metadata()
+
+    def committed() -> int:
+        return c.committed([TopicPartition("offs-in", 0)], 30)[0].offset
+
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "offs"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("offs-in", 0, 42)], meta, 30)
+    assert committed() < 0
+    p.commit_transaction(30)
+    assert committed() == 42
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("offs-in", 0, 99)], meta, 30)
+    p.abort_transaction(30)
+    assert committed() == 42
+    txn_broker.restart(clean=False)  # the offsets are read back from __consumer_offsets with their markers
+    assert committed() == 42
+    c.close()
+
+
+def test_broker_killed_between_end_txn_and_markers_completes_after_restart(txn_broker):
+    from confluent_kafka import Producer
+
+    bs = txn_broker.bootstrap_servers
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "crashy"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("crash-out", value=b"v%d" % i, partition=0)
+    p.flush(30)
+    txn_broker.faults.disk_error("crash-out", 0, count=-1)  # the COMMIT marker cannot be written
+    p.commit_transaction(30)  # the decision is in __transaction_state
+    assert describe_txn(txn_broker.port, "crashy").transaction_state == "PrepareCommit"
+    assert read_all(bs, "crash-out", "read_committed", 0, timeout=2) == []
+    txn_broker.faults.clear()
+    txn_broker.restart(clean=False)
+    deadline = time.monotonic() + 30
+    while describe_txn(txn_broker.port, "crashy").transaction_state != "CompleteCommit":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert [v for _, v in read_all(bs, "crash-out", "read_committed", 10)] == [b"v%d" % i for i in range(10)]
+
+
+@pytest.mark.timeout(300)
+def test_spark_source_reads_committed_records_only(txn_broker):
+    from confluent_kafka import Producer
+
+    from tests.integration.spark_fixtures import make_spark_session
+
+    bs = txn_broker.bootstrap_servers
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "spark-txn", "transaction.timeout.ms": 600000})
+    p.init_transactions(30)
+    for i in range(3):
+        p.begin_transaction()
+        for j in range(5):
+            p.produce("spark-txn", value=b"%d-%d" % (i, j), partition=0)
+        p.flush(30)
+        (p.abort_transaction if i == 1 else p.commit_transaction)(30)
+    p.begin_transaction()  # open: beyond the last stable offset
+    p.produce("spark-txn", value=b"open", partition=0)
+    p.flush(30)
+    session = make_spark_session("kafkafast-txn")
+    try:
+        def values(**options) -> list[bytes]:
+            r = session.read.format("kafkafast").option("kafka.bootstrap.servers", bs).option("subscribe", "spark-txn")
+            for k, v in options.items():
+                r = r.option(k, v)
+            return [bytes(row.value) for row in r.load().orderBy("offset").collect()]
+
+        assert values(**{"kafka.isolation.level": "read_committed"}) == (
+            [b"0-%d" % j for j in range(5)] + [b"2-%d" % j for j in range(5)])
+        assert len(values()) == 16  # read_uncommitted: the aborted and the open ones too
+    finally:
+        session.stop()  # (the open transaction is left to the broker, killed at the end)
+
+
+def test_coordinator_apis_at_the_protocol_level(txn_broker):
+    """InitProducerId limits and KIP-360 bumps, ListTransactions, DescribeProducers, EndTxn
+    state errors, and a client's control batch refused -- with raw requests."""
+    from kafkafast.protocol._generated.add_partitions_to_txn import AddPartitionsToTxnRequest
+    from kafkafast.protocol._generated.describe_producers import DescribeProducersRequest
+    from kafkafast.protocol._generated.end_txn import EndTxnRequest
+    from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
+    from kafkafast.protocol._generated.list_transactions import ListTransactionsRequest
+    from kafkafast.protocol._generated.produce import ProduceRequest
+    from kafkafast.protocol.errors import ErrorCode as EC
+    from kafkafast.records import encode_batch
+    from kafkafast.storage.txn_index import COMMIT, control_batch
+
+    txn_broker.create_topic("raw-txn", 1)
+    with RawClient(txn_broker.port) as rc:
+        def init(timeout=60000, pid=-1, epoch=-1):
+            return rc.request(InitProducerIdRequest(transactional_id="raw", transaction_timeout_ms=timeout,
+                                                    producer_id=pid, producer_epoch=epoch), 4)
+
+        assert init(timeout=900001).error_code == EC.INVALID_TRANSACTION_TIMEOUT  # > transaction.max.timeout.ms
+        deadline = time.monotonic() + 20
+        while (first := init()).error_code == EC.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.error_code == 0 and first.producer_epoch == 0
+        bumped = init(pid=first.producer_id, epoch=0)  # KIP-360: the current id and epoch get epoch + 1
+        assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, first.producer_id, 1)
+        assert init(pid=first.producer_id, epoch=0).error_code == 0  # a retry of that bump: answered again
+        assert init(pid=first.producer_id + 1000, epoch=1).error_code == EC.PRODUCER_FENCED
+        pid, epoch = bumped.producer_id, bumped.producer_epoch
+        end = rc.request(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
+                                       committed=True), 3)
+        assert end.error_code == EC.INVALID_TXN_STATE  # nothing ongoing
+        T = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0]), T(name="no-such-topic", partitions=[0])]), 3)
+        codes = {(t.name, p.partition_index): p.partition_error_code
+                 for t in added.results_by_topic_v3_and_below for p in t.results_by_partition}
+        assert codes == {("raw-txn", 0): EC.OPERATION_NOT_ATTEMPTED, ("no-such-topic", 0): EC.UNKNOWN_TOPIC_OR_PARTITION}
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch - 1,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0])]), 1)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+            EC.INVALID_PRODUCER_EPOCH  # v1 predates PRODUCER_FENCED
+        added = rc.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="raw", v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[T(name="raw-txn", partitions=[0])]), 3)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+
+        PD = ProduceRequest.TopicProduceData.PartitionProduceData
+
+        def produce(records):
+            resp = rc.request(ProduceRequest(transactional_id="raw", acks=-1, timeout_ms=5000, topic_data=[
+                ProduceRequest.TopicProduceData(name="raw-txn", partition_data=[PD(index=0, records=records)])]), 8)
+            return resp.responses[0].partition_responses[0].error_code
+
+        assert produce(encode_batch([(1, b"k", b"v", ())], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                    is_transactional=True)) == 0
+        assert produce(bytes(control_batch(pid, epoch, COMMIT, 0, 1))) == EC.INVALID_RECORD
+        listed = rc.request(ListTransactionsRequest(state_filters=["Ongoing", "Bogus"], producer_id_filters=[]), 0)
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [("raw", "Ongoing")]
+        assert listed.unknown_state_filters == ["Bogus"]
+        producers = rc.request(DescribeProducersRequest(topics=[
+            DescribeProducersRequest.TopicRequest(name="raw-txn", partition_indexes=[0])]), 0)
+        state = producers.topics[0].partitions[0].active_producers
+        assert [(s.producer_id, s.producer_epoch, s.last_sequence, s.current_txn_start_offset) for s in state] == [
+            (pid, epoch, 0, 0)]
+        # KIP-447: offsets from a member the group does not know, or of another generation, are refused.
+        from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest
+        from kafkafast.protocol._generated.txn_offset_commit import TxnOffsetCommitRequest
+
+        OT = OffsetCommitRequest.OffsetCommitRequestTopic
+        rc.request(OffsetCommitRequest(group_id="raw-group", generation_id_or_member_epoch=-1, member_id="",
+                                       topics=[OT(name="raw-txn", partitions=[
+                                           OT.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]),
+                   8)
+        TT = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+
+        def txn_commit(member: str, generation: int) -> int:
+            resp = rc.request(TxnOffsetCommitRequest(
+                transactional_id="raw", group_id="raw-group", producer_id=pid, producer_epoch=epoch,
+                generation_id=generation, member_id=member, topics=[TT(name="raw-txn", partitions=[
+                    TT.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]), 3)
+            return resp.topics[0].partitions[0].error_code
+
+        assert txn_commit("stranger", -1) == EC.UNKNOWN_MEMBER_ID
+        assert txn_commit("", 7) == EC.ILLEGAL_GENERATION
+        end = rc.request(EndTxnRequest(transactional_id="raw", producer_id=pid, producer_epoch=epoch,
+                                       committed=True), 3)
+        assert end.error_code == 0
+        assert describe_txn(txn_broker.port, "raw").transaction_state == "CompleteCommit"
+
+
+def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
+    """transaction.timeout.ms and transactional.id.expiration.ms read kafkafast/clock.py: on a
+    manual clock nothing expires until the test moves the time."""
+    from confluent_kafka import Producer
+
+    b = KafkaTestBroker(tmp_path / "b", manual_clock=True, settings={
+        "num.partitions": "1", "transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "1000",
+        "transactional.id.expiration.ms": "600000"})
+    b.start()
+    try:
+        p = Producer({"bootstrap.servers": b.bootstrap_servers, "transactional.id": "clocked",
+                      "transaction.timeout.ms": 60000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce("clocked-out", value=b"v", partition=0)
+        p.flush(30)
+        time.sleep(1.5)  # real time passes, the broker's does not
+        assert describe_txn(b.port, "clocked").transaction_state == "Ongoing"
+        b.clock.advance(seconds=62)
+        deadline = time.monotonic() + 20
+        while describe_txn(b.port, "clocked").transaction_state != "CompleteAbort":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        b.clock.advance(minutes=11)  # idle past transactional.id.expiration.ms: the id is removed
+        while describe_txn(b.port, "clocked").error_code != 105:  # TRANSACTIONAL_ID_NOT_FOUND
+            assert time.monotonic() < deadline + 20
+            time.sleep(0.05)
+    finally:
+        b.kill()
