@@ -1,4 +1,11 @@
-"""Fetch (key 1), versions 4-12.
+"""Fetch (key 1), versions 0-12.
+
+v0-3 clients cannot read v2 batches: their records are down-converted (`down_converted`,
+kafkafast/records/convert.py) to magic 0 (v0-1) or magic 1 (v2-3), one batch at a time read
+from the segment (memory bounded by the batch size), stopping before the converted bytes pass
+the partition's limit (the first message set always goes whole, as KIP-74 for v2 batches).
+A topic with message.downconversion.enable=false answers UNSUPPORTED_VERSION to them, a
+zstd batch UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. v4+ is served zero-copy as below.
 
 Reads each partition from its segment files into a FileRegion (sent with os.sendfile by
 the connection), never beyond the high watermark. Limits as Kafka: the first partition
@@ -67,6 +74,13 @@ def _read_all(broker, req, version, plan):
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
             region = result.region if result is not None else None
+            if version <= 3 and region is not None:
+                try:
+                    region = down_converted(part, region, 0 if version <= 1 else 1, fp.fetch_offset,
+                                            limit, total == 0)
+                except E.KafkaError as exc:
+                    tresp.partitions.append(_error(fp.partition, exc.code, part))
+                    continue
             size = len(region) if region is not None else 0
             total += size
             tresp.partitions.append(PartData(
@@ -76,6 +90,31 @@ def _read_all(broker, req, version, plan):
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
     return responses, total
+
+
+def down_converted(part, region, magic: int, fetch_offset: int, limit: int, first: bool) -> bytes:
+    """The v2 batches of `region` as a magic-`magic` message set, read and converted one
+    batch at a time; stops before the output passes `limit` (for the `first` partition of
+    the response its first message set goes whole whatever its size).
+    UnsupportedVersionError when the topic refuses down-conversion."""
+    import os
+
+    from kafkafast.records.convert import downconvert_batch
+
+    if not part.log.config.message_downconversion_enable:
+        raise E.UnsupportedVersionError(f"{part.topic}: message.downconversion.enable is false")
+    out = bytearray()
+    pos, end = region.offset, region.offset + region.length
+    while end - pos >= 12:
+        size = int.from_bytes(os.pread(region.fd, 12, pos)[8:12], "big", signed=True) + 12
+        if size < 12 or pos + size > end:
+            break
+        piece = downconvert_batch(os.pread(region.fd, size, pos), 0, magic, fetch_offset)
+        if len(out) + len(piece) > limit and (out or not first):
+            break
+        out += piece
+        pos += size
+    return bytes(out)
 
 
 def cluster_fetch_error(broker, part, replica_id: int) -> int:
@@ -88,7 +127,7 @@ def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
     return broker.fetch_upper_bound(part, replica_id) if getattr(broker, "cluster", None) is not None else hw
 
 
-@handles(FetchRequest, 4, 12)
+@handles(FetchRequest, 0, 12)
 async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     if version >= 7 and req.session_id != 0:
         return FetchResponse(throttle_time_ms=0, error_code=E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,

@@ -1,4 +1,7 @@
-"""ListOffsets (key 2), versions 1-7.
+"""ListOffsets (key 2), versions 0-7.
+
+v0 answers `old_style_offsets`: a list holding the one offset found (empty when none), as
+Kafka 3.x does (it no longer lists segment base offsets).
 
 timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (the last
 stable offset for READ_COMMITTED, equal here); -3 (max timestamp, v7): the offset of the
@@ -17,7 +20,7 @@ TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
-@handles(ListOffsetsRequest, 1, 7)
+@handles(ListOffsetsRequest, 0, 7)
 async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
     topics = []
     for t in req.topics:
@@ -67,5 +70,6 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                     off, ts = found
             tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=0,
                                           timestamp=ts, offset=off,
+                                          old_style_offsets=[off] if off >= 0 and version == 0 else [],
                                           leader_epoch=part.leader_epoch if off >= 0 else -1))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
