@@ -130,3 +130,24 @@ def test_kcat_compresses(broker, codec):
     out = subprocess.run([KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
                           "-q"], capture_output=True, timeout=60)
     assert out.stdout.decode().splitlines() == lines.splitlines()
+
+
+def test_message_format_version_is_accepted_and_described(broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def described(topic):
+        (fut,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+        return {name: e.value for name, e in fut.result(10).items()}
+
+    admin.create_topics([NewTopic("fmt-a", 1, 1, config={"message.format.version": "0.10.2-IV0"})])["fmt-a"].result(10)
+    admin.create_topics([NewTopic("fmt-b", 1, 1, config={"log.message.format.version": "2.8"})])["fmt-b"].result(10)
+    assert described("fmt-a")["message.format.version"] == "0.10.2-IV0"
+    assert described("fmt-b")["message.format.version"] == "2.8"
+    bad = admin.create_topics([NewTopic("fmt-c", 1, 1, config={"message.format.version": "banana"})])["fmt-c"]
+    with pytest.raises(Exception, match="not a valid version"):
+        bad.result(10)
+    plain = admin.create_topics([NewTopic("fmt-d", 1, 1)])["fmt-d"]
+    plain.result(10)
+    assert described("fmt-d")["message.format.version"] == "3.0-IV1"

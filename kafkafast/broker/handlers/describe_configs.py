@@ -11,7 +11,7 @@ from kafkafast.broker.registry import handles
 from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafkafast.protocol import errors as E
-from kafkafast.storage.config import TOPIC_CONFIG_DEFAULTS
+from kafkafast.storage.config import TOPIC_ALIASES, TOPIC_CONFIG_DEFAULTS
 from kafkafast.security import acl
 from kafkafast.security.context import require
 
@@ -52,11 +52,12 @@ def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
     broker_defaults = broker.config.topic_defaults()
     explicit = {k for k, v in broker.config.props.items() if v is not None and DEFAULTS.get(k) != v}
     out = []
+    overrides = {TOPIC_ALIASES.get(k, k): v for k, v in meta.configs.items()}
     for name in sorted(TOPIC_CONFIG_DEFAULTS):
         synonyms = []
         broker_key = broker.config.topic_config_source(name)
-        if name in meta.configs:
-            value, source = meta.configs[name], SRC_TOPIC
+        if name in overrides:
+            value, source = overrides[name], SRC_TOPIC
             synonyms.append(Synonym(name=name, value=value, source=SRC_TOPIC))
         elif broker_key is not None and broker_key in explicit:
             value, source = broker_defaults.get(name, TOPIC_CONFIG_DEFAULTS[name]), SRC_STATIC_BROKER
