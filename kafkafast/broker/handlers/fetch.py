@@ -1,4 +1,11 @@
-"""Fetch (key 1), versions 0-12.
+"""Fetch (key 1), versions 0-17.
+
+v13+ name topics by id (KIP-516): `resolve_topic_ids` maps them to names, an unknown id
+answers UNKNOWN_TOPIC_ID for its partitions, and responses carry the id. v15+ carry the
+replica id in replica_state; v16+ responses have node_endpoints (KIP-951: filled, with the
+partition's current_leader, only where a partition answers NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH, which a single broker never does); v17's replica directory id is
+for followers and is ignored.
 
 v0-3 clients cannot read v2 batches: their records are down-converted (`down_converted`,
 kafkafast/records/convert.py) to magic 0 (v0-1) or magic 1 (v2-3), one batch at a time read
@@ -127,8 +134,40 @@ def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
     return broker.fetch_upper_bound(part, replica_id) if getattr(broker, "cluster", None) is not None else hw
 
 
-@handles(FetchRequest, 0, 12)
+def topic_name_of_id(broker, topic_id: bytes) -> str | None:
+    meta = broker.topics.by_id.get(topic_id)
+    if meta is not None:
+        return meta.name
+    cache = getattr(broker, "metadata", None)  # cluster mode: topics led elsewhere
+    for name, tid in getattr(cache, "topic_ids", {}).items():
+        if tid == topic_id:
+            return name
+    return None
+
+
+def resolve_topic_ids(broker, req: FetchRequest, version: int) -> list:
+    """v13+: every requested topic's name from its id (in place); the topic responses
+    (UNKNOWN_TOPIC_ID) of the ids no topic has, which are removed from the request."""
+    if version < 13:
+        return []
+    known, unknown = [], []
+    for ft in req.topics:
+        name = topic_name_of_id(broker, bytes(ft.topic_id))
+        if name is None:
+            unknown.append(TopicResp(topic="", topic_id=ft.topic_id, partitions=[
+                _error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_ID) for fp in ft.partitions]))
+        else:
+            ft.topic = name
+            known.append(ft)
+    req.topics = known
+    return unknown
+
+
+@handles(FetchRequest, 0, 17)
 async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
+    if version >= 15:  # the replica id moved into replica_state
+        req.replica_id = req.replica_state.replica_id
+    unknown_ids = resolve_topic_ids(broker, req, version)
     if version >= 7 and req.session_id != 0:
         return FetchResponse(throttle_time_ms=0, error_code=E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
                              session_id=0, responses=[])
@@ -136,11 +175,11 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     refused = []  # topics the principal may not read (a replica_id needs ClusterAction)
     for ft in req.topics:
         if fetch_denied(broker, ctx, req.replica_id, ft.topic):
-            refused.append(TopicResp(topic=ft.topic, partitions=[
+            refused.append(TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[
                 _error(fp.partition, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in ft.partitions]))
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
-        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, partitions=[])))
+        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
     if req.replica_id >= 0 and getattr(broker, "cluster", None) is not None:
         for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
             for fp, part in parts:
@@ -159,4 +198,5 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused)
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused + unknown_ids,
+                         node_endpoints=[])

@@ -1,4 +1,8 @@
-"""ListOffsets (key 2), versions 0-7.
+"""ListOffsets (key 2), versions 0-9.
+
+v8: timestamp -4 (earliest local, KIP-405) is the log start offset (no tiered storage: the
+local log is the whole log). v9: -5 (earliest pending upload, KIP-1005) finds nothing
+(offset -1), as Kafka answers when remote storage is off.
 
 v0 answers `old_style_offsets`: a list holding the one offset found (empty when none), as
 Kafka 3.x does (it no longer lists segment base offsets).
@@ -17,10 +21,10 @@ from kafkafast.security.context import denied
 
 PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
 
 
-@handles(ListOffsetsRequest, 0, 7)
+@handles(ListOffsetsRequest, 0, 9)
 async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
     topics = []
     for t in req.topics:
@@ -51,7 +55,7 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             ts, off = -1, -1
-            if p.timestamp == EARLIEST:
+            if p.timestamp == EARLIEST or (p.timestamp == EARLIEST_LOCAL and version >= 8):
                 off = part.log_start_offset
             elif p.timestamp == LATEST:
                 off = part.high_watermark
@@ -59,6 +63,8 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                 found = part.log.max_timestamp_offset()
                 if found is not None:
                     ts, off = found
+            elif p.timestamp == EARLIEST_PENDING_UPLOAD and version >= 9:
+                pass  # nothing is uploaded: offset -1
             elif p.timestamp < 0:
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
                                               error_code=E.ErrorCode.INVALID_REQUEST,

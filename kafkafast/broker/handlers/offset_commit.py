@@ -1,4 +1,9 @@
-"""OffsetCommit (key 8), versions 2-8.
+"""OffsetCommit (key 8), versions 0-9.
+
+v0 commits without a group generation (a simple commit, as Kafka stores them now), v1 adds
+the generation and member and a per-partition commit timestamp (ignored: the expiry comes
+from offsets.retention.minutes), v9 names the member epoch of a KIP-848 group (this broker
+has classic groups only, where it is the generation).
 
 Stores committed offsets (with metadata and, v6+, leader epoch) in `__consumer_offsets`.
 A commit with generation -1 to an Empty (or unknown) group is a "simple" commit without
@@ -39,7 +44,7 @@ async def cluster_wait_replicated(broker, group_id: str, errors: dict) -> None:
                 errors[key] = E.ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
-@handles(OffsetCommitRequest, 2, 8)
+@handles(OffsetCommitRequest, 0, 9)
 async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
     errors: dict[tuple[str, int], int] = {}
     entries = []

@@ -1,4 +1,5 @@
-"""Produce (key 0), versions 0-9.
+"""Produce (key 0), versions 0-11 (v10-11: KIP-951's current_leader and node_endpoints
+tagged fields, which only a NOT_LEADER_OR_FOLLOWER answer fills: the cluster path's).
 
 v0-2 carry legacy message sets (magic 0 and 1, see kafkafast/records/legacy.py), which are
 up-converted to v2 batches before anything else (`upconverted`, kafkafast/records/convert.py):
@@ -83,7 +84,7 @@ def _invalid_records(index: int, errors: list):
     return resp
 
 
-@handles(ProduceRequest, 0, 9)
+@handles(ProduceRequest, 0, 11)
 async def handle(broker, ctx, req: ProduceRequest, version: int):
     if getattr(broker, "cluster", None) is not None:  # leader checks, acks=all replication: kafkafast/cluster
         for topic in req.topic_data if version <= 2 else ():
