@@ -22,12 +22,13 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
-from kafkafast.config import BrokerConfig
+from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
+from kafkafast.broker.dynamic_configs import DynamicConfigs
 
 log = logging.getLogger("kafkafast.broker")
 
@@ -96,7 +97,9 @@ class Broker:
         # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
-        self.default_log_config = LogConfig.from_props(config.topic_defaults())
+        self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
+        self.dynamic.refresh(force=True)
+        self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, served_handlers
@@ -228,8 +231,28 @@ class Broker:
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
 
+    def effective_topic_defaults(self) -> dict[str, str]:
+        """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide
+        defaults, overridden by this broker's dynamic configs (`dynamic_configs.py`)."""
+        out = self.config.topic_defaults()
+        for scope in ("", str(self.node_id)):
+            for name, value in self.dynamic.broker_configs(scope).items():
+                out[TOPIC_SYNONYMS[name]] = value
+        return out
+
+    def apply_dynamic_configs(self) -> None:
+        """Recomputes the default log config from the dynamic configs and gives every open
+        partition its topic's config again."""
+        self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
+        for (name, _), part in list(self.partitions.items()):
+            meta = self.topics.get(name)
+            if meta is not None and not part.state.offline:
+                part.log.config = self.topic_log_config(meta)
+
     def refresh_topics(self) -> None:
         """Picks up topic changes made by another process."""
+        if self.dynamic.refresh():
+            self.apply_dynamic_configs()
         if not self.topics.load():
             return
         live = self.topics.topics
