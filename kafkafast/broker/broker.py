@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -29,6 +30,7 @@ from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
 from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.broker.quotas import QuotaManager
 
 log = logging.getLogger("kafkafast.broker")
 
@@ -99,6 +101,7 @@ class Broker:
         self.topics = TopicStore(self.log_dirs[0])
         self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
+        self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -417,10 +420,37 @@ class Broker:
             raise CloseConnection(f"malformed request (api {api_key} v{api_version}): {exc}; "
                                   f"first bytes {bytes(frame[:96]).hex()}") from exc
         ctx = RequestContext(header, api_version, header.client_id, conn, internal)
+        if internal or not self.quotas.active():
+            response = await spec.func(self, ctx, request, api_version)
+            if response is None:
+                return None
+            return api.encode_response(api_key, api_version, correlation_id, response)
+        return await self._handle_with_quotas(spec, ctx, request, frame, correlation_id)
+
+    async def _handle_with_quotas(self, spec: Any, ctx: RequestContext, request: Any, frame: Any,
+                                  correlation_id: int) -> list | None:
+        """A request of a client that quotas may throttle (`broker/quotas.py`): its handler
+        time, request bytes (Produce) or response bytes (consumer Fetch) are recorded; over a
+        quota the response carries throttle_time_ms and the connection is muted that long."""
+        api_key, api_version = spec.api_key, ctx.api_version
+        started = time.monotonic()
         response = await spec.func(self, ctx, request, api_version)
-        if response is None:
-            return None
-        return api.encode_response(api_key, api_version, correlation_id, response)
+        handler_ms = (time.monotonic() - started) * 1000.0
+        parts = None if response is None else api.encode_response(api_key, api_version, correlation_id, response)
+        consumer_fetch = api_key == 1 and parts is not None and fetch_replica_id(request, api_version) < 0
+        throttle = self.quotas.throttle_request(api_key, ctx, len(frame),
+                                                sum(len(p) for p in parts) if consumer_fetch else 0, handler_ms)
+        if throttle > 0:
+            if ctx.conn is not None:
+                ctx.conn.throttled_until = time.monotonic() + throttle / 1000.0
+            if parts is not None and getattr(response, "throttle_time_ms", None) is not None:
+                response.throttle_time_ms = max(response.throttle_time_ms, throttle)
+                parts = api.encode_response(api_key, api_version, correlation_id, response)
+        return parts
+
+
+def fetch_replica_id(request: Any, version: int) -> int:
+    return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
 class _ValidateOnly(Exception):
