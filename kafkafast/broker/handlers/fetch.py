@@ -135,14 +135,8 @@ def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
 
 
 def topic_name_of_id(broker, topic_id: bytes) -> str | None:
-    meta = broker.topics.by_id.get(topic_id)
-    if meta is not None:
-        return meta.name
-    cache = getattr(broker, "metadata", None)  # cluster mode: topics led elsewhere
-    for name, tid in getattr(cache, "topic_ids", {}).items():
-        if tid == topic_id:
-            return name
-    return None
+    meta = broker.topics.by_id.get(topic_id)  # in cluster mode too (the metadata cache's topics)
+    return meta.name if meta is not None else None
 
 
 def resolve_topic_ids(broker, req: FetchRequest, version: int) -> list:
