@@ -151,3 +151,33 @@ def test_message_format_version_is_accepted_and_described(broker):
     plain = admin.create_topics([NewTopic("fmt-d", 1, 1)])["fmt-d"]
     plain.result(10)
     assert described("fmt-d")["message.format.version"] == "3.0-IV1"
+
+
+def test_old_clients_with_a_multi_worker_broker(broker_factory):
+    """Legacy produce reaches partitions owned by other workers (up-converted before it is
+    forwarded) and down-converted fetches read them from any worker."""
+    broker = broker_factory(workers=2)
+    topic = "legacy-mw"
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic(topic, 4, 1)])
+    admin.close()
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, api_version=(0, 10, 1),
+                                   compression_type="gzip", linger_ms=5)
+    for i in range(400):
+        producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 4)
+    producer.flush(30)
+    producer.close()
+    for p in range(4):
+        stored = [r.value for _, rs in stored_batches(broker.data_dir, topic, p) for r in rs]
+        assert stored == [b"v%d" % i for i in range(p, 400, 4)]
+    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, api_version=(0, 9),
+                                   group_id="mw", auto_offset_reset="earliest", consumer_timeout_ms=15000)
+    got = set()
+    for msg in consumer:
+        got.add(msg.value)
+        if len(got) == 400:
+            break
+    consumer.close()
+    assert got == {b"v%d" % i for i in range(400)}
