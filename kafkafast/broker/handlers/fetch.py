@@ -2,10 +2,10 @@
 
 v13+ name topics by id (KIP-516): `resolve_topic_ids` maps them to names, an unknown id
 answers UNKNOWN_TOPIC_ID for its partitions, and responses carry the id. v15+ carry the
-replica id in replica_state; v16+ responses have node_endpoints (KIP-951: filled, with the
-partition's current_leader, only where a partition answers NOT_LEADER_OR_FOLLOWER or
-FENCED_LEADER_EPOCH, which a single broker never does); v17's replica directory id is
-for followers and is ignored.
+replica id in replica_state; v12+ partitions answering NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH carry the current leader and its epoch, and v16+ responses those
+leaders' endpoints in node_endpoints (KIP-951, `with_leader_hints`: cluster mode only, a
+single broker leads everything); v17's replica directory id is for followers and is ignored.
 
 v0-3 clients cannot read v2 batches: their records are down-converted (`down_converted`,
 kafkafast/records/convert.py) to magic 0 (v0-1) or magic 1 (v2-3), one batch at a time read
@@ -192,5 +192,26 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused + unknown_ids,
-                         node_endpoints=[])
+    return with_leader_hints(broker, version, FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused + unknown_ids,
+        node_endpoints=[]))
+
+
+def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchResponse:
+    """KIP-951: the current leader of each partition this broker does not lead (cluster mode)."""
+    cache = getattr(broker, "metadata", None) if getattr(broker, "cluster", None) is not None else None
+    if cache is None or version < 12:
+        return resp
+    leaders = set()
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.error_code not in (E.ErrorCode.NOT_LEADER_OR_FOLLOWER, E.ErrorCode.FENCED_LEADER_EPOCH):
+                continue
+            info = cache.partitions.get(t.topic, {}).get(p.partition_index)
+            if info is not None and info.leader >= 0:
+                p.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
+                leaders.add(info.leader)
+    if version >= 16:
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                               for b in (cache.brokers.get(i) for i in sorted(leaders)) if b is not None]
+    return resp
