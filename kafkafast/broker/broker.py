@@ -30,7 +30,7 @@ from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
 from kafkafast.broker.dynamic_configs import DynamicConfigs
-from kafkafast.broker.quotas import QuotaManager
+from kafkafast.broker.quotas import QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
 
@@ -433,13 +433,13 @@ class Broker:
         time, request bytes (Produce) or response bytes (consumer Fetch) are recorded; over a
         quota the response carries throttle_time_ms and the connection is muted that long."""
         api_key, api_version = spec.api_key, ctx.api_version
-        started = time.monotonic()
-        response = await spec.func(self, ctx, request, api_version)
-        handler_ms = (time.monotonic() - started) * 1000.0
+        handler_ms = [0.0]
+        with measured_handler_time(handler_ms):
+            response = await spec.func(self, ctx, request, api_version)
         parts = None if response is None else api.encode_response(api_key, api_version, correlation_id, response)
         consumer_fetch = api_key == 1 and parts is not None and fetch_replica_id(request, api_version) < 0
         throttle = self.quotas.throttle_request(api_key, ctx, len(frame),
-                                                sum(len(p) for p in parts) if consumer_fetch else 0, handler_ms)
+                                                sum(len(p) for p in parts) if consumer_fetch else 0, handler_ms[0])
         if throttle > 0:
             if ctx.conn is not None:
                 ctx.conn.throttled_until = time.monotonic() + throttle / 1000.0

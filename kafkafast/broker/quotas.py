@@ -3,7 +3,7 @@
 Three quotas, set with AlterClientQuotas (`dynamic_configs.py`): `producer_byte_rate`
 (bytes/s of Produce requests), `consumer_byte_rate` (bytes/s of Fetch responses to
 consumers) and `request_percentage` (handler time, in percent of one thread: 100 = one
-second per second). The quota of a request is the most specific entry that sets the key,
+second per second; a Fetch's wait for data is not counted). The quota of a request is the most specific entry that sets the key,
 in Kafka's order: user+client-id, user+default client-id, user, default user+client-id,
 default user+default client-id, default user, client-id, default client-id. The user is
 the authenticated principal's name (ANONYMOUS without authentication).
@@ -20,11 +20,42 @@ Each worker process measures its own connections.
 from __future__ import annotations
 
 import time
-from typing import Any
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 PRODUCE, FETCH = 0, 1
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = "producer_byte_rate", "consumer_byte_rate", \
     "request_percentage"
+
+
+# Seconds the current request spent parked (a Fetch waiting for data): not handler time.
+_PARKED: ContextVar[list[float] | None] = ContextVar("kafkafast_parked", default=None)
+
+
+@contextmanager
+def parked() -> Iterator[None]:
+    """Marks a wait (a long-poll Fetch) that request_percentage must not count."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        acc = _PARKED.get()
+        if acc is not None:
+            acc[0] += time.monotonic() - started
+
+
+@contextmanager
+def measured_handler_time(out: list[float]) -> Iterator[None]:
+    """out[0] = the handler's time in ms, without the time it was `parked`."""
+    acc = [0.0]
+    token = _PARKED.set(acc)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        _PARKED.reset(token)
+        out[0] = max(time.monotonic() - started - acc[0], 0.0) * 1000.0
 
 
 class Rate:

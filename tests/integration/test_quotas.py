@@ -100,3 +100,22 @@ def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(broke
         started = time.monotonic()
         c.request(ApiVersionsRequest(), 0)  # read only once the throttle time has passed
         assert time.monotonic() - started >= first.throttle_time_ms / 1000.0 * 0.9
+
+
+def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data(broker):
+    from kafkafast.protocol._generated.fetch import FetchRequest
+    from kafkafast.protocol._generated.metadata import MetadataRequest
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("quota-cpu", 1, 1)])["quota-cpu"].result(10)
+    set_quota(broker.port, "raw-test", "request_percentage", 1.0)  # 10 ms of handler time per second
+    with RawClient(broker.port) as c:
+        idle = c.request(FetchRequest(replica_id=-1, max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20,
+                                      session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="quota-cpu", partitions=[
+                                          FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                      partition_max_bytes=1 << 20)])],
+                                      forgotten_topics_data=[], rack_id=""), 12)
+        assert idle.throttle_time_ms == 0  # 1.5 s parked, not 150 times the quota
+        throttles = [c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12).throttle_time_ms
+                     for _ in range(300)]
+    assert max(throttles) > 0

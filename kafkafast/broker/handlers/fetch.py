@@ -27,6 +27,7 @@ could not be opened) answers KAFKA_STORAGE_ERROR.
 import asyncio
 import time
 
+from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
@@ -188,7 +189,8 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
-        await broker.wait_for_data(live, remaining)
+        with parked():  # not handler time for request_percentage quotas
+            await broker.wait_for_data(live, remaining)
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
