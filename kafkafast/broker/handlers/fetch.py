@@ -137,6 +137,9 @@ def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
 
 def topic_name_of_id(broker, topic_id: bytes) -> str | None:
     meta = broker.topics.by_id.get(topic_id)  # in cluster mode too (the metadata cache's topics)
+    if meta is None:  # created by another worker since this one last looked
+        broker.refresh_topics()
+        meta = broker.topics.by_id.get(topic_id)
     return meta.name if meta is not None else None
 
 
