@@ -347,3 +347,15 @@ def test_decompressed_size_bound_is_a_setting(broker_factory):
     assert produce(b.port, "bounded", fits).error_code == 0
     assert produce(b.port, "bounded", too_big).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert latest_offset(b.port, "bounded").offset == 90
+
+
+def test_uncompressed_batch_with_broken_records_under_a_good_crc_is_refused(broker):
+    from kafkafast.records import crc32c
+
+    create_topic(broker.port, "rec-lies")
+    batch = bytearray(a_batch(3))
+    batch[61 + 4] = 0x7E  # the first record's key length varint (63): far past its record
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    assert produce(broker.port, "rec-lies", bytes(batch)).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(broker.port, "rec-lies").offset == 0
+    assert produce(broker.port, "rec-lies", a_batch(3)).error_code == 0
