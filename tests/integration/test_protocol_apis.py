@@ -250,3 +250,30 @@ def test_client_quotas_are_stored_described_and_validated(broker):
     with RawClient(broker.port) as c:
         r = c.request(DQ(components=[], strict=False), 0)
     assert len(r.entries) == 2  # persisted: alice + default client-id, and the default client-id alone
+
+
+@pytest.mark.parametrize("commit_version,fetch_version", [(0, 0), (1, 0), (9, 9)])
+def test_offset_commit_and_fetch_at_the_new_versions(broker, commit_version, fetch_version):
+    from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest as OC
+    from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest as OF
+
+    make_topics(broker.bootstrap, **{f"oc{commit_version}": 2})
+    topic, group = f"oc{commit_version}", f"g{commit_version}"
+    with RawClient(broker.port) as c:
+        committed = c.request(OC(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+            OC.OffsetCommitRequestTopic(name=topic, partitions=[
+                OC.OffsetCommitRequestPartition(partition_index=p, committed_offset=10 + p, committed_metadata="m")
+                for p in (0, 1)])]), commit_version)
+        assert [p.error_code for p in committed.topics[0].partitions] == [0, 0]
+        if fetch_version >= 8:
+            resp = c.request(OF(groups=[OF.OffsetFetchRequestGroup(group_id=group, member_id=None, member_epoch=-1,
+                                                                   topics=[OF.OffsetFetchRequestTopics(
+                                                                       name=topic, partition_indexes=[0, 1])])]),
+                             fetch_version)
+            parts = resp.groups[0].topics[0].partitions
+        else:
+            resp = c.request(OF(group_id=group, topics=[OF.OffsetFetchRequestTopic(name=topic, partition_indexes=[0, 1])]),
+                             fetch_version)
+            parts = resp.topics[0].partitions
+    assert [(p.partition_index, p.committed_offset, p.metadata, p.error_code) for p in parts] == \
+        [(0, 10, "m", 0), (1, 11, "m", 0)]
