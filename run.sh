@@ -14,12 +14,13 @@ install_python() {
 }
 
 install_debian() {
-  # ZooKeeper for the cluster tests; Java is needed by ZooKeeper and Spark; systemd-analyze for deploy/.
+  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark; systemd-analyze for deploy/.
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     local need=()
     [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
     command -v java >/dev/null || need+=(openjdk-17-jre-headless)
     command -v systemd-analyze >/dev/null || need+=(systemd)  # checks deploy/'s unit files
+    command -v kcat >/dev/null || need+=(kcat)  # librdkafka 2.0's CLI (tests/integration/test_legacy_formats.py)
     if [ ${#need[@]} -gt 0 ]; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
     fi

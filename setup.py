@@ -33,6 +33,7 @@ EXTRAS_REQUIRE = {
         "confluent-kafka",
         "kafka-python",
         "python-snappy",  # kafka-python's snappy codec (tests round-trip every codec with it)
+        "xxhash",  # kafka-python's lz4 for api_version (0, 9) (tests/integration/test_legacy_formats.py)
         "aiokafka",
         "mypy",  # the client's type hints are checked (tests/unit/test_client_types.py)
         "cryptography",  # certificates made by the security tests (tests/security/pki.py)

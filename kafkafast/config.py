@@ -58,6 +58,8 @@ DEFAULTS: dict[str, str | None] = {
     "log.index.size.max.bytes": "10485760",
     "log.cleanup.policy": "delete",
     "log.message.timestamp.type": "CreateTime",
+    "log.message.format.version": "3.0-IV1",  # deprecated, accepted and ignored as in Kafka 3.x
+    "log.message.downconversion.enable": "true",
     "log.cleaner.enable": "true",
     "log.cleaner.delete.retention.ms": "86400000",
     "log.cleaner.min.cleanable.ratio": "0.5",
@@ -153,6 +155,8 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "log.cleanup.policy": "cleanup.policy",
     "message.max.bytes": "max.message.bytes",
     "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.format.version": "message.format.version",
+    "log.message.downconversion.enable": "message.downconversion.enable",
     "log.cleaner.delete.retention.ms": "delete.retention.ms",
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",

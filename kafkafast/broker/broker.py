@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -22,12 +23,14 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
-from kafkafast.config import BrokerConfig
+from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
+from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.broker.quotas import QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
 
@@ -96,7 +99,10 @@ class Broker:
         # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
-        self.default_log_config = LogConfig.from_props(config.topic_defaults())
+        self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
+        self.dynamic.refresh(force=True)
+        self.quotas = QuotaManager(self)
+        self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, served_handlers
@@ -237,8 +243,28 @@ class Broker:
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
 
+    def effective_topic_defaults(self) -> dict[str, str]:
+        """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide
+        defaults, overridden by this broker's dynamic configs (`dynamic_configs.py`)."""
+        out = self.config.topic_defaults()
+        for scope in ("", str(self.node_id)):
+            for name, value in self.dynamic.broker_configs(scope).items():
+                out[TOPIC_SYNONYMS[name]] = value
+        return out
+
+    def apply_dynamic_configs(self) -> None:
+        """Recomputes the default log config from the dynamic configs and gives every open
+        partition its topic's config again."""
+        self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
+        for (name, _), part in list(self.partitions.items()):
+            meta = self.topics.get(name)
+            if meta is not None and not part.state.offline:
+                part.log.config = self.topic_log_config(meta)
+
     def refresh_topics(self) -> None:
         """Picks up topic changes made by another process."""
+        if self.dynamic.refresh():
+            self.apply_dynamic_configs()
         if not self.topics.load():
             return
         live = self.topics.topics
@@ -404,10 +430,37 @@ class Broker:
             raise CloseConnection(f"malformed request (api {api_key} v{api_version}): {exc}; "
                                   f"first bytes {bytes(frame[:96]).hex()}") from exc
         ctx = RequestContext(header, api_version, header.client_id, conn, internal)
-        response = await spec.func(self, ctx, request, api_version)
-        if response is None:
-            return None
-        return api.encode_response(api_key, api_version, correlation_id, response)
+        if internal or not self.quotas.active():
+            response = await spec.func(self, ctx, request, api_version)
+            if response is None:
+                return None
+            return api.encode_response(api_key, api_version, correlation_id, response)
+        return await self._handle_with_quotas(spec, ctx, request, frame, correlation_id)
+
+    async def _handle_with_quotas(self, spec: Any, ctx: RequestContext, request: Any, frame: Any,
+                                  correlation_id: int) -> list | None:
+        """A request of a client that quotas may throttle (`broker/quotas.py`): its handler
+        time, request bytes (Produce) or response bytes (consumer Fetch) are recorded; over a
+        quota the response carries throttle_time_ms and the connection is muted that long."""
+        api_key, api_version = spec.api_key, ctx.api_version
+        handler_ms = [0.0]
+        with measured_handler_time(handler_ms):
+            response = await spec.func(self, ctx, request, api_version)
+        parts = None if response is None else api.encode_response(api_key, api_version, correlation_id, response)
+        consumer_fetch = api_key == 1 and parts is not None and fetch_replica_id(request, api_version) < 0
+        throttle = self.quotas.throttle_request(api_key, ctx, len(frame),
+                                                sum(len(p) for p in parts) if consumer_fetch else 0, handler_ms[0])
+        if throttle > 0:
+            if ctx.conn is not None:
+                ctx.conn.throttled_until = time.monotonic() + throttle / 1000.0
+            if parts is not None and getattr(response, "throttle_time_ms", None) is not None:
+                response.throttle_time_ms = max(response.throttle_time_ms, throttle)
+                parts = api.encode_response(api_key, api_version, correlation_id, response)
+        return parts
+
+
+def fetch_replica_id(request: Any, version: int) -> int:
+    return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
 class _ValidateOnly(Exception):

@@ -96,10 +96,10 @@ def crc32c(data: Buffer) -> int:
 
 
 def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_size: int | None = None) -> int:
-    """Check the records inside every compressed batch of a producer's record set: the
-    payload decompresses (whole, nothing after it), to at most `max_decompressed` bytes,
-    into exactly recordsCount well-formed records with offset deltas 0, 1, 2, ...
-    (`validate_record_stream`). Returns the decompressed bytes checked.
+    """Check the records inside every batch of a producer's record set: a compressed
+    payload decompresses (whole, nothing after it), to at most `max_decompressed` bytes, and
+    every payload holds exactly recordsCount well-formed records with offset deltas 0, 1,
+    2, ... (`validate_record_stream`). Returns the decompressed bytes checked.
 
     Raises CorruptMessageError, or MessageTooLargeError past the bound. The walk stops
     quietly at the first batch whose header `validate_batches` rejects (it says why; a
@@ -117,7 +117,12 @@ def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_si
         if (size > n - pos or (max_batch_size is not None and size > max_batch_size)
                 or header.records_count <= 0 or header.last_offset_delta != header.records_count - 1):
             return total
-        if header.compression != CODEC_NONE:
+        if header.compression == CODEC_NONE:  # the records are checked as they are, as Kafka's
+            try:                                 # LogValidator walks an uncompressed batch too
+                validate_record_stream((mv[pos + BATCH_HEADER_SIZE : pos + size],), header.records_count, size)
+            except CorruptMessageError as exc:
+                raise CorruptMessageError(f"batch at {pos}: {exc.message}") from None
+        else:
             try:
                 total += validate_record_stream(
                     iter_decompressed(header.compression, mv[pos + BATCH_HEADER_SIZE : pos + size], max_decompressed),

@@ -18,9 +18,9 @@ A compressed message is a wrapper whose value is a compressed message set of inn
 absolute = wrapper_offset - last_relative + relative. With LogAppendTime (v1) every inner
 message takes the wrapper's timestamp. v0 messages have no timestamp (-1).
 
-kafkafast never writes this format; it only reads it (fetch responses from old brokers,
-clients' decoding helpers). Magic-0 LZ4 with the pre-0.10 broken header checksum is not
-supported.
+The broker reads it from Produce v0-2 requests and writes it for Fetch v0-3 responses
+(`convert.py`: the log holds v2 batches only). Magic-0 LZ4 wrappers carry the pre-0.10
+broken frame header checksum (KAFKA-3160); it is corrected before decoding.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ import struct
 import zlib
 
 from kafkafast.protocol.errors import CorruptMessageError
-from kafkafast.records.compression import decompress
+from kafkafast.records.compression import MAX_DECOMPRESSED_SIZE, decompress
 from kafkafast.records.model import (
     ATTR_TIMESTAMP_TYPE,
+    CODEC_LZ4,
     CODEC_MASK,
     CODEC_NONE,
     NO_TIMESTAMP,
@@ -91,15 +92,22 @@ def read_legacy_message(buf: Buffer, pos: int = 0, *, check_crc: bool = True) ->
     return header, Record(offset, timestamp, key, value, [], attributes)
 
 
-def decode_legacy_entry(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[LegacyHeader, list[Record]]:
-    """The legacy entry at `pos` with its records (a compressed wrapper expanded)."""
+def decode_legacy_entry(buf: Buffer, pos: int = 0, *, check_crc: bool = True,
+                        max_size: int = MAX_DECOMPRESSED_SIZE) -> tuple[LegacyHeader, list[Record]]:
+    """The legacy entry at `pos` with its records (a compressed wrapper expanded, to at most
+    `max_size` decompressed bytes, else DecompressedSizeError)."""
     header, record = read_legacy_message(buf, pos, check_crc=check_crc)
     codec = header.attributes & CODEC_MASK
     if codec == CODEC_NONE:
         return header, [record]
     if record.value is None:
         raise CorruptMessageError("compressed legacy wrapper without a value")
-    inner_set = memoryview(decompress(codec, record.value))
+    value = record.value
+    if codec == CODEC_LZ4 and header.magic == 0:
+        from kafkafast.records.convert import fix_lz4_header
+
+        value = fix_lz4_header(value, broken=False)
+    inner_set = memoryview(decompress(codec, value, max_size))
     inner: list[Record] = []
     p = 0
     while len(inner_set) - p >= LOG_OVERHEAD:

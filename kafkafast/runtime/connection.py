@@ -39,6 +39,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import deque
 from typing import Any
 
@@ -89,6 +90,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closing = False
         self.paused = False
         self.busy = False
+        self.throttled_until = 0.0  # monotonic time before which no request is read (client quotas)
         self.peer = None
         self._drain_waiter: asyncio.Future | None = None
         self._write_paused = False
@@ -320,6 +322,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self.busy = False
                 if parts is not None and not self.closing:
                     await self._send(parts)
+                if self.throttled_until:  # a client quota was exceeded: read nothing until then
+                    delay, self.throttled_until = self.throttled_until - time.monotonic(), 0.0
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 if request_metrics.active:
                     request_metrics.observe(frame, parts, started)
                 parts = None

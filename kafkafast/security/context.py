@@ -79,6 +79,26 @@ def any_allowed(broker: Any, ctx: Any, operation: int, resource_type: int) -> bo
     return who is None or sec.authorizer.any_allowed(who[0], who[1], operation, resource_type)
 
 
+# The operations Kafka reports in authorized-operations bit fields, per resource type.
+_RESOURCE_OPERATIONS = {
+    acl.TOPIC: (acl.READ, acl.WRITE, acl.CREATE, acl.DELETE, acl.ALTER, acl.DESCRIBE,
+                acl.DESCRIBE_CONFIGS, acl.ALTER_CONFIGS),
+    acl.GROUP: (acl.READ, acl.DESCRIBE, acl.DELETE),
+    acl.CLUSTER: (acl.CREATE, acl.CLUSTER_ACTION, acl.DESCRIBE_CONFIGS, acl.ALTER_CONFIGS,
+                  acl.IDEMPOTENT_WRITE, acl.ALTER, acl.DESCRIBE),
+}
+
+
+def authorized_operations(broker: Any, ctx: Any, resource_type: int, name: str = acl.CLUSTER_NAME) -> int:
+    """The bit field (1 << operation) of what the principal may do on the resource, as
+    Metadata, DescribeGroups and DescribeCluster answer when asked (KIP-430)."""
+    bits = 0
+    for op in _RESOURCE_OPERATIONS[resource_type]:
+        if allowed(broker, ctx, op, resource_type, name):
+            bits |= 1 << op
+    return bits
+
+
 def authorizer_enabled(broker: Any) -> bool:
     return security_of(broker).authorizer is not None
 

@@ -7,6 +7,8 @@ as Kafka's CreateTopics / AlterConfigs do.
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -90,6 +92,12 @@ def _cleanup_policy(name: str, value: Any) -> None:
                                  f"must be a list of compact, delete")
 
 
+def _format_version(name: str, value: Any) -> None:
+    """A Kafka release as message.format.version takes it: 0.8.0 .. 3.x, with an -IVn suffix."""
+    if not re.fullmatch(r"(0\.(8|9|10|11)(\.\d)?|[1-3]\.\d)(-IV\d)?", value):
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Version `{value}` is not a valid version")
+
+
 def _no_check(name: str, value: Any) -> None:
     return None
 
@@ -126,7 +134,12 @@ _SPEC: dict[str, tuple[str, Callable[[str, str], Any], Callable[[str, Any], None
     "message.downconversion.enable": ("message_downconversion_enable", _parse_bool, _no_check, "true"),
     "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", _parse_str, _no_check, ""),
     "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas", _parse_str, _no_check, ""),
+    # Deprecated since Kafka 3.0 and ignored (the log always holds v2 batches; old clients get
+    # converted records): accepted and described, as Kafka 3.x does.
+    "message.format.version": ("message_format_version", _parse_str, _format_version, "3.0-IV1"),
 }
+# The broker config's name, accepted as a topic config too (it sets message.format.version).
+TOPIC_ALIASES = {"log.message.format.version": "message.format.version"}
 
 TOPIC_CONFIG_DEFAULTS: dict[str, str] = {name: spec[3] for name, spec in _SPEC.items()}
 """Every topic-level config name this broker knows, with Kafka's default as a string."""
@@ -165,12 +178,14 @@ class LogConfig:
     message_downconversion_enable: bool = True
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+    message_format_version: str = "3.0-IV1"
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """`base` (or the defaults) with `props` applied; InvalidConfigError on a bad name or value."""
         changes: dict[str, Any] = {}
         for name, text in props.items():
+            name = TOPIC_ALIASES.get(name, name)
             spec = _SPEC.get(name)
             if spec is None:
                 raise InvalidConfigError(f"Unknown topic config name: {name}")

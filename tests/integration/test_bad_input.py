@@ -86,7 +86,7 @@ def test_unsupported_api_versions_version_gets_error_and_v0_body(broker):
 
 def test_unsupported_version_of_another_api_closes_connection(broker):
     with RawClient(broker.port) as c:
-        body = struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 10  # Produce v2 is not served
+        body = struct.pack(">hhih", 0, 99, 1, -1) + b"\x00" * 10  # Produce v99 is not served
         c.send_raw(struct.pack(">i", len(body)) + body)
         assert c.is_closed_by_peer()
 
@@ -158,7 +158,7 @@ def test_lying_lengths_and_counts_are_rejected_and_nothing_is_written(broker):
     assert latest_offset(broker.port, "lies").offset == 4
 
 
-def test_legacy_message_format_is_rejected_with_unsupported_version(broker):
+def test_legacy_message_format_in_produce_v3_plus_is_rejected_with_unsupported_version(broker):
     create_topic(broker.port, "legacy")
     # one v1 message: offset, size, crc, magic=1, attributes, timestamp, key=null, value="x"
     msg = struct.pack(">bbqi", 1, 0, 0, -1) + struct.pack(">i", 1) + b"x"
@@ -167,6 +167,29 @@ def test_legacy_message_format_is_rejected_with_unsupported_version(broker):
     legacy = struct.pack(">qi", 0, len(body)) + body
     assert produce(broker.port, "legacy", legacy).error_code == ErrorCode.UNSUPPORTED_VERSION
     assert latest_offset(broker.port, "legacy").offset == 0
+    assert produce(broker.port, "legacy", legacy, version=2).error_code == 0  # v0-2 up-convert it
+    assert latest_offset(broker.port, "legacy").offset == 1
+
+
+def test_bad_legacy_message_sets_in_produce_v2(broker_factory):
+    from kafkafast.records.convert import encode_message, legacy_compress
+
+    broker = broker_factory(settings={"message.max.decompressed.bytes": str(1 << 20)})
+    create_topic(broker.port, "old")
+    good = encode_message(1, 0, 5, b"k", b"v")
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    assert produce(broker.port, "old", bytes(bad_crc), version=2).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert produce(broker.port, "old", good[:-3], version=2).error_code == ErrorCode.CORRUPT_MESSAGE
+    inner = b"".join(encode_message(1, i, 5, None, b"\0" * 60_000) for i in range(20))  # 1.2 MB inside
+    bomb = encode_message(1, 19, 5, None, legacy_compress(1, 1, inner), 1)
+    assert len(bomb) < 10_000
+    assert produce(broker.port, "old", bomb, version=2).error_code == ErrorCode.MESSAGE_TOO_LARGE
+    not_compressed = encode_message(1, 0, 5, None, b"not gzip at all", 1)
+    assert produce(broker.port, "old", not_compressed, version=1).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(broker.port, "old").offset == 0
+    assert produce(broker.port, "old", good + good, version=0).error_code == 0
+    assert latest_offset(broker.port, "old").offset == 2
 
 
 def test_error_codes_for_common_mistakes(broker_factory):
@@ -324,3 +347,15 @@ def test_decompressed_size_bound_is_a_setting(broker_factory):
     assert produce(b.port, "bounded", fits).error_code == 0
     assert produce(b.port, "bounded", too_big).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert latest_offset(b.port, "bounded").offset == 90
+
+
+def test_uncompressed_batch_with_broken_records_under_a_good_crc_is_refused(broker):
+    from kafkafast.records import crc32c
+
+    create_topic(broker.port, "rec-lies")
+    batch = bytearray(a_batch(3))
+    batch[61 + 4] = 0x7E  # the first record's key length varint (63): far past its record
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    assert produce(broker.port, "rec-lies", bytes(batch)).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(broker.port, "rec-lies").offset == 0
+    assert produce(broker.port, "rec-lies", a_batch(3)).error_code == 0

@@ -60,8 +60,14 @@ def test_configs_alter_and_describe_topic_and_broker(module_broker):
     broker = kafkafast("configs", *b, "--entity-type", "brokers", "--entity-name", "0", "--describe").stdout
     assert any(line.split()[:3] == ["listeners", f"PLAINTEXT://{module_broker.bootstrap}", "STATIC_BROKER_CONFIG"]
                for line in broker.splitlines())
-    static = kafkafast("configs", *b, "--broker", "0", "--alter", "--add-config", "log.retention.ms=1", check=False)
-    assert static.returncode == 1 and "InvalidRequestError" in static.stderr and "static" in static.stderr
+    static = kafkafast("configs", *b, "--broker", "0", "--alter", "--add-config", "num.partitions=7", check=False)
+    assert static.returncode == 1 and "InvalidRequestError" in static.stderr and "dynamically" in static.stderr
+    kafkafast("configs", *b, "--broker", "0", "--alter", "--add-config", "log.retention.ms=86400001")
+    broker = kafkafast("configs", *b, "--entity-type", "brokers", "--entity-name", "0", "--describe").stdout
+    assert any(line.split()[:3] == ["log.retention.ms", "86400001", "DYNAMIC_BROKER_CONFIG"] for line in broker.splitlines())
+    kafkafast("configs", *b, "--broker", "0", "--alter", "--delete-config", "log.retention.ms")
+    broker = kafkafast("configs", *b, "--entity-type", "brokers", "--entity-name", "0", "--describe").stdout
+    assert "86400001" not in broker
 
 
 def test_cluster_shows_broker_controller_and_cluster_id(module_broker):

@@ -109,3 +109,70 @@ def test_builder_never_exceeds_max_size_after_first_record(sizes: list[int], lim
     assert len(batch) == builder.estimated_size
     assert len(batch) <= limit or len(accepted) == 1
     assert decode_batch(batch)[0].records_count == len(accepted)
+
+
+# ---------------------------------------------------------------------------- legacy conversion
+legacy_records = st.lists(st.tuples(TIMESTAMPS, nullable_bytes, nullable_bytes), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=legacy_records, codec_id=st.integers(0, 3), magic=st.integers(0, 2), base_offset=st.integers(0, 2**40),
+       log_append=st.booleans())
+def test_down_and_up_conversion_round_trip(recs: list, codec_id: int, magic: int, base_offset: int,  # type: ignore[type-arg]
+                                           log_append: bool) -> None:
+    """A v2 batch down-converted to magic 0/1 (Fetch v0-3) reads back as the same records
+    with the same codec, and up-converted again (Produce v0-2) gives a v2 batch holding them;
+    magic 2 passes through up-conversion unchanged."""
+    from kafkafast.records import iter_record_batches
+    from kafkafast.records.convert import downconvert, upconvert
+
+    batch = bytearray(encode_batch([(ts, k, v, []) for ts, k, v in recs], codec_id, base_offset=base_offset))
+    if log_append:  # the log sets the timestamp type bit and maxTimestamp on append
+        batch[22] |= 0x08
+    header, _ = decode_batch(batch, check_crc=False)
+    ts_of = [header.max_timestamp if log_append else ts for ts, _, _ in recs]
+    if magic == 2:
+        assert upconvert(batch, 1 << 24) == batch
+        return
+    legacy = downconvert(batch, magic)
+    entries = list(iter_record_batches(legacy))
+    assert {h.magic for h, _ in entries} == {magic}
+    assert {h.compression for h, _ in entries} == {codec_id}
+    if codec_id:
+        assert len(entries) == 1 and entries[0][0].offset == base_offset + len(recs) - 1
+    got = [r for _, rs in entries for r in rs]
+    assert [(r.offset, r.key, r.value) for r in got] == [(base_offset + i, k, v) for i, (_, k, v) in enumerate(recs)]
+    assert [r.timestamp for r in got] == (ts_of if magic == 1 else [-1] * len(recs))
+    again = upconvert(legacy, 1 << 24)
+    (h2, back), = list(iter_record_batches(again))
+    assert h2.magic == 2 and h2.compression == codec_id and h2.records_count == len(recs)
+    assert [(r.key, r.value) for r in back] == [(k, v) for _, k, v in recs]
+    assert [r.timestamp for r in back] == (ts_of if magic == 1 else [-1] * len(recs))
+
+
+@settings(max_examples=30, deadline=None)
+@given(recs=legacy_records)
+def test_zstd_is_not_down_converted(recs: list) -> None:  # type: ignore[type-arg]
+    from kafkafast.protocol.errors import UnsupportedCompressionTypeError
+    from kafkafast.records.convert import downconvert
+
+    batch = encode_batch([(ts, k, v, []) for ts, k, v in recs], 4)
+    for magic in (0, 1):
+        with pytest.raises(UnsupportedCompressionTypeError):
+            downconvert(batch, magic)
+
+
+def test_magic0_lz4_uses_the_broken_header_checksum() -> None:
+    """Magic-0 LZ4 wrappers carry Kafka 0.8/0.9's header checksum (computed over the frame
+    magic too), which a strict LZ4 frame decoder refuses; magic 1 uses the correct one."""
+    import lz4.frame
+
+    from kafkafast.records.convert import LZ4_MAGIC, legacy_compress, xxh32
+
+    data = b"legacy lz4 " * 50
+    old, new = legacy_compress(3, 0, data), legacy_compress(3, 1, data)
+    assert old[:4] == new[:4] == LZ4_MAGIC and old[7:] == new[7:]
+    assert old[6] == (xxh32(old[:6]) >> 8) & 0xFF and new[6] == (xxh32(new[4:6]) >> 8) & 0xFF
+    assert lz4.frame.decompress(new) == data
+    with pytest.raises(RuntimeError):
+        lz4.frame.decompress(old)

@@ -146,8 +146,9 @@ def test_as_kafka_profile_narrows_api_versions_and_closes_on_newer_requests(tmp_
         too_new = api.decode_response(18, 0, c.recv_frame())[1]
         assert too_new.error_code == EC.UNSUPPORTED_VERSION
         served = {k.api_key: (k.min_version, k.max_version) for k in c.request(ApiVersionsRequest(), 2).api_keys}
-        assert served[0] == (3, 7) and served[3] == (0, 8) and served[18] == (0, 2)
+        assert served[0] == (0, 7) and served[3] == (0, 8) and served[18] == (0, 2)
         assert 47 not in served and 60 not in served  # OffsetDelete (2.4), DescribeCluster (2.8)
+        assert served[1] == (0, 11) and served[35] == (0, 1)  # Fetch 0-11 (v0-3 down-converted), DescribeLogDirs
         c.request(MetadataRequest(topics=[]), 8)
         with pytest.raises(ConnectionError):  # Metadata v9 came with 2.4
             c.request(MetadataRequest(topics=[]), 9)

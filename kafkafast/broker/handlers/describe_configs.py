@@ -3,7 +3,11 @@
 Topics (resource type 2): every topic-level config with its effective value and source —
 DYNAMIC_TOPIC_CONFIG for the topic's overrides, STATIC_BROKER_CONFIG when the broker's
 property sets it, DEFAULT_CONFIG otherwise — with synonyms when asked (v1+) and types (v3+).
-Brokers (type 4, name = this node id or empty): the broker properties in effect.
+Brokers (type 4): for this node id the broker properties in effect, a dynamic config
+(`kafkafast/broker/dynamic_configs.py`) with source DYNAMIC_BROKER_CONFIG or
+DYNAMIC_DEFAULT_BROKER_CONFIG and the lower layers as synonyms, the dynamically changeable
+ones not read-only; for the empty name (the cluster-wide default resource) only the dynamic
+cluster-wide defaults, as Kafka answers.
 """
 from dataclasses import dataclass
 
@@ -11,12 +15,12 @@ from kafkafast.broker.registry import handles
 from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafkafast.protocol import errors as E
-from kafkafast.storage.config import TOPIC_CONFIG_DEFAULTS
+from kafkafast.storage.config import TOPIC_ALIASES, TOPIC_CONFIG_DEFAULTS
 from kafkafast.security import acl
 from kafkafast.security.context import require
 
 TOPIC, BROKER = 2, 4
-SRC_TOPIC, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 4, 5
+SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 2, 3, 4, 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
 _TYPES = {
     "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING, "message.timestamp.type": TYPE_STRING,
@@ -49,19 +53,27 @@ def config_type(name: str, value: str | None) -> int:
 
 
 def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
-    broker_defaults = broker.config.topic_defaults()
+    dynamic = getattr(broker, "dynamic", None)
+    broker_defaults = broker.effective_topic_defaults() if dynamic is not None else broker.config.topic_defaults()
+    dyn_layers = [] if dynamic is None else [(dynamic.broker_configs(str(broker.node_id)), SRC_DYNAMIC_BROKER),
+                                             (dynamic.broker_configs(""), SRC_DYNAMIC_DEFAULT)]
     explicit = {k for k, v in broker.config.props.items() if v is not None and DEFAULTS.get(k) != v}
     out = []
+    overrides = {TOPIC_ALIASES.get(k, k): v for k, v in meta.configs.items()}
     for name in sorted(TOPIC_CONFIG_DEFAULTS):
         synonyms = []
         broker_key = broker.config.topic_config_source(name)
-        if name in meta.configs:
-            value, source = meta.configs[name], SRC_TOPIC
+        dyn = [(layer[broker_key], src) for layer, src in dyn_layers if broker_key in layer]
+        if name in overrides:
+            value, source = overrides[name], SRC_TOPIC
             synonyms.append(Synonym(name=name, value=value, source=SRC_TOPIC))
+        elif dyn:
+            value, source = dyn[0]
         elif broker_key is not None and broker_key in explicit:
             value, source = broker_defaults.get(name, TOPIC_CONFIG_DEFAULTS[name]), SRC_STATIC_BROKER
         else:
             value, source = broker_defaults.get(name, TOPIC_CONFIG_DEFAULTS[name]), SRC_DEFAULT
+        synonyms += [Synonym(name=broker_key, value=v, source=src) for v, src in dyn]
         if broker_key is not None and broker_key in explicit:
             synonyms.append(Synonym(name=broker_key, value=broker.config.props[broker_key], source=SRC_STATIC_BROKER))
         synonyms.append(Synonym(name=broker_key or name, value=TOPIC_CONFIG_DEFAULTS[name], source=SRC_DEFAULT))
@@ -69,13 +81,28 @@ def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
     return out
 
 
-def broker_config_entries(broker) -> list[ConfigEntry]:
+def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
+    from kafkafast.broker.dynamic_configs import DYNAMIC_BROKER_CONFIGS
+
+    dynamic = getattr(broker, "dynamic", None)
+    default_dyn = dynamic.broker_configs("") if dynamic is not None else {}
+    if resource_name == "":
+        return [ConfigEntry(n, v, False, SRC_DYNAMIC_DEFAULT, [Synonym(name=n, value=v, source=SRC_DYNAMIC_DEFAULT)])
+                for n, v in sorted(default_dyn.items())]
+    node_dyn = dynamic.broker_configs(resource_name) if dynamic is not None else {}
     out = []
-    for name in sorted(broker.config.props):
-        value = broker.config.props[name]
-        source = SRC_DEFAULT if DEFAULTS.get(name) == value else SRC_STATIC_BROKER
-        syn = [Synonym(name=name, value=value, source=source)]
-        out.append(ConfigEntry(name, value, True, source, syn))
+    for name in sorted(set(broker.config.props) | set(default_dyn) | set(node_dyn)):
+        layers = []
+        if name in node_dyn:
+            layers.append((node_dyn[name], SRC_DYNAMIC_BROKER))
+        if name in default_dyn:
+            layers.append((default_dyn[name], SRC_DYNAMIC_DEFAULT))
+        if name in broker.config.props:
+            static = broker.config.props[name]
+            layers.append((static, SRC_DEFAULT if DEFAULTS.get(name) == static else SRC_STATIC_BROKER))
+        value, source = layers[0]
+        syn = [Synonym(name=name, value=v, source=s) for v, s in layers]
+        out.append(ConfigEntry(name, value, name not in DYNAMIC_BROKER_CONFIGS, source, syn))
     return out
 
 
@@ -95,7 +122,7 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
                 require(broker, ctx, acl.DESCRIBE_CONFIGS, acl.CLUSTER)
                 if res.resource_name not in ("", str(broker.node_id)):
                     raise E.InvalidRequestError(f"unknown broker {res.resource_name!r}")
-                entries = broker_config_entries(broker)
+                entries = broker_config_entries(broker, res.resource_name)
             else:
                 raise E.InvalidRequestError(f"unsupported resource type {res.resource_type}")
         except E.KafkaError as exc:

@@ -3,16 +3,15 @@
 State, protocol type, and members of each group. The chosen protocol and each member's
 metadata and assignment are only filled in Stable (as Kafka does). An unknown group is
 described as state "Dead" with no error. v3+ authorized operations: not computed
-(INT32_MIN) unless asked, then every group operation.
+(INT32_MIN) unless asked, then the group operations (READ, DELETE, DESCRIBE) the principal's
+ACLs allow (all three without an authorizer).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kafkafast.security import acl
-from kafkafast.security.context import denied
+from kafkafast.security.context import authorized_operations, denied
 
 AUTH_OPS_UNSET = -2147483648
-# READ(3), DELETE(6), DESCRIBE(8) as bits: the operations a group has in Kafka's ACL model.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 @handles(DescribeGroupsRequest, 0, 5)
@@ -32,6 +31,6 @@ async def handle(broker, ctx, req: DescribeGroupsRequest, version: int) -> Descr
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in s.members],
-            authorized_operations=GROUP_OPERATIONS if version >= 3 and req.include_authorized_operations
-            else AUTH_OPS_UNSET))
+            authorized_operations=authorized_operations(broker, ctx, acl.GROUP, gid)
+            if version >= 3 and req.include_authorized_operations else AUTH_OPS_UNSET))
     return DescribeGroupsResponse(throttle_time_ms=0, groups=out)

@@ -1,6 +1,7 @@
 """DescribeProducers (key 61), version 0: the active producers of each partition (id, epoch,
 last sequence, last timestamp, first offset of the open transaction or -1), read from the
 owner's producer state; TOPIC_AUTHORIZATION_FAILED without READ, UNKNOWN_TOPIC_OR_PARTITION,
+KAFKA_STORAGE_ERROR for an offline log,
 and NOT_LEADER_OR_FOLLOWER in a worker that does not own the partition (the client asks
 again; in one process every partition is owned)."""
 from kafkafast.broker.registry import handles
@@ -17,6 +18,8 @@ def _partition(broker, ctx, topic: str, index: int):
     part = None if code else broker.get_partition(topic, index)
     if not code and part is None:
         code = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    elif not code and part.state.offline:
+        code = E.ErrorCode.KAFKA_STORAGE_ERROR
     elif not code and not broker.owns(part):
         code = E.ErrorCode.NOT_LEADER_OR_FOLLOWER
     if code:

@@ -1,4 +1,18 @@
-"""Fetch (key 1), versions 4-12.
+"""Fetch (key 1), versions 0-17.
+
+v13+ name topics by id (KIP-516): `resolve_topic_ids` maps them to names, an unknown id
+answers UNKNOWN_TOPIC_ID for its partitions, and responses carry the id. v15+ carry the
+replica id in replica_state; v12+ partitions answering NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH carry the current leader and its epoch, and v16+ responses those
+leaders' endpoints in node_endpoints (KIP-951, `with_leader_hints`: cluster mode only, a
+single broker leads everything); v17's replica directory id is for followers and is ignored.
+
+v0-3 clients cannot read v2 batches: their records are down-converted (`down_converted`,
+kafkafast/records/convert.py) to magic 0 (v0-1) or magic 1 (v2-3), one batch at a time read
+from the segment (memory bounded by the batch size), stopping before the converted bytes pass
+the partition's limit (the first message set always goes whole, as KIP-74 for v2 batches).
+A topic with message.downconversion.enable=false answers UNSUPPORTED_VERSION to them, a
+zstd batch UNSUPPORTED_COMPRESSION_TYPE, as Kafka does. v4+ is served zero-copy as below.
 
 Reads each partition from its segment files into a FileRegion (sent with os.sendfile by
 the connection), never beyond the high watermark. Limits as Kafka: the first partition
@@ -15,6 +29,7 @@ could not be opened) answers KAFKA_STORAGE_ERROR.
 import asyncio
 import time
 
+from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
@@ -74,6 +89,13 @@ def _read_all(broker, req, version, plan):
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
             region = result.region if result is not None else None
+            if version <= 3 and region is not None:
+                try:
+                    region = down_converted(part, region, 0 if version <= 1 else 1, fp.fetch_offset,
+                                            limit, total == 0)
+                except E.KafkaError as exc:
+                    tresp.partitions.append(_error(fp.partition, exc.code, part))
+                    continue
             size = len(region) if region is not None else 0
             total += size
             tresp.partitions.append(PartData(
@@ -101,6 +123,31 @@ def aborted_in(part, fetch_offset: int, upper: int) -> list:
             for a in collect_aborted(part.log.reader.dir, part.log.reader.segment_bases(), fetch_offset, upper)]
 
 
+def down_converted(part, region, magic: int, fetch_offset: int, limit: int, first: bool) -> bytes:
+    """The v2 batches of `region` as a magic-`magic` message set, read and converted one
+    batch at a time; stops before the output passes `limit` (for the `first` partition of
+    the response its first message set goes whole whatever its size).
+    UnsupportedVersionError when the topic refuses down-conversion."""
+    import os
+
+    from kafkafast.records.convert import downconvert_batch
+
+    if not part.log.config.message_downconversion_enable:
+        raise E.UnsupportedVersionError(f"{part.topic}: message.downconversion.enable is false")
+    out = bytearray()
+    pos, end = region.offset, region.offset + region.length
+    while end - pos >= 12:
+        size = int.from_bytes(os.pread(region.fd, 12, pos)[8:12], "big", signed=True) + 12
+        if size < 12 or pos + size > end:
+            break
+        piece = downconvert_batch(os.pread(region.fd, size, pos), 0, magic, fetch_offset)
+        if len(out) + len(piece) > limit and (out or not first):
+            break
+        out += piece
+        pos += size
+    return bytes(out)
+
+
 def cluster_fetch_error(broker, part, replica_id: int) -> int:
     """Cluster mode: NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
     return broker.fetch_error(part, replica_id) if getattr(broker, "cluster", None) is not None else 0
@@ -111,8 +158,37 @@ def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
     return broker.fetch_upper_bound(part, replica_id) if getattr(broker, "cluster", None) is not None else hw
 
 
-@handles(FetchRequest, 4, 12)
+def topic_name_of_id(broker, topic_id: bytes) -> str | None:
+    meta = broker.topics.by_id.get(topic_id)  # in cluster mode too (the metadata cache's topics)
+    if meta is None:  # created by another worker since this one last looked
+        broker.refresh_topics()
+        meta = broker.topics.by_id.get(topic_id)
+    return meta.name if meta is not None else None
+
+
+def resolve_topic_ids(broker, req: FetchRequest, version: int) -> list:
+    """v13+: every requested topic's name from its id (in place); the topic responses
+    (UNKNOWN_TOPIC_ID) of the ids no topic has, which are removed from the request."""
+    if version < 13:
+        return []
+    known, unknown = [], []
+    for ft in req.topics:
+        name = topic_name_of_id(broker, bytes(ft.topic_id))
+        if name is None:
+            unknown.append(TopicResp(topic="", topic_id=ft.topic_id, partitions=[
+                _error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_ID) for fp in ft.partitions]))
+        else:
+            ft.topic = name
+            known.append(ft)
+    req.topics = known
+    return unknown
+
+
+@handles(FetchRequest, 0, 17)
 async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
+    if version >= 15:  # the replica id moved into replica_state
+        req.replica_id = req.replica_state.replica_id
+    unknown_ids = resolve_topic_ids(broker, req, version)
     if version >= 7 and req.session_id != 0:
         return FetchResponse(throttle_time_ms=0, error_code=E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
                              session_id=0, responses=[])
@@ -120,11 +196,11 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     refused = []  # topics the principal may not read (a replica_id needs ClusterAction)
     for ft in req.topics:
         if fetch_denied(broker, ctx, req.replica_id, ft.topic):
-            refused.append(TopicResp(topic=ft.topic, partitions=[
+            refused.append(TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[
                 _error(fp.partition, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in ft.partitions]))
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
-        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, partitions=[])))
+        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
     if req.replica_id >= 0 and getattr(broker, "cluster", None) is not None:
         for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
             for fp, part in parts:
@@ -139,8 +215,31 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
-        await broker.wait_for_data(live, remaining)
+        with parked():  # not handler time for request_percentage quotas
+            await broker.wait_for_data(live, remaining)
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused)
+    return with_leader_hints(broker, version, FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused + unknown_ids,
+        node_endpoints=[]))
+
+
+def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchResponse:
+    """KIP-951: the current leader of each partition this broker does not lead (cluster mode)."""
+    cache = getattr(broker, "metadata", None) if getattr(broker, "cluster", None) is not None else None
+    if cache is None or version < 12:
+        return resp
+    leaders = set()
+    for t in resp.responses:
+        for p in t.partitions:
+            if p.error_code not in (E.ErrorCode.NOT_LEADER_OR_FOLLOWER, E.ErrorCode.FENCED_LEADER_EPOCH):
+                continue
+            info = cache.partitions.get(t.topic, {}).get(p.partition_index)
+            if info is not None and info.leader >= 0:
+                p.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
+                leaders.add(info.leader)
+    if version >= 16:
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                               for b in (cache.brokers.get(i) for i in sorted(leaders)) if b is not None]
+    return resp

@@ -1,9 +1,10 @@
 """IncrementalAlterConfigs (key 44), versions 0-1.
 
 Per topic config: SET (0), DELETE (1, back to the default), APPEND (2) and SUBTRACT (3)
-for list configs (cleanup.policy). Broker configs are static: INVALID_REQUEST."""
+for list configs (cleanup.policy, log.cleanup.policy). Broker resources: the dynamic broker
+configs, as AlterConfigs (`alter_configs.alter_broker`) takes them."""
 from kafkafast.broker.registry import handles
-from kafkafast.broker.handlers.alter_configs import TOPIC, alter_topic
+from kafkafast.broker.handlers.alter_configs import BROKER, TOPIC, alter_broker, alter_topic, broker_scope
 from kafkafast.protocol._generated.incremental_alter_configs import (
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse)
 from kafkafast.protocol import errors as E
@@ -12,7 +13,7 @@ from kafkafast.security.context import require
 
 Resp = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-LIST_CONFIGS = {"cleanup.policy"}
+LIST_CONFIGS = {"cleanup.policy", "log.cleanup.policy"}
 
 
 @handles(IncrementalAlterConfigsRequest, 0, 1)
@@ -22,13 +23,16 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
         try:
             require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC
                                                       else (acl.CLUSTER,)))
-            if res.resource_type != TOPIC:
-                raise E.InvalidRequestError("only topic configs can be altered; broker configs are static")
-            broker.refresh_topics()
-            meta = broker.topics.get(res.resource_name)
-            if meta is None:
-                raise E.UnknownTopicOrPartitionError(f"Topic {res.resource_name} does not exist")
-            configs = dict(meta.configs)
+            if res.resource_type == BROKER:
+                configs = broker.dynamic.broker_configs(broker_scope(broker, res.resource_name))
+            elif res.resource_type == TOPIC:
+                broker.refresh_topics()
+                meta = broker.topics.get(res.resource_name)
+                if meta is None:
+                    raise E.UnknownTopicOrPartitionError(f"Topic {res.resource_name} does not exist")
+                configs = dict(meta.configs)
+            else:
+                raise E.InvalidRequestError(f"unsupported resource type {res.resource_type}")
             for c in res.configs:
                 op = c.config_operation
                 if op == SET:
@@ -40,7 +44,8 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
                 elif op in (APPEND, SUBTRACT):
                     if c.name not in LIST_CONFIGS:
                         raise E.InvalidConfigError(f"{c.name} is not a list config")
-                    default = broker.config.topic_defaults().get(c.name, "")
+                    default = (broker.config.topic_defaults().get(c.name, "") if res.resource_type == TOPIC
+                               else broker.effective_topic_defaults().get("cleanup.policy", ""))
                     current = [v for v in configs.get(c.name, default).split(",") if v]
                     items = [v.strip() for v in (c.value or "").split(",") if v.strip()]
                     if op == APPEND:
@@ -50,7 +55,10 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
                     configs[c.name] = ",".join(current)
                 else:
                     raise E.InvalidRequestError(f"unknown config operation {op}")
-            alter_topic(broker, res.resource_name, configs, req.validate_only)
+            if res.resource_type == BROKER:
+                alter_broker(broker, res.resource_name, configs, req.validate_only)
+            else:
+                alter_topic(broker, res.resource_name, configs, req.validate_only)
         except E.KafkaError as exc:
             out.append(Resp(error_code=exc.code, error_message=exc.message, resource_type=res.resource_type,
                             resource_name=res.resource_name))

@@ -1,4 +1,11 @@
-"""ListOffsets (key 2), versions 1-7.
+"""ListOffsets (key 2), versions 0-9.
+
+v8: timestamp -4 (earliest local, KIP-405) is the log start offset (no tiered storage: the
+local log is the whole log). v9: -5 (earliest pending upload, KIP-1005) finds nothing
+(offset -1), as Kafka answers when remote storage is off.
+
+v0 answers `old_style_offsets`: a list holding the one offset found (empty when none), as
+Kafka 3.x does (it no longer lists segment base offsets).
 
 timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (the last
 stable offset for READ_COMMITTED); -3 (max timestamp, v7): the offset of the
@@ -14,7 +21,7 @@ from kafkafast.security.context import denied
 
 PartResp = ListOffsetsResponse.ListOffsetsPartitionResponse
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -2, -1, -3, -4, -5
 
 
 def latest_offset(part, isolation_level: int) -> int:
@@ -24,7 +31,7 @@ def latest_offset(part, isolation_level: int) -> int:
     return part.high_watermark
 
 
-@handles(ListOffsetsRequest, 1, 7)
+@handles(ListOffsetsRequest, 0, 9)
 async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
     topics = []
     for t in req.topics:
@@ -55,7 +62,7 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             ts, off = -1, -1
-            if p.timestamp == EARLIEST:
+            if p.timestamp == EARLIEST or (p.timestamp == EARLIEST_LOCAL and version >= 8):
                 off = part.log_start_offset
             elif p.timestamp == LATEST:
                 off = latest_offset(part, req.isolation_level if version >= 2 else 0)
@@ -63,6 +70,8 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                 found = part.log.max_timestamp_offset()
                 if found is not None:
                     ts, off = found
+            elif p.timestamp == EARLIEST_PENDING_UPLOAD and version >= 9:
+                pass  # nothing is uploaded: offset -1
             elif p.timestamp < 0:
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
                                               error_code=E.ErrorCode.INVALID_REQUEST,
@@ -74,5 +83,6 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                     off, ts = found
             tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=0,
                                           timestamp=ts, offset=off,
+                                          old_style_offsets=[off] if off >= 0 and version == 0 else [],
                                           leader_epoch=part.leader_epoch if off >= 0 else -1))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

@@ -7,6 +7,8 @@ the request allows it (always before v4); invalid names get INVALID_TOPIC_EXCEPT
 unknown topic ids (v10+) UNKNOWN_TOPIC_ID. A partition whose log is offline (its log dir
 failed) is listed as Kafka lists a partition whose only replica is offline: leader -1,
 LEADER_NOT_AVAILABLE, this broker in offline_replicas, an empty ISR.
+v8+: when asked, each topic's and (v8-10) the cluster's authorized operations as the
+principal's ACLs allow them (`with_authorized_operations`); INT32_MIN when not asked.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.broker.topics import validate_topic_name
@@ -14,7 +16,7 @@ from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResp
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
 from kafkafast.security import acl
-from kafkafast.security.context import denied
+from kafkafast.security.context import authorized_operations, denied
 
 AUTH_OPS_UNSET = -2147483648
 
@@ -58,7 +60,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
     if getattr(broker, "cluster", None) is not None:  # every broker, leader, replica and ISR: kafkafast/cluster
         from kafkafast.cluster.requests import metadata as cluster_metadata
 
-        return await cluster_metadata(broker, ctx, req, version)
+        return with_authorized_operations(broker, ctx, req, version,
+                                          await cluster_metadata(broker, ctx, req, version))
     broker.refresh_topics()
     host, port = broker_endpoint(broker, ctx)
     resp = MetadataResponse(
@@ -72,7 +75,7 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
             if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):  # hidden from this principal
                 continue
             resp.topics.append(topic_response(broker, meta, version))
-        return resp
+        return with_authorized_operations(broker, ctx, req, version, resp)
     auto = req.allow_auto_topic_creation if version >= 4 else True
     for t in req.topics:
         name = t.name
@@ -100,4 +103,15 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
             resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         else:
             resp.topics.append(topic_response(broker, meta, version))
+    return with_authorized_operations(broker, ctx, req, version, resp)
+
+
+def with_authorized_operations(broker, ctx, req: MetadataRequest, version: int, resp: MetadataResponse):
+    """`resp` with the authorized operations the request asked for filled in."""
+    if version >= 8 and req.include_topic_authorized_operations:
+        for t in resp.topics:
+            if t.error_code == 0 and t.name:
+                t.topic_authorized_operations = authorized_operations(broker, ctx, acl.TOPIC, t.name)
+    if 8 <= version <= 10 and req.include_cluster_authorized_operations:
+        resp.cluster_authorized_operations = authorized_operations(broker, ctx, acl.CLUSTER)
     return resp

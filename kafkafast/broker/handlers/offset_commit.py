@@ -1,4 +1,9 @@
-"""OffsetCommit (key 8), versions 2-8.
+"""OffsetCommit (key 8), versions 0-9.
+
+v0 commits without a group generation (a simple commit, as Kafka stores them now), v1 adds
+the generation and member and a per-partition commit timestamp (ignored: the expiry comes
+from offsets.retention.minutes), v9 names the member epoch of a KIP-848 group (this broker
+has classic groups only, where it is the generation).
 
 Stores committed offsets (with metadata and, v6+, leader epoch) in `__consumer_offsets`.
 A commit with generation -1 to an Empty (or unknown) group is a "simple" commit without
@@ -59,7 +64,7 @@ def commit_entries(broker, ctx, topics, refused_first: int, *, with_leader_epoch
     return errors, entries
 
 
-@handles(OffsetCommitRequest, 2, 8)
+@handles(OffsetCommitRequest, 0, 9)
 async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
     errors, entries = commit_entries(broker, ctx, req.topics, denied(broker, ctx, acl.READ, acl.GROUP, req.group_id),
                                      with_leader_epoch=version >= 6)

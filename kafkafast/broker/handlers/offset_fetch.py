@@ -1,4 +1,5 @@
-"""OffsetFetch (key 9), versions 1-8.
+"""OffsetFetch (key 9), versions 0-9 (v0 is v1: the offsets Kafka stores; v9 adds the
+member id and epoch of a KIP-848 member, which classic groups do not check).
 
 Committed offsets of a group: offset -1 (metadata "", leader epoch -1) where nothing was
 committed. A null topic list (v2+) means every committed partition. Group errors
@@ -41,7 +42,7 @@ def _authorized(broker, ctx, group_id, topics, err, by_topic):
     return err, {t: [(p, None) for p, _ in parts] if t in refused else parts for t, parts in by_topic.items()}, refused
 
 
-@handles(OffsetFetchRequest, 1, 8)
+@handles(OffsetFetchRequest, 0, 9)
 async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFetchResponse:
     coordinator = broker.group_coordinator
     if version >= 8:

@@ -1,4 +1,10 @@
-"""Produce (key 0), versions 3-9 (record batch v2 only).
+"""Produce (key 0), versions 0-11 (v10-11: KIP-951's current_leader and node_endpoints
+tagged fields, which only a NOT_LEADER_OR_FOLLOWER answer fills: the cluster path's).
+
+v0-2 carry legacy message sets (magic 0 and 1, see kafkafast/records/legacy.py), which are
+up-converted to v2 batches before anything else (`upconverted`, kafkafast/records/convert.py):
+CORRUPT_MESSAGE for a bad message or CRC32, MESSAGE_TOO_LARGE when a wrapper decompresses past
+message.max.decompressed.bytes. From then on they are appended as v3+ record sets are.
 
 acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS for every partition). Each
 partition's record set is validated and appended as opaque batches: offsets are assigned
@@ -6,8 +12,8 @@ in place in the request's own buffer and the bytes are written once. Errors per
 partition: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD,
 UNSUPPORTED_COMPRESSION_TYPE, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH,
 UNKNOWN_PRODUCER_ID; a duplicate batch of an idempotent producer answers NONE with the
-offset the original got, as Kafka does. Legacy v0/v1 message sets are answered with
-UNSUPPORTED_VERSION (they are not converted). acks=0 sends no response. Transactional
+offset the original got, as Kafka does. Legacy message sets in v3+ requests are answered
+with UNSUPPORTED_VERSION (v0-2 ones are up-converted). acks=0 sends no response. Transactional
 batches (attribute bit 4) open the producer's transaction in the partition (the last stable
 offset stays at its first offset until the coordinator's marker); control batches from a
 client are refused with INVALID_RECORD; a transactional id needs WRITE on it
@@ -67,6 +73,20 @@ def transactional_refused(broker, ctx, transactional_id: str) -> int:
     return denied(broker, ctx, acl.WRITE, acl.TRANSACTIONAL_ID, transactional_id)
 
 
+def upconverted(broker, part, pd, version: int):
+    """Produce v0-2: `pd.records` as v2 batches (replaced in place). An error response when
+    the legacy message set is refused, else None."""
+    if version > 2 or pd.records is None or len(pd.records) == 0:
+        return None
+    from kafkafast.records.convert import upconvert
+
+    try:
+        pd.records = upconvert(pd.records, broker.config.max_decompressed_bytes(part.log.config.max_message_bytes))
+    except E.KafkaError as exc:
+        return _error(pd.index, exc.code, exc.message)
+    return None
+
+
 def _invalid_records(index: int, errors: list):
     shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
     resp = _error(index, E.ErrorCode.INVALID_RECORD,
@@ -75,9 +95,14 @@ def _invalid_records(index: int, errors: list):
     return resp
 
 
-@handles(ProduceRequest, 3, 9)
+@handles(ProduceRequest, 0, 11)
 async def handle(broker, ctx, req: ProduceRequest, version: int):
     if getattr(broker, "cluster", None) is not None:  # leader checks, acks=all replication: kafkafast/cluster
+        for topic in req.topic_data if version <= 2 else ():
+            for pd in topic.partition_data:
+                part = broker.get_partition(topic.name, pd.index)
+                if part is not None and upconverted(broker, part, pd, version) is not None:
+                    pd.records = b""  # refused: the cluster path answers INVALID_RECORD (empty set)
         from kafkafast.cluster.requests import produce as cluster_produce
 
         return await cluster_produce(broker, ctx, req, version)
@@ -105,6 +130,10 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 continue
             if pd.records is None or len(pd.records) == 0:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_RECORD, "empty record set"))
+                continue
+            refused = upconverted(broker, part, pd, version)
+            if refused is not None:
+                tr.partition_responses.append(refused)
                 continue
             if forward is not None and not ctx.internal and not broker.owns(part):
                 tr.partition_responses.append(None)

@@ -1,0 +1,145 @@
+"""Dynamic configs of a single-node broker: broker configs Kafka lets AlterConfigs /
+IncrementalAlterConfigs change at run time, and client quotas (AlterClientQuotas).
+
+They live in `<first log dir>/__kafkafast_dynamic_configs.json`:
+
+    {"brokers": {"": {cluster-wide defaults}, "<node id>": {this broker's}},
+     "quotas": [{"entity": [["user", "alice"], ["client-id", null]], "values": {"producer_byte_rate": 1048576.0}}]}
+
+(a null entity name is the entity type's default). Writes replace the file atomically under
+a flock of `<file>.lock` (several workers write); every process re-reads it when its mtime,
+size or inode changed, checked at most every RELOAD_INTERVAL seconds.
+
+Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
+configs Kafka's DynamicLogConfig reconfigures); they override the properties file, the
+broker's own over the cluster-wide default, and apply to every topic without an override
+of its own as soon as a process sees them (`Broker.apply_dynamic_configs`).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from typing import Any, Callable
+
+from kafkafast.config import TOPIC_SYNONYMS
+from kafkafast.protocol import errors as E
+
+STORE_FILE = "__kafkafast_dynamic_configs.json"
+RELOAD_INTERVAL = 0.5
+DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS)
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+# Quota keys Kafka accepts for each entity kind (ip: connection rate only).
+CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                               "controller_mutation_rate"})
+IP_QUOTA_KEYS = frozenset({"connection_creation_rate"})
+
+Entity = tuple[tuple[str, "str | None"], ...]
+
+
+class DynamicConfigs:
+    def __init__(self, log_dir: str) -> None:
+        self.path = os.path.join(log_dir, STORE_FILE)
+        self._data: dict[str, Any] = {"brokers": {}, "quotas": []}
+        self._stamp: tuple | None = None
+        self._checked = 0.0
+
+    # -- the file ------------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> bool:
+        """Re-reads the file if it changed; True when it did."""
+        now = time.monotonic()
+        if not force and now - self._checked < RELOAD_INTERVAL:
+            return False
+        self._checked = now
+        try:
+            st = os.stat(self.path)
+            stamp: tuple | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._stamp:
+            return False
+        data: dict[str, Any] = {"brokers": {}, "quotas": []}
+        if stamp is not None:
+            with open(self.path, encoding="utf-8") as fh:
+                data.update(json.load(fh))
+        self._data, self._stamp = data, stamp
+        return True
+
+    def _rewrite(self, change: Callable[[dict[str, Any]], None]) -> None:
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.refresh(force=True)
+            data = json.loads(json.dumps(self._data))
+            change(data)
+            tmp = f"{self.path}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            self.refresh(force=True)
+
+    # -- broker configs ------------------------------------------------------------------
+    def broker_configs(self, scope: str) -> dict[str, str]:
+        """The dynamic configs of `scope`: "" (cluster-wide default) or a node id."""
+        self.refresh()
+        return dict(self._data["brokers"].get(scope, {}))
+
+    def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        def change(data: dict[str, Any]) -> None:
+            if configs:
+                data["brokers"][scope] = dict(configs)
+            else:
+                data["brokers"].pop(scope, None)
+
+        self._rewrite(change)
+
+    # -- client quotas -------------------------------------------------------------------
+    def quotas(self) -> dict[Entity, dict[str, float]]:
+        self.refresh()
+        return {tuple((t, n) for t, n in q["entity"]): dict(q["values"]) for q in self._data["quotas"]}
+
+    def alter_quotas(self, changes: list[tuple[Entity, dict[str, float | None]]]) -> None:
+        """Sets (a float) or removes (None) quota values per entity."""
+        def change(data: dict[str, Any]) -> None:
+            current = {tuple((t, n) for t, n in q["entity"]): dict(q["values"]) for q in data["quotas"]}
+            for entity, ops in changes:
+                values = current.setdefault(entity, {})
+                for key, value in ops.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+                if not values:
+                    current.pop(entity)
+            data["quotas"] = [{"entity": [list(c) for c in e], "values": v} for e, v in sorted(
+                current.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]])]
+
+        self._rewrite(change)
+
+
+def check_quota_entity(entity: Entity, ops: dict[str, float | None]) -> None:
+    """InvalidRequestError for entity combinations and keys Kafka refuses."""
+    types = [t for t, _ in entity]
+    if len(set(types)) != len(types) or not types:
+        raise E.InvalidRequestError(f"invalid quota entity {entity}")
+    if set(types) not in ({USER}, {CLIENT_ID}, {USER, CLIENT_ID}, {IP}):
+        raise E.InvalidRequestError(f"invalid quota entity combination {sorted(types)}")
+    allowed = IP_QUOTA_KEYS if types == [IP] else CLIENT_QUOTA_KEYS
+    for key, value in ops.items():
+        if key not in allowed:
+            raise E.InvalidRequestError(f"invalid configuration key {key} for entity {sorted(types)}")
+        if value is not None and value <= 0:
+            raise E.InvalidRequestError(f"quota {key} must be positive, not {value}")
+
+
+def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
+    """InvalidRequestError naming what cannot be changed at run time, InvalidConfigError for a
+    bad value (checked as the topic config it is the default of)."""
+    from kafkafast.storage.config import LogConfig
+
+    static = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS)
+    if static:
+        raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}")
+    LogConfig.from_props({TOPIC_SYNONYMS[n]: v for n, v in configs.items()})

@@ -1,0 +1,243 @@
+"""Conversion between legacy message sets (magic 0 and 1) and v2 record batches.
+
+Up-conversion (Produce v0-2, whose clients write magic 0 or 1): every legacy entry of the
+request is read (CRC32 checked, a compressed wrapper's inner set decompressed to at most
+`max_decompressed` bytes) and the messages are written again as v2 batches: the
+uncompressed messages that follow each other go into one uncompressed batch, each
+compressed wrapper becomes one batch compressed with the wrapper's codec. Offsets start at
+0 (the log assigns them on append, which also computes the CRC32C and applies
+message.timestamp.type). Magic-0 messages have no timestamp (-1, as Kafka up-converts them).
+
+Down-conversion (Fetch v0-3, whose clients read magic 0 or 1): a v2 batch becomes plain
+messages (uncompressed batch) or one wrapper message holding the inner messages compressed
+with the batch's codec. In magic 1 the inner offsets are relative (0..n-1), the wrapper
+carries the last inner offset and the batch's max timestamp, and the timestamp type bit;
+in magic 0 inner offsets are absolute and there are no timestamps. Headers are dropped,
+control batches skipped. zstd cannot be expressed in magic 0/1: UnsupportedCompressionType.
+
+LZ4 and magic 0: Kafka before 0.10 computed the LZ4 frame's header checksum over the frame
+magic as well (KAFKA-3160), and magic-0 readers and writers keep doing so; magic 1 uses the
+correct LZ4 frame. `fix_lz4_header` rewrites that one byte in either direction.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+
+from kafkafast.protocol.errors import (
+    CorruptMessageError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
+from kafkafast.records.batch import decode_batch, encode_batch
+from kafkafast.records.compression import DecompressedSizeError, compress
+from kafkafast.records.model import (
+    ATTR_TIMESTAMP_TYPE,
+    CODEC_LZ4,
+    CODEC_MASK,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    NO_TIMESTAMP,
+    TIMESTAMP_LOG_APPEND,
+    Record,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+_ENTRY = struct.Struct(">qi")
+_HEAD_V0 = struct.Struct(">bb")  # magic, attributes
+_HEAD_V1 = struct.Struct(">bbq")  # magic, attributes, timestamp
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+# ------------------------------------------------------------------ xxh32 (LZ4 header checksum)
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 of `data` (used here only on LZ4 frame descriptors of a few bytes)."""
+    n = len(data)
+    p = 0
+    if n >= 16:
+        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed & _M, (seed - _P1) & _M]
+        while p + 16 <= n:
+            for i in range(4):
+                lane = int.from_bytes(data[p:p + 4], "little")
+                v[i] = (_rotl((v[i] + lane * _P2) & _M, 13) * _P1) & _M
+                p += 4
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
+    else:
+        h = (seed + _P5) & _M
+    h = (h + n) & _M
+    while p + 4 <= n:
+        h = (_rotl((h + int.from_bytes(data[p:p + 4], "little") * _P3) & _M, 17) * _P4) & _M
+        p += 4
+    while p < n:
+        h = (_rotl((h + data[p] * _P5) & _M, 11) * _P1) & _M
+        p += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M
+    h ^= h >> 13
+    h = (h * _P3) & _M
+    h ^= h >> 16
+    return h
+
+
+def fix_lz4_header(frame: Buffer, *, broken: bool) -> bytes:
+    """`frame` with its header checksum computed the broken pre-0.10 Kafka way (over the
+    frame magic too, `broken=True`) or the LZ4-frame way (`broken=False`)."""
+    data = bytearray(frame)
+    if len(data) < 7 or data[:4] != LZ4_MAGIC:
+        raise CorruptMessageError("lz4 data without an LZ4 frame header")
+    flg = data[4]
+    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if hc_pos >= len(data):
+        raise CorruptMessageError("truncated LZ4 frame header")
+    start = 0 if broken else 4
+    data[hc_pos] = (xxh32(bytes(data[start:hc_pos])) >> 8) & 0xFF
+    return bytes(data)
+
+
+def legacy_compress(codec: int, magic: int, data: Buffer) -> bytes:
+    """A legacy wrapper's value: `data` compressed as a magic-`magic` writer does."""
+    out = compress(codec, data)
+    return fix_lz4_header(out, broken=True) if codec == CODEC_LZ4 and magic == 0 else out
+
+
+# ------------------------------------------------------------------ writing legacy messages
+
+
+def encode_message(magic: int, offset: int, timestamp: int, key: Buffer | None, value: Buffer | None,
+                   attributes: int = 0) -> bytes:
+    """One legacy entry: offset, size and the message with its CRC32."""
+    body = bytearray(_HEAD_V1.pack(magic, attributes, timestamp) if magic == 1 else _HEAD_V0.pack(magic, attributes))
+    for field in (key, value):
+        if field is None:
+            body += b"\xff\xff\xff\xff"
+        else:
+            body += _I32.pack(len(field))
+            body += field
+    crc = zlib.crc32(body)
+    return _ENTRY.pack(offset, len(body) + 4) + _U32.pack(crc) + bytes(body)
+
+
+def encode_message_set(magic: int, records: Iterable[Record], codec: int = CODEC_NONE, *,
+                       log_append_time: bool = False) -> bytes:
+    """`records` (absolute offsets) as a magic-`magic` message set: plain messages, or one
+    wrapper holding them compressed with `codec`."""
+    records = list(records)
+    ts_attr = ATTR_TIMESTAMP_TYPE if magic == 1 and log_append_time else 0
+    if codec == CODEC_NONE:
+        return b"".join(encode_message(magic, r.offset, r.timestamp if magic == 1 else NO_TIMESTAMP,
+                                       r.key, r.value, ts_attr) for r in records)
+    if codec == CODEC_ZSTD:
+        raise UnsupportedCompressionTypeError("zstd cannot be written in a magic 0 or 1 message set")
+    if not records:
+        return b""
+    last = records[-1].offset
+    if magic == 1:
+        inner = b"".join(encode_message(1, r.offset - records[0].offset, r.timestamp, r.key, r.value, ts_attr)
+                         for r in records)
+        wrapper_ts = max(r.timestamp for r in records)
+    else:
+        inner = b"".join(encode_message(0, r.offset, NO_TIMESTAMP, r.key, r.value) for r in records)
+        wrapper_ts = NO_TIMESTAMP
+    return encode_message(magic, last, wrapper_ts, None, legacy_compress(codec, magic, inner),
+                          (codec & CODEC_MASK) | ts_attr)
+
+
+# ------------------------------------------------------------------ up-conversion
+
+
+def _legacy_runs(buf: Buffer, max_decompressed: int) -> Iterator[tuple[int, list[Record]]]:
+    """(codec, records) runs of a producer's legacy message set: consecutive plain messages
+    together, each compressed wrapper alone. A partial entry at the end is an error."""
+    from kafkafast.records.legacy import LOG_OVERHEAD, decode_legacy_entry
+
+    mv = memoryview(buf)
+    pos = 0
+    plain: list[Record] = []
+    while pos < len(mv):
+        if len(mv) - pos < LOG_OVERHEAD:
+            raise CorruptMessageError(f"truncated legacy entry at {pos}")
+        try:
+            header, records = decode_legacy_entry(mv, pos, max_size=max_decompressed)
+        except DecompressedSizeError:
+            raise MessageTooLargeError(
+                f"message at {pos}: its inner messages decompress to more than {max_decompressed} bytes") from None
+        if header.compression == CODEC_NONE:
+            plain += records
+        else:
+            if plain:
+                yield CODEC_NONE, plain
+                plain = []
+            if not records:
+                raise CorruptMessageError(f"compressed message at {pos} holds no messages")
+            yield header.compression, records
+        pos += header.size
+    if plain:
+        yield CODEC_NONE, plain
+
+
+def upconvert(buf: Buffer, max_decompressed: int) -> bytearray:
+    """A producer's record set with every legacy (magic 0/1) entry written as v2 batches;
+    v2 batches in it are kept as they are. CorruptMessageError or MessageTooLargeError when
+    a message is bad or decompresses past `max_decompressed` bytes."""
+    mv = memoryview(buf)
+    out = bytearray()
+    pos = 0
+    while pos < len(mv):
+        if len(mv) - pos < 17:
+            raise CorruptMessageError(f"truncated entry at {pos}")
+        size = _I32.unpack_from(mv, pos + 8)[0] + 12
+        if size < 12 + 14 or pos + size > len(mv):
+            raise CorruptMessageError(f"entry at {pos} does not fit")
+        if mv[pos + 16] == 2:
+            out += mv[pos : pos + size]
+            pos += size
+            continue
+        end = pos  # the legacy entries up to the next v2 batch
+        while end < len(mv) and len(mv) - end >= 17 and mv[end + 16] in (0, 1):
+            end += _I32.unpack_from(mv, end + 8)[0] + 12
+        if end > len(mv):
+            raise CorruptMessageError(f"legacy entry at {pos} does not fit")
+        for codec, records in _legacy_runs(mv[pos:end], max_decompressed):
+            out += encode_batch(((r.timestamp, r.key, r.value, []) for r in records), codec)
+        pos = end
+    return out
+
+
+# ------------------------------------------------------------------ down-conversion
+
+
+def downconvert_batch(buf: Buffer, pos: int, magic: int, min_offset: int = 0) -> bytes:
+    """The v2 batch at `pos` as a magic-`magic` message set (records below `min_offset`
+    left out; a control batch gives nothing)."""
+    header, records = decode_batch(buf, pos, check_crc=False)
+    if header.is_control:
+        return b""
+    if header.compression == CODEC_ZSTD:
+        raise UnsupportedCompressionTypeError("a zstd batch cannot be read with magic 0 or 1")
+    records = [r for r in records if r.offset >= min_offset]
+    return encode_message_set(magic, records, header.compression,
+                              log_append_time=header.timestamp_type == TIMESTAMP_LOG_APPEND)
+
+
+def downconvert(buf: Buffer, magic: int, min_offset: int = 0) -> bytes:
+    """Every v2 batch of `buf` (whole batches) as one magic-`magic` message set."""
+    from kafkafast.records.batch import iter_entries
+
+    out = bytearray()
+    mv = memoryview(buf)
+    for pos, _size, entry_magic in iter_entries(mv):
+        if entry_magic != 2:
+            raise CorruptMessageError(f"magic {entry_magic} where a v2 batch was expected")
+        out += downconvert_batch(mv, pos, magic, min_offset)
+    return bytes(out)

@@ -1,0 +1,121 @@
+"""Client quotas enforced by throttling: a producer whose client-id has a 1 MB/s
+producer_byte_rate quota is held to it within 10% over 20 s, while a producer without a
+quota running at the same time is not held to it; a consumer's fetch quota throttles its
+reads and reports throttle_time_ms."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kafkafast.protocol._generated.alter_client_quotas import AlterClientQuotasRequest as AQ
+from tests.support.raw_client import RawClient
+
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+QUOTA = 1_000_000  # bytes/s
+SECONDS = 20
+VALUE = b"q" * 10_000
+
+
+def set_quota(port: int, client_id: str, key: str, value: float) -> None:
+    with RawClient(port) as c:
+        resp = c.request(AQ(entries=[AQ.EntryData(entity=[AQ.EntityData(entity_type="client-id", entity_name=client_id)],
+                                                  ops=[AQ.OpData(key=key, value=value)])]), 1)
+    assert resp.entries[0].error_code == 0
+
+
+def run_producer(bootstrap: str, client_id: str, topic: str, stop: float, out: dict, throttles: list) -> None:
+    acked = [0]
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[0] += len(msg.value())
+
+    p = ck.Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                     "batch.size": 100_000, "queue.buffering.max.kbytes": 4096, "acks": 1,
+                     "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    start = time.monotonic()
+    while time.monotonic() < stop:
+        try:
+            p.produce(topic, VALUE, on_delivery=on_delivery)
+        except BufferError:
+            p.poll(0.05)
+            continue
+        p.poll(0)
+    out["acked_at_stop"] = acked[0]
+    out["seconds"] = time.monotonic() - start
+    p.flush(30)
+
+
+def test_producer_byte_rate_quota_holds_one_client_and_not_another(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for fut in admin.create_topics([NewTopic("quota-slow", 1, 1), NewTopic("quota-fast", 1, 1)]).values():
+        fut.result(10)
+    set_quota(broker.port, "slow", "producer_byte_rate", QUOTA)
+    stop = time.monotonic() + SECONDS
+    slow, fast, slow_throttles, fast_throttles = {}, {}, [], []
+    threads = [threading.Thread(target=run_producer, args=(broker.bootstrap, "slow", "quota-slow", stop, slow,
+                                                           slow_throttles)),
+               threading.Thread(target=run_producer, args=(broker.bootstrap, "fast", "quota-fast", stop, fast,
+                                                           fast_throttles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    slow_rate = slow["acked_at_stop"] / slow["seconds"]
+    fast_rate = fast["acked_at_stop"] / fast["seconds"]
+    assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA, slow_rate
+    assert any(t > 0 for t in slow_throttles)  # the broker told the client, as librdkafka reports it
+    assert not any(t > 0 for t in fast_throttles)
+    assert fast_rate > 2 * QUOTA, fast_rate  # not held to the other client's quota
+
+
+def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(broker):
+    from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+    from kafkafast.protocol._generated.fetch import FetchRequest
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("quota-read", 1, 1)])["quota-read"].result(10)
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    for _ in range(100):
+        p.produce("quota-read", VALUE, partition=0)
+    assert p.flush(20) == 0
+    set_quota(broker.port, "raw-test", "consumer_byte_rate", 200_000)  # RawClient's client id
+
+    def fetch(c):
+        return c.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 21, session_epoch=-1,
+                                      topics=[FetchRequest.FetchTopic(topic="quota-read", partitions=[
+                                          FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                      partition_max_bytes=1 << 21)])],
+                                      forgotten_topics_data=[], rack_id=""), 12)
+
+    with RawClient(broker.port) as c:
+        first = fetch(c)
+        assert len(first.responses[0].partitions[0].records) > 900_000
+        # ~1 MB against 200 kB/s over a 1 s window: (5 - 1) * 1 s, give or take the clock
+        assert 3000 <= first.throttle_time_ms <= 11_000
+        started = time.monotonic()
+        c.request(ApiVersionsRequest(), 0)  # read only once the throttle time has passed
+        assert time.monotonic() - started >= first.throttle_time_ms / 1000.0 * 0.9
+
+
+def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data(broker):
+    from kafkafast.protocol._generated.fetch import FetchRequest
+    from kafkafast.protocol._generated.metadata import MetadataRequest
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("quota-cpu", 1, 1)])["quota-cpu"].result(10)
+    set_quota(broker.port, "raw-test", "request_percentage", 1.0)  # 10 ms of handler time per second
+    with RawClient(broker.port) as c:
+        idle = c.request(FetchRequest(replica_id=-1, max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20,
+                                      session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="quota-cpu", partitions=[
+                                          FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                      partition_max_bytes=1 << 20)])],
+                                      forgotten_topics_data=[], rack_id=""), 12)
+        assert idle.throttle_time_ms == 0  # 1.5 s parked, not 150 times the quota
+        throttles = [c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12).throttle_time_ms
+                     for _ in range(300)]
+    assert max(throttles) > 0
