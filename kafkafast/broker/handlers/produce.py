@@ -128,6 +128,10 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if part is None:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if part.state.offline:  # its log could not be opened (a failed dir): this partition only
+                tr.partition_responses.append(_error(pd.index, E.ErrorCode.KAFKA_STORAGE_ERROR,
+                                                     f"{topic.name}-{pd.index} is offline"))
+                continue
             if pd.records is None or len(pd.records) == 0:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_RECORD, "empty record set"))
                 continue
