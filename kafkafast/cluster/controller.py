@@ -33,6 +33,8 @@ from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.channel import ControllerChannel
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
 from kafkafast.protocol._generated.stop_replica import StopReplicaRequest
 from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
@@ -67,6 +69,8 @@ class Controller:
         self.states: dict[TP, Z.LeaderIsr] = {}
         self.deleting: set[str] = set()
         self.unclean_elections = 0  # metric: UncleanLeaderElectionsPerSec's count
+        self.shutting_down: set[int] = set()  # brokers in controlled shutdown (Kafka's shuttingDownBrokerIds)
+        self.preferred_elections = 0
         self.channel = ControllerChannel(f"controller-{self.broker_id}",
                                          node.config.get_int("controller.socket.timeout.ms"))
         self._stopped = False
@@ -75,6 +79,17 @@ class Controller:
     def start(self) -> None:
         self.thread.start()
         self.put("elect")
+        if self.node.config.get_bool("auto.leader.rebalance.enable"):
+            interval = max(self.node.config.get_int("leader.imbalance.check.interval.seconds"), 1)
+            threading.Thread(target=self._rebalance_timer, args=(interval,), name="controller-rebalance-timer",
+                             daemon=True).start()
+
+    def _rebalance_timer(self, interval: float) -> None:
+        """Enqueues an auto-rebalance check every leader.imbalance.check.interval.seconds."""
+        wake = threading.Event()
+        while not wake.wait(interval) and not self._stopped:
+            if self.active:
+                self.put("auto_rebalance")
 
     def stop(self) -> None:
         self._stopped = True
@@ -107,6 +122,10 @@ class Controller:
                 log.exception("controller event %s failed", kind)
                 if kind == "alter_partition":
                     event[2](AlterPartitionResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR, topics=[]))
+                elif kind == "controlled_shutdown":
+                    event[3](ControlledShutdownResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
+                elif kind == "elect_leaders":
+                    event[3](ElectLeadersResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
 
     # -- election ------------------------------------------------------------------------------
     def _on_elect(self) -> None:
@@ -154,6 +173,7 @@ class Controller:
             log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.epoch)
         self.active = False
         self.brokers, self.topics, self.states = {}, {}, {}
+        self.shutting_down = set()
         self.channel.close()
 
     def _on_session_reset(self) -> None:
@@ -270,6 +290,7 @@ class Controller:
         """The new state after the leader's loss (None: no change needed)."""
         replicas = self._replicas(tp)
         live_isr = [r for r in replicas if r in state.isr and r in self.brokers and r not in dead]
+        live_isr.sort(key=lambda r: r in self.shutting_down)  # a broker on its way out leads last
         if live_isr:
             leader = live_isr[0]
             isr = tuple(r for r in state.isr if r in self.brokers and r not in dead)
@@ -324,6 +345,7 @@ class Controller:
         log.info("controller: brokers %s registered, %s gone", sorted(new), sorted(dead))
         for b in dead:
             self.channel.remove(b)
+        self.shutting_down -= dead | new
         self.brokers = current
         for b in new:
             self.channel.add(b, *current[b].endpoint(self.node.inter_broker_listener))
@@ -432,7 +454,8 @@ class Controller:
                 elif p.partition_epoch != state.zk_version:
                     err = E.ErrorCode.INVALID_UPDATE_VERSION
                 elif (request.broker_id not in new_isr
-                      or any(r not in self._replicas(tp) or r not in self.brokers for r in new_isr)):
+                      or any(r not in self._replicas(tp) or r not in self.brokers for r in new_isr)
+                      or any(r in self.shutting_down and r not in state.isr for r in new_isr)):
                     err = E.ErrorCode.INELIGIBLE_REPLICA
                 if not err:
                     stored = self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch, new_isr, self.epoch,
@@ -452,6 +475,143 @@ class Controller:
         reply(AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics))
         if changed:
             self._send_update_metadata(set(self.brokers), changed)
+
+    # -- controlled shutdown (ControlledShutdown v3) -------------------------------------------
+    def _on_controlled_shutdown(self, broker_id: int, broker_epoch: int, reply: Callable[[Any], None]) -> None:
+        """A broker about to stop asks for its leaderships to move (Kafka's
+        `doControlledShutdown`): each partition it leads with more than one replica gets the first
+        live ISR member not shutting down as leader (ISR without the brokers shutting down); it
+        leaves the ISR of the partitions it follows. The answer lists the partitions it still
+        leads (no other ISR member): the broker retries until none remain or its retries run out."""
+        EC = E.ErrorCode
+        if not self.active:
+            reply(ControlledShutdownResponse(error_code=EC.NOT_CONTROLLER))
+            return
+        info = self.brokers.get(broker_id)
+        if info is None:
+            reply(ControlledShutdownResponse(error_code=EC.BROKER_NOT_AVAILABLE))
+            return
+        if broker_epoch >= 0 and broker_epoch != info.epoch:
+            reply(ControlledShutdownResponse(error_code=EC.STALE_BROKER_EPOCH))
+            return
+        self.shutting_down.add(broker_id)
+        log.info("controller: controlled shutdown of broker %d (shutting down: %s)", broker_id,
+                 sorted(self.shutting_down))
+        changed: set[TP] = set()
+        for tp, state in sorted(self.states.items()):
+            replicas = self._replicas(tp)
+            if tp[0] in self.deleting or broker_id not in replicas or len(replicas) < 2:
+                continue
+            if state.leader == broker_id:
+                candidates = [r for r in replicas if r in state.isr and r in self.brokers
+                              and r not in self.shutting_down]
+                if not candidates:
+                    continue
+                isr = tuple(r for r in state.isr if r not in self.shutting_down)
+                new = Z.LeaderIsr(candidates[0], state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+            elif broker_id in state.isr and state.leader in self.brokers and len(state.isr) > 1:
+                new = Z.LeaderIsr(state.leader, state.leader_epoch + 1,
+                                  tuple(r for r in state.isr if r != broker_id), self.epoch, state.zk_version)
+            else:
+                continue
+            if self._write_state(tp, new):
+                changed.add(tp)
+        self._send_leader_and_isr(changed, set(self.brokers))
+        self._send_update_metadata(set(self.brokers), changed)
+        R = ControlledShutdownResponse.RemainingPartition
+        remaining = [R(topic_name=t, partition_index=p) for (t, p), s in sorted(self.states.items())
+                     if s.leader == broker_id and len(self._replicas((t, p))) > 1]
+        reply(ControlledShutdownResponse(error_code=0, remaining_partitions=remaining))
+
+    # -- leader elections (ElectLeaders v0-v2, auto rebalance) ---------------------------------
+    def _preferred_leader(self, tp: TP, state: Z.LeaderIsr) -> tuple[int, Z.LeaderIsr | None]:
+        """(error code, new state): the first assigned replica leads if it is live and in sync."""
+        EC = E.ErrorCode
+        replicas = self._replicas(tp)
+        preferred = replicas[0] if replicas else NO_LEADER
+        if state.leader == preferred:
+            return EC.ELECTION_NOT_NEEDED, None
+        if preferred not in self.brokers or preferred not in state.isr or preferred in self.shutting_down:
+            return EC.PREFERRED_LEADER_NOT_AVAILABLE, None
+        return 0, Z.LeaderIsr(preferred, state.leader_epoch + 1, state.isr, self.epoch, state.zk_version)
+
+    def _unclean_leader(self, tp: TP, state: Z.LeaderIsr) -> tuple[int, Z.LeaderIsr | None]:
+        """(error code, new state): only for a partition without a live leader; an in-sync
+        replica first, else any live replica (which may lose acknowledged records)."""
+        EC = E.ErrorCode
+        if state.leader in self.brokers:
+            return EC.ELECTION_NOT_NEEDED, None
+        replicas = self._replicas(tp)
+        live = [r for r in replicas if r in self.brokers]
+        in_sync = [r for r in live if r in state.isr]
+        if in_sync:
+            return 0, Z.LeaderIsr(in_sync[0], state.leader_epoch + 1, tuple(r for r in state.isr if r in self.brokers),
+                                  self.epoch, state.zk_version)
+        if not live:
+            return EC.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+        self.unclean_elections += 1
+        log.warning("unclean leader election (requested) for %s-%d: %d leads", tp[0], tp[1], live[0])
+        return 0, Z.LeaderIsr(live[0], state.leader_epoch + 1, (live[0],), self.epoch, state.zk_version)
+
+    def _run_elections(self, tps: list[TP], unclean: bool) -> dict[TP, int]:
+        results: dict[TP, int] = {}
+        changed: set[TP] = set()
+        for tp in tps:
+            state = self.states.get(tp)
+            if state is None or tp[0] in self.deleting:
+                results[tp] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            err, new = (self._unclean_leader if unclean else self._preferred_leader)(tp, state)
+            if new is not None:
+                if self._write_state(tp, new):
+                    changed.add(tp)
+                    if not unclean:
+                        self.preferred_elections += 1
+                else:  # the state moved under us; the caller may ask again
+                    err = E.ErrorCode.NOT_CONTROLLER if not self.active else E.ErrorCode.UNKNOWN_SERVER_ERROR
+            results[tp] = err
+        if changed:
+            self._send_leader_and_isr(changed, set(self.brokers))
+            self._send_update_metadata(set(self.brokers), changed)
+        return results
+
+    def _on_elect_leaders(self, unclean: bool, tps: list[TP] | None, reply: Callable[[Any], None]) -> None:
+        """ElectLeaders: `tps` None means every partition (Kafka's null topic_partitions)."""
+        if not self.active:
+            reply(ElectLeadersResponse(error_code=E.ErrorCode.NOT_CONTROLLER))
+            return
+        if tps is None:
+            tps = sorted(tp for tp in self.states if tp[0] not in self.deleting)
+        results = self._run_elections(tps, unclean)
+        by_topic: dict[str, list] = {}
+        P = ElectLeadersResponse.ReplicaElectionResult.PartitionResult
+        for (t, p), err in results.items():
+            by_topic.setdefault(t, []).append(P(partition_id=p, error_code=err, error_message=None))
+        reply(ElectLeadersResponse(error_code=0, replica_election_results=[
+            ElectLeadersResponse.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()]))
+
+    def _on_auto_rebalance(self) -> None:
+        """Kafka's `checkAndTriggerAutoLeaderRebalance`: a broker whose share of partitions it
+        should lead (first in the assignment) but does not exceeds
+        leader.imbalance.per.broker.percentage gets them back, where it is live and in sync."""
+        if not self.active:
+            return
+        limit = self.node.config.get_int("leader.imbalance.per.broker.percentage") / 100.0
+        by_preferred: dict[int, list[TP]] = {}
+        for tp in self.states:
+            replicas = self._replicas(tp)
+            if replicas and tp[0] not in self.deleting:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        todo: list[TP] = []
+        for broker, tps in sorted(by_preferred.items()):
+            if broker not in self.brokers or broker in self.shutting_down:
+                continue
+            not_leading = [tp for tp in tps if self.states[tp].leader != broker]
+            if not_leading and len(not_leading) / len(tps) > limit:
+                todo += [tp for tp in not_leading if broker in self.states[tp].isr]
+        if todo:
+            log.info("controller: leader imbalance; preferred election for %d partitions", len(todo))
+            self._run_elections(sorted(todo), unclean=False)
 
     # -- requests to brokers -------------------------------------------------------------------
     def _send_leader_and_isr(self, tps: set[TP], to: set[int], *, is_new: bool = False) -> None:

@@ -26,6 +26,7 @@ TEST_SETTINGS = {
     "offsets.topic.replication.factor": "3",
     "group.initial.rebalance.delay.ms": "0",
     "log.cleaner.enable": "false",
+    "controlled.shutdown.retry.backoff.ms": "500",  # a leader without in-sync peers stops within the bound
 }
 
 
