@@ -33,6 +33,7 @@ from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.channel import ControllerChannel
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
 from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
@@ -71,6 +72,8 @@ class Controller:
         self.unclean_elections = 0  # metric: UncleanLeaderElectionsPerSec's count
         self.shutting_down: set[int] = set()  # brokers in controlled shutdown (Kafka's shuttingDownBrokerIds)
         self.preferred_elections = 0
+        # partition -> (target replicas, adding, removing): reassignments in progress
+        self.reassignments: dict[TP, tuple[list[int], list[int], list[int]]] = {}
         self.channel = ControllerChannel(f"controller-{self.broker_id}",
                                          node.config.get_int("controller.socket.timeout.ms"))
         self._stopped = False
@@ -124,6 +127,10 @@ class Controller:
                     event[2](AlterPartitionResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR, topics=[]))
                 elif kind == "controlled_shutdown":
                     event[3](ControlledShutdownResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
+                elif kind == "list_reassignments":
+                    event[2]((E.ErrorCode.UNKNOWN_SERVER_ERROR, {}))
+                elif kind == "alter_reassignments":
+                    event[2](AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
                 elif kind == "elect_leaders":
                     event[3](ElectLeadersResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
 
@@ -174,6 +181,7 @@ class Controller:
         self.active = False
         self.brokers, self.topics, self.states = {}, {}, {}
         self.shutting_down = set()
+        self.reassignments = {}
         self.channel.close()
 
     def _on_session_reset(self) -> None:
@@ -197,6 +205,9 @@ class Controller:
         changed |= self._shrink_isr(dead_in_isr, set(self.brokers))
         self._send_leader_and_isr(set(self.states), set(self.brokers))
         self._send_update_metadata(set(self.brokers), set(self.states))
+        self._on_reassign_znode()
+        for tp in sorted(self.reassignments):
+            self._maybe_complete_reassignment(tp)
 
     # -- reading ZooKeeper ---------------------------------------------------------------------
     def _read_brokers(self) -> dict[int, Z.BrokerInfo]:
@@ -216,6 +227,12 @@ class Controller:
             return
         tid, assignment = Z.parse_topic_assignment(data)
         self.topics[topic] = (tid or bytes(16), assignment)
+        adding, removing = Z.parse_reassigning(data)
+        for p in set(adding) | set(removing):  # in progress when the previous controller stopped
+            if p in assignment and (topic, p) not in self.reassignments:
+                gone = set(removing.get(p, []))
+                self.reassignments[(topic, p)] = ([r for r in assignment[p] if r not in gone],
+                                                  adding.get(p, []), removing.get(p, []))
         for p in assignment:
             try:
                 sdata, stat = self.zk.get(Z.state_path(topic, p))
@@ -416,6 +433,7 @@ class Controller:
                     self.channel.send(b, req, STOP_REPLICA_VERSION)
             for tp in tps:
                 self.states.pop(tp, None)
+                self.reassignments.pop(tp, None)
             self.topics.pop(topic, None)
             self.zk.delete(Z.topic_path(topic), recursive=True)
             try:
@@ -475,6 +493,8 @@ class Controller:
         reply(AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics))
         if changed:
             self._send_update_metadata(set(self.brokers), changed)
+        for tp in sorted(changed & set(self.reassignments)):
+            self._maybe_complete_reassignment(tp)
 
     # -- controlled shutdown (ControlledShutdown v3) -------------------------------------------
     def _on_controlled_shutdown(self, broker_id: int, broker_epoch: int, reply: Callable[[Any], None]) -> None:
@@ -612,6 +632,161 @@ class Controller:
         if todo:
             log.info("controller: leader imbalance; preferred election for %d partitions", len(todo))
             self._run_elections(sorted(todo), unclean=False)
+
+    # -- partition reassignment (AlterPartitionReassignments v0, /admin/reassign_partitions) -----
+    def _write_assignment(self, topic: str) -> None:
+        """The topic znode with its replicas and the reassignments in progress (unconditional:
+        only the controller rewrites an existing topic's assignment while it reassigns)."""
+        tid, assignment = self.topics[topic]
+        ours = {p: r for (t, p), r in self.reassignments.items() if t == topic}
+        self.zk.set(Z.topic_path(topic), Z.topic_assignment_json(
+            tid, assignment, {p: r[1] for p, r in ours.items()}, {p: r[2] for p, r in ours.items()}))
+
+    def _start_reassignment(self, tp: TP, target: list[int] | None) -> int:
+        """Kafka's `onPartitionReassignment`, first phase: replicas = target + original, the new
+        ones added as followers (leader epoch + 1) and left to catch up. None cancels: back to
+        the original replicas."""
+        EC = E.ErrorCode
+        state = self.states.get(tp)
+        if state is None or tp[0] in self.deleting:
+            return EC.UNKNOWN_TOPIC_OR_PARTITION
+        current = self._replicas(tp)
+        ongoing = self.reassignments.get(tp)
+        original = [r for r in current if r not in ongoing[1]] if ongoing else current
+        if target is None:
+            if ongoing is None:
+                return EC.NO_REASSIGNMENT_IN_PROGRESS
+            target = original
+        if not target or len(set(target)) != len(target) or any(r not in self.brokers for r in target):
+            return EC.INVALID_REPLICA_ASSIGNMENT
+        replicas = list(dict.fromkeys(list(target) + original))
+        adding = [r for r in target if r not in original]
+        removing = [r for r in original if r not in target]
+        dropped = [r for r in current if r not in replicas]  # new replicas of a replaced reassignment
+        self.topics[tp[0]][1][tp[1]] = replicas
+        self.reassignments[tp] = (list(target), adding, removing)
+        self._write_assignment(tp[0])
+        isr = tuple(r for r in state.isr if r in replicas) or state.isr
+        self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version))
+        log.info("controller: reassigning %s-%d from %s to %s (adding %s, removing %s)", tp[0], tp[1], original,
+                 target, adding, removing)
+        self._stop_replicas(tp, dropped, delete=True)
+        self._send_leader_and_isr({tp}, set(self.brokers))
+        self._send_update_metadata(set(self.brokers), {tp})
+        self._maybe_complete_reassignment(tp)
+        return 0
+
+    def _maybe_complete_reassignment(self, tp: TP) -> None:
+        """Second phase, once every target replica is in the ISR: a target replica leads (the
+        first live in-sync one, unless the leader is in the target), replicas = target, the
+        removed replicas stop and delete their logs (StopReplica with delete)."""
+        entry = self.reassignments.get(tp)
+        state = self.states.get(tp)
+        if entry is None or state is None:
+            return
+        target, _, removing = entry
+        if not all(r in state.isr for r in target):
+            return
+        leader = state.leader
+        if leader not in target or leader not in self.brokers:
+            live = [r for r in target if r in self.brokers and r in state.isr]
+            if not live:
+                return
+            leader = live[0]
+        isr = tuple(r for r in state.isr if r in target)
+        if self._write_state(tp, Z.LeaderIsr(leader, state.leader_epoch + 1, isr, self.epoch,
+                                             state.zk_version)) is None:
+            return
+        self.topics[tp[0]][1][tp[1]] = list(target)
+        del self.reassignments[tp]
+        self._write_assignment(tp[0])
+        log.info("controller: reassignment of %s-%d done: replicas %s, leader %d", tp[0], tp[1], target, leader)
+        self._send_leader_and_isr({tp}, set(self.brokers))
+        self._stop_replicas(tp, removing, delete=True)
+        self._send_update_metadata(set(self.brokers), {tp})
+        self._remove_from_reassign_znode(tp)
+
+    def _stop_replicas(self, tp: TP, brokers: list[int], *, delete: bool) -> None:
+        S = StopReplicaRequest
+        for b in brokers:
+            if b in self.brokers:
+                self.channel.send(b, S(controller_id=self.broker_id, controller_epoch=self.epoch,
+                                       broker_epoch=self.brokers[b].epoch, topic_states=[S.StopReplicaTopicState(
+                                           topic_name=tp[0], partition_states=[S.StopReplicaPartitionState(
+                                               partition_index=tp[1], leader_epoch=LEADER_DURING_DELETE,
+                                               delete_partition=delete)])]), STOP_REPLICA_VERSION)
+
+    def _on_alter_reassignments(self, request: Any, reply: Callable[[Any], None]) -> None:
+        R = AlterPartitionReassignmentsResponse
+        if not self.active:
+            reply(R(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None))
+            return
+        out = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                code = self._start_reassignment((t.name, p.partition_index),
+                                                None if p.replicas is None else list(p.replicas))
+                parts.append(R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code,
+                                                             error_message=None))
+            out.append(R.ReassignableTopicResponse(name=t.name, partitions=parts))
+        reply(R(error_code=0, error_message=None, responses=out))
+
+    def _on_list_reassignments(self, tps: list[TP] | None, reply: Callable[[Any], None]) -> None:
+        """(error code, {partition: (replicas, adding, removing)})."""
+        if not self.active:
+            reply((E.ErrorCode.NOT_CONTROLLER, {}))
+            return
+        reply((0, {tp: (self._replicas(tp), entry[1], entry[2]) for tp, entry in sorted(self.reassignments.items())
+                   if tps is None or tp in tps}))
+
+    def _on_reassign_znode(self) -> None:
+        """`/admin/reassign_partitions` (Kafka's legacy path): its partitions are reassigned;
+        each leaves the znode when done, the znode goes when empty."""
+        if not self.active:
+            return
+        try:
+            data, _ = self.zk.get(Z.REASSIGN_PARTITIONS, watch=self._watch("reassign_znode"))
+        except NoNodeError:
+            self.zk.exists(Z.REASSIGN_PARTITIONS, watch=self._watch("reassign_znode"))
+            return
+        try:
+            wanted = Z.parse_reassign_partitions(data)
+        except (ValueError, KeyError, TypeError):
+            log.warning("controller: unreadable %s removed", Z.REASSIGN_PARTITIONS)
+            self.zk.delete(Z.REASSIGN_PARTITIONS)
+            return
+        for tp, target in sorted(wanted.items()):
+            entry = self.reassignments.get(tp)
+            if entry is not None and entry[0] == target:
+                continue  # in progress already
+            if entry is None and self._replicas(tp) == target:
+                self._remove_from_reassign_znode(tp)
+                continue
+            code = self._start_reassignment(tp, target)
+            if code:
+                log.warning("controller: reassignment of %s-%d to %s refused (error %d)", tp[0], tp[1], target, code)
+                self._remove_from_reassign_znode(tp)
+
+    def _remove_from_reassign_znode(self, tp: TP) -> None:
+        try:
+            data, stat = self.zk.get(Z.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return
+        try:
+            wanted = Z.parse_reassign_partitions(data)
+        except (ValueError, KeyError, TypeError):
+            wanted = {}
+        if tp not in wanted and wanted:
+            return
+        wanted.pop(tp, None)
+        try:
+            if wanted:
+                self.zk.set(Z.REASSIGN_PARTITIONS, Z.reassign_partitions_json(wanted), version=stat.version)
+            else:
+                self.zk.delete(Z.REASSIGN_PARTITIONS, version=stat.version)
+        except (BadVersionError, NoNodeError):
+            self.put("reassign_znode")  # changed meanwhile: read it again
 
     # -- requests to brokers -------------------------------------------------------------------
     def _send_leader_and_isr(self, tps: set[TP], to: set[int], *, is_new: bool = False) -> None:

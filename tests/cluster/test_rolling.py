@@ -154,3 +154,92 @@ def test_unclean_election_from_the_cli_brings_an_offline_partition_back(rolling_
     c.brokers[first].start(timeout=60)
     c.wait_for(lambda: sorted(c.partition_state("offline", 0)["isr"]) == sorted([first, second]), 30,
                "the old leader back in the ISR")
+
+
+def _log_end(c: KafkaCluster, broker_id: int, topic: str, partition: int = 0) -> int:
+    """A replica's log end offset, from the batch headers in its segment files."""
+    end = 0
+    for seg in sorted((c.root / f"broker-{broker_id}" / f"{topic}-{partition}").glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base = int.from_bytes(data[pos:pos + 8], "big")
+            length = int.from_bytes(data[pos + 8:pos + 12], "big")
+            end = max(end, base + int.from_bytes(data[pos + 23:pos + 27], "big") + 1)
+            pos += 12 + length
+    return end
+
+
+def test_reassignment_moves_a_partition_to_other_brokers_under_load(rolling_cluster, tmp_path):
+    c = rolling_cluster
+    c.create_topic("moving", 1, 2, assignment=[[1, 2]])
+    acked: list[bytes] = []
+    errors: list = []
+    stop = threading.Event()
+    producer = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "message.timeout.ms": 60000, "topic.metadata.refresh.interval.ms": 2000})
+
+    def produce():
+        seq = 0
+        while not stop.is_set() and seq < 200_000:
+            for _ in range(50):
+                producer.produce("moving", value=b"%08d" % seq, partition=0,
+                                 on_delivery=lambda e, m: errors.append(e) if e else acked.append(m.value()))
+                seq += 1
+            producer.poll(0.02)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "moving", "partition": 0, "replicas": [2, 3]}]}))
+    verify = ("reassign", "--bootstrap-server", c.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    try:
+        time.sleep(2)
+        out = kafkafast("reassign", "--bootstrap-server", c.bootstrap, "--execute", "--reassignment-json-file",
+                        str(plan), "--throttle", "50000000").stdout
+        assert '{"topic":"moving","partition":0,"replicas":[1,2]' in out  # the rollback plan
+        assert "Successfully started partition reassignments for moving-0" in out
+        c.wait_for(lambda: kafkafast(*verify, check=False).returncode == 0, 60, "the reassignment completed")
+        time.sleep(1)
+    finally:
+        stop.set()
+        t.join(30)
+    assert producer.flush(60) == 0
+    assert errors == []
+    assert "Reassignment of partition moving-0 is completed." in kafkafast(*verify).stdout
+    topic = json.loads(c._zk().get("/brokers/topics/moving")[0])
+    assert topic["partitions"] == {"0": [2, 3]}
+    assert topic["adding_replicas"] == {} and topic["removing_replicas"] == {}
+    state = c.partition_state("moving", 0)
+    assert state["leader"] in (2, 3) and sorted(state["isr"]) == [2, 3]
+    c.wait_for(lambda: not (c.root / "broker-1" / "moving-0").exists(), 20, "the old replica's files removed")
+    stored = _read_log(c.bootstrap, "moving", 1)[0]
+    assert len(stored) == len(set(stored)) and set(acked) <= set(stored) and len(acked) > 500
+    c.wait_for(lambda: _log_end(c, 2, "moving") == _log_end(c, 3, "moving") == len(stored), 20,
+               "both new replicas holding every record")
+    assert c._zk().exists("/admin/reassign_partitions") is None
+
+    # Kafka's legacy path: a plan written to /admin/reassign_partitions, removed when done
+    c._zk().create("/admin/reassign_partitions", json.dumps(
+        {"version": 1, "partitions": [{"topic": "moving", "partition": 0, "replicas": [3, 1]}]}).encode())
+    c.wait_for(lambda: c._zk().exists("/admin/reassign_partitions") is None, 60, "the znode's plan carried out")
+    assert json.loads(c._zk().get("/brokers/topics/moving")[0])["partitions"] == {"0": [3, 1]}
+    c.wait_for(lambda: _log_end(c, 1, "moving") == len(stored), 20, "broker 1 holding every record again")
+    c.wait_for(lambda: not (c.root / "broker-2" / "moving-0").exists(), 20, "broker 2's replica removed")
+
+
+def test_reassign_generate_proposes_replicas_on_the_listed_brokers_only(rolling_cluster, tmp_path):
+    c = rolling_cluster
+    c.create_topic("spread", 4, 2)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "spread"}]}))
+    out = kafkafast("reassign", "--bootstrap-server", c.bootstrap, "--generate", "--topics-to-move-json-file",
+                    str(topics), "--broker-list", "1,3").stdout
+    current_text, proposed_text = out.split("Proposed partition reassignment configuration")
+    current = json.loads(current_text.split("Current partition replica assignment")[1])
+    proposed = json.loads(proposed_text)
+    assert {(e["partition"], tuple(e["replicas"])) for e in current["partitions"]} == \
+        {(p, tuple(r)) for p, r in _assignment(c, "spread").items()}
+    assert sorted(e["partition"] for e in proposed["partitions"]) == [0, 1, 2, 3]
+    assert all(sorted(e["replicas"]) == [1, 3] for e in proposed["partitions"])
+    assert kafkafast("reassign", "--help").stdout.count("kafkafast reassign --bootstrap-server") == 3
