@@ -24,6 +24,7 @@ from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.cluster.throttle import ReplicationQuota
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
@@ -48,6 +49,7 @@ class ClusterBroker(Broker):
         self._isr_task: asyncio.Task | None = None
         self._controller_conn: BrokerConnection | None = None
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:

@@ -19,8 +19,10 @@ PARTITIONS = 6
 
 @pytest.fixture(scope="module")
 def rolling_cluster(tmp_path_factory):
-    """Three brokers; auto.leader.rebalance.enable=false so elections here are the tests' own."""
-    c = KafkaCluster(tmp_path_factory.mktemp("rolling"), settings={"auto.leader.rebalance.enable": "false"})
+    """Three brokers; auto.leader.rebalance.enable=false so elections here are the tests' own;
+    replicas throttled by a reassignment's --throttle replicate at 500 kB/s."""
+    c = KafkaCluster(tmp_path_factory.mktemp("rolling"), settings={"auto.leader.rebalance.enable": "false",
+                                                                   "follower.replication.throttled.rate": "500000"})
     try:
         yield c.start()
     finally:
@@ -243,3 +245,32 @@ def test_reassign_generate_proposes_replicas_on_the_listed_brokers_only(rolling_
     assert sorted(e["partition"] for e in proposed["partitions"]) == [0, 1, 2, 3]
     assert all(sorted(e["replicas"]) == [1, 3] for e in proposed["partitions"])
     assert kafkafast("reassign", "--help").stdout.count("kafkafast reassign --bootstrap-server") == 3
+
+
+def test_throttled_reassignment_is_listed_in_progress_and_catches_up_at_the_rate(rolling_cluster, tmp_path):
+    c = rolling_cluster
+    c.create_topic("throttled", 1, 1, assignment=[[1]])
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(300):  # 3 MB
+        producer.produce("throttled", value=b"%06d" % i + bytes(10_000), partition=0)
+    assert producer.flush(60) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "throttled", "partition": 0,
+                                                              "replicas": [1, 3]}]}))
+    verify = ("reassign", "--bootstrap-server", c.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    started = time.monotonic()
+    kafkafast("reassign", "--bootstrap-server", c.bootstrap, "--execute", "--reassignment-json-file", str(plan),
+              "--throttle", "500000")
+    topic = json.loads(c._zk().get("/brokers/topics/throttled")[0])
+    assert topic["partitions"] == {"0": [1, 3]} and topic["adding_replicas"] == {"0": [3]}
+    configs = json.loads(c._zk().get("/config/topics/throttled")[0])["config"]
+    assert configs["follower.replication.throttled.replicas"] == "0:3"
+    in_progress = kafkafast(*verify, check=False)
+    assert in_progress.returncode == 1
+    assert "Reassignment of partition throttled-0 is still in progress." in in_progress.stdout
+    c.wait_for(lambda: kafkafast(*verify, check=False).returncode == 0, 60, "the throttled reassignment done")
+    # 3 MB at 500 kB/s with at most one second of burst: not before 4 s
+    assert time.monotonic() - started >= 4.0
+    assert _log_end(c, 3, "throttled") == 300
+    configs = json.loads(c._zk().get("/config/topics/throttled")[0])["config"]
+    assert "follower.replication.throttled.replicas" not in configs  # --verify removed the throttle
