@@ -24,7 +24,7 @@ from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
-from kafkafast.cluster.throttle import ReplicationQuota
+from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
@@ -50,6 +50,7 @@ class ClusterBroker(Broker):
         self._controller_conn: BrokerConnection | None = None
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
+        self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -206,8 +207,25 @@ class ClusterBroker(Broker):
         return 0 if getattr(part, "is_leader", False) else EC.NOT_LEADER_OR_FOLLOWER
 
     def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
-        """Followers read up to the log end; consumers up to the high watermark."""
-        return part.log_end_offset if replica_id >= 0 else part.high_watermark
+        """Followers read up to the log end; consumers up to the high watermark. A follower of a
+        leader-throttled replica gets nothing while leader.replication.throttled.rate is used up
+        (Kafka's `shouldLeaderThrottle`): up to where it already is."""
+        if replica_id < 0:
+            return part.high_watermark
+        if self._leader_throttled(part) and self.leader_quota.exceeded():
+            f = part.followers.get(replica_id)
+            if f is not None and f.leo >= 0:
+                return min(f.leo, part.log_end_offset)
+        return part.log_end_offset
+
+    def _leader_throttled(self, part: Any) -> bool:
+        return (not self.leader_quota.unlimited
+                and throttled(part.log.config.leader_replication_throttled_replicas, part.index, self.node_id))
+
+    def on_replica_read(self, part: Any, replica_id: int, nbytes: int) -> None:
+        """Bytes a follower fetch of this partition returned: counted against the throttle."""
+        if self._leader_throttled(part):
+            self.leader_quota.record(nbytes)
 
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not getattr(part, "is_leader", False):

@@ -1,11 +1,16 @@
-"""Replication throttle (Kafka's `ReplicationQuotaManager`, follower side).
+"""Replication throttle (Kafka's `ReplicationQuotaManager`, both sides).
 
-A replica is throttled when its topic's `follower.replication.throttled.replicas` lists
-`<partition>:<this broker>` (or is `*`); kafka-reassign-partitions.sh --throttle sets it for
-the replicas a reassignment adds. All throttled replicas of a broker share
+Follower side: a replica is throttled when its topic's `follower.replication.throttled.replicas`
+lists `<partition>:<this broker>` (or is `*`); kafka-reassign-partitions.sh --throttle sets it
+for the replicas a reassignment adds. All throttled replicas of a broker share
 `follower.replication.throttled.rate` bytes/s (a token bucket holding at most one second of
 bytes): while it is in deficit, the fetchers leave throttled partitions out of their fetch
 requests, so the moving replicas catch up at that rate and the others are not held back.
+
+Leader side: `leader.replication.throttled.replicas` (`<partition>:<leader broker>`; the tool
+lists the current replicas) and `leader.replication.throttled.rate`: follower fetches of those
+partitions are answered without records while the leader's bucket is in deficit, and the
+bytes they do get are counted.
 """
 from __future__ import annotations
 
