@@ -26,6 +26,7 @@ from kafkafast.cluster.node import ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
+from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
 from kafkafast.storage.config import LogConfig
@@ -427,6 +428,7 @@ class ClusterBroker(Broker):
                 await asyncio.sleep(0.5)
                 return
             if part.is_leader and part.leader_epoch == pd.leader_epoch:
+                recorder.isr_changed(part.isr, list(pd.isr))
                 part.isr = list(pd.isr)
                 part.partition_epoch = pd.partition_epoch
                 log.info("%s-%d: ISR now %s (partition epoch %d)", part.topic, part.index, part.isr,

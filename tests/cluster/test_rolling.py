@@ -10,6 +10,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.integration.test_metrics import scrape, value
+from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
 from tests.support.cluster import KafkaCluster
 
@@ -17,11 +19,26 @@ TOPIC = "rolling"
 PARTITIONS = 6
 
 
+class MetricsCluster(KafkaCluster):
+    """Each broker serves /metrics on a port of its own (kept across restarts)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.metrics_ports = {i: free_port() for i in range(1, self.size + 1)}
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        return {**super().broker_settings(broker_id), "metrics.port": str(self.metrics_ports[broker_id]),
+                "metrics.host": "127.0.0.1"}
+
+    def metric(self, broker_id: int, name: str) -> float:
+        return value(scrape(self.metrics_ports[broker_id]), name)
+
+
 @pytest.fixture(scope="module")
 def rolling_cluster(tmp_path_factory):
     """Three brokers; auto.leader.rebalance.enable=false so elections here are the tests' own;
     replicas throttled by a reassignment's --throttle replicate at 500 kB/s (each side)."""
-    c = KafkaCluster(tmp_path_factory.mktemp("rolling"), settings={"auto.leader.rebalance.enable": "false",
+    c = MetricsCluster(tmp_path_factory.mktemp("rolling"), settings={"auto.leader.rebalance.enable": "false",
                                                                    "follower.replication.throttled.rate": "500000",
                                                                    "leader.replication.throttled.rate": "500000"})
     try:
@@ -133,6 +150,17 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
     again = kafkafast("cluster", "leader-election", "--bootstrap-server", c.bootstrap, "--preferred",
                       "--topic", TOPIC, "--partition", "0").stdout
     assert f"Valid replica already elected for partitions {TOPIC}-0" in again
+
+    # metrics: the leaders counted broker 3's return to their ISRs (earlier counts went with
+    # the restarted processes); the cluster state as the controller sees it, once caught up
+    assert sum(c.metric(b, "kafka_server_replicamanager_isrexpands_total") for b in (1, 2)) >= PARTITIONS
+    ctrl = c.controller_id()
+    assert [c.metric(b, "kafka_controller_kafkacontroller_activecontrollercount") for b in sorted(c.brokers)] == \
+        [1.0 if b == ctrl else 0.0 for b in sorted(c.brokers)]
+    c.wait_for(lambda: c.metric(ctrl, "kafka_controller_kafkacontroller_preferredreplicaimbalancecount") == 0
+               and sum(c.metric(b, "kafka_server_replicamanager_underreplicatedpartitions") for b in c.brokers) == 0
+               and c.metric(ctrl, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0, 20,
+               "balanced, fully replicated partitions in the metrics")
 
 
 def test_unclean_election_from_the_cli_brings_an_offline_partition_back(rolling_cluster):
