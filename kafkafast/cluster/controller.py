@@ -666,8 +666,12 @@ class Controller:
         self.topics[tp[0]][1][tp[1]] = replicas
         self.reassignments[tp] = (list(target), adding, removing)
         self._write_assignment(tp[0])
-        isr = tuple(r for r in state.isr if r in replicas) or state.isr
-        self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version))
+        for _ in range(3):  # the state znode may move under us (an ISR change): bump the epoch of the new one
+            isr = tuple(r for r in state.isr if r in replicas) or state.isr
+            if self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch + 1, isr, self.epoch,
+                                                 state.zk_version)):
+                break
+            state = self.states[tp]
         log.info("controller: reassigning %s-%d from %s to %s (adding %s, removing %s)", tp[0], tp[1], original,
                  target, adding, removing)
         self._stop_replicas(tp, dropped, delete=True)

@@ -8,8 +8,10 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
+from tests.cluster.test_durability import _read_all
+from tests.cluster.test_isr import _log_end
 from tests.integration.test_metrics import scrape, value
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
@@ -53,20 +55,8 @@ def _assignment(c: KafkaCluster, topic: str) -> dict[int, list[int]]:
 
 
 def _read_log(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 100})
-    out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-    try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline = time.monotonic() + 90
-        while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in range(partitions)):
-            assert time.monotonic() < deadline, "reading back took too long"
-            m = c.poll(1.0)
-            if m is not None and not m.error():
-                out[m.partition()].append((m.offset(), m.value()))
-    finally:
-        c.close()
+    """Every record's value per partition, checked to have no offset gaps."""
+    out = _read_all(bootstrap, topic, partitions)
     for p, recs in out.items():
         assert [o for o, _ in recs] == list(range(len(recs))), f"gap in partition {p}"
     return {p: [v for _, v in recs] for p, recs in out.items()}
@@ -185,20 +175,6 @@ def test_unclean_election_from_the_cli_brings_an_offline_partition_back(rolling_
     c.brokers[first].start(timeout=60)
     c.wait_for(lambda: sorted(c.partition_state("offline", 0)["isr"]) == sorted([first, second]), 30,
                "the old leader back in the ISR")
-
-
-def _log_end(c: KafkaCluster, broker_id: int, topic: str, partition: int = 0) -> int:
-    """A replica's log end offset, from the batch headers in its segment files."""
-    end = 0
-    for seg in sorted((c.root / f"broker-{broker_id}" / f"{topic}-{partition}").glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + 61 <= len(data):
-            base = int.from_bytes(data[pos:pos + 8], "big")
-            length = int.from_bytes(data[pos + 8:pos + 12], "big")
-            end = max(end, base + int.from_bytes(data[pos + 23:pos + 27], "big") + 1)
-            pos += 12 + length
-    return end
 
 
 def test_reassignment_moves_a_partition_to_other_brokers_under_load(rolling_cluster, tmp_path):

@@ -21,11 +21,13 @@ PartResult = ElectLeadersResponse.PartitionResult
 
 
 def _everywhere(req: ElectLeadersRequest, code: int) -> ElectLeadersResponse:
-    return ElectLeadersResponse(error_code=code if code != E.ErrorCode.ELECTION_NOT_NEEDED else 0,
-                                replica_election_results=[
-        Result(topic=t.topic, partition_result=[PartResult(partition_id=p, error_code=code, error_message=None)
-                                                for p in t.partitions])
-        for t in req.topic_partitions or []])
+    """The same code for every partition asked about (and as the top-level error, v1+,
+    unless it is ELECTION_NOT_NEEDED, which is no error)."""
+    results = [Result(topic=t.topic, partition_result=[PartResult(partition_id=p, error_code=code, error_message=None)
+                                                       for p in t.partitions])
+               for t in req.topic_partitions or []]
+    top = 0 if code == E.ErrorCode.ELECTION_NOT_NEEDED else code
+    return ElectLeadersResponse(error_code=top, replica_election_results=results)
 
 
 @handles(ElectLeadersRequest, 0, 2)
