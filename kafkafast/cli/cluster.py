@@ -1,11 +1,12 @@
 """`kafkafast cluster`: brokers, controller and cluster id (DescribeCluster, else Metadata);
-`kafkafast cluster leader-election ...`: kafka-leader-election.sh (cli/leader_election.py)."""
+`kafkafast cluster leader-election ...`: kafka-leader-election.sh (cli/leader_election.py);
+`kafkafast cluster reassign ...` (= `kafkafast reassign`): kafka-reassign-partitions.sh (cli/reassign.py)."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from kafkafast.cli import leader_election
+from kafkafast.cli import leader_election, reassign
 from kafkafast.cli.common import CommandError, add_bootstrap, add_output, parser_for, print_json, print_table, run_admin
 
 NAME = "cluster"
@@ -19,12 +20,16 @@ def add_parser(sub: Any) -> None:
     ])
     add_bootstrap(p, required=False)
     add_output(p)
-    leader_election.add_parser(p.add_subparsers(dest="cluster_command", metavar="{leader-election}"))
+    subs = p.add_subparsers(dest="cluster_command", metavar="{leader-election,reassign}")
+    leader_election.add_parser(subs)
+    reassign.add_parser(subs)  # also `kafkafast reassign`
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "cluster_command", None) == "leader-election":
         return leader_election.run(args)
+    if getattr(args, "cluster_command", None) == "reassign":
+        return reassign.run(args)
     if not args.bootstrap_server:
         raise CommandError("--bootstrap-server is required")
     c = run_admin(args, lambda admin: admin.describe_cluster())

@@ -240,8 +240,8 @@ def test_reassign_generate_proposes_replicas_on_the_listed_brokers_only(rolling_
     c.create_topic("spread", 4, 2)
     topics = tmp_path / "topics.json"
     topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "spread"}]}))
-    out = kafkafast("reassign", "--bootstrap-server", c.bootstrap, "--generate", "--topics-to-move-json-file",
-                    str(topics), "--broker-list", "1,3").stdout
+    out = kafkafast("cluster", "reassign", "--bootstrap-server", c.bootstrap, "--generate",
+                    "--topics-to-move-json-file", str(topics), "--broker-list", "1,3").stdout
     current_text, proposed_text = out.split("Proposed partition reassignment configuration")
     current = json.loads(current_text.split("Current partition replica assignment")[1])
     proposed = json.loads(proposed_text)

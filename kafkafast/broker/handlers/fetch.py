@@ -69,8 +69,8 @@ def _read_all(broker, req, version, plan):
             region = result.region if result is not None else None
             size = len(region) if region is not None else 0
             total += size
-            if size and req.replica_id >= 0 and getattr(broker, "cluster", None) is not None:
-                broker.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
+            if size and req.replica_id >= 0 and hasattr(broker, "on_replica_read"):
+                broker.on_replica_read(part, req.replica_id, size)  # cluster mode: the leader's replication throttle
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=hw,
                 log_start_offset=part.log_start_offset,
