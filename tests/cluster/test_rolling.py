@@ -306,3 +306,26 @@ def test_leader_side_throttle_alone_slows_a_new_replica(rolling_cluster):
                "the new replica in the ISR")
     assert time.monotonic() - started >= 2.5  # as in the test above
     assert _log_end(c, 1, "leader-throttled") == 300
+
+
+def test_cancelled_reassignment_goes_back_to_the_original_replicas(rolling_cluster, tmp_path):
+    c = rolling_cluster
+    c.create_topic("cancelled", 1, 1, assignment=[[2]])
+    producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(600):  # 6 MB: the throttled copy to broker 3 takes 8 s or more
+        producer.produce("cancelled", value=b"%06d" % i + bytes(10_000), partition=0)
+    assert producer.flush(60) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "cancelled", "partition": 0,
+                                                              "replicas": [3]}]}))
+    args = ("--bootstrap-server", c.bootstrap, "--reassignment-json-file", str(plan))
+    kafkafast("reassign", "--execute", "--throttle", "500000", *args)
+    c.wait_for(lambda: (c.root / "broker-3" / "cancelled-0").exists(), 20, "the new replica created")
+    out = kafkafast("reassign", "--cancel", *args).stdout
+    assert "Successfully cancelled partition reassignments for cancelled-0" in out
+    topic = json.loads(c._zk().get("/brokers/topics/cancelled")[0])
+    assert topic["partitions"] == {"0": [2]} and topic["adding_replicas"] == {}
+    c.wait_for(lambda: not (c.root / "broker-3" / "cancelled-0").exists(), 20, "the added replica removed")
+    assert c.leader("cancelled", 0) == 2 and _log_end(c, 2, "cancelled") == 600
+    again = kafkafast("reassign", "--cancel", *args, check=False)
+    assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
