@@ -14,6 +14,7 @@ ListPartitionReassignments at the controller), with Kafka's JSON files:
         per partition: completed, still in progress, or failed; once every move is done,
         removes the throttle (as Kafka's tool does)
     --cancel --reassignment-json-file F
+        back to the original replicas (the added ones are removed) and the throttle removed
 """
 from __future__ import annotations
 
@@ -212,4 +213,5 @@ async def _cancel(admin: Any, plan: dict[tuple[str, int], list[int]]) -> int:
         print(f"Error cancelling reassignment of {t}-{p}: {for_code(c).name}")
     if not failed:
         print("Successfully cancelled partition reassignments for " + ",".join(f"{t}-{p}" for t, p in sorted(plan)))
+        await _clear_throttle(admin, {t for t, _ in plan})
     return 1 if failed else 0

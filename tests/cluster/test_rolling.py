@@ -110,6 +110,7 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
             # the leaderships moved before the session closed: nothing waits for an election
             leaders = {p: c.leader(TOPIC, p) for p in range(PARTITIONS)}
             assert b not in leaders.values(), (b, leaders)
+            assert c.brokers[b].log_path.read_text().count("controlled shutdown succeeded") == 1  # its first stop
             c.brokers[b].start(timeout=60)
             c.wait_for(lambda: all(len(c.partition_state(TOPIC, p)["isr"]) == 3 for p in range(PARTITIONS)),
                        60, f"the full ISR after broker {b} returned")
