@@ -620,7 +620,7 @@ class Controller:
         by_preferred: dict[int, list[TP]] = {}
         for tp in self.states:
             replicas = self._replicas(tp)
-            if replicas and tp[0] not in self.deleting:
+            if replicas and tp[0] not in self.deleting and tp not in self.reassignments:
                 by_preferred.setdefault(replicas[0], []).append(tp)
         todo: list[TP] = []
         for broker, tps in sorted(by_preferred.items()):
