@@ -104,6 +104,16 @@ DEFAULTS: dict[str, str | None] = {
     "num.replica.fetchers": "1",
     "unclean.leader.election.enable": "false",
     "controller.socket.timeout.ms": "30000",
+    # -- rolling operations (cluster/controller.py, cluster/cluster_broker.py) --
+    "controlled.shutdown.enable": "true",
+    "controlled.shutdown.max.retries": "3",
+    "controlled.shutdown.retry.backoff.ms": "5000",
+    "auto.leader.rebalance.enable": "true",
+    "leader.imbalance.per.broker.percentage": "10",
+    "leader.imbalance.check.interval.seconds": "300",
+    "leader.replication.throttled.rate": "9223372036854775807",
+    "follower.replication.throttled.rate": "9223372036854775807",
+    # -- end rolling operations --
     "inter.broker.listener.name": None,
     "security.inter.broker.protocol": "PLAINTEXT",
     "cluster.id": None,

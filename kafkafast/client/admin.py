@@ -36,6 +36,9 @@ ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     16: (0, 4),   # ListGroups (v5 adds a types filter we do not use)
     33: (0, 2),   # AlterConfigs
     42: (0, 2),   # DeleteGroups
+    43: (0, 2),   # ElectLeaders
+    45: (0, 0),   # AlterPartitionReassignments
+    46: (0, 0),   # ListPartitionReassignments
     44: (0, 1),   # IncrementalAlterConfigs
     60: (0, 1),   # DescribeCluster
 }
@@ -265,6 +268,73 @@ class AdminClient:
         return ClusterDescription(self.cluster.cluster_id, self.cluster.controller_id,
                                   tuple(sorted((b.node_id, b.host, b.port, b.rack)
                                                for b in self.cluster.brokers.values())))
+
+    async def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None, *,
+                            unclean: bool = False) -> dict[tuple[str, int], int]:
+        """ElectLeaders at the controller (retried once it moved): partition -> error code
+        (0 elected, 84 ELECTION_NOT_NEEDED, ...). None: every partition of the cluster."""
+        ER = gen.ElectLeadersRequest
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions or ():
+            by_topic.setdefault(t, []).append(p)
+        tps = None if partitions is None else [ER.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        while True:
+            await self.cluster.refresh_metadata()
+            conn = await self._controller()
+            v = admin_version(conn, 43)
+            if unclean and v < 1:
+                raise for_code(35)("unclean leader election needs ElectLeaders v1")
+            resp = await conn.send(ER(election_type=1 if unclean else 0, topic_partitions=tps,
+                                      timeout_ms=self.timeout_ms), version=v)
+            codes = {(r.topic, p.partition_id): p.error_code for r in resp.replica_election_results
+                     for p in r.partition_result}
+            top = resp.error_code or next((c for c in codes.values() if c == 41), 0)
+            if top == 41 and time.monotonic() < deadline:  # NOT_CONTROLLER: the controller moved
+                await asyncio.sleep(0.2)
+                continue
+            if top:
+                raise for_code(top)("elect leaders")
+            return codes
+
+    async def _at_controller(self, api_key: int, make: Any) -> Any:
+        """Sends `make(version)` to the controller, again while it answers NOT_CONTROLLER."""
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        while True:
+            await self.cluster.refresh_metadata()
+            conn = await self._controller()
+            resp = await conn.send(make(admin_version(conn, api_key)), version=admin_version(conn, api_key))
+            if resp.error_code == 41 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                continue
+            if resp.error_code:
+                raise for_code(resp.error_code)(getattr(resp, "error_message", None) or gen.API_NAMES.get(api_key))
+            return resp
+
+    async def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int] | None]
+                                            ) -> dict[tuple[str, int], int]:
+        """Starts (a replica list) or cancels (None) reassignments: partition -> error code."""
+        AR = gen.AlterPartitionReassignmentsRequest
+        by_topic: dict[str, list] = {}
+        for (t, p), replicas in targets.items():
+            by_topic.setdefault(t, []).append(AR.ReassignablePartition(partition_index=p, replicas=replicas))
+        resp = await self._at_controller(45, lambda v: AR(timeout_ms=self.timeout_ms, topics=[
+            AR.ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
+        return {(r.name, p.partition_index): p.error_code for r in resp.responses for p in r.partitions}
+
+    async def list_partition_reassignments(self, partitions: Iterable[tuple[str, int]] | None = None
+                                           ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """Reassignments in progress: partition -> (replicas, adding, removing)."""
+        LR = gen.ListPartitionReassignmentsRequest
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in partitions:
+                by_topic.setdefault(t, []).append(p)
+            topics = [LR.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+        resp = await self._at_controller(46, lambda v: LR(timeout_ms=self.timeout_ms, topics=topics))
+        return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
 
     async def describe_topics(self, names: Iterable[str] | None = None, *,
                               include_internal: bool = False) -> list[TopicDescription]:

@@ -24,7 +24,9 @@ from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
+from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
 from kafkafast.storage.config import LogConfig
@@ -48,6 +50,8 @@ class ClusterBroker(Broker):
         self._isr_task: asyncio.Task | None = None
         self._controller_conn: BrokerConnection | None = None
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
+        self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
+        self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -214,8 +218,25 @@ class ClusterBroker(Broker):
         return 0 if getattr(part, "is_leader", False) else EC.NOT_LEADER_OR_FOLLOWER
 
     def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
-        """Followers read up to the log end; consumers up to the high watermark."""
-        return part.log_end_offset if replica_id >= 0 else part.high_watermark
+        """Followers read up to the log end; consumers up to the high watermark. A follower of a
+        leader-throttled replica gets nothing while leader.replication.throttled.rate is used up
+        (Kafka's `shouldLeaderThrottle`): up to where it already is."""
+        if replica_id < 0:
+            return part.high_watermark
+        if self._leader_throttled(part) and self.leader_quota.exceeded():
+            f = part.followers.get(replica_id)
+            if f is not None and f.leo >= 0:
+                return min(f.leo, part.log_end_offset)
+        return part.log_end_offset
+
+    def _leader_throttled(self, part: Any) -> bool:
+        return (not self.leader_quota.unlimited
+                and throttled(part.log.config.leader_replication_throttled_replicas, part.index, self.node_id))
+
+    def on_replica_read(self, part: Any, replica_id: int, nbytes: int) -> None:
+        """Bytes a follower fetch of this partition returned: counted against the throttle."""
+        if self._leader_throttled(part):
+            self.leader_quota.record(nbytes)
 
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not getattr(part, "is_leader", False):
@@ -418,6 +439,7 @@ class ClusterBroker(Broker):
                 await asyncio.sleep(0.5)
                 return
             if part.is_leader and part.leader_epoch == pd.leader_epoch:
+                recorder.isr_changed(part.isr, list(pd.isr))
                 part.isr = list(pd.isr)
                 part.partition_epoch = pd.partition_epoch
                 log.info("%s-%d: ISR now %s (partition epoch %d)", part.topic, part.index, part.isr,
@@ -437,6 +459,10 @@ class ClusterBroker(Broker):
 
     async def handle_alter_partition(self, req: Any) -> Any:
         """AlterPartition arriving at this broker: the controller's thread answers it."""
+        return await self.ask_controller("alter_partition", req)
+
+    async def ask_controller(self, kind: str, *args: Any) -> Any:
+        """Puts an event on this broker's controller queue; its last argument is the reply."""
         controller = self.node.controller
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -444,5 +470,57 @@ class ClusterBroker(Broker):
         def reply(resp: Any) -> None:
             loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(resp))
 
-        controller.put("alter_partition", req, reply)
+        controller.put(kind, *args, reply)
         return await asyncio.wait_for(fut, 30.0)
+
+    # -- controlled shutdown (before the listeners close) ----------------------------------------
+    async def controlled_shutdown(self) -> bool:
+        """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)
+        to move this broker's leaderships away, up to controlled.shutdown.max.retries times
+        controlled.shutdown.retry.backoff.ms apart, while this broker still serves; then waits
+        for the LeaderAndIsr that makes it follower. True when no leadership is left."""
+        if not self.config.get_bool("controlled.shutdown.enable") or self.node.zk is None:
+            return False
+        from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest
+
+        retries = max(self.config.get_int("controlled.shutdown.max.retries"), 1)
+        backoff = self.config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0
+        for attempt in range(1, retries + 1):
+            remaining: list[tuple[str, int]] | None = None
+            try:
+                req = ControlledShutdownRequest(broker_id=self.node_id, broker_epoch=self.node.broker_epoch)
+                if self.metadata.controller_id == self.node_id and self.node.controller.active:
+                    resp = await self.ask_controller("controlled_shutdown", req.broker_id, req.broker_epoch)
+                else:
+                    conn = await self._controller_connection()
+                    resp = None if conn is None else await conn.send(req, version=3, timeout=30.0)
+                if resp is not None and resp.error_code == 0:
+                    remaining = [(r.topic_name, r.partition_index) for r in resp.remaining_partitions]
+                elif resp is not None:
+                    log.info("controlled shutdown attempt %d: error %d", attempt, resp.error_code)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("controlled shutdown attempt %d failed: %r", attempt, exc)
+                if self._controller_conn is not None:
+                    self._controller_conn.close()
+                    self._controller_conn = None
+            if remaining == []:
+                await self._wait_not_leading()
+                log.info("controlled shutdown succeeded")
+                return True
+            if remaining:
+                log.info("controlled shutdown attempt %d: still leading %s", attempt, remaining[:10])
+            if attempt < retries:
+                await asyncio.sleep(backoff)
+        log.warning("controlled shutdown failed after %d attempts; stopping anyway", retries)
+        return False
+
+    async def _wait_not_leading(self, timeout: float = 10.0) -> None:
+        """Until the controller's LeaderAndIsr arrived: no replicated partition led here."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(isinstance(p, ClusterPartition) and p.is_leader and len(p.replicas) > 1
+                  for p in self.partitions.values()):
+            if asyncio.get_running_loop().time() > deadline:
+                return
+            await asyncio.sleep(0.05)

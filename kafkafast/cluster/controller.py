@@ -33,6 +33,9 @@ from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.channel import ControllerChannel
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
 from kafkafast.protocol._generated.stop_replica import StopReplicaRequest
 from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
@@ -67,6 +70,10 @@ class Controller:
         self.states: dict[TP, Z.LeaderIsr] = {}
         self.deleting: set[str] = set()
         self.unclean_elections = 0  # metric: UncleanLeaderElectionsPerSec's count
+        self.shutting_down: set[int] = set()  # brokers in controlled shutdown (Kafka's shuttingDownBrokerIds)
+        self.preferred_elections = 0
+        # partition -> (target replicas, adding, removing): reassignments in progress
+        self.reassignments: dict[TP, tuple[list[int], list[int], list[int]]] = {}
         self.channel = ControllerChannel(f"controller-{self.broker_id}",
                                          node.config.get_int("controller.socket.timeout.ms"), node.inter_broker)
         self._stopped = False
@@ -75,6 +82,17 @@ class Controller:
     def start(self) -> None:
         self.thread.start()
         self.put("elect")
+        if self.node.config.get_bool("auto.leader.rebalance.enable"):
+            interval = max(self.node.config.get_int("leader.imbalance.check.interval.seconds"), 1)
+            threading.Thread(target=self._rebalance_timer, args=(interval,), name="controller-rebalance-timer",
+                             daemon=True).start()
+
+    def _rebalance_timer(self, interval: float) -> None:
+        """Enqueues an auto-rebalance check every leader.imbalance.check.interval.seconds."""
+        wake = threading.Event()
+        while not wake.wait(interval) and not self._stopped:
+            if self.active:
+                self.put("auto_rebalance")
 
     def stop(self) -> None:
         self._stopped = True
@@ -107,6 +125,14 @@ class Controller:
                 log.exception("controller event %s failed", kind)
                 if kind == "alter_partition":
                     event[2](AlterPartitionResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR, topics=[]))
+                elif kind == "controlled_shutdown":
+                    event[3](ControlledShutdownResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
+                elif kind == "list_reassignments":
+                    event[2]((E.ErrorCode.UNKNOWN_SERVER_ERROR, {}))
+                elif kind == "alter_reassignments":
+                    event[2](AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
+                elif kind == "elect_leaders":
+                    event[3](ElectLeadersResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
 
     # -- election ------------------------------------------------------------------------------
     def _on_elect(self) -> None:
@@ -154,6 +180,8 @@ class Controller:
             log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.epoch)
         self.active = False
         self.brokers, self.topics, self.states = {}, {}, {}
+        self.shutting_down = set()
+        self.reassignments = {}
         self.channel.close()
 
     def _on_session_reset(self) -> None:
@@ -177,6 +205,9 @@ class Controller:
         changed |= self._shrink_isr(dead_in_isr, set(self.brokers))
         self._send_leader_and_isr(set(self.states), set(self.brokers))
         self._send_update_metadata(set(self.brokers), set(self.states))
+        self._on_reassign_znode()
+        for tp in sorted(self.reassignments):
+            self._maybe_complete_reassignment(tp)
 
     # -- reading ZooKeeper ---------------------------------------------------------------------
     def _read_brokers(self) -> dict[int, Z.BrokerInfo]:
@@ -196,6 +227,12 @@ class Controller:
             return
         tid, assignment = Z.parse_topic_assignment(data)
         self.topics[topic] = (tid or bytes(16), assignment)
+        adding, removing = Z.parse_reassigning(data)
+        for p in set(adding) | set(removing):  # in progress when the previous controller stopped
+            if p in assignment and (topic, p) not in self.reassignments:
+                gone = set(removing.get(p, []))
+                self.reassignments[(topic, p)] = ([r for r in assignment[p] if r not in gone],
+                                                  adding.get(p, []), removing.get(p, []))
         for p in assignment:
             try:
                 sdata, stat = self.zk.get(Z.state_path(topic, p))
@@ -270,6 +307,7 @@ class Controller:
         """The new state after the leader's loss (None: no change needed)."""
         replicas = self._replicas(tp)
         live_isr = [r for r in replicas if r in state.isr and r in self.brokers and r not in dead]
+        live_isr.sort(key=lambda r: r in self.shutting_down)  # a broker on its way out leads last
         if live_isr:
             leader = live_isr[0]
             isr = tuple(r for r in state.isr if r in self.brokers and r not in dead)
@@ -324,6 +362,7 @@ class Controller:
         log.info("controller: brokers %s registered, %s gone", sorted(new), sorted(dead))
         for b in dead:
             self.channel.remove(b)
+        self.shutting_down -= dead | new
         self.brokers = current
         for b in new:
             self.channel.add(b, *current[b].endpoint(self.node.inter_broker_listener))
@@ -394,6 +433,7 @@ class Controller:
                     self.channel.send(b, req, STOP_REPLICA_VERSION)
             for tp in tps:
                 self.states.pop(tp, None)
+                self.reassignments.pop(tp, None)
             self.topics.pop(topic, None)
             self.zk.delete(Z.topic_path(topic), recursive=True)
             try:
@@ -432,7 +472,8 @@ class Controller:
                 elif p.partition_epoch != state.zk_version:
                     err = E.ErrorCode.INVALID_UPDATE_VERSION
                 elif (request.broker_id not in new_isr
-                      or any(r not in self._replicas(tp) or r not in self.brokers for r in new_isr)):
+                      or any(r not in self._replicas(tp) or r not in self.brokers for r in new_isr)
+                      or any(r in self.shutting_down and r not in state.isr for r in new_isr)):
                     err = E.ErrorCode.INELIGIBLE_REPLICA
                 if not err:
                     stored = self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch, new_isr, self.epoch,
@@ -452,6 +493,304 @@ class Controller:
         reply(AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics))
         if changed:
             self._send_update_metadata(set(self.brokers), changed)
+        for tp in sorted(changed & set(self.reassignments)):
+            self._maybe_complete_reassignment(tp)
+
+    # -- controlled shutdown (ControlledShutdown v3) -------------------------------------------
+    def _on_controlled_shutdown(self, broker_id: int, broker_epoch: int, reply: Callable[[Any], None]) -> None:
+        """A broker about to stop asks for its leaderships to move (Kafka's
+        `doControlledShutdown`): each partition it leads with more than one replica gets the first
+        live ISR member not shutting down as leader (ISR without the brokers shutting down); it
+        leaves the ISR of the partitions it follows. The answer lists the partitions it still
+        leads (no other ISR member): the broker retries until none remain or its retries run out."""
+        EC = E.ErrorCode
+        if not self.active:
+            reply(ControlledShutdownResponse(error_code=EC.NOT_CONTROLLER))
+            return
+        info = self.brokers.get(broker_id)
+        if info is None:
+            reply(ControlledShutdownResponse(error_code=EC.BROKER_NOT_AVAILABLE))
+            return
+        if broker_epoch >= 0 and broker_epoch != info.epoch:
+            reply(ControlledShutdownResponse(error_code=EC.STALE_BROKER_EPOCH))
+            return
+        self.shutting_down.add(broker_id)
+        log.info("controller: controlled shutdown of broker %d (shutting down: %s)", broker_id,
+                 sorted(self.shutting_down))
+        changed: set[TP] = set()
+        for tp, state in sorted(self.states.items()):
+            replicas = self._replicas(tp)
+            if tp[0] in self.deleting or broker_id not in replicas or len(replicas) < 2:
+                continue
+            if state.leader == broker_id:
+                candidates = [r for r in replicas if r in state.isr and r in self.brokers
+                              and r not in self.shutting_down]
+                if not candidates:
+                    continue
+                isr = tuple(r for r in state.isr if r not in self.shutting_down)
+                new = Z.LeaderIsr(candidates[0], state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+            elif broker_id in state.isr and state.leader in self.brokers and len(state.isr) > 1:
+                new = Z.LeaderIsr(state.leader, state.leader_epoch + 1,
+                                  tuple(r for r in state.isr if r != broker_id), self.epoch, state.zk_version)
+            else:
+                continue
+            if self._write_state(tp, new):
+                changed.add(tp)
+        self._send_leader_and_isr(changed, set(self.brokers))
+        self._send_update_metadata(set(self.brokers), changed)
+        R = ControlledShutdownResponse.RemainingPartition
+        remaining = [R(topic_name=t, partition_index=p) for (t, p), s in sorted(self.states.items())
+                     if s.leader == broker_id and len(self._replicas((t, p))) > 1]
+        reply(ControlledShutdownResponse(error_code=0, remaining_partitions=remaining))
+
+    # -- leader elections (ElectLeaders v0-v2, auto rebalance) ---------------------------------
+    def _preferred_leader(self, tp: TP, state: Z.LeaderIsr) -> tuple[int, Z.LeaderIsr | None]:
+        """(error code, new state): the first assigned replica leads if it is live and in sync."""
+        EC = E.ErrorCode
+        replicas = self._replicas(tp)
+        preferred = replicas[0] if replicas else NO_LEADER
+        if state.leader == preferred:
+            return EC.ELECTION_NOT_NEEDED, None
+        if preferred not in self.brokers or preferred not in state.isr or preferred in self.shutting_down:
+            return EC.PREFERRED_LEADER_NOT_AVAILABLE, None
+        return 0, Z.LeaderIsr(preferred, state.leader_epoch + 1, state.isr, self.epoch, state.zk_version)
+
+    def _unclean_leader(self, tp: TP, state: Z.LeaderIsr) -> tuple[int, Z.LeaderIsr | None]:
+        """(error code, new state): only for a partition without a live leader; an in-sync
+        replica first, else any live replica (which may lose acknowledged records)."""
+        EC = E.ErrorCode
+        if state.leader in self.brokers:
+            return EC.ELECTION_NOT_NEEDED, None
+        replicas = self._replicas(tp)
+        live = [r for r in replicas if r in self.brokers]
+        in_sync = [r for r in live if r in state.isr]
+        if in_sync:
+            return 0, Z.LeaderIsr(in_sync[0], state.leader_epoch + 1, tuple(r for r in state.isr if r in self.brokers),
+                                  self.epoch, state.zk_version)
+        if not live:
+            return EC.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+        self.unclean_elections += 1
+        log.warning("unclean leader election (requested) for %s-%d: %d leads", tp[0], tp[1], live[0])
+        return 0, Z.LeaderIsr(live[0], state.leader_epoch + 1, (live[0],), self.epoch, state.zk_version)
+
+    def _run_elections(self, tps: list[TP], unclean: bool) -> dict[TP, int]:
+        results: dict[TP, int] = {}
+        changed: set[TP] = set()
+        for tp in tps:
+            state = self.states.get(tp)
+            if state is None or tp[0] in self.deleting:
+                results[tp] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            err, new = (self._unclean_leader if unclean else self._preferred_leader)(tp, state)
+            if new is not None:
+                if self._write_state(tp, new):
+                    changed.add(tp)
+                    if not unclean:
+                        self.preferred_elections += 1
+                else:  # the state moved under us; the caller may ask again
+                    err = E.ErrorCode.NOT_CONTROLLER if not self.active else E.ErrorCode.UNKNOWN_SERVER_ERROR
+            results[tp] = err
+        if changed:
+            self._send_leader_and_isr(changed, set(self.brokers))
+            self._send_update_metadata(set(self.brokers), changed)
+        return results
+
+    def _on_elect_leaders(self, unclean: bool, tps: list[TP] | None, reply: Callable[[Any], None]) -> None:
+        """ElectLeaders: `tps` None means every partition (Kafka's null topic_partitions)."""
+        if not self.active:
+            reply(ElectLeadersResponse(error_code=E.ErrorCode.NOT_CONTROLLER))
+            return
+        if tps is None:
+            tps = sorted(tp for tp in self.states if tp[0] not in self.deleting)
+        results = self._run_elections(tps, unclean)
+        by_topic: dict[str, list] = {}
+        P = ElectLeadersResponse.ReplicaElectionResult.PartitionResult
+        for (t, p), err in results.items():
+            by_topic.setdefault(t, []).append(P(partition_id=p, error_code=err, error_message=None))
+        reply(ElectLeadersResponse(error_code=0, replica_election_results=[
+            ElectLeadersResponse.ReplicaElectionResult(topic=t, partition_result=ps) for t, ps in by_topic.items()]))
+
+    def _on_auto_rebalance(self) -> None:
+        """Kafka's `checkAndTriggerAutoLeaderRebalance`: a broker whose share of partitions it
+        should lead (first in the assignment) but does not exceeds
+        leader.imbalance.per.broker.percentage gets them back, where it is live and in sync."""
+        if not self.active:
+            return
+        limit = self.node.config.get_int("leader.imbalance.per.broker.percentage") / 100.0
+        by_preferred: dict[int, list[TP]] = {}
+        for tp in self.states:
+            replicas = self._replicas(tp)
+            if replicas and tp[0] not in self.deleting and tp not in self.reassignments:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        todo: list[TP] = []
+        for broker, tps in sorted(by_preferred.items()):
+            if broker not in self.brokers or broker in self.shutting_down:
+                continue
+            not_leading = [tp for tp in tps if self.states[tp].leader != broker]
+            if not_leading and len(not_leading) / len(tps) > limit:
+                todo += [tp for tp in not_leading if broker in self.states[tp].isr]
+        if todo:
+            log.info("controller: leader imbalance; preferred election for %d partitions", len(todo))
+            self._run_elections(sorted(todo), unclean=False)
+
+    # -- partition reassignment (AlterPartitionReassignments v0, /admin/reassign_partitions) -----
+    def _write_assignment(self, topic: str) -> None:
+        """The topic znode with its replicas and the reassignments in progress (unconditional:
+        only the controller rewrites an existing topic's assignment while it reassigns)."""
+        tid, assignment = self.topics[topic]
+        ours = {p: r for (t, p), r in self.reassignments.items() if t == topic}
+        self.zk.set(Z.topic_path(topic), Z.topic_assignment_json(
+            tid, assignment, {p: r[1] for p, r in ours.items()}, {p: r[2] for p, r in ours.items()}))
+
+    def _start_reassignment(self, tp: TP, target: list[int] | None) -> int:
+        """Kafka's `onPartitionReassignment`, first phase: replicas = target + original, the new
+        ones added as followers (leader epoch + 1) and left to catch up. None cancels: back to
+        the original replicas."""
+        EC = E.ErrorCode
+        state = self.states.get(tp)
+        if state is None or tp[0] in self.deleting:
+            return EC.UNKNOWN_TOPIC_OR_PARTITION
+        current = self._replicas(tp)
+        ongoing = self.reassignments.get(tp)
+        original = [r for r in current if r not in ongoing[1]] if ongoing else current
+        if target is None:
+            if ongoing is None:
+                return EC.NO_REASSIGNMENT_IN_PROGRESS
+            target = original
+        if not target or len(set(target)) != len(target) or any(r not in self.brokers for r in target):
+            return EC.INVALID_REPLICA_ASSIGNMENT
+        replicas = list(dict.fromkeys(list(target) + original))
+        adding = [r for r in target if r not in original]
+        removing = [r for r in original if r not in target]
+        dropped = [r for r in current if r not in replicas]  # new replicas of a replaced reassignment
+        self.topics[tp[0]][1][tp[1]] = replicas
+        self.reassignments[tp] = (list(target), adding, removing)
+        self._write_assignment(tp[0])
+        for _ in range(3):  # the state znode may move under us (an ISR change): bump the epoch of the new one
+            isr = tuple(r for r in state.isr if r in replicas) or state.isr
+            if self._write_state(tp, Z.LeaderIsr(state.leader, state.leader_epoch + 1, isr, self.epoch,
+                                                 state.zk_version)):
+                break
+            state = self.states[tp]
+        log.info("controller: reassigning %s-%d from %s to %s (adding %s, removing %s)", tp[0], tp[1], original,
+                 target, adding, removing)
+        self._stop_replicas(tp, dropped, delete=True)
+        self._send_leader_and_isr({tp}, set(self.brokers))
+        self._send_update_metadata(set(self.brokers), {tp})
+        self._maybe_complete_reassignment(tp)
+        return 0
+
+    def _maybe_complete_reassignment(self, tp: TP) -> None:
+        """Second phase, once every target replica is in the ISR: a target replica leads (the
+        first live in-sync one, unless the leader is in the target), replicas = target, the
+        removed replicas stop and delete their logs (StopReplica with delete)."""
+        entry = self.reassignments.get(tp)
+        state = self.states.get(tp)
+        if entry is None or state is None:
+            return
+        target, _, removing = entry
+        if not all(r in state.isr for r in target):
+            return
+        leader = state.leader
+        if leader not in target or leader not in self.brokers:
+            live = [r for r in target if r in self.brokers and r in state.isr]
+            if not live:
+                return
+            leader = live[0]
+        isr = tuple(r for r in state.isr if r in target)
+        if self._write_state(tp, Z.LeaderIsr(leader, state.leader_epoch + 1, isr, self.epoch,
+                                             state.zk_version)) is None:
+            return
+        self.topics[tp[0]][1][tp[1]] = list(target)
+        del self.reassignments[tp]
+        self._write_assignment(tp[0])
+        log.info("controller: reassignment of %s-%d done: replicas %s, leader %d", tp[0], tp[1], target, leader)
+        self._send_leader_and_isr({tp}, set(self.brokers))
+        self._stop_replicas(tp, removing, delete=True)
+        self._send_update_metadata(set(self.brokers), {tp})
+        self._remove_from_reassign_znode(tp)
+
+    def _stop_replicas(self, tp: TP, brokers: list[int], *, delete: bool) -> None:
+        S = StopReplicaRequest
+        for b in brokers:
+            if b in self.brokers:
+                self.channel.send(b, S(controller_id=self.broker_id, controller_epoch=self.epoch,
+                                       broker_epoch=self.brokers[b].epoch, topic_states=[S.StopReplicaTopicState(
+                                           topic_name=tp[0], partition_states=[S.StopReplicaPartitionState(
+                                               partition_index=tp[1], leader_epoch=LEADER_DURING_DELETE,
+                                               delete_partition=delete)])]), STOP_REPLICA_VERSION)
+
+    def _on_alter_reassignments(self, request: Any, reply: Callable[[Any], None]) -> None:
+        R = AlterPartitionReassignmentsResponse
+        if not self.active:
+            reply(R(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None))
+            return
+        out = []
+        for t in request.topics:
+            parts = []
+            for p in t.partitions:
+                code = self._start_reassignment((t.name, p.partition_index),
+                                                None if p.replicas is None else list(p.replicas))
+                parts.append(R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code,
+                                                             error_message=None))
+            out.append(R.ReassignableTopicResponse(name=t.name, partitions=parts))
+        reply(R(error_code=0, error_message=None, responses=out))
+
+    def _on_list_reassignments(self, tps: list[TP] | None, reply: Callable[[Any], None]) -> None:
+        """(error code, {partition: (replicas, adding, removing)})."""
+        if not self.active:
+            reply((E.ErrorCode.NOT_CONTROLLER, {}))
+            return
+        reply((0, {tp: (self._replicas(tp), entry[1], entry[2]) for tp, entry in sorted(self.reassignments.items())
+                   if tps is None or tp in tps}))
+
+    def _on_reassign_znode(self) -> None:
+        """`/admin/reassign_partitions` (Kafka's legacy path): its partitions are reassigned;
+        each leaves the znode when done, the znode goes when empty."""
+        if not self.active:
+            return
+        try:
+            data, _ = self.zk.get(Z.REASSIGN_PARTITIONS, watch=self._watch("reassign_znode"))
+        except NoNodeError:
+            self.zk.exists(Z.REASSIGN_PARTITIONS, watch=self._watch("reassign_znode"))
+            return
+        try:
+            wanted = Z.parse_reassign_partitions(data)
+        except (ValueError, KeyError, TypeError):
+            log.warning("controller: unreadable %s removed", Z.REASSIGN_PARTITIONS)
+            self.zk.delete(Z.REASSIGN_PARTITIONS)
+            return
+        for tp, target in sorted(wanted.items()):
+            entry = self.reassignments.get(tp)
+            if entry is not None and entry[0] == target:
+                continue  # in progress already
+            if entry is None and self._replicas(tp) == target:
+                self._remove_from_reassign_znode(tp)
+                continue
+            code = self._start_reassignment(tp, target)
+            if code:
+                log.warning("controller: reassignment of %s-%d to %s refused (error %d)", tp[0], tp[1], target, code)
+                self._remove_from_reassign_znode(tp)
+
+    def _remove_from_reassign_znode(self, tp: TP) -> None:
+        try:
+            data, stat = self.zk.get(Z.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return
+        try:
+            wanted = Z.parse_reassign_partitions(data)
+        except (ValueError, KeyError, TypeError):
+            wanted = {}
+        if tp not in wanted and wanted:
+            return
+        wanted.pop(tp, None)
+        try:
+            if wanted:
+                self.zk.set(Z.REASSIGN_PARTITIONS, Z.reassign_partitions_json(wanted), version=stat.version)
+            else:
+                self.zk.delete(Z.REASSIGN_PARTITIONS, version=stat.version)
+        except (BadVersionError, NoNodeError):
+            self.put("reassign_znode")  # changed meanwhile: read it again
 
     # -- requests to brokers -------------------------------------------------------------------
     def _send_leader_and_isr(self, tps: set[TP], to: set[int], *, is_new: bool = False) -> None:

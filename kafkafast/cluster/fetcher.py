@@ -11,7 +11,9 @@ to its high watermark. Then it fetches (Fetch v12 with replica_id and the curren
 epoch, long-polled with replica.fetch.wait.max.ms), appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
 end). Errors back the partition off for replica.fetch.backoff.ms; a leader change
-comes as a LeaderAndIsr request that moves the partition to another fetcher.
+comes as a LeaderAndIsr request that moves the partition to another fetcher. Throttled
+replicas (`throttle.py`) are left out of the requests while the broker's
+follower.replication.throttled.rate is used up.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import zlib
 from typing import Any
 
 from kafkafast.client.connection import BrokerConnection
+from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
@@ -170,6 +173,17 @@ class ReplicaFetcher:
     async def _fetch(self, conn: BrokerConnection) -> None:
         now = time.monotonic()
         ready = {tp: s for tp, s in self.partitions.items() if not s.truncating and s.delay_until <= now}
+        quota: ReplicationQuota | None = getattr(self.broker, "follower_quota", None)
+        node = self.broker.node_id
+        is_throttled = set() if quota is None or quota.unlimited else {
+            tp for tp, s in ready.items()
+            if throttled(s.part.log.config.follower_replication_throttled_replicas, tp[1], node)}
+        if is_throttled and quota is not None and quota.exceeded():
+            for tp in is_throttled:
+                ready.pop(tp)
+            if not ready:
+                await asyncio.sleep(min(max(quota.wait_s(), 0.01), self.backoff_s))
+                return
         if not ready:
             self.changed.clear()
             try:
@@ -213,6 +227,8 @@ class ReplicaFetcher:
                     continue
                 records = pd.records
                 if records is not None and len(records):
+                    if tp in is_throttled and quota is not None:
+                        quota.record(len(records))
                     try:
                         lg.append_as_follower(records if isinstance(records, (bytes, bytearray)) else bytes(records),
                                               now_ms=now_ms)

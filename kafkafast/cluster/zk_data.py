@@ -35,6 +35,7 @@ TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
                     "/config/brokers", "/config/clients", "/config/users", "/isr_change_notification",
@@ -145,10 +146,34 @@ class BrokerInfo:
         return cls(broker_id, tuple(eps), doc.get("rack"), tuple(protocols.items()), epoch)
 
 
-def topic_assignment_json(topic_id: bytes, assignment: dict[int, list[int]]) -> bytes:
+def topic_assignment_json(topic_id: bytes, assignment: dict[int, list[int]],
+                          adding: dict[int, list[int]] | None = None,
+                          removing: dict[int, list[int]] | None = None) -> bytes:
+    """During a reassignment `partitions` holds target + original replicas, `adding_replicas`
+    the target's new ones and `removing_replicas` the original ones leaving (Kafka's v3)."""
     return dumps({"version": 3, "topic_id": topic_id_text(topic_id),
                   "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
-                  "adding_replicas": {}, "removing_replicas": {}})
+                  "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
+                  "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items()) if r}})
+
+
+def parse_reassigning(data: bytes) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(adding_replicas, removing_replicas) of a topic znode: the reassignments in progress."""
+    doc = loads(data)
+    return ({int(p): [int(r) for r in reps] for p, reps in (doc.get("adding_replicas") or {}).items()},
+            {int(p): [int(r) for r in reps] for p, reps in (doc.get("removing_replicas") or {}).items()})
+
+
+def reassign_partitions_json(targets: dict[tuple[str, int], list[int]]) -> bytes:
+    """`/admin/reassign_partitions`: {"version":1,"partitions":[{"topic","partition","replicas"}]}."""
+    return dumps({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                               for (t, p), r in sorted(targets.items())]})
+
+
+def parse_reassign_partitions(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    doc = loads(data)
+    return {(str(e["topic"]), int(e["partition"])): [int(r) for r in e["replicas"]]
+            for e in doc.get("partitions", [])}
 
 
 def parse_topic_assignment(data: bytes) -> tuple[bytes | None, dict[int, list[int]]]:

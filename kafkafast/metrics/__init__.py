@@ -7,6 +7,7 @@ work unchanged.
 
 Two sources, one endpoint:
 * `recorder`: counters and histograms written by every worker as it answers requests
+  (and, in cluster mode, the ISR shrinks/expands its leaders get accepted by the controller)
   (prometheus_client's multiprocess mode: one mmap'd file per process in a directory the
   supervisor creates before forking; the endpoint sums them, and the files of a worker
   that died keep counting, so totals never go backwards when a worker is replaced);

@@ -23,6 +23,8 @@ _TOTAL_TIME: Any = None
 _MESSAGES_IN: Any = None
 _BYTES_IN: Any = None
 _BYTES_OUT: Any = None
+_ISR_SHRINKS: Any = None
+_ISR_EXPANDS: Any = None
 _NAMES: dict[int, str] = {}
 _BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
 
@@ -35,7 +37,7 @@ clock = time.perf_counter
 def enable(directory: str) -> None:
     """Turns recording on in this process and every process forked from it; `directory`
     holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
-    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT
+    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     from prometheus_client import Counter, Histogram, values
 
@@ -53,9 +55,24 @@ def enable(directory: str) -> None:
                         registry=None)
     _BYTES_OUT = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes sent to fetchers", ["topic"],
                          registry=None)
+    _ISR_SHRINKS = Counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks of partitions led here",
+                           registry=None)
+    _ISR_EXPANDS = Counter("kafka_server_replicamanager_isrexpands", "ISR expansions of partitions led here",
+                           registry=None)
     _children.clear()
     _topic_metrics.clear()
     active = True
+
+
+def isr_changed(old: list[int], new: list[int]) -> None:
+    """A leader's ISR change accepted by the controller (Kafka's IsrShrinksPerSec /
+    IsrExpandsPerSec count on the leader): one shrink and/or one expansion."""
+    if not active:
+        return
+    if set(old) - set(new):
+        _ISR_SHRINKS.inc()
+    if set(new) - set(old):
+        _ISR_EXPANDS.inc()
 
 
 def _topic(topic: str) -> tuple[Any, Any, Any]:

@@ -97,6 +97,10 @@ class BrokerState:
             out.append(_one(g("kafka_controller_kafkacontroller_offlinepartitionscount",
                               "Partitions without a live leader (reported by the controller)"),
                             sum(1 for _, p in parts if p.leader < 0) if cluster.controller_id == self.node_id else 0))
+            out.append(_one(g("kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+                              "Partitions not led by their first replica (reported by the controller)"),
+                            sum(1 for _, p in parts if p.replicas and p.leader >= 0 and p.leader != p.replicas[0])
+                            if cluster.controller_id == self.node_id else 0))
             ends = await admin.list_offsets([(t, p.partition) for t, p in mine if p.leader == self.node_id], -1)
             leo = g("kafka_log_log_logendoffset", "Log end offset", labels=["topic", "partition"])
             for tp, off in sorted(ends.items()):

@@ -77,6 +77,8 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
             ready(specs[0].port)
         await stop.wait()
     log.info("shutting down")
+    if hasattr(broker, "controlled_shutdown"):  # cluster mode: leaderships move while still serving
+        await broker.controlled_shutdown()
     await server.stop()
     for lock in locks:
         lock.close()

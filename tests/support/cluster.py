@@ -25,6 +25,7 @@ TEST_SETTINGS = {
     "offsets.topic.replication.factor": "3",
     "group.initial.rebalance.delay.ms": "0",
     "log.cleaner.enable": "false",
+    "controlled.shutdown.retry.backoff.ms": "500",  # a leader without in-sync peers stops within the bound
 }
 
 
@@ -67,7 +68,24 @@ class KafkaCluster(ZooKeeperView):
             b.start(timeout=60)
         self.wait_for(lambda: len(self.registered()) == self.size and self.controller_id() > 0, 60,
                       "brokers registered and a controller elected")
+        self.wait_for(self.metadata_ready, 30, "every broker's Metadata naming the controller and all brokers")
         return self
+
+    def metadata_ready(self) -> bool:
+        """Every broker got the controller's UpdateMetadata (until then Metadata answers
+        controller -1, and librdkafka's admin client may wait for a controller until it times out)."""
+        from kafkafast.protocol._generated.metadata import MetadataRequest
+        from tests.support.raw_client import RawClient
+
+        for b in self.brokers.values():
+            try:
+                with RawClient(b.port, timeout=5) as rc:
+                    r = rc.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
+            except Exception:
+                return False
+            if r.controller_id < 0 or len(r.brokers) != self.size:
+                return False
+        return True
 
     def __enter__(self) -> "KafkaCluster":
         return self.start()

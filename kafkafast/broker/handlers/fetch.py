@@ -98,6 +98,8 @@ def _read_all(broker, req, version, plan):
                     continue
             size = len(region) if region is not None else 0
             total += size
+            if size and req.replica_id >= 0 and hasattr(broker, "on_replica_read"):
+                broker.on_replica_read(part, req.replica_id, size)  # cluster mode: the leader's replication throttle
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
