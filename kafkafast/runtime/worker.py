@@ -336,7 +336,7 @@ class WorkerBroker(Broker):
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        parts = [p for p in parts if isinstance(p, WorkerPartition)]
+        parts = [p for p in parts if hasattr(p, "slot")]
         for p in parts:
             p.waiters.add(fut)
             if p.parked == 0:
@@ -345,7 +345,7 @@ class WorkerBroker(Broker):
             p.parked += 1
         try:
             # An append between the fetch's read and the waiter byte saw no waiter: re-check.
-            if any(self.table.high_watermark(p.slot) != p.seen_hw for p in parts):
+            if any(self._moved(p) for p in parts):
                 return
             await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
@@ -365,8 +365,12 @@ class WorkerBroker(Broker):
         except BlockingIOError:
             pass
         for p in list(self._parked.values()):
-            if self.table.high_watermark(p.slot) != p.seen_hw:
+            if self._moved(p):
                 p.wake()
+
+    def _moved(self, part: Any) -> bool:
+        """Whether what a parked request waits for changed since it looked: the high watermark."""
+        return self.table.high_watermark(part.slot) != part.seen_hw
 
     # -- dispatch -----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
@@ -502,7 +506,12 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = WorkerBroker(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
+    broker_class: type[WorkerBroker] = WorkerBroker
+    if config.get("zookeeper.connect"):  # cluster mode: replication over these workers
+        from kafkafast.cluster.worker_broker import ClusterWorkerBroker
+
+        broker_class = ClusterWorkerBroker
+    broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
     profiler = None
