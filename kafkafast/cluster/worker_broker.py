@@ -15,6 +15,12 @@ controller sends one request at a time per broker, so every worker applies them 
 same order). AlterPartition (and ControlledShutdown) are forwarded to worker 0, where the
 controller runs.
 
+A replaced worker (its predecessor died) knows no replica state: it asks worker 0, through
+the shared-memory header and worker 0's wake-up pipe, to register the broker again (delete
+and re-create `/brokers/ids/<id>` in the same session). The controller sees a new broker
+epoch, as for a restarted broker: leaderships move to other ISR members and every worker
+gets LeaderAndIsr for all of the broker's replicas and a full UpdateMetadata.
+
 Partitions. The owner worker (`shm.owner_for`) of a partition is where everything of the
 replica lives: its `Log`, its follower fetcher, the leader's ISR bookkeeping (shrink and
 expand through AlterPartition), the high watermark, and, for `__consumer_offsets`, the
@@ -33,6 +39,8 @@ import logging
 import os
 import time
 from typing import Any
+
+from kazoo.exceptions import NoNodeError
 
 from kafkafast.broker.broker import now_ms
 from kafkafast.cluster import zk_data as Z
@@ -67,6 +75,14 @@ class WorkerClusterNode(ClusterNode):
     def broker_epoch(self, value: int) -> None:
         if self.index == 0:
             self.table.set_header_word(shm.H_BROKER_EPOCH, value)
+
+    def reregister(self) -> None:
+        assert self.zk is not None
+        try:
+            self.zk.delete(Z.broker_path(self.broker_id))
+        except NoNodeError:
+            pass
+        self.register()
 
     def establish_identity(self, configured_cluster_id: str | None) -> tuple[str, int]:
         if self.index == 0:
@@ -166,6 +182,29 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             return super()._new_follower(part, replica_id, now)
         f.reset(now)
         return f
+
+    async def start(self) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
+        await super().start()
+        if self.incarnation > 1 and self.index != 0:
+            log.warning("worker %d replaced: registering broker %d again to receive its replica states",
+                        self.index, self.node_id)
+            self.table.set_header_word(shm.H_REREGISTER, 1)
+            self._poke(0)
+
+    def _poke(self, worker: int) -> None:
+        self.wakeups_sent += 1
+        try:
+            os.write(self.wake_fds[worker], b"\x01")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    async def _reregister(self) -> None:
+        try:
+            await asyncio.to_thread(self.node.reregister)  # type: ignore[attr-defined]
+        except Exception:
+            log.exception("registering broker %d again failed", self.node_id)
 
     # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
     def owns(self, part: Any) -> bool:
@@ -276,14 +315,13 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         if f is None:
             return
         f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
-        self.wakeups_sent += 1
-        try:
-            os.write(self.wake_fds[part.owner], b"\x01")  # the owner recomputes HW and ISR
-        except BlockingIOError:
-            pass
+        self._poke(part.owner)  # the owner recomputes the high watermark and the ISR
 
     def on_wake_pipe(self, fd: int) -> None:
         super().on_wake_pipe(fd)
+        if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and self.node.controller is not None:
+            self.table.set_header_word(shm.H_REREGISTER, 0)
+            asyncio.get_running_loop().create_task(self._reregister())
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
                 part.maybe_increment_hw(self.node_id)

@@ -20,6 +20,7 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       [7]  cluster mode: broker id + 1 (0 until the worker holding the ZooKeeper
            registration, worker 0, has established it)
       [8]  cluster mode: broker epoch (czxid of `/brokers/ids/<id>`, -1 unregistered)
+      [9]  cluster mode: 1 while a replaced worker asks worker 0 to register the broker again
       [16 + 4*i ... 16 + 4*i + 3]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
            serving), recovered partitions at its last start
@@ -89,7 +90,7 @@ W_PID, W_INCARNATION, W_READY, W_RECOVERED = range(4)
 S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
 S_FIELDS = 5
 S_INCARNATION = 21
-H_BROKER_ID, H_BROKER_EPOCH = 7, 8
+H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER = 7, 8, 9
 S_ISR = 32
 MAX_ISR = 9
 S_FOLLOWERS = 42

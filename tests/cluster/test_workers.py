@@ -175,3 +175,39 @@ def _list_offset(port: int, timestamp: int) -> int:
         p = rc.request(req, 5).topics[0].partitions[0]
     assert p.error_code == 0
     return p.offset
+
+
+def _produce_all(port: int, topic: str, partition: int, value: bytes) -> tuple[int, int]:
+    batch = encode_batch([(int(time.time() * 1000), None, value, [])])
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
+    with RawClient(port, timeout=30) as rc:
+        pr = rc.request(req, 8).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def test_a_replaced_worker_gets_its_replicas_back_through_a_new_registration(workers_cluster):
+    c = workers_cluster
+    first, second = sorted(c.brokers)
+    topic = "respawn"
+    c.create_topic(topic, WORKERS, 2, {"min.insync.replicas": "2"}, [[first, second]] * WORKERS)
+    lead = c.brokers[first]
+    for p in range(WORKERS):
+        assert _produce_all(lead.port, topic, p, b"before") == (0, 0)
+    zk = c.zk()
+    epoch_before = zk.exists(f"/brokers/ids/{first}").czxid
+    workers = _worker_pids(lead.proc.pid)
+    victim = 1  # not worker 0, which holds the broker's registration
+    os.kill(workers[victim], signal.SIGKILL)
+    c.wait_for(lambda: (w := _worker_pids(lead.proc.pid)).get(victim, workers[victim]) != workers[victim]
+               and len(w) == WORKERS, 30, "the replacement worker")
+    # worker 0 registered the broker again: a new broker epoch, and leadership moved to the other replica
+    c.wait_for(lambda: (s := zk.exists(f"/brokers/ids/{first}")) is not None and s.czxid != epoch_before, 30,
+               "a new registration")
+    c.wait_for(lambda: all(sorted(c.partition_state(topic, p)["isr"]) == [first, second] for p in range(WORKERS)),
+               30, "the replaced worker's broker back in every ISR")
+    for p in range(WORKERS):  # every partition takes acks=all again, appended after the record from before
+        leader = c.brokers[c.leader(topic, p)]
+        assert c.wait_for(lambda: (r := _produce_all(leader.port, topic, p, b"after"))[0] == 0 and r, 30,
+                          f"acks=all on partition {p}") == (0, 1)
