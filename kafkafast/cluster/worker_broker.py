@@ -104,7 +104,7 @@ class WorkerClusterNode(ClusterNode):
 class ClusterWorkerPartition(ClusterPartition):
     """A replica as one worker sees it: the owner's writer or another worker's `RemoteLog`."""
 
-    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker")
+    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen")
 
     def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: "ClusterWorkerBroker") -> None:
         self.slot = slot
@@ -114,6 +114,7 @@ class ClusterWorkerPartition(ClusterPartition):
         self.seen_hw = -1
         self.seen_leo = -1
         self.parked = 0
+        self.fetches_seen: dict[int, int] = {}  # follower -> time of its last fetch the owner looked at
 
     @property
     def local(self) -> bool:
@@ -325,8 +326,10 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
                 part.maybe_increment_hw(self.node_id)
-                for r, f in list(part.followers.items()):
-                    self._maybe_expand_isr(part, r, f.leo)
+                for r, f in list(part.followers.items()):  # only followers that fetched since the last look
+                    if part.fetches_seen.get(r) != f.last_fetch_ms:
+                        part.fetches_seen[r] = f.last_fetch_ms
+                        self._maybe_expand_isr(part, r, f.leo)
 
     def _moved(self, part: Any) -> bool:
         st = part.log.state
