@@ -421,6 +421,8 @@ class ClusterBroker(Broker):
             pd = resp.topics[0].partitions[0]
             if pd.error_code:
                 log.info("AlterPartition for %s-%d refused: error %d", part.topic, part.index, pd.error_code)
+                if pd.error_code == EC.INVALID_UPDATE_VERSION:
+                    await self._reread_partition_state(part)
                 await asyncio.sleep(0.5)
                 return
             if part.is_leader and part.leader_epoch == pd.leader_epoch:
@@ -440,6 +442,23 @@ class ClusterBroker(Broker):
             if part.alter_in_flight is new_isr:
                 part.alter_in_flight = None
             part.maybe_increment_hw(self.node_id)
+
+    async def _reread_partition_state(self, part: ClusterPartition) -> None:
+        """The state znode moved on without this leader hearing of it (an AlterPartition whose
+        answer was lost was applied): take its ISR and partition epoch if it still names this
+        leader at this leader epoch, so the next AlterPartition is not refused forever."""
+        try:
+            data, stat = await asyncio.to_thread(self.node.zk.get, Z.state_path(part.topic, part.index))
+        except Exception as exc:
+            log.info("%s-%d: cannot read the partition state: %r", part.topic, part.index, exc)
+            return
+        st = Z.LeaderIsr.from_json(data, stat.version)
+        if part.is_leader and st.leader == self.node_id and st.leader_epoch == part.leader_epoch \
+                and st.zk_version > part.partition_epoch:
+            part.isr = list(st.isr)
+            part.partition_epoch = st.zk_version
+            log.info("%s-%d: ISR %s at partition epoch %d, as in ZooKeeper", part.topic, part.index, part.isr,
+                     part.partition_epoch)
 
     async def handle_alter_partition(self, req: Any) -> Any:
         """AlterPartition arriving at this broker: the controller's thread answers it."""

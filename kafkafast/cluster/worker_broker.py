@@ -50,6 +50,7 @@ from kafkafast.cluster.partition import ClusterPartition
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.worker import RemoteLog, WorkerBroker
+from kafkafast.security.context import principal_trailer
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
@@ -235,10 +236,10 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
             if api_key in TO_CONTROLLER and self.index != 0:
-                return await self.forwarder.frame(0, frame)
-            if api_key in CONTROLLER_REQUESTS:
+                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
                 others = [w for w in range(self.workers) if w != self.index]
-                copies = [bytearray(frame) for _ in others]  # the forwarder rewrites the correlation id
+                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
                 answers = await asyncio.gather(
                     *(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
                     return_exceptions=True)
@@ -298,11 +299,15 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         super()._become_follower(part, ps)
 
     async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
-        readers = {tp: p.log for tp, p in self.partitions.items() if isinstance(p.log, RemoteLog)}
+        before = dict(self.partitions)
         err, out = await super().apply_stop_replica(req)  # the owner deletes the files
-        for tp, remote in readers.items():
-            if tp not in self.partitions:
-                remote.close()
+        for tp, part in before.items():
+            if tp in self.partitions or not isinstance(part, ClusterWorkerPartition):
+                continue
+            if part.local:
+                self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
+            else:
+                part.log.close()
         return err, out
 
     # -- follower positions and the high watermark through the slot -----------------------------
