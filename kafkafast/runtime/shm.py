@@ -71,7 +71,7 @@ import fcntl
 import mmap
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from kafkafast.storage.partition_state import FIELDS
 
@@ -129,10 +129,10 @@ class SlotState:
 
 
 def _field(i: int) -> property:
-    def get(self: SlotState) -> int:
+    def get(self: Any) -> int:
         return self._q[self._b + i]
 
-    def set_(self: SlotState, value: int) -> None:
+    def set_(self: Any, value: int) -> None:
         self._q[self._b + i] = value
 
     return property(get, set_)
@@ -164,18 +164,8 @@ class SlotFollower:
         FollowerState.on_fetch(self, fetch_offset, leader_leo, now_ms)  # type: ignore[arg-type]
 
 
-def _follower_field(i: int) -> property:
-    def get(self: SlotFollower) -> int:
-        return self._q[self._b + i]
-
-    def set_(self: SlotFollower, value: int) -> None:
-        self._q[self._b + i] = value
-
-    return property(get, set_)
-
-
 for _i, _name in enumerate(("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms"), start=F_LEO):
-    setattr(SlotFollower, _name, _follower_field(_i))
+    setattr(SlotFollower, _name, _field(_i))  # words at the entry's base, as SlotState's at its fields' base
 
 
 class PartitionTable:
