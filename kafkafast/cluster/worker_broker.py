@@ -136,8 +136,10 @@ class ClusterWorkerPartition(ClusterPartition):
 
     @property
     def high_watermark(self) -> int:
-        hw = self.log.state.high_watermark
+        st = self.log.state
+        hw = st.high_watermark
         self.seen_hw = hw  # what a fetch about to park saw: the wake-up compares against it
+        self.seen_leo = st.log_end_offset  # (a consumer's fetch then wakes once per append, never spins)
         return hw
 
     @property
