@@ -105,7 +105,7 @@ class WorkerClusterNode(ClusterNode):
 class ClusterWorkerPartition(ClusterPartition):
     """A replica as one worker sees it: the owner's writer or another worker's `RemoteLog`."""
 
-    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen")
+    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified")
 
     def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: "ClusterWorkerBroker") -> None:
         self.slot = slot
@@ -116,6 +116,7 @@ class ClusterWorkerPartition(ClusterPartition):
         self.seen_leo = -1
         self.parked = 0
         self.fetches_seen: dict[int, int] = {}  # follower -> time of its last fetch the owner looked at
+        self.notified = (-1, -1)  # (high watermark, log end) when its parked requests were last woken
 
     @property
     def local(self) -> bool:
@@ -337,6 +338,18 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                     if part.fetches_seen.get(r) != f.last_fetch_ms:
                         part.fetches_seen[r] = f.last_fetch_ms
                         self._maybe_expand_isr(part, r, f.leo)
+
+    def _should_wake(self, part: Any) -> bool:
+        # Compared with what the parked requests were last woken at, not with what the last
+        # reader saw: several requests (fetches, acks=all produces) park on one partition,
+        # and a reader between the owner's wake-up byte and this check must not swallow it.
+        st = part.log.state
+        now = (st.high_watermark, st.log_end_offset)
+        if now == getattr(part, "notified", None):
+            return False
+        if hasattr(part, "notified"):
+            part.notified = now
+        return True
 
     def _moved(self, part: Any) -> bool:
         st = part.log.state

@@ -365,8 +365,12 @@ class WorkerBroker(Broker):
         except BlockingIOError:
             pass
         for p in list(self._parked.values()):
-            if self._moved(p):
+            if self._should_wake(p):
                 p.wake()
+
+    def _should_wake(self, part: Any) -> bool:
+        """On a wake-up byte: whether the requests parked on this partition re-check."""
+        return self._moved(part)
 
     def _moved(self, part: Any) -> bool:
         """Whether what a parked request waits for changed since it looked: the high watermark."""
