@@ -211,3 +211,33 @@ def test_a_replaced_worker_gets_its_replicas_back_through_a_new_registration(wor
         leader = c.brokers[c.leader(topic, p)]
         assert c.wait_for(lambda: (r := _produce_all(leader.port, topic, p, b"after"))[0] == 0 and r, 30,
                           f"acks=all on partition {p}") == (0, 1)
+
+
+def test_acks_all_at_full_rate_over_workers_acknowledges_every_record_once(workers_cluster):
+    """Many acks=all produces at once on workers that do not own their partitions, while
+    followers' fetches land on every worker: each is released by the high watermark (none
+    waits for its timeout), and each record is stored once."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    c = workers_cluster
+    topic, count = "full-rate", 20000
+    c.create_topic(topic, 6, 2)
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "request.timeout.ms": 5000, "message.timeout.ms": 25000})
+    failed = []
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, b"%08d" % i, partition=i % 6,
+                          on_delivery=lambda err, msg: err is not None and failed.append(err))
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    assert failed == []
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "full-rate-check"})
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in range(6)]
+    finally:
+        consumer.close()
+    assert ends == [count // 6 + (1 if q < count % 6 else 0) for q in range(6)]
