@@ -31,6 +31,8 @@ owner's wake-up pipe; the owner recomputes the high watermark and the ISR from t
 Produce on a non-owner goes to the owner with acks=1 (forwarding); for acks=all the
 non-owner then parks on the slot like a fetch (waiter byte, wake-up pipe) until the high
 watermark passes the batch, so no acks=all request holds the owner's forwarding link.
+A wake-up byte wakes the requests parked on a partition whenever the slot's (high
+watermark, log end) differs from the pair they were last woken at.
 """
 from __future__ import annotations
 
