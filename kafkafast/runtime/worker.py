@@ -21,6 +21,9 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   the slots' high watermarks with what its fetches saw (no timers involved).
 * topic changes bump the metadata generation in shared memory; every request first
   compares it with the generation this worker has loaded and reloads topics if needed.
+
+In cluster mode (`zookeeper.connect`) each worker is a `cluster.worker_broker.ClusterWorkerBroker`:
+the same ownership, with replication on top.
 """
 from __future__ import annotations
 
