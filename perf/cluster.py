@@ -1,7 +1,10 @@
 """Cluster profile: three kafkafast brokers (ZooKeeper mode) on this machine, replication
 factor 3, beside one single-process broker, in the same run.
 
-    python -m perf.cluster [--duration 8] [--rate 2000] [--out perf/results/cluster.json]
+    python -m perf.cluster [--duration 8] [--rate 2000] [--workers N] [--out perf/results/cluster.json]
+
+With `--workers N` the three brokers also run as pre-fork brokers of N workers each (a
+third setup in the same run).
 
 For each setup and acks (1, all): throughput of an unthrottled confluent-kafka producer
 of 1 KiB records (`perf.load produce`), produce->ack latency p50/p99 at a fixed rate
@@ -70,10 +73,27 @@ def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespa
     return rows
 
 
+def cluster_rows(root: Path, workers: int, name: str, args: argparse.Namespace) -> list[dict]:
+    zk = ZooKeeperServer(root / "zookeeper", free_port()).start()
+    brokers = [Kafkafast(root / f"broker-{i}", workers, {
+        "broker.id": str(i), "zookeeper.connect": f"{zk.connect}/kafka", "offsets.topic.replication.factor": "3",
+        "log.cleaner.enable": "false"}) for i in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        time.sleep(3)  # registrations and the controller's first UpdateMetadata
+        return measure(name, brokers, 3, args)
+    finally:
+        for b in brokers:
+            b.stop()
+        zk.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.cluster")
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--rate", type=float, default=2000.0)
+    ap.add_argument("--workers", type=int, default=0, help="also a cluster of brokers with this many workers")
     ap.add_argument("--out", default="perf/results/cluster.json")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="kafkafast-cluster-bench-"))
@@ -84,25 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         rows += measure("single broker", [single], 1, args)
     finally:
         single.stop()
-    zk = ZooKeeperServer(root / "zookeeper", free_port()).start()
-    brokers = [Kafkafast(root / f"broker-{i}", 0, {
-        "broker.id": str(i), "zookeeper.connect": f"{zk.connect}/kafka", "offsets.topic.replication.factor": "3",
-        "log.cleaner.enable": "false"}) for i in (1, 2, 3)]
     try:
-        for b in brokers:
-            b.start(timeout=60)
-        time.sleep(3)  # registrations and the controller's first UpdateMetadata
-        rows += measure("3-broker cluster", brokers, 3, args)
+        rows += cluster_rows(root / "cluster", 0, "3-broker cluster", args)
+        if args.workers:
+            rows += cluster_rows(root / "cluster-workers", args.workers,
+                                 f"3-broker cluster, {args.workers} workers each", args)
     finally:
-        for b in brokers:
-            b.stop()
-        zk.kill()
         shutil.rmtree(root, ignore_errors=True)
     out = Path(args.out)
     out.write_text(json.dumps({"size": SIZE, "partitions": PARTITIONS, "duration_s": args.duration,
                                "rows": rows}, indent=1))
     lines = ["# Cluster profile: replication factor 3 vs one broker", "",
-             f"`python -m perf.cluster --duration {args.duration:g} --rate {args.rate:g}`: {SIZE}-byte records, "
+             f"`python -m perf.cluster --duration {args.duration:g} --rate {args.rate:g}"
+             f"{f' --workers {args.workers}' if args.workers else ''}`: {SIZE}-byte records, "
              f"{PARTITIONS} partitions, confluent-kafka producer (linger 5 ms); every broker and load generator "
              "on this shared 2-core machine, so compare rows, not absolute numbers. Latency is produce->ack at "
              f"{args.rate:g} msg/s; CPU is all brokers of the setup per GB produced.", "",

@@ -78,10 +78,6 @@ def main(argv: list[str] | None = None) -> int:
             import os
 
             workers = os.cpu_count() or 1
-        if workers and config.get("zookeeper.connect"):
-            logging.getLogger("kafkafast").warning(
-                "cluster mode (zookeeper.connect) serves in one process; --workers %d ignored", workers)
-            workers = 0
         from kafkafast.metrics.server import start_for_broker
         from kafkafast.runtime.server import ListenerError, run_server
 

@@ -37,9 +37,9 @@ EC = E.ErrorCode
 
 
 class ClusterBroker(Broker):
-    def __init__(self, config: Any) -> None:
-        super().__init__(config)
-        self.node = ClusterNode(config, self.log_dirs[0])
+    def __init__(self, config: Any, **runtime: Any) -> None:
+        super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
+        self.node = self._make_node(config)
         self.cluster = self.node
         self.metadata = MetadataCache(self.node.inter_broker_listener)
         self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
@@ -52,6 +52,17 @@ class ClusterBroker(Broker):
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
         self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
+
+    def _make_node(self, config: Any) -> ClusterNode:
+        return ClusterNode(config, self.log_dirs[0])
+
+    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int) -> Any:
+        """The leader's record of a follower's fetch position (FollowerState)."""
+        return FollowerState(now)
+
+    def _runs_controller(self) -> bool:
+        """Whether this process holds the broker's registration and runs its controller."""
+        return True
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -85,13 +96,14 @@ class ClusterBroker(Broker):
         await super().start()
 
     async def on_listening(self) -> None:
-        """Once the listeners accept connections (runtime/server.py): register, so that the
-        controller's LeaderAndIsr for this broker finds it reachable, as Kafka registers only
-        after its socket server is up."""
-        await asyncio.to_thread(self.node.register)
-        self.node.controller = Controller(self.node)
-        self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
-        self.node.controller.start()
+        """Once the listeners accept connections (runtime/server.py, runtime/worker.py): register
+        (the process that runs the controller), so that the controller's LeaderAndIsr for this
+        broker finds it reachable, as Kafka registers only after its socket server is up."""
+        if self._runs_controller():
+            await asyncio.to_thread(self.node.register)
+            self.node.controller = Controller(self.node)
+            self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
+            self.node.controller.start()
         self._isr_task = self.loop.create_task(self._isr_maintenance())
         self._seen_config_changes: set[str] = set(await asyncio.to_thread(self.node.zk.get_children, Z.CONFIG_CHANGES))
         self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
@@ -246,6 +258,10 @@ class ClusterBroker(Broker):
             return
         f.on_fetch(fetch_offset, part.log.log_end_offset, now_ms())
         part.maybe_increment_hw(self.node_id)
+        self._maybe_expand_isr(part, replica_id, fetch_offset)
+
+    def _maybe_expand_isr(self, part: ClusterPartition, replica_id: int, fetch_offset: int) -> None:
+        """A follower that reached the high watermark and the current epoch's start rejoins the ISR."""
         if (replica_id not in part.isr and part.alter_in_flight is None
                 and fetch_offset >= part.high_watermark and fetch_offset >= part.epoch_start_offset):
             self._alter_isr(part, sorted(set(part.isr) | {replica_id}))
@@ -304,7 +320,8 @@ class ClusterBroker(Broker):
         now = now_ms()
         lg = part.log
         if not was_leader or ps.leader_epoch != part.leader_epoch:
-            part.followers = {r: part.followers.get(r) or FollowerState(now) for r in ps.replicas if r != self.node_id}
+            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now)
+                              for r in ps.replicas if r != self.node_id}
             for f in part.followers.values():
                 f.last_caught_up_ms = max(f.last_caught_up_ms, now)
             part.epoch_start_offset = lg.log_end_offset
@@ -388,7 +405,7 @@ class ClusterBroker(Broker):
         """Followers in the ISR that have not caught up for replica.lag.time.max.ms leave it."""
         now = now_ms()
         for part in list(self.partitions.values()):
-            if not isinstance(part, ClusterPartition) or not part.is_leader or part.alter_in_flight is not None:
+            if not isinstance(part, ClusterPartition) or not self.owns(part) or part.alter_in_flight is not None:
                 continue
             leo = part.log.log_end_offset
             lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
@@ -436,6 +453,8 @@ class ClusterBroker(Broker):
             pd = resp.topics[0].partitions[0]
             if pd.error_code:
                 log.info("AlterPartition for %s-%d refused: error %d", part.topic, part.index, pd.error_code)
+                if pd.error_code == EC.INVALID_UPDATE_VERSION:
+                    await self._reread_partition_state(part)
                 await asyncio.sleep(0.5)
                 return
             if part.is_leader and part.leader_epoch == pd.leader_epoch:
@@ -456,6 +475,23 @@ class ClusterBroker(Broker):
             if part.alter_in_flight is new_isr:
                 part.alter_in_flight = None
             part.maybe_increment_hw(self.node_id)
+
+    async def _reread_partition_state(self, part: ClusterPartition) -> None:
+        """The state znode moved on without this leader hearing of it (an AlterPartition whose
+        answer was lost was applied): take its ISR and partition epoch if it still names this
+        leader at this leader epoch, so the next AlterPartition is not refused forever."""
+        try:
+            data, stat = await asyncio.to_thread(self.node.zk.get, Z.state_path(part.topic, part.index))
+        except Exception as exc:
+            log.info("%s-%d: cannot read the partition state: %r", part.topic, part.index, exc)
+            return
+        st = Z.LeaderIsr.from_json(data, stat.version)
+        if part.is_leader and st.leader == self.node_id and st.leader_epoch == part.leader_epoch \
+                and st.zk_version > part.partition_epoch:
+            part.isr = list(st.isr)
+            part.partition_epoch = st.zk_version
+            log.info("%s-%d: ISR %s at partition epoch %d, as in ZooKeeper", part.topic, part.index, part.isr,
+                     part.partition_epoch)
 
     async def handle_alter_partition(self, req: Any) -> Any:
         """AlterPartition arriving at this broker: the controller's thread answers it."""

@@ -6,7 +6,9 @@ NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than min.insync.re
 and answered once the high watermark passes the batch (REQUEST_TIMED_OUT after the
 request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum
 meanwhile, NOT_LEADER_OR_FOLLOWER when leadership moved). acks=1 answers after the leader's
-append.
+append. In a multi-worker broker a partition owned by another worker is appended there
+(forwarded with acks=1); for acks=all this worker then waits for the high watermark in
+the partition's shared-memory slot (`cluster/worker_broker.py`).
 
 Metadata: every live broker, the controller, and each partition's leader, leader epoch,
 replicas, ISR and offline replicas from the controller's UpdateMetadata
@@ -49,6 +51,7 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     acks = req.acks
     responses = []
     waits = []  # (topic response, index, partition, offset the HW must reach)
+    forwarded = []  # (topic response, index, partition, the owner worker's answer)
     for topic in req.topic_data:
         tr = TopicResp(name=topic.name, partition_responses=[])
         responses.append(tr)
@@ -79,6 +82,11 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                                           f"The size of the current ISR {part.isr} is insufficient to satisfy "
                                           f"the min.isr requirement of {min_isr}"))
                 continue
+            if not getattr(part, "local", True):
+                out.append(None)
+                forwarded.append((tr, len(out) - 1, part, broker.forward_produce(
+                    part, pd.records, 0 if acks == 0 else 1, req.timeout_ms)))
+                continue
             try:
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:
@@ -95,6 +103,10 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                                 record_errors=[], error_message=None))
             if acks == -1:
                 waits.append((tr, len(out) - 1, part, res.last_offset + 1))
+    for tr, i, part, answer in forwarded:
+        resp = tr.partition_responses[i] = await answer
+        if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
+            waits.append((tr, i, part, part.log.state.log_end_offset))
     if waits:
         timeout = max(req.timeout_ms, 0) / 1000.0
         codes = await asyncio.gather(*(part.wait_for_hw(offset, timeout) for _, _, part, offset in waits))

@@ -10,18 +10,22 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
 
     header, 4096 bytes, int64 words
       [0]  magic  0x4B4653484D303031 ("KFSHM001")
-      [1]  layout version (1)
+      [1]  layout version (2)
       [2]  number of workers N
       [3]  number of partition slots
       [4]  metadata generation: +1 (under the table lock) after every topic change;
            a worker that sees a new value reloads the topic file (`refresh_topics`)
       [5]  supervisor pid
       [6]  shutting down (1 once the supervisor forwarded SIGTERM/SIGINT)
+      [7]  cluster mode: broker id + 1 (0 until the worker holding the ZooKeeper
+           registration, worker 0, has established it)
+      [8]  cluster mode: broker epoch (czxid of `/brokers/ids/<id>`, -1 unregistered)
+      [9]  cluster mode: 1 while a replaced worker asks worker 0 to register the broker again
       [16 + 4*i ... 16 + 4*i + 3]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
            serving), recovered partitions at its last start
 
-    slot k, 256 bytes at HEADER_BYTES + k * SLOT_BYTES
+    slot k, 768 bytes at HEADER_BYTES + k * SLOT_BYTES
       int64 [0]      state: 0 free, 1 live, 2 deleted (a tombstone: probing continues)
       int64 [1]      owner worker index (the only process that appends)
       int64 [2]      partition index
@@ -36,6 +40,17 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on
                      this partition. One byte per worker (not one bit) so every worker
                      only ever stores its own byte: no read-modify-write across processes.
+      cluster mode (`cluster/worker_broker.py`), written while this broker leads the partition:
+      int64 [32]     ISR size (as the owner last learnt it: LeaderAndIsr, AlterPartition answer)
+      int64 [33..41] ISR broker ids (the first [32] of them)
+      int64 [42 + 5*j .. 46 + 5*j], j < 8: follower j's fetch state (`SlotFollower`):
+                     broker id + 1 (0: entry free), log end offset (its last fetch offset),
+                     time of its last fetch (ms), leader's log end offset at that fetch,
+                     when it last was caught up (ms). Entries are claimed by the owner when
+                     it becomes leader; whichever worker serves the follower's Fetch
+                     updates them and pokes the owner's wake-up pipe, and the owner then
+                     recomputes the high watermark and the ISR from them.
+      bytes [656..767] spare
 
 Slots are found by open addressing on (topic id, partition): lookups are lock-free
 (a slot's key is written before its state becomes live); allocation and deletion take
@@ -56,14 +71,14 @@ import fcntl
 import mmap
 import os
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from kafkafast.storage.partition_state import FIELDS
 
 MAGIC = 0x4B4653484D303031
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_BYTES = 4096
-SLOT_BYTES = 256
+SLOT_BYTES = 768
 SLOT_WORDS = SLOT_BYTES // 8
 MAX_WORKERS = 64
 WAITERS_AT = 192  # byte offset of the waiter bytes inside a slot
@@ -75,6 +90,13 @@ W_PID, W_INCARNATION, W_READY, W_RECOVERED = range(4)
 S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
 S_FIELDS = 5
 S_INCARNATION = 21
+H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER = 7, 8, 9
+S_ISR = 32
+MAX_ISR = 9
+S_FOLLOWERS = 42
+FOLLOWER_WORDS = 5
+MAX_FOLLOWERS = 8
+F_ID, F_LEO, F_LAST_FETCH_MS, F_LEO_AT_LAST_FETCH, F_LAST_CAUGHT_UP_MS = range(FOLLOWER_WORDS)
 FREE, LIVE, DELETED = 0, 1, 2
 
 assert len(FIELDS) <= 16, "published state outgrew its slot"
@@ -107,10 +129,10 @@ class SlotState:
 
 
 def _field(i: int) -> property:
-    def get(self: SlotState) -> int:
+    def get(self: Any) -> int:
         return self._q[self._b + i]
 
-    def set_(self: SlotState, value: int) -> None:
+    def set_(self: Any, value: int) -> None:
         self._q[self._b + i] = value
 
     return property(get, set_)
@@ -118,6 +140,32 @@ def _field(i: int) -> property:
 
 for _i, _name in enumerate(FIELDS):
     setattr(SlotState, _name, _field(_i))
+
+
+class SlotFollower:
+    """A follower's fetch state in a slot (`cluster.partition.FollowerState`'s attributes), so
+    the worker that serves the follower's Fetch records it and the owner reads it."""
+
+    __slots__ = ("_q", "_b")
+
+    def __init__(self, words: memoryview, base_word: int) -> None:
+        self._q = words
+        self._b = base_word
+
+    def reset(self, now_ms: int) -> None:
+        self.leo = -1
+        self.last_fetch_ms = now_ms
+        self.leo_at_last_fetch = -1
+        self.last_caught_up_ms = now_ms
+
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        from kafkafast.cluster.partition import FollowerState
+
+        FollowerState.on_fetch(self, fetch_offset, leader_leo, now_ms)  # type: ignore[arg-type]
+
+
+for _i, _name in enumerate(("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms"), start=F_LEO):
+    setattr(SlotFollower, _name, _field(_i))  # words at the entry's base, as SlotState's at its fields' base
 
 
 class PartitionTable:
@@ -274,6 +322,44 @@ class PartitionTable:
         at = HEADER_BYTES + WAITERS_AT + worker
         for k in range(self.num_slots):
             b[at + k * SLOT_BYTES] = 0
+
+    # cluster mode: broker identity, ISR and follower positions
+    def header_word(self, word: int) -> int:
+        return self.q[word]
+
+    def set_header_word(self, word: int, value: int) -> None:
+        self.q[word] = value
+
+    def isr(self, slot: int) -> list[int]:
+        base = self._base(slot) + S_ISR
+        n = min(self.q[base], MAX_ISR)
+        return [self.q[base + 1 + i] for i in range(n)]
+
+    def set_isr(self, slot: int, members: list[int]) -> None:
+        base = self._base(slot) + S_ISR
+        members = list(members)[:MAX_ISR]
+        for i, r in enumerate(members):
+            self.q[base + 1 + i] = r
+        self.q[base] = len(members)  # last: a reader never sees more members than were written
+
+    def follower(self, slot: int, replica_id: int, *, claim_keeping: set[int] | None = None) -> SlotFollower | None:
+        """The follower entry of `replica_id`; with `claim_keeping` (the partition's current
+        followers) an entry is claimed for it if it has none: a free one or one of a broker
+        no longer in that set. None when there is none (or no room)."""
+        first = self._base(slot) + S_FOLLOWERS
+        q = self.q
+        for j in range(MAX_FOLLOWERS):
+            b = first + j * FOLLOWER_WORDS
+            if q[b + F_ID] == replica_id + 1:
+                return SlotFollower(q, b)
+        if claim_keeping is None:
+            return None
+        for j in range(MAX_FOLLOWERS):
+            b = first + j * FOLLOWER_WORDS
+            if q[b + F_ID] == 0 or q[b + F_ID] - 1 not in claim_keeping:
+                q[b + F_ID] = replica_id + 1
+                return SlotFollower(q, b)
+        return None
 
     def live_slots(self) -> Iterator[int]:
         q = self.q

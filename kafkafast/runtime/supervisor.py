@@ -98,9 +98,12 @@ class Supervisor:
             r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self.pipes.append((r, w))
         self.clean_start = self._take_clean_markers()
-        self._ensure_cluster_id()
+        if not self.config.get("zookeeper.connect"):  # in cluster mode the cluster id is ZooKeeper's
+            self._ensure_cluster_id()
         # Everything a worker imports, imported once here: forks start serving at once.
         import kafkafast.runtime.worker  # noqa: F401
+        if self.config.get("zookeeper.connect"):
+            import kafkafast.cluster.worker_broker  # noqa: F401  (kazoo sessions start in the workers)
         from kafkafast.broker.registry import load_handlers
 
         load_handlers()

@@ -21,6 +21,9 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   the slots' high watermarks with what its fetches saw (no timers involved).
 * topic changes bump the metadata generation in shared memory; every request first
   compares it with the generation this worker has loaded and reloads topics if needed.
+
+In cluster mode (`zookeeper.connect`) each worker is a `cluster.worker_broker.ClusterWorkerBroker`:
+the same ownership, with replication on top.
 """
 from __future__ import annotations
 
@@ -351,7 +354,7 @@ class WorkerBroker(Broker):
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        parts = [p for p in parts if isinstance(p, WorkerPartition)]
+        parts = [p for p in parts if hasattr(p, "slot")]
         for p in parts:
             p.waiters.add(fut)
             if p.parked == 0:
@@ -360,7 +363,7 @@ class WorkerBroker(Broker):
             p.parked += 1
         try:
             # An append between the fetch's read and the waiter byte saw no waiter: re-check.
-            if any(self.table.high_watermark(p.slot) != p.seen_hw for p in parts):
+            if any(self._moved(p) for p in parts):
                 return
             await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
@@ -380,8 +383,16 @@ class WorkerBroker(Broker):
         except BlockingIOError:
             pass
         for p in list(self._parked.values()):
-            if self.table.high_watermark(p.slot) != p.seen_hw:
+            if self._should_wake(p):
                 p.wake()
+
+    def _should_wake(self, part: Any) -> bool:
+        """On a wake-up byte: whether the requests parked on this partition re-check."""
+        return self._moved(part)
+
+    def _moved(self, part: Any) -> bool:
+        """Whether what a parked request waits for changed since it looked: the high watermark."""
+        return self.table.high_watermark(part.slot) != part.seen_hw
 
     # -- dispatch -----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
@@ -495,7 +506,14 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
     table = broker.table
     table.set_worker_word(broker.index, shm.W_READY, 1)
+    on_listening = getattr(broker, "on_listening", None)  # cluster mode: register (worker 0) once serving
+    if on_listening is not None and not stop.is_set():
+        await on_listening()
     await stop.wait()
+    if broker.index == 0 and hasattr(broker, "controlled_shutdown"):
+        # cluster mode: the registration's holder asks the controller to move this broker's
+        # leaderships while every worker still serves (the others stop at once, as before)
+        await broker.controlled_shutdown()
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)
@@ -546,7 +564,12 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = WorkerBroker(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
+    broker_class: type[WorkerBroker] = WorkerBroker
+    if config.get("zookeeper.connect"):  # cluster mode: replication over these workers
+        from kafkafast.cluster.worker_broker import ClusterWorkerBroker
+
+        broker_class = ClusterWorkerBroker
+    broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
     profiler = None

@@ -10,10 +10,17 @@ if not zookeeper_available():  # pragma: no cover - CI installs it (run.sh test)
     pytest.skip("Debian's zookeeper package and java are needed for cluster tests", allow_module_level=True)
 
 
+def workers_of(request) -> int:
+    """Worker processes per broker: 0 (one process) unless a test asks for more with
+    `@pytest.mark.parametrize("cluster", [0, 2], indirect=True)` (the same for slow_session_cluster)."""
+    return getattr(request, "param", 0)
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, request):
     """Three brokers, zookeeper.session.timeout.ms=6000, replica.lag.time.max.ms=4000."""
-    c = KafkaCluster(tmp_path_factory.mktemp("cluster"))
+    workers = workers_of(request)
+    c = KafkaCluster(tmp_path_factory.mktemp(f"cluster-w{workers}"), workers=workers)
     try:
         yield c.start()
     finally:
@@ -21,11 +28,12 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def slow_session_cluster(tmp_path_factory):
+def slow_session_cluster(tmp_path_factory, request):
     """Three brokers whose ZooKeeper sessions outlive a few seconds of SIGSTOP (30 s), so
     ISR changes come from the leaders (AlterPartition), not from session expiry."""
-    c = KafkaCluster(tmp_path_factory.mktemp("cluster-slow"), settings={"zookeeper.session.timeout.ms": "30000",
-                                                                       "replica.lag.time.max.ms": "3000"})
+    workers = workers_of(request)
+    c = KafkaCluster(tmp_path_factory.mktemp(f"cluster-slow-w{workers}"), workers=workers,
+                     settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "3000"})
     try:
         yield c.start()
     finally:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer
 
 from kafkafast.client.sync import KafkaConsumer, KafkaProducer
@@ -212,3 +213,9 @@ def test_offsets_commit_for_partitions_the_coordinator_does_not_host(cluster):
         assert [tp.offset for tp in got] == [10, 11, 12]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["workers2"])
+def test_consumer_group_survives_the_coordinators_broker_being_killed_with_worker_processes(cluster):
+    """The same, with brokers of two worker processes (replication over the pre-fork runtime)."""
+    test_consumer_group_survives_the_coordinators_broker_being_killed(cluster)

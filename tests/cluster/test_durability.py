@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 TOPIC = "durable"
@@ -83,3 +84,9 @@ def test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster):
         assert len(values) == len(set(values)), f"partition {p}: duplicates"
         assert values == sorted(values), f"partition {p}: out of order"
         assert set(want) <= set(stored[p]), f"partition {p}: {len(set(want) - set(stored[p]))} acked records lost"
+
+
+@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["workers2"])
+def test_acked_records_survive_leader_kills_and_a_clean_shutdown_with_worker_processes(cluster):
+    """The same, with brokers of two worker processes (replication over the pre-fork runtime)."""
+    test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster)

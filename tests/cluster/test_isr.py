@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kafkafast.protocol._generated.produce import ProduceRequest
@@ -46,7 +47,7 @@ def test_stopped_followers_leave_the_isr_and_acks_all_needs_min_isr(slow_session
     f1, f2 = [r for r in state["isr"] if r != leader]
     lead = c.brokers[leader]
     assert _produce_raw(lead.port, "isr", [b"a"])[0] == 0
-    os.kill(c.brokers[f1].proc.pid, signal.SIGSTOP)
+    os.killpg(c.brokers[f1].proc.pid, signal.SIGSTOP)
     try:
         # a follower whose log end equals the leader's is in sync however long it is silent
         # (Kafka's rule), so the log moves on with acks=1 while the follower is stopped
@@ -55,7 +56,7 @@ def test_stopped_followers_leave_the_isr_and_acks_all_needs_min_isr(slow_session
                    "the stopped follower out of the ISR")
         assert c.partition_state("isr", 0)["leader_epoch"] == epoch  # an ISR change, not an election
         assert _produce_raw(lead.port, "isr", [b"b"]) == (0, 2)
-        os.kill(c.brokers[f2].proc.pid, signal.SIGSTOP)
+        os.killpg(c.brokers[f2].proc.pid, signal.SIGSTOP)
         try:
             assert _produce_raw(lead.port, "isr", [b"moves-on-2"], acks=1)[0] == 0
             c.wait_for(lambda: c.partition_state("isr", 0)["isr"] == [leader], 20, "ISR of the leader alone")
@@ -63,9 +64,9 @@ def test_stopped_followers_leave_the_isr_and_acks_all_needs_min_isr(slow_session
             assert code == NOT_ENOUGH_REPLICAS
             assert _produce_raw(lead.port, "isr", [b"d"], acks=1)[0] == 0  # acks=1 is not held back
         finally:
-            os.kill(c.brokers[f2].proc.pid, signal.SIGCONT)
+            os.killpg(c.brokers[f2].proc.pid, signal.SIGCONT)
     finally:
-        os.kill(c.brokers[f1].proc.pid, signal.SIGCONT)
+        os.killpg(c.brokers[f1].proc.pid, signal.SIGCONT)
     c.wait_for(lambda: sorted(c.partition_state("isr", 0)["isr"]) == sorted([leader, f1, f2]), 30,
                "both followers back in the ISR")
     assert _produce_raw(lead.port, "isr", [b"e"])[0] == 0
@@ -149,3 +150,9 @@ def _log_end(c, broker_id: int, topic: str) -> int:
             end = max(end, base + last_delta + 1)
             pos += 12 + length
     return end
+
+
+@pytest.mark.parametrize("slow_session_cluster", [2], indirect=True, ids=["workers2"])
+def test_stopped_followers_leave_the_isr_and_acks_all_needs_min_isr_with_worker_processes(slow_session_cluster):
+    """The same, with brokers of two worker processes (replication over the pre-fork runtime)."""
+    test_stopped_followers_leave_the_isr_and_acks_all_needs_min_isr(slow_session_cluster)

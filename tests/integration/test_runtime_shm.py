@@ -58,3 +58,30 @@ def test_metadata_generation_only_moves_forward(tmp_path):
 def test_owner_spreads_consecutive_partitions_over_workers():
     owners = [shm.owner_for("orders", p, 4) for p in range(8)]
     assert sorted(owners[:4]) == [0, 1, 2, 3] and owners[:4] == owners[4:]
+
+
+def test_follower_positions_and_isr_written_in_a_child_are_read_by_the_owner(tmp_path):
+    """Cluster mode: the worker that serves a follower's Fetch records its position in the
+    slot; the owner reads it (and the ISR it publishes) without any message."""
+    t = table(tmp_path)
+    k = t.allocate(uuid.uuid4().bytes, 0, owner=0)
+    owner_view = {r: t.follower(k, r, claim_keeping={2, 3}) for r in (2, 3)}
+    for f in owner_view.values():
+        f.reset(1000)
+    t.set_isr(k, [1, 2, 3])
+    pid = os.fork()
+    if pid == 0:
+        f = t.follower(k, 3)  # no claim: an existing entry only
+        ok = f is not None and t.follower(k, 9) is None and t.isr(k) == [1, 2, 3]
+        f.on_fetch(40, 50, 2000)  # behind the leader's log end: not caught up at this fetch
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    f3 = owner_view[3]
+    assert (f3.leo, f3.last_fetch_ms, f3.leo_at_last_fetch, f3.last_caught_up_ms) == (40, 2000, 50, 1000)
+    assert owner_view[2].leo == -1
+    # a broker no longer among the followers gives its entry up to a new one
+    f4 = t.follower(k, 4, claim_keeping={2, 4})
+    assert f4 is not None and t.follower(k, 3) is None and t.follower(k, 2) is not None
+    t.set_isr(k, [1, 2])
+    assert t.isr(k) == [1, 2]

@@ -1,0 +1,367 @@
+"""Cluster mode inside a pre-forked broker: `ClusterBroker` replication over `WorkerBroker`'s
+partition ownership (one class, `ClusterWorkerBroker`, made by `runtime/worker.py` when
+`zookeeper.connect` is set).
+
+Processes. Every worker opens its own kazoo session after the fork (topic znodes, configs,
+producer-id blocks); only worker 0 registers `/brokers/ids/<id>` and runs the `Controller`,
+so the broker is one cluster member with one broker epoch. Worker 0 establishes the broker
+id (config, `meta.properties` or `/brokers/seqid`) and publishes it with the broker epoch in
+the shared-memory header; the other workers wait for it.
+
+Controller requests. The controller's connection lands on any worker. That worker applies
+LeaderAndIsr, UpdateMetadata and StopReplica and sends the same frame to every other worker
+over the internal Unix sockets, answering the controller once all have applied it (the
+controller sends one request at a time per broker, so every worker applies them in the
+same order). AlterPartition (and ControlledShutdown) are forwarded to worker 0, where the
+controller runs.
+
+A replaced worker (its predecessor died) knows no replica state: it asks worker 0, through
+the shared-memory header and worker 0's wake-up pipe, to register the broker again (delete
+and re-create `/brokers/ids/<id>` in the same session). The controller sees a new broker
+epoch, as for a restarted broker: leaderships move to other ISR members and every worker
+gets LeaderAndIsr for all of the broker's replicas and a full UpdateMetadata.
+
+Partitions. The owner worker (`shm.owner_for`) of a partition is where everything of the
+replica lives: its `Log`, its follower fetcher, the leader's ISR bookkeeping (shrink and
+expand through AlterPartition), the high watermark, and, for `__consumer_offsets`, the
+groups. The other workers know leadership and epochs from the fanned-out LeaderAndIsr and
+read the ISR from the slot, where the owner writes it. A follower's Fetch served by any
+worker records the follower's position in the slot (`shm.SlotFollower`) and pokes the
+owner's wake-up pipe; the owner recomputes the high watermark and the ISR from the slot.
+Produce on a non-owner goes to the owner with acks=1 (forwarding); for acks=all the
+non-owner then parks on the slot like a fetch (waiter byte, wake-up pipe) until the high
+watermark passes the batch, so no acks=all request holds the owner's forwarding link.
+A wake-up byte wakes the requests parked on a partition whenever the slot's (high
+watermark, log end) differs from the pair they were last woken at.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from kafkafast.broker.broker import now_ms
+from kafkafast.cluster import zk_data as Z
+from kafkafast.cluster.cluster_broker import ClusterBroker
+from kafkafast.cluster.node import ClusterNode
+from kafkafast.cluster.partition import ClusterPartition
+from kafkafast.protocol import errors as E
+from kafkafast.runtime import shm
+from kafkafast.runtime.worker import RemoteLog, WorkerBroker
+from kafkafast.security.context import principal_trailer
+
+log = logging.getLogger("kafkafast.replica_manager")
+EC = E.ErrorCode
+CONTROLLER_REQUESTS = frozenset({4, 5, 6})  # LeaderAndIsr, StopReplica, UpdateMetadata: every worker applies them
+TO_CONTROLLER = frozenset({7, 56})  # ControlledShutdown, AlterPartition: answered by worker 0's controller
+IDENTITY_WAIT_S = 120.0
+
+
+class WorkerClusterNode(ClusterNode):
+    """The session of one worker; the broker id and epoch live in shared memory, written by
+    worker 0 (which registers) and read by the others."""
+
+    def __init__(self, config: Any, log_dir: str, table: shm.PartitionTable, index: int) -> None:
+        self.table = table
+        self.index = index
+        super().__init__(config, log_dir)
+
+    @property  # type: ignore[override]
+    def broker_epoch(self) -> int:
+        return self.table.header_word(shm.H_BROKER_EPOCH)
+
+    @broker_epoch.setter
+    def broker_epoch(self, value: int) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_BROKER_EPOCH, value)
+
+    def reregister(self) -> None:
+        assert self.zk is not None
+        try:
+            self.zk.delete(Z.broker_path(self.broker_id))
+        except NoNodeError:
+            pass
+        self.register()
+
+    def establish_identity(self, configured_cluster_id: str | None) -> tuple[str, int]:
+        if self.index == 0:
+            cluster_id, broker_id = super().establish_identity(configured_cluster_id)
+            self.table.set_header_word(shm.H_BROKER_ID, broker_id + 1)
+            return cluster_id, broker_id
+        deadline = time.monotonic() + IDENTITY_WAIT_S
+        while self.table.header_word(shm.H_BROKER_ID) == 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("worker 0 did not establish the broker id")
+            time.sleep(0.05)
+        assert self.zk is not None
+        data, _ = self.zk.get(Z.CLUSTER_ID)
+        self.cluster_id = Z.loads(data)["id"]
+        self.broker_id = self.table.header_word(shm.H_BROKER_ID) - 1
+        return self.cluster_id, self.broker_id
+
+
+class ClusterWorkerPartition(ClusterPartition):
+    """A replica as one worker sees it: the owner's writer or another worker's `RemoteLog`."""
+
+    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified")
+
+    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: "ClusterWorkerBroker") -> None:
+        self.slot = slot
+        self.owner = owner
+        self.broker = broker
+        super().__init__(topic, index, log_)
+        self.seen_hw = -1
+        self.seen_leo = -1
+        self.parked = 0
+        self.fetches_seen: dict[int, int] = {}  # follower -> time of its last fetch the owner looked at
+        self.notified = (-1, -1)  # (high watermark, log end) when its parked requests were last woken
+
+    @property
+    def local(self) -> bool:
+        return self.owner == self.broker.index
+
+    # The ISR: the owner keeps it and publishes it in the slot; the others read the slot.
+    @property  # type: ignore[override]
+    def isr(self) -> list[int]:
+        if self.local:
+            return ClusterPartition.isr.__get__(self)  # type: ignore[attr-defined]
+        return self.broker.table.isr(self.slot)
+
+    @isr.setter
+    def isr(self, members: list[int]) -> None:
+        ClusterPartition.isr.__set__(self, members)  # type: ignore[attr-defined]
+        if self.local and getattr(self, "is_leader", False):
+            self.broker.table.set_isr(self.slot, members)
+
+    @property
+    def high_watermark(self) -> int:
+        st = self.log.state
+        hw = st.high_watermark
+        self.seen_hw = hw  # what a fetch about to park saw: the wake-up compares against it
+        self.seen_leo = st.log_end_offset  # (a consumer's fetch then wakes once per append, never spins)
+        return hw
+
+    @property
+    def log_end_offset(self) -> int:
+        leo = self.log.state.log_end_offset
+        self.seen_leo = leo  # a follower's fetch waits for the log end, not the high watermark
+        return leo
+
+    def wake(self) -> None:
+        super().wake()
+        if self.local:
+            self.broker.on_append(self)  # fetches and acks=all produces parked in other workers
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
+        if self.local:
+            return await super().wait_for_hw(offset, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.is_leader:
+                return EC.NOT_LEADER_OR_FOLLOWER
+            if self.high_watermark >= offset:
+                return 0
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return EC.REQUEST_TIMED_OUT
+            await self.broker.wait_for_data([self], remaining)
+
+
+class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
+    def __init__(self, config: Any, **runtime: Any) -> None:
+        self._topic_ids: dict[str, bytes] = {}
+        self._replicas_now: set[int] = set()
+        super().__init__(config, **runtime)
+
+    def _make_node(self, config: Any) -> ClusterNode:
+        return WorkerClusterNode(config, self.log_dirs[0], self.table, self.index)
+
+    def _runs_controller(self) -> bool:
+        return self.index == 0
+
+    def _new_follower(self, part: Any, replica_id: int, now: int) -> Any:
+        f = self.table.follower(part.slot, replica_id, claim_keeping=self._replicas_now)
+        if f is None:  # more followers than a slot holds: this one's position stays local
+            return super()._new_follower(part, replica_id, now)
+        f.reset(now)
+        return f
+
+    async def start(self) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
+        await super().start()
+        if self.incarnation > 1 and self.index != 0:
+            log.warning("worker %d replaced: registering broker %d again to receive its replica states",
+                        self.index, self.node_id)
+            self.table.set_header_word(shm.H_REREGISTER, 1)
+            self._poke(0)
+
+    def _poke(self, worker: int) -> None:
+        self.wakeups_sent += 1
+        try:
+            os.write(self.wake_fds[worker], b"\x01")
+        except BlockingIOError:
+            pass  # the pipe is full of wake-ups already
+
+    async def _reregister(self) -> None:
+        try:
+            await asyncio.to_thread(self.node.reregister)  # type: ignore[attr-defined]
+        except Exception:
+            log.exception("registering broker %d again failed", self.node_id)
+
+    # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
+    def owns(self, part: Any) -> bool:
+        return getattr(part, "owner", self.index) == self.index and bool(getattr(part, "is_leader", False))
+
+    def _state_for(self, topic: str, partition: int) -> Any:
+        topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
+        if topic_id is None:
+            from kafkafast.storage.partition_state import PartitionState
+
+            return PartitionState()  # a leftover of a deleted topic
+        self._topic_ids[topic] = topic_id
+        slot = self.table.allocate(topic_id, partition, self.owner_of(topic, partition))
+        self.table.set_incarnation(slot, self.incarnation)
+        return self.table.state(slot)
+
+    def _zk_topic_id(self, topic: str) -> bytes | None:
+        try:
+            data, _ = self.node.zk.get(Z.topic_path(topic))  # type: ignore[union-attr]
+        except Exception:
+            return None
+        topic_id, _ = Z.parse_topic_assignment(data)
+        return topic_id
+
+    # -- controller requests: applied by every worker -------------------------------------------
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in TO_CONTROLLER and self.index != 0:
+                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
+                others = [w for w in range(self.workers) if w != self.index]
+                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
+                answers = await asyncio.gather(
+                    *(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
+                    return_exceptions=True)
+                for w, a in zip(others, answers):
+                    if isinstance(a, BaseException):
+                        log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
+        return await super().handle_frame(frame, conn, internal=internal)
+
+    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any) -> int:
+        self._topic_ids[topic] = topic_id
+        tp = (topic, ps.partition_index)
+        owner = self.owner_of(topic, ps.partition_index)
+        if owner != self.index and self.node_id in ps.replicas and not isinstance(self.partitions.get(tp),
+                                                                                  ClusterWorkerPartition):
+            slot = self.table.allocate(topic_id, ps.partition_index, owner)
+            configs = await asyncio.to_thread(self.node.topic_configs, topic)
+            from kafkafast.storage.config import LogConfig
+
+            cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
+            part = ClusterWorkerPartition(topic, ps.partition_index,
+                                          RemoteLog(self.log_dirs, topic, ps.partition_index, self.table.state(slot), cfg),
+                                          slot, owner, self)
+            part.topic_id = topic_id
+            self.partitions[tp] = part
+        return await super()._apply_partition_state(topic, topic_id, ps)
+
+    def _wrap(self, part: Any) -> Any:
+        """The owner's ClusterPartition made by ClusterBroker, as a ClusterWorkerPartition."""
+        if isinstance(part, ClusterWorkerPartition):
+            return part
+        tp = (part.topic, part.index)
+        slot = self.table.allocate(part.topic_id, part.index, self.index)
+        new = ClusterWorkerPartition(part.topic, part.index, part.log, slot, self.index, self)
+        new.topic_id = part.topic_id
+        self.partitions[tp] = new
+        return new
+
+    def _become_leader(self, part: ClusterPartition, ps: Any) -> None:
+        part = self._wrap(part)
+        if not part.local:
+            part.apply_state(ps, is_leader=True)
+            part.wake()
+            log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
+                      part.owner)
+            return
+        self._replicas_now = set(ps.replicas)
+        super()._become_leader(part, ps)
+        self.table.set_isr(part.slot, part.isr)
+
+    def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
+        part = self._wrap(part)
+        if not part.local:
+            part.apply_state(ps, is_leader=False)
+            part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
+            part.wake()
+            return
+        super()._become_follower(part, ps)
+
+    async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
+        before = dict(self.partitions)
+        err, out = await super().apply_stop_replica(req)  # the owner deletes the files
+        for tp, part in before.items():
+            if tp in self.partitions or not isinstance(part, ClusterWorkerPartition):
+                continue
+            if part.local:
+                self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
+            else:
+                part.log.close()
+        return err, out
+
+    # -- follower positions and the high watermark through the slot -----------------------------
+    def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
+        if not isinstance(part, ClusterWorkerPartition) or part.local:
+            super().on_replica_fetch(part, replica_id, fetch_offset)
+            return
+        if not part.is_leader:
+            return
+        f = self.table.follower(part.slot, replica_id)
+        if f is None:
+            return
+        f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
+        self._poke(part.owner)  # the owner recomputes the high watermark and the ISR
+
+    def on_wake_pipe(self, fd: int) -> None:
+        super().on_wake_pipe(fd)
+        if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and self.node.controller is not None:
+            self.table.set_header_word(shm.H_REREGISTER, 0)
+            asyncio.get_running_loop().create_task(self._reregister())
+        for part in list(self.partitions.values()):
+            if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
+                part.maybe_increment_hw(self.node_id)
+                for r, f in list(part.followers.items()):  # only followers that fetched since the last look
+                    if part.fetches_seen.get(r) != f.last_fetch_ms:
+                        part.fetches_seen[r] = f.last_fetch_ms
+                        self._maybe_expand_isr(part, r, f.leo)
+
+    def _should_wake(self, part: Any) -> bool:
+        # Compared with what the parked requests were last woken at, not with what the last
+        # reader saw: several requests (fetches, acks=all produces) park on one partition,
+        # and a reader between the owner's wake-up byte and this check must not swallow it.
+        st = part.log.state
+        now = (st.high_watermark, st.log_end_offset)
+        if now == getattr(part, "notified", None):
+            return False
+        if hasattr(part, "notified"):
+            part.notified = now
+        return True
+
+    def _moved(self, part: Any) -> bool:
+        st = part.log.state
+        return st.high_watermark != part.seen_hw or st.log_end_offset != getattr(part, "seen_leo", st.log_end_offset)
+
+    async def _send_alter_partition(self, part: Any, new_isr: list[int], epoch: int) -> None:
+        await super()._send_alter_partition(part, new_isr, epoch)
+        if isinstance(part, ClusterWorkerPartition) and part.is_leader:
+            self.table.set_isr(part.slot, part.isr)
+
+    # -- produce: a non-owner forwards with acks=1 and waits for the high watermark itself --------
+    async def append_remote(self, part: ClusterWorkerPartition, records: Any, timeout_ms: int) -> Any:
+        return await self.forward_produce(part, records, 1, timeout_ms)

@@ -1,0 +1,243 @@
+"""Cluster mode in brokers of several worker processes: a follower's Fetch served by a worker
+that does not own the partition moves the high watermark (through the partition's
+shared-memory slot and the owner's wake-up pipe), and that releases an acks=all produce
+parked on a third worker."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkafast.protocol import api
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.records.batch import encode_batch
+from kafkafast.runtime.shm import owner_for
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+WORKERS = 3
+TOPIC = "parked"
+
+
+@pytest.fixture(scope="module")
+def workers_cluster(tmp_path_factory):
+    """Two brokers of three workers each; sessions and the ISR lag allow a follower to be
+    stopped for the whole test without leaving the ISR."""
+    c = KafkaCluster(tmp_path_factory.mktemp("cluster-workers"), size=2, workers=WORKERS,
+                     settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "60000"})
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as fh:
+            out += [int(x) for x in fh.read().split()]
+    return out
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _worker_pids(supervisor_pid: int) -> dict[int, int]:
+    """worker index -> pid, from the forwarding socket `worker-<i>.sock` each worker keeps."""
+    by_inode = {}
+    with open("/proc/net/unix") as fh:
+        for line in fh.readlines()[1:]:
+            cols = line.split()
+            if len(cols) >= 8 and Path(cols[7]).name.startswith("worker-") and cols[7].endswith(".sock"):
+                by_inode[int(cols[6])] = int(Path(cols[7]).name[len("worker-"):-len(".sock")])
+    out = {}
+    for pid in _children(supervisor_pid):
+        found = {by_inode[i] for i in _socket_inodes(pid) if i in by_inode}
+        if len(found) == 1:
+            out[found.pop()] = pid
+    return out
+
+
+def _serving_worker(rc: RawClient, broker_port: int, workers: dict[int, int]) -> int:
+    """The index of the worker that accepted this client's connection."""
+    client_port = rc.sock.getsockname()[1]
+    inode = None
+    with open("/proc/net/tcp") as fh:
+        for line in fh.readlines()[1:]:
+            cols = line.split()
+            local, remote = cols[1], cols[2]
+            if int(local.split(":")[1], 16) == broker_port and int(remote.split(":")[1], 16) == client_port:
+                inode = int(cols[9])
+    assert inode is not None
+    for index, pid in workers.items():
+        if inode in _socket_inodes(pid):
+            return index
+    return -1
+
+
+def _connections_on(port: int, workers: dict[int, int], wanted: list[int]) -> dict[int, RawClient]:
+    """One connection served by each worker in `wanted` (the kernel spreads connections over
+    the workers' SO_REUSEPORT sockets by a hash: connect until each one has been hit)."""
+    got: dict[int, RawClient] = {}
+    spare = []
+    for _ in range(200):
+        rc = RawClient(port, timeout=30)
+        rc.request(api_versions_request(), 0)  # accepted and served: the worker holds it now
+        w = _serving_worker(rc, port, workers)
+        if w in wanted and w not in got:
+            got[w] = rc
+            if len(got) == len(wanted):
+                break
+        else:
+            spare.append(rc)
+    for rc in spare:
+        rc.close()
+    assert len(got) == len(wanted), f"no connection reached workers {set(wanted) - set(got)}"
+    return got
+
+
+def api_versions_request():
+    from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+
+    return ApiVersionsRequest(client_software_name="t", client_software_version="1")
+
+
+def test_follower_fetch_on_one_worker_releases_acks_all_parked_on_another(workers_cluster):
+    c = workers_cluster
+    leader_id, follower_id = sorted(c.brokers)
+    c.create_topic(TOPIC, 1, 2, {"min.insync.replicas": "2"}, [[leader_id, follower_id]])
+    leader = c.brokers[leader_id]
+    workers = c.wait_for(lambda: (w := _worker_pids(leader.proc.pid)) and len(w) == WORKERS and w, 30,
+                         "the leader's worker processes")
+    owner = owner_for(TOPIC, 0, WORKERS)
+    produce_worker, fetch_worker = [w for w in range(WORKERS) if w != owner]
+    conns = _connections_on(leader.port, workers, [produce_worker, fetch_worker])
+    follower = c.brokers[follower_id]
+    os.killpg(follower.proc.pid, signal.SIGSTOP)  # the follower's own fetches stop: ours are the only ones
+    try:
+        time.sleep(1.0)  # let a fetch the follower had in flight at the leader end
+        now = int(time.time() * 1000)
+        batch = encode_batch([(now, None, b"v%d" % i, []) for i in range(3)])
+        produce = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+            ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+        pc = conns[produce_worker]
+        pc.send_raw(api.encode_request(produce, 8, 77, "parked-producer"))
+        pc.sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):  # appended, but the follower has not fetched it: parked
+            pc.recv_frame()
+        assert _list_offset(leader.port, -1) == 0  # the high watermark did not move
+
+        state = c.partition_state(TOPIC, 0)
+        fetch = FetchRequest(replica_id=follower_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                             isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
+                             rack_id="", topics=[FetchRequest.FetchTopic(topic=TOPIC, partitions=[
+                                 FetchRequest.FetchPartition(partition=0, current_leader_epoch=state["leader_epoch"],
+                                                             fetch_offset=3, last_fetched_epoch=-1,
+                                                             log_start_offset=0, partition_max_bytes=1 << 20)])])
+        fr = conns[fetch_worker].request(fetch, 12)
+        assert fr.responses[0].partitions[0].error_code == 0
+
+        pc.sock.settimeout(20.0)
+        frame = pc.recv_frame()  # released by the high watermark the owner moved
+        assert frame is not None
+        corr, resp = api.decode_response(0, 8, frame)
+        assert corr == 77
+        pr = resp.responses[0].partition_responses[0]
+        assert (pr.error_code, pr.base_offset) == (0, 0)
+        assert _list_offset(leader.port, -1) == 3  # consumers now see the three records
+    finally:
+        os.killpg(follower.proc.pid, signal.SIGCONT)
+        for rc in conns.values():
+            rc.close()
+
+
+def _list_offset(port: int, timestamp: int) -> int:
+    """The latest offset (the high watermark, for a consumer) of partition 0."""
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=TOPIC, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
+                                                                        timestamp=timestamp)])])
+    with RawClient(port) as rc:
+        p = rc.request(req, 5).topics[0].partitions[0]
+    assert p.error_code == 0
+    return p.offset
+
+
+def _produce_all(port: int, topic: str, partition: int, value: bytes) -> tuple[int, int]:
+    batch = encode_batch([(int(time.time() * 1000), None, value, [])])
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
+    with RawClient(port, timeout=30) as rc:
+        pr = rc.request(req, 8).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def test_a_replaced_worker_gets_its_replicas_back_through_a_new_registration(workers_cluster):
+    c = workers_cluster
+    first, second = sorted(c.brokers)
+    topic = "respawn"
+    c.create_topic(topic, WORKERS, 2, {"min.insync.replicas": "2"}, [[first, second]] * WORKERS)
+    lead = c.brokers[first]
+    for p in range(WORKERS):
+        assert _produce_all(lead.port, topic, p, b"before") == (0, 0)
+    zk = c.zk()
+    epoch_before = zk.exists(f"/brokers/ids/{first}").czxid
+    workers = _worker_pids(lead.proc.pid)
+    victim = 1  # not worker 0, which holds the broker's registration
+    os.kill(workers[victim], signal.SIGKILL)
+    c.wait_for(lambda: (w := _worker_pids(lead.proc.pid)).get(victim, workers[victim]) != workers[victim]
+               and len(w) == WORKERS, 30, "the replacement worker")
+    # worker 0 registered the broker again: a new broker epoch, and leadership moved to the other replica
+    c.wait_for(lambda: (s := zk.exists(f"/brokers/ids/{first}")) is not None and s.czxid != epoch_before, 30,
+               "a new registration")
+    c.wait_for(lambda: all(sorted(c.partition_state(topic, p)["isr"]) == [first, second] for p in range(WORKERS)),
+               30, "the replaced worker's broker back in every ISR")
+    for p in range(WORKERS):  # every partition takes acks=all again, appended after the record from before
+        leader = c.brokers[c.leader(topic, p)]
+        assert c.wait_for(lambda: (r := _produce_all(leader.port, topic, p, b"after"))[0] == 0 and r, 30,
+                          f"acks=all on partition {p}") == (0, 1)
+
+
+def test_acks_all_at_full_rate_over_workers_acknowledges_every_record_once(workers_cluster):
+    """Many acks=all produces at once on workers that do not own their partitions, while
+    followers' fetches land on every worker: each is released by the high watermark (none
+    waits for its timeout), and each record is stored once."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    c = workers_cluster
+    topic, count = "full-rate", 20000
+    c.create_topic(topic, 6, 2)
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "request.timeout.ms": 5000, "message.timeout.ms": 25000})
+    failed = []
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, b"%08d" % i, partition=i % 6,
+                          on_delivery=lambda err, msg: err is not None and failed.append(err))
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    assert failed == []
+    consumer = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "full-rate-check"})
+    try:
+        ends = [consumer.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in range(6)]
+    finally:
+        consumer.close()
+    assert ends == [count // 6 + (1 if q < count % 6 else 0) for q in range(6)]
