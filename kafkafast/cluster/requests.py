@@ -87,6 +87,12 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                 forwarded.append((tr, len(out) - 1, part, broker.forward_produce(
                     part, pd.records, 0 if acks == 0 else 1, req.timeout_ms)))
                 continue
+            from kafkafast.broker.handlers.produce import checked_records
+
+            refused = checked_records(broker, part, topic.name, pd)  # as on a single node: bad batches, keyless
+            if refused is not None:
+                out.append(refused)
+                continue
             try:
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:

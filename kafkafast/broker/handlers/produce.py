@@ -87,6 +87,22 @@ def upconverted(broker, part, pd, version: int):
     return None
 
 
+def checked_records(broker, part, topic: str, pd):
+    """The record checks made before a leader's append, shared with cluster mode's produce
+    path (kafkafast/cluster/requests.py): compressed batches validated as a stream, keyless
+    records refused in compacted topics. An error response, or None."""
+    try:
+        max_batch = part.log.config.max_message_bytes
+        validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
+        if part.log.config.compact:
+            keyless = keyless_record_errors(topic, pd.index, pd.records, max_batch)
+            if keyless:
+                return _invalid_records(pd.index, keyless)
+    except E.KafkaError as exc:
+        return _error(pd.index, exc.code, exc.message)
+    return None
+
+
 def _invalid_records(index: int, errors: list):
     shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
     resp = _error(index, E.ErrorCode.INVALID_RECORD,
@@ -143,15 +159,11 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 tr.partition_responses.append(None)
                 pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
                 continue
+            refused = checked_records(broker, part, topic.name, pd)
+            if refused is not None:
+                tr.partition_responses.append(refused)
+                continue
             try:
-                max_batch = part.log.config.max_message_bytes
-                validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
-                if part.log.config.compact:
-                    keyless = keyless_record_errors(topic.name, pd.index, pd.records,
-                                                    part.log.config.max_message_bytes)
-                    if keyless:
-                        tr.partition_responses.append(_invalid_records(pd.index, keyless))
-                        continue
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
