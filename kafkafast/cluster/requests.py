@@ -50,6 +50,7 @@ def _produce_error(index: int, code: int, message: str | None = None) -> Any:
 async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     acks = req.acks
     responses = []
+    hinted: set[int] = set()  # leaders named in NOT_LEADER_OR_FOLLOWER answers (v10+)
     waits = []  # (topic response, index, partition, offset the HW must reach)
     forwarded = []  # (topic response, index, partition, the owner worker's answer)
     for topic in req.topic_data:
@@ -69,9 +70,14 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                 continue
             part = broker.get_partition(topic.name, pd.index)
             if part is None or not part.is_leader:
-                known = pd.index in broker.metadata.partitions.get(topic.name, {})
-                out.append(_produce_error(pd.index, EC.NOT_LEADER_OR_FOLLOWER if known or part is not None
-                                          else EC.UNKNOWN_TOPIC_OR_PARTITION))
+                info = broker.metadata.partitions.get(topic.name, {}).get(pd.index)
+                refused = _produce_error(pd.index, EC.NOT_LEADER_OR_FOLLOWER if info is not None or part is not None
+                                         else EC.UNKNOWN_TOPIC_OR_PARTITION)
+                if version >= 10 and info is not None and info.leader >= 0:  # KIP-951: where it went
+                    refused.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=info.leader,
+                                                                              leader_epoch=info.leader_epoch)
+                    hinted.add(info.leader)
+                out.append(refused)
                 continue
             if pd.records is None or len(pd.records) == 0:
                 out.append(_produce_error(pd.index, EC.INVALID_RECORD, "empty record set"))
@@ -123,7 +129,9 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                 tr.partition_responses[i] = _produce_error(tr.partition_responses[i].index, code)
     if acks == 0:
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    endpoints = [ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
+                 for i, h, p, r in broker.metadata.brokers_on(client_listener(ctx)) if i in hinted]
+    return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
 
 
 def client_listener(ctx: Any) -> str | None:

@@ -1,6 +1,6 @@
 """Protocol versions in cluster mode: Fetch v17 names topics by id on every broker and, from a
 broker that does not lead the partition, answers NOT_LEADER_OR_FOLLOWER with the current
-leader and its endpoint (KIP-951); Produce v2's legacy message set is up-converted on the
+leader and its endpoint (KIP-951), and so does Produce v10+; Produce v2's legacy message set is up-converted on the
 leader and replicated."""
 from __future__ import annotations
 
@@ -44,3 +44,26 @@ def test_fetch_v17_leader_hints_and_legacy_produce(cluster):
     assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
     assert [(n.node_id, n.port) for n in hinted.node_endpoints] == [(leader, cluster.brokers[leader].port)]
+
+
+def test_produce_v11_to_a_follower_names_the_current_leader(cluster):
+    """KIP-951 on Produce: a broker that does not lead the partition answers
+    NOT_LEADER_OR_FOLLOWER with the leader and its epoch, and the leader's endpoint."""
+    from kafkafast.records import encode_batch
+
+    cluster.create_topic("pv11", 1, 2, assignment=[[1, 2]])
+    leader = cluster.leader("pv11", 0)
+    other = next(i for i in cluster.brokers if i != leader)
+    req = ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[ProduceRequest.TopicProduceData(
+        name="pv11", partition_data=[ProduceRequest.PartitionProduceData(
+            index=0, records=encode_batch([(1_700_000_000_000, b"k", b"v", [])]))])])
+    with RawClient(cluster.brokers[other].port, timeout=30) as rc:
+        hinted = rc.request(req, 11)
+    part = hinted.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert part.current_leader.leader_id == leader and part.current_leader.leader_epoch >= 0
+    assert [(n.node_id, n.port) for n in hinted.node_endpoints] == [(leader, cluster.brokers[leader].port)]
+    with RawClient(cluster.brokers[other].port, timeout=30) as rc:
+        old = rc.request(req, 9)  # before v10 there is nowhere to say it
+    assert old.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert old.node_endpoints == []
