@@ -31,6 +31,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.channel import ControllerChannel
+from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
@@ -315,6 +316,7 @@ class Controller:
             leader = next(r for r in replicas if r in self.brokers and r not in dead)
             isr = (leader,)
             self.unclean_elections += 1
+            recorder.unclean_election()
             log.warning("unclean leader election for %s-%d: %d leads without being in ISR %s",
                         tp[0], tp[1], leader, list(state.isr))
         else:
@@ -570,6 +572,7 @@ class Controller:
         if not live:
             return EC.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
         self.unclean_elections += 1
+        recorder.unclean_election()
         log.warning("unclean leader election (requested) for %s-%d: %d leads", tp[0], tp[1], live[0])
         return 0, Z.LeaderIsr(live[0], state.leader_epoch + 1, (live[0],), self.epoch, state.zk_version)
 

@@ -24,6 +24,7 @@ _MESSAGES_IN: Any = None
 _BYTES_IN: Any = None
 _BYTES_OUT: Any = None
 _ISR_SHRINKS: Any = None
+_UNCLEAN: Any = None
 _ISR_EXPANDS: Any = None
 _NAMES: dict[int, str] = {}
 _BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
@@ -37,7 +38,7 @@ clock = time.perf_counter
 def enable(directory: str) -> None:
     """Turns recording on in this process and every process forked from it; `directory`
     holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
-    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS
+    global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS, _UNCLEAN
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     from prometheus_client import Counter, Histogram, values
 
@@ -59,9 +60,18 @@ def enable(directory: str) -> None:
                            registry=None)
     _ISR_EXPANDS = Counter("kafka_server_replicamanager_isrexpands", "ISR expansions of partitions led here",
                            registry=None)
+    _UNCLEAN = Counter("kafka_controller_controllerstats_uncleanleaderelections",
+                       "Leaders elected from outside the ISR by this broker's controller", registry=None)
     _children.clear()
     _topic_metrics.clear()
     active = True
+
+
+def unclean_election() -> None:
+    """The controller elected a leader from outside the ISR (Kafka's
+    ControllerStats UncleanLeaderElectionsPerSec)."""
+    if active:
+        _UNCLEAN.inc()
 
 
 def isr_changed(old: list[int], new: list[int]) -> None:

@@ -173,6 +173,8 @@ def test_unclean_election_from_the_cli_brings_an_offline_partition_back(rolling_
     assert "Successfully completed leader election (UNCLEAN) for partitions offline-0" in out
     c.wait_for(lambda: c.leader("offline", 0) == second, 20, "the out-of-sync replica leading")
     assert c.partition_state("offline", 0)["isr"] == [second]
+    # the controller counted it (Kafka's ControllerStats UncleanLeaderElectionsPerSec)
+    assert c.metric(ctrl, "kafka_controller_controllerstats_uncleanleaderelections_total") == 1
     c.brokers[first].start(timeout=60)
     c.wait_for(lambda: sorted(c.partition_state("offline", 0)["isr"]) == sorted([first, second]), 30,
                "the old leader back in the ISR")
