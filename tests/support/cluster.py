@@ -132,27 +132,36 @@ class KafkaCluster(ZooKeeperView):
                      configs: dict[str, str] | None = None, assignment: list[list[int]] | None = None) -> None:
         """Creates the topic (with `assignment`: replica lists, first the preferred leader) and
         waits for a leader and the full ISR of every partition."""
-        if assignment:  # (confluent-kafka's NewTopic refuses replica_assignment in this version)
-            from kafkafast.protocol._generated.create_topics import CreateTopicsRequest as C
-            from tests.support.raw_client import RawClient
+        # CreateTopics straight to a live broker (any broker creates topics in cluster mode), retried
+        # on another one when a broker was just killed or restarted by an earlier test; a client's
+        # admin would wait for the controller it last heard of instead.
+        from kafkafast.protocol._generated.create_topics import CreateTopicsRequest as C
+        from tests.support.raw_client import RawClient
 
-            partitions = len(assignment)
-            req = C(topics=[C.CreatableTopic(
-                name=name, num_partitions=-1, replication_factor=-1,
-                assignments=[C.CreatableReplicaAssignment(partition_index=i, broker_ids=r)
-                             for i, r in enumerate(assignment)],
-                configs=[C.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
-                timeout_ms=30000, validate_only=False)
-            with RawClient(next(iter(self.brokers.values())).port, timeout=30) as rc:
-                code = rc.request(req, 4).topics[0].error_code
-            assert code == 0, f"CreateTopics: error {code}"
-        else:
-            from confluent_kafka.admin import AdminClient, NewTopic
+        topic = C.CreatableTopic(
+            name=name, num_partitions=-1 if assignment else partitions,
+            replication_factor=-1 if assignment else replication_factor,
+            assignments=[C.CreatableReplicaAssignment(partition_index=i, broker_ids=r)
+                         for i, r in enumerate(assignment or [])],
+            configs=[C.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])
+        partitions = len(assignment) if assignment else partitions
+        req = C(topics=[topic], timeout_ms=30000, validate_only=False)
 
-            admin = AdminClient({"bootstrap.servers": self.bootstrap})
-            fut = admin.create_topics([NewTopic(name, partitions, replication_factor, config=configs or {})],
-                                      request_timeout=30)[name]
-            fut.result(30)
+        def created() -> bool:
+            for b in self.brokers.values():
+                if b.proc is None or b.proc.poll() is not None:
+                    continue
+                try:
+                    with RawClient(b.port, timeout=30) as rc:
+                        code = rc.request(req, 4).topics[0].error_code
+                except OSError:
+                    continue
+                if code in (0, 36):  # created, or by an earlier attempt (TOPIC_ALREADY_EXISTS)
+                    return True
+                assert code in (7, 8, 41), f"CreateTopics: error {code}"  # REQUEST_TIMED_OUT, BROKER/NOT_CONTROLLER: again
+            return False
+
+        self.wait_for(created, 60, f"topic {name} created")
         replication_factor = len(assignment[0]) if assignment else replication_factor
         self.wait_for(lambda: all(self._has_leader(name, p) for p in range(partitions)), 30,
                       f"leaders for {name}")
