@@ -16,6 +16,8 @@ controller writes it, not from a broker's possibly older metadata.
 """
 from __future__ import annotations
 
+import abc
+
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +41,13 @@ class ZooKeeperUnavailable(RuntimeError):
     """ZooKeeper (Debian's `zookeeper` package) or java is not installed."""
 
 
-class ZooKeeperView:
+class ZooKeeperView(abc.ABC):
     """Cluster state as the controller wrote it to ZooKeeper (a subclass gives `_view_zk()`,
     a kazoo client on the cluster's chroot)."""
 
+    @abc.abstractmethod
     def _view_zk(self) -> Any:
-        raise NotImplementedError
+        """A started kazoo client on the cluster's chroot."""
 
     def registered(self) -> list[int]:
         """Ids of the brokers registered in ZooKeeper (alive as far as the cluster knows)."""
