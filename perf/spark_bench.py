@@ -120,7 +120,7 @@ def fetched_record_sets(bootstrap: str, topic: str, end: int, max_bytes: int = 8
         cluster.add_topics([topic])
         await cluster.start()
         try:
-            def raw(buf, offset):
+            def raw(buf, offset, aborted):
                 return [buf], fetched_next_offset(buf, offset)
             return [s async for sets in lowlevel._fetch_loop(
                 cluster, topic, 0, 0, end, raw, max_bytes=max_bytes, max_wait_ms=500, isolation_level=0,
