@@ -23,10 +23,16 @@ from typing import Any
 from kafkafast.protocol import _generated as gen
 from kafkafast.protocol.errors import ErrorCode, KafkaError, for_code
 
-_RETRY = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-          ErrorCode.CONCURRENT_TRANSACTIONS}
-_FATAL = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-          ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.INVALID_TRANSACTION_TIMEOUT}
+
+
+def _codes(*names: str) -> set[int]:
+    """Error codes by Kafka name (ErrorCode is built from the error table at import)."""
+    return {int(getattr(ErrorCode, name)) for name in names}
+
+
+_RETRY = _codes("COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "CONCURRENT_TRANSACTIONS")
+_FATAL = _codes("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                "INVALID_PRODUCER_ID_MAPPING", "INVALID_TRANSACTION_TIMEOUT")
 
 
 class TransactionManager:
