@@ -1,32 +1,21 @@
 """Old clients and the legacy message formats: kafka-python pinned to api_version (0, 9)
 (Produce v1 / Fetch v1, magic 0) and (0, 10, 1) (Produce v2 / Fetch v3, magic 1) produces
 with every codec it has for that version and consumes in a group; what they wrote is stored
-as v2 batches, compressed with their codec. Debian's kcat (librdkafka 2.0) compresses."""
+as v2 batches, compressed with their codec. The older kafka-python (2.0.2) does the same in
+the client x version matrix (test_client_matrix.py), which also has Debian's kcat
+(librdkafka 2.0) compress with every codec."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from kafkafast.records import iter_record_batches
-from kafkafast.records.model import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY
+from tests.support.segments import CODEC_IDS, stored_batches
 
 kafka = pytest.importorskip("kafka")
 
-CODEC_IDS = {None: CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4}
 N = 300
-
-
-def stored_batches(data_dir: Path, topic: str, partition: int = 0) -> list:
-    """(header, records) of every batch in the partition's segment files, in order."""
-    out = []
-    for seg in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
-        out += list(iter_record_batches(seg.read_bytes()))
-    return out
 
 
 def create_topic(bootstrap: str, topic: str, configs: dict | None = None) -> None:
@@ -109,27 +98,6 @@ def test_downconversion_disabled_refuses_old_fetch(broker):
     new.assign([kafka.TopicPartition(topic, 0)])
     assert [m.value for m in new][:1] == [b"v"]  # v4+ fetches are not concerned
     new.close()
-
-
-KCAT = shutil.which("kcat") or shutil.which("kafkacat")
-
-
-@pytest.mark.skipif(KCAT is None, reason="Debian's kcat is not installed (run.sh installs it)")
-@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
-def test_kcat_compresses(broker, codec):
-    topic = f"kcat-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic)
-    lines = "".join(f"line-{i}-{'x' * 40}\n" for i in range(500))
-    run = subprocess.run([KCAT, "-b", broker.bootstrap, "-P", "-t", topic, "-p", "0", "-z", codec,
-                          "-X", "linger.ms=50"], input=lines.encode(), capture_output=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    assert b"does not support compression" not in run.stderr
-    batches = stored_batches(broker.data_dir, topic)
-    assert {h.compression for h, _ in batches} == {CODEC_IDS[codec]}
-    assert [r.value for _, rs in batches for r in rs] == [line.encode() for line in lines.splitlines()]
-    out = subprocess.run([KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
-                          "-q"], capture_output=True, timeout=60)
-    assert out.stdout.decode().splitlines() == lines.splitlines()
 
 
 def test_message_format_version_is_accepted_and_described(broker):
