@@ -104,7 +104,10 @@ class Interpreters:
             building = []
             for cv in versions:
                 if cv.newest:
-                    installed = importlib.metadata.version(cv.package)
+                    try:
+                        installed = importlib.metadata.version(cv.package)
+                    except importlib.metadata.PackageNotFoundError:
+                        installed = "nothing"
                     if installed != cv.version:
                         self.failed[cv] = f"{cv.package} {installed} is installed here, constraints.txt pins {cv.version}"
                     continue
