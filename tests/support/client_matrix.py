@@ -3,7 +3,8 @@
 Every version comes from constraints.txt: a client's ordinary pin is its newest release and
 runs in this interpreter (it is what `pip install -c constraints.txt` installed here); its
 `# matrix: name==version` comment lines are older releases, each installed with pip into its
-own virtual environment under `.matrix-venvs/` in the repository. An environment is built
+own virtual environment under `.matrix-venvs/` in the repository (its dependencies held to
+the other pins of constraints.txt). An environment is built
 once (the builds of one session run side by side) and reused by later sessions while the
 requirements written into it (`matrix-pins.txt`) are the same; a change of pin rebuilds it.
 """
@@ -75,8 +76,14 @@ def _venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def other_pins(cv: ClientVersion) -> list[str]:
+    """constraints.txt's pins but the client's own: what its dependencies are held to."""
+    pins, _ = read_constraints()
+    return [f"{p}=={v}" for p, v in sorted(pins.items()) if p != cv.package]
+
+
 def _wanted(cv: ClientVersion) -> str:
-    return "\n".join([sys.version.split()[0], *requirements(cv)]) + "\n"
+    return "\n".join([sys.version.split()[0], *requirements(cv), "constraints:", *other_pins(cv)]) + "\n"
 
 
 def _ready(venv: Path, wanted: str) -> bool:
@@ -116,9 +123,11 @@ class Interpreters:
                     continue
                 shutil.rmtree(venv, ignore_errors=True)
                 subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+                held = venv / "constraints.txt"
+                held.write_text("\n".join(other_pins(cv)) + "\n")
                 # this interpreter's pip installs into the environment (--python): no pip inside it
                 proc = subprocess.Popen([sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install",
-                                         "-q", "--no-input", *requirements(cv)],
+                                         "-q", "--no-input", "-c", str(held), *requirements(cv)],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 building.append((cv, venv, wanted, proc))
             for cv, venv, wanted, proc in building:
