@@ -1,6 +1,6 @@
 """Connection limits against hostile or broken clients: idle connections closed after
-connections.max.idle.ms, max.connections.per.ip (with overrides) and max.connections
-enforced at accept, and queued.max.requests back-pressure that still answers everything."""
+connections.max.idle.ms, max.connections.per.ip (with overrides) enforced at accept,
+max.connections pausing accept until a connection closes, and queued.max.requests back-pressure that still answers everything."""
 from __future__ import annotations
 
 import socket
@@ -44,6 +44,29 @@ def answered(s: socket.socket) -> bool:
         return False
 
 
+def answered_within(s: socket.socket, timeout: float) -> bool | None:
+    """Waits up to `timeout` for the answer to an ApiVersions v0 already sent: True when it
+    came, None when nothing came yet (the connection stays open), False when closed."""
+    s.settimeout(timeout)
+    try:
+        head = s.recv(4)
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        return False
+    if len(head) < 4:
+        return False
+    size = struct.unpack(">i", head)[0]
+    s.settimeout(5)
+    got = b""
+    while len(got) < size:
+        chunk = s.recv(size - len(got))
+        if not chunk:
+            return False
+        got += chunk
+    return struct.unpack(">i", got[:4])[0] == 7
+
+
 def closed_by_peer(s: socket.socket, timeout: float) -> bool:
     s.settimeout(timeout)
     try:
@@ -76,6 +99,7 @@ def test_idle_connections_are_closed(broker_factory):
 
 def test_max_connections_per_ip_and_overrides(broker_factory):
     b = broker_factory(settings={"max.connections.per.ip": "3", "max.connections.per.ip.overrides": "127.0.0.1:6"})
+    time.sleep(0.5)  # the harness's readiness probe holds a slot until the broker has seen it close
     local = [connect(b.port) for _ in range(7)]
     assert [answered(s) for s in local] == [True] * 6 + [False]  # the override for 127.0.0.1
     other = [connect(b.port, "127.0.0.2") for _ in range(4)]
@@ -93,11 +117,17 @@ def test_max_connections_per_ip_and_overrides(broker_factory):
         s.close()
 
 
-def test_max_connections_caps_all_addresses(broker_factory):
+def test_max_connections_caps_all_addresses_and_pauses_accepting(broker_factory):
     b = broker_factory(settings={"max.connections": "4"})
-    conns = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.1", "127.0.0.2")]
-    assert [answered(s) for s in conns] == [True] * 4 + [False]
-    for s in conns:
+    time.sleep(0.5)  # the readiness probe's slot
+    conns = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.1")]
+    assert all(answered(s) for s in conns)
+    waiting = connect(b.port, "127.0.0.2")  # in the backlog: the broker stopped accepting (as Kafka's Acceptor)
+    waiting.sendall(API_VERSIONS_V0)
+    assert answered_within(waiting, 1.5) is None
+    conns[0].close()
+    assert answered_within(waiting, 10.0) is True
+    for s in conns + [waiting]:
         s.close()
 
 

@@ -1,0 +1,96 @@
+"""Connection limits of a multi-worker broker (`--workers 3`) hold for the broker, not per
+worker: max.connections.per.ip counted across workers, max.connections pauses accepting
+(the extra connection is served once another closes, as Kafka's Acceptor blocks), and
+connections that never finish their TLS handshake are capped and closed after
+kafkafast.connection.setup.timeout.ms without keeping a real client out."""
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+import pytest
+
+from tests.security.test_limits import API_VERSIONS_V0, answered, answered_within, closed_by_peer, connect
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKERS = 3
+
+
+def settle() -> None:
+    """The harness's readiness probe closed its connection just before start() returned:
+    give the broker a moment to see it go (it holds a slot until then)."""
+    time.sleep(0.5)
+
+
+def test_max_connections_per_ip_is_counted_across_workers(broker_factory):
+    b = broker_factory(workers=WORKERS, settings={"max.connections.per.ip": "4"})
+    settle()
+    conns = [connect(b.port) for _ in range(10)]  # spread over the workers by SO_REUSEPORT
+    usable = [s for s in conns if answered(s)]
+    assert len(usable) == 4  # per worker it would be up to 4 on each of the 3 workers
+    usable[0].close()
+    deadline = time.monotonic() + 10
+    while True:  # the slot comes back once the broker saw the connection go, on any worker
+        again = connect(b.port)
+        if answered(again):
+            break
+        again.close()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    extra = connect(b.port)
+    assert not answered(extra)  # and it is the only one
+    for s in conns + [again, extra]:
+        s.close()
+
+
+def test_max_connections_pauses_accepting_until_a_connection_closes(broker_factory):
+    b = broker_factory(workers=WORKERS, settings={"max.connections": "3"})
+    settle()
+    first = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3")]
+    assert all(answered(s) for s in first)
+    waiting = connect(b.port, "127.0.0.4")  # the kernel completes the TCP handshake (backlog)...
+    waiting.sendall(API_VERSIONS_V0)
+    assert answered_within(waiting, 2.0) is None  # ...but the broker neither serves nor closes it
+    first[1].close()
+    assert answered_within(waiting, 10.0) is True  # served once another connection closed
+    for s in first + [waiting]:
+        s.close()
+
+
+def test_pending_tls_handshakes_are_capped_timed_out_and_keep_no_client_out(secure_broker, pki):
+    b = secure_broker(listeners=("SSL",), workers=WORKERS, settings={
+        "max.connections": "40", "kafkafast.max.pending.connections": "12",
+        "kafkafast.connection.setup.timeout.ms": "2500"})
+    settle()
+    port = b.ports["SSL"]
+    hostile = []
+    for _ in range(60):  # TCP connections that never send a ClientHello
+        s = socket.socket()
+        s.settimeout(5)
+        s.connect(("127.0.0.1", port))
+        hostile.append(s)
+    time.sleep(0.5)
+    # A real TLS client is served at once, although 60 handshakes were started before it and
+    # max.connections is 40: the pending cap closed the oldest of them.
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.check_hostname = False
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as tls:
+            assert answered(tls)
+    assert time.monotonic() - started < 2.0  # well before the setup timeout would have freed slots
+    evicted = sum(closed_by_peer(s, 0.01) for s in hostile)
+    assert evicted >= 60 - 12 - WORKERS  # over the cap: the oldest went (each worker may lag by one)
+    deadline = time.monotonic() + 15
+    open_ = list(hostile)
+    while open_ and time.monotonic() < deadline:
+        open_ = [s for s in open_ if not closed_by_peer(s, 0.01)]
+        time.sleep(0.2)
+    assert open_ == []  # the rest were closed after the setup timeout
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as tls:
+            assert answered(tls)
+    for s in hostile:
+        s.close()
