@@ -94,3 +94,60 @@ def test_pending_tls_handshakes_are_capped_timed_out_and_keep_no_client_out(secu
             assert answered(tls)
     for s in hostile:
         s.close()
+
+
+def test_unauthenticated_sasl_connections_are_closed_after_the_setup_timeout(secure_broker):
+    from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+    from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
+    from kafkafast.protocol._generated.sasl_handshake import SaslHandshakeRequest
+    from tests.support.raw_client import RawClient
+
+    b = secure_broker(listeners=("SASL_PLAINTEXT",), workers=WORKERS,
+                      settings={"kafkafast.connection.setup.timeout.ms": "2000"})
+    port = b.ports["SASL_PLAINTEXT"]
+    lingering = [RawClient(port) for _ in range(6)]
+    for c in lingering:  # allowed before authentication, but it does not authenticate
+        assert c.request(ApiVersionsRequest(), 0).error_code == 0
+    authenticated = RawClient(port)
+    assert authenticated.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    assert authenticated.request(SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"), 0).error_code == 0
+    time.sleep(3.5)
+    for c in lingering:
+        c.sock.settimeout(5)
+        assert c.is_closed_by_peer()
+    assert authenticated.request(ApiVersionsRequest(), 0).error_code == 0  # authenticated in time: stays
+    for c in lingering + [authenticated]:
+        c.close()
+
+
+def test_a_killed_workers_connections_stop_counting(broker_factory):
+    import os
+    import signal
+
+    import psutil
+
+    b = broker_factory(workers=WORKERS, settings={"max.connections.per.ip": "3"})
+    settle()
+    conns = [connect(b.port) for _ in range(3)]
+    assert all(answered(s) for s in conns)
+    ports = {s.getsockname()[1]: s for s in conns}
+    holder = next(w for w in psutil.Process(b.proc.pid).children()
+                  if any(c.raddr and c.raddr.port in ports for c in w.net_connections("tcp")))
+    held = [ports[c.raddr.port] for c in holder.net_connections("tcp") if c.raddr and c.raddr.port in ports]
+    os.kill(holder.pid, signal.SIGKILL)  # its connections die with it; the supervisor clears its counts
+    for s in held:
+        assert closed_by_peer(s, 5)
+    fresh = []
+    deadline = time.monotonic() + 20
+    while len(fresh) < len(held):
+        s = connect(b.port)
+        if answered(s):
+            fresh.append(s)
+        else:
+            s.close()
+            assert time.monotonic() < deadline, f"only {len(fresh)} of {len(held)} slots came back"
+            time.sleep(0.2)
+    extra = connect(b.port)
+    assert not answered(extra)  # still 3 in all
+    for s in conns + fresh + [extra]:
+        s.close()
