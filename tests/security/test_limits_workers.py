@@ -151,3 +151,25 @@ def test_a_killed_workers_connections_stop_counting(broker_factory):
     assert not answered(extra)  # still 3 in all
     for s in conns + fresh + [extra]:
         s.close()
+
+
+def test_a_listeners_max_connections_holds_that_listener_only(broker_factory):
+    from tests.support.broker_process import free_port
+
+    port, other = free_port(), free_port()
+    b = broker_factory(workers=WORKERS, port=port, settings={
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},OTHER://127.0.0.1:{other}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT",
+        "listener.name.other.max.connections": "2"})
+    settle()
+    capped = [connect(other) for _ in range(2)]
+    assert all(answered(s) for s in capped)
+    waiting = connect(other)
+    waiting.sendall(API_VERSIONS_V0)
+    assert answered_within(waiting, 1.5) is None  # OTHER is full: accepting paused there...
+    free = [connect(port) for _ in range(4)]
+    assert all(answered(s) for s in free)  # ...while PLAINTEXT accepts as usual
+    capped[0].close()
+    assert answered_within(waiting, 10.0) is True
+    for s in capped + free + [waiting]:
+        s.close()
