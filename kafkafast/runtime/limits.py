@@ -132,6 +132,8 @@ class ConnectionLimits:
     def admit(self, listener: int, spec: Any, sock: socket.socket, ip: str) -> Admission | None | int:
         """An Admission, None (refused: `sock` is closed) or WAIT (at a connection limit:
         the caller keeps `sock` and asks again later)."""
+        if ip.startswith("::ffff:") and "." in ip:  # an IPv4 client of a dual-stack listener
+            ip = ip[7:]
         cap = self.overrides.get(ip, self.per_ip)
         pending = spec.tls or spec.sasl
         result, entry = self.counters.reserve(

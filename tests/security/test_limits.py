@@ -29,19 +29,9 @@ def answered(s: socket.socket) -> bool:
     """Sends ApiVersions v0; True if the broker answers, False if it closed the connection."""
     try:
         s.sendall(API_VERSIONS_V0)
-        head = s.recv(4)
-        if len(head) < 4:
-            return False
-        size = struct.unpack(">i", head)[0]
-        got = b""
-        while len(got) < size:
-            chunk = s.recv(size - len(got))
-            if not chunk:
-                return False
-            got += chunk
-        return struct.unpack(">i", got[:4])[0] == 7
     except (ConnectionResetError, BrokenPipeError):
         return False
+    return answered_within(s, 5.0) is True
 
 
 def answered_within(s: socket.socket, timeout: float) -> bool | None:
@@ -52,7 +42,7 @@ def answered_within(s: socket.socket, timeout: float) -> bool | None:
         head = s.recv(4)
     except socket.timeout:
         return None
-    except ConnectionResetError:
+    except (ConnectionResetError, BrokenPipeError):
         return False
     if len(head) < 4:
         return False
