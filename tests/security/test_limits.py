@@ -1,6 +1,7 @@
 """Connection limits against hostile or broken clients: idle connections closed after
 connections.max.idle.ms, max.connections.per.ip (with overrides) enforced at accept,
-max.connections pausing accept until a connection closes, and queued.max.requests back-pressure that still answers everything."""
+max.connections pausing accept until a connection closes (the inter-broker listener exempt,
+the least recently active client closed instead), and queued.max.requests back-pressure that still answers everything."""
 from __future__ import annotations
 
 import socket
@@ -132,3 +133,21 @@ def test_queued_max_requests_back_pressure_answers_every_pipelined_request(broke
             assert frame is not None and struct.unpack(">i", frame[:4])[0] == i
         assert c.request(ApiVersionsRequest(), 0).error_code == 0
         c.close()
+
+
+def test_inter_broker_listener_passes_max_connections_and_the_least_recently_active_client_goes(broker_factory):
+    from tests.support.broker_process import free_port
+
+    port, clients = free_port(), free_port()
+    b = broker_factory(port=port, settings={  # PLAINTEXT is the inter-broker listener (security.inter.broker.protocol)
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CLIENTS://127.0.0.1:{clients}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT", "max.connections": "3"})
+    time.sleep(0.5)  # the readiness probe's slot
+    conns = [connect(clients) for _ in range(3)]
+    assert all(answered(s) for s in conns)  # conns[0] is now the least recently active
+    broker_link = connect(b.port)
+    assert answered(broker_link)  # not held back by max.connections, as in Kafka
+    assert closed_by_peer(conns[0], 5)  # the broker went back to 3 by closing the oldest-idle client
+    assert answered(conns[1]) and answered(conns[2]) and answered(broker_link)
+    for s in conns + [broker_link]:
+        s.close()
