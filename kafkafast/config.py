@@ -150,6 +150,11 @@ DEFAULTS: dict[str, str | None] = {
     "connections.max.idle.ms": "600000",
     "queued.max.requests": "500",
     "queued.max.request.bytes": "-1",
+    # broker-wide limit counters (kafkafast/runtime/limits.py, shared_counters.py)
+    "kafkafast.max.pending.connections": "512",
+    "kafkafast.connection.setup.timeout.ms": "10000",
+    "kafkafast.shm.ip.entries": "8192",
+    "kafkafast.shm.quota.entities": "1024",
 }
 
 # broker property -> topic-level property (Kafka's LogConfig synonyms)

@@ -9,13 +9,19 @@ default user+default client-id, default user, client-id, default client-id. The 
 the authenticated principal's name (ANONYMOUS without authentication).
 
 Each (quota key, entity) has a rate over `quota.window.num` (11) samples of
-`quota.window.size.seconds` (1 s); the rate divides the bytes (or ms) in the samples by the
-time they span, at least one sample window (so a new client may burst one window's worth,
-not ten as Kafka's windowing allows at start). A request that takes the rate above the
+`quota.window.size.seconds` (1 s); the entity is the one whose quota applies, with the
+request's own user / client-id where that quota is a default (so every client-id under a
+default client-id quota has its own rate, as Kafka's quota metric tags make it). The rate
+divides the bytes (or ms) in the samples by the time they span, at least one sample window
+(so a new client may burst one window's worth, not ten as Kafka's windowing allows at
+start). The samples are broker-wide: kept in the shared counters area
+(`runtime/shared_counters.py`) that every worker process records into under its lock, so
+connections of one client spread over several workers share one rate; only if that table
+is full (entities that recorded within the last quota.window.num windows hold every place
+an entity may take) is an entity measured per worker. A request that takes the rate above the
 quota is answered at once, with throttle_time_ms = (rate - quota) / quota * window, and the
 connection then reads no further request for that long (the channel is muted, KIP-219);
 the throttle is at most the whole window. No quota configured: nothing is measured.
-Each worker process measures its own connections.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from contextvars import ContextVar
 from typing import Any, Iterator
 
 PRODUCE, FETCH = 0, 1
+LOCAL_SENSORS = 4096  # entities measured per worker at most (when the shared table is full)
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = "producer_byte_rate", "consumer_byte_rate", \
     "request_percentage"
 
@@ -68,21 +75,19 @@ class Rate:
         self.samples = samples
         self.buckets: list[list[float]] = []  # [start, total]
 
-    def record(self, value: float, now: float) -> float:
-        """Adds `value`; returns the rate (per second) and the span it was measured over."""
+    def record(self, value: float, now: float) -> tuple[float, float]:
+        """Adds `value`; returns the total of the live samples and the span they cover
+        (as `SharedCounters.record_rate`)."""
         if not self.buckets or now - self.buckets[-1][0] >= self.window:
             self.buckets.append([now, 0.0])
         self.buckets[-1][1] += value
         horizon = now - self.samples * self.window
-        while self.buckets and self.buckets[0][0] + self.window <= horizon:
+        while self.buckets and self.buckets[0][0] <= horizon:
             self.buckets.pop(0)
-        return self.span(now)
+        return sum(b[1] for b in self.buckets), self.span(now)
 
     def span(self, now: float) -> float:
         return max(now - self.buckets[0][0], self.window) if self.buckets else self.window
-
-    def rate(self, now: float) -> float:
-        return sum(b[1] for b in self.buckets) / self.span(now)
 
 
 def _user(ctx: Any) -> str:
@@ -102,7 +107,7 @@ class QuotaManager:
         self.window = float(broker.config.props.get("quota.window.size.seconds") or 1)
         self._stamp: object = ()
         self._quotas: dict = {}
-        self._rates: dict[tuple, Rate] = {}
+        self._rates: dict[tuple, Rate] = {}  # entities measured in this worker (shared table full)
 
     def _current(self) -> dict:
         dynamic = self.broker.dynamic
@@ -110,7 +115,6 @@ class QuotaManager:
         if dynamic._stamp != self._stamp:
             self._quotas = {tuple(sorted(e)): v for e, v in dynamic.quotas().items()}
             self._stamp = dynamic._stamp
-            self._rates.clear()
         return self._quotas
 
     def active(self) -> bool:
@@ -140,16 +144,30 @@ class QuotaManager:
         entity, quota = found
         if key == REQUEST_PERCENTAGE:
             quota = quota * 10.0  # percent of a thread -> ms of handler time per second
-        now = time.monotonic()
-        rate = self._rates.get((key, entity))
-        if rate is None:
-            rate = self._rates[(key, entity)] = Rate(self.samples, self.window)
-        rate.record(value, now)
-        observed = rate.rate(now)
+        user, client_id = _user(ctx), ctx.client_id or ""
+        sensor = (key, tuple((kind, name if name is not None else (user if kind == "user" else client_id))
+                             for kind, name in entity))
+        total, span = self._measure(sensor, value)
+        observed = total / span
         if observed <= quota:
             return 0
-        throttle = (observed - quota) / quota * rate.span(now)
+        throttle = (observed - quota) / quota * span
         return int(min(throttle, self.samples * self.window) * 1000)
+
+    def _measure(self, sensor: tuple, value: float) -> tuple[float, float]:
+        """Records into the broker-wide samples of `sensor`: (total, span in seconds)."""
+        now = time.monotonic()
+        counters = getattr(self.broker, "counters", None)
+        if counters is not None and sensor not in self._rates:
+            got = counters.record_rate(sensor, value, int(now * 1000), int(self.window * 1000))
+            if got is not None:
+                return got
+        rate = self._rates.get(sensor)
+        if rate is None:
+            if len(self._rates) >= LOCAL_SENSORS:  # bounded: the least recently created goes
+                del self._rates[next(iter(self._rates))]
+            rate = self._rates[sensor] = Rate(self.samples, self.window)
+        return rate.record(value, now)
 
     def throttle_request(self, api_key: int, ctx: Any, request_bytes: int, response_bytes: int,
                          handler_ms: float) -> int:

@@ -28,8 +28,10 @@ Security (connections of a configured listener, `listener` set): each has a
 exchange, and the gate (`security.gate.screen`) that lets only the SASL APIs through
 before authentication and caps such requests at 512 KiB. A failed authentication is
 answered, then the connection is closed after `connection.failed.authentication.delay.ms`.
-Limits (`runtime/limits.py`): the connection registers with the process's
-`ConnectionLimits` (max.connections, per-IP caps, idle timeout); `queued.max.requests` /
+Limits (`runtime/limits.py`): a client connection comes with its `Admission` from the
+listener's Acceptor (max.connections, per-IP caps, counted broker-wide), registers for the
+idle sweep once made and gives the admission back when lost; on a SASL listener it stays
+"pending" (capped, timed out) until authenticated; `queued.max.requests` /
 `queued.max.request.bytes` bound the frames waiting in all connections of the process
 together: a connection that queues past them stops reading until the total falls again.
 """
@@ -100,6 +102,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.listener = listener  # kafkafast.security.listeners.ListenerSpec (None: internal)
         self.limits = limits
         self.session: Any = None
+        self.admission: Any = None  # runtime.limits.Admission: this connection's share of the limits
         self.last_active = 0.0
         self._tls_buf: bytearray | None = None
 
@@ -116,10 +119,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.wakeup = asyncio.Event()
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
-        if self.limits is not None and not self.limits.admit(self):
-            self.closing = True
-            transport.abort()  # type: ignore[attr-defined]
-            return
+        if self.admission is not None:  # admitted by the listener's Acceptor (runtime/limits.py)
+            self.limits.connected(self, self.admission)
         if self.listener is not None:
             try:
                 self.session = new_session(self.listener, transport, self.peer)
@@ -257,8 +258,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closing = True
         self._drop_queue()
         KafkaConnection.held_back.discard(self)
-        if self.limits is not None:
-            self.limits.release(self)
+        if self.admission is not None:
+            self.limits.release(self.admission)
         KafkaConnection.spare_pool_bytes -= sum(len(b) for b in self._spares)
         self._spares.clear()
         if self.wakeup is not None:
@@ -310,6 +311,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
                         parts = await self._dispatch(frame)
+                    if self.admission is not None and self.admission.pending and self.session.authenticated:
+                        self.limits.setup_done(self.admission)  # SASL done: no longer a pending connection
                 except CloseConnection as exc:
                     log.info("closing %s: %s", self.peer, exc)
                     self.abort()

@@ -6,7 +6,8 @@ serves it) and binds it `copies` times (SO_REUSEPORT when more than one: one soc
 worker and listener; a port 0 listener binds a free port once and the copies join it),
 without listening, and returns the specs with the ports actually bound. `serve_listeners`
 starts, in the process that serves them (after the fork, once it can serve: listen()
-happens there), one asyncio server per listener:
+happens there), one `limits.Acceptor` per listener (an accept loop that applies the
+broker-wide connection limits and can pause accepting):
 plain TCP, or TLS with the listener's SSLContext; every connection knows its listener
 (Metadata answers with that listener's advertised endpoint) and gets a security session.
 """
@@ -121,23 +122,27 @@ def validate_security(specs: list[ListenerSpec]) -> None:
 
 
 async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[socket.socket],
-                          tracker: set) -> tuple[list[asyncio.AbstractServer], Any]:
+                          tracker: set) -> tuple[list[Any], Any]:
+    """Starts accepting on every listener (`limits.Acceptor`: connection limits counted in
+    `broker.counters`, the area shared by all workers); returns (acceptors, limits)."""
     from kafkafast.runtime.connection import KafkaConnection
-    from kafkafast.runtime.limits import ConnectionLimits
+    from kafkafast.runtime.limits import Acceptor, ConnectionLimits
+    from kafkafast.runtime.shared_counters import SharedCounters
     from kafkafast.security.tls import server_context
 
-    loop = asyncio.get_running_loop()
     max_req = broker.config.get_int("socket.request.max.bytes")
-    limits = ConnectionLimits(broker.config)
+    if getattr(broker, "counters", None) is None:  # a single-process broker: its own area, no lock
+        broker.counters = SharedCounters.for_config(broker.config, 1, None)
+    limits = ConnectionLimits(broker.config, broker.counters, getattr(broker, "index", 0), specs)
     limits.start()
-    servers = []
-    for spec, sock in zip(specs, socks):
+    for i, (spec, sock) in enumerate(zip(specs, socks)):
         ctx = server_context(spec) if spec.tls else None
 
         def factory(spec: ListenerSpec = spec) -> KafkaConnection:
             return KafkaConnection(broker, max_req, tracker=tracker, listener=spec, limits=limits)
 
-        servers.append(await loop.create_server(factory, sock=sock, ssl=ctx, backlog=LISTEN_BACKLOG,
-                                                ssl_handshake_timeout=10.0 if ctx else None))
+        limits.acceptors.append(Acceptor(limits, i, spec, sock, factory, ctx))
+    for acceptor in limits.acceptors:
+        acceptor.start()
     broker.listener_specs = specs
-    return servers, limits
+    return list(limits.acceptors), limits

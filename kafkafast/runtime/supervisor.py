@@ -47,6 +47,7 @@ import time
 
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime import shm
+from kafkafast.runtime.shared_counters import SharedCounters
 from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
@@ -76,6 +77,7 @@ class Supervisor:
         self.pipes: list[tuple[int, int]] = []
         self.run_dir = ""
         self.table: shm.PartitionTable | None = None
+        self.counters: SharedCounters | None = None
         self.clean_start = False
         self.port = 0
 
@@ -94,6 +96,7 @@ class Supervisor:
             self.internal_socks.append(s)
         slots = int(self.config.get("kafkafast.shm.partition.slots") or DEFAULT_SLOTS)
         self.table = shm.PartitionTable.create(self.n, slots, self.run_dir)
+        self.counters = SharedCounters.for_config(self.config, self.n, self.run_dir)  # limits, quotas
         for _ in range(self.n):
             r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self.pipes.append((r, w))
@@ -167,7 +170,7 @@ class Supervisor:
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
                                   wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
-                                  run_dir=self.run_dir, clean=clean)
+                                  run_dir=self.run_dir, clean=clean, counters=self.counters)
             except BaseException:
                 log.exception("worker %d crashed", i)
             finally:
@@ -212,6 +215,7 @@ class Supervisor:
                 for i, status in self.reap():
                     code = os.waitstatus_to_exitcode(status)
                     self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
+                    self.counters.clear_worker(i)  # type: ignore[union-attr]
                     if not self.schedule_replacement(i, code):
                         self.shutdown()
                         return 1

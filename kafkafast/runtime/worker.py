@@ -547,7 +547,7 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
 def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
                listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
                wake_r: int, wake_fds: list[int],
-               run_dir: str, clean: bool) -> int:
+               run_dir: str, clean: bool, counters: Any = None) -> int:
     """The worker's main, called in the child right after the fork."""
     _set_parent_death_signal()
     table.after_fork()
@@ -571,6 +571,9 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         broker_class = ClusterWorkerBroker
     broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
+    if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
+        counters.after_fork()
+        broker.counters = counters
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
     profiler = None
     if profile_dir:

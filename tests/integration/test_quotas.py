@@ -119,3 +119,31 @@ def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data
         throttles = [c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 12).throttle_time_ms
                      for _ in range(300)]
     assert max(throttles) > 0
+
+
+def test_producer_byte_rate_quota_is_broker_wide_with_workers(broker_factory):
+    """With --workers 3 the quota holds for the client-id across the broker: four producers
+    with the same client.id (four connections, spread over the workers by SO_REUSEPORT) are
+    held to 1 MB/s together, not 1 MB/s per worker, while another client is not slowed."""
+    broker = broker_factory(workers=3)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for fut in admin.create_topics([NewTopic("quota-slow", 3, 1), NewTopic("quota-fast", 1, 1)]).values():
+        fut.result(10)
+    set_quota(broker.port, "slow", "producer_byte_rate", QUOTA)
+    stop = time.monotonic() + SECONDS
+    slow = [{} for _ in range(4)]
+    fast, slow_throttles, fast_throttles = {}, [], []
+    threads = [threading.Thread(target=run_producer, args=(broker.bootstrap, "slow", "quota-slow", stop, out,
+                                                           slow_throttles)) for out in slow]
+    threads.append(threading.Thread(target=run_producer, args=(broker.bootstrap, "fast", "quota-fast", stop, fast,
+                                                               fast_throttles)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    slow_rate = sum(out["acked_at_stop"] for out in slow) / max(out["seconds"] for out in slow)
+    fast_rate = fast["acked_at_stop"] / fast["seconds"]
+    assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA, slow_rate
+    assert any(t > 0 for t in slow_throttles)
+    assert not any(t > 0 for t in fast_throttles)
+    assert fast_rate > 2 * QUOTA, fast_rate

@@ -1,6 +1,7 @@
 """Connection limits against hostile or broken clients: idle connections closed after
-connections.max.idle.ms, max.connections.per.ip (with overrides) and max.connections
-enforced at accept, and queued.max.requests back-pressure that still answers everything."""
+connections.max.idle.ms, max.connections.per.ip (with overrides) enforced at accept,
+max.connections pausing accept until a connection closes (the inter-broker listener exempt,
+the least recently active client closed instead), and queued.max.requests back-pressure that still answers everything."""
 from __future__ import annotations
 
 import socket
@@ -29,19 +30,32 @@ def answered(s: socket.socket) -> bool:
     """Sends ApiVersions v0; True if the broker answers, False if it closed the connection."""
     try:
         s.sendall(API_VERSIONS_V0)
-        head = s.recv(4)
-        if len(head) < 4:
-            return False
-        size = struct.unpack(">i", head)[0]
-        got = b""
-        while len(got) < size:
-            chunk = s.recv(size - len(got))
-            if not chunk:
-                return False
-            got += chunk
-        return struct.unpack(">i", got[:4])[0] == 7
     except (ConnectionResetError, BrokenPipeError):
         return False
+    return answered_within(s, 5.0) is True
+
+
+def answered_within(s: socket.socket, timeout: float) -> bool | None:
+    """Waits up to `timeout` for the answer to an ApiVersions v0 already sent: True when it
+    came, None when nothing came yet (the connection stays open), False when closed."""
+    s.settimeout(timeout)
+    try:
+        head = s.recv(4)
+    except socket.timeout:
+        return None
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    if len(head) < 4:
+        return False
+    size = struct.unpack(">i", head)[0]
+    s.settimeout(5)
+    got = b""
+    while len(got) < size:
+        chunk = s.recv(size - len(got))
+        if not chunk:
+            return False
+        got += chunk
+    return struct.unpack(">i", got[:4])[0] == 7
 
 
 def closed_by_peer(s: socket.socket, timeout: float) -> bool:
@@ -76,6 +90,7 @@ def test_idle_connections_are_closed(broker_factory):
 
 def test_max_connections_per_ip_and_overrides(broker_factory):
     b = broker_factory(settings={"max.connections.per.ip": "3", "max.connections.per.ip.overrides": "127.0.0.1:6"})
+    time.sleep(0.5)  # the harness's readiness probe holds a slot until the broker has seen it close
     local = [connect(b.port) for _ in range(7)]
     assert [answered(s) for s in local] == [True] * 6 + [False]  # the override for 127.0.0.1
     other = [connect(b.port, "127.0.0.2") for _ in range(4)]
@@ -93,11 +108,17 @@ def test_max_connections_per_ip_and_overrides(broker_factory):
         s.close()
 
 
-def test_max_connections_caps_all_addresses(broker_factory):
+def test_max_connections_caps_all_addresses_and_pauses_accepting(broker_factory):
     b = broker_factory(settings={"max.connections": "4"})
-    conns = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.1", "127.0.0.2")]
-    assert [answered(s) for s in conns] == [True] * 4 + [False]
-    for s in conns:
+    time.sleep(0.5)  # the readiness probe's slot
+    conns = [connect(b.port, src) for src in ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.1")]
+    assert all(answered(s) for s in conns)
+    waiting = connect(b.port, "127.0.0.2")  # in the backlog: the broker stopped accepting (as Kafka's Acceptor)
+    waiting.sendall(API_VERSIONS_V0)
+    assert answered_within(waiting, 1.5) is None
+    conns[0].close()
+    assert answered_within(waiting, 10.0) is True
+    for s in conns + [waiting]:
         s.close()
 
 
@@ -112,3 +133,21 @@ def test_queued_max_requests_back_pressure_answers_every_pipelined_request(broke
             assert frame is not None and struct.unpack(">i", frame[:4])[0] == i
         assert c.request(ApiVersionsRequest(), 0).error_code == 0
         c.close()
+
+
+def test_inter_broker_listener_passes_max_connections_and_the_least_recently_active_client_goes(broker_factory):
+    from tests.support.broker_process import free_port
+
+    port, clients = free_port(), free_port()
+    b = broker_factory(port=port, settings={  # PLAINTEXT is the inter-broker listener (security.inter.broker.protocol)
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CLIENTS://127.0.0.1:{clients}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT", "max.connections": "3"})
+    time.sleep(0.5)  # the readiness probe's slot
+    conns = [connect(clients) for _ in range(3)]
+    assert all(answered(s) for s in conns)  # conns[0] is now the least recently active
+    broker_link = connect(b.port)
+    assert answered(broker_link)  # not held back by max.connections, as in Kafka
+    assert closed_by_peer(conns[0], 5)  # the broker went back to 3 by closing the oldest-idle client
+    assert answered(conns[1]) and answered(conns[2]) and answered(broker_link)
+    for s in conns + [broker_link]:
+        s.close()
