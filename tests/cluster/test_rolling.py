@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from tests.cluster.test_durability import _read_all
 from tests.cluster.test_isr import _log_end
@@ -276,7 +276,24 @@ def test_throttled_reassignment_is_listed_in_progress_and_catches_up_at_the_rate
     in_progress = kafkafast(*verify, check=False)
     assert in_progress.returncode == 1
     assert "Reassignment of partition throttled-0 is still in progress." in in_progress.stdout
+    # adding partitions meanwhile is refused (Kafka: REASSIGNMENT_IN_PROGRESS, 60), through
+    # any broker, by a Java-compatible admin client and by the CLI; nothing changes
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    for b in sorted(c.brokers):
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{c.brokers[b].port}"})  # kept: a collected one
+        fut = admin.create_partitions([NewPartitions("throttled", 2)])["throttled"]  # cancels its futures
+        with pytest.raises(KafkaException) as refused:
+            fut.result(30)
+        assert refused.value.args[0].code() == KafkaError.REASSIGNMENT_IN_PROGRESS, refused.value
+    alter = kafkafast("topics", "--bootstrap-server", c.bootstrap, "--alter", "--topic", "throttled",
+                      "--partitions", "2", check=False)
+    assert alter.returncode == 1 and "ReassignmentInProgressError" in alter.stderr, alter
+    assert json.loads(c._zk().get("/brokers/topics/throttled")[0])["adding_replicas"] == {"0": [3]}
     c.wait_for(lambda: kafkafast(*verify, check=False).returncode == 0, 60, "the throttled reassignment done")
+    # once done, the same request adds the partition
+    kafkafast("topics", "--bootstrap-server", c.bootstrap, "--alter", "--topic", "throttled", "--partitions", "2")
+    assert sorted(_assignment(c, "throttled")) == [0, 1]
     # 3 MB at 500 kB/s, less one second of burst and one fetch (replica.fetch.max.bytes, 1 MiB)
     # that may overdraw the bucket: not before 2.5 s (a bound only a missing throttle breaks)
     assert time.monotonic() - started >= 2.5
