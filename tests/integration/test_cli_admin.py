@@ -95,6 +95,9 @@ def test_command_config_is_passed_to_the_client(module_broker, tmp_path):
     props.write_text("security.protocol=SASL_SSL\n")
     bad = kafkafast("topics", "--bootstrap-server", module_broker.bootstrap, "--command-config", str(props),
                     "--list", check=False)
+    assert bad.returncode == 1 and "sasl.mechanism=GSSAPI" in bad.stderr  # admin commands speak SASL, not Kerberos
+    bad = kafkafast("produce", "--bootstrap-server", module_broker.bootstrap, "--topic", "t", "--producer.config",
+                    str(props), stdin="x\n", check=False)
     assert bad.returncode == 1 and "PLAINTEXT only" in bad.stderr
 
 
