@@ -102,6 +102,10 @@ def test_command_config_is_passed_to_the_client(module_broker, tmp_path):
 
 
 def test_every_command_has_help_with_an_example():
-    for cmd in ("topics", "groups", "configs", "produce", "consume", "dump-log", "cluster", "bench", "health"):
+    from kafkafast.cli.main import COMMANDS
+
+    assert {"topics", "groups", "configs", "produce", "consume", "dump-log", "cluster", "bench", "health",
+            "reassign", "acls"} <= set(COMMANDS)
+    for cmd in COMMANDS:
         out = kafkafast(cmd, "--help")
         assert "example:" in out.stdout and f"kafkafast {cmd}" in out.stdout, cmd
