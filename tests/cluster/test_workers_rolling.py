@@ -4,13 +4,11 @@ worker keeps serving until it is done, so an idempotent acks=all producer loses 
 duplicates nothing and sees no error."""
 from __future__ import annotations
 
-import threading
 import time
 import pytest
-from confluent_kafka import Producer
-
 from kafkafast.runtime.shm import owner_for
-from tests.cluster.test_rolling import _read_log
+from tests.cluster.test_rolling import check_every_ack_stored_once
+from tests.support.acked_producer import AckedProducer
 from tests.support.cluster import KafkaCluster
 
 TOPIC = "rolling-workers"
@@ -29,28 +27,7 @@ def test_rolling_restart_of_multi_worker_brokers_moves_every_workers_leaderships
     try:
         c.start()
         c.create_topic(TOPIC, PARTITIONS, 2, assignment=assignment)
-        acked: list[bytes] = []
-        delivery_errors: list = []
-        fatal: list = []
-        stop = threading.Event()
-        producer = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100,
-                             "topic.metadata.refresh.interval.ms": 2000,
-                             "error_cb": lambda e: fatal.append(e) if e.fatal() else None})
-
-        def on_delivery(err, msg):
-            (delivery_errors.append(err) if err is not None else acked.append(msg.value()))
-
-        def produce():
-            seq = 0
-            while not stop.is_set() and seq < 200_000:
-                for _ in range(20):
-                    producer.produce(TOPIC, value=b"%08d" % seq, partition=seq % PARTITIONS, on_delivery=on_delivery)
-                    seq += 1
-                producer.poll(0.02)
-
-        thread = threading.Thread(target=produce)
-        thread.start()
+        prod = AckedProducer(c.bootstrap, TOPIC, PARTITIONS, burst=20, limit=200_000).start()
         try:
             for b in sorted(c.brokers):
                 time.sleep(2)
@@ -70,14 +47,8 @@ def test_rolling_restart_of_multi_worker_brokers_moves_every_workers_leaderships
                            60, f"the full ISR after broker {b} returned")
             time.sleep(1)
         finally:
-            stop.set()
-            thread.join(30)
-        assert producer.flush(120) == 0
-        assert delivery_errors == [] and fatal == []
-        assert len(acked) >= 1000, len(acked)
-        stored = _read_log(c.bootstrap, TOPIC, PARTITIONS)
-        all_stored = [v for vs in stored.values() for v in vs]
-        assert len(all_stored) == len(set(all_stored)), "a record was written twice"
-        assert set(acked) <= set(all_stored), "an acknowledged record was lost"
+            unacked = prod.stop()
+        assert unacked == 0
+        check_every_ack_stored_once(c.bootstrap, prod, 1000)
     finally:
         c.close()
