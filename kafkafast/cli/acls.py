@@ -6,7 +6,8 @@
     --operation OP (repeatable: All, Read, Write, Create, Delete, Alter, Describe, ClusterAction,
       DescribeConfigs, AlterConfigs, IdempotentWrite; default All)
     --topic T / --group G / --transactional-id X (repeatable; `*` = every one) / --cluster
-    --resource-pattern-type literal|prefixed (add), also any|match (list, remove)
+    --resource-pattern-type literal (default) | prefixed; for --list/--remove also any (every
+      pattern type, the name exactly) | match (every ACL that applies to the name)
     --producer (Write, Describe, Create on the topics; IdempotentWrite on the cluster with
       --idempotent; Write, Describe on --transactional-id) / --consumer (Read, Describe on the
       topics, Read on the --group)
@@ -80,7 +81,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _pattern(args: argparse.Namespace, *, for_add: bool) -> int:
-    name = args.resource_pattern_type or ("literal" if for_add or not args.list else "any")
+    name = args.resource_pattern_type or "literal"  # Kafka's default, --list included (no resource: every ACL)
     if for_add and name not in ("literal", "prefixed"):
         raise CommandError(f"--resource-pattern-type {name} is only for --list and --remove: "
                            "ACLs are added with literal or prefixed")

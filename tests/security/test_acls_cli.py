@@ -70,6 +70,10 @@ def test_acls_cli_adds_lists_and_removes_acls_that_clients_then_meet(tmp_path):
                            ("TOPIC", "ord", "PREFIXED", "User:bob", "10.1.2.3", "READ", "DENY")}
         text = kafkafast("acls", *admin, "--list", "--topic", "ord", "--resource-pattern-type", "prefixed").stdout
         assert "(principal=User:bob, host=10.1.2.3, operation=READ, permissionType=DENY)" in text
+        ord_ = ("--list", "--topic", "ord", "--output", "json")
+        assert acl_rows(kafkafast("acls", *admin, *ord_).stdout) == set()  # literal by default, as Kafka's tool
+        assert acl_rows(kafkafast("acls", *admin, *ord_, "--resource-pattern-type", "any").stdout) == {
+            ("TOPIC", "ord", "PREFIXED", "User:bob", "10.1.2.3", "READ", "DENY")}
 
         # remove one operation of one principal, then everything on the topic
         out = kafkafast("acls", *admin, "--remove", "--force", "--allow-principal", "User:alice", "--operation",
