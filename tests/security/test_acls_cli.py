@@ -75,6 +75,18 @@ def test_acls_cli_adds_lists_and_removes_acls_that_clients_then_meet(tmp_path):
         assert acl_rows(kafkafast("acls", *admin, *ord_, "--resource-pattern-type", "any").stdout) == {
             ("TOPIC", "ord", "PREFIXED", "User:bob", "10.1.2.3", "READ", "DENY")}
 
+        # a transactional, idempotent producer: prefixed topic and transactional-id, the cluster's IdempotentWrite
+        kafkafast("acls", *admin, "--add", "--allow-principal", "User:carol", "--producer", "--idempotent",
+                  "--topic", "pay-", "--transactional-id", "pay-tx-", "--resource-pattern-type", "prefixed")
+        carol = acl_rows(kafkafast("acls", *admin, "--list", "--principal", "User:carol", "--output", "json").stdout)
+        assert carol == {("TOPIC", "pay-", "PREFIXED", "User:carol", "*", op, "ALLOW")
+                         for op in ("WRITE", "DESCRIBE", "CREATE")} | \
+                        {("TRANSACTIONAL_ID", "pay-tx-", "PREFIXED", "User:carol", "*", op, "ALLOW")
+                         for op in ("WRITE", "DESCRIBE")} | \
+                        {("CLUSTER", "kafka-cluster", "LITERAL", "User:carol", "*", "IDEMPOTENT_WRITE", "ALLOW")}
+        kafkafast("acls", *admin, "--remove", "--force", "--cluster")
+        assert acl_rows(kafkafast("acls", *admin, "--list", "--cluster", "--output", "json").stdout) == set()
+
         # remove one operation of one principal, then everything on the topic
         out = kafkafast("acls", *admin, "--remove", "--force", "--allow-principal", "User:alice", "--operation",
                         "Write", "--topic", "orders").stdout
