@@ -203,14 +203,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _queue_frame(self, frame: bytearray | memoryview) -> None:
         self.queue.append(frame)
-        if request_metrics.active:
-            self.arrivals.append(request_metrics.clock())
         self.wakeup.set()  # type: ignore[union-attr]
         if self.internal:  # forwarded requests: bounded by the requesting worker
             if len(self.queue) >= MAX_QUEUED and not self.paused:
                 self.paused = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
             return
+        if request_metrics.active:  # client requests' queue time (InternalConnection keeps no arrivals)
+            self.arrivals.append(request_metrics.clock())
         cls = KafkaConnection
         cls.queued_total += 1
         cls.queued_bytes += len(frame)
