@@ -42,8 +42,10 @@ def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str]) -> argp
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def load_client_properties(path: str | None, extra: Iterable[str] = ()) -> dict[str, str]:
-    """The --command-config file plus `key=value` items (later ones win)."""
+def load_client_properties(path: str | None, extra: Iterable[str] = (), *,
+                           secure_ok: bool = False) -> dict[str, str]:
+    """The --command-config file plus `key=value` items (later ones win). `secure_ok`: the
+    command connects through `client_security` (admin commands), so any security.protocol."""
     props: dict[str, str] = {}
     if path:
         try:
@@ -57,9 +59,22 @@ def load_client_properties(path: str | None, extra: Iterable[str] = ()) -> dict[
         k, v = item.split("=", 1)
         props[k.strip()] = v.strip()
     proto = props.get("security.protocol", "PLAINTEXT").upper()
-    if proto != "PLAINTEXT":
-        raise CommandError(f"security.protocol={proto}: kafkafast's client speaks PLAINTEXT only")
+    if proto != "PLAINTEXT" and not secure_ok:
+        raise CommandError(f"security.protocol={proto}: this command's client speaks PLAINTEXT only "
+                           "(the admin commands speak SSL and SASL too)")
     return props
+
+
+def client_security(props: dict[str, str]) -> Any:
+    """The TLS context and SASL login of `security.protocol` & co., None for PLAINTEXT."""
+    if props.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
+        return None
+    from kafkafast.security.client import ClientSecurity
+
+    try:
+        return ClientSecurity(props)
+    except (ValueError, OSError) as exc:
+        raise CommandError(f"--command-config: {exc}") from exc
 
 
 def merged_client_properties(command_config: str | None, config_file: str | None,
@@ -115,10 +130,11 @@ def run_admin(args: argparse.Namespace, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Runs `fn(admin)` with an AdminClient for --bootstrap-server/--command-config."""
     from kafkafast.client.admin import AdminClient
 
-    props = load_client_properties(getattr(args, "command_config", None))
+    props = load_client_properties(getattr(args, "command_config", None), secure_ok=True)
+    security = client_security(props)
 
     async def go() -> T:
-        async with AdminClient(args.bootstrap_server, **admin_settings(props)) as admin:
+        async with AdminClient(args.bootstrap_server, **admin_settings(props), security=security) as admin:
             return await fn(admin)
 
     return asyncio.run(go())

@@ -41,6 +41,9 @@ ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     46: (0, 0),   # ListPartitionReassignments
     44: (0, 1),   # IncrementalAlterConfigs
     60: (0, 1),   # DescribeCluster
+    29: (1, 3),   # DescribeAcls (v1: pattern types)
+    30: (1, 3),   # CreateAcls
+    31: (1, 3),   # DeleteAcls
 }
 CONFIG_SET, CONFIG_DELETE = 0, 1
 
@@ -124,6 +127,19 @@ class GroupDescription:
     error_code: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """An ACL (or, for describe/delete, a filter: None matches anything) with Kafka's codes
+    (kafkafast.security.acl: resource type, pattern type, operation, permission type)."""
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+
 @dataclass(slots=True)
 class GroupOffsets:
     """Committed offset, log end and lag of every partition a group has committed."""
@@ -139,9 +155,9 @@ class AdminClient:
     """Async admin operations over one `Cluster`."""
 
     def __init__(self, bootstrap_servers: str | list[str], *, client_id: str = "kafkafast-admin",
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, security: Any = None) -> None:
         self.cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
-                               metadata_max_age_ms=0, allow_auto_topic_creation=False)
+                               metadata_max_age_ms=0, allow_auto_topic_creation=False, security=security)
         self.timeout_ms = request_timeout_ms
 
     async def start(self) -> AdminClient:
@@ -310,6 +326,47 @@ class AdminClient:
             if resp.error_code:
                 raise for_code(resp.error_code)(getattr(resp, "error_message", None) or gen.API_NAMES.get(api_key))
             return resp
+
+    # -- ACLs (any broker answers; in cluster mode they live in ZooKeeper) ---------------------
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> list[tuple[AclBinding, int, str | None]]:
+        """CreateAcls: (binding, error code, message) per binding, in order."""
+        acls = list(acls)
+        C = gen.CreateAclsRequest.AclCreation
+        conn = await self.cluster.any_connection()
+        v = admin_version(conn, 30)
+        resp = await conn.send(gen.CreateAclsRequest(creations=[
+            C(resource_type=a.resource_type, resource_name=a.resource_name, resource_pattern_type=a.pattern_type,
+              principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission_type)
+            for a in acls]), version=v)
+        return [(a, r.error_code, r.error_message) for a, r in zip(acls, resp.results)]
+
+    async def describe_acls(self, f: AclBinding) -> list[AclBinding]:
+        """DescribeAcls with one filter (None fields: any; resource/operation/permission
+        codes ANY=1, pattern type ANY=1 or MATCH=2)."""
+        conn = await self.cluster.any_connection()
+        resp = await conn.send(gen.DescribeAclsRequest(
+            resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+            pattern_type_filter=f.pattern_type, principal_filter=f.principal, host_filter=f.host,
+            operation=f.operation, permission_type=f.permission_type), version=admin_version(conn, 29))
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "DescribeAcls")
+        return [AclBinding(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                           a.permission_type) for r in resp.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Iterable[AclBinding]) -> list[tuple[int, str | None, list[AclBinding]]]:
+        """DeleteAcls: per filter (error code, message, the ACLs it deleted)."""
+        F = gen.DeleteAclsRequest.DeleteAclsFilter
+        conn = await self.cluster.any_connection()
+        resp = await conn.send(gen.DeleteAclsRequest(filters=[
+            F(resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+              pattern_type_filter=f.pattern_type, principal_filter=f.principal, host_filter=f.host,
+              operation=f.operation, permission_type=f.permission_type) for f in filters]),
+            version=admin_version(conn, 31))
+        return [(r.error_code, r.error_message,
+                 [AclBinding(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+                             m.permission_type) for m in r.matching_acls if not m.error_code])
+                for r in resp.filter_results]
 
     async def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int] | None]
                                             ) -> dict[tuple[str, int], int]:

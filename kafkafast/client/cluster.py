@@ -92,8 +92,10 @@ class Cluster:
         max_in_flight: int = 5,
         retry_backoff_ms: int = 100,
         allow_auto_topic_creation: bool = True,
+        security: Any = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security  # TLS context and SASL login (kafkafast.security.client.ClientSecurity), or None
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age = metadata_max_age_ms / 1000.0
@@ -120,7 +122,8 @@ class Cluster:
 
     def _new_conn(self, host: str, port: int, node_id: int) -> BrokerConnection:
         return BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
-                                max_in_flight=self.max_in_flight, request_timeout_ms=self.request_timeout_ms)
+                                max_in_flight=self.max_in_flight, request_timeout_ms=self.request_timeout_ms,
+                                security=self.security)
 
     async def start(self) -> Cluster:
         await self.refresh_metadata()

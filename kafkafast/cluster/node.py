@@ -254,14 +254,23 @@ class ClusterNode:
         return topic_id, assignment
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Kafka's `ZkAdminManager.createPartitions`: more partitions at the assignment znode's
+        version; refused with REASSIGNMENT_IN_PROGRESS while a partition of the topic is being
+        reassigned (adding/removing replicas in the znode, or listed in a pending
+        /admin/reassign_partitions plan): the znode's replica lists are not the topic's then."""
         assert self.zk is not None
-        current = self.topic_assignment(name)
-        if current is None:
-            raise E.UnknownTopicOrPartitionError()
-        tid, assignment, version = current
+        try:
+            data, stat = self.zk.get(Z.topic_path(name))
+        except NoNodeError:
+            raise E.UnknownTopicOrPartitionError() from None
+        tid, assignment = Z.parse_topic_assignment(data)
+        version = stat.version
         if count <= len(assignment):
             raise E.InvalidPartitionsError(
                 f"Topic currently has {len(assignment)} partitions, which is higher than the requested {count}.")
+        adding, removing = Z.parse_reassigning(data)
+        if adding or removing or name in self._pending_reassignment_topics():
+            raise E.ReassignmentInProgressError(f"A partition reassignment is in progress for the topic '{name}'.")
         rf = len(next(iter(assignment.values())))
         extra = assign_replicas(self.live_brokers(), count - len(assignment), rf, start_partition=len(assignment))
         if validate_only:
@@ -271,6 +280,16 @@ class ClusterNode:
                         version=version)
         except BadVersionError:
             raise E.ReassignmentInProgressError("the topic's assignment changed meanwhile; retry") from None
+
+    def _pending_reassignment_topics(self) -> set[str]:
+        try:
+            data, _ = self.zk.get(Z.REASSIGN_PARTITIONS)  # type: ignore[union-attr]
+        except NoNodeError:
+            return set()
+        try:
+            return {str(e["topic"]) for e in Z.loads(data).get("partitions") or []}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return set()
 
     def delete_topic(self, name: str) -> None:
         assert self.zk is not None

@@ -61,6 +61,15 @@ TO_CONTROLLER = frozenset({7, 56})  # ControlledShutdown, AlterPartition: answer
 IDENTITY_WAIT_S = 120.0
 
 
+def controlled_shutdown_budget(config: Any) -> float:
+    """Seconds a broker's controlled shutdown may take (Kafka's retries x backoff, plus the
+    wait for the LeaderAndIsr and one slow request); 0 when it is off or not in cluster mode."""
+    if not config.get("zookeeper.connect") or not config.get_bool("controlled.shutdown.enable"):
+        return 0.0
+    retries = max(config.get_int("controlled.shutdown.max.retries"), 1)
+    return retries * config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0 + 15.0
+
+
 class WorkerClusterNode(ClusterNode):
     """The session of one worker; the broker id and epoch live in shared memory, written by
     worker 0 (which registers) and read by the others."""
@@ -199,6 +208,27 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                         self.index, self.node_id)
             self.table.set_header_word(shm.H_REREGISTER, 1)
             self._poke(0)
+
+    async def before_stop(self) -> None:
+        """SIGTERM, before any worker stops serving. Worker 0 (the registration's holder) runs
+        the controlled shutdown: one ControlledShutdown names the broker, and the controller
+        moves every partition the broker leads, whichever worker owns it; worker 0 returns
+        once its own view (the fanned-out LeaderAndIsr) shows no replicated partition led
+        here, and then drops its ready word. The other workers keep serving clients,
+        forwarded requests and the LeaderAndIsr fan-out until then (or until the controlled
+        shutdown's time is up), so no worker closes the log of a partition the broker still
+        leads."""
+        if self.index == 0:
+            await self.controlled_shutdown()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + controlled_shutdown_budget(self.config)
+        while self.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        led = sorted(tp for tp, p in self.partitions.items()
+                     if isinstance(p, ClusterWorkerPartition) and p.local and p.is_leader and len(p.replicas) > 1)
+        log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
+                 self.index, len(led), f": {led[:5]}" if led else "")
 
     def _poke(self, worker: int) -> None:
         self.wakeups_sent += 1

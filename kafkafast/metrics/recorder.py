@@ -1,7 +1,11 @@
 """Per-request metrics, recorded in each worker (see the package docstring).
 
-`observe(frame, parts, started)` is called by the connection once a request is answered:
-it counts the request by API and version, its total time into a histogram per API, and
+`observe(frame, parts, started, arrived)` is called by the connection once a request is
+answered: it counts the request by API and version, its total time and its queue time into
+histograms per API (queue time: from the frame being wholly read from the socket into the
+connection's queue to its handler starting — waiting behind the same connection's earlier
+requests and out a client quota's throttle delay; a frame still in the kernel while the
+connection does not read, the backpressure of full queues, is not yet counted), and
 for Produce (records and batch bytes per topic, from the request's batch headers) and
 Fetch (bytes sent per topic, from the sendfile regions of the response) the per-topic
 traffic. Produce traffic is counted as received: the response is not decoded (that
@@ -26,6 +30,12 @@ _BYTES_OUT: Any = None
 _ISR_SHRINKS: Any = None
 _UNCLEAN: Any = None
 _ISR_EXPANDS: Any = None
+_QUEUE_TIME: Any = None
+_FLUSH_TIME: Any = None
+_AUTH_OK: Any = None
+_AUTH_FAILED: Any = None
+_UNCLEANABLE: Any = None
+_auth_children: dict[tuple[str, bool], Any] = {}
 _NAMES: dict[int, str] = {}
 _BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
 
@@ -39,8 +49,9 @@ def enable(directory: str) -> None:
     """Turns recording on in this process and every process forked from it; `directory`
     holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
     global active, _REQUESTS, _TOTAL_TIME, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS, _UNCLEAN
+    global _QUEUE_TIME, _FLUSH_TIME, _AUTH_OK, _AUTH_FAILED, _UNCLEANABLE
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-    from prometheus_client import Counter, Histogram, values
+    from prometheus_client import Counter, Gauge, Histogram, values
 
     values.ValueClass = values.MultiProcessValue()  # in case prometheus_client was imported before
     from kafkafast.protocol import _generated as gen
@@ -51,6 +62,24 @@ def enable(directory: str) -> None:
     _TOTAL_TIME = Histogram("kafka_network_requestmetrics_totaltimems",
                             "Time from a request's arrival at the handler to its response written, in ms",
                             ["request"], buckets=TIME_BUCKETS_MS, registry=None)
+    _QUEUE_TIME = Histogram("kafka_network_requestmetrics_requestqueuetimems",
+                            "Time from a request's frame being wholly read to its handler starting, in ms",
+                            ["request"], buckets=TIME_BUCKETS_MS, registry=None)
+    _FLUSH_TIME = Histogram("kafka_log_logflushstats_logflushrateandtimems",
+                            "Time of each log flush (fdatasync of segments, indexes and the directory), in ms",
+                            buckets=TIME_BUCKETS_MS, registry=None)
+    _AUTH_OK = Counter("kafka_server_socket_server_metrics_successful_authentication",
+                       "Connections authenticated (TLS or plaintext at connect, SASL at the exchange's end)",
+                       ["listener"], registry=None)
+    _AUTH_FAILED = Counter("kafka_server_socket_server_metrics_failed_authentication",
+                           "Connections closed because their SASL authentication failed", ["listener"], registry=None)
+    _UNCLEANABLE = Gauge("kafka_log_logcleanermanager_uncleanable_partitions_count",
+                         "Partitions the log cleaner skips (a batch it cannot decode), per log dir",
+                         ["logDirectory"], multiprocess_mode="livesum", registry=None)
+    from kafkafast.storage import cleaner as storage_cleaner, log as storage_log
+
+    storage_log.flush_observer = _FLUSH_TIME.observe
+    storage_cleaner.uncleanable_observer = _uncleanable
     _MESSAGES_IN = Counter("kafka_server_brokertopicmetrics_messagesin", "Records received in produce requests", ["topic"], registry=None)
     _BYTES_IN = Counter("kafka_server_brokertopicmetrics_bytesin", "Record batch bytes received in produce requests", ["topic"],
                         registry=None)
@@ -64,7 +93,24 @@ def enable(directory: str) -> None:
                        "Leaders elected from outside the ISR by this broker's controller", registry=None)
     _children.clear()
     _topic_metrics.clear()
+    _auth_children.clear()
     active = True
+
+
+def _uncleanable(counts: dict[str, int]) -> None:
+    for directory, n in counts.items():
+        _UNCLEANABLE.labels(directory).set(n)
+
+
+def authentication(listener: str, ok: bool) -> None:
+    """A connection authenticated (ok) or closed for a failed authentication, on `listener`
+    (Kafka's socket-server-metrics successful-/failed-authentication-total)."""
+    if not active:
+        return
+    child = _auth_children.get((listener, ok))
+    if child is None:
+        child = _auth_children[(listener, ok)] = (_AUTH_OK if ok else _AUTH_FAILED).labels(listener)
+    child.inc()
 
 
 def unclean_election() -> None:
@@ -92,18 +138,23 @@ def _topic(topic: str) -> tuple[Any, Any, Any]:
     return t
 
 
-def observe(frame: Any, parts: list | None, started: float) -> None:
-    """Records one answered request (see the module docstring); never raises."""
+def observe(frame: Any, parts: list | None, started: float, arrived: float | None = None) -> None:
+    """Records one answered request (see the module docstring): `started` and `arrived`
+    are `clock()` readings when its handler started and when its frame was wholly read.
+    Never raises."""
     try:
         elapsed_ms = (clock() - started) * 1000.0
         api_key = int.from_bytes(frame[0:2], "big", signed=True)
         version = int.from_bytes(frame[2:4], "big", signed=True)
-        pair = _children.get((api_key, version))
-        if pair is None:
+        children = _children.get((api_key, version))
+        if children is None:
             name = _NAMES.get(api_key, str(api_key))
-            pair = _children[(api_key, version)] = (_REQUESTS.labels(name, str(version)), _TOTAL_TIME.labels(name))
-        pair[0].inc()
-        pair[1].observe(elapsed_ms)
+            children = _children[(api_key, version)] = (
+                _REQUESTS.labels(name, str(version)), _TOTAL_TIME.labels(name), _QUEUE_TIME.labels(name))
+        children[0].inc()
+        children[1].observe(elapsed_ms)
+        if arrived is not None:
+            children[2].observe(max(0.0, (started - arrived) * 1000.0))
         if api_key == 0:
             _produce(frame)
         elif api_key == 1 and parts:

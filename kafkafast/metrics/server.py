@@ -33,7 +33,7 @@ class WorkerMetrics:
         files = []
         for path in glob.glob(os.path.join(self.directory, "*.db")):
             try:
-                if os.path.getsize(path) > 0:
+                if os.path.getsize(path) > 0 and _live_or_cumulative(path):
                     files.append(path)
             except OSError:
                 continue
@@ -43,6 +43,22 @@ class WorkerMetrics:
                 if totals:
                     metric.add_sample(metric.name + "_total", {}, sum(s.value for s in totals))
             yield metric
+
+
+def _live_or_cumulative(path: str) -> bool:
+    """A live gauge's file (`gauge_live*_<pid>.db`) counts only while its process lives: a
+    replaced worker's successor reports the same partitions again. Counters and histograms
+    of dead workers keep counting."""
+    name = os.path.basename(path)
+    if not name.startswith("gauge_live"):
+        return True
+    try:
+        os.kill(int(name.rsplit("_", 1)[1].split(".")[0]), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError):
+        return True
+    return True
 
 
 class MetricsEndpoint:

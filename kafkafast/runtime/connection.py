@@ -87,6 +87,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._got = 0
         self._spares: list[bytearray] = []
         self.queue: deque[bytearray | memoryview] = deque()
+        self.arrivals: deque[float] = deque()  # with metrics on: when each queued frame was wholly read
+        self._auth_counted = False  # this connection's authentication is in the metrics
         self.wakeup: asyncio.Event | None = None
         self.task: asyncio.Task | None = None
         self.closing = False
@@ -131,6 +133,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             if not self.session.authenticated:
                 self.max_request = min(self.max_request, PRE_AUTH_MAX_BYTES)
+            else:  # TLS (handshake done) or plaintext: authenticated at connect, as Kafka counts it
+                self._count_authentication(True)
         self.task = loop.create_task(self._process())
         if self.tracker is not None:
             self.tracker.add(self)
@@ -206,6 +210,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.paused = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
             return
+        if request_metrics.active:  # client requests' queue time (InternalConnection keeps no arrivals)
+            self.arrivals.append(request_metrics.clock())
         cls = KafkaConnection
         cls.queued_total += 1
         cls.queued_bytes += len(frame)
@@ -295,6 +301,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             cls.queued_total -= 1
             cls.queued_bytes -= len(frame)
         self.queue.clear()
+        self.arrivals.clear()
 
     async def _process(self) -> None:
         try:
@@ -304,6 +311,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self.wakeup.wait()  # type: ignore[union-attr]
                     continue
                 frame = self.queue.popleft()
+                arrived = self.arrivals.popleft() if self.arrivals else None
                 self._dequeued(frame)
                 self.busy = True
                 started = request_metrics.clock()
@@ -315,6 +323,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         self.limits.setup_done(self.admission)  # SASL done: no longer a pending connection
                 except CloseConnection as exc:
                     log.info("closing %s: %s", self.peer, exc)
+                    if self.session is not None and not self.session.authenticated:
+                        self._count_authentication(False)
                     self.abort()
                     return
                 except Exception:
@@ -330,9 +340,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if delay > 0:
                         await asyncio.sleep(delay)
                 if request_metrics.active:
-                    request_metrics.observe(frame, parts, started)
+                    request_metrics.observe(frame, parts, started, arrived)
+                    if self.session is not None and self.session.authenticated and not self._auth_counted:
+                        self._count_authentication(True)  # a SASL exchange just ended
                 parts = None
                 if self.session is not None and self.session.failed:
+                    self._count_authentication(False)
                     await self._close_failed_auth()
                     return
                 self._recycle(frame)
@@ -344,6 +357,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.test_control is not None:
             return self.test_control.handle_frame(frame, self)
         return self.broker.handle_frame(frame, self, internal=self.internal)
+
+    def _count_authentication(self, ok: bool) -> None:
+        """Kafka's successful-/failed-authentication-total of the listener, once per connection."""
+        if request_metrics.active and not self._auth_counted and self.listener is not None:
+            self._auth_counted = True
+            request_metrics.authentication(self.listener.name, ok)
 
     async def _close_failed_auth(self) -> None:
         await asyncio.sleep(security_of(self.broker).failed_auth_delay)

@@ -81,6 +81,14 @@ class Supervisor:
         self.clean_start = False
         self.port = 0
 
+    def _controlled_shutdown_budget(self) -> float:
+        """Cluster mode: the workers first wait for the controlled shutdown (leaderships moved)."""
+        if not self.config.get("zookeeper.connect"):
+            return 0.0
+        from kafkafast.cluster.worker_broker import controlled_shutdown_budget
+
+        return controlled_shutdown_budget(self.config)
+
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
         # one SO_REUSEPORT socket per listener for each worker, bound but not listening
@@ -257,7 +265,7 @@ class Supervisor:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + SHUTDOWN_TIMEOUT
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT + self._controlled_shutdown_budget()
         ok = True
         # every worker wrote all its state (none is dead awaiting a delayed respawn, with
         # its partitions unrecovered): the logs need no recovery scan

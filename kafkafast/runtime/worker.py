@@ -510,10 +510,11 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     if on_listening is not None and not stop.is_set():
         await on_listening()
     await stop.wait()
-    if broker.index == 0 and hasattr(broker, "controlled_shutdown"):
-        # cluster mode: the registration's holder asks the controller to move this broker's
-        # leaderships while every worker still serves (the others stop at once, as before)
-        await broker.controlled_shutdown()
+    before_stop = getattr(broker, "before_stop", None)
+    if before_stop is not None:
+        # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
+        # worker's partitions) while every worker still serves; the others wait for it
+        await before_stop()
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)

@@ -175,3 +175,55 @@ def _sasl_exchange(mechanism: str, username: str, password: str) -> Any:
         if answer.error_code:
             raise SaslClientError(f"SASL {mechanism} as {username}: {answer.error_message or answer.error_code}")
         token = client.step(bytes(answer.auth_bytes))
+
+
+# -- a client's connections (the CLI's --command-config) ----------------------------------------
+class _Props:
+    """Client properties with the `get(key, default)` of a listener spec."""
+
+    def __init__(self, props: dict) -> None:
+        self.props = props
+        self.name = "client"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.props.get(key, default)
+
+
+class ClientSecurity:
+    """How a client connects, from Kafka's client property names: `security.protocol`
+    (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), the `ssl.truststore.*` / `ssl.keystore.*` files
+    (PEM), `ssl.endpoint.identification.algorithm`, `sasl.mechanism` (PLAIN, SCRAM-SHA-256/512)
+    with the username/password of `sasl.jaas.config` (or librdkafka's `sasl.username` /
+    `sasl.password`). The same interface as InterBrokerSecurity, for BrokerConnection."""
+
+    def __init__(self, props: dict) -> None:
+        from kafkafast.security.jaas import parse_jaas
+
+        protocol = (props.get("security.protocol") or "PLAINTEXT").upper()
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"security.protocol={protocol}: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+        self.protocol = protocol
+        self.ssl_context = client_ssl_context(_Props(props)) if protocol in ("SSL", "SASL_SSL") else None
+        self.mechanism: str | None = None
+        self.credentials: tuple[str, str] | None = None
+        if protocol.startswith("SASL_"):
+            mechanism = (props.get("sasl.mechanism") or "GSSAPI").upper()
+            if mechanism != "PLAIN" and mechanism not in MECHANISMS:
+                raise ValueError(f"sasl.mechanism={mechanism}: kafkafast's client speaks PLAIN, SCRAM-SHA-256 "
+                                 "or SCRAM-SHA-512")
+            username, password = props.get("sasl.username"), props.get("sasl.password")
+            if props.get("sasl.jaas.config"):
+                opts = parse_jaas(props["sasl.jaas.config"])[1]
+                username, password = opts.get("username", username), opts.get("password", password)
+            if username is None or password is None:
+                raise ValueError(f"{protocol}: sasl.jaas.config (or sasl.username/sasl.password) gives no "
+                                 "username and password")
+            self.mechanism, self.credentials = mechanism, (username, password)
+
+    def server_hostname(self, host: str) -> str | None:
+        return host if self.ssl_context is not None else None
+
+    def exchange(self) -> Any:
+        if self.mechanism is None:
+            return None
+        return _sasl_exchange(self.mechanism, *self.credentials)  # type: ignore[misc]

@@ -58,7 +58,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from crc32c import crc32c as _crc32c
@@ -88,6 +88,11 @@ from kafkafast.storage.log import Log
 from kafkafast.storage.segment import CLEANED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment, segment_name
 
 log = logging.getLogger("kafkafast.cleaner")
+
+# Called with {absolute log dir: uncleanable partitions of this cleaner there} whenever that
+# changes (Kafka's LogCleanerManager uncleanable-partitions-count per logDirectory), set by
+# kafkafast.metrics when the broker serves metrics; None: not reported.
+uncleanable_observer: Callable[[dict[str, int]], None] | None = None
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _READ_CHUNK = 8 << 20
@@ -167,6 +172,7 @@ class LogCleaner:
         self.max_decompressed = max_decompressed  # message.max.decompressed.bytes, None: unset
         # partition -> offset of the batch that made it uncleanable (see the module doc)
         self.uncleanable: dict[tuple[str, int], int] = {}
+        self._uncleanable_dir: dict[tuple[str, int], str] = {}  # partition -> its log dir (absolute)
         self.clean_points: dict[tuple[str, int], int] = {}
         self.tombstone_due: dict[tuple[str, int], int] = {}
         self._job: _Job | None = None
@@ -177,6 +183,21 @@ class LogCleaner:
                 self.clean_points.update(OffsetCheckpointFile(os.path.join(d, CLEANER_CHECKPOINT)).read())
             except Exception:  # a bad checkpoint only costs a full re-clean
                 log.warning("ignoring unreadable %s in %s", CLEANER_CHECKPOINT, d)
+        self._publish_uncleanable()
+
+    def _publish_uncleanable(self) -> None:
+        observer = uncleanable_observer
+        if observer is None:
+            return
+        counts = {os.path.abspath(d): 0 for d in self.log_dirs}
+        for key in self.uncleanable:
+            d = self._uncleanable_dir.get(key)
+            if d is not None:
+                counts[d] = counts.get(d, 0) + 1
+        try:
+            observer(counts)
+        except Exception:  # noqa: BLE001 - metrics never stop the cleaner
+            pass
 
     # -- driving -------------------------------------------------------------------------
 
@@ -262,6 +283,8 @@ class LogCleaner:
             return False
         if lg.log_start_offset > bad:  # the bad batch is gone
             del self.uncleanable[key]
+            self._uncleanable_dir.pop(key, None)
+            self._publish_uncleanable()
             log.info("%s-%d is cleanable again: the batch at offset %d left the log", lg.topic, lg.partition, bad)
             return False
         return True
@@ -439,6 +462,8 @@ class LogCleaner:
                 log.error("%s-%d is uncleanable, compaction skips it until that batch leaves the log: %s",
                           lg.topic, lg.partition, job.error)
             self.uncleanable[key] = job.error.offset
+            self._uncleanable_dir[key] = os.path.abspath(os.path.dirname(lg.dir))
+            self._publish_uncleanable()
             return
         if job.error is not None:
             log.error("cleaning %s-%d failed (retried after log.cleaner.backoff.ms): %r", lg.topic, lg.partition,
@@ -475,7 +500,9 @@ class LogCleaner:
         """The partition was deleted."""
         self.clean_points.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
-        self.uncleanable.pop((topic, partition), None)
+        if self.uncleanable.pop((topic, partition), None) is not None:
+            self._uncleanable_dir.pop((topic, partition), None)
+            self._publish_uncleanable()
 
     @staticmethod
     def _merge_checkpoint(log_dir: str, points: dict[tuple[str, int], int]) -> None:

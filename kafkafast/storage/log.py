@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,11 @@ class LoadStats:
     truncated_bytes: int
     rebuilt_segments: int
     segments: int
+
+
+# Called with the milliseconds each flush took (Kafka's LogFlushStats.LogFlushRateAndTimeMs),
+# set by kafkafast.metrics when the broker serves metrics; None: not timed.
+flush_observer: Callable[[float], None] | None = None
 
 
 def _now_ms() -> int:
@@ -420,20 +426,28 @@ class Log:
 
     def flush(self) -> None:
         """fdatasync everything appended so far; the recovery point becomes the log end."""
-        self._flush_rolled()
+        observer = flush_observer
+        started = time.perf_counter() if observer is not None else 0.0
+        self._flush_rolled(timed=False)
         self._segments[-1].flush()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = _now_ms()
+        if observer is not None:
+            observer((time.perf_counter() - started) * 1000.0)
 
-    def _flush_rolled(self) -> None:
+    def _flush_rolled(self, *, timed: bool = True) -> None:
         if not self._unflushed:
             return
+        observer = flush_observer if timed else None
+        started = time.perf_counter() if observer is not None else 0.0
         for seg in self._unflushed:
             if seg.fd >= 0:
                 seg.flush_all()
         fsync_dir(self.dir)
         self._unflushed = []
         self.recovery_point = max(self.recovery_point, self._segments[-1].base_offset)
+        if observer is not None:
+            observer((time.perf_counter() - started) * 1000.0)
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Time-based flush (flush.ms); rolled segments are flushed at the first call after

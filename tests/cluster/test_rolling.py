@@ -8,11 +8,12 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from tests.cluster.test_durability import _read_all
 from tests.cluster.test_isr import _log_end
 from tests.integration.test_metrics import scrape, value
+from tests.support.acked_producer import AckedProducer
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
 from tests.support.cluster import KafkaCluster
@@ -62,28 +63,22 @@ def _read_log(bootstrap: str, topic: str, partitions: int) -> dict[int, list[byt
     return {p: [v for _, v in recs] for p, recs in out.items()}
 
 
+def check_every_ack_stored_once(bootstrap: str, prod: AckedProducer, at_least: int) -> list[bytes]:
+    """The producer saw no error and at least `at_least` acks; the log holds every acked
+    value, none twice, with no offset gap. The acked values."""
+    assert prod.delivery_errors == [] and prod.fatal == []
+    assert len(prod.acked) >= at_least, len(prod.acked)
+    stored = _read_log(bootstrap, prod.topic, prod.partitions)
+    all_stored = [v for vs in stored.values() for v in vs]
+    assert len(all_stored) == len(set(all_stored)), "a record was written twice"
+    assert set(prod.acked) <= set(all_stored), "an acknowledged record was lost"
+    return prod.acked
+
+
 def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(rolling_cluster):
     c = rolling_cluster
     c.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-    acked: list[bytes] = []
-    delivery_errors: list = []
-    fatal: list = []
-    stop = threading.Event()
-    producer = Producer({"bootstrap.servers": c.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "message.timeout.ms": 120000, "retry.backoff.ms": 100,
-                         "topic.metadata.refresh.interval.ms": 2000,
-                         "error_cb": lambda e: fatal.append(e) if e.fatal() else None})
-
-    def on_delivery(err, msg):
-        (delivery_errors.append(err) if err is not None else acked.append(msg.value()))
-
-    def produce():
-        seq = 0
-        while not stop.is_set() and seq < 400_000:
-            for _ in range(50):
-                producer.produce(TOPIC, value=b"%08d" % seq, partition=seq % PARTITIONS, on_delivery=on_delivery)
-                seq += 1
-            producer.poll(0.02)
+    prod = AckedProducer(c.bootstrap, TOPIC, PARTITIONS)
 
     consumed: set[bytes] = set()
     consumer_done = threading.Event()
@@ -100,9 +95,9 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
         finally:
             cons.close()
 
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for t in threads:
-        t.start()
+    consumer = threading.Thread(target=consume)
+    prod.start()
+    consumer.start()
     try:
         for b in sorted(c.brokers):
             time.sleep(2)
@@ -116,18 +111,12 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
                        60, f"the full ISR after broker {b} returned")
         time.sleep(2)
     finally:
-        stop.set()
-        threads[0].join(30)
-    assert producer.flush(120) == 0
-    assert delivery_errors == [] and fatal == []
-    assert len(acked) >= 3000, len(acked)
-    stored = _read_log(c.bootstrap, TOPIC, PARTITIONS)
-    all_stored = [v for vs in stored.values() for v in vs]
-    assert len(all_stored) == len(set(all_stored)), "a record was written twice"
-    assert set(acked) <= set(all_stored), "an acknowledged record was lost"
+        unacked = prod.stop()
+    assert unacked == 0
+    acked = check_every_ack_stored_once(c.bootstrap, prod, 3000)
     c.wait_for(lambda: set(acked) <= consumed, 60, "the consumer group to read every acknowledged record")
     consumer_done.set()
-    threads[1].join(30)
+    consumer.join(30)
 
     # leadership: the last broker restarted leads nothing until a preferred election
     assignment = _assignment(c, TOPIC)
@@ -276,7 +265,24 @@ def test_throttled_reassignment_is_listed_in_progress_and_catches_up_at_the_rate
     in_progress = kafkafast(*verify, check=False)
     assert in_progress.returncode == 1
     assert "Reassignment of partition throttled-0 is still in progress." in in_progress.stdout
+    # adding partitions meanwhile is refused (Kafka: REASSIGNMENT_IN_PROGRESS, 60), through
+    # any broker, by a Java-compatible admin client and by the CLI; nothing changes
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    for b in sorted(c.brokers):
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{c.brokers[b].port}"})  # kept: a collected one
+        fut = admin.create_partitions([NewPartitions("throttled", 2)])["throttled"]  # cancels its futures
+        with pytest.raises(KafkaException) as refused:
+            fut.result(30)
+        assert refused.value.args[0].code() == KafkaError.REASSIGNMENT_IN_PROGRESS, refused.value
+    alter = kafkafast("topics", "--bootstrap-server", c.bootstrap, "--alter", "--topic", "throttled",
+                      "--partitions", "2", check=False)
+    assert alter.returncode == 1 and "ReassignmentInProgressError" in alter.stderr, alter
+    assert json.loads(c._zk().get("/brokers/topics/throttled")[0])["adding_replicas"] == {"0": [3]}
     c.wait_for(lambda: kafkafast(*verify, check=False).returncode == 0, 60, "the throttled reassignment done")
+    # once done, the same request adds the partition
+    kafkafast("topics", "--bootstrap-server", c.bootstrap, "--alter", "--topic", "throttled", "--partitions", "2")
+    assert sorted(_assignment(c, "throttled")) == [0, 1]
     # 3 MB at 500 kB/s, less one second of burst and one fetch (replica.fetch.max.bytes, 1 MiB)
     # that may overdraw the bucket: not before 2.5 s (a bound only a missing throttle breaks)
     assert time.monotonic() - started >= 2.5

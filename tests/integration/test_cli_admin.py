@@ -95,10 +95,17 @@ def test_command_config_is_passed_to_the_client(module_broker, tmp_path):
     props.write_text("security.protocol=SASL_SSL\n")
     bad = kafkafast("topics", "--bootstrap-server", module_broker.bootstrap, "--command-config", str(props),
                     "--list", check=False)
+    assert bad.returncode == 1 and "sasl.mechanism=GSSAPI" in bad.stderr  # admin commands speak SASL, not Kerberos
+    bad = kafkafast("produce", "--bootstrap-server", module_broker.bootstrap, "--topic", "t", "--producer.config",
+                    str(props), stdin="x\n", check=False)
     assert bad.returncode == 1 and "PLAINTEXT only" in bad.stderr
 
 
 def test_every_command_has_help_with_an_example():
-    for cmd in ("topics", "groups", "configs", "produce", "consume", "dump-log", "cluster", "bench", "health"):
+    from kafkafast.cli.main import COMMANDS
+
+    assert {"topics", "groups", "configs", "produce", "consume", "dump-log", "cluster", "bench", "health",
+            "reassign", "acls"} <= set(COMMANDS)
+    for cmd in COMMANDS:
         out = kafkafast(cmd, "--help")
         assert "example:" in out.stdout and f"kafkafast {cmd}" in out.stdout, cmd

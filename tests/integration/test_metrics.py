@@ -28,6 +28,23 @@ def value(m: dict, name: str, **labels: str) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+# Dashboard series that only the queue/flush/authentication/cleaner test produces.
+NEEDS_SPECIAL_TRAFFIC = {"kafka_server_socket_server_metrics_failed_authentication_total",
+                         "kafka_log_logflushstats_logflushrateandtimems_bucket",
+                         "kafka_log_logcleanermanager_uncleanable_partitions_count"}
+
+
+def dashboard_series() -> set[str]:
+    """The metric names the Grafana dashboard in deploy/ plots."""
+    import json
+    import re
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/kafkafast.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    return {n for e in exprs for n in re.findall(r"\b(kafka(?:fast)?_[a-z_]+)\{", e)}
+
+
 def _workers(supervisor_pid: int) -> list[int]:
     with open(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children") as fh:
         return [int(x) for x in fh.read().split()]
@@ -72,16 +89,11 @@ def test_metrics_move_with_traffic(broker_factory, workers):
     assert sum(value(m, "kafka_consumergroup_lag", consumergroup="readers", topic="m", partition=str(p))
                for p in range(4)) == 50
 
-    # Every series the Grafana dashboard in deploy/ plots is served.
-    import json
-    import re
-    from pathlib import Path
-
-    dash = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/kafkafast.json").read_text())
-    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
-    plotted = {n for e in exprs for n in re.findall(r"\b(kafka(?:fast)?_[a-z_]+)\{", e)}
+    # Every series the Grafana dashboard in deploy/ plots is served (those that need failed
+    # logins, flushes or a broken compacted log: in the next test).
+    plotted = dashboard_series()
     served = {name for name, _ in m}
-    assert plotted and plotted <= served, plotted - served
+    assert plotted and plotted - NEEDS_SPECIAL_TRAFFIC <= served, plotted - served
 
     from kafkafast.client.sync import KafkaConsumer  # an open connection shows per listener
 
@@ -132,3 +144,80 @@ print(samples)
                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO))
     assert out.returncode == 0, out.stderr
     assert "('kafka_network_requestmetrics_requests_total', {'request': 'Produce', 'version': '9'}, 3.0)" in out.stdout
+
+
+def test_queue_time_flush_time_authentications_and_uncleanable_partitions_move(broker_factory, tmp_path):
+    """kafka_network_requestmetrics_requestqueuetimems, kafka_log_logflushstats_logflushrateandtimems,
+    kafka_server_socket_server_metrics_{successful,failed}_authentication_total{listener} and
+    kafka_log_logcleanermanager_uncleanable_partitions_count{logDirectory}, each from real traffic
+    over two worker processes."""
+    import confluent_kafka as ck
+
+    from kafkafast.records import CODEC_GZIP
+    from kafkafast.storage import LogConfig
+    from kafkafast.storage.log import Log
+    from tests.security.conftest import PLAIN_JAAS
+    from tests.support import hostile_batches as hb
+    from tests.unit.test_cleaner_bad_batches import NOW, fill
+
+    mport, plain, sasl = free_port(), free_port(), free_port()
+    settings = {"metrics.port": str(mport), "metrics.host": "127.0.0.1",
+                "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+                "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": PLAIN_JAAS,
+                "connection.failed.authentication.delay.ms": "0", "log.cleaner.backoff.ms": "300"}
+    broker = broker_factory(workers=2, port=plain, settings=settings)
+    b = ["--bootstrap-server", broker.bootstrap]
+    before = scrape(mport)
+    assert value(before, "kafka_log_logflushstats_logflushrateandtimems_count") == 0
+    assert value(before, "kafka_server_socket_server_metrics_failed_authentication_total", listener="SASL_PLAINTEXT") == 0
+
+    # queue time and flush time: every produced batch is flushed (flush.messages=1)
+    kafkafast("topics", *b, "--create", "--topic", "flushed", "--partitions", "2", "--config", "flush.messages=1")
+    kafkafast("produce", *b, "--topic", "flushed", stdin="".join(f"v{i}\n" for i in range(30)))
+    m = scrape(mport)
+    assert value(m, "kafka_network_requestmetrics_requestqueuetimems_count", request="Produce") >= 1
+    assert value(m, "kafka_network_requestmetrics_requestqueuetimems_bucket", request="Metadata", le="+Inf") >= 1
+    assert value(m, "kafka_network_requestmetrics_requestqueuetimems_sum", request="Produce") >= 0
+    assert value(m, "kafka_log_logflushstats_logflushrateandtimems_count") >= 1
+    assert value(m, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0
+    assert value(m, "kafka_server_socket_server_metrics_successful_authentication_total", listener="PLAINTEXT") >= 2
+
+    # authentications on the SASL listener: one good login, one wrong password
+    def sasl_producer(password: str) -> list:
+        errors: list = []
+        p = ck.Producer({"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": password,
+                         "message.timeout.ms": 5000, "error_cb": lambda e: errors.append(e)})
+        p.produce("flushed", b"x")
+        p.flush(10)
+        return errors
+
+    assert sasl_producer("alice-secret") == []
+    assert any("Authentication" in str(e) or e.code() == ck.KafkaError._AUTHENTICATION for e in sasl_producer("no"))
+    m = scrape(mport)
+    assert value(m, "kafka_server_socket_server_metrics_successful_authentication_total", listener="SASL_PLAINTEXT") >= 1
+    assert value(m, "kafka_server_socket_server_metrics_failed_authentication_total", listener="SASL_PLAINTEXT") >= 1
+    assert value(m, "kafka_server_socket_server_metrics_failed_authentication_total", listener="PLAINTEXT") == 0
+
+    # an uncleanable partition: a compacted log holding a batch the cleaner cannot decode
+    # (written while the broker was stopped, as a log copied from elsewhere would be)
+    log_dir = os.path.abspath(broker.data_dir)
+    kafkafast("topics", *b, "--create", "--topic", "cq", "--partitions", "1", "--config", "cleanup.policy=compact",
+              "--config", "min.cleanable.dirty.ratio=0.01", "--config", "segment.bytes=2000")
+    assert value(scrape(mport), "kafka_log_logcleanermanager_uncleanable_partitions_count", logDirectory=log_dir) == 0
+    assert broker.stop() == 0
+    cfg = LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": "2000"})
+    lg = Log.open(os.path.join(log_dir, "cq-0"), "cq", 0, cfg, needs_recovery=True, recovery_point=0)
+    fill(lg, 10, CODEC_GZIP)
+    lg.append(bytearray(hb.garbage(CODEC_GZIP)), 0, now_ms=NOW - 1000)
+    fill(lg, 10, CODEC_GZIP)
+    lg.close()
+    os.unlink(os.path.join(log_dir, ".kafka_cleanshutdown"))  # the next start recovers what was added
+    broker.start()
+    deadline = time.monotonic() + 30
+    while value(scrape(mport), "kafka_log_logcleanermanager_uncleanable_partitions_count", logDirectory=log_dir) != 1:
+        assert time.monotonic() < deadline, "the uncleanable partition never showed"
+        time.sleep(0.5)
+    assert "cq-0 is uncleanable" in broker.log_tail(400)
+    served = {n for n, _ in m} | {n for n, _ in scrape(mport)}  # before and after the restart
+    assert NEEDS_SPECIAL_TRAFFIC <= dashboard_series() and NEEDS_SPECIAL_TRAFFIC <= served

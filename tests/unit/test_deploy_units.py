@@ -133,3 +133,31 @@ def test_logrotate_config_rotates_the_broker_log():
         proc = subprocess.run(["logrotate", "-d", str(DEPLOY / "logrotate" / "kafkafast")], capture_output=True,
                               text=True, timeout=30)
         assert "error" not in proc.stderr.lower(), proc.stderr
+
+
+def test_every_deploy_path_the_docs_name_exists():
+    """README, docs and deploy/ itself name deploy files (one three-node example, no stale copies)."""
+    import re
+
+    root = DEPLOY.parent
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+             *(p for p in sorted(DEPLOY.rglob("*")) if p.is_file() and p.suffix != ".json")]
+    named = set()
+    for path in texts:
+        for m in re.finditer(r"deploy/[A-Za-z0-9_./-]*[A-Za-z0-9_]", path.read_text(errors="replace")):
+            named.add(m.group(0).replace("broker-N.", "broker-1."))
+    assert "deploy/three-node/broker-1.properties" in named
+    missing = sorted(n for n in named if not (root / n).exists())
+    assert missing == [], missing
+    assert not (DEPLOY / "cluster").exists()
+
+
+def test_stop_timeout_covers_the_controlled_shutdown_retries():
+    broker = parse_unit(DEPLOY / "systemd" / "kafkafast.service")["Service"]
+    stop_s = int(broker["TimeoutStopSec"][0])
+    for i in (1, 2, 3):
+        cfg = BrokerConfig.load(str(DEPLOY / "three-node" / f"broker-{i}.properties"), {})
+        assert cfg.get_bool("controlled.shutdown.enable")
+        retries = cfg.get_int("controlled.shutdown.max.retries")
+        backoff_s = cfg.get_int("controlled.shutdown.retry.backoff.ms") / 1000
+        assert stop_s >= retries * backoff_s + 30, (stop_s, retries, backoff_s)
