@@ -1,0 +1,189 @@
+"""Transactions in cluster mode: a replicated `__transaction_state` whose partition leaders
+coordinate, markers sent to partition leaders on other brokers, read_committed across
+leader changes, the coordinator's broker SIGKILLed mid-transaction."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+TXN_SETTINGS = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+# partition p led by broker p + 1: every transaction has partitions on all three brokers
+ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+
+
+def _cluster(tmp_path_factory, workers: int):
+    c = KafkaCluster(tmp_path_factory.mktemp(f"txn-cluster-w{workers}"), workers=workers, settings=TXN_SETTINGS)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory):
+    yield from _cluster(tmp_path_factory, 0)
+
+
+def live_port(cluster) -> int:
+    return next(b.port for b in cluster.brokers.values() if b.proc is not None and b.proc.poll() is None)
+
+
+def txn_coordinator(cluster, tid: str) -> int:
+    with RawClient(live_port(cluster)) as rc:
+        resp = rc.request(FindCoordinatorRequest(key=tid, key_type=1), 2)
+    return resp.node_id if resp.error_code == 0 else -1
+
+
+def producer(cluster, tid: str) -> Producer:
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "linger.ms": 5,
+                  "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+    p.init_transactions(60)
+    return p
+
+
+def send(p: Producer, topic: str, values: list[bytes]) -> None:
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % 3)
+    assert p.flush(60) == 0
+
+
+def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list[bytes]:
+    """The values of every partition a consumer with that isolation level gets (more than
+    `expect` show up too: it keeps reading for a second once it has that many)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    idle_until = None
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m.value())
+            if len(out) >= expect:
+                idle_until = idle_until or time.monotonic() + 1.0
+                if time.monotonic() > idle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def stable_offsets(cluster, topic: str) -> list[tuple[int, int]]:
+    """(high watermark, last stable offset) of each partition, asked of its leader."""
+    out = []
+    for p in range(3):
+        leader = cluster.wait_for(lambda: max(cluster.leader(topic, p), 0), 30, f"a leader of {topic}-{p}")
+        ends = []
+        for isolation in (0, 1):
+            T = ListOffsetsRequest.ListOffsetsTopic
+            req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[T(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=-1)])])
+            with RawClient(cluster.brokers[leader].port) as rc:
+                ends.append(rc.request(req, 4).topics[0].partitions[0].offset)
+        out.append((ends[0], ends[1]))
+    return out
+
+
+def test_commit_abort_read_committed_and_fencing_across_brokers(txn_cluster):
+    c = txn_cluster
+    c.create_topic("tx-out", 3, 3, assignment=ASSIGNMENT)
+    c.create_topic("tx-in", 3, 3, assignment=ASSIGNMENT)
+    assert {c.leader("tx-out", p) for p in range(3)} == {1, 2, 3}
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "txn-group", "enable.auto.commit": False})
+    p = producer(c, "cluster-tx")
+    assert txn_coordinator(c, "cluster-tx") in (1, 2, 3)
+    committed, aborted = [], []
+    for t in range(6):
+        values = [b"t%d-%02d" % (t, i) for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-out", values)
+        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 100 + t)], cons.consumer_group_metadata(), 30)
+        if t % 3 == 1:
+            p.abort_transaction(60)
+            aborted += values
+        else:
+            p.commit_transaction(60)
+            committed += values
+    # the zombie: a second instance fences the first; nothing the first writes later becomes visible
+    p2 = producer(c, "cluster-tx")
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as fenced:
+        p.produce("tx-out", value=b"zombie", partition=0)
+        p.flush(10)
+        p.commit_transaction(30)
+    assert fenced.value.args[0].fatal() and "fenced" in str(fenced.value).lower()
+    p2.begin_transaction()
+    send(p2, "tx-out", [b"p2-%02d" % i for i in range(9)])
+    p2.commit_transaction(60)
+    committed += [b"p2-%02d" % i for i in range(9)]
+
+    seen = read_all(c, "tx-out", "read_committed", len(committed))
+    assert sorted(seen) == sorted(committed)  # each committed record once, no aborted one, no zombie
+    everything = read_all(c, "tx-out", "read_uncommitted", len(committed) + len(aborted))
+    assert set(aborted) <= set(everything) and set(committed) <= set(everything)
+    # offsets committed in the transactions: the last committed one (t=5: 105), not the aborted t=4
+    got = cons.committed([TopicPartition("tx-in", 0)], 30)
+    assert got[0].offset == 105
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-out"):
+        assert lso == hw  # no transaction left open (the zombie's was aborted by the fencing)
+
+
+def test_coordinator_broker_killed_mid_transaction(txn_cluster):
+    c = txn_cluster
+    c.create_topic("tx-kill", 3, 3, assignment=ASSIGNMENT)
+    tid = "killed-coordinator"
+    p = producer(c, tid)
+    first = [b"a-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, "tx-kill", first)
+    p.commit_transaction(60)
+    middle = [b"b-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, "tx-kill", middle)
+    victim = txn_coordinator(c, tid)
+    assert victim in (1, 2, 3)
+    c.brokers[victim].kill()
+    try:
+        p.commit_transaction(120)  # the producer finds the new coordinator, which loaded the Ongoing state
+        assert c.wait_for(lambda: txn_coordinator(c, tid) not in (-1, victim), 30, "a new coordinator")
+        last = [b"c-%02d" % i for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-kill", last)
+        p.commit_transaction(60)
+        aborted = [b"d-%02d" % i for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-kill", aborted)
+        p.abort_transaction(60)
+        seen = read_all(c, "tx-kill", "read_committed", 90)
+        assert sorted(seen) == sorted(first + middle + last)
+        for hw, lso in stable_offsets(c, "tx-kill"):
+            assert lso == hw
+    finally:
+        c.brokers[victim].start(timeout=60)
+    c.wait_for(lambda: all(len(c.isr("tx-kill", q)) == 3 for q in range(3)), 60, "the restarted broker in sync")
+    # The restarted replica replicated the abort (and markers) as follower; made leader again by a
+    # preferred election, its producer state and .txnindex hide the aborted records from read_committed.
+    from confluent_kafka.admin import AdminClient, ElectionType
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("tx-kill", victim - 1)]).result(30)
+    c.wait_for(lambda: c.leader("tx-kill", victim - 1) == victim, 30, "the restarted broker leading again")
+    seen = read_all(c, "tx-kill", "read_committed", 90)
+    assert sorted(seen) == sorted(first + middle + last)
+    for hw, lso in stable_offsets(c, "tx-kill"):
+        assert lso == hw
