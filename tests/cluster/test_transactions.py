@@ -178,7 +178,8 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     c.wait_for(lambda: all(len(c.isr("tx-kill", q)) == 3 for q in range(3)), 60, "the restarted broker in sync")
     # The restarted replica replicated the abort (and markers) as follower; made leader again by a
     # preferred election, its producer state and .txnindex hide the aborted records from read_committed.
-    from confluent_kafka.admin import AdminClient, ElectionType
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("tx-kill", victim - 1)]).result(30)
@@ -186,4 +187,36 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     seen = read_all(c, "tx-kill", "read_committed", 90)
     assert sorted(seen) == sorted(first + middle + last)
     for hw, lso in stable_offsets(c, "tx-kill"):
+        assert lso == hw
+
+
+@pytest.fixture(scope="module")
+def txn_workers_cluster(tmp_path_factory):
+    yield from _cluster(tmp_path_factory, 2)
+
+
+def test_transactions_on_multi_worker_brokers(txn_workers_cluster):
+    """Brokers of two workers: the transaction APIs reach the worker owning the id's
+    __transaction_state partition, markers for partitions another worker owns go through it."""
+    c = txn_workers_cluster
+    c.create_topic("tx-w", 3, 3, assignment=ASSIGNMENT)
+    c.create_topic("tx-w-in", 1, 3)
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "txn-w-group", "enable.auto.commit": False})
+    p = producer(c, "workers-tx")
+    committed = []
+    for t in range(3):
+        values = [b"w%d-%02d" % (t, i) for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-w", values)
+        p.send_offsets_to_transaction([TopicPartition("tx-w-in", 0, 10 + t)], cons.consumer_group_metadata(), 30)
+        if t == 1:
+            p.abort_transaction(60)
+        else:
+            p.commit_transaction(60)
+            committed += values
+    assert sorted(read_all(c, "tx-w", "read_committed", len(committed))) == sorted(committed)
+    assert len(read_all(c, "tx-w", "read_uncommitted", 90)) == 90
+    assert cons.committed([TopicPartition("tx-w-in", 0)], 30)[0].offset == 12
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-w"):
         assert lso == hw
