@@ -498,5 +498,5 @@ def fenced_code(version: int, since: int) -> int:
 
 
 def no_coordinator_code() -> int:
-    """The answer where no transaction coordinator runs (cluster mode, for now)."""
+    """The answer where no transaction coordinator runs (a broker without a group coordinator)."""
     return EC.COORDINATOR_NOT_AVAILABLE

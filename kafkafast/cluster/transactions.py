@@ -129,15 +129,21 @@ class ClusterTxnCoordinator(TransactionCoordinator):
 
     # -- markers ------------------------------------------------------------------------------
     async def _write_markers(self, m: Any, commit: bool) -> set[tuple[str, int]]:
+        """Every partition's marker at once, with the coordinator epoch: the leader epoch of the
+        id's `__transaction_state` partition, as Kafka's coordinator sends it."""
+        part = self._partition(self.partition_for(m.transactional_id))
+        epoch = part.leader_epoch if part is not None else 0
         tps = sorted(m.partitions)
-        done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit) for tp in tps))
+        done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit, epoch)
+                                      for tp in tps))
         return {tp for tp, ok in zip(tps, done) if not ok}
 
-    async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool) -> bool:
+    async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int = 0) -> bool:
         deadline = time.monotonic() + MARKER_RETRY_S
         while True:
             try:
-                code = await self._marker_once(tp, producer_id, producer_epoch, commit)
+                code = await self._marker_once(tp, producer_id, producer_epoch, commit, coordinator_epoch)
             except (OSError, asyncio.TimeoutError, E.KafkaError) as exc:
                 code, why = EC.NETWORK_EXCEPTION, repr(exc)
             else:
@@ -150,13 +156,14 @@ class ClusterTxnCoordinator(TransactionCoordinator):
                 return False
             await asyncio.sleep(MARKER_BACKOFF_S)
 
-    async def _marker_once(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool) -> int:
+    async def _marker_once(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int) -> int:
         broker = self.broker
         topic, index = tp
         part = broker.get_partition(topic, index)
         if part is not None and getattr(part, "is_leader", False):
             return await write_marker_as_leader(broker, part, producer_id, producer_epoch, commit,
-                                                self._coordinator_epoch())
+                                                coordinator_epoch)
         if topic not in broker.metadata.partitions:
             return 0  # the topic was deleted: no marker needed
         leader = broker.metadata.leader_of(topic, index)
@@ -170,7 +177,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
         R = WriteTxnMarkersRequest
         req = R(markers=[R.WritableTxnMarker(
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=self._coordinator_epoch(),
+            coordinator_epoch=coordinator_epoch,
             topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[index])])])
         try:
             resp = await conn.send(req, version=WRITE_TXN_MARKERS_VERSION, timeout=APPEND_TIMEOUT_S + 5)
