@@ -8,8 +8,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.testing.control import PROPERTY
+from kafkafast.testing.scripting import Faults
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -23,8 +26,20 @@ TXN_SETTINGS = {
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
 
 
+class FaultyCluster(KafkaCluster):
+    """Brokers that take faults from a test-control dir each (kafkafast.testing)."""
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        control = self.root / f"control-{broker_id}"
+        control.mkdir(parents=True, exist_ok=True)
+        return {**super().broker_settings(broker_id), PROPERTY: str(control)}
+
+    def faults(self, broker_id: int) -> Faults:
+        return Faults(str(self.root / f"control-{broker_id}"))
+
+
 def _cluster(tmp_path_factory, workers: int):
-    c = KafkaCluster(tmp_path_factory.mktemp(f"txn-cluster-w{workers}"), workers=workers, settings=TXN_SETTINGS)
+    c = FaultyCluster(tmp_path_factory.mktemp(f"txn-cluster-w{workers}"), workers=workers, settings=TXN_SETTINGS)
     try:
         yield c.start()
     finally:
@@ -188,6 +203,48 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     assert sorted(seen) == sorted(first + middle + last)
     for hw, lso in stable_offsets(c, "tx-kill"):
         assert lso == hw
+
+
+def txn_state(cluster, broker: int, tid: str) -> str:
+    with RawClient(cluster.brokers[broker].port) as rc:
+        return rc.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0].transaction_state
+
+
+def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
+    """The commit is decided (PrepareCommit replicated) but one marker cannot be written (a disk
+    error on that partition's leader); the coordinator's broker dies; the new coordinator loads
+    PrepareCommit and completes the commit once the marker can be written."""
+    c = txn_cluster
+    c.create_topic("tx-pending", 3, 3, assignment=ASSIGNMENT)
+    stuck = c.leader("tx-pending", 0)
+    c.wait_for(lambda: txn_coordinator(c, "probe") > 0, 30, "transaction coordinators")
+    tid = next(t for t in (f"pending-{i}" for i in range(100)) if txn_coordinator(c, t) not in (-1, stuck))
+    coordinator = txn_coordinator(c, tid)
+    p = producer(c, tid)
+    values = [b"p-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, "tx-pending", values)
+    faults = c.faults(stuck)
+    faults.disk_error("tx-pending", 0, count=-1)
+    p.commit_transaction(90)  # answered once the decision is replicated, the marker of partition 0 left to retry
+    assert txn_state(c, coordinator, tid) == "PrepareCommit"
+    visible = read_all(c, "tx-pending", "read_committed", 20, timeout=10)
+    assert sorted(visible) == sorted(v for i, v in enumerate(values) if i % 3 != 0)  # partition 0 held at its LSO
+    c.brokers[coordinator].kill()
+    try:
+        faults.clear()
+        new = c.wait_for(lambda: (lambda n: n if n not in (-1, coordinator) else 0)(txn_coordinator(c, tid)), 60,
+                         "a new coordinator")
+        c.wait_for(lambda: txn_state(c, new, tid) == "CompleteCommit", 60, "the commit completed")
+        assert sorted(read_all(c, "tx-pending", "read_committed", 30)) == sorted(values)
+        for hw, lso in stable_offsets(c, "tx-pending"):
+            assert lso == hw
+        p.begin_transaction()  # the producer goes on with the new coordinator
+        send(p, "tx-pending", [b"q-%02d" % i for i in range(3)])
+        p.commit_transaction(60)
+        assert len(read_all(c, "tx-pending", "read_committed", 33)) == 33
+    finally:
+        c.brokers[coordinator].start(timeout=60)
 
 
 @pytest.fixture(scope="module")
