@@ -74,6 +74,18 @@ def send(p: Producer, topic: str, values: list[bytes]) -> None:
     assert p.flush(60) == 0
 
 
+def transaction(p: Producer, topic: str, prefix: bytes, *, commit: bool = True) -> list[bytes]:
+    """One transaction of 30 records over the topic's three partitions; its values."""
+    values = [prefix + b"-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, topic, values)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.abort_transaction(60)
+    return values
+
+
 def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list[bytes]:
     """The values of every partition a consumer with that isolation level gets (more than
     `expect` show up too: it keeps reading for a second once it has that many)."""
@@ -163,10 +175,7 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     c.create_topic("tx-kill", 3, 3, assignment=ASSIGNMENT)
     tid = "killed-coordinator"
     p = producer(c, tid)
-    first = [b"a-%02d" % i for i in range(30)]
-    p.begin_transaction()
-    send(p, "tx-kill", first)
-    p.commit_transaction(60)
+    first = transaction(p, "tx-kill", b"a")
     middle = [b"b-%02d" % i for i in range(30)]
     p.begin_transaction()
     send(p, "tx-kill", middle)
@@ -176,14 +185,8 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     try:
         p.commit_transaction(120)  # the producer finds the new coordinator, which loaded the Ongoing state
         assert c.wait_for(lambda: txn_coordinator(c, tid) not in (-1, victim), 30, "a new coordinator")
-        last = [b"c-%02d" % i for i in range(30)]
-        p.begin_transaction()
-        send(p, "tx-kill", last)
-        p.commit_transaction(60)
-        aborted = [b"d-%02d" % i for i in range(30)]
-        p.begin_transaction()
-        send(p, "tx-kill", aborted)
-        p.abort_transaction(60)
+        last = transaction(p, "tx-kill", b"c")
+        transaction(p, "tx-kill", b"d", commit=False)
         seen = read_all(c, "tx-kill", "read_committed", 90)
         assert sorted(seen) == sorted(first + middle + last)
         for hw, lso in stable_offsets(c, "tx-kill"):
