@@ -8,6 +8,8 @@ leader tracks its followers' fetch positions, moves the high watermark (see
 `partition.ClusterPartition`) and asks the controller to change the ISR with
 AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
 half of it; expand: a follower that reached the high watermark and the current epoch).
+Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
+coordinator of its groups or transactional ids (`cluster/transactions.py`).
 Everything runs on the broker's event loop; ZooKeeper calls go to threads.
 """
 from __future__ import annotations

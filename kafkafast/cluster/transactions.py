@@ -67,6 +67,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
         super().__init__(broker)
         self._conns: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
+        self._unloads: dict[int, int] = {}  # __transaction_state partition -> times its leadership went
         self.topic_known = False
 
     async def stop(self) -> None:
@@ -99,11 +100,23 @@ class ClusterTxnCoordinator(TransactionCoordinator):
         if self._stopped:
             return
         self.loading.add(index)
+        self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.get_running_loop().create_task(self._load_partitions([index])))
 
+    async def _load_partition(self, index: int) -> None:
+        unloads = self._unloads.get(index, 0)
+        await super()._load_partition(index)
+        if self._unloads.get(index, 0) != unloads:  # leadership went while it was read
+            self._forget(index)
+
     def unload_partition(self, index: int) -> None:
-        """Leadership moved away: forget its ids (NOT_COORDINATOR from now on)."""
+        """Leadership moved away: forget its ids (NOT_COORDINATOR from now on); markers still
+        being retried for them stop (`_still_coordinator`)."""
         self.loading.discard(index)
+        self._unloads[index] = self._unloads.get(index, 0) + 1
+        self._forget(index)
+
+    def _forget(self, index: int) -> None:
         gone = [tid for tid in self.txns if self.partition_for(tid) == index]
         for tid in gone:
             del self.txns[tid]
@@ -131,15 +144,23 @@ class ClusterTxnCoordinator(TransactionCoordinator):
     async def _write_markers(self, m: Any, commit: bool) -> set[tuple[str, int]]:
         """Every partition's marker at once, with the coordinator epoch: the leader epoch of the
         id's `__transaction_state` partition, as Kafka's coordinator sends it."""
-        part = self._partition(self.partition_for(m.transactional_id))
+        index = self.partition_for(m.transactional_id)
+        part = self._partition(index)
         epoch = part.leader_epoch if part is not None else 0
+        unloads = self._unloads.get(index, 0)
+
+        def still_coordinator() -> bool:
+            return self._unloads.get(index, 0) == unloads
+
         tps = sorted(m.partitions)
-        done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit, epoch)
-                                      for tp in tps))
+        done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit, epoch,
+                                                        still_coordinator) for tp in tps))
         return {tp for tp, ok in zip(tps, done) if not ok}
 
     async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
-                           coordinator_epoch: int = 0) -> bool:
+                           coordinator_epoch: int = 0, still_coordinator: Any = None) -> bool:
+        """One marker, retried for up to MARKER_RETRY_S while this broker still coordinates
+        the transaction (else the new coordinator writes it: False)."""
         deadline = time.monotonic() + MARKER_RETRY_S
         while True:
             try:
@@ -150,6 +171,8 @@ class ClusterTxnCoordinator(TransactionCoordinator):
                 why = EC(code).name if code else ""
             if code == 0:
                 return True
+            if still_coordinator is not None and not still_coordinator():
+                return False
             if self._stopped or time.monotonic() > deadline:
                 log.warning("transaction marker for %s-%d (producer %d) not written: %s; retried later",
                             tp[0], tp[1], producer_id, why)
