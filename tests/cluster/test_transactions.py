@@ -250,6 +250,23 @@ def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
         c.brokers[coordinator].start(timeout=60)
 
 
+def test_timed_out_transaction_is_aborted_on_every_leader(txn_cluster):
+    """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
+    reach the leaders on the other brokers, the LSO moves on, the producer is fenced."""
+    c = txn_cluster
+    c.create_topic("tx-timeout", 3, 3, assignment=ASSIGNMENT)
+    p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "sleepy", "linger.ms": 5,
+                  "transaction.timeout.ms": 3000, "message.timeout.ms": 3000})
+    p.init_transactions(60)
+    committed = transaction(p, "tx-timeout", b"ok")
+    p.begin_transaction()
+    send(p, "tx-timeout", [b"late-%02d" % i for i in range(30)])
+    c.wait_for(lambda: all(lso == hw for hw, lso in stable_offsets(c, "tx-timeout")), 30, "the LSO past the abort")
+    assert sorted(read_all(c, "tx-timeout", "read_committed", 30)) == sorted(committed)
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
 @pytest.fixture(scope="module")
 def txn_workers_cluster(tmp_path_factory):
     yield from _cluster(tmp_path_factory, 2)
