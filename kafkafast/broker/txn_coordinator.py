@@ -282,10 +282,10 @@ class TransactionCoordinator:
         prev = (m.producer_id, m.producer_epoch)
         if m.producer_epoch + 1 >= MAX_EPOCH:
             await self._transition(m, producer_id=self._new_producer_id(), producer_epoch=0, state=EMPTY,
-                             partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
+                                   partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
         else:
-            await self._transition(m, producer_epoch=m.producer_epoch + 1, state=EMPTY, partitions=set(), start_ms=-1,
-                             timeout_ms=timeout_ms)
+            await self._transition(m, producer_epoch=m.producer_epoch + 1, state=EMPTY, partitions=set(),
+                                   start_ms=-1, timeout_ms=timeout_ms)
         m.last_producer_id, m.last_producer_epoch = prev
         return m.producer_id, m.producer_epoch
 
@@ -297,7 +297,7 @@ class TransactionCoordinator:
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[tuple[str, int]], fenced_code: int, *, verify_only: bool = False) -> None:
+                             partitions: list[tuple[str, int]], fenced_code: int, *, verify_only: bool = False) -> None:
         m = self._get(transactional_id, producer_id, producer_epoch, fenced_code)
         if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise TxnError(EC.CONCURRENT_TRANSACTIONS)
