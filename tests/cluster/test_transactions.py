@@ -250,6 +250,38 @@ def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
         c.brokers[coordinator].start(timeout=60)
 
 
+def test_kafkafast_client_transactions(txn_cluster):
+    """kafkafast's own transactional producer against the cluster: the coordinator found through
+    FindCoordinator key type 1, records on three leaders, offsets sent to the transaction."""
+    from kafkafast.client import TopicPartition as KfTopicPartition
+    from kafkafast.client.sync import KafkaProducer
+
+    c = txn_cluster
+    c.create_topic("tx-kf", 3, 3, assignment=ASSIGNMENT)
+    p = KafkaProducer(c.bootstrap, transactional_id="kf-tx")
+    try:
+        p.init_transactions()
+        committed = []
+        for t, commit in enumerate((True, False, True)):
+            values = [b"kf%d-%02d" % (t, i) for i in range(30)]
+            p.begin_transaction()
+            for i, v in enumerate(values):
+                p.send("tx-kf", v, partition=i % 3)
+            p.send_offsets_to_transaction({KfTopicPartition("tx-kf", 0): 50 + t}, "kf-tx-group")
+            if commit:
+                p.commit_transaction()
+                committed += values
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    assert sorted(read_all(c, "tx-kf", "read_committed", 60)) == sorted(committed)
+    assert len(read_all(c, "tx-kf", "read_uncommitted", 90)) == 90
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kf-tx-group"})
+    assert cons.committed([TopicPartition("tx-kf", 0)], 30)[0].offset == 52
+    cons.close()
+
+
 def test_timed_out_transaction_is_aborted_on_every_leader(txn_cluster):
     """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
     reach the leaders on the other brokers, the LSO moves on, the producer is fenced."""
