@@ -138,6 +138,7 @@ class TransactionCoordinator:
         self._stopped = False
         self._last_expire_ms = clock.now_ms()
         self._completing: set[str] = set()
+        self._writing: set[str] = set()  # ids whose state write awaits replication
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -194,7 +195,7 @@ class TransactionCoordinator:
         return 0
 
     # -- persistence -------------------------------------------------------------------------
-    def _persist(self, m: TxnMetadata, *, tombstone: bool = False) -> None:
+    async def _persist(self, m: TxnMetadata, *, tombstone: bool = False) -> None:
         """Write the id's state; TxnError(COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR) if refused."""
         part = self._partition(self.partition_for(m.transactional_id))
         if part is None:
@@ -202,22 +203,32 @@ class TransactionCoordinator:
         builder = BatchBuilder()
         builder.append(clock.now_ms(), txn_key(m.transactional_id), None if tombstone else txn_value(m))
         try:
-            self.broker.append(part, bytearray(builder.build()))
+            res = self.broker.append(part, bytearray(builder.build()))
         except (E.NotLeaderOrFollowerError, E.KafkaStorageError) as exc:
             log.warning("transaction %s: writing its state failed: %s", m.transactional_id, exc)
             raise TxnError(EC.NOT_COORDINATOR) from exc
         except E.KafkaError as exc:
             log.warning("transaction %s: writing its state failed: %s", m.transactional_id, exc)
             raise TxnError(EC.COORDINATOR_NOT_AVAILABLE) from exc
+        await self._replicated(part, res.last_offset + 1)
 
-    def _transition(self, m: TxnMetadata, **changes: Any) -> None:
+    async def _replicated(self, part: Any, end_offset: int) -> None:
+        """Waits until a state write up to `end_offset` is safe (cluster mode: the ISR has it)."""
+
+    async def _transition(self, m: TxnMetadata, **changes: Any) -> None:
         """Apply `changes` if they can be written; unchanged metadata on failure."""
         new = TxnMetadata(**{f: getattr(m, f) for f in TxnMetadata.__slots__})
         new.partitions = set(m.partitions)
         for k, v in changes.items():
             setattr(new, k, v)
         new.update_ms = clock.now_ms()
-        self._persist(new)
+        if m.transactional_id in self._writing:  # another request's write is in flight (Kafka's pendingState)
+            raise TxnError(EC.CONCURRENT_TRANSACTIONS)
+        self._writing.add(m.transactional_id)
+        try:
+            await self._persist(new)
+        finally:
+            self._writing.discard(m.transactional_id)
         for f in TxnMetadata.__slots__:
             setattr(m, f, getattr(new, f))
 
@@ -248,7 +259,7 @@ class TransactionCoordinator:
         if m is None:
             pid = self._new_producer_id()
             m = TxnMetadata(transactional_id, pid, -1, timeout_ms)
-            self._transition(m, producer_epoch=0, state=EMPTY, partitions=set(), start_ms=-1)
+            await self._transition(m, producer_epoch=0, state=EMPTY, partitions=set(), start_ms=-1)
             self.txns[transactional_id] = m
             return m.producer_id, m.producer_epoch
         if producer_id >= 0:  # KIP-360: the client names the id and epoch it has
@@ -270,11 +281,11 @@ class TransactionCoordinator:
                 raise TxnError(EC.CONCURRENT_TRANSACTIONS)
         prev = (m.producer_id, m.producer_epoch)
         if m.producer_epoch + 1 >= MAX_EPOCH:
-            self._transition(m, producer_id=self._new_producer_id(), producer_epoch=0, state=EMPTY,
-                             partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
+            await self._transition(m, producer_id=self._new_producer_id(), producer_epoch=0, state=EMPTY,
+                                   partitions=set(), start_ms=-1, timeout_ms=timeout_ms)
         else:
-            self._transition(m, producer_epoch=m.producer_epoch + 1, state=EMPTY, partitions=set(), start_ms=-1,
-                             timeout_ms=timeout_ms)
+            await self._transition(m, producer_epoch=m.producer_epoch + 1, state=EMPTY, partitions=set(),
+                                   start_ms=-1, timeout_ms=timeout_ms)
         m.last_producer_id, m.last_producer_epoch = prev
         return m.producer_id, m.producer_epoch
 
@@ -285,8 +296,8 @@ class TransactionCoordinator:
             raise TxnError(EC.COORDINATOR_NOT_AVAILABLE) from exc
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
-    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[tuple[str, int]], fenced_code: int, *, verify_only: bool = False) -> None:
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]], fenced_code: int, *, verify_only: bool = False) -> None:
         m = self._get(transactional_id, producer_id, producer_epoch, fenced_code)
         if m.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise TxnError(EC.CONCURRENT_TRANSACTIONS)
@@ -297,7 +308,7 @@ class TransactionCoordinator:
         if m.state == ONGOING and set(partitions) <= m.partitions:
             return
         start = m.start_ms if m.state == ONGOING else clock.now_ms()
-        self._transition(m, state=ONGOING, partitions=m.partitions | set(partitions), start_ms=start)
+        await self._transition(m, state=ONGOING, partitions=m.partitions | set(partitions), start_ms=start)
 
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         return OFFSETS_TOPIC, self.broker.group_coordinator.partition_for(group_id)
@@ -315,7 +326,7 @@ class TransactionCoordinator:
             # A retry of the abort that timed the transaction out keeps its old epoch: still fenced.
             raise TxnError(fenced_code)
         if m.state == ONGOING:
-            self._transition(m, state=PREPARE_COMMIT if commit else PREPARE_ABORT)
+            await self._transition(m, state=PREPARE_COMMIT if commit else PREPARE_ABORT)
             await self._complete(m)
             return
         if m.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
@@ -331,9 +342,9 @@ class TransactionCoordinator:
         """Timeout or InitProducerId: abort the ongoing transaction with epoch + 1, so the old
         producer's later writes are refused (as Kafka's PrepareEpochFence)."""
         if m.producer_epoch + 1 >= MAX_EPOCH:
-            self._transition(m, state=PREPARE_ABORT)
+            await self._transition(m, state=PREPARE_ABORT)
         else:
-            self._transition(m, state=PREPARE_ABORT, producer_epoch=m.producer_epoch + 1)
+            await self._transition(m, state=PREPARE_ABORT, producer_epoch=m.producer_epoch + 1)
         await self._complete(m)
 
     async def _complete(self, m: TxnMetadata) -> None:
@@ -349,21 +360,26 @@ class TransactionCoordinator:
 
     async def _complete_once(self, m: TxnMetadata) -> None:
         commit = m.state == PREPARE_COMMIT
-        failed = set()
-        for tp in sorted(m.partitions):
-            if not await self.write_marker(tp, m.producer_id, m.producer_epoch, commit):
-                failed.add(tp)
+        failed = await self._write_markers(m, commit)
         if failed:
             if failed != m.partitions:
                 try:
-                    self._transition(m, partitions=failed)
+                    await self._transition(m, partitions=failed)
                 except TxnError:
                     pass
             return
         try:
-            self._transition(m, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set())
+            await self._transition(m, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT, partitions=set())
         except TxnError:
             pass  # stays Prepare*: markers are idempotent, the periodic task writes it again
+
+    async def _write_markers(self, m: TxnMetadata, commit: bool) -> set[tuple[str, int]]:
+        """The transaction's markers, one partition after the other; the partitions that failed."""
+        failed = set()
+        for tp in sorted(m.partitions):
+            if not await self.write_marker(tp, m.producer_id, m.producer_epoch, commit):
+                failed.add(tp)
+        return failed
 
     async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool) -> bool:
         """Append a COMMIT/ABORT marker to the partition, here or through its owner worker
@@ -425,7 +441,7 @@ class TransactionCoordinator:
             for m in list(self.txns.values()):
                 if m.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and now - m.update_ms > self.expiration_ms:
                     try:
-                        self._persist(m, tombstone=True)
+                        await self._persist(m, tombstone=True)
                     except TxnError:
                         continue
                     del self.txns[m.transactional_id]
@@ -482,5 +498,5 @@ def fenced_code(version: int, since: int) -> int:
 
 
 def no_coordinator_code() -> int:
-    """The answer where no transaction coordinator runs (cluster mode, for now)."""
+    """The answer where no transaction coordinator runs (a broker without a group coordinator)."""
     return EC.COORDINATOR_NOT_AVAILABLE

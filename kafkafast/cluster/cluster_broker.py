@@ -8,6 +8,8 @@ leader tracks its followers' fetch positions, moves the high watermark (see
 `partition.ClusterPartition`) and asks the controller to change the ISR with
 AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
 half of it; expand: a follower that reached the high watermark and the current epoch).
+Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
+coordinator of its groups or transactional ids (`cluster/transactions.py`).
 Everything runs on the broker's event loop; ZooKeeper calls go to threads.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
+from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.fetcher import FetcherManager
@@ -93,6 +96,9 @@ class ClusterBroker(Broker):
         await asyncio.to_thread(self.load)
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
         self.fetchers = FetcherManager(self)
+        from kafkafast.cluster.transactions import ClusterTxnCoordinator
+
+        self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
         await super().start()
 
     async def on_listening(self) -> None:
@@ -168,6 +174,8 @@ class ClusterBroker(Broker):
             configs.setdefault("segment.bytes", self.config.get("offsets.topic.segment.bytes") or "104857600")
             if replication_factor < 0:
                 replication_factor = self.config.get_int("offsets.topic.replication.factor")
+        elif name == TXN_TOPIC and replication_factor < 0:  # configs from TransactionCoordinator.ensure_topic
+            replication_factor = self.config.get_int("transaction.state.log.replication.factor")
         if replication_factor < 0:
             replication_factor = self.config.get_int("default.replication.factor")
         if assignment is None and partitions <= 0:
@@ -329,13 +337,20 @@ class ClusterBroker(Broker):
         lg.leader_epochs.assign(ps.leader_epoch, lg.log_end_offset)
         st = lg.state
         st.high_watermark = min(st.high_watermark, lg.log_end_offset)
-        st.last_stable_offset = st.high_watermark
+        st.last_stable_offset = lg.last_stable_offset(st.high_watermark)
         log.info("%s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", part.topic, part.index,
                  ps.leader_epoch, part.isr, lg.log_end_offset, st.high_watermark)
         part.maybe_increment_hw(self.node_id)
         part.wake()
-        if part.topic == OFFSETS_TOPIC and not was_leader and self.group_coordinator is not None:
-            self.group_coordinator.load_partition(part.index)
+        if not was_leader:
+            self._coordinator_partition(part, load=True)
+
+    def _coordinator_partition(self, part: ClusterPartition, *, load: bool) -> None:
+        """Leadership of a `__consumer_offsets` or `__transaction_state` partition came or went:
+        its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or drops its state."""
+        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator}.get(part.topic)
+        if coordinator is not None:
+            (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
 
     def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
         assert self.fetchers is not None
@@ -344,8 +359,8 @@ class ClusterBroker(Broker):
         part.apply_state(ps, is_leader=False)
         part.followers = {}
         part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-        if was_leader and part.topic == OFFSETS_TOPIC and self.group_coordinator is not None:
-            self.group_coordinator.unload_partition(part.index)
+        if was_leader:
+            self._coordinator_partition(part, load=False)
         self.fetchers.remove(tp)
         endpoint = self.leader_endpoints.get(ps.leader)
         if ps.leader >= 0 and endpoint is None and ps.leader in self.metadata.brokers:
@@ -378,8 +393,8 @@ class ClusterBroker(Broker):
                 part = self.partitions.get(tp)
                 if isinstance(part, ClusterPartition):
                     part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-                    if part.is_leader and part.topic == OFFSETS_TOPIC and self.group_coordinator is not None:
-                        self.group_coordinator.unload_partition(part.index)
+                    if part.is_leader:
+                        self._coordinator_partition(part, load=False)
                     part.is_leader = False
                 if ps.delete_partition:
                     removed = self.partitions.pop(tp, None)

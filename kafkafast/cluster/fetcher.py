@@ -241,7 +241,7 @@ class ReplicaFetcher:
                 hw = min(pd.high_watermark, lg.log_end_offset)
                 if hw != st.high_watermark:
                     st.high_watermark = hw
-                    st.last_stable_offset = hw
+                    st.last_stable_offset = lg.last_stable_offset(hw)
                 s.part.wake()
 
 

@@ -81,7 +81,7 @@ class ClusterPartition(Partition):
         if new_hw <= st.high_watermark:
             return False
         st.high_watermark = new_hw
-        st.last_stable_offset = new_hw
+        st.last_stable_offset = self.log.last_stable_offset(new_hw)
         self.wake()
         if self.hw_waiters:
             still = []

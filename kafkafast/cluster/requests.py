@@ -16,9 +16,15 @@ replicas, ISR and offline replicas from the controller's UpdateMetadata
 endpoint on the listener the client came in on; brokers without that listener are left
 out, and a partition whose leader lacks it answers LISTENER_NOT_FOUND (v6+), as Kafka does.
 
-FindCoordinator (groups): the leader of the group's `__consumer_offsets` partition.
+FindCoordinator: the leader of the group's `__consumer_offsets` partition (key type 0), of
+the transactional id's `__transaction_state` partition (key type 1; `cluster/transactions.py`);
+the topic is created on first use (COORDINATOR_NOT_AVAILABLE while it has no leader, or when
+it cannot be created).
 
-Authorization as on a single node: Produce needs Write on the topic; Metadata lists only
+Transactional produce is appended like any other (the batches open the producer's
+transaction in the leader's log; the last stable offset stays at its first offset until the
+marker). Authorization as on a single node: Produce needs Write on the topic (and on the
+transactional id); Metadata lists only
 topics the principal may Describe (TOPIC_AUTHORIZATION_FAILED for a named one) and
 auto-creates only with Create on the cluster or the topic.
 """
@@ -28,6 +34,8 @@ import asyncio
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
+from kafkafast.broker.handlers.produce import transactional_refused
+from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
@@ -61,9 +69,8 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if acks not in (-1, 0, 1):
                 out.append(_produce_error(pd.index, EC.INVALID_REQUIRED_ACKS))
                 continue
-            if req.transactional_id is not None:
-                out.append(_produce_error(pd.index, EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                          "transactions are not supported by this broker"))
+            if req.transactional_id is not None and transactional_refused(broker, ctx, req.transactional_id):
+                out.append(_produce_error(pd.index, transactional_refused(broker, ctx, req.transactional_id)))
                 continue
             if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
                 out.append(_produce_error(pd.index, EC.TOPIC_AUTHORIZATION_FAILED))
@@ -217,9 +224,13 @@ def _ensure_offsets_topic(broker: Any) -> int:
     return 0
 
 
-async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any:
-    from kafkafast.broker.handlers.find_coordinator import TRANSACTIONS_UNSUPPORTED
+def _ensure_txn_topic(broker: Any) -> int:
+    coordinator = broker.txn_coordinator
+    coordinator.ensure_topic()
+    return 0 if coordinator.topic_known else EC.COORDINATOR_NOT_AVAILABLE
 
+
+async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any:
     keys = list(req.coordinator_keys) if version >= 4 else [req.key]
     key_type = req.key_type if version >= 1 else 0
     answers = []
@@ -229,17 +240,16 @@ async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any
                          key) if key_type in (0, 1) else 0
         if refused:
             err = refused
-        elif key_type == 1:  # fatal for every client, as on a single node (handlers/find_coordinator.py)
-            err, msg = EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
-        elif key_type != 0:
+        elif key_type not in (0, 1):
             err, msg = EC.INVALID_REQUEST, f"unknown key type {key_type}"
         elif not key:
             err = EC.INVALID_REQUEST
         else:
-            err = await asyncio.to_thread(_ensure_offsets_topic, broker)
+            topic = OFFSETS_TOPIC if key_type == 0 else TXN_TOPIC
+            err = await asyncio.to_thread(_ensure_offsets_topic if key_type == 0 else _ensure_txn_topic, broker)
             if not err:
-                p = broker.group_coordinator.partition_for(key)
-                leader = broker.metadata.leader_of(OFFSETS_TOPIC, p)
+                p = (broker.group_coordinator if key_type == 0 else broker.txn_coordinator).partition_for(key)
+                leader = broker.metadata.leader_of(topic, p)
                 b = broker.metadata.brokers.get(leader)
                 ep = b.endpoint(client_listener(ctx)) if b is not None else None
                 if b is None or ep is None:

@@ -24,7 +24,9 @@ gets LeaderAndIsr for all of the broker's replicas and a full UpdateMetadata.
 Partitions. The owner worker (`shm.owner_for`) of a partition is where everything of the
 replica lives: its `Log`, its follower fetcher, the leader's ISR bookkeeping (shrink and
 expand through AlterPartition), the high watermark, and, for `__consumer_offsets`, the
-groups. The other workers know leadership and epochs from the fanned-out LeaderAndIsr and
+groups, for `__transaction_state`, the transactional ids (the transaction APIs are
+forwarded to that worker as on a single node; its markers for partitions other workers own
+go to them as WriteTxnMarkers over the internal sockets). The other workers know leadership and epochs from the fanned-out LeaderAndIsr and
 read the ISR from the slot, where the owner writes it. A follower's Fetch served by any
 worker records the follower's position in the slot (`shm.SlotFollower`) and pokes the
 owner's wake-up pipe; the owner recomputes the high watermark and the ISR from the slot.

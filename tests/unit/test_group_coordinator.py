@@ -207,7 +207,7 @@ def test_find_coordinator_for_transactions(tmp_path, version):
         batched = await find_coordinator.handle(
             broker, None, FindCoordinatorRequest(key_type=1, coordinator_keys=["a", "b"]), 4)
         assert [(c.key, c.error_code, c.node_id) for c in batched.coordinators] == [("a", 0, 0), ("b", 0, 0)]
-        # Where no transaction coordinator runs (cluster mode) the answer is a clear, fatal error.
+        # Where no transaction coordinator runs the answer is a clear, fatal error.
         coordinator, broker.txn_coordinator = broker.txn_coordinator, None
         res = await find_coordinator.handle(broker, None, FindCoordinatorRequest(key="tx", key_type=1), version)
         assert res.error_code == EC.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

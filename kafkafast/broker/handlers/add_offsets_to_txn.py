@@ -18,8 +18,8 @@ async def handle(broker, ctx, req: AddOffsetsToTxnRequest, version: int) -> AddO
     if not code:
         broker.group_coordinator.ensure_offsets_topic()
         try:
-            coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
-                                       [coordinator.offsets_partition(req.group_id)], fenced_code(version, 2))
+            await coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                             [coordinator.offsets_partition(req.group_id)], fenced_code(version, 2))
         except TxnError as exc:
             code = exc.code
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=code)

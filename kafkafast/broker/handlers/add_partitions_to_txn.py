@@ -7,6 +7,7 @@ UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist and OPERATION_NOT_AT
 for the others of that request; TOPIC_AUTHORIZATION_FAILED likewise. v4 (brokers, KIP-890)
 batches several transactions and may only verify (`verify_only`).
 """
+from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.broker.txn_coordinator import TxnError, fenced_code, no_coordinator_code
 from kafkafast.protocol._generated.add_partitions_to_txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
@@ -26,7 +27,7 @@ async def _one(broker, ctx, tid: str, pid: int, epoch: int, topics, fenced: int,
         refused = refused_txn or denied(broker, ctx, acl.WRITE, acl.TOPIC, topic)
         if refused:
             errors[(topic, p)] = refused
-        elif broker.get_partition(topic, p) is None:
+        elif not partition_known(broker, topic, p):
             errors[(topic, p)] = EC.UNKNOWN_TOPIC_OR_PARTITION
     if errors:
         for key in wanted:
@@ -35,7 +36,7 @@ async def _one(broker, ctx, tid: str, pid: int, epoch: int, topics, fenced: int,
         errors = dict.fromkeys(wanted, no_coordinator_code())
     else:
         try:
-            broker.txn_coordinator.add_partitions(tid, pid, epoch, wanted, fenced, verify_only=verify_only)
+            await broker.txn_coordinator.add_partitions(tid, pid, epoch, wanted, fenced, verify_only=verify_only)
             code = 0
         except TxnError as exc:
             code = exc.code

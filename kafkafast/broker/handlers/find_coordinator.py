@@ -3,7 +3,8 @@
 Key type 0 (group): this broker is the coordinator of every group; `__consumer_offsets`
 is created on first use. Key type 1 (transaction): this broker is the transaction
 coordinator (`broker/txn_coordinator.py`); `__transaction_state` is created on first use.
-Where no transaction coordinator runs (cluster mode, for now) the answer is
+Cluster mode answers the leaders of the topics' partitions (`cluster/requests.py`). Where no
+transaction coordinator runs (a broker without a group coordinator) the answer is
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED with TRANSACTIONS_UNSUPPORTED as error message: the
 code that confluent-kafka, kafka-python and aiokafka treat as fatal, so
 `init_transactions()` fails at once. Other key types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
@@ -17,7 +18,7 @@ from kafkafast.security import acl
 from kafkafast.security.context import denied
 
 GROUP, TRANSACTION = 0, 1
-TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator (cluster mode); "
+TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator; "
                             "produce without transactional.id (idempotent producers are supported)")
 
 

@@ -67,7 +67,7 @@ def keyless_record_errors(topic: str, index: int, records, max_batch_size: int) 
 
 def transactional_refused(broker, ctx, transactional_id: str) -> int:
     """A transactional produce needs WRITE on its transactional id, and a transaction
-    coordinator (none in cluster mode yet): TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    coordinator: TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
     if getattr(broker, "txn_coordinator", None) is None:
         return E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     return denied(broker, ctx, acl.WRITE, acl.TRANSACTIONAL_ID, transactional_id)

@@ -1,8 +1,11 @@
 """WriteTxnMarkers (key 27), versions 0-1: the transaction coordinator asks the partition's
-owner to append COMMIT/ABORT markers (here: between worker processes, over the forwarding
-path). Needs CLUSTER_ACTION. Per partition: NONE, UNKNOWN_TOPIC_OR_PARTITION, or the
-append's error (KAFKA_STORAGE_ERROR, ...). A stale producer epoch (a newer epoch already
-wrote) counts as done."""
+owner to append COMMIT/ABORT markers (between worker processes, over the forwarding path;
+in cluster mode from the coordinator's broker to the partition's leader, which answers once
+its ISR has the marker, NOT_LEADER_OR_FOLLOWER elsewhere: `cluster/transactions.py`). Needs
+CLUSTER_ACTION. Per partition: NONE, UNKNOWN_TOPIC_OR_PARTITION, or the append's error
+(KAFKA_STORAGE_ERROR, ...). A stale producer epoch (a newer epoch already wrote) counts as
+done."""
+from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.broker.txn_coordinator import append_marker
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -16,6 +19,9 @@ R = WriteTxnMarkersResponse
 @handles(WriteTxnMarkersRequest, 0, 1)
 async def handle(broker, ctx, req: WriteTxnMarkersRequest, version: int) -> WriteTxnMarkersResponse:
     refused = denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER)
+    cluster = getattr(broker, "cluster", None)
+    if cluster is not None:
+        from kafkafast.cluster.transactions import write_marker_as_leader
     out = []
     for marker in req.markers:
         topics = []
@@ -26,7 +32,11 @@ async def handle(broker, ctx, req: WriteTxnMarkersRequest, version: int) -> Writ
                 if refused:
                     code = refused
                 elif part is None:
-                    code = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    code = (E.ErrorCode.NOT_LEADER_OR_FOLLOWER if partition_known(broker, t.name, p)
+                            else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                elif cluster is not None and not ctx.internal:
+                    code = await write_marker_as_leader(broker, part, marker.producer_id, marker.producer_epoch,
+                                                        marker.transaction_result, marker.coordinator_epoch)
                 elif not broker.owns(part) and not ctx.internal:
                     code = await broker.forward_marker(part, marker.producer_id, marker.producer_epoch,
                                                        marker.transaction_result, marker.coordinator_epoch)

@@ -1,0 +1,233 @@
+"""The transaction coordinator in cluster mode (Kafka's ZooKeeper-mode TransactionCoordinator
+with its TransactionStateManager and TransactionMarkerChannelManager).
+
+`__transaction_state` is a replicated internal topic, created on first use with
+transaction.state.log.num.partitions, .replication.factor and .min.isr. The coordinator of a
+transactional id is the leader of its partition (FindCoordinator key type 1 answers that
+broker). Becoming leader of a partition loads its ids (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile; transactions found in Prepare* get their markers written); becoming follower
+drops them (NOT_COORDINATOR). Every state write is appended by the leader and answered once
+the ISR has it (acks=all, as Kafka's transaction log): NOT_ENOUGH_REPLICAS before the append
+and a timeout are COORDINATOR_NOT_AVAILABLE, a lost leadership NOT_COORDINATOR.
+
+Markers go to the partition leaders: appended here when this broker leads the partition
+(through the owner worker in a multi-worker broker), else sent with WriteTxnMarkers v1 over
+one inter-broker connection per broker (the inter-broker listener and security); every
+partition of a transaction at once. A marker is acked once the partition's ISR has it (its
+leader waits for the high watermark, as Kafka appends markers with acks=-1). Errors
+(NOT_LEADER_OR_FOLLOWER, an unreachable broker, ...) are retried for up to
+`MARKER_RETRY_S`, the leader looked up again each time from UpdateMetadata; then the
+transaction stays in Prepare* and the periodic task tries again. A partition whose topic is
+gone from the metadata needs no marker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kafkafast.broker.txn_coordinator import TXN_TOPIC, TransactionCoordinator, TxnError, append_marker
+from kafkafast.client.connection import BrokerConnection
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
+
+log = logging.getLogger("kafkafast.transactions")
+EC = E.ErrorCode
+APPEND_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default, which its transaction log appends wait
+MARKER_RETRY_S = 10.0
+MARKER_BACKOFF_S = 0.2
+WRITE_TXN_MARKERS_VERSION = 1
+
+
+async def write_marker_as_leader(broker: Any, part: Any, producer_id: int, producer_epoch: int, commit: bool,
+                                 coordinator_epoch: int, timeout_s: float = APPEND_TIMEOUT_S) -> int:
+    """A marker for a partition this broker leads (WriteTxnMarkers arriving here, or the local
+    coordinator's own): appended by the owner (another worker's through the forwarding path),
+    answered once the ISR has it. An error code."""
+    if not getattr(part, "is_leader", False):
+        return EC.NOT_LEADER_OR_FOLLOWER
+    min_isr = broker.min_insync_replicas(part)
+    if len(part.isr) < min_isr:
+        return EC.NOT_ENOUGH_REPLICAS
+    if broker.owns(part):
+        code = append_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
+    else:
+        code = await broker.forward_marker(part, producer_id, producer_epoch, commit, coordinator_epoch)
+    if code:
+        return code
+    code = await part.wait_for_hw(part.log.state.log_end_offset, timeout_s)
+    if code == 0 and len(part.isr) < min_isr:
+        code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    return code
+
+
+class ClusterTxnCoordinator(TransactionCoordinator):
+    def __init__(self, broker: Any) -> None:
+        super().__init__(broker)
+        self._conns: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Lock] = {}
+        self._unloads: dict[int, int] = {}  # __transaction_state partition -> times its leadership went
+        self.topic_known = False
+
+    async def stop(self) -> None:
+        await super().stop()
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    # -- the topic and who coordinates ----------------------------------------------------
+    def ensure_topic(self) -> None:
+        """Created through ZooKeeper once (replication factor and min ISR from the
+        transaction.state.log settings, see ClusterBroker.create_topic); `topic_known` stays
+        False while it cannot be (fewer live brokers than its replication factor)."""
+        if self.topic_known:
+            return
+        if self.broker.topics.get(TXN_TOPIC) is None:
+            try:
+                super().ensure_topic()
+            except E.KafkaError as exc:
+                log.info("cannot create %s: %s", TXN_TOPIC, exc)
+                return
+        self.topic_known = True
+
+    def status(self, transactional_id: str | None) -> int:
+        err = super().status(transactional_id)
+        return EC.COORDINATOR_NOT_AVAILABLE if err == EC.NOT_COORDINATOR and not self.topic_known else err
+
+    def load_partition(self, index: int) -> None:
+        """This broker now leads `__transaction_state` partition `index`: load its ids."""
+        if self._stopped:
+            return
+        self.loading.add(index)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.get_running_loop().create_task(self._load_partitions([index])))
+
+    async def _load_partition(self, index: int) -> None:
+        unloads = self._unloads.get(index, 0)
+        await super()._load_partition(index)
+        if self._unloads.get(index, 0) != unloads:  # leadership went while it was read
+            self._forget(index)
+
+    def unload_partition(self, index: int) -> None:
+        """Leadership moved away: forget its ids (NOT_COORDINATOR from now on); markers still
+        being retried for them stop (`_still_coordinator`)."""
+        self.loading.discard(index)
+        self._unloads[index] = self._unloads.get(index, 0) + 1
+        self._forget(index)
+
+    def _forget(self, index: int) -> None:
+        gone = [tid for tid in self.txns if self.partition_for(tid) == index]
+        for tid in gone:
+            del self.txns[tid]
+        if gone:
+            log.info("unloaded %d transactional ids of %s-%d", len(gone), TXN_TOPIC, index)
+
+    # -- state writes: acks=all ---------------------------------------------------------------
+    async def _persist(self, m: Any, *, tombstone: bool = False) -> None:
+        part = self._partition(self.partition_for(m.transactional_id))
+        if part is not None and len(part.isr) < self.broker.min_insync_replicas(part):
+            raise TxnError(EC.COORDINATOR_NOT_AVAILABLE)  # Kafka: NOT_ENOUGH_REPLICAS
+        await super()._persist(m, tombstone=tombstone)
+
+    async def _replicated(self, part: Any, end_offset: int) -> None:
+        code = await part.wait_for_hw(end_offset, APPEND_TIMEOUT_S)
+        if code == 0 and len(part.isr) < self.broker.min_insync_replicas(part):
+            code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if code == EC.NOT_LEADER_OR_FOLLOWER:
+            raise TxnError(EC.NOT_COORDINATOR)
+        if code:
+            log.warning("%s-%d: state write not replicated: %s", part.topic, part.index, EC(code).name)
+            raise TxnError(EC.COORDINATOR_NOT_AVAILABLE)
+
+    # -- markers ------------------------------------------------------------------------------
+    async def _write_markers(self, m: Any, commit: bool) -> set[tuple[str, int]]:
+        """Every partition's marker at once, with the coordinator epoch: the leader epoch of the
+        id's `__transaction_state` partition, as Kafka's coordinator sends it."""
+        index = self.partition_for(m.transactional_id)
+        part = self._partition(index)
+        epoch = part.leader_epoch if part is not None else 0
+        unloads = self._unloads.get(index, 0)
+
+        def still_coordinator() -> bool:
+            return self._unloads.get(index, 0) == unloads
+
+        tps = sorted(m.partitions)
+        done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit, epoch,
+                                                        still_coordinator) for tp in tps))
+        return {tp for tp, ok in zip(tps, done) if not ok}
+
+    async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int = 0, still_coordinator: Any = None) -> bool:
+        """One marker, retried for up to MARKER_RETRY_S while this broker still coordinates
+        the transaction (else the new coordinator writes it: False)."""
+        deadline = time.monotonic() + MARKER_RETRY_S
+        while True:
+            try:
+                code = await self._marker_once(tp, producer_id, producer_epoch, commit, coordinator_epoch)
+            except (OSError, asyncio.TimeoutError, E.KafkaError) as exc:
+                code, why = EC.NETWORK_EXCEPTION, repr(exc)
+            else:
+                why = EC(code).name if code else ""
+            if code == 0:
+                return True
+            if still_coordinator is not None and not still_coordinator():
+                return False
+            if self._stopped or time.monotonic() > deadline:
+                log.warning("transaction marker for %s-%d (producer %d) not written: %s; retried later",
+                            tp[0], tp[1], producer_id, why)
+                return False
+            await asyncio.sleep(MARKER_BACKOFF_S)
+
+    async def _marker_once(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int) -> int:
+        broker = self.broker
+        topic, index = tp
+        part = broker.get_partition(topic, index)
+        if part is not None and getattr(part, "is_leader", False):
+            return await write_marker_as_leader(broker, part, producer_id, producer_epoch, commit,
+                                                coordinator_epoch)
+        if topic not in broker.metadata.partitions:
+            return 0  # the topic was deleted: no marker needed
+        leader = broker.metadata.leader_of(topic, index)
+        if leader < 0:
+            return EC.LEADER_NOT_AVAILABLE
+        if leader == broker.node_id:
+            return EC.NOT_LEADER_OR_FOLLOWER  # the LeaderAndIsr that makes this broker leader is on its way
+        conn = await self._connection(leader)
+        if conn is None:
+            return EC.LEADER_NOT_AVAILABLE
+        R = WriteTxnMarkersRequest
+        req = R(markers=[R.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[index])])])
+        try:
+            resp = await conn.send(req, version=WRITE_TXN_MARKERS_VERSION, timeout=APPEND_TIMEOUT_S + 5)
+        except BaseException:
+            conn.close()
+            self._conns.pop(leader, None)
+            raise
+        return resp.markers[0].topics[0].partitions[0].error_code
+
+    async def _connection(self, broker_id: int) -> BrokerConnection | None:
+        """This broker's connection to another's inter-broker listener (made again when its
+        endpoint changed or the connection closed)."""
+        async with self._connecting.setdefault(broker_id, asyncio.Lock()):
+            return await self._connect(broker_id)
+
+    async def _connect(self, broker_id: int) -> BrokerConnection | None:
+        b = self.broker.metadata.brokers.get(broker_id)
+        if b is None:
+            return None
+        conn = self._conns.get(broker_id)
+        if conn is not None and not conn.closed and (conn.host, conn.port) == (b.host, b.port):
+            return conn
+        if conn is not None:
+            conn.close()
+        node = self.broker.node
+        conn = await BrokerConnection(b.host, b.port, node_id=broker_id,
+                                      client_id=f"broker-{self.broker.node_id}-txn-markers",
+                                      security=node.inter_broker).connect()
+        self._conns[broker_id] = conn
+        return conn

@@ -1,0 +1,331 @@
+"""Transactions in cluster mode: a replicated `__transaction_state` whose partition leaders
+coordinate, markers sent to partition leaders on other brokers, read_committed across
+leader changes, the coordinator's broker SIGKILLed mid-transaction."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.testing.control import PROPERTY
+from kafkafast.testing.scripting import Faults
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+TXN_SETTINGS = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+# partition p led by broker p + 1: every transaction has partitions on all three brokers
+ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+
+
+class FaultyCluster(KafkaCluster):
+    """Brokers that take faults from a test-control dir each (kafkafast.testing)."""
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        control = self.root / f"control-{broker_id}"
+        control.mkdir(parents=True, exist_ok=True)
+        return {**super().broker_settings(broker_id), PROPERTY: str(control)}
+
+    def faults(self, broker_id: int) -> Faults:
+        return Faults(str(self.root / f"control-{broker_id}"))
+
+
+def _cluster(tmp_path_factory, workers: int):
+    c = FaultyCluster(tmp_path_factory.mktemp(f"txn-cluster-w{workers}"), workers=workers, settings=TXN_SETTINGS)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory):
+    yield from _cluster(tmp_path_factory, 0)
+
+
+def live_port(cluster) -> int:
+    return next(b.port for b in cluster.brokers.values() if b.proc is not None and b.proc.poll() is None)
+
+
+def txn_coordinator(cluster, tid: str) -> int:
+    with RawClient(live_port(cluster)) as rc:
+        resp = rc.request(FindCoordinatorRequest(key=tid, key_type=1), 2)
+    return resp.node_id if resp.error_code == 0 else -1
+
+
+def producer(cluster, tid: str) -> Producer:
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "linger.ms": 5,
+                  "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+    p.init_transactions(60)
+    return p
+
+
+def send(p: Producer, topic: str, values: list[bytes]) -> None:
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % 3)
+    assert p.flush(60) == 0
+
+
+def transaction(p: Producer, topic: str, prefix: bytes, *, commit: bool = True) -> list[bytes]:
+    """One transaction of 30 records over the topic's three partitions; its values."""
+    values = [prefix + b"-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, topic, values)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.abort_transaction(60)
+    return values
+
+
+def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list[bytes]:
+    """The values of every partition a consumer with that isolation level gets (more than
+    `expect` show up too: it keeps reading for a second once it has that many)."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    idle_until = None
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m.value())
+            if len(out) >= expect:
+                idle_until = idle_until or time.monotonic() + 1.0
+                if time.monotonic() > idle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def stable_offsets(cluster, topic: str) -> list[tuple[int, int]]:
+    """(high watermark, last stable offset) of each partition, asked of its leader."""
+    out = []
+    for p in range(3):
+        leader = cluster.wait_for(lambda: max(cluster.leader(topic, p), 0), 30, f"a leader of {topic}-{p}")
+        ends = []
+        for isolation in (0, 1):
+            T = ListOffsetsRequest.ListOffsetsTopic
+            req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[T(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=-1)])])
+            with RawClient(cluster.brokers[leader].port) as rc:
+                ends.append(rc.request(req, 4).topics[0].partitions[0].offset)
+        out.append((ends[0], ends[1]))
+    return out
+
+
+def test_commit_abort_read_committed_and_fencing_across_brokers(txn_cluster):
+    c = txn_cluster
+    c.create_topic("tx-out", 3, 3, assignment=ASSIGNMENT)
+    c.create_topic("tx-in", 3, 3, assignment=ASSIGNMENT)
+    assert {c.leader("tx-out", p) for p in range(3)} == {1, 2, 3}
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "txn-group", "enable.auto.commit": False})
+    p = producer(c, "cluster-tx")
+    assert txn_coordinator(c, "cluster-tx") in (1, 2, 3)
+    committed, aborted = [], []
+    for t in range(6):
+        values = [b"t%d-%02d" % (t, i) for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-out", values)
+        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 100 + t)], cons.consumer_group_metadata(), 30)
+        if t % 3 == 1:
+            p.abort_transaction(60)
+            aborted += values
+        else:
+            p.commit_transaction(60)
+            committed += values
+    # the zombie: a second instance fences the first; nothing the first writes later becomes visible
+    p2 = producer(c, "cluster-tx")
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as fenced:
+        p.produce("tx-out", value=b"zombie", partition=0)
+        p.flush(10)
+        p.commit_transaction(30)
+    assert fenced.value.args[0].fatal() and "fenced" in str(fenced.value).lower()
+    p2.begin_transaction()
+    send(p2, "tx-out", [b"p2-%02d" % i for i in range(9)])
+    p2.commit_transaction(60)
+    committed += [b"p2-%02d" % i for i in range(9)]
+
+    seen = read_all(c, "tx-out", "read_committed", len(committed))
+    assert sorted(seen) == sorted(committed)  # each committed record once, no aborted one, no zombie
+    everything = read_all(c, "tx-out", "read_uncommitted", len(committed) + len(aborted))
+    assert set(aborted) <= set(everything) and set(committed) <= set(everything)
+    # offsets committed in the transactions: the last committed one (t=5: 105), not the aborted t=4
+    got = cons.committed([TopicPartition("tx-in", 0)], 30)
+    assert got[0].offset == 105
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-out"):
+        assert lso == hw  # no transaction left open (the zombie's was aborted by the fencing)
+
+
+def test_coordinator_broker_killed_mid_transaction(txn_cluster):
+    c = txn_cluster
+    c.create_topic("tx-kill", 3, 3, assignment=ASSIGNMENT)
+    tid = "killed-coordinator"
+    p = producer(c, tid)
+    first = transaction(p, "tx-kill", b"a")
+    middle = [b"b-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, "tx-kill", middle)
+    victim = txn_coordinator(c, tid)
+    assert victim in (1, 2, 3)
+    c.brokers[victim].kill()
+    try:
+        p.commit_transaction(120)  # the producer finds the new coordinator, which loaded the Ongoing state
+        assert c.wait_for(lambda: txn_coordinator(c, tid) not in (-1, victim), 30, "a new coordinator")
+        last = transaction(p, "tx-kill", b"c")
+        transaction(p, "tx-kill", b"d", commit=False)
+        seen = read_all(c, "tx-kill", "read_committed", 90)
+        assert sorted(seen) == sorted(first + middle + last)
+        for hw, lso in stable_offsets(c, "tx-kill"):
+            assert lso == hw
+    finally:
+        c.brokers[victim].start(timeout=60)
+    c.wait_for(lambda: all(len(c.isr("tx-kill", q)) == 3 for q in range(3)), 60, "the restarted broker in sync")
+    # The restarted replica replicated the abort (and markers) as follower; made leader again by a
+    # preferred election, its producer state and .txnindex hide the aborted records from read_committed.
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("tx-kill", victim - 1)]).result(30)
+    c.wait_for(lambda: c.leader("tx-kill", victim - 1) == victim, 30, "the restarted broker leading again")
+    seen = read_all(c, "tx-kill", "read_committed", 90)
+    assert sorted(seen) == sorted(first + middle + last)
+    for hw, lso in stable_offsets(c, "tx-kill"):
+        assert lso == hw
+
+
+def txn_state(cluster, broker: int, tid: str) -> str:
+    with RawClient(cluster.brokers[broker].port) as rc:
+        return rc.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0).transaction_states[0].transaction_state
+
+
+def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
+    """The commit is decided (PrepareCommit replicated) but one marker cannot be written (a disk
+    error on that partition's leader); the coordinator's broker dies; the new coordinator loads
+    PrepareCommit and completes the commit once the marker can be written."""
+    c = txn_cluster
+    c.create_topic("tx-pending", 3, 3, assignment=ASSIGNMENT)
+    stuck = c.leader("tx-pending", 0)
+    c.wait_for(lambda: txn_coordinator(c, "probe") > 0, 30, "transaction coordinators")
+    tid = next(t for t in (f"pending-{i}" for i in range(100)) if txn_coordinator(c, t) not in (-1, stuck))
+    coordinator = txn_coordinator(c, tid)
+    p = producer(c, tid)
+    values = [b"p-%02d" % i for i in range(30)]
+    p.begin_transaction()
+    send(p, "tx-pending", values)
+    faults = c.faults(stuck)
+    faults.disk_error("tx-pending", 0, count=-1)
+    p.commit_transaction(90)  # answered once the decision is replicated, the marker of partition 0 left to retry
+    assert txn_state(c, coordinator, tid) == "PrepareCommit"
+    visible = read_all(c, "tx-pending", "read_committed", 20, timeout=10)
+    assert sorted(visible) == sorted(v for i, v in enumerate(values) if i % 3 != 0)  # partition 0 held at its LSO
+    c.brokers[coordinator].kill()
+    try:
+        faults.clear()
+        new = c.wait_for(lambda: (lambda n: n if n not in (-1, coordinator) else 0)(txn_coordinator(c, tid)), 60,
+                         "a new coordinator")
+        c.wait_for(lambda: txn_state(c, new, tid) == "CompleteCommit", 60, "the commit completed")
+        assert sorted(read_all(c, "tx-pending", "read_committed", 30)) == sorted(values)
+        for hw, lso in stable_offsets(c, "tx-pending"):
+            assert lso == hw
+        p.begin_transaction()  # the producer goes on with the new coordinator
+        send(p, "tx-pending", [b"q-%02d" % i for i in range(3)])
+        p.commit_transaction(60)
+        assert len(read_all(c, "tx-pending", "read_committed", 33)) == 33
+    finally:
+        c.brokers[coordinator].start(timeout=60)
+
+
+def test_kafkafast_client_transactions(txn_cluster):
+    """kafkafast's own transactional producer against the cluster: the coordinator found through
+    FindCoordinator key type 1, records on three leaders, offsets sent to the transaction."""
+    from kafkafast.client import TopicPartition as KfTopicPartition
+    from kafkafast.client.sync import KafkaProducer
+
+    c = txn_cluster
+    c.create_topic("tx-kf", 3, 3, assignment=ASSIGNMENT)
+    p = KafkaProducer(c.bootstrap, transactional_id="kf-tx")
+    try:
+        p.init_transactions()
+        committed = []
+        for t, commit in enumerate((True, False, True)):
+            values = [b"kf%d-%02d" % (t, i) for i in range(30)]
+            p.begin_transaction()
+            for i, v in enumerate(values):
+                p.send("tx-kf", v, partition=i % 3)
+            p.send_offsets_to_transaction({KfTopicPartition("tx-kf", 0): 50 + t}, "kf-tx-group")
+            if commit:
+                p.commit_transaction()
+                committed += values
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    assert sorted(read_all(c, "tx-kf", "read_committed", 60)) == sorted(committed)
+    assert len(read_all(c, "tx-kf", "read_uncommitted", 90)) == 90
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kf-tx-group"})
+    assert cons.committed([TopicPartition("tx-kf", 0)], 30)[0].offset == 52
+    cons.close()
+
+
+def test_timed_out_transaction_is_aborted_on_every_leader(txn_cluster):
+    """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
+    reach the leaders on the other brokers, the LSO moves on, the producer is fenced."""
+    c = txn_cluster
+    c.create_topic("tx-timeout", 3, 3, assignment=ASSIGNMENT)
+    p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "sleepy", "linger.ms": 5,
+                  "transaction.timeout.ms": 3000, "message.timeout.ms": 3000})
+    p.init_transactions(60)
+    committed = transaction(p, "tx-timeout", b"ok")
+    p.begin_transaction()
+    send(p, "tx-timeout", [b"late-%02d" % i for i in range(30)])
+    c.wait_for(lambda: all(lso == hw for hw, lso in stable_offsets(c, "tx-timeout")), 30, "the LSO past the abort")
+    assert sorted(read_all(c, "tx-timeout", "read_committed", 30)) == sorted(committed)
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)
+
+
+@pytest.fixture(scope="module")
+def txn_workers_cluster(tmp_path_factory):
+    yield from _cluster(tmp_path_factory, 2)
+
+
+def test_transactions_on_multi_worker_brokers(txn_workers_cluster):
+    """Brokers of two workers: the transaction APIs reach the worker owning the id's
+    __transaction_state partition, markers for partitions another worker owns go through it."""
+    c = txn_workers_cluster
+    c.create_topic("tx-w", 3, 3, assignment=ASSIGNMENT)
+    c.create_topic("tx-w-in", 1, 3)
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "txn-w-group", "enable.auto.commit": False})
+    p = producer(c, "workers-tx")
+    committed = []
+    for t in range(3):
+        values = [b"w%d-%02d" % (t, i) for i in range(30)]
+        p.begin_transaction()
+        send(p, "tx-w", values)
+        p.send_offsets_to_transaction([TopicPartition("tx-w-in", 0, 10 + t)], cons.consumer_group_metadata(), 30)
+        if t == 1:
+            p.abort_transaction(60)
+        else:
+            p.commit_transaction(60)
+            committed += values
+    assert sorted(read_all(c, "tx-w", "read_committed", len(committed))) == sorted(committed)
+    assert len(read_all(c, "tx-w", "read_uncommitted", 90)) == 90
+    assert cons.committed([TopicPartition("tx-w-in", 0)], 30)[0].offset == 12
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-w"):
+        assert lso == hw
