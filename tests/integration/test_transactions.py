@@ -3,6 +3,8 @@ loops with a SIGKILLed producer process, zombie fencing, coordinator timeouts, o
 committed in transactions, a broker killed between EndTxn and its markers."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kafkafast.testing import KafkaTestBroker
+from tests.integration.test_kafkajs import JS, kafkajs_available
 from tests.support.raw_client import RawClient
 from tests.support.txn_loop import CHUNK, GROUP, IN, OUT, should_abort
 
@@ -29,13 +32,13 @@ def txn_broker(tmp_path, request):
     b.kill()
 
 
-def read_all(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list:
-    """Every record of partition 0 a consumer with that isolation level gets, as (offset, value)."""
+def read_all(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60.0, partition: int = 0) -> list:
+    """Every record of one partition a consumer with that isolation level gets, as (offset, value)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation,
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, partition, 0)])
     out = []
     deadline = time.monotonic() + timeout
     idle_until = None
@@ -393,3 +396,83 @@ def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
             time.sleep(0.05)
     finally:
         b.kill()
+
+
+def run_kafkajs(*args: str) -> dict:
+    r = subprocess.run(["node", str(JS / "kafkajs_transactions.js"), *args], capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+needs_kafkajs = pytest.mark.skipif(not kafkajs_available() and os.environ.get("CI") != "true",
+                                   reason="node or kafkajs missing (bash run.sh test installs them)")
+
+
+@needs_kafkajs
+def test_kafkajs_transactional_producer(txn_broker):
+    """KafkaJS's transactional producer (its own InitProducerId, AddPartitionsToTxn,
+    AddOffsetsToTxn, TxnOffsetCommit and EndTxn): committed records visible once each in order to
+    read_committed, aborted ones only to read_uncommitted, the committed transaction's offsets
+    the group's and the aborted one's not."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    bs = txn_broker.bootstrap_servers
+    out = run_kafkajs("produce", bs)
+    assert len(out["committed"]) == 80 and len(out["aborted"]) == 40
+    for p in (0, 1):
+        committed = [v.encode() for q, v in out["committed"] if q == p]
+        aborted = [v.encode() for q, v in out["aborted"] if q == p]
+        assert [v for _, v in read_all(bs, "kjs-tx", "read_committed", len(committed), partition=p)] == committed
+        everything = [v for _, v in read_all(bs, "kjs-tx", "read_uncommitted", 60, partition=p)]
+        assert sorted(everything) == sorted(committed + aborted)
+    assert out["offsets"] == {"2": "102", "4": "104"}
+    c = Consumer({"bootstrap.servers": bs, "group.id": "kjs-tx-group"})
+    assert c.committed([TopicPartition("kjs-tx-in", 0)], 30)[0].offset == 102  # t2 committed, t4 aborted
+    c.close()
+    assert describe_txn(txn_broker.port, "kjs-txn").transaction_state == "CompleteCommit"
+
+
+@needs_kafkajs
+def test_kafkajs_read_committed_consumer(txn_broker):
+    """KafkaJS's read_committed consumer skips the aborted transactions (the fetch response's
+    aborted_transactions) and the markers of records a confluent-kafka transactional producer
+    wrote, also where an aborted and a committed transaction of two producers interleave."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bs = txn_broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic("ck-tx", 2, 1)])["ck-tx"].result(30)
+    a, b = (Producer({"bootstrap.servers": bs, "transactional.id": tid, "linger.ms": 0}) for tid in ("ck-a", "ck-b"))
+    a.init_transactions(30)
+    b.init_transactions(30)
+    expected: list[list[str]] = [[], []]
+    for t in range(5):
+        a.begin_transaction()
+        if t == 2:
+            b.begin_transaction()
+        for i in range(20):
+            value = f"a{t}-{i:02d}"
+            a.produce("ck-tx", value=value, partition=i % 2)
+            if t == 2:  # b's committed records in between a's aborted ones, in both partitions
+                a.flush(30)
+                b.produce("ck-tx", value=f"b{t}-{i:02d}", partition=i % 2)
+                b.flush(30)
+                expected[i % 2].append(f"b{t}-{i:02d}")
+            if t % 2 == 0 and t != 2:
+                expected[i % 2].append(value)
+        a.flush(30)
+        if t % 2 == 0 and t != 2:
+            a.commit_transaction(30)
+        else:
+            a.abort_transaction(30)
+        if t == 2:
+            b.commit_transaction(30)
+    a.begin_transaction()
+    for p in (0, 1):
+        a.produce("ck-tx", value="end", partition=p)
+        expected[p].append("end")
+    a.commit_transaction(30)
+    assert len(read_all(bs, "ck-tx", "read_uncommitted", 61, partition=0)) == 61  # 50 of a, 10 of b, end
+    assert run_kafkajs("consume", bs, "ck-tx", "2")["values"] == expected

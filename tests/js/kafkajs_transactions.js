@@ -1,0 +1,64 @@
+// KafkaJS transactions against the broker; prints one JSON line for the Python test.
+//   node kafkajs_transactions.js produce BROKER
+//     A transactional producer (transactionalId, idempotent, maxInFlightRequests 1) runs six
+//     transactions of 20 records over `kjs-tx` partitions 0 and 1: 1 and 4 abort, the others
+//     commit; 2 (committed) and 4 (aborted) also send offsets of `kjs-tx-in` for group `kjs-tx-group`.
+//   node kafkajs_transactions.js consume BROKER TOPIC PARTITIONS
+//     A read_committed consumer (readUncommitted: false) in group `kjs-rc` reads TOPIC from the
+//     beginning until every partition has delivered its record `end`; prints the values per partition.
+const { Kafka, logLevel } = require('kafkajs')
+const [mode, broker] = process.argv.slice(2, 4)
+process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
+const kafka = new Kafka({ clientId: 'kjs-tx', brokers: [broker], logLevel: logLevel.WARN })
+const TOPIC = 'kjs-tx', IN = 'kjs-tx-in', GROUP = 'kjs-tx-group'
+
+async function produce() {
+  const admin = kafka.admin(); await admin.connect()
+  await admin.createTopics({ topics: [{ topic: TOPIC, numPartitions: 2 }, { topic: IN, numPartitions: 1 }] })
+  await admin.disconnect()
+  const producer = kafka.producer({ transactionalId: 'kjs-txn', idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const committed = [], aborted = [], offsets = {}
+  for (let t = 0; t < 6; t++) {
+    const abort = t === 1 || t === 4
+    const txn = await producer.transaction()
+    const values = []
+    for (let half = 0; half < 2; half++) {  // two sends per transaction, both partitions in each
+      const messages = []
+      for (let i = half * 10; i < half * 10 + 10; i++) {
+        const value = `t${t}-${String(i).padStart(2, '0')}`
+        messages.push({ partition: i % 2, key: value, value }); values.push([i % 2, value])
+      }
+      await txn.send({ topic: TOPIC, messages })
+    }
+    if (t === 2 || t === 4) {
+      const offset = String(100 + t); offsets[t] = offset
+      await txn.sendOffsets({ consumerGroupId: GROUP, topics: [{ topic: IN, partitions: [{ partition: 0, offset }] }] })
+    }
+    if (abort) { await txn.abort(); aborted.push(...values) } else { await txn.commit(); committed.push(...values) }
+  }
+  await producer.disconnect()
+  return { committed, aborted, offsets }
+}
+
+async function consume(topic, partitions) {
+  const consumer = kafka.consumer({ groupId: 'kjs-rc', readUncommitted: false, maxWaitTimeInMs: 200 })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  const values = Array.from({ length: partitions }, () => [])
+  const done = new Set()
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('timeout: ' + JSON.stringify(values))), 60000)
+    consumer.run({ eachMessage: async ({ partition, message }) => {
+      const value = message.value.toString()
+      values[partition].push(value)
+      if (value === 'end') done.add(partition)
+      if (done.size === partitions) { clearTimeout(timer); resolve() }
+    } }).catch(reject)
+  })
+  await consumer.disconnect()
+  return { values }
+}
+
+const run = mode === 'produce' ? produce() : consume(process.argv[4], Number(process.argv[5]))
+run.then(out => console.log(JSON.stringify(out))).catch(e => { console.error('FAILED', e); process.exit(1) })
