@@ -282,6 +282,60 @@ def test_kafkafast_client_transactions(txn_cluster):
     cons.close()
 
 
+def test_kafka_python_transactions(txn_cluster):
+    """kafka-python's transactional producer against the cluster: committed and aborted
+    transactions over partitions led by the three brokers, offsets sent to the transactions;
+    read_committed consumers (librdkafka's and kafka-python's) see the committed records only."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    c = txn_cluster
+    c.create_topic("tx-kp", 3, 3, assignment=ASSIGNMENT)
+    assert {c.leader("tx-kp", q) for q in range(3)} == {1, 2, 3}
+    p = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="kp-tx", linger_ms=5)
+    committed: list[list[bytes]] = [[], [], []]
+    try:
+        p.init_transactions()
+        for t, commit in enumerate((True, False, True, False)):
+            values = [b"kp%d-%02d" % (t, i) for i in range(30)]
+            p.begin_transaction()
+            for i, v in enumerate(values):
+                p.send("tx-kp", value=v, partition=i % 3)
+            p.send_offsets_to_transaction({KpTopicPartition("tx-kp", 0): OffsetAndMetadata(70 + t, "", -1)},
+                                          "kp-tx-group")
+            p.flush(60)  # the aborted records reach the log too
+            if commit:
+                p.commit_transaction()
+                for i, v in enumerate(values):
+                    committed[i % 3].append(v)
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    everything = sum(committed, [])
+    assert sorted(read_all(c, "tx-kp", "read_committed", len(everything))) == sorted(everything)
+    assert len(read_all(c, "tx-kp", "read_uncommitted", 120)) == 120
+    kc = KafkaConsumer(bootstrap_servers=c.bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    parts = [KpTopicPartition("tx-kp", q) for q in range(3)]
+    kc.assign(parts)
+    kc.seek_to_beginning(*parts)
+    ends = [hw for hw, _ in stable_offsets(c, "tx-kp")]
+    seen: list[list[bytes]] = [[], [], []]
+    deadline = time.monotonic() + 60
+    while [kc.position(tp) for tp in parts] != ends and time.monotonic() < deadline:
+        for tp, records in kc.poll(500).items():
+            seen[tp.partition] += [r.value for r in records]
+    assert [kc.position(tp) for tp in parts] == ends  # past the last (aborted) transaction and its markers
+    kc.close()
+    assert seen == committed  # each partition's committed records once, in order
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kp-tx-group"})
+    assert cons.committed([TopicPartition("tx-kp", 0)], 30)[0].offset == 72  # t2 committed, t3 aborted
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-kp"):
+        assert lso == hw
+
+
 def test_timed_out_transaction_is_aborted_on_every_leader(txn_cluster):
     """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
     reach the leaders on the other brokers, the LSO moves on, the producer is fenced."""
