@@ -410,6 +410,7 @@ needs_kafkajs = pytest.mark.skipif(not kafkajs_available() and os.environ.get("C
 
 
 @needs_kafkajs
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
 def test_kafkajs_transactional_producer(txn_broker):
     """KafkaJS's transactional producer (its own InitProducerId, AddPartitionsToTxn,
     AddOffsetsToTxn, TxnOffsetCommit and EndTxn): committed records visible once each in order to
@@ -419,13 +420,15 @@ def test_kafkajs_transactional_producer(txn_broker):
 
     bs = txn_broker.bootstrap_servers
     out = run_kafkajs("produce", bs)
-    assert len(out["committed"]) == 80 and len(out["aborted"]) == 40
+    assert len(out["committed"]) == 82 and len(out["aborted"]) == 40
+    assert out["fenced"] == "INVALID_PRODUCER_EPOCH"  # EndTxn v0/v1 predate PRODUCER_FENCED (KIP-588)
     for p in (0, 1):
         committed = [v.encode() for q, v in out["committed"] if q == p]
-        aborted = [v.encode() for q, v in out["aborted"] if q == p]
+        aborted = [v.encode() for q, v in out["aborted"] + out["zombie"] if q == p]
+        assert committed[-1] == b"after-%d" % p
         assert [v for _, v in read_all(bs, "kjs-tx", "read_committed", len(committed), partition=p)] == committed
-        everything = [v for _, v in read_all(bs, "kjs-tx", "read_uncommitted", 60, partition=p)]
-        assert sorted(everything) == sorted(committed + aborted)
+        everything = [v for _, v in read_all(bs, "kjs-tx", "read_uncommitted", 62, partition=p)]
+        assert sorted(everything) == sorted(committed + aborted)  # the zombie's aborted by the fencing
     assert out["offsets"] == {"2": "102", "4": "104"}
     c = Consumer({"bootstrap.servers": bs, "group.id": "kjs-tx-group"})
     assert c.committed([TopicPartition("kjs-tx-in", 0)], 30)[0].offset == 102  # t2 committed, t4 aborted
@@ -434,6 +437,7 @@ def test_kafkajs_transactional_producer(txn_broker):
 
 
 @needs_kafkajs
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
 def test_kafkajs_read_committed_consumer(txn_broker):
     """KafkaJS's read_committed consumer skips the aborted transactions (the fetch response's
     aborted_transactions) and the markers of records a confluent-kafka transactional producer

@@ -3,6 +3,8 @@
 //     A transactional producer (transactionalId, idempotent, maxInFlightRequests 1) runs six
 //     transactions of 20 records over `kjs-tx` partitions 0 and 1: 1 and 4 abort, the others
 //     commit; 2 (committed) and 4 (aborted) also send offsets of `kjs-tx-in` for group `kjs-tx-group`.
+//     Then a second producer with the same transactionalId fences the first one mid-transaction
+//     and commits a transaction of its own.
 //   node kafkajs_transactions.js consume BROKER TOPIC PARTITIONS
 //     A read_committed consumer (readUncommitted: false) in group `kjs-rc` reads TOPIC from the
 //     beginning until every partition has delivered its record `end`; prints the values per partition.
@@ -37,8 +39,22 @@ async function produce() {
     }
     if (abort) { await txn.abort(); aborted.push(...values) } else { await txn.commit(); committed.push(...values) }
   }
+  // A zombie: a second producer with the same transactionalId begins (InitProducerId aborts the
+  // first one's open transaction and bumps the epoch); the first one's commit is refused.
+  const zombie = await producer.transaction()
+  const zombieValues = [0, 1].map(partition => [partition, `zombie-${partition}`])
+  await zombie.send({ topic: TOPIC, messages: zombieValues.map(([partition, value]) => ({ partition, value })) })
+  const successor = kafka.producer({ transactionalId: 'kjs-txn', idempotent: true, maxInFlightRequests: 1 })
+  await successor.connect()
+  const txn = await successor.transaction()  // its InitProducerId (connect's is not transactional)
+  let fenced = null
+  try { await zombie.commit() } catch (e) { fenced = e.type || e.name }
   await producer.disconnect()
-  return { committed, aborted, offsets }
+  const values = [0, 1].map(partition => [partition, `after-${partition}`])
+  await txn.send({ topic: TOPIC, messages: values.map(([partition, value]) => ({ partition, value })) })
+  await txn.commit(); committed.push(...values)
+  await successor.disconnect()
+  return { committed, aborted, offsets, fenced, zombie: zombieValues }
 }
 
 async function consume(topic, partitions) {
