@@ -13,6 +13,7 @@ from kafkafast.protocol._generated.find_coordinator import FindCoordinatorReques
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 from kafkafast.testing.control import PROPERTY
 from kafkafast.testing.scripting import Faults
+from tests.integration.test_kafkajs import needs_kafkajs, run_kafkajs
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -86,12 +87,13 @@ def transaction(p: Producer, topic: str, prefix: bytes, *, commit: bool = True) 
     return values
 
 
-def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0) -> list[bytes]:
+def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0,
+             partitions: int = 3) -> list[bytes]:
     """The values of every partition a consumer with that isolation level gets (more than
     `expect` show up too: it keeps reading for a second once it has that many)."""
     c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
                   "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[bytes] = []
     deadline = time.monotonic() + timeout
     idle_until = None
@@ -109,10 +111,10 @@ def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 
     return out
 
 
-def stable_offsets(cluster, topic: str) -> list[tuple[int, int]]:
+def stable_offsets(cluster, topic: str, partitions: int = 3) -> list[tuple[int, int]]:
     """(high watermark, last stable offset) of each partition, asked of its leader."""
     out = []
-    for p in range(3):
+    for p in range(partitions):
         leader = cluster.wait_for(lambda: max(cluster.leader(topic, p), 0), 30, f"a leader of {topic}-{p}")
         ends = []
         for isolation in (0, 1):
@@ -333,6 +335,30 @@ def test_kafka_python_transactions(txn_cluster):
     assert cons.committed([TopicPartition("tx-kp", 0)], 30)[0].offset == 72  # t2 committed, t3 aborted
     cons.close()
     for hw, lso in stable_offsets(c, "tx-kp"):
+        assert lso == hw
+
+
+@needs_kafkajs
+def test_kafkajs_transactions(txn_cluster):
+    """KafkaJS's transactional producer against the cluster (tests/js/kafkajs_transactions.js):
+    its coordinator found by FindCoordinator, partitions led by two brokers, offsets sent to a
+    transaction, a zombie fenced; read_committed sees each committed record once, in order."""
+    c = txn_cluster
+    c.create_topic("kjs-tx", 2, 3, assignment=ASSIGNMENT[:2])
+    c.create_topic("kjs-tx-in", 1, 3, assignment=ASSIGNMENT[2:])
+    out = run_kafkajs("kafkajs_transactions.js", "produce", c.bootstrap)
+    assert out["fenced"] == "INVALID_PRODUCER_EPOCH"
+    committed = [v.encode() for _, v in out["committed"]]
+    seen = read_all(c, "kjs-tx", "read_committed", len(committed), partitions=2)
+    assert sorted(seen) == sorted(committed)
+    for p in (0, 1):  # each partition's records in the order they were sent
+        mine = {v.encode() for q, v in out["committed"] if q == p}
+        assert [v for v in seen if v in mine] == [v.encode() for q, v in out["committed"] if q == p]
+    assert len(read_all(c, "kjs-tx", "read_uncommitted", 124, partitions=2)) == 124  # 82 committed, 40 aborted, 2 zombie
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kjs-tx-group"})
+    assert cons.committed([TopicPartition("kjs-tx-in", 0)], 30)[0].offset == 102  # not the aborted 104
+    cons.close()
+    for hw, lso in stable_offsets(c, "kjs-tx", 2):
         assert lso == hw
 
 

@@ -18,14 +18,21 @@ def kafkajs_available() -> bool:
     return shutil.which("node") is not None and (JS / "node_modules" / "kafkajs").is_dir()
 
 
-@pytest.mark.skipif(not kafkajs_available() and os.environ.get("CI") != "true",
-                    reason="node or kafkajs missing (bash run.sh test installs them)")
+needs_kafkajs = pytest.mark.skipif(not kafkajs_available() and os.environ.get("CI") != "true",
+                                   reason="node or kafkajs missing (bash run.sh test installs them)")
+
+
+def run_kafkajs(script: str, *args: str) -> dict:
+    """Runs tests/js/SCRIPT with node; the JSON of its last output line."""
+    r = subprocess.run(["node", str(JS / script), *args], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@needs_kafkajs
 def test_kafkajs_produces_consumes_in_a_group_and_administers(broker_factory):
     b = broker_factory(settings={"group.initial.rebalance.delay.ms": "0"})
-    r = subprocess.run(["node", str(JS / "kafkajs_roundtrip.js"), b.bootstrap], capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    summary = run_kafkajs("kafkajs_roundtrip.js", b.bootstrap)
     assert summary["consumed"] == 2000
     assert sum(int(high) for _, high in summary["offsets"]) == 2000
     assert summary["group"] == "Empty"

@@ -3,8 +3,6 @@ loops with a SIGKILLed producer process, zombie fencing, coordinator timeouts, o
 committed in transactions, a broker killed between EndTxn and its markers."""
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import time
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kafkafast.testing import KafkaTestBroker
-from tests.integration.test_kafkajs import JS, kafkajs_available
+from tests.integration.test_kafkajs import needs_kafkajs, run_kafkajs
 from tests.support.raw_client import RawClient
 from tests.support.txn_loop import CHUNK, GROUP, IN, OUT, should_abort
 
@@ -398,17 +396,6 @@ def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
         b.kill()
 
 
-def run_kafkajs(*args: str) -> dict:
-    r = subprocess.run(["node", str(JS / "kafkajs_transactions.js"), *args], capture_output=True, text=True,
-                       timeout=180)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-needs_kafkajs = pytest.mark.skipif(not kafkajs_available() and os.environ.get("CI") != "true",
-                                   reason="node or kafkajs missing (bash run.sh test installs them)")
-
-
 @needs_kafkajs
 @pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
 def test_kafkajs_transactional_producer(txn_broker):
@@ -419,7 +406,7 @@ def test_kafkajs_transactional_producer(txn_broker):
     from confluent_kafka import Consumer, TopicPartition
 
     bs = txn_broker.bootstrap_servers
-    out = run_kafkajs("produce", bs)
+    out = run_kafkajs("kafkajs_transactions.js", "produce", bs)
     assert len(out["committed"]) == 82 and len(out["aborted"]) == 40
     assert out["fenced"] == "INVALID_PRODUCER_EPOCH"  # EndTxn v0/v1 predate PRODUCER_FENCED (KIP-588)
     for p in (0, 1):
@@ -479,4 +466,4 @@ def test_kafkajs_read_committed_consumer(txn_broker):
         expected[p].append("end")
     a.commit_transaction(30)
     assert len(read_all(bs, "ck-tx", "read_uncommitted", 61, partition=0)) == 61  # 50 of a, 10 of b, end
-    assert run_kafkajs("consume", bs, "ck-tx", "2")["values"] == expected
+    assert run_kafkajs("kafkajs_transactions.js", "consume", bs, "ck-tx", "2")["values"] == expected

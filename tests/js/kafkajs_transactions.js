@@ -1,5 +1,5 @@
 // KafkaJS transactions against the broker; prints one JSON line for the Python test.
-//   node kafkajs_transactions.js produce BROKER
+//   node kafkajs_transactions.js produce BROKERS (host:port[,host:port...])
 //     A transactional producer (transactionalId, idempotent, maxInFlightRequests 1) runs six
 //     transactions of 20 records over `kjs-tx` partitions 0 and 1: 1 and 4 abort, the others
 //     commit; 2 (committed) and 4 (aborted) also send offsets of `kjs-tx-in` for group `kjs-tx-group`.
@@ -11,7 +11,7 @@
 const { Kafka, logLevel } = require('kafkajs')
 const [mode, broker] = process.argv.slice(2, 4)
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
-const kafka = new Kafka({ clientId: 'kjs-tx', brokers: [broker], logLevel: logLevel.WARN })
+const kafka = new Kafka({ clientId: 'kjs-tx', brokers: broker.split(','), logLevel: logLevel.WARN })
 const TOPIC = 'kjs-tx', IN = 'kjs-tx-in', GROUP = 'kjs-tx-group'
 
 async function produce() {
