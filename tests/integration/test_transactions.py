@@ -439,26 +439,23 @@ def test_kafkajs_read_committed_consumer(txn_broker):
     a.init_transactions(30)
     b.init_transactions(30)
     expected: list[list[str]] = [[], []]
-    for t in range(5):
+    for t in range(5):  # a commits 0 and 4, aborts 1-3; b commits one transaction interleaved with a's 2
+        commit, interleave = t in (0, 4), t == 2
         a.begin_transaction()
-        if t == 2:
+        if interleave:
             b.begin_transaction()
         for i in range(20):
-            value = f"a{t}-{i:02d}"
-            a.produce("ck-tx", value=value, partition=i % 2)
-            if t == 2:  # b's committed records in between a's aborted ones, in both partitions
+            a.produce("ck-tx", value=f"a{t}-{i:02d}", partition=i % 2)
+            if commit:
+                expected[i % 2].append(f"a{t}-{i:02d}")
+            if interleave:  # b's committed records in between a's aborted ones, in both partitions
                 a.flush(30)
                 b.produce("ck-tx", value=f"b{t}-{i:02d}", partition=i % 2)
                 b.flush(30)
                 expected[i % 2].append(f"b{t}-{i:02d}")
-            if t % 2 == 0 and t != 2:
-                expected[i % 2].append(value)
         a.flush(30)
-        if t % 2 == 0 and t != 2:
-            a.commit_transaction(30)
-        else:
-            a.abort_transaction(30)
-        if t == 2:
+        (a.commit_transaction if commit else a.abort_transaction)(30)
+        if interleave:
             b.commit_transaction(30)
     a.begin_transaction()
     for p in (0, 1):
