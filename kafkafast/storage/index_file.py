@@ -215,6 +215,22 @@ class SparseIndex:
     def set_bytes_since(self, n: int) -> None:
         self._bytes_since = n
 
+    @property
+    def bytes_since(self) -> int:
+        return self._bytes_since
+
+    def adopt(self, entries: int, bytes_since: int) -> None:
+        """Shared append (storage/log.py): the file's first `entries` entries, as another
+        process published them, become this writer's."""
+        w = self._w
+        if entries != w.entries:
+            data = read_index_file(w.path) or bytearray()
+            n = min(entries, len(data) // w.entry_size)
+            w.buf = bytearray(data[:n * w.entry_size])
+            w.entries = n
+            self._reload_last()
+        self._bytes_since = bytes_since
+
     def begin_rebuild(self) -> None:
         self._w.begin_rebuild()
         self._reload_last()
