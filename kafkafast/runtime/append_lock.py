@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from kafkafast import native
 from kafkafast.runtime import shm
@@ -28,9 +29,10 @@ CHECK_EVERY = 32
 
 
 class AppendLock:
-    __slots__ = ("table", "mm", "at", "me", "slot")
+    __slots__ = ("table", "mm", "at", "me", "slot", "atomic")
 
-    def __init__(self, table: shm.PartitionTable, slot: int, incarnation: int) -> None:
+    def __init__(self, table: shm.PartitionTable, slot: int, incarnation: int, atomic: Any = None) -> None:
+        self.atomic = atomic or _atomic  # the twin (tests pass either explicitly)
         self.table = table
         self.mm = table.mm
         self.slot = slot
@@ -39,15 +41,15 @@ class AppendLock:
 
     def acquire(self) -> bool:
         """Takes the lock; True when it was taken over from a dead holder."""
-        if _atomic.compare_and_swap(self.mm, self.at, 0, self.me):
+        if self.atomic.compare_and_swap(self.mm, self.at, 0, self.me):
             return False
         return self._contended()
 
     def _contended(self) -> bool:
-        mm, at, me, cas = self.mm, self.at, self.me, _atomic.compare_and_swap
+        mm, at, me, cas, load = self.mm, self.at, self.me, self.atomic.compare_and_swap, self.atomic.load
         spins = 0
         while True:
-            cur = _atomic.load(mm, at)
+            cur = load(mm, at)
             if cur == 0:
                 if cas(mm, at, 0, me):
                     return False
@@ -67,8 +69,8 @@ class AppendLock:
                 time.sleep(min(spins, 100) * 1e-5)
 
     def release(self) -> None:
-        if not _atomic.compare_and_swap(self.mm, self.at, self.me, 0):
+        if not self.atomic.compare_and_swap(self.mm, self.at, self.me, 0):
             log.error("slot %d: append lock was not held by this process at release", self.slot)
 
     def held_by(self) -> int:
-        return _atomic.load(self.mm, self.at)
+        return self.atomic.load(self.mm, self.at)

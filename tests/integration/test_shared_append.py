@@ -21,7 +21,7 @@ from kafkafast.records.batch import decode_batch
 from tests.support.raw_client import RawClient
 
 WORKERS = 3
-pytestmark = pytest.mark.parametrize("flavour", ["cython", "pure"])
+FLAVOURS = pytest.mark.parametrize("flavour", ["cython", "pure"])
 
 
 def _broker(broker_factory, flavour: str, name: str):
@@ -115,6 +115,7 @@ def read_log_files(b, topic: str, partition: int = 0) -> list[tuple[int, bytes]]
     return out
 
 
+@FLAVOURS
 def test_three_workers_append_to_one_partition_concurrently_with_contiguous_offsets(broker_factory, flavour):
     b = _broker(broker_factory, flavour, "conc")
     create_topic(b, "same")
@@ -181,6 +182,7 @@ def test_three_workers_append_to_one_partition_concurrently_with_contiguous_offs
     assert {v: o for o, v in on_disk} == acked
 
 
+@FLAVOURS
 def test_an_idempotent_retry_reaching_another_worker_is_a_duplicate(broker_factory, flavour):
     b = _broker(broker_factory, flavour, "dup")
     create_topic(b, "dups")
