@@ -1,13 +1,17 @@
-"""The cost of forwarding a produce to the owning worker.
+"""The cost of a produce reaching a worker that does not own the partition.
 
-    python -m perf.forwarding [--requests 2000] [--out perf/results/forwarding.json]
+    python -m perf.forwarding [--requests 2000] [--modes forward,shared] [--out perf/results/forwarding.json]
 
 Starts kafkafast with 2 workers, finds (with psutil) one connection served by the
 partition's owner and one served by the other worker, and sends the same Produce
 requests (acks=1, one batch each) one at a time over both: the difference in
-request->response time is the forwarding hop (encode, Unix socket both ways, owner's
-handling of a second frame); the ratio of the throughputs is what forwarding costs a
-producer that waits for each answer. Also reports the CPU both workers spent per request.
+request->response time is what the non-owner adds; the ratio of the throughputs is what it
+costs a producer that waits for each answer. Also reports the CPU both workers spent per
+request. Each mode is one broker, run one after the other in the same invocation:
+`forward` (`kafkafast.produce.shared.append=false`: the non-owner forwards the partition
+to the owner over its Unix socket, the hop of encode, both ways and the owner's handling of
+a second frame) and `shared` (the default: the non-owner appends itself through the
+partition's append lock in shared memory, issue 17).
 """
 from __future__ import annotations
 
@@ -66,9 +70,12 @@ def cpu(pids: list[int]) -> float:
     return sum(sum(psutil.Process(p).cpu_times()[:2]) for p in pids)
 
 
-def measure(requests: int, record_sizes: tuple[int, ...], records_per_batch: int) -> dict:
+MODES = {"forward": "false", "shared": "true"}
+
+
+def measure(requests: int, record_sizes: tuple[int, ...], records_per_batch: int, mode: str = "shared") -> dict:
     with tempfile.TemporaryDirectory(prefix="kafkafast-fwd-") as tmp:
-        b = Kafkafast(Path(tmp), 2)
+        b = Kafkafast(Path(tmp), 2, {"kafkafast.produce.shared.append": MODES[mode]})
         b.start()
         try:
             workers = sorted(p.pid for p in psutil.Process(b.proc.pid).children())
@@ -88,7 +95,7 @@ def measure(requests: int, record_sizes: tuple[int, ...], records_per_batch: int
             # worker index i was forked i-th: the lower pid is worker 0 unless one was respawned
             owner_pid = workers[owner_index]
             other_pid = [p for p in workers if p != owner_pid][0]
-            out = {"workers": workers, "owner_pid": owner_pid, "requests": requests,
+            out = {"mode": mode, "workers": workers, "owner_pid": owner_pid, "requests": requests,
                    "records_per_batch": records_per_batch, "sizes": []}
             for size in record_sizes:
                 batch = encode_batch([(int(time.time() * 1000), None, b"x" * size, [])
@@ -118,7 +125,7 @@ def measure(requests: int, record_sizes: tuple[int, ...], records_per_batch: int
                 row["throughput_ratio"] = row["forwarded"]["MB_per_s"] / row["local"]["MB_per_s"]
                 row["cpu_ratio"] = row["forwarded"]["broker_cpu_us_per_request"] / max(row["local"]["broker_cpu_us_per_request"], 1e-9)
                 out["sizes"].append(row)
-                print(f"{size:>7} B x {records_per_batch}: local p50 {row['local']['p50_us']:.0f} us, "
+                print(f"{mode:>7} {size:>7} B x {records_per_batch}: local p50 {row['local']['p50_us']:.0f} us, "
                       f"forwarded p50 {row['forwarded']['p50_us']:.0f} us (hop {row['hop_p50_us']:.0f} us), "
                       f"throughput x{row['throughput_ratio']:.2f}, broker CPU x{row['cpu_ratio']:.2f}", flush=True)
             return out
@@ -131,9 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--records-per-batch", type=int, default=10)
     ap.add_argument("--sizes", default="100,1024,16384,102400")
+    ap.add_argument("--modes", default="forward,shared", help="comma-separated: forward, shared")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    res = measure(args.requests, tuple(int(s) for s in args.sizes.split(",")), args.records_per_batch)
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    runs = [measure(args.requests, sizes, args.records_per_batch, mode) for mode in args.modes.split(",")]
+    res = {"runs": runs, "requests": args.requests, "records_per_batch": args.records_per_batch}
     res["command"] = "python -m perf.forwarding " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
         out = Path(args.out)
@@ -143,19 +153,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown(res: dict) -> str:
-    lines = ["# Produce forwarding cost (2 workers)", "",
+    lines = ["# Produce at a non-owning worker (2 workers)", "",
              f"Command: `{res['command']}`. One Produce request (acks=1, one batch of "
              f"{res['records_per_batch']} records) at a time, {res['requests']} requests per row, over a "
-             "connection served by the partition's owner (local) and one served by the other worker "
-             "(forwarded over the owner's Unix socket). Broker CPU: both workers, per request.", "",
-             "| record size | batch bytes | local p50 us | forwarded p50 us | hop p50 us | local p99 us | forwarded p99 us "
-             "| forwarded/local throughput | broker CPU us/request local | forwarded |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in res["sizes"]:
-        lo, fw = r["local"], r["forwarded"]
-        lines.append(f"| {r['record_size']} | {r['batch_bytes']} | {lo['p50_us']:.0f} | {fw['p50_us']:.0f} | {r['hop_p50_us']:.0f} "
-                     f"| {lo['p99_us']:.0f} | {fw['p99_us']:.0f} | {r['throughput_ratio']:.2f} "
-                     f"| {lo['broker_cpu_us_per_request']:.0f} | {fw['broker_cpu_us_per_request']:.0f} |")
+             "connection served by the partition's owner (owner) and one served by the other worker "
+             "(non-owner). Mode `forward`: the non-owner forwards to the owner over its Unix socket "
+             "(`kafkafast.produce.shared.append=false`); `shared`: it appends itself through the "
+             "partition's append lock in shared memory (the default). Broker CPU: both workers, per request.", "",
+             "| mode | record size | batch bytes | owner p50 us | non-owner p50 us | added p50 us | owner p99 us "
+             "| non-owner p99 us | non-owner/owner throughput | broker CPU us/request owner | non-owner "
+             "| CPU ratio |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in res["runs"]:
+        for r in run["sizes"]:
+            lo, fw = r["local"], r["forwarded"]
+            lines.append(f"| {run['mode']} | {r['record_size']} | {r['batch_bytes']} | {lo['p50_us']:.0f} "
+                         f"| {fw['p50_us']:.0f} | {r['hop_p50_us']:.0f} | {lo['p99_us']:.0f} | {fw['p99_us']:.0f} "
+                         f"| {r['throughput_ratio']:.2f} | {lo['broker_cpu_us_per_request']:.0f} "
+                         f"| {fw['broker_cpu_us_per_request']:.0f} | {r['cpu_ratio']:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -509,8 +509,16 @@ class Log:
 
     @property
     def segments(self) -> list[LogSegment]:
-        """The current segment list (a snapshot: the Log replaces, never mutates, it)."""
+        """The current segment list (a snapshot: the Log replaces, never mutates, it).
+        Shared mode: after catching up with the other processes' appends and rolls."""
+        self._catch_up()
         return self._segments
+
+    def _catch_up(self) -> None:
+        sh = self._shared
+        if sh is not None and sh.gen != sh.seen_gen and not self._closed:
+            with self._exclusive(publish=False):
+                pass
 
     def append(self, records: bytearray | memoryview | bytes, leader_epoch: int, *, now_ms: int,
                validate: bool = True, allow_control: bool = True) -> AppendResult:
@@ -948,10 +956,13 @@ class Log:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset)."""
+        if self._shared is not None:  # another process may have appended, or started an epoch
+            self._catch_up()
+            self.leader_epochs = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
         return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self.segments)
 
     def expire_producers(self, now_ms: int, max_age_ms: int = 86400000) -> int:
         """producer.id.expiration.ms: forget idle producers (their retries become unknown)."""
