@@ -223,11 +223,25 @@ class SparseIndex:
         """Shared append (storage/log.py): the file's first `entries` entries, as another
         process published them, become this writer's."""
         w = self._w
-        if entries != w.entries:
-            data = read_index_file(w.path) or bytearray()
-            n = min(entries, len(data) // w.entry_size)
-            w.buf = bytearray(data[:n * w.entry_size])
-            w.entries = n
+        if entries > w.entries:  # read only the entries added since (a replaced file reopens the segment)
+            esz = w.entry_size
+            want = (entries - w.entries) * esz
+            try:
+                fd = os.open(w.path, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    tail = os.pread(fd, want, w.entries * esz)
+                finally:
+                    os.close(fd)
+                tail = tail[:len(tail) // esz * esz]
+                w.buf += tail
+                w.entries += len(tail) // esz
+            self._reload_last()
+        elif entries < w.entries:
+            del w.buf[entries * w.entry_size:]
+            w.entries = entries
             self._reload_last()
         self._bytes_since = bytes_since
 
