@@ -280,15 +280,21 @@ class Log:
         if gen == sh.seen_gen:
             return
         st = self.state
-        if st.segments_version != sh.seen_segments_version or not self._segments \
-                or st.active_base_offset != self._segments[-1].base_offset:
+        old_active = self._segments[-1] if self._segments else None
+        old_size = old_active.size if old_active is not None else 0
+        if st.segments_version != sh.seen_segments_version or old_active is None \
+                or st.active_base_offset != old_active.base_offset:
             self._reload_segments()
         old_end = self.log_end_offset
         self._adopt_active()
         self.log_start_offset = st.log_start_offset
         self.log_end_offset = st.log_end_offset
         if self.log_end_offset > old_end:
-            self._replay_producers(old_end)
+            active = self._segments[-1]
+            if active is old_active and old_size <= active.size:  # only appends since: walk just their headers
+                self._replay_segment(active, old_size, None, old_end)
+            else:
+                self._replay_producers(old_end)
         elif self.log_end_offset < old_end:  # cut back (a repair): producer state from scratch
             self.producers.clear()
             snap = self.producers.load_latest(self.log_end_offset)
@@ -488,18 +494,22 @@ class Log:
             if seg.next_offset <= from_offset or seg.size == 0:
                 continue
             pos, header = seg.read_position_for(from_offset) if from_offset > seg.base_offset else (0, None)
-            while pos < seg.size:
+            self._replay_segment(seg, pos, header, from_offset)
+
+    def _replay_segment(self, seg: LogSegment, pos: int, header: BatchHeader | None, from_offset: int) -> None:
+        """Producer state from the headers of `seg`'s batches from position `pos` on."""
+        while pos < seg.size:
+            if header is None:
+                header = read_header_at(seg.fd, pos)
                 if header is None:
-                    header = read_header_at(seg.fd, pos)
-                    if header is None:
-                        break
-                if header.producer_id >= 0 and header.base_offset >= from_offset:
-                    self.producers.update(header, header.max_timestamp)
-                    if header.is_control:
-                        self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
-                                           replay=True)
-                pos += header.size
-                header = None
+                    break
+            if header.producer_id >= 0 and header.base_offset >= from_offset:
+                self.producers.update(header, header.max_timestamp)
+                if header.is_control:
+                    self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
+                                       replay=True)
+            pos += header.size
+            header = None
 
     # -- appending ---------------------------------------------------------------------
 
