@@ -162,6 +162,7 @@ class Log:
         log._enter(sync=False)
         try:
             log._load(needs_recovery, recovery_point, log_start_offset)
+            shared.in_sync = True
         finally:
             log._leave(publish=True)
         return log
@@ -187,6 +188,7 @@ class Log:
             log._replay_producers(snap if snap is not None else log.log_start_offset)
             shared.seen_gen = shared.gen
             shared.seen_segments_version = st.segments_version
+            shared.in_sync = True
         finally:
             log._leave(publish=False)
         return log
@@ -215,12 +217,14 @@ class Log:
             sh.rlock.release()
             raise
         sh.depth = 1
+        sh.in_sync = False
         try:
             if stolen and sh.gen > 0:
                 self._repair_after_dead_holder()
                 sh.dirty = True
             if sync:
                 self._sync_shared()
+                sh.in_sync = True
         except BaseException:
             self._leave(publish=False)
             raise
@@ -234,8 +238,10 @@ class Log:
                 sh.dirty |= publish
                 return
             try:
-                if (publish or sh.dirty) and self._segments:
+                if (publish or sh.dirty) and sh.in_sync and self._segments:
                     self._publish_shared()
+                elif sh.dirty:  # repaired, but this Log's view is not current: others just re-read
+                    sh.q[sh.gen_at] = sh.gen + 1
             finally:
                 sh.dirty = False
                 sh.depth = 0

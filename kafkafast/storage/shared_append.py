@@ -29,7 +29,7 @@ class SharedAppend:
     """Lock and slot words of one partition, as one `Log` (one process) uses them."""
 
     __slots__ = ("lock", "q", "gen_at", "words_at", "takeovers_at", "seen_gen", "seen_segments_version",
-                 "depth", "dirty", "rlock")
+                 "depth", "dirty", "in_sync", "rlock")
 
     def __init__(self, lock: Any, q: memoryview, gen_at: int, words_at: int, takeovers_at: int) -> None:
         self.lock = lock  # acquire() -> True when taken over from a dead holder; release()
@@ -41,6 +41,7 @@ class SharedAppend:
         self.seen_segments_version = -1
         self.depth = 0  # nesting of `Log._enter` in this process
         self.dirty = False
+        self.in_sync = False  # this Log's view matches the slot (it may publish its words)
         self.rlock = threading.RLock()  # threads of one process (the lock word is per process)
 
     @property
