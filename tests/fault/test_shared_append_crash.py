@@ -1,7 +1,9 @@
 """Shared append (issue 17) under SIGKILL: workers appending to one partition through
-shared memory are killed one after another while the others append. The partition stays
-writable from the surviving workers, every acknowledged record is read back once at its
-acknowledged offset, and the segment files hold no torn batch."""
+shared memory are killed one after another while the others append, then one dies in the
+middle of its write (holding the append lock, a torn batch in the file: the test-control
+rule `die_writing`). The partition stays writable from the surviving workers, every
+acknowledged record is read back once at its acknowledged offset, and the segment files
+hold no torn batch."""
 from __future__ import annotations
 
 import os
@@ -26,8 +28,23 @@ def workers(b) -> set[int]:
     return {p.pid for p in psutil.Process(b.proc.pid).children()}
 
 
-def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(broker_factory):
-    b = broker_factory("shkill", workers=WORKERS, settings={"kafkafast.produce.shared.append": "true"})
+def wait_for(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(broker_factory, tmp_path):
+    from kafkafast.testing.scripting import Faults
+
+    control = tmp_path / "control"
+    control.mkdir()
+    b = broker_factory("shkill", workers=WORKERS, settings={"kafkafast.produce.shared.append": "true",
+                                                            "kafkafast.testing.control": str(control)})
+    faults = Faults(str(control), workers=WORKERS)
     create_topic(b, "kill")
     acked: dict[bytes, int] = {}
     lock = threading.Lock()
@@ -63,25 +80,33 @@ def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(
     threads = [threading.Thread(target=append_loop, args=(i,)) for i in range(THREADS)]
     for t in threads:
         t.start()
+
+    def survivors_append_within_a_second(victim: int, killed_at: float) -> None:
+        first_ack: list[float] = []
+
+        def acked_elsewhere() -> bool:
+            with lock:
+                first_ack[:] = [t for t, pid in ack_times if t > killed_at and pid != victim][:1]
+            return bool(first_ack)
+
+        assert wait_for(acked_elsewhere), "no append through a surviving worker after the kill"
+        assert first_ack[0] - killed_at < 1.0, f"survivors appended again only after {first_ack[0] - killed_at:.2f}s"
+        assert wait_for(lambda: victim not in workers(b) and len(workers(b)) == WORKERS), "no replacement"
+
     try:
         for k in range(KILLS):
             time.sleep(1.0)
-            before = workers(b)
-            victim = sorted(before)[k % WORKERS]
+            victim = sorted(workers(b))[k % WORKERS]
             os.kill(victim, signal.SIGKILL)
-            killed_at = time.monotonic()
-            # The survivors keep appending: a produce acknowledged by another worker within a second.
-            deadline = killed_at + 10
-            first_ack = None
-            while first_ack is None and time.monotonic() < deadline:
-                with lock:
-                    first_ack = next((t for t, pid in ack_times if t > killed_at and pid != victim), None)
-                time.sleep(0.005)
-            assert first_ack is not None and first_ack - killed_at < 1.0, \
-                f"no append through a surviving worker within a second of the kill ({first_ack and first_ack - killed_at})"
-            while time.monotonic() < deadline and (victim in workers(b) or len(workers(b)) != WORKERS):
-                time.sleep(0.02)
-            assert victim not in workers(b) and len(workers(b)) == WORKERS
+            survivors_append_within_a_second(victim, time.monotonic())
+        # One worker dies in the middle of its write, holding the append lock.
+        before = workers(b)
+        faults.die_writing("kill", 0)
+        assert wait_for(lambda: workers(b) != before), "no worker died writing"
+        died_at = time.monotonic()
+        victim = (before - workers(b)).pop()
+        survivors_append_within_a_second(victim, died_at)
+        assert wait_for(lambda: "append lock taken over from a dead holder" in b.log_path.read_text(errors="replace"))
     finally:
         time.sleep(0.5)
         stop.set()
@@ -107,7 +132,8 @@ def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(
     log_text = b.log_path.read_text(errors="replace")
     assert len(shared_appenders(b, "kill")) >= WORKERS - 1
     takeovers = len(re.findall(r"append lock taken over from a dead holder", log_text))
-    print(f"{len(acked)} records acknowledged, {takeovers} lock takeovers after {KILLS} kills")
+    assert takeovers >= 1 and "dying in the middle of a write" in log_text
+    print(f"{len(acked)} records acknowledged, {takeovers} lock takeovers after {KILLS} kills and one torn write")
     assert b.stop() == 0
     on_disk = read_log_files(b, "kill")  # no torn batch, contiguous offsets, valid CRCs
     assert [o for o, _ in on_disk] == list(range(len(on_disk)))
