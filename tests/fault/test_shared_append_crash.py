@@ -16,8 +16,8 @@ import time
 import psutil
 
 from kafkafast.records import encode_batch
-from tests.integration.test_shared_append import (WORKERS, create_topic, produce, read_log_files, shared_appenders,
-                                                  worker_of)
+from tests.integration.test_shared_append import (FLAVOURS, WORKERS, assert_flavour, create_topic, produce,
+                                                  read_log_files, shared_appenders, start_broker, worker_of)
 from tests.support.raw_client import RawClient
 
 KILLS = 3
@@ -37,13 +37,13 @@ def wait_for(cond, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(broker_factory, tmp_path):
+@FLAVOURS
+def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(broker_factory, tmp_path, flavour):
     from kafkafast.testing.scripting import Faults
 
     control = tmp_path / "control"
     control.mkdir()
-    b = broker_factory("shkill", workers=WORKERS, settings={"kafkafast.produce.shared.append": "true",
-                                                            "kafkafast.testing.control": str(control)})
+    b = start_broker(broker_factory, flavour, "shkill", **{"kafkafast.testing.control": str(control)})
     faults = Faults(str(control), workers=WORKERS)
     create_topic(b, "kill")
     acked: dict[bytes, int] = {}
@@ -133,6 +133,7 @@ def test_workers_sigkilled_while_appending_to_one_partition_leave_no_torn_batch(
     assert len(shared_appenders(b, "kill")) >= WORKERS - 1
     takeovers = len(re.findall(r"append lock taken over from a dead holder", log_text))
     assert takeovers >= 1 and "dying in the middle of a write" in log_text
+    assert_flavour(b, flavour)
     print(f"{len(acked)} records acknowledged, {takeovers} lock takeovers after {KILLS} kills and one torn write")
     assert b.stop() == 0
     on_disk = read_log_files(b, "kill")  # no torn batch, contiguous offsets, valid CRCs

@@ -24,11 +24,11 @@ WORKERS = 3
 FLAVOURS = pytest.mark.parametrize("flavour", ["cython", "pure"])
 
 
-def _broker(broker_factory, flavour: str, name: str):
+def start_broker(broker_factory, flavour: str, name: str, **settings: str):
     if flavour == "pure":
         os.environ["KAFKAFAST_PURE"] = "1"  # the broker child inherits it; restored below
     try:
-        return broker_factory(name, workers=WORKERS, settings={"kafkafast.produce.shared.append": "true"})
+        return broker_factory(name, workers=WORKERS, settings={"kafkafast.produce.shared.append": "true", **settings})
     finally:
         os.environ.pop("KAFKAFAST_PURE", None)
 
@@ -117,7 +117,7 @@ def read_log_files(b, topic: str, partition: int = 0) -> list[tuple[int, bytes]]
 
 @FLAVOURS
 def test_three_workers_append_to_one_partition_concurrently_with_contiguous_offsets(broker_factory, flavour):
-    b = _broker(broker_factory, flavour, "conc")
+    b = start_broker(broker_factory, flavour, "conc")
     create_topic(b, "same")
     clients = clients_on_every_worker(b, per_worker=2)
     pids = {}
@@ -184,7 +184,7 @@ def test_three_workers_append_to_one_partition_concurrently_with_contiguous_offs
 
 @FLAVOURS
 def test_an_idempotent_retry_reaching_another_worker_is_a_duplicate(broker_factory, flavour):
-    b = _broker(broker_factory, flavour, "dup")
+    b = start_broker(broker_factory, flavour, "dup")
     create_topic(b, "dups")
     a, b2, c3 = clients_on_every_worker(b)
     init = a.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000), 4)
