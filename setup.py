@@ -61,6 +61,7 @@ NATIVE_MODULES = {
     "records": "cython_ext/records.pyx",
     "index_search": "cython_ext/index_search.pyx",
     "arrow_decode": "cython_ext/arrow_decode.pyx",
+    "shm_atomic": "cython_ext/shm_atomic.pyx",
 }
 
 

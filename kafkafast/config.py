@@ -118,6 +118,9 @@ DEFAULTS: dict[str, str | None] = {
     "security.inter.broker.protocol": "PLAINTEXT",
     "cluster.id": None,
     "num.workers": None,
+    # Worker processes append a produce for a partition another worker owns themselves,
+    # through shared memory (docs/ARCHITECTURE.md, "Shared append"); false: forward it.
+    "kafkafast.produce.shared.append": "true",
     # -- security (kafkafast/security, kafkafast/runtime/limits.py) --
     "inter.broker.listener.name": None,
     "security.inter.broker.protocol": "PLAINTEXT",

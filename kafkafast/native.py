@@ -21,6 +21,7 @@ PURE_MODULES: dict[str, str] = {
     "records": "kafkafast.records._pure_codec",
     "index_search": "kafkafast.records._pure_index_search",
     "arrow_decode": "kafkafast.client._pure_arrow_decode",
+    "shm_atomic": "kafkafast.runtime._pure_shm_atomic",
 }
 COMPILED_PACKAGE = "kafkafast._native"
 

@@ -374,13 +374,20 @@ class Broker:
         """Appends a validated-on-the-way record set; advances the high watermark and the last
         stable offset. Control batches only from the marker writer (`allow_control`).
         KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
+        return self.append_with(part, part.log, records, allow_control=allow_control)
+
+    def append_with(self, part: Partition, log_: Any, records: bytearray | memoryview, *,
+                    allow_control: bool = False) -> Any:
+        """`append` through the writer `log_` (the partition's own Log, or in a worker, the
+        Log it appends with through shared memory: kafkafast/runtime/worker.py)."""
         try:
-            result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
+            result = log_.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         except OSError as exc:
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
-        st = part.log.state
-        st.high_watermark = st.log_end_offset
-        st.last_stable_offset = part.log.last_stable_offset(st.high_watermark)
+        if not getattr(log_, "publishes_high_watermark", False):  # (a shared-mode Log did, under its lock)
+            st = log_.state
+            st.high_watermark = st.log_end_offset
+            st.last_stable_offset = log_.last_stable_offset(st.high_watermark)
         part.wake()
         self.on_append(part)
         return result
@@ -388,6 +395,10 @@ class Broker:
     def owns(self, part: Partition) -> bool:
         """Whether this process appends to the partition (always, in one process)."""
         return True
+
+    def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
+        """Whether a client's produce to `part` is appended by this process (else forwarded)."""
+        return self.owns(part)
 
     async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
         part.log.delete_records_before(offset)

@@ -36,7 +36,11 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
                      segments_version, max_timestamp, max_timestamp_offset,
                      offline (rest spare)
       int64 [21]     owner incarnation that last opened the log
-      int64 [22..23] spare
+      int64 [22]     append lock (`append_lock.AppendLock`): 0 free, else the holder's
+                     (incarnation << 32) | pid; taken with an atomic compare-and-swap
+      int64 [23]     append generation: +1 each time a holder published a change of the
+                     log (an append, a roll, retention, a load); an appender whose view is
+                     of an older generation catches up before it writes
       bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on
                      this partition. One byte per worker (not one bit) so every worker
                      only ever stores its own byte: no read-modify-write across processes.
@@ -50,7 +54,13 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
                      it becomes leader; whichever worker serves the follower's Fetch
                      updates them and pokes the owner's wake-up pipe, and the owner then
                      recomputes the high watermark and the ISR from them.
-      bytes [656..767] spare
+      int64 [82..88] shared-append state of the active segment (written under the append
+                     lock, `storage/log.py` SharedLog): offset-index entries, time-index
+                     entries, bytes since the last offset-index entry, bytes since the last
+                     time-index entry, the segment's max timestamp and its offset, the time
+                     of its first append
+      int64 [89]     appends taken over from a dead lock holder (the log repaired first)
+      bytes [720..767] spare
 
 Slots are found by open addressing on (topic id, partition): lookups are lock-free
 (a slot's key is written before its state becomes live); allocation and deletion take
@@ -76,7 +86,7 @@ from typing import Any, Iterator
 from kafkafast.storage.partition_state import FIELDS
 
 MAGIC = 0x4B4653484D303031
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 HEADER_BYTES = 4096
 SLOT_BYTES = 768
 SLOT_WORDS = SLOT_BYTES // 8
@@ -90,6 +100,10 @@ W_PID, W_INCARNATION, W_READY, W_RECOVERED = range(4)
 S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
 S_FIELDS = 5
 S_INCARNATION = 21
+S_APPEND_LOCK = 22
+S_APPEND_GEN = 23
+S_SHARED = 82  # SharedLog's active-segment words (see storage/log.py SHARED_WORDS), 7 of them
+S_TAKEOVERS = 89
 H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER = 7, 8, 9
 S_ISR = 32
 MAX_ISR = 9
@@ -100,6 +114,17 @@ F_ID, F_LEO, F_LAST_FETCH_MS, F_LEO_AT_LAST_FETCH, F_LAST_CAUGHT_UP_MS = range(F
 FREE, LIVE, DELETED = 0, 1, 2
 
 assert len(FIELDS) <= 16, "published state outgrew its slot"
+
+
+def process_running(pid: int) -> bool:
+    """True if `pid` exists and is not a zombie (Linux: /proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"x")
 
 
 def owner_for(topic: str, partition: int, workers: int) -> int:
@@ -301,6 +326,23 @@ class PartitionTable:
 
     def set_incarnation(self, slot: int, value: int) -> None:
         self.q[self._base(slot) + S_INCARNATION] = value
+
+    def slot_word_offset(self, slot: int, word: int) -> int:
+        """Byte offset of a slot word in the mapping (for the atomic operations)."""
+        return (self._base(slot) + word) * 8
+
+    def holder_alive(self, word: int) -> bool:
+        """Whether the append-lock word `word` ((incarnation << 32) | pid) names a live
+        worker: a worker of the table has that pid and incarnation and the process exists
+        and is not a zombie. A worker that died (its replacement has a new pid, or the
+        supervisor has not reaped it yet) or any other process is not."""
+        pid, incarnation = word & 0xFFFFFFFF, word >> 32
+        q = self.q
+        for i in range(self.workers):
+            at = H_WORKER_TABLE + 4 * i
+            if q[at + W_PID] == pid:
+                return q[at + W_INCARNATION] == incarnation and process_running(pid)
+        return False
 
     def high_watermark(self, slot: int) -> int:
         return self.q[self._base(slot) + S_FIELDS + 2]

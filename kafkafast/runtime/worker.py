@@ -13,7 +13,11 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   writes the clean-shutdown marker (the supervisor does, once every worker exited 0).
   Every `Log` publishes into the partition's shared-memory slot; other workers read the
   partition through a `LogReader` over the same files and slot (`RemoteLog`).
-* produce for a partition owned elsewhere: `forward_produce` (see `forwarding`).
+* produce for a partition owned elsewhere: appended by this worker itself through shared
+  memory (`kafkafast.produce.shared.append`, single node, not transactional): every worker's
+  `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
+  one opened with `Log.attach` on first use; else, and for transactional produce,
+  `forward_produce` (see `forwarding`).
 * group/offset requests: forwarded whole to the owner of the group's
   `__consumer_offsets` partition.
 * fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
@@ -45,12 +49,15 @@ from kafkafast.config import BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
+from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
 from kafkafast.security.context import carry_principal, principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
 from kafkafast.storage.partition_state import PartitionState
 from kafkafast.storage.reader import LogReader
+from kafkafast.storage.shared_append import SharedAppend
 
 log = logging.getLogger("kafkafast.worker")
 
@@ -137,6 +144,13 @@ def remove_partition_dir(path: str) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def partition_dir(log_dirs: list[str], topic: str, partition: int) -> str:
+    """The directory of a partition another worker loaded (the first log dir that has it)."""
+    name = f"{topic}-{partition}"
+    return next((os.path.join(d, name) for d in log_dirs if os.path.isdir(os.path.join(d, name))),
+                os.path.join(log_dirs[0], name))
+
+
 class RemoteLog:
     """A partition appended to by another worker: reads only, from the files and the slot."""
 
@@ -154,9 +168,7 @@ class RemoteLog:
     def reader(self) -> LogReader:
         r = self._reader
         if r is None or (len(self._dirs) > 1 and not os.path.isdir(r.dir)):
-            name = f"{self.topic}-{self.partition}"
-            path = next((os.path.join(d, name) for d in self._dirs if os.path.isdir(os.path.join(d, name))),
-                        os.path.join(self._dirs[0], name))
+            path = partition_dir(self._dirs, self.topic, self.partition)
             if r is not None:
                 r.close()
             r = self._reader = LogReader(path, self.state, topic=self.topic, partition=self.partition)
@@ -175,7 +187,7 @@ class RemoteLog:
 
 
 class WorkerPartition(Partition):
-    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked")
+    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log")
 
     def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes) -> None:
         super().__init__(topic, index, log_)
@@ -184,6 +196,7 @@ class WorkerPartition(Partition):
         self.topic_id = topic_id
         self.seen_hw = -1
         self.parked = 0
+        self.shared_log: Log | None = None  # a non-owner's writer in shared mode, opened on first use
 
     @property
     def high_watermark(self) -> int:
@@ -203,8 +216,12 @@ class WorkerBroker(Broker):
         self.wake_fds = wake_fds  # write ends, one per worker
         self.run_dir = run_dir
         self.forwarder = Forwarder(run_dir, index)
+        # Shared append: single node only (cluster mode's followers and HW keep one writer).
+        self.shared_append = config.get_bool("kafkafast.produce.shared.append") and not config.get("zookeeper.connect")
         self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
-                                           table=table, state_factory=self._state_for, **self.log_manager_settings())
+                                           table=table, state_factory=self._state_for,
+                                           shared_factory=self._shared_for if self.shared_append else None,
+                                           **self.log_manager_settings())
         self._seen_generation = -1
         self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
         self.wakeups_sent = 0
@@ -218,6 +235,19 @@ class WorkerBroker(Broker):
 
     def owns(self, part: Partition) -> bool:
         return getattr(part, "owner", self.index) == self.index
+
+    def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
+        """The append lock and slot words every worker's Log of the partition shares."""
+        meta = self.topics.get(topic)
+        if meta is None:
+            return None
+        slot = self.table.allocate(meta.topic_id, partition, self.owner_of(topic, partition))
+        return self._shared_of_slot(slot)
+
+    def _shared_of_slot(self, slot: int) -> SharedAppend:
+        t = self.table
+        return SharedAppend(AppendLock(t, slot, self.incarnation), t.q, t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8,
+                            t.slot_word_offset(slot, shm.S_SHARED) // 8, t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
 
     def _state_for(self, topic: str, partition: int) -> Any:
         meta = self.topics.get(topic)
@@ -257,6 +287,19 @@ class WorkerBroker(Broker):
         for p in self.partitions.values():
             if isinstance(p.log, RemoteLog):
                 p.log.close()
+            self._close_shared_log(p)
+
+    @staticmethod
+    def _close_shared_log(part: Any) -> None:
+        lg = getattr(part, "shared_log", None)
+        if lg is None:
+            return
+        part.shared_log = None
+        try:
+            lg.active_segment.flush()  # what this worker appended is on disk before a clean stop
+        except OSError as exc:
+            log.warning("%s-%d: flushing the shared writer failed: %s", part.topic, part.index, exc)
+        lg.close(clean=False)
 
     # -- topics -------------------------------------------------------------------------
     def _open_topic(self, meta: TopicMeta) -> None:
@@ -281,6 +324,7 @@ class WorkerBroker(Broker):
         if part is None:
             return
         part.wake()
+        self._close_shared_log(part)
         if isinstance(part.log, RemoteLog):
             part.log.close()
         elif self.owns(part):
@@ -297,6 +341,8 @@ class WorkerBroker(Broker):
                 self._drop(key)
             elif self.owns(part):
                 part.log.config = self.topic_log_config(meta)
+            elif getattr(part, "shared_log", None) is not None:
+                part.shared_log.config = self.topic_log_config(meta)  # type: ignore[attr-defined]
         for t in live.values():
             self._open_topic(t)
 
@@ -322,6 +368,32 @@ class WorkerBroker(Broker):
         self._seen_generation = self.table.bump_metadata_generation()
 
     # -- data path ----------------------------------------------------------------------
+    def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
+        """The owner appends; with shared append any worker does, once the owner has loaded
+        the partition (the slot's append generation moved) and unless it is transactional."""
+        if self.owns(part):
+            return True
+        if not self.shared_append or transactional_id is not None:
+            return False
+        slot = part.slot  # type: ignore[attr-defined]
+        return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
+
+    def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
+        if self.owns(part) or not self.shared_append:
+            return super().append(part, records, allow_control=allow_control)
+        lg = part.shared_log  # type: ignore[attr-defined]
+        if lg is None:
+            try:
+                lg = Log.attach(partition_dir(self.log_dirs, part.topic, part.index), part.topic, part.index,
+                                part.log.config, self.table.state(part.slot),  # type: ignore[attr-defined]
+                                self._shared_of_slot(part.slot))  # type: ignore[attr-defined]
+            except OSError as exc:
+                raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
+            part.shared_log = lg  # type: ignore[attr-defined]
+            log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.index, part.topic,
+                     part.index, part.owner)  # type: ignore[attr-defined]
+        return self.append_with(part, lg, records, allow_control=allow_control)
+
     def forward_produce(self, part: WorkerPartition, records: Any, acks: int, timeout_ms: int) -> Any:
         return self.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
 

@@ -215,6 +215,36 @@ class SparseIndex:
     def set_bytes_since(self, n: int) -> None:
         self._bytes_since = n
 
+    @property
+    def bytes_since(self) -> int:
+        return self._bytes_since
+
+    def adopt(self, entries: int, bytes_since: int) -> None:
+        """Shared append (storage/log.py): the file's first `entries` entries, as another
+        process published them, become this writer's."""
+        w = self._w
+        if entries > w.entries:  # read only the entries added since (a replaced file reopens the segment)
+            esz = w.entry_size
+            want = (entries - w.entries) * esz
+            try:
+                fd = os.open(w.path, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    tail = os.pread(fd, want, w.entries * esz)
+                finally:
+                    os.close(fd)
+                tail = tail[:len(tail) // esz * esz]
+                w.buf += tail
+                w.entries += len(tail) // esz
+            self._reload_last()
+        elif entries < w.entries:
+            del w.buf[entries * w.entry_size:]
+            w.entries = entries
+            self._reload_last()
+        self._bytes_since = bytes_since
+
     def begin_rebuild(self) -> None:
         self._w.begin_rebuild()
         self._reload_last()

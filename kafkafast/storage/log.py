@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kafkafast import clock
@@ -22,16 +24,33 @@ from kafkafast.storage.partition_state import PartitionState
 from kafkafast.storage.producer_state import ProducerStateManager
 from kafkafast.storage.reader import LogReader
 from kafkafast.storage import txn_index
+from kafkafast.storage.index_file import read_index_file, replace_file
 from kafkafast.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    INDEX_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_name,
     read_header_at,
     scan_to_offset,
+    segment_name,
 )
+from kafkafast.storage.shared_append import (
+    W_FIRST_APPEND,
+    W_MAX_TS,
+    W_MAX_TS_OFFSET,
+    W_OI_ENTRIES,
+    W_OI_SINCE,
+    W_TI_ENTRIES,
+    W_TI_SINCE,
+    SharedAppend,
+)
+
+logger = logging.getLogger("kafkafast.storage")
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _STRAY_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")
@@ -82,14 +101,25 @@ class Log:
     broker stores `state.high_watermark` (the Log only lowers it on truncation).
 
     Append path: validate (headers, CRC, sizes; no per-record Python objects), producer
-    checks, offsets assigned in place, roll if needed, one `os.write`, sparse index
-    entries, producer state and leader-epoch cache, publish, flush policy.
+    checks, offsets assigned in place, roll if needed, one `os.pwrite` at the active
+    segment's committed size, sparse index entries, producer state and leader-epoch cache,
+    publish, flush policy.
+
+    Shared mode (`shared`, a `SharedAppend`: worker processes of one broker): several Logs,
+    one per process, write the same partition. Every method that changes the files or the
+    published state runs under the partition's append lock (`_exclusive`): it first catches
+    up with what other processes published since this Log last looked (`_sync_shared`:
+    segment list, active segment's size and index bookkeeping from the slot, producer
+    state by replaying the headers of their batches), then acts as in single-process mode,
+    then publishes the active segment's words and a new generation. A lock taken over from
+    a dead holder first repairs the log (`_repair_after_dead_holder`). The high watermark
+    follows the log end (single node). See docs/ARCHITECTURE.md, "Shared append".
     """
 
     __slots__ = ("dir", "topic", "partition", "config", "state", "reader", "_segments", "producers",
                  "leader_epochs", "recovery_point", "log_start_offset", "log_end_offset",
                  "_last_flush_ms", "_unflushed", "_pending_deletes", "load_stats", "_closed",
-                 "_producer_state_partial")
+                 "_producer_state_partial", "_shared")
 
     def __init__(self, dir: str, topic: str, partition: int, config: LogConfig, state: PartitionState) -> None:
         self.dir = dir
@@ -110,12 +140,14 @@ class Log:
         self.load_stats = LoadStats(0, 0, 0, 0)
         self._closed = False
         self._producer_state_partial = False
+        self._shared: SharedAppend | None = None
 
     # -- opening -----------------------------------------------------------------------
 
     @classmethod
     def open(cls, dir: str, topic: str, partition: int, config: LogConfig, state: PartitionState | None = None,
-             *, needs_recovery: bool, recovery_point: int, log_start_offset: int = 0) -> Log:
+             *, needs_recovery: bool, recovery_point: int, log_start_offset: int = 0,
+             shared: SharedAppend | None = None) -> Log:
         """Load (or create) the log in partition directory `dir`.
 
         Stray `.deleted` / `.cleaned` / `.tmp` files are removed and interrupted segment
@@ -127,8 +159,264 @@ class Log:
         """
         os.makedirs(dir, exist_ok=True)
         log = cls(dir, topic, partition, config, state if state is not None else PartitionState())
-        log._load(needs_recovery, recovery_point, log_start_offset)
+        if shared is None:
+            log._load(needs_recovery, recovery_point, log_start_offset)
+            return log
+        # Shared mode: loaded under the append lock (other workers may be appending: the
+        # replacement of a dead owner), which also cuts off a dead holder's torn write.
+        log._shared = shared
+        log._enter(sync=False)
+        try:
+            log._load(needs_recovery, recovery_point, log_start_offset)
+            shared.in_sync = True
+        finally:
+            log._leave(publish=True)
         return log
+
+    @classmethod
+    def attach(cls, dir: str, topic: str, partition: int, config: LogConfig, state: PartitionState,
+               shared: SharedAppend) -> Log:
+        """A Log over a partition another process loaded and publishes (shared mode, see the
+        class docstring): files opened as they are (no recovery: the slot's state is the
+        truth), producer state from the latest snapshot plus the batch headers after it."""
+        log = cls(dir, topic, partition, config, state)
+        log._shared = shared
+        log._enter(sync=False)
+        try:
+            log._reload_segments()
+            log._adopt_active()
+            st = state
+            log.log_start_offset = st.log_start_offset
+            log.log_end_offset = log.recovery_point = st.log_end_offset
+            snap = log.producers.load_latest(log.log_end_offset)
+            if snap is None:
+                log._producer_state_partial = log.log_start_offset > 0
+            log._replay_producers(snap if snap is not None else log.log_start_offset)
+            shared.seen_gen = shared.gen
+            shared.seen_segments_version = st.segments_version
+            shared.in_sync = True
+        finally:
+            log._leave(publish=False)
+        return log
+
+    # -- shared mode -------------------------------------------------------------------
+
+    @property
+    def publishes_high_watermark(self) -> bool:
+        """Shared mode: the high watermark follows the log end, published under the lock."""
+        return self._shared is not None
+
+    @property
+    def shared(self) -> SharedAppend | None:
+        return self._shared
+
+    def _enter(self, sync: bool = True) -> None:
+        sh = self._shared
+        assert sh is not None
+        sh.rlock.acquire()
+        if sh.depth:
+            sh.depth += 1
+            return
+        try:
+            stolen = sh.lock.acquire()
+        except BaseException:
+            sh.rlock.release()
+            raise
+        sh.depth = 1
+        sh.in_sync = False
+        try:
+            if stolen and sh.gen > 0:
+                self._repair_after_dead_holder()
+                sh.dirty = True
+            if sync:
+                self._sync_shared()
+                sh.in_sync = True
+        except BaseException:
+            self._leave(publish=False)
+            raise
+
+    def _leave(self, publish: bool) -> None:
+        sh = self._shared
+        assert sh is not None
+        try:
+            if sh.depth > 1:
+                sh.depth -= 1
+                sh.dirty |= publish
+                return
+            try:
+                if (publish or sh.dirty) and sh.in_sync and self._segments:
+                    self._publish_shared()
+                elif sh.dirty:  # repaired, but this Log's view is not current: others just re-read
+                    sh.q[sh.gen_at] = sh.gen + 1
+            finally:
+                sh.dirty = False
+                sh.depth = 0
+                sh.lock.release()
+        finally:
+            sh.rlock.release()
+
+    @contextmanager
+    def _exclusive(self, publish: bool = True) -> Iterator[None]:
+        if self._shared is None:
+            yield
+            return
+        self._enter()
+        try:
+            yield
+        finally:
+            self._leave(publish)
+
+    def _publish_shared(self) -> None:
+        """The active segment's bookkeeping into the slot words, then a new generation."""
+        sh = self._shared
+        assert sh is not None
+        seg = self._segments[-1]
+        oi, ti = seg.offset_index, seg.time_index
+        sh.set_word(W_OI_ENTRIES, oi.entries)
+        sh.set_word(W_TI_ENTRIES, ti.entries)
+        sh.set_word(W_OI_SINCE, oi.bytes_since)
+        sh.set_word(W_TI_SINCE, ti.bytes_since)
+        sh.set_word(W_MAX_TS, seg.max_timestamp)
+        sh.set_word(W_MAX_TS_OFFSET, seg.offset_of_max_timestamp)
+        sh.set_word(W_FIRST_APPEND, seg.first_append_ms)
+        gen = sh.gen + 1
+        sh.q[sh.gen_at] = gen
+        sh.seen_gen = gen
+        sh.seen_segments_version = self.state.segments_version
+
+    def _sync_shared(self) -> None:
+        """Catch up with what other processes published since this Log last looked."""
+        sh = self._shared
+        assert sh is not None
+        gen = sh.gen
+        if gen == sh.seen_gen:
+            return
+        st = self.state
+        old_active = self._segments[-1] if self._segments else None
+        old_size = old_active.size if old_active is not None else 0
+        if st.segments_version != sh.seen_segments_version or old_active is None \
+                or st.active_base_offset != old_active.base_offset:
+            self._reload_segments()
+        old_end = self.log_end_offset
+        self._adopt_active()
+        self.log_start_offset = st.log_start_offset
+        self.log_end_offset = st.log_end_offset
+        if self.log_end_offset > old_end:
+            active = self._segments[-1]
+            if active is old_active and old_size <= active.size:  # only appends since: walk just their headers
+                self._replay_segment(active, old_size, None, old_end)
+            else:
+                self._replay_producers(old_end)
+        elif self.log_end_offset < old_end:  # cut back (a repair): producer state from scratch
+            self.producers.clear()
+            snap = self.producers.load_latest(self.log_end_offset)
+            self._replay_producers(snap if snap is not None else self.log_start_offset)
+        sh.seen_gen = gen
+        sh.seen_segments_version = st.segments_version
+
+    def _adopt_active(self) -> None:
+        """The active segment's size, next offset, timestamps and index bookkeeping as published."""
+        sh = self._shared
+        assert sh is not None
+        st = self.state
+        seg = self._segments[-1]
+        seg.size = st.active_committed_size
+        seg.next_offset = max(st.log_end_offset, seg.base_offset)
+        seg.max_timestamp = sh.word(W_MAX_TS)
+        seg.offset_of_max_timestamp = sh.word(W_MAX_TS_OFFSET)
+        seg.first_append_ms = sh.word(W_FIRST_APPEND)
+        seg.offset_index.adopt(sh.word(W_OI_ENTRIES), sh.word(W_OI_SINCE))
+        seg.time_index.adopt(sh.word(W_TI_ENTRIES), sh.word(W_TI_SINCE))
+
+    def _reload_segments(self) -> None:
+        """Re-list the segment files up to the published active one and (re)open what changed:
+        the active segment always, segments that are new to this Log, none that are gone."""
+        st = self.state
+        active_base = st.active_base_offset
+        bases = sorted(b for b in (parse_segment_name(n) for n in os.listdir(self.dir))
+                       if b is not None and b <= active_base)
+        if not bases or bases[-1] != active_base:
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: active segment {active_base} missing")
+        old = {s.base_offset: s for s in self._segments}
+        old_active = self._segments[-1].base_offset if self._segments else -1
+        segs: list[LogSegment] = []
+        for b in bases:
+            seg = old.pop(b, None)
+            if seg is not None and (b == old_active or b == active_base or seg.fd < 0):
+                seg.close()
+                seg = None
+            if seg is None:
+                seg, ok = LogSegment.open(self.dir, b, self.config, deep_check=False)
+                if not ok:
+                    seg._load_tail()
+                if b != active_base and 0 <= old_active <= b:
+                    self._unflushed.append(seg)  # rolled by another process since: the owner flushes it
+            segs.append(seg)
+        for seg in old.values():
+            seg.close()  # deleted by retention or replaced since
+        self._unflushed = [s for s in self._unflushed if any(s is t for t in segs)]
+        self._segments = segs
+
+    def _repair_after_dead_holder(self) -> None:
+        """The lock's previous holder died holding it: nothing it wrote beyond the published
+        state may stay. Segment files past the published active one (a roll in progress) go;
+        the active `.log` is cut at the committed size (and at the end of its last whole
+        batch; the log end follows that batch: the holder may have died between publishing
+        the size and the log end); each index file keeps only the published entries
+        (rewritten by rename, as readers map it), after which every process reopens."""
+        sh = self._shared
+        assert sh is not None
+        st = self.state
+        sh.q[sh.takeovers_at] += 1
+        active_base = st.active_base_offset
+        if st.segments_version & 1:
+            for name in os.listdir(self.dir):
+                b = parse_segment_name(name)
+                if b is not None and b > active_base:
+                    for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                        _unlink(os.path.join(self.dir, segment_name(b) + ext))
+            st.segments_version += 1
+        stem = os.path.join(self.dir, segment_name(active_base))
+        fd = os.open(stem + LOG_SUFFIX, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            committed = min(st.active_committed_size, size)
+            index = read_index_file(stem + INDEX_SUFFIX) or bytearray()
+            entries = min(sh.word(W_OI_ENTRIES), len(index) // 8)
+            pos = 0
+            for i in range(entries - 1, -1, -1):
+                p = int.from_bytes(index[i * 8 + 4:i * 8 + 8], "big", signed=True)
+                if p <= committed:
+                    pos = p
+                    break
+            end = -1
+            while pos < committed:
+                h = read_header_at(fd, pos)
+                if h is None or pos + h.size > committed:
+                    break
+                end = h.next_offset
+                pos += h.size
+            if size > pos:
+                os.ftruncate(fd, pos)
+            st.active_committed_size = pos
+            if end > st.log_end_offset:
+                st.log_end_offset = end
+                st.high_watermark = end
+        finally:
+            os.close(fd)
+        renamed = False
+        for ext, size_, w in ((INDEX_SUFFIX, 8, W_OI_ENTRIES), (TIME_INDEX_SUFFIX, 12, W_TI_ENTRIES)):
+            data = read_index_file(stem + ext)
+            keep = sh.word(w) * size_
+            if data is not None and len(data) != keep:
+                replace_file(stem + ext, data[:keep])
+                renamed = True
+        if renamed:
+            st.segments_version += 2  # stays even: every process reopens the segment's index files
+        logger.warning("%s-%d: append lock taken over from a dead holder; active segment %d cut at %d bytes, "
+                       "log end %d", self.topic, self.partition, active_base, pos, st.log_end_offset)
+        sh.seen_gen = -1
+        sh.seen_segments_version = -1
 
     def _load(self, needs_recovery: bool, recovery_point: int, log_start_offset: int) -> None:
         cfg = self.config
@@ -218,18 +506,22 @@ class Log:
             if seg.next_offset <= from_offset or seg.size == 0:
                 continue
             pos, header = seg.read_position_for(from_offset) if from_offset > seg.base_offset else (0, None)
-            while pos < seg.size:
+            self._replay_segment(seg, pos, header, from_offset)
+
+    def _replay_segment(self, seg: LogSegment, pos: int, header: BatchHeader | None, from_offset: int) -> None:
+        """Producer state from the headers of `seg`'s batches from position `pos` on."""
+        while pos < seg.size:
+            if header is None:
+                header = read_header_at(seg.fd, pos)
                 if header is None:
-                    header = read_header_at(seg.fd, pos)
-                    if header is None:
-                        break
-                if header.producer_id >= 0 and header.base_offset >= from_offset:
-                    self.producers.update(header, header.max_timestamp)
-                    if header.is_control:
-                        self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
-                                           replay=True)
-                pos += header.size
-                header = None
+                    break
+            if header.producer_id >= 0 and header.base_offset >= from_offset:
+                self.producers.update(header, header.max_timestamp)
+                if header.is_control:
+                    self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
+                                       replay=True)
+            pos += header.size
+            header = None
 
     # -- appending ---------------------------------------------------------------------
 
@@ -239,18 +531,34 @@ class Log:
 
     @property
     def segments(self) -> list[LogSegment]:
-        """The current segment list (a snapshot: the Log replaces, never mutates, it)."""
+        """The current segment list (a snapshot: the Log replaces, never mutates, it).
+        Shared mode: after catching up with the other processes' appends and rolls."""
+        self._catch_up()
         return self._segments
+
+    def _catch_up(self) -> None:
+        sh = self._shared
+        if sh is not None and sh.gen != sh.seen_gen and not self._closed:
+            with self._exclusive(publish=False):
+                pass
 
     def append(self, records: bytearray | memoryview | bytes, leader_epoch: int, *, now_ms: int,
                validate: bool = True, allow_control: bool = True) -> AppendResult:
         """Append record batches as leader; offsets are assigned in `records` in place.
+        (Shared mode: under the append lock, after catching up; see the class docstring.)
 
         Raises the records layer's errors for invalid batches, InvalidRecordError for a
         control batch unless `allow_control` (client produce may not write markers), RecordListTooLargeError
         when the set exceeds segment.bytes, the producer-state errors (see
         `ProducerStateManager`), KafkaStorageError when the write fails.
         """
+        if self._shared is None:
+            return self._append(records, leader_epoch, now_ms, validate, allow_control)
+        with self._exclusive():
+            return self._append(records, leader_epoch, now_ms, validate, allow_control)
+
+    def _append(self, records: bytearray | memoryview | bytes, leader_epoch: int, now_ms: int,
+                validate: bool, allow_control: bool) -> AppendResult:
         if isinstance(records, bytes) or (isinstance(records, memoryview) and records.readonly):
             records = bytearray(records)  # only a read-only input is copied
         cfg = self.config
@@ -288,7 +596,10 @@ class Log:
                     self._track_marker(h, records, pos, seg.base_offset)
             pos += h.size
         if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
-            self.leader_epochs.assign(leader_epoch, base)
+            if self._shared is not None:  # another process may have started the epoch: re-read the file
+                self.leader_epochs = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
+            if leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(leader_epoch, base)
         self._publish_append(seg, next_offset)
         return AppendResult(base, next_offset - 1, append_time, self.log_start_offset, count)
 
@@ -318,11 +629,13 @@ class Log:
         self.log_end_offset = next_offset
         # Published unbounded by the HW (the replica manager owns that): readers take the min.
         st.last_stable_offset = self.last_stable_offset(next_offset)
+        if self._shared is not None:
+            st.high_watermark = next_offset  # single node: under the lock, with the producer state it reflects
         if seg.max_timestamp > st.max_timestamp:
             st.max_timestamp_offset = seg.offset_of_max_timestamp
             st.max_timestamp = seg.max_timestamp
         if next_offset - self.recovery_point >= self.config.flush_messages:
-            self.flush()
+            self._flush()
 
     def append_as_follower(self, records: bytearray | memoryview | bytes, *, now_ms: int) -> int:
         """Append a leader's batches byte for byte, at the leader's offsets (a replica
@@ -398,6 +711,12 @@ class Log:
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op if the active one is empty)."""
+        if self._shared is not None:
+            with self._exclusive():
+                return self._roll_at_end()
+        return self._roll_at_end()
+
+    def _roll_at_end(self) -> LogSegment:
         if self._segments[-1].size == 0:
             return self._segments[-1]
         return self._roll(self.log_end_offset)
@@ -409,8 +728,10 @@ class Log:
         st = self.state
         st.segments_version += 1
         self._segments = self._segments + [new]
-        st.active_committed_size = 0
+        # base before size: a holder dying in between leaves (new base, old size), which the
+        # repair reads as the new, empty file's size (never as an empty old segment)
         st.active_base_offset = new_base
+        st.active_committed_size = 0
         st.segments_version += 1
         self._unflushed.append(old)
         # Bounds the header replay after a crash; not fsynced (a torn one fails its CRC).
@@ -426,6 +747,10 @@ class Log:
 
     def flush(self) -> None:
         """fdatasync everything appended so far; the recovery point becomes the log end."""
+        with self._exclusive(publish=False):
+            self._flush()
+
+    def _flush(self) -> None:
         observer = flush_observer
         started = time.perf_counter() if observer is not None else 0.0
         self._flush_rolled(timed=False)
@@ -452,9 +777,13 @@ class Log:
     def maybe_flush(self, now_ms: int) -> bool:
         """Time-based flush (flush.ms); rolled segments are flushed at the first call after
         their roll, as Kafka does right after a roll. True if the active segment was synced."""
+        with self._exclusive(publish=False):
+            return self._maybe_flush(now_ms)
+
+    def _maybe_flush(self, now_ms: int) -> bool:
         self._flush_rolled()
         if self.log_end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms:
-            self.flush()
+            self._flush()
             self._last_flush_ms = now_ms
             return True
         return False
@@ -464,6 +793,10 @@ class Log:
     def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
         """DeleteRecords: move the log start to `offset` (-1: the high watermark) and delete
         the segments wholly below it; the new log start. OffsetOutOfRangeError beyond HW."""
+        with self._exclusive():
+            return self._delete_records_before(offset, now_ms)
+
+    def _delete_records_before(self, offset: int, now_ms: int | None) -> int:
         hw = self.state.high_watermark
         if offset == -1:
             offset = hw
@@ -478,6 +811,10 @@ class Log:
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest whole segments past retention.ms / retention.bytes or below the
         log start offset; the active segment is never deleted. Number of segments deleted."""
+        with self._exclusive():
+            return self._apply_retention(now_ms)
+
+    def _apply_retention(self, now_ms: int) -> int:
         cfg = self.config
         deleted = self._delete_segments(lambda seg, next_base: next_base <= self.log_start_offset, now_ms)
         if cfg.delete:
@@ -554,6 +891,10 @@ class Log:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after `offset` (a follower diverged from its leader)."""
+        with self._exclusive():
+            self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
         offset = max(offset, 0)
@@ -605,6 +946,10 @@ class Log:
         A crash before every `.swap` exists leaves the old segments (`.cleaned` are
         dropped at load); after, the load completes the swap (`_complete_swaps`).
         """
+        with self._exclusive():
+            self._replace_segments(old, new)
+
+    def _replace_segments(self, old: list[LogSegment], new: list[LogSegment]) -> None:
         active = self._segments[-1]
         if any(s is active for s in old) or any(s.base_offset >= active.base_offset for s in new):
             raise ValueError("the active segment cannot be replaced")
@@ -641,10 +986,13 @@ class Log:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset)."""
+        if self._shared is not None:  # another process may have appended, or started an epoch
+            self._catch_up()
+            self.leader_epochs = LeaderEpochCache(os.path.join(self.dir, LEADER_EPOCH_CHECKPOINT))
         return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self.segments)
 
     def expire_producers(self, now_ms: int, max_age_ms: int = 86400000) -> int:
         """producer.id.expiration.ms: forget idle producers (their retries become unknown)."""
@@ -664,11 +1012,20 @@ class Log:
         older snapshot plus a header replay, the epochs the batches carry)."""
         if self._closed:
             return True
+        if self._shared is None:
+            return self._close(clean)
+        self._enter(sync=clean)  # an unclean close changes nothing (its directory may be gone)
+        try:
+            return self._close(clean)
+        finally:
+            self._leave(publish=clean)
+
+    def _close(self, clean: bool) -> bool:
         self._closed = True
         complete = True
         try:
             if clean:
-                self.flush()
+                self._flush()
                 self._segments[-1].on_become_inactive()
                 complete = self.leader_epochs.flush_if_unwritten()
                 try:

@@ -7,7 +7,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from kafkafast import clock
 from kafkafast.protocol.errors import KafkaError, KafkaStorageError
@@ -85,12 +85,15 @@ class LogManager:
     def __init__(self, log_dirs: list[str], default_config: LogConfig, *, state_factory: StateFactory | None = None,
                  retention_check_interval_ms: int = 300000, checkpoint_interval_ms: int = 60000,
                  log_start_checkpoint_interval_ms: int = 60000, producer_id_expiration_ms: int = 86400000,
-                 now_ms: int | None = None) -> None:
+                 now_ms: int | None = None, shared_factory: Callable[[str, int], Any] | None = None) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.default_config = default_config
         self.state_factory: StateFactory = state_factory or (lambda topic, partition: PartitionState())
+        self.shared_factory = shared_factory
+        """(topic, partition) -> the `SharedAppend` its Log is opened with (worker processes
+        appending through shared memory, storage/shared_append.py), or None."""
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.log_start_checkpoint_interval_ms = log_start_checkpoint_interval_ms
@@ -167,7 +170,7 @@ class LogManager:
             try:
                 log = Log.open(path, topic, partition, self._config_for(topic, configs), state,
                                needs_recovery=not clean, recovery_point=recovery_points.get(key, 0),
-                               log_start_offset=log_starts.get(key, 0))
+                               log_start_offset=log_starts.get(key, 0), shared=self._shared(topic, partition))
             except Exception as exc:  # an I/O error, or anything else: this partition only
                 logger.error("%s-%d is offline: its log in %s cannot be opened: %r", topic, partition, log_dir, exc,
                              exc_info=not isinstance(exc, (OSError, KafkaError)))
@@ -202,6 +205,9 @@ class LogManager:
         key = (topic, partition)
         return self._logs.get(key) or self.offline.get(key)
 
+    def _shared(self, topic: str, partition: int) -> Any:
+        return self.shared_factory(topic, partition) if self.shared_factory is not None else None
+
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())
 
@@ -232,7 +238,7 @@ class LogManager:
                 os.makedirs(path, exist_ok=True)
                 fsync_dir(log_dir)
                 log = Log.open(path, topic, partition, config or self.default_config, state,
-                               needs_recovery=False, recovery_point=0)
+                               needs_recovery=False, recovery_point=0, shared=self._shared(topic, partition))
             except OSError as exc:
                 errors.append(f"{log_dir}: {exc}")
                 if not existed:

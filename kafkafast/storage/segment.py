@@ -81,7 +81,8 @@ class LogSegment:
 
     * `<stem>.log`: record batches v2 exactly as produced (compressed batches stay
       compressed), with baseOffset and partitionLeaderEpoch assigned by the leader.
-      Append-only: each append is one `os.write` of whole, already validated batches.
+      Append-only: each append is one `os.pwrite` of whole, already validated batches at
+      the segment's committed size.
       Nothing else is in the file, so recovery can re-validate it batch by batch.
     * `<stem>.index` and `<stem>.timeindex`: see `OffsetIndex` and `TimeIndex`.
     * `<stem>.<ext>.deleted`: a segment removed by retention / DeleteRecords, unlinked
@@ -125,7 +126,7 @@ class LogSegment:
     def create(cls, dir: str, base_offset: int, config: LogConfig, *, suffix: str = "") -> LogSegment:
         """A new empty segment (any leftover files with the same names are replaced)."""
         stem = os.path.join(dir, segment_name(base_offset))
-        fd = os.open(stem + LOG_SUFFIX + suffix, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = os.open(stem + LOG_SUFFIX + suffix, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         oi = OffsetIndex(stem + INDEX_SUFFIX + suffix, base_offset, config.segment_index_bytes, config.index_interval_bytes)
         ti = TimeIndex(stem + TIME_INDEX_SUFFIX + suffix, base_offset, config.segment_index_bytes, config.index_interval_bytes)
         return cls(dir, base_offset, suffix, fd, 0, oi, ti)
@@ -136,7 +137,7 @@ class LogSegment:
         """Open an existing segment; (segment, indexes_ok). With indexes_ok False the caller
         must `recover()` it (a missing or insane index is rebuilt from the log)."""
         stem = os.path.join(dir, segment_name(base_offset))
-        fd = os.open(stem + LOG_SUFFIX + suffix, os.O_RDWR | os.O_APPEND)
+        fd = os.open(stem + LOG_SUFFIX + suffix, os.O_RDWR)
         size = os.fstat(fd).st_size
         oi, oi_ok = OffsetIndex.load(stem + INDEX_SUFFIX + suffix, base_offset, config.segment_index_bytes,
                                      config.index_interval_bytes, size, deep_check)
@@ -202,18 +203,20 @@ class LogSegment:
     # -- writing -----------------------------------------------------------------------
 
     def append(self, data: bytearray | memoryview, batches: list[tuple[int, int, int, int]], now_ms: int) -> None:
-        """Write whole batches with one `os.write`; `batches` = (base, next offset, max ts, size)."""
+        """Write whole batches with one `os.pwrite` at the segment's size (what is committed:
+        anything a failed or abandoned write left beyond it is overwritten); `batches` =
+        (base, next offset, max ts, size)."""
         if write_fault is not None:
             write_fault(self.dir)
         view = memoryview(data)
         total = len(view)
-        written = os.write(self.fd, view)
+        pos = self.size
+        written = os.pwrite(self.fd, view, pos)
         while written < total:  # regular files do not write short, except on ENOSPC-like paths
-            n = os.write(self.fd, view[written:])
+            n = os.pwrite(self.fd, view[written:], pos + written)
             if n <= 0:
                 raise OSError("short write to segment")
             written += n
-        pos = self.size
         oi, ti = self.offset_index, self.time_index
         for base, next_offset, max_ts, size in batches:
             if max_ts > self.max_timestamp:

@@ -15,6 +15,8 @@ A rule is a JSON object with an `id`, a `kind` and the fields of that kind:
     drop    api_key, count, topic                          handle, then close the connection
     pause   topic, partition                               hold produce requests for it
     disk    topic, partition, count                        fail segment writes with EIO
+    die_writing  topic, partition, count                   the writing worker SIGKILLs itself in the
+                                                           middle of a segment write (a torn batch)
     rebalance  group                                       one-shot: the group rebalances
     expire  group, member                                  one-shot: the member's session expires
     kill_worker  worker                                    one-shot: that worker SIGKILLs itself

@@ -166,6 +166,9 @@ class TestControl:
         for rule in self.rules:
             if rule["kind"] == "disk" and _matches(rule, topic, int(partition)) and self.files.use(rule["id"]):
                 raise OSError(errno.EIO, f"write to {segment_dir} failed (injected by the test)")
+            if rule["kind"] == "die_writing" and _matches(rule, topic, int(partition)) \
+                    and self.files.use(rule["id"]):
+                _torn_write_and_die(segment_dir)
 
     # -- dispatch hook ----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any) -> list | None:
@@ -324,3 +327,13 @@ def _fields(cls: Any) -> tuple[str, ...]:
 
 def _unknowns(cls: Any) -> dict[str, Any]:
     return {k: v for k, v in _UNKNOWN.items() if k in _fields(cls)}
+
+
+def _torn_write_and_die(segment_dir: str) -> None:
+    """The start of a batch (a header claiming 4 KiB, 200 bytes of it) at the end of the
+    partition's last segment, then SIGKILL: a process dying in the middle of its write."""
+    last = max(n for n in os.listdir(segment_dir) if n.endswith(".log") and n[:-4].isdigit())
+    fd = os.open(os.path.join(segment_dir, last), os.O_WRONLY | os.O_APPEND)
+    os.write(fd, (1 << 40).to_bytes(8, "big") + (4096).to_bytes(4, "big") + b"\xab" * 188)
+    log.warning("test control: dying in the middle of a write to %s", segment_dir)
+    os.kill(os.getpid(), signal.SIGKILL)

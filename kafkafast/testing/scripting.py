@@ -85,6 +85,12 @@ class Faults:
         produce gets KAFKA_STORAGE_ERROR and nothing of it stays in the log."""
         return self.files.add({"kind": "disk", "topic": topic, "partition": partition, "count": count})
 
+    def die_writing(self, topic: str | None = None, partition: int | None = None, *, count: int = 1) -> int:
+        """The process making the next `count` segment writes (of the partition) SIGKILLs
+        itself in the middle of the write, leaving a torn batch at the end of the segment
+        (with worker processes: the supervisor forks a replacement)."""
+        return self.files.add({"kind": "die_writing", "topic": topic, "partition": partition, "count": count})
+
     def force_rebalance(self, group: str, *, timeout: float = 10.0) -> None:
         """The group's coordinator starts a rebalance now (members see REBALANCE_IN_PROGRESS
         and rejoin); returns once the broker has done it."""

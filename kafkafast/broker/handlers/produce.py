@@ -155,7 +155,7 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if refused is not None:
                 tr.partition_responses.append(refused)
                 continue
-            if forward is not None and not ctx.internal and not broker.owns(part):
+            if forward is not None and not ctx.internal and not broker.appends_here(part, req.transactional_id):
                 tr.partition_responses.append(None)
                 pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
                 continue
