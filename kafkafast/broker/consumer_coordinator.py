@@ -25,11 +25,12 @@ group.consumer.min/max.session.timeout.ms 45000/60000), group.consumer.heartbeat
 5000 (within min/max 5000/15000), group.consumer.max.size, group.consumer.assignors
 "uniform,range" (the first is the default).
 
-Persistence: consumer-group state (epochs, members, assignments) is held in memory only;
-committed offsets are written to `__consumer_offsets` as for classic groups. After a
-restart the group is rebuilt by its members: their next heartbeat gets UNKNOWN_MEMBER_ID
-and they rejoin with epoch 0 (KIP-848 clients do this on their own), and the group's
-offsets are read back as before.
+Persistence: the group itself (a ConsumerGroupMetadata record with its group epoch, Kafka's
+record type, key version 3) and committed offsets are written to `__consumer_offsets`;
+members and assignments are held in memory only. After a restart the group is loaded empty
+with its epoch and rebuilt by its members: their next heartbeat gets UNKNOWN_MEMBER_ID and
+they rejoin with epoch 0 (KIP-848 clients do this on their own); epochs keep growing from
+the stored one.
 """
 from __future__ import annotations
 
@@ -168,14 +169,17 @@ class ConsumerProtocol:
             if existing.members or existing.pending_members:
                 raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
             if not create:
-                raise HeartbeatError(EC.UNKNOWN_MEMBER_ID)
+                raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
             # An empty classic group becomes a consumer group; its offsets stay.
-            self.gc._cancel_group_timers(existing)
             group = ConsumerGroup(group_id, offsets=existing.offsets, state_timestamp=clock.now_ms())
+            err = self.gc.store_consumer_group(group, replaces_classic=True)
+            if err:
+                raise HeartbeatError(err)
+            self.gc._cancel_group_timers(existing)
             self.gc.groups[group_id] = group
             return group
         if not create:
-            raise HeartbeatError(EC.UNKNOWN_MEMBER_ID)
+            raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         group = ConsumerGroup(group_id, state_timestamp=clock.now_ms())
         self.gc.groups[group_id] = group
         return group
@@ -213,6 +217,9 @@ class ConsumerProtocol:
         if bump:
             group.group_epoch += 1
             log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
+            err = self.gc.store_consumer_group(group)
+            if err:  # the member retries; what changed in memory stays consistent
+                raise HeartbeatError(err)
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group)
         group.reconcile(member, req.owned)
@@ -321,6 +328,7 @@ class ConsumerProtocol:
         self._cancel_member_timers(member)
         group.remove_member(member.member_id)
         group.group_epoch += 1
+        self.gc.store_consumer_group(group)  # a failed write costs only the epoch after a restart
         group.subscription_meta = self._subscription_meta(group)
         if group.members:
             self._compute_target(group)

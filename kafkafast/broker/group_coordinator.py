@@ -33,6 +33,9 @@ from kafkafast.broker.groups.consumer_group import ConsumerGroup, subscription_b
 from kafkafast.broker.groups.group import Group, GroupState, Member
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
+    ConsumerGroupRecord,
+    consumer_group_key,
+    consumer_group_value,
     GroupRecord,
     OffsetRecord,
     decode_record,
@@ -255,6 +258,9 @@ class GroupCoordinator:
             if group.members:  # no mixed groups: its members speak the consumer protocol
                 return JoinResult(EC.INCONSISTENT_GROUP_PROTOCOL, member_id)
             # An empty consumer group becomes a classic group; its offsets stay.
+            error = self._append(group_id, [(consumer_group_key(group_id), None)], now_ms())
+            if error:
+                return JoinResult(error, member_id)
             self._cancel_group_timers(group)
             group = self.groups[group_id] = Group(group_id, offsets=group.offsets, state_timestamp=now_ms())
         if group is None:
@@ -810,7 +816,7 @@ class GroupCoordinator:
                 out[gid] = EC.NON_EMPTY_GROUP
             else:
                 records = [(offset_key(gid, t, p), None) for t, p in group.offsets]
-                records.append((group_key(gid), None))
+                records.append((consumer_group_key(gid) if isinstance(group, ConsumerGroup) else group_key(gid), None))
                 error = self._append(gid, records, now_ms())
                 if error:
                     out[gid] = error
@@ -884,7 +890,7 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, t, p), None) for t, p in expired]
             dead = group.is_(EMPTY) and len(expired) == len(group.offsets) and not group.pending_members
             if dead:
-                records.append((group_key(gid), None))
+                records.append((consumer_group_key(gid) if isinstance(group, ConsumerGroup) else group_key(gid), None))
             if not records:
                 continue
             if self._append(gid, records, now):
@@ -925,6 +931,15 @@ class GroupCoordinator:
             log.exception("group %s: writing to %s failed", group_id, OFFSETS_TOPIC)
             return EC.UNKNOWN_SERVER_ERROR
         return NONE
+
+    def store_consumer_group(self, group: ConsumerGroup, replaces_classic: bool = False) -> int:
+        """Writes the consumer group's epoch (ConsumerGroupMetadata), and a tombstone for the
+        classic group it replaces."""
+        records: list[tuple[bytes, bytes | None]] = [(consumer_group_key(group.group_id),
+                                                      consumer_group_value(group.group_epoch))]
+        if replaces_classic:
+            records.insert(0, (group_key(group.group_id), None))
+        return self._append(group.group_id, records, now_ms())
 
     def _store_group(self, group: Group) -> int:
         value = GroupMetadataValue(
@@ -970,6 +985,7 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
+        consumer_epochs: dict[str, int | None] = {}  # consumer groups (KIP-848): group epoch
         pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
         async for header, records in read_partition(part):
             if header.is_control:
@@ -995,17 +1011,23 @@ class GroupCoordinator:
                         per_group[(decoded.topic, decoded.partition)] = decoded.value
                 elif isinstance(decoded, GroupRecord):
                     metas[decoded.group] = decoded.value
+                elif isinstance(decoded, ConsumerGroupRecord):
+                    consumer_epochs[decoded.group] = decoded.epoch
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
                     {k: v for k, v in entries.items() if v is not None})
         loaded = 0
-        for gid in set(offsets) | set(metas):
+        for gid in set(offsets) | set(metas) | set(consumer_epochs):
             value = metas.get(gid)
             group_offsets = offsets.get(gid, {})
-            if value is None and not group_offsets:
+            epoch = consumer_epochs.get(gid)
+            if value is None and not group_offsets and epoch is None:
                 continue
-            group = self._group_from_metadata(gid, value)
+            if epoch is not None:  # its members rejoin (see consumer_coordinator.py)
+                group = ConsumerGroup(gid, group_epoch=epoch, assignment_epoch=epoch, state_timestamp=now_ms())
+            else:
+                group = self._group_from_metadata(gid, value)
             group.offsets = group_offsets
             self.groups[gid] = group
             loaded += 1

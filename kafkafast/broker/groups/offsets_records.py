@@ -5,7 +5,10 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
 
     key version 0, 1   OffsetCommitKey    group, topic, partition
     key version 2      GroupMetadataKey   group
-    key version 3+     records of the new consumer-group protocol (KIP-848); skipped here
+    key version 3      ConsumerGroupMetadataKey  group (KIP-848): the group is a consumer
+                       group, ConsumerGroupMetadataValue its group epoch
+    key version 4+     the other records of the consumer-group protocol (members, target
+                       and current assignments); not written here, skipped when read
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -20,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafkafast.protocol._generated.coordinator_records import (
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -32,6 +37,8 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
+CONSUMER_GROUP_KEY_VERSION = 3
+CONSUMER_GROUP_VALUE_VERSION = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,14 @@ def group_value(value: GroupMetadataValue) -> bytes:
     return _encode(GROUP_VALUE_VERSION, value)
 
 
+def consumer_group_key(group: str) -> bytes:
+    return _encode(CONSUMER_GROUP_KEY_VERSION, ConsumerGroupMetadataKey(group_id=group))
+
+
+def consumer_group_value(epoch: int) -> bytes:
+    return _encode(CONSUMER_GROUP_VALUE_VERSION, ConsumerGroupMetadataValue(epoch=epoch))
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRecord:
     group: str
@@ -85,8 +100,14 @@ class GroupRecord:
     value: GroupMetadataValue | None  # None: tombstone
 
 
-def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | None:
-    """The record as an `OffsetRecord` or `GroupRecord`; None for keys of other kinds."""
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRecord:
+    group: str
+    epoch: int | None  # None: tombstone
+
+
+def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | ConsumerGroupRecord | None:
+    """The record as an `OffsetRecord`, `GroupRecord` or `ConsumerGroupRecord`; None for keys of other kinds."""
     if key is None or len(key) < 2:
         return None
     r = Reader(key)
@@ -107,4 +128,12 @@ def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | Grou
         vr = Reader(value)
         vv = vr.int16()
         return GroupRecord(k.group, GroupMetadataValue.decode(vr, min(vv, GroupMetadataValue.MAX_VERSION)))
+    if version == CONSUMER_GROUP_KEY_VERSION:
+        ck = ConsumerGroupMetadataKey.decode(r, version)
+        if value is None:
+            return ConsumerGroupRecord(ck.group_id, None)
+        vr = Reader(value)
+        vv = vr.int16()
+        return ConsumerGroupRecord(ck.group_id, ConsumerGroupMetadataValue.decode(
+            vr, min(vv, ConsumerGroupMetadataValue.MAX_VERSION)).epoch)
     return None
