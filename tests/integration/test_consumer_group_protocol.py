@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkafast.protocol._generated.consumer_group_describe import ConsumerGroupDescribeRequest
@@ -114,8 +114,26 @@ def test_librdkafka_consumer_protocol_rebalances_commits_and_resumes_beside_a_cl
     parts = settle([c1, c3], 6, records)
     assert sorted(len(p) for p in parts) == [3, 3]
 
+    admin = AdminClient({"bootstrap.servers": bs})  # librdkafka's admin asks ConsumerGroupDescribe first
+    desc = admin.describe_consumer_groups(["g848", "classic-side"])
+    new, old = desc["g848"].result(10), desc["classic-side"].result(10)
+    assert new.type == ConsumerGroupType.CONSUMER and old.type == ConsumerGroupType.CLASSIC
+    assert {(tp.topic, tp.partition) for m in new.members for tp in m.assignment.topic_partitions} == \
+        {("kip848", p) for p in range(6)}
+    assert [m.assignment.topic_partitions for m in old.members][0]
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10)
+    assert [(g.group_id, g.type) for g in listed.valid] == [("g848", ConsumerGroupType.CONSUMER)]
+
     drain([c1, c3, classic], records, 60 + 15)
     assert {v for v in records if v.startswith(b"0-") or v.startswith(b"5-")}  # both ends of the topic
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # a partition taken over from c2 restarts at the earliest offset
+        positions = [tp.offset for c in (c1, c3) for tp in c.position(c.assignment())]
+        if positions == [10] * 6:
+            break
+        for c in (c1, c3):
+            c.poll(0.05)
+    assert positions == [10] * 6
     for c in (c1, c3):
         c.commit(asynchronous=False)
     committed = {tp.partition: tp.offset for c in (c1, c3)
