@@ -1,4 +1,6 @@
-"""The group coordinator: classic consumer groups and committed offsets.
+"""The group coordinator: classic consumer groups, committed offsets, and (through
+`consumer_coordinator.ConsumerProtocol`, in the same `groups` map) the groups of the
+next-generation consumer protocol (KIP-848).
 
 All group state lives in one `GroupCoordinator` and changes only on the event loop, so
 there are no locks; the handlers in `kafkafast/broker/handlers/` only translate requests

@@ -11,9 +11,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
-from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol.errors import ErrorCode as EC
-from tests.support.cluster import KafkaCluster
+from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
 
 SETTINGS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500",
@@ -27,13 +26,6 @@ def kip848_cluster(tmp_path_factory):
         yield c.start()
     finally:
         c.close()
-
-
-def coordinator_of(cluster, group: str) -> int:
-    port = next(b.port for b in cluster.brokers.values() if b.proc.poll() is None)
-    with RawClient(port) as rc:
-        resp = rc.request(FindCoordinatorRequest(key=group, key_type=0), 2)
-    return resp.node_id if resp.error_code == 0 else -1
 
 
 def poll_into(consumers, seen: set) -> None:
@@ -63,7 +55,7 @@ def test_consumer_protocol_group_follows_its_coordinator(kip848_cluster):
         if len(seen) == 200 and all(len(x) == 2 for x in parts) and parts[0] | parts[1] == {0, 1, 2, 3}:
             break
         assert time.monotonic() < deadline, f"{len(seen)} consumed, assignment {parts}"
-    coordinator = cluster.wait_for(lambda: max(coordinator_of(cluster, "k848-group"), 0), 20, "the coordinator")
+    coordinator = cluster.wait_for(lambda: max(group_coordinator(cluster, "k848-group"), 0), 20, "the coordinator")
     other = next(i for i in cluster.brokers if i != coordinator)
     with RawClient(cluster.brokers[other].port) as rc:
         resp = rc.request(ConsumerGroupHeartbeatRequest(group_id="k848-group", member_id="m", member_epoch=0,
@@ -84,7 +76,7 @@ def test_consumer_protocol_group_follows_its_coordinator(kip848_cluster):
             assert time.monotonic() < deadline, f"only {len(seen)} of 400 consumed after the coordinator died"
             poll_into(members, seen)
         assert seen == {b"%05d" % i for i in range(400)}
-        new = cluster.wait_for(lambda: coordinator_of(cluster, "k848-group") not in (-1, coordinator), 30,
+        new = cluster.wait_for(lambda: group_coordinator(cluster, "k848-group") not in (-1, coordinator), 30,
                                "a new coordinator")
         assert new
         for c in members:
