@@ -80,6 +80,7 @@ DEFAULTS: dict[str, str | None] = {
     "group.max.session.timeout.ms": "1800000",
     "group.max.size": "2147483647",
     # The consumer group protocol (KIP-848), Kafka 4.0's names and defaults.
+    "group.coordinator.rebalance.protocols": "classic,consumer",
     "group.consumer.session.timeout.ms": "45000",
     "group.consumer.min.session.timeout.ms": "45000",
     "group.consumer.max.session.timeout.ms": "60000",

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.consumer_group_describe import ConsumerGroupDescribeRequest
 from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
@@ -448,3 +449,25 @@ def test_consumer_group_describe_spans_workers(broker_factory):
     assert [g.group_id for g in d.groups] == groups + ["none"]
     assert all(g.error_code == 0 and [m.member_id for m in g.members] == [f"{g.group_id}-m"] for g in d.groups[:-1])
     assert d.groups[-1].error_code == EC.GROUP_ID_NOT_FOUND
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced(cbroker):
+    create_topics(cbroker.bootstrap, {"slow": 2})
+    with RawClient(cbroker.port) as c:
+        a = c.request(HB(group_id="gf", member_id="slow-a", member_epoch=0, rebalance_timeout_ms=1000,
+                         subscribed_topic_names=["slow"], topic_partitions=[]), 1)
+        held_a = owned(a)
+        b = join(c, "gf", ["slow"], 1)
+        r = beat(c, "gf", "slow-a", a.member_epoch, held_a)  # learns it must give one partition up ...
+        assert r.error_code == 0 and count(owned(r)) == 1
+        time.sleep(2.5)  # ... and keeps it past its 1 s rebalance timeout
+        assert beat(c, "gf", "slow-a", a.member_epoch, held_a).error_code == EC.UNKNOWN_MEMBER_ID
+        r = beat(c, "gf", b.member_id, b.member_epoch, {})
+        assert r.error_code == 0 and count(owned(r)) == 2
+
+
+def test_consumer_protocol_can_be_switched_off(broker_factory):
+    b = broker_factory("classic-only", settings={"group.coordinator.rebalance.protocols": "classic"})
+    with RawClient(b.port) as c:
+        keys = {k.api_key for k in c.request(ApiVersionsRequest(), 3).api_keys}
+    assert {11, 12, 14} <= keys and not keys & {68, 69}
