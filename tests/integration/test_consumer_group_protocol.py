@@ -471,3 +471,20 @@ def test_consumer_protocol_can_be_switched_off(broker_factory):
     with RawClient(b.port) as c:
         keys = {k.api_key for k in c.request(ApiVersionsRequest(), 3).api_keys}
     assert {11, 12, 14} <= keys and not keys & {68, 69}
+
+
+def test_librdkafka_members_rejoin_after_a_broker_restart(cbroker):
+    bs = cbroker.bootstrap
+    create_topics(bs, {"again": 2})
+    produce(bs, "again", 2, 5)
+    seen: dict[bytes, int] = {}
+    c = new_consumer(bs, "g-again", ["again"])
+    settle([c], 2, seen)
+    drain([c], seen, 10)
+    c.commit(asynchronous=False)
+    cbroker.restart()
+    produce(bs, "again", 2, 3, tag="after")
+    drain([c], seen, 16, timeout=40)  # its heartbeats get UNKNOWN_MEMBER_ID; it rejoins and goes on
+    assert {v for v in seen if v.startswith(b"after")} == {f"after{p}-{i}".encode() for p in range(2) for i in range(3)}
+    assert {(tp.topic, tp.partition) for tp in c.assignment()} == {("again", 0), ("again", 1)}
+    c.close()
