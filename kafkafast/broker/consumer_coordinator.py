@@ -43,14 +43,26 @@ from typing import TYPE_CHECKING, Any
 from kafkafast import clock
 from kafkafast.broker.groups import assignors
 from kafkafast.broker.groups.consumer_group import (
+    STABLE,
+    STATE_CODES,
+    STATIC_LEFT_EPOCH,
     Assignment,
     ConsumerGroup,
     ConsumerMember,
     UNREVOKED,
+    copy_assignment,
     is_subset,
 )
 from kafkafast.broker.groups.group import Group, GroupState
+from kafkafast.broker.groups.offsets_records import consumer_key, consumer_value
 from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.coordinator_records import (
+    ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
+    ConsumerGroupMemberMetadataValue as MemberValue,
+    ConsumerGroupMetadataValue as GroupValue,
+    ConsumerGroupTargetAssignmentMemberValue as TargetValue,
+    ConsumerGroupTargetAssignmentMetadataValue as TargetEpochValue,
+)
 
 if TYPE_CHECKING:
     from kafkafast.broker.group_coordinator import GroupCoordinator
@@ -58,7 +70,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkafast.groups")
 EC = E.ErrorCode
 LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
+STATIC_LEAVE_EPOCH = STATIC_LEFT_EPOCH
+STATES = {code: name for name, code in STATE_CODES.items()}
 
 
 class HeartbeatError(Exception):
@@ -143,6 +156,7 @@ class ConsumerProtocol:
                              "group.consumer.min.heartbeat.interval.ms and group.consumer.max.heartbeat.interval.ms")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
+        self._records: list[tuple[bytes, bytes | None]] = []  # written by _flush, one batch per change
 
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -185,11 +199,13 @@ class ConsumerProtocol:
         return group
 
     def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        self._records.clear()
         group = self._group(req.group_id, create=req.member_epoch == 0)
         member = group.members.get(req.member_id) if req.member_id else None
         bump = False
         if req.member_epoch == 0:
             member, bump = self._join(group, req, member)
+            self._rec_member(group, member)
         else:
             if member is None:
                 raise HeartbeatError(EC.UNKNOWN_MEMBER_ID,
@@ -199,7 +215,8 @@ class ConsumerProtocol:
             if req.instance_id is not None and member.instance_id != req.instance_id:
                 raise HeartbeatError(EC.FENCED_INSTANCE_ID)
             self._check_epoch(member, req.member_epoch, req.owned)
-        before = (member.assigned and {t: set(p) for t, p in member.assigned.items()}, member.member_epoch)
+        before = _current(member) if req.member_epoch != 0 else None
+        metadata = (member.rebalance_timeout_ms, member.rack_id, list(member.subscribed_topics), member.server_assignor)
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None:
@@ -210,6 +227,9 @@ class ConsumerProtocol:
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
             bump = True
+        if req.member_epoch != 0 and metadata != (member.rebalance_timeout_ms, member.rack_id,
+                                                  list(member.subscribed_topics), member.server_assignor):
+            self._rec_member(group, member)
         meta = self._subscription_meta(group)
         if meta != group.subscription_meta:
             group.subscription_meta = meta
@@ -217,17 +237,21 @@ class ConsumerProtocol:
         if bump:
             group.group_epoch += 1
             log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
-            err = self.gc.store_consumer_group(group)
-            if err:  # the member retries; what changed in memory stays consistent
-                raise HeartbeatError(err)
+            self._rec_group(group)
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group)
         group.reconcile(member, req.owned)
+        after = _current(member)
+        if after != before:
+            self._rec_current(group, member)
+        err = self._flush(group)
+        if err:  # the member retries; what changed in memory stays consistent
+            raise HeartbeatError(err)
         self._schedule_session(group, member)
         self._schedule_revocation(group, member)
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                                          and req.owned is not None)
-        changed = (member.assigned or {}) != (before[0] or {}) or member.member_epoch != before[1]
+        changed = before is None or (before[0], before[3]) != (after[0], after[3])
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms,
                                {t: set(p) for t, p in member.assigned.items()} if full or changed else None)
 
@@ -243,14 +267,15 @@ class ConsumerProtocol:
                                          "is not released.")
                 new_id = req.member_id or str(uuid.uuid4())
                 self._cancel_member_timers(old)
+                self._rec_gone(group, old.member_id)
                 member = group.rename_member(old.member_id, new_id)
-                member.left_static = False
                 member.client_id, member.client_host = req.client_id, req.client_host
                 log.info("group %s: static member %s rejoined as %s", group.group_id, req.instance_id, new_id)
                 return member, False
         if member is not None:
             # Rejoining with a known id: it starts over (what it held is given up).
             self._cancel_member_timers(member)
+            self._rec_gone(group, member.member_id)
             group.remove_member(member.member_id)
         if len(group.members) >= self.max_size:
             raise HeartbeatError(EC.GROUP_MAX_SIZE_REACHED,
@@ -282,6 +307,7 @@ class ConsumerProtocol:
                                      "The member must abandon all its partitions and rejoin.")
 
     def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
+        self._records.clear()
         group = self._group(req.group_id, create=False)
         member = group.members.get(req.member_id)
         if member is None:
@@ -290,7 +316,14 @@ class ConsumerProtocol:
         if req.instance_id is not None and member.instance_id != req.instance_id:
             raise HeartbeatError(EC.FENCED_INSTANCE_ID)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
-            member.left_static = True
+            # It keeps its assignment for when it comes back; what it was revoking is free now.
+            group.set_member_assignment(member, member.assigned, {})
+            member.state = STABLE
+            member.member_epoch = STATIC_LEFT_EPOCH
+            self._rec_current(group, member)
+            err = self._flush(group)
+            if err:
+                raise HeartbeatError(err)
             self._cancel_member_timers(member)
             self._schedule_session(group, member)
             log.info("group %s: static member %s leaves for now", group.group_id, member.member_id)
@@ -322,19 +355,86 @@ class ConsumerProtocol:
         subs = {mid: m.subscribed_topics for mid, m in group.members.items()}
         group.target = assignors.assign(group.assignor_name, subs, group.subscription_meta, group.target)
         group.assignment_epoch = group.group_epoch
+        for mid, target in group.target.items():
+            self._records.append((consumer_key("target", group.group_id, mid), consumer_value(
+                TargetValue(topic_partitions=[TargetValue.TopicPartition(topic_id=t, partitions=sorted(ps))
+                                              for t, ps in sorted(target.items()) if ps]))))
+        self._records.append((consumer_key("target_epoch", group.group_id),
+                              consumer_value(TargetEpochValue(assignment_epoch=group.assignment_epoch))))
+
+    # -- records (__consumer_offsets) ----------------------------------------------------------
+    def _rec_group(self, group: ConsumerGroup) -> None:
+        self._records.append((consumer_key("group", group.group_id), consumer_value(GroupValue(epoch=group.group_epoch))))
+
+    def _rec_member(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        self._records.append((consumer_key("member", group.group_id, m.member_id), consumer_value(MemberValue(
+            instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=None,
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))))
+
+    def _rec_current(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        def tps(a: Assignment) -> list:
+            return [CurrentValue.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(a.items()) if ps]
+        self._records.append((consumer_key("current", group.group_id, m.member_id), consumer_value(CurrentValue(
+            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=STATE_CODES[m.state],
+            assigned_partitions=tps(m.assigned), partitions_pending_revocation=tps(m.pending_revocation)))))
+
+    def _rec_gone(self, group: ConsumerGroup, member_id: str) -> None:
+        for kind in ("current", "target", "member"):
+            self._records.append((consumer_key(kind, group.group_id, member_id), None))
+
+    def _flush(self, group: ConsumerGroup) -> int:
+        records, self._records = self._records, []
+        return self.gc._append(group.group_id, records, clock.now_ms()) if records else NONE
+
+    def restore(self, group_id: str, epoch: int, records: dict[tuple[str, str | None], Any],
+                offsets: dict) -> ConsumerGroup:
+        """A consumer group as its records in `__consumer_offsets` left it (loading a partition).
+        Its subscription metadata is left empty, so the first heartbeat bumps the group epoch
+        and recomputes the target (topics may have changed while it was not loaded)."""
+        target_epoch = records.get(("target_epoch", None))
+        group = ConsumerGroup(group_id, group_epoch=epoch, state_timestamp=clock.now_ms(), offsets=offsets,
+                              assignment_epoch=target_epoch.assignment_epoch if target_epoch is not None else 0)
+        for (kind, mid), v in records.items():
+            if kind == "member" and v is not None and mid:
+                group.members[mid] = ConsumerMember(
+                    mid, v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
+                    v.server_assignor, v.rebalance_timeout_ms)
+                if v.instance_id is not None:
+                    group.static_members[v.instance_id] = mid
+        for (kind, mid), v in records.items():
+            member = group.members.get(mid or "")
+            if member is None or v is None:
+                continue
+            if kind == "current":
+                member.member_epoch, member.previous_member_epoch = v.member_epoch, v.previous_member_epoch
+                member.state = STATES.get(v.state, "stable")
+                group.set_member_assignment(member, _assignment(v.assigned_partitions),
+                                            _assignment(v.partitions_pending_revocation))
+            elif kind == "target":
+                group.target[mid] = _assignment(v.topic_partitions)  # type: ignore[index]
+        group.assignor_name = self._assignor_of(group) if group.members else ""
+        for m in group.members.values():
+            self._schedule_session(group, m)
+            self._schedule_revocation(group, m)
+        return group
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """Removes a member (left, expired or fenced) and bumps the group epoch."""
         self._cancel_member_timers(member)
+        self._records.clear()
+        self._rec_gone(group, member.member_id)
         group.remove_member(member.member_id)
         group.group_epoch += 1
-        self.gc.store_consumer_group(group)  # a failed write costs only the epoch after a restart
+        self._rec_group(group)
         group.subscription_meta = self._subscription_meta(group)
         if group.members:
             self._compute_target(group)
             # Members waiting for partitions the removed one held get them on their next heartbeat.
         else:
             group.state_timestamp = clock.now_ms()
+        if self._flush(group):  # what is lost: a restart brings the member back until its session expires
+            log.warning("group %s: could not write the removal of member %s", group.group_id, member.member_id)
 
     # -- timers ------------------------------------------------------------------------------
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -426,6 +526,15 @@ class ConsumerProtocol:
 
 
 NONE = 0
+
+
+def _current(m: ConsumerMember) -> tuple:
+    return (m.member_epoch, m.previous_member_epoch, m.state, copy_assignment(m.assigned),
+            copy_assignment(m.pending_revocation))
+
+
+def _assignment(topic_partitions: Any) -> Assignment:
+    return {bytes(tp.topic_id): set(tp.partitions) for tp in topic_partitions if tp.partitions}
 
 
 def owned_from_request(topic_partitions: Any) -> Assignment | None:

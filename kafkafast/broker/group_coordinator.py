@@ -38,6 +38,7 @@ from kafkafast.broker.groups.offsets_records import (
     ConsumerGroupRecord,
     consumer_group_key,
     consumer_group_value,
+    consumer_key,
     GroupRecord,
     OffsetRecord,
     decode_record,
@@ -260,7 +261,7 @@ class GroupCoordinator:
             if group.members:  # no mixed groups: its members speak the consumer protocol
                 return JoinResult(EC.INCONSISTENT_GROUP_PROTOCOL, member_id)
             # An empty consumer group becomes a classic group; its offsets stay.
-            error = self._append(group_id, [(consumer_group_key(group_id), None)], now_ms())
+            error = self._append(group_id, _group_tombstones(group), now_ms())
             if error:
                 return JoinResult(error, member_id)
             self._cancel_group_timers(group)
@@ -818,7 +819,7 @@ class GroupCoordinator:
                 out[gid] = EC.NON_EMPTY_GROUP
             else:
                 records = [(offset_key(gid, t, p), None) for t, p in group.offsets]
-                records.append((consumer_group_key(gid) if isinstance(group, ConsumerGroup) else group_key(gid), None))
+                records += _group_tombstones(group)
                 error = self._append(gid, records, now_ms())
                 if error:
                     out[gid] = error
@@ -892,7 +893,7 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, t, p), None) for t, p in expired]
             dead = group.is_(EMPTY) and len(expired) == len(group.offsets) and not group.pending_members
             if dead:
-                records.append((consumer_group_key(gid) if isinstance(group, ConsumerGroup) else group_key(gid), None))
+                records += _group_tombstones(group)
             if not records:
                 continue
             if self._append(gid, records, now):
@@ -987,7 +988,7 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
-        consumer_epochs: dict[str, int | None] = {}  # consumer groups (KIP-848): group epoch
+        consumer: dict[str, dict[tuple[str, str | None], Any]] = {}  # consumer groups (KIP-848): their records
         pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
         async for header, records in read_partition(part):
             if header.is_control:
@@ -1014,20 +1015,21 @@ class GroupCoordinator:
                 elif isinstance(decoded, GroupRecord):
                     metas[decoded.group] = decoded.value
                 elif isinstance(decoded, ConsumerGroupRecord):
-                    consumer_epochs[decoded.group] = decoded.epoch
+                    consumer.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
                     {k: v for k, v in entries.items() if v is not None})
         loaded = 0
-        for gid in set(offsets) | set(metas) | set(consumer_epochs):
+        for gid in set(offsets) | set(metas) | set(consumer):
             value = metas.get(gid)
             group_offsets = offsets.get(gid, {})
-            epoch = consumer_epochs.get(gid)
-            if value is None and not group_offsets and epoch is None:
+            head = consumer.get(gid, {}).get(("group", None))
+            if value is None and not group_offsets and head is None:
                 continue
-            if epoch is not None:  # its members rejoin (see consumer_coordinator.py)
-                group = ConsumerGroup(gid, group_epoch=epoch, assignment_epoch=epoch, state_timestamp=now_ms())
+            group: Any
+            if head is not None:
+                group = self.consumer.restore(gid, head.epoch, consumer[gid], group_offsets)
             else:
                 group = self._group_from_metadata(gid, value)
             group.offsets = group_offsets
@@ -1059,6 +1061,14 @@ class GroupCoordinator:
 
 
 COMMIT_MARKER = 1
+
+
+def _group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
+    ConsumerGroupMetadata and TargetAssignmentMetadata."""
+    if isinstance(group, ConsumerGroup):
+        return [(consumer_key("target_epoch", group.group_id), None), (consumer_group_key(group.group_id), None)]
+    return [(group_key(group.group_id), None)]
 
 
 async def cancel_tasks(tasks: list[asyncio.Task]) -> None:

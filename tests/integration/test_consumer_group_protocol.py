@@ -410,29 +410,45 @@ def test_offsets_with_member_epochs_and_classic_coexistence(cbroker):
         assert fetch(c, None, -1) == (0, [47])
 
 
-def test_group_is_rebuilt_by_its_members_after_a_restart(cbroker):
+def test_group_state_survives_a_restart(cbroker):
     create_topics(cbroker.bootstrap, {"rst": 2})
     with RawClient(cbroker.port) as c:
-        r = join(c, "grs", ["rst"], 1)
-        req = OffsetCommitRequest(group_id="grs", generation_id_or_member_epoch=r.member_epoch, member_id=r.member_id,
+        tid = topic_id(c, "rst")
+        a = join(c, "grs", ["rst"], 1)
+        b = join(c, "grs", ["rst"], 1, instance_id="static-b")
+        r = beat(c, "grs", a.member_id, a.member_epoch, owned(a))  # a gives up one partition ...
+        held_a = owned(r)
+        r = beat(c, "grs", a.member_id, r.member_epoch, held_a)  # ... and moves to epoch 2
+        assert r.error_code == 0 and r.member_epoch == 2
+        req = OffsetCommitRequest(group_id="grs", generation_id_or_member_epoch=2, member_id=a.member_id,
                                   topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name="rst", partitions=[
                                       OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=1,
                                                                                        committed_offset=7)])])
         assert c.request(req, 9).topics[0].partitions[0].error_code == 0
+        assert beat(c, "grs", b.member_id, b.member_epoch, {}, instance_id="static-b").error_code == 0
+        assert beat(c, "grs", b.member_id, -2, None, instance_id="static-b").error_code == 0  # away for now
+        before = c.request(ConsumerGroupDescribeRequest(group_ids=["grs"]), 1).groups[0]
     cbroker.restart()
     with RawClient(cbroker.port) as c:
         deadline = time.monotonic() + 20
         while True:  # the coordinator may still be loading its partitions
-            again = beat(c, "grs", r.member_id, r.member_epoch, owned(r))
-            if again.error_code != EC.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            d = c.request(ConsumerGroupDescribeRequest(group_ids=["grs"]), 1).groups[0]
+            if d.error_code != EC.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert again.error_code == EC.UNKNOWN_MEMBER_ID  # members rejoin after a restart
-        back = join(c, "grs", ["rst"], 1, member_id=r.member_id)
-        assert back.error_code == 0 and count(owned(back)) == 2
+        assert d.error_code == 0 and d.group_epoch == before.group_epoch
+        assert d.assignment_epoch == before.assignment_epoch
+        assert sorted((m.member_id, m.member_epoch, m.instance_id) for m in d.members) == \
+            sorted((m.member_id, m.member_epoch, m.instance_id) for m in before.members)
+        # The member goes on with its epoch and partitions; its commits are there.
+        again = beat(c, "grs", a.member_id, 2, held_a)
+        assert again.error_code == 0 and owned(again) in (None, held_a)
         f = c.request(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
-            group_id="grs", member_id=back.member_id, member_epoch=back.member_epoch, topics=None)]), 9)
+            group_id="grs", member_id=a.member_id, member_epoch=again.member_epoch, topics=None)]), 9)
         assert [(p.partition_index, p.committed_offset) for t in f.groups[0].topics for p in t.partitions] == [(1, 7)]
+        # The static member comes back to the partition it held.
+        back = join(c, "grs", ["rst"], 1, instance_id="static-b")
+        assert back.error_code == 0 and owned(back) == {tid: {0, 1} - held_a[tid]}
 
 
 def test_consumer_group_describe_spans_workers(broker_factory):

@@ -36,6 +36,8 @@ from kafkafast.broker.groups.offsets_records import CommittedOffset
 STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
 UNRELEASED = "unreleased_partitions"
+STATE_CODES = {STABLE: 0, UNREVOKED: 1, UNRELEASED: 2}  # as stored in CurrentMemberAssignment records
+STATIC_LEFT_EPOCH = -2
 
 Assignment = dict[bytes, set[int]]  # topic id -> partitions
 
@@ -59,9 +61,13 @@ class ConsumerMember:
     state: str = STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
-    left_static: bool = False  # left with epoch -2: kept (with its assignment) until it rejoins or expires
     session_timer: Any = None
     revocation_timer: Any = None
+
+    @property
+    def left_static(self) -> bool:
+        """Left with epoch -2: kept (with its assignment) until it rejoins or its session expires."""
+        return self.member_epoch == STATIC_LEFT_EPOCH
 
 
 @dataclass(eq=False)

@@ -5,10 +5,17 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
 
     key version 0, 1   OffsetCommitKey    group, topic, partition
     key version 2      GroupMetadataKey   group
-    key version 3      ConsumerGroupMetadataKey  group (KIP-848): the group is a consumer
-                       group, ConsumerGroupMetadataValue its group epoch
-    key version 4+     the other records of the consumer-group protocol (members, target
-                       and current assignments); not written here, skipped when read
+    key version 3      ConsumerGroupMetadata (KIP-848): the group is a consumer group;
+                       value: its group epoch
+    key version 5      ConsumerGroupMemberMetadata: a member's subscription and client
+    key version 6      ConsumerGroupTargetAssignmentMetadata: the assignment epoch
+    key version 7      ConsumerGroupTargetAssignmentMember: a member's target assignment
+    key version 8      ConsumerGroupCurrentMemberAssignment: a member's epochs, state
+                       (0 stable, 1 unrevoked partitions, 2 unreleased partitions) and
+                       assigned / pending-revocation partitions (epoch -2: a static member
+                       that left for now)
+    key version 4      ConsumerGroupPartitionMetadata: not written (the subscribed topics'
+                       metadata is read from the topics when the group is loaded)
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -23,8 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafkafast.protocol._generated.coordinator_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -39,6 +54,15 @@ OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
 CONSUMER_GROUP_KEY_VERSION = 3
 CONSUMER_GROUP_VALUE_VERSION = 0
+# consumer-group record kinds: key version -> (name, key class, value class)
+CONSUMER_RECORDS = {
+    3: ("group", ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    5: ("member", ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    6: ("target_epoch", ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    7: ("target", ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    8: ("current", ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+}
+_CONSUMER_KEY_VERSION = {name: version for version, (name, _, _) in CONSUMER_RECORDS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +102,24 @@ def group_value(value: GroupMetadataValue) -> bytes:
     return _encode(GROUP_VALUE_VERSION, value)
 
 
+def consumer_key(kind: str, group: str, member_id: str | None = None) -> bytes:
+    """The key of a consumer-group record of `kind` (see CONSUMER_RECORDS)."""
+    version = _CONSUMER_KEY_VERSION[kind]
+    key_cls = CONSUMER_RECORDS[version][1]
+    key = key_cls(group_id=group) if member_id is None else key_cls(group_id=group, member_id=member_id)
+    return _encode(version, key)
+
+
+def consumer_value(value) -> bytes:
+    return _encode(0, value)
+
+
 def consumer_group_key(group: str) -> bytes:
-    return _encode(CONSUMER_GROUP_KEY_VERSION, ConsumerGroupMetadataKey(group_id=group))
+    return consumer_key("group", group)
 
 
 def consumer_group_value(epoch: int) -> bytes:
-    return _encode(CONSUMER_GROUP_VALUE_VERSION, ConsumerGroupMetadataValue(epoch=epoch))
+    return consumer_value(ConsumerGroupMetadataValue(epoch=epoch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +138,10 @@ class GroupRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupRecord:
+    kind: str  # "group", "member", "target_epoch", "target", "current"
     group: str
-    epoch: int | None  # None: tombstone
+    member_id: str | None
+    value: object | None  # the decoded value struct; None: tombstone
 
 
 def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | ConsumerGroupRecord | None:
@@ -128,12 +166,13 @@ def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | Grou
         vr = Reader(value)
         vv = vr.int16()
         return GroupRecord(k.group, GroupMetadataValue.decode(vr, min(vv, GroupMetadataValue.MAX_VERSION)))
-    if version == CONSUMER_GROUP_KEY_VERSION:
-        ck = ConsumerGroupMetadataKey.decode(r, version)
+    if version in CONSUMER_RECORDS:
+        kind, key_cls, value_cls = CONSUMER_RECORDS[version]
+        ck = key_cls.decode(r, version)
+        member_id = getattr(ck, "member_id", None)
         if value is None:
-            return ConsumerGroupRecord(ck.group_id, None)
+            return ConsumerGroupRecord(kind, ck.group_id, member_id, None)
         vr = Reader(value)
         vv = vr.int16()
-        return ConsumerGroupRecord(ck.group_id, ConsumerGroupMetadataValue.decode(
-            vr, min(vv, ConsumerGroupMetadataValue.MAX_VERSION)).epoch)
+        return ConsumerGroupRecord(kind, ck.group_id, member_id, value_cls.decode(vr, min(vv, value_cls.MAX_VERSION)))
     return None
