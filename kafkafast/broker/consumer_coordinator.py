@@ -25,12 +25,15 @@ group.consumer.min/max.session.timeout.ms 45000/60000), group.consumer.heartbeat
 5000 (within min/max 5000/15000), group.consumer.max.size, group.consumer.assignors
 "uniform,range" (the first is the default).
 
-Persistence: the group itself (a ConsumerGroupMetadata record with its group epoch, Kafka's
-record type, key version 3) and committed offsets are written to `__consumer_offsets`;
-members and assignments are held in memory only. After a restart the group is loaded empty
-with its epoch and rebuilt by its members: their next heartbeat gets UNKNOWN_MEMBER_ID and
-they rejoin with epoch 0 (KIP-848 clients do this on their own); epochs keep growing from
-the stored one.
+Persistence: every change is written to `__consumer_offsets` in one batch, with Kafka's
+record types: ConsumerGroupMetadata (group epoch), ConsumerGroupMemberMetadata (a member's
+subscription), ConsumerGroupTargetAssignmentMember / -Metadata (the target assignment and
+its epoch), ConsumerGroupCurrentMemberAssignment (a member's epochs, state and partitions),
+tombstones when a member goes (`groups/offsets_records.py`). Loading the partition rebuilds
+the group (`restore`) with its members, epochs and assignments and restarts their session
+timers: members go on heartbeating after a restart or a coordinator move; the first
+heartbeat bumps the group epoch once, because the subscribed topics' metadata
+(ConsumerGroupPartitionMetadata) is not stored but read again.
 """
 from __future__ import annotations
 
