@@ -504,3 +504,10 @@ def test_librdkafka_members_rejoin_after_a_broker_restart(cbroker):
     assert {v for v in seen if v.startswith(b"after")} == {f"after{p}-{i}".encode() for p in range(2) for i in range(3)}
     assert {(tp.topic, tp.partition) for tp in c.assignment()} == {("again", 0), ("again", 1)}
     c.close()
+
+
+def test_group_size_is_bounded_by_group_consumer_max_size(broker_factory):
+    b = broker_factory("small", settings={**SETTINGS, "group.consumer.max.size": "2"})
+    create_topics(b.bootstrap, {"small": 2})
+    with RawClient(b.port) as c:
+        assert [join(c, "gm", ["small"], 1).error_code for _ in range(3)] == [0, 0, EC.GROUP_MAX_SIZE_REACHED]
