@@ -15,7 +15,7 @@ from kafkafast.protocol.errors import ErrorCode as EC
 from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
 
-SETTINGS = {"group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500",
+SETTINGS = {"group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
             "group.consumer.session.timeout.ms": "6000", "group.consumer.min.session.timeout.ms": "6000"}
 
 
