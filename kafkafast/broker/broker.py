@@ -105,9 +105,10 @@ class Broker:
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
-        from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, served_handlers
+        from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
 
-        self.handlers = served_handlers(load_handlers(), config.get(PROFILE_PROPERTY))
+        self.handlers = enabled_group_protocols(served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
+                                                config.get("group.coordinator.rebalance.protocols"))
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()

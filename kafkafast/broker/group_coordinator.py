@@ -1,4 +1,6 @@
-"""The group coordinator: classic consumer groups and committed offsets.
+"""The group coordinator: classic consumer groups, committed offsets, and (through
+`consumer_coordinator.ConsumerProtocol`, in the same `groups` map) the groups of the
+next-generation consumer protocol (KIP-848).
 
 All group state lives in one `GroupCoordinator` and changes only on the event loop, so
 there are no locks; the handlers in `kafkafast/broker/handlers/` only translate requests
@@ -28,9 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from kafkafast import clock
+from kafkafast.broker.consumer_coordinator import ConsumerProtocol
+from kafkafast.broker.groups.consumer_group import ConsumerGroup, subscription_bytes, assignment_bytes
 from kafkafast.broker.groups.group import Group, GroupState, Member
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
+    ConsumerGroupRecord,
+    consumer_group_key,
+    consumer_group_value,
+    consumer_key,
     GroupRecord,
     OffsetRecord,
     decode_record,
@@ -141,6 +149,8 @@ class GroupCoordinator:
         # Offsets committed in open transactions (TxnOffsetCommit), applied on the COMMIT marker:
         # producer id -> group -> (topic, partition) -> offset
         self.pending_txn: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        # Groups of the consumer protocol (KIP-848) share `groups` with classic ones.
+        self.consumer = ConsumerProtocol(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -156,11 +166,7 @@ class GroupCoordinator:
         self._stopped = True
         await cancel_tasks(self._tasks)
         for group in self.groups.values():
-            self._cancel_group_timers(group)
-            for m in group.members.values():
-                _resolve(m.join_future, JoinResult(EC.NOT_COORDINATOR, m.member_id))
-                _resolve(m.sync_future, SyncResult(EC.NOT_COORDINATOR))
-                m.join_future = m.sync_future = None
+            self._release_group(group)
 
     # -- placement ---------------------------------------------------------------------------
     def num_partitions(self) -> int:
@@ -207,7 +213,10 @@ class GroupCoordinator:
         assert self._loop is not None
         return clock.call_later(self._loop, delay_ms, fn, *args)
 
-    def _cancel_group_timers(self, group: Group) -> None:
+    def _cancel_group_timers(self, group: Any) -> None:
+        if isinstance(group, ConsumerGroup):
+            self.consumer.cancel_timers(group)
+            return
         for h in (group.join_timer, group.sync_timer, *group.pending_members.values()):
             if h is not None:
                 h.cancel()
@@ -248,6 +257,15 @@ class GroupCoordinator:
         protocols = [(n, bytes(m)) for n, m in protocols]
         unknown = member_id == ""
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            if group.members:  # no mixed groups: its members speak the consumer protocol
+                return JoinResult(EC.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            # An empty consumer group becomes a classic group; its offsets stay.
+            error = self._append(group_id, _group_tombstones(group), now_ms())
+            if error:
+                return JoinResult(error, member_id)
+            self._cancel_group_timers(group)
+            group = self.groups[group_id] = Group(group_id, offsets=group.offsets, state_timestamp=now_ms())
         if group is None:
             if not unknown:
                 return JoinResult(EC.UNKNOWN_MEMBER_ID, member_id)
@@ -513,7 +531,7 @@ class GroupCoordinator:
         if err:
             return SyncResult(err)
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return SyncResult(EC.UNKNOWN_MEMBER_ID)
         if group.is_(DEAD):
             return SyncResult(EC.COORDINATOR_NOT_AVAILABLE)
@@ -562,7 +580,7 @@ class GroupCoordinator:
         if err:
             return err
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return EC.UNKNOWN_MEMBER_ID
         if group.is_(DEAD):
             return EC.COORDINATOR_NOT_AVAILABLE
@@ -585,7 +603,7 @@ class GroupCoordinator:
         if err:
             return err, []
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):  # its members leave by heartbeat (epoch -1)
             return NONE, [EC.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.is_(DEAD):
             return EC.COORDINATOR_NOT_AVAILABLE, []
@@ -616,11 +634,16 @@ class GroupCoordinator:
 
     # -- OffsetCommit ------------------------------------------------------------------------
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation: int,
-                       entries: list[OffsetCommitEntry], *, retention_ms: int = -1,
+                       entries: list[OffsetCommitEntry], *, retention_ms: int = -1, api_version: int = 9,
                        ) -> dict[tuple[str, int], int]:
-        """Error per (topic, partition); the valid ones are written to `__consumer_offsets`."""
+        """Error per (topic, partition); the valid ones are written to `__consumer_offsets`.
+        `generation` is a consumer group's member epoch (OffsetCommit v9, KIP-848)."""
         keys = [(e.topic, e.partition) for e in entries]
         group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "offset_commit")
+        if not err and isinstance(group, ConsumerGroup):
+            err = self.consumer.check_commit(group, member_id, generation, api_version=api_version,
+                                             transactional=False)
+            return dict.fromkeys(keys, err) if err else self._store_offsets(group, entries, retention_ms)
         if err:
             return dict.fromkeys(keys, err)
         if not (generation < 0 and group.is_(EMPTY)):
@@ -648,7 +671,7 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id, state_timestamp=now_ms())
         if group.is_(DEAD):
             return None, EC.COORDINATOR_NOT_AVAILABLE
-        if group.is_static_member_fenced(member_id, group_instance_id):
+        if isinstance(group, Group) and group.is_static_member_fenced(member_id, group_instance_id):
             return None, EC.FENCED_INSTANCE_ID
         return group, NONE
 
@@ -690,6 +713,11 @@ class GroupCoordinator:
         id (not "") must be in the group, a generation >= 0 must be the group's."""
         keys = [(e.topic, e.partition) for e in entries]
         group, err = self._group_for_commit(group_id, member_id, group_instance_id, generation, "txn_offset_commit")
+        if not err and isinstance(group, ConsumerGroup):
+            err = self.consumer.check_commit(group, member_id, generation, api_version=None, transactional=True)
+            if err:
+                return dict.fromkeys(keys, err)
+            return self._store_offsets(group, entries, -1, producer=(producer_id, producer_epoch))
         if not err and member_id and member_id not in group.members:
             err = EC.UNKNOWN_MEMBER_ID
         if not err and generation >= 0 and generation != group.generation:
@@ -712,13 +740,19 @@ class GroupCoordinator:
             del self.pending_txn[producer_id]
 
     # -- OffsetFetch -------------------------------------------------------------------------
-    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
+                      member: tuple[str | None, int] | None = None,
                       ) -> tuple[int, list[tuple[str, int, CommittedOffset | None]]]:
-        """(group error, [(topic, partition, committed or None)]); all committed when None."""
+        """(group error, [(topic, partition, committed or None)]); all committed when None.
+        `member`: the (member id, member epoch) of OffsetFetch v9, checked in a consumer group."""
         err = self.status(group_id, "offset_fetch")
         if err:
             return err, []
         group = self.groups.get(group_id)
+        if member is not None and isinstance(group, ConsumerGroup):
+            err = self.consumer.check_fetch(group, member[0], member[1])
+            if err:
+                return err, []
         offsets = group.offsets if group is not None else {}
         if partitions is None:
             return NONE, [(t, p, c) for (t, p), c in sorted(offsets.items())]
@@ -732,6 +766,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return GroupSummary(NONE, group_id, DEAD.value, "", "", [])
+        if isinstance(group, ConsumerGroup):
+            return self._describe_consumer_group(group)
         stable = group.is_(STABLE)
         members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                  m.metadata_for(group.protocol_name) if stable else b"",
@@ -740,16 +776,32 @@ class GroupCoordinator:
         return GroupSummary(NONE, group_id, group.state.value, group.protocol_type or "",
                             (group.protocol_name or "") if stable else "", members)
 
-    def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every group, optionally only in `states`."""
+    def _describe_consumer_group(self, group: ConsumerGroup) -> GroupSummary:
+        """A consumer group in DescribeGroups' terms, as Kafka 4.0 answers: protocol type
+        "consumer", the assignor as the protocol, each member's subscription and current
+        assignment in the consumer protocol's formats."""
+        named = self.consumer.named
+        members = [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                 subscription_bytes(sorted(m.subscribed_topics)),
+                                 assignment_bytes(named(m.assigned)))
+                   for m in group.members.values()]
+        return GroupSummary(NONE, group.group_id, group.state_name, "consumer",
+                            group.assignor_name or self.consumer.assignors[0], members)
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of every group, optionally only in `states`."""
         wanted = {s.lower() for s in states} if states else None
         out = []
         for group in self.groups.values():
             if group.is_(DEAD) or self.partition_for(group.group_id) in self.loading:
                 continue
-            if wanted is not None and group.state.value.lower() not in wanted:
+            if isinstance(group, ConsumerGroup):
+                state, kind = group.state_name, "consumer"
+            else:
+                state, kind = group.state.value, "classic"
+            if wanted is not None and state.lower() not in wanted:
                 continue
-            out.append((group.group_id, group.protocol_type or "", group.state.value))
+            out.append((group.group_id, group.protocol_type or "", state, kind))
         return out
 
     # -- DeleteGroups / OffsetDelete ---------------------------------------------------------
@@ -767,7 +819,7 @@ class GroupCoordinator:
                 out[gid] = EC.NON_EMPTY_GROUP
             else:
                 records = [(offset_key(gid, t, p), None) for t, p in group.offsets]
-                records.append((group_key(gid), None))
+                records += _group_tombstones(group)
                 error = self._append(gid, records, now_ms())
                 if error:
                     out[gid] = error
@@ -841,7 +893,7 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, t, p), None) for t, p in expired]
             dead = group.is_(EMPTY) and len(expired) == len(group.offsets) and not group.pending_members
             if dead:
-                records.append((group_key(gid), None))
+                records += _group_tombstones(group)
             if not records:
                 continue
             if self._append(gid, records, now):
@@ -883,6 +935,15 @@ class GroupCoordinator:
             return EC.UNKNOWN_SERVER_ERROR
         return NONE
 
+    def store_consumer_group(self, group: ConsumerGroup, replaces_classic: bool = False) -> int:
+        """Writes the consumer group's epoch (ConsumerGroupMetadata), and a tombstone for the
+        classic group it replaces."""
+        records: list[tuple[bytes, bytes | None]] = [(consumer_group_key(group.group_id),
+                                                      consumer_group_value(group.group_epoch))]
+        if replaces_classic:
+            records.insert(0, (group_key(group.group_id), None))
+        return self._append(group.group_id, records, now_ms())
+
     def _store_group(self, group: Group) -> int:
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "", generation=group.generation, protocol=group.protocol_name,
@@ -906,12 +967,17 @@ class GroupCoordinator:
         """Leadership of partition `index` moved away: forget its groups (NOT_COORDINATOR from now)."""
         self.loading.discard(index)
         for gid in [g for g in self.groups if self.partition_for(g) == index]:
-            group = self.groups.pop(gid)
-            self._cancel_group_timers(group)
-            for m in group.members.values():
-                _resolve(m.join_future, JoinResult(EC.NOT_COORDINATOR, m.member_id))
-                _resolve(m.sync_future, SyncResult(EC.NOT_COORDINATOR))
-                m.join_future = m.sync_future = None
+            self._release_group(self.groups.pop(gid))
+
+    def _release_group(self, group: Any) -> None:
+        """This coordinator lets go of the group: timers stop, parked requests get NOT_COORDINATOR."""
+        self._cancel_group_timers(group)
+        if isinstance(group, ConsumerGroup):
+            return
+        for m in group.members.values():
+            _resolve(m.join_future, JoinResult(EC.NOT_COORDINATOR, m.member_id))
+            _resolve(m.sync_future, SyncResult(EC.NOT_COORDINATOR))
+            m.join_future = m.sync_future = None
 
     async def _load_partitions(self, partitions: list[int]) -> None:
         await load_each(partitions, self._load_partition, self.loading, OFFSETS_TOPIC)
@@ -922,6 +988,7 @@ class GroupCoordinator:
             return
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
+        consumer: dict[str, dict[tuple[str, str | None], Any]] = {}  # consumer groups (KIP-848): their records
         pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
         async for header, records in read_partition(part):
             if header.is_control:
@@ -947,17 +1014,24 @@ class GroupCoordinator:
                         per_group[(decoded.topic, decoded.partition)] = decoded.value
                 elif isinstance(decoded, GroupRecord):
                     metas[decoded.group] = decoded.value
+                elif isinstance(decoded, ConsumerGroupRecord):
+                    consumer.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
                     {k: v for k, v in entries.items() if v is not None})
         loaded = 0
-        for gid in set(offsets) | set(metas):
+        for gid in set(offsets) | set(metas) | set(consumer):
             value = metas.get(gid)
             group_offsets = offsets.get(gid, {})
-            if value is None and not group_offsets:
+            head = consumer.get(gid, {}).get(("group", None))
+            if value is None and not group_offsets and head is None:
                 continue
-            group = self._group_from_metadata(gid, value)
+            group: Any
+            if head is not None:
+                group = self.consumer.restore(gid, head.epoch, consumer[gid], group_offsets)
+            else:
+                group = self._group_from_metadata(gid, value)
             group.offsets = group_offsets
             self.groups[gid] = group
             loaded += 1
@@ -987,6 +1061,14 @@ class GroupCoordinator:
 
 
 COMMIT_MARKER = 1
+
+
+def _group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
+    ConsumerGroupMetadata and TargetAssignmentMetadata."""
+    if isinstance(group, ConsumerGroup):
+        return [(consumer_key("target_epoch", group.group_id), None), (consumer_group_key(group.group_id), None)]
+    return [(group_key(group.group_id), None)]
 
 
 async def cancel_tasks(tasks: list[asyncio.Task]) -> None:

@@ -2,7 +2,8 @@
 
 Input: `../shared/kafka-protocol/` (override with KAFKAFAST_PROTOCOL_DIR): `messages/*.json`
 for requests, responses and headers, `group-coordinator/*.json` and
-`transaction-coordinator/*.json` for internal-topic record formats.
+`transaction-coordinator/*.json` for internal-topic record formats; `schema_patches.json`
+beside this module adds versions newer than those schemas (new valid versions, new fields).
 Output: `kafkafast/protocol/_generated/`, one module per API key (request and response
 side by side), `headers.py`, `coordinator_records.py`, and `__init__.py` with the
 registries. The output is committed; `tests/unit/test_protocol_generated.py` regenerates
@@ -120,6 +121,33 @@ def snake(name: str) -> str:
 def load_json(path: Path) -> dict:
     text = re.sub(r"^\s*//.*$", "", path.read_text(), flags=re.M)
     return json.loads(text)
+
+
+PATCHES_FILE = PACKAGE_DIR / "schema_patches.json"
+
+
+def _insert_after(fields: list, anchor: str, new: list) -> bool:
+    for i, f in enumerate(fields):
+        if f.get("name") == anchor:
+            fields[i + 1:i + 1] = new
+            return True
+        if _insert_after(f.get("fields", []), anchor, new):
+            return True
+    return False
+
+
+def patched(spec: dict) -> dict:
+    """The schema with this repository's patch for its message applied (`schema_patches.json`:
+    versions newer than the shared schemas)."""
+    patch = json.loads(PATCHES_FILE.read_text()).get(spec.get("name", ""))
+    if not patch:
+        return spec
+    if "validVersions" in patch:
+        spec["validVersions"] = patch["validVersions"]
+    for anchor, new in patch.get("fields_after", {}).items():
+        if not _insert_after(spec["fields"], anchor, new):
+            raise ValueError(f"schema patch for {spec['name']}: no field {anchor}")
+    return spec
 
 
 class Message:
@@ -564,7 +592,7 @@ def generate(out_dir: Path, proto: Path | None = None) -> dict[str, str]:
     headers: list[Message] = []
     data_msgs: list[Message] = []
     for path in sorted((proto / "messages").glob("*.json")):
-        spec = load_json(path)
+        spec = patched(load_json(path))
         msg = Message(spec)
         if msg.type in ("request", "response"):
             by_key.setdefault(msg.api_key, {})[msg.type] = msg  # type: ignore[arg-type]

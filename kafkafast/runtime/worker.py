@@ -65,7 +65,8 @@ log = logging.getLogger("kafkafast.worker")
 from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E402
 
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
-              14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete"}
+              14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete",
+              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
@@ -91,6 +92,8 @@ def _group_ids(api_key: int, req: Any) -> list[str]:
         return list(req.groups or [])
     if api_key == 42:
         return list(req.groups_names or [])
+    if api_key == 69:
+        return list(req.group_ids or [])
     if api_key == 9 and getattr(req, "groups", None):
         return [g.group_id for g in req.groups]
     gid = getattr(req, "group_id", None)

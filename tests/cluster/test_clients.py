@@ -7,15 +7,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from kafkafast.client.sync import KafkaConsumer, KafkaProducer
-from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
-from tests.support.raw_client import RawClient
-
-
-def _coordinator(cluster, group: str) -> int:
-    port = next(b.port for b in cluster.brokers.values() if b.proc.poll() is None)
-    with RawClient(port) as rc:
-        resp = rc.request(FindCoordinatorRequest(key=group, key_type=0), 2)
-    return resp.node_id if resp.error_code == 0 else -1
+from tests.support.cluster import group_coordinator
 
 
 def _commit_ok(consumer) -> bool:
@@ -44,7 +36,7 @@ def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
         if m is not None and not m.error():
             seen.add(m.value())
     c.commit(asynchronous=False)
-    coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, "survivors"), 0), 20, "the group's coordinator")
+    coordinator = cluster.wait_for(lambda: max(group_coordinator(cluster, "survivors"), 0), 20, "the group's coordinator")
     victim = cluster.brokers[coordinator]
     victim.kill()
     try:
@@ -57,7 +49,7 @@ def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
             m = c.poll(1.0)
             if m is not None and not m.error():
                 seen.add(m.value())
-        cluster.wait_for(lambda: _coordinator(cluster, "survivors") not in (-1, coordinator), 30, "a new coordinator")
+        cluster.wait_for(lambda: group_coordinator(cluster, "survivors") not in (-1, coordinator), 30, "a new coordinator")
         cluster.wait_for(lambda: _commit_ok(c), 30, "a commit through the new coordinator")
         c.close()
         assert seen == {b"%05d" % i for i in range(600)}
@@ -171,7 +163,7 @@ def test_three_client_libraries_share_a_group_through_a_coordinator_failover(clu
         assert p.flush(30) == 0
         everyone = lambda: set().union(*seen.values())  # noqa: E731
         cluster.wait_for(lambda: len(everyone()) >= n // 2, 90, "the first half consumed")
-        coordinator = cluster.wait_for(lambda: max(_coordinator(cluster, group), 0), 20, "the coordinator")
+        coordinator = cluster.wait_for(lambda: max(group_coordinator(cluster, group), 0), 20, "the coordinator")
         victim = cluster.brokers[coordinator]
         victim.kill()
         for i in range(n // 2, n):

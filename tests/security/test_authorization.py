@@ -348,6 +348,8 @@ def test_offset_fetch_needs_group_and_topic_describe(env):
 def test_every_other_checked_api_answers_its_authorization_error(env):
     """eve holds no ACL at all: each API answers Kafka's error for it (and the connection
     stays usable)."""
+    from kafkafast.protocol._generated.consumer_group_describe import ConsumerGroupDescribeRequest
+    from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
     from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest as CP
     from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
     from kafkafast.protocol._generated.heartbeat import HeartbeatRequest
@@ -364,6 +366,10 @@ def test_every_other_checked_api_answers_its_authorization_error(env):
         (SyncGroupRequest(group_id="nope", generation_id=1, member_id="m", assignments=[]), 3,
          lambda r: r.error_code, 30),
         (HeartbeatRequest(group_id="nope", generation_id=1, member_id="m"), 4, lambda r: r.error_code, 30),
+        (ConsumerGroupHeartbeatRequest(group_id="nope", member_id="m", member_epoch=0, rebalance_timeout_ms=1000,
+                                       subscribed_topic_names=["orders"], topic_partitions=[]), 1,
+         lambda r: r.error_code, 30),
+        (ConsumerGroupDescribeRequest(group_ids=["nope"]), 1, lambda r: r.groups[0].error_code, 30),
         (LeaveGroupRequest(group_id="nope", members=[LeaveGroupRequest.MemberIdentity(member_id="m")]), 4,
          lambda r: r.error_code, 30),
         (LeaveGroupRequest(group_id="nope", member_id="m"), 1, lambda r: r.error_code, 30),

@@ -170,3 +170,14 @@ class KafkaCluster(ZooKeeperView):
 
     def _has_leader(self, topic: str, partition: int) -> bool:
         return self.leader(topic, partition) >= 0
+
+
+def group_coordinator(cluster: Any, group: str) -> int:
+    """The broker id FindCoordinator names for a group, asked of a live broker (-1: none yet)."""
+    from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+    from tests.support.raw_client import RawClient
+
+    port = next(b.port for b in cluster.brokers.values() if b.proc.poll() is None)
+    with RawClient(port) as rc:
+        resp = rc.request(FindCoordinatorRequest(key=group, key_type=0), 2)
+    return resp.node_id if resp.error_code == 0 else -1

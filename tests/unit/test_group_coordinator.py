@@ -159,7 +159,7 @@ def test_offsets_commit_fetch_delete_and_group_deletion(tmp_path):
         assert gc.fetch_offsets("simple", None) == (0, [])
         assert gc.describe_group("busy").state == "CompletingRebalance"
         assert gc.describe_group("ghost").state == "Dead"
-        assert [g for g, _, _ in gc.list_groups(["completingrebalance"])] == ["busy"]
+        assert [g for g, _, _, _ in gc.list_groups(["completingrebalance"])] == ["busy"]
         assert gc.list_groups(["Stable"]) == []
         assert m.error == 0
     run(tmp_path, body)

@@ -5,7 +5,17 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
 
     key version 0, 1   OffsetCommitKey    group, topic, partition
     key version 2      GroupMetadataKey   group
-    key version 3+     records of the new consumer-group protocol (KIP-848); skipped here
+    key version 3      ConsumerGroupMetadata (KIP-848): the group is a consumer group;
+                       value: its group epoch
+    key version 5      ConsumerGroupMemberMetadata: a member's subscription and client
+    key version 6      ConsumerGroupTargetAssignmentMetadata: the assignment epoch
+    key version 7      ConsumerGroupTargetAssignmentMember: a member's target assignment
+    key version 8      ConsumerGroupCurrentMemberAssignment: a member's epochs, state
+                       (0 stable, 1 unrevoked partitions, 2 unreleased partitions) and
+                       assigned / pending-revocation partitions (epoch -2: a static member
+                       that left for now)
+    key version 4      ConsumerGroupPartitionMetadata: not written (the subscribed topics'
+                       metadata is read from the topics when the group is loaded)
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -20,6 +30,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafkafast.protocol._generated.coordinator_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -32,6 +52,17 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
+CONSUMER_GROUP_KEY_VERSION = 3
+CONSUMER_GROUP_VALUE_VERSION = 0
+# consumer-group record kinds: key version -> (name, key class, value class)
+CONSUMER_RECORDS = {
+    3: ("group", ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    5: ("member", ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    6: ("target_epoch", ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    7: ("target", ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    8: ("current", ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+}
+_CONSUMER_KEY_VERSION = {name: version for version, (name, _, _) in CONSUMER_RECORDS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +102,26 @@ def group_value(value: GroupMetadataValue) -> bytes:
     return _encode(GROUP_VALUE_VERSION, value)
 
 
+def consumer_key(kind: str, group: str, member_id: str | None = None) -> bytes:
+    """The key of a consumer-group record of `kind` (see CONSUMER_RECORDS)."""
+    version = _CONSUMER_KEY_VERSION[kind]
+    key_cls = CONSUMER_RECORDS[version][1]
+    key = key_cls(group_id=group) if member_id is None else key_cls(group_id=group, member_id=member_id)
+    return _encode(version, key)
+
+
+def consumer_value(value) -> bytes:
+    return _encode(0, value)
+
+
+def consumer_group_key(group: str) -> bytes:
+    return consumer_key("group", group)
+
+
+def consumer_group_value(epoch: int) -> bytes:
+    return consumer_value(ConsumerGroupMetadataValue(epoch=epoch))
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRecord:
     group: str
@@ -85,8 +136,16 @@ class GroupRecord:
     value: GroupMetadataValue | None  # None: tombstone
 
 
-def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | None:
-    """The record as an `OffsetRecord` or `GroupRecord`; None for keys of other kinds."""
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRecord:
+    kind: str  # "group", "member", "target_epoch", "target", "current"
+    group: str
+    member_id: str | None
+    value: object | None  # the decoded value struct; None: tombstone
+
+
+def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | ConsumerGroupRecord | None:
+    """The record as an `OffsetRecord`, `GroupRecord` or `ConsumerGroupRecord`; None for keys of other kinds."""
     if key is None or len(key) < 2:
         return None
     r = Reader(key)
@@ -107,4 +166,13 @@ def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | Grou
         vr = Reader(value)
         vv = vr.int16()
         return GroupRecord(k.group, GroupMetadataValue.decode(vr, min(vv, GroupMetadataValue.MAX_VERSION)))
+    if version in CONSUMER_RECORDS:
+        kind, key_cls, value_cls = CONSUMER_RECORDS[version]
+        ck = key_cls.decode(r, version)
+        member_id = getattr(ck, "member_id", None)
+        if value is None:
+            return ConsumerGroupRecord(kind, ck.group_id, member_id, None)
+        vr = Reader(value)
+        vv = vr.int16()
+        return ConsumerGroupRecord(kind, ck.group_id, member_id, value_cls.decode(vr, min(vv, value_cls.MAX_VERSION)))
     return None

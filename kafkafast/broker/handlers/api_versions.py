@@ -40,6 +40,18 @@ def served_handlers(handlers: dict[int, HandlerSpec], as_kafka: str | None) -> d
     return out
 
 
+CONSUMER_PROTOCOL_KEYS = (68, 69)  # ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848)
+
+
+def enabled_group_protocols(handlers: dict[int, HandlerSpec], setting: str | None) -> dict[int, HandlerSpec]:
+    """Without "consumer" in `group.coordinator.rebalance.protocols` (Kafka 4.0's setting,
+    default "classic,consumer") the KIP-848 APIs are neither advertised nor served."""
+    protocols = {p.strip().lower() for p in (setting or "classic,consumer").split(",")}
+    if "consumer" in protocols:
+        return handlers
+    return {k: s for k, s in handlers.items() if k not in CONSUMER_PROTOCOL_KEYS}
+
+
 def _api_list(broker) -> list:
     return [Version(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
             for s in sorted(broker.handlers.values(), key=lambda s: s.api_key)]

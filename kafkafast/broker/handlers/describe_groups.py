@@ -2,7 +2,10 @@
 
 State, protocol type, and members of each group. The chosen protocol and each member's
 metadata and assignment are only filled in Stable (as Kafka does). An unknown group is
-described as state "Dead" with no error. v3+ authorized operations: not computed
+described as state "Dead" with no error. A consumer group of the KIP-848 protocol is
+described as Kafka 4.0 does: protocol type "consumer", its state (Empty, Assigning,
+Reconciling, Stable), the assignor as the protocol, each member's subscription and
+current assignment in the consumer protocol's formats. v3+ authorized operations: not computed
 (INT32_MIN) unless asked, then the group operations (READ, DELETE, DESCRIBE) the principal's
 ACLs allow (all three without an authorizer).
 """

@@ -2,8 +2,10 @@
 
 v0 commits without a group generation (a simple commit, as Kafka stores them now), v1 adds
 the generation and member and a per-partition commit timestamp (ignored: the expiry comes
-from offsets.retention.minutes), v9 names the member epoch of a KIP-848 group (this broker
-has classic groups only, where it is the generation).
+from offsets.retention.minutes), v9 names the member epoch of a KIP-848 group: in a consumer
+group the commit must come from a member (UNKNOWN_MEMBER_ID) at its current epoch
+(STALE_MEMBER_EPOCH), with v9 (UNSUPPORTED_VERSION below), unless the group is empty and
+the epoch is -1 (the admin client, a consumer without group management).
 
 Stores committed offsets (with metadata and, v6+, leader epoch) in `__consumer_offsets`.
 A commit with generation -1 to an Empty (or unknown) group is a "simple" commit without
@@ -72,7 +74,7 @@ async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetC
     if entries:
         errors.update(broker.group_coordinator.commit_offsets(
             req.group_id, req.member_id, req.group_instance_id if version >= 7 else None,
-            req.generation_id_or_member_epoch, entries, retention_ms=retention))
+            req.generation_id_or_member_epoch, entries, retention_ms=retention, api_version=version))
         if getattr(broker, "cluster", None) is not None:
             await cluster_wait_replicated(broker, req.group_id, errors)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[

@@ -1,5 +1,6 @@
 """OffsetFetch (key 9), versions 0-9 (v0 is v1: the offsets Kafka stores; v9 adds the
-member id and epoch of a KIP-848 member, which classic groups do not check).
+member id and epoch of a KIP-848 member, checked in a consumer group as Kafka does:
+UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH; a null member id with epoch -1 is an admin fetch).
 
 Committed offsets of a group: offset -1 (metadata "", leader epoch -1) where nothing was
 committed. A null topic list (v2+) means every committed partition. Group errors
@@ -16,9 +17,9 @@ from kafkafast.security.context import denied
 R = OffsetFetchResponse
 
 
-def _lookup(coordinator, group_id, topics):
+def _lookup(coordinator, group_id, topics, member=None):
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    err, found = coordinator.fetch_offsets(group_id, wanted)
+    err, found = coordinator.fetch_offsets(group_id, wanted, member)
     if err and wanted is not None:
         found = [(t, p, None) for t, p in wanted]
     by_topic: dict[str, list] = {}
@@ -49,7 +50,8 @@ async def handle(broker, ctx, req: OffsetFetchRequest, version: int) -> OffsetFe
         groups = []
         for g in req.groups:
             err, by_topic, refused = _authorized(broker, ctx, g.group_id, g.topics,
-                                                 *_lookup(coordinator, g.group_id, g.topics))
+                                                 *_lookup(coordinator, g.group_id, g.topics,
+                                                         (g.member_id, g.member_epoch) if version >= 9 else None))
             groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[
                 R.OffsetFetchResponseTopics(name=t, partitions=[
                     R.OffsetFetchResponsePartitions(

@@ -17,7 +17,7 @@ def _eq(a, b):
 class ConsumerGroupDescribeRequest:
     API_KEY = 69
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     __slots__ = ('group_ids', 'include_authorized_operations', '_unknown_tags',)
 
@@ -186,9 +186,9 @@ class ConsumerGroupDescribeResponseAssignment:
 
 class ConsumerGroupDescribeResponseMember:
     Assignment: "ClassVar[type[ConsumerGroupDescribeResponseAssignment]]"
-    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', '_unknown_tags',)
+    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type', '_unknown_tags',)
 
-    def __init__(self, member_id='', instance_id=None, rack_id=None, member_epoch=0, client_id='', client_host='', subscribed_topic_names=_UNSET, subscribed_topic_regex=None, assignment=_UNSET, target_assignment=_UNSET, _unknown_tags=None):
+    def __init__(self, member_id='', instance_id=None, rack_id=None, member_epoch=0, client_id='', client_host='', subscribed_topic_names=_UNSET, subscribed_topic_regex=None, assignment=_UNSET, target_assignment=_UNSET, member_type=-1, _unknown_tags=None):
         self.member_id = member_id
         self.instance_id = instance_id
         self.rack_id = rack_id
@@ -199,15 +199,16 @@ class ConsumerGroupDescribeResponseMember:
         self.subscribed_topic_regex = subscribed_topic_regex
         self.assignment = ConsumerGroupDescribeResponseAssignment() if assignment is _UNSET else assignment
         self.target_assignment = ConsumerGroupDescribeResponseAssignment() if target_assignment is _UNSET else target_assignment
+        self.member_type = member_type
         self._unknown_tags = _unknown_tags
 
     def __repr__(self):
-        return f"ConsumerGroupDescribeResponseMember(member_id={self.member_id!r}, instance_id={self.instance_id!r}, rack_id={self.rack_id!r}, member_epoch={self.member_epoch!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, subscribed_topic_names={self.subscribed_topic_names!r}, subscribed_topic_regex={self.subscribed_topic_regex!r}, assignment={self.assignment!r}, target_assignment={self.target_assignment!r})"
+        return f"ConsumerGroupDescribeResponseMember(member_id={self.member_id!r}, instance_id={self.instance_id!r}, rack_id={self.rack_id!r}, member_epoch={self.member_epoch!r}, client_id={self.client_id!r}, client_host={self.client_host!r}, subscribed_topic_names={self.subscribed_topic_names!r}, subscribed_topic_regex={self.subscribed_topic_regex!r}, assignment={self.assignment!r}, target_assignment={self.target_assignment!r}, member_type={self.member_type!r})"
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return _eq(self.member_id, other.member_id) and _eq(self.instance_id, other.instance_id) and _eq(self.rack_id, other.rack_id) and _eq(self.member_epoch, other.member_epoch) and _eq(self.client_id, other.client_id) and _eq(self.client_host, other.client_host) and _eq(self.subscribed_topic_names, other.subscribed_topic_names) and _eq(self.subscribed_topic_regex, other.subscribed_topic_regex) and _eq(self.assignment, other.assignment) and _eq(self.target_assignment, other.target_assignment)
+        return _eq(self.member_id, other.member_id) and _eq(self.instance_id, other.instance_id) and _eq(self.rack_id, other.rack_id) and _eq(self.member_epoch, other.member_epoch) and _eq(self.client_id, other.client_id) and _eq(self.client_host, other.client_host) and _eq(self.subscribed_topic_names, other.subscribed_topic_names) and _eq(self.subscribed_topic_regex, other.subscribed_topic_regex) and _eq(self.assignment, other.assignment) and _eq(self.target_assignment, other.target_assignment) and _eq(self.member_type, other.member_type)
 
     @classmethod
     def decode(cls, r, version):
@@ -228,6 +229,10 @@ class ConsumerGroupDescribeResponseMember:
         self.subscribed_topic_regex = (r.compact_nullable_string() if flexible else r.nullable_string())
         self.assignment = ConsumerGroupDescribeResponseAssignment.decode(r, version)
         self.target_assignment = ConsumerGroupDescribeResponseAssignment.decode(r, version)
+        if version >= 1:
+            self.member_type = r.int8()
+        else:
+            self.member_type = -1
         if flexible:
             n_tags = r.uvarint()
             if n_tags > r.remaining():
@@ -259,6 +264,8 @@ class ConsumerGroupDescribeResponseMember:
         w.compact_nullable_string(self.subscribed_topic_regex) if flexible else w.nullable_string(self.subscribed_topic_regex)
         self.assignment.encode(w, version)
         self.target_assignment.encode(w, version)
+        if version >= 1:
+            w.int8(self.member_type)
         if flexible:
             w.tagged_fields(self._unknown_tags)
 
@@ -343,7 +350,7 @@ class ConsumerGroupDescribeResponseDescribedGroup:
 class ConsumerGroupDescribeResponse:
     API_KEY = 69
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     TopicPartitions: "ClassVar[type[ConsumerGroupDescribeResponseTopicPartitions]]"
     Assignment: "ClassVar[type[ConsumerGroupDescribeResponseAssignment]]"

@@ -71,12 +71,12 @@ class ConsumerGroupHeartbeatRequestTopicPartitions:
 class ConsumerGroupHeartbeatRequest:
     API_KEY = 68
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     TopicPartitions: "ClassVar[type[ConsumerGroupHeartbeatRequestTopicPartitions]]"
-    __slots__ = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'server_assignor', 'topic_partitions', '_unknown_tags',)
+    __slots__ = ('group_id', 'member_id', 'member_epoch', 'instance_id', 'rack_id', 'rebalance_timeout_ms', 'subscribed_topic_names', 'subscribed_topic_regex', 'server_assignor', 'topic_partitions', '_unknown_tags',)
 
-    def __init__(self, group_id='', member_id='', member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=-1, subscribed_topic_names=_UNSET, server_assignor=None, topic_partitions=_UNSET, _unknown_tags=None):
+    def __init__(self, group_id='', member_id='', member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=-1, subscribed_topic_names=_UNSET, subscribed_topic_regex=None, server_assignor=None, topic_partitions=_UNSET, _unknown_tags=None):
         self.group_id = group_id
         self.member_id = member_id
         self.member_epoch = member_epoch
@@ -84,17 +84,18 @@ class ConsumerGroupHeartbeatRequest:
         self.rack_id = rack_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.subscribed_topic_names = None if subscribed_topic_names is _UNSET else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
         self.server_assignor = server_assignor
         self.topic_partitions = None if topic_partitions is _UNSET else topic_partitions
         self._unknown_tags = _unknown_tags
 
     def __repr__(self):
-        return f"ConsumerGroupHeartbeatRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, member_epoch={self.member_epoch!r}, instance_id={self.instance_id!r}, rack_id={self.rack_id!r}, rebalance_timeout_ms={self.rebalance_timeout_ms!r}, subscribed_topic_names={self.subscribed_topic_names!r}, server_assignor={self.server_assignor!r}, topic_partitions={self.topic_partitions!r})"
+        return f"ConsumerGroupHeartbeatRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, member_epoch={self.member_epoch!r}, instance_id={self.instance_id!r}, rack_id={self.rack_id!r}, rebalance_timeout_ms={self.rebalance_timeout_ms!r}, subscribed_topic_names={self.subscribed_topic_names!r}, subscribed_topic_regex={self.subscribed_topic_regex!r}, server_assignor={self.server_assignor!r}, topic_partitions={self.topic_partitions!r})"
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id) and _eq(self.member_epoch, other.member_epoch) and _eq(self.instance_id, other.instance_id) and _eq(self.rack_id, other.rack_id) and _eq(self.rebalance_timeout_ms, other.rebalance_timeout_ms) and _eq(self.subscribed_topic_names, other.subscribed_topic_names) and _eq(self.server_assignor, other.server_assignor) and _eq(self.topic_partitions, other.topic_partitions)
+        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id) and _eq(self.member_epoch, other.member_epoch) and _eq(self.instance_id, other.instance_id) and _eq(self.rack_id, other.rack_id) and _eq(self.rebalance_timeout_ms, other.rebalance_timeout_ms) and _eq(self.subscribed_topic_names, other.subscribed_topic_names) and _eq(self.subscribed_topic_regex, other.subscribed_topic_regex) and _eq(self.server_assignor, other.server_assignor) and _eq(self.topic_partitions, other.topic_partitions)
 
     @classmethod
     def decode(cls, r, version):
@@ -112,6 +113,13 @@ class ConsumerGroupHeartbeatRequest:
             self.subscribed_topic_names = None
         else:
             self.subscribed_topic_names = [(r.compact_string() if flexible else r.string()) for _ in range(n)]
+        if version >= 1:
+            if version >= 1:
+                self.subscribed_topic_regex = (r.compact_nullable_string() if flexible else r.nullable_string())
+            else:
+                self.subscribed_topic_regex = (r.compact_string() if flexible else r.string())
+        else:
+            self.subscribed_topic_regex = None
         self.server_assignor = (r.compact_nullable_string() if flexible else r.nullable_string())
         n = r.compact_array_length() if flexible else r.array_length()
         if n < 0:
@@ -147,6 +155,8 @@ class ConsumerGroupHeartbeatRequest:
             w.compact_array_length(len(v)) if flexible else w.array_length(len(v))
             for item in v:
                 w.compact_string(item) if flexible else w.string(item)
+        if version >= 1:
+            w.compact_nullable_string(self.subscribed_topic_regex) if flexible else w.nullable_string(self.subscribed_topic_regex)
         w.compact_nullable_string(self.server_assignor) if flexible else w.nullable_string(self.server_assignor)
         v = self.topic_partitions
         if v is None:
@@ -272,7 +282,7 @@ class ConsumerGroupHeartbeatResponseAssignment:
 class ConsumerGroupHeartbeatResponse:
     API_KEY = 68
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     TopicPartitions: "ClassVar[type[ConsumerGroupHeartbeatResponseTopicPartitions]]"
     Assignment: "ClassVar[type[ConsumerGroupHeartbeatResponseAssignment]]"

@@ -1,0 +1,46 @@
+"""ConsumerGroupHeartbeat (key 68), versions 0-1: the consumer group protocol (KIP-848).
+
+A member joins (epoch 0), heartbeats with its epoch and the partitions it owns, and gets
+its member id, epoch, heartbeat interval and (when it changed, or on a full request) the
+partitions it may use now; it leaves with epoch -1 (a static member for now with -2).
+READ on the group is required (GROUP_AUTHORIZATION_FAILED). v1 (Kafka 4.0): the member makes
+up its own member id (KIP-1082; an empty one is INVALID_REQUEST) and may subscribe by
+regular expression, which this broker does not evaluate: a regex answers INVALID_REQUEST
+(subscribe by topic names). The group logic is in `kafkafast/broker/consumer_coordinator.py`.
+"""
+from kafkafast.broker.consumer_coordinator import HeartbeatRequest, owned_from_request
+from kafkafast.broker.handlers.join_group import client_host
+from kafkafast.broker.registry import handles
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from kafkafast.security import acl
+from kafkafast.security.context import denied
+
+R = ConsumerGroupHeartbeatResponse
+
+
+@handles(ConsumerGroupHeartbeatRequest, 0, 1)
+async def handle(broker, ctx, req: ConsumerGroupHeartbeatRequest, version: int) -> ConsumerGroupHeartbeatResponse:
+    if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
+        return R(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if version >= 1 and not req.member_id:
+        return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST, error_message="MemberId can't be empty.")
+    if version >= 1 and req.subscribed_topic_regex:
+        return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST,
+                 error_message="SubscribedTopicRegex is not supported by this broker; subscribe by topic names.")
+    res = broker.group_coordinator.consumer.heartbeat(HeartbeatRequest(
+        req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id, req.rebalance_timeout_ms,
+        req.subscribed_topic_names, req.server_assignor, owned_from_request(req.topic_partitions),
+        ctx.client_id or "", client_host(ctx)))
+    if res.error:
+        return R(throttle_time_ms=0, error_code=res.error, error_message=res.message)
+    assignment = None
+    if res.assignment is not None:
+        assignment = R.Assignment(topic_partitions=[
+            R.TopicPartitions(topic_id=tid, partitions=sorted(parts))
+            for tid, parts in sorted(res.assignment.items()) if parts])
+    return R(throttle_time_ms=0, error_code=0, member_id=res.member_id, member_epoch=res.member_epoch,
+             heartbeat_interval_ms=res.heartbeat_interval_ms, assignment=assignment)
