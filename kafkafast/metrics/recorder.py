@@ -69,10 +69,10 @@ def enable(directory: str) -> None:
                             "Time of each log flush (fdatasync of segments, indexes and the directory), in ms",
                             buckets=TIME_BUCKETS_MS, registry=None)
     _AUTH_OK = Counter("kafka_server_socket_server_metrics_successful_authentication",
-                       "Connections authenticated (TLS or plaintext at connect, SASL at the exchange's end)",
+                       "Connections authenticated (SSL at the end of the TLS handshake, SASL at the exchange's end)",
                        ["listener"], registry=None)
     _AUTH_FAILED = Counter("kafka_server_socket_server_metrics_failed_authentication",
-                           "Connections closed because their SASL authentication failed", ["listener"], registry=None)
+                           "Connections closed because their TLS handshake or SASL authentication failed", ["listener"], registry=None)
     _UNCLEANABLE = Gauge("kafka_log_logcleanermanager_uncleanable_partitions_count",
                          "Partitions the log cleaner skips (a batch it cannot decode), per log dir",
                          ["logDirectory"], multiprocess_mode="livesum", registry=None)
