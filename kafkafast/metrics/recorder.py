@@ -105,12 +105,23 @@ def _uncleanable(counts: dict[str, int]) -> None:
 def authentication(listener: str, ok: bool) -> None:
     """A connection authenticated (ok) or closed for a failed authentication, on `listener`
     (Kafka's socket-server-metrics successful-/failed-authentication-total)."""
-    if not active:
-        return
+    if active:
+        _auth_child(listener, ok).inc()
+
+
+def listener_served(listener: str) -> None:
+    """Both authentication counters of `listener` are served from its start, at 0 until
+    something is counted (Kafka registers them with the listener)."""
+    if active:
+        _auth_child(listener, True)
+        _auth_child(listener, False)
+
+
+def _auth_child(listener: str, ok: bool) -> Any:
     child = _auth_children.get((listener, ok))
     if child is None:
         child = _auth_children[(listener, ok)] = (_AUTH_OK if ok else _AUTH_FAILED).labels(listener)
-    child.inc()
+    return child
 
 
 def unclean_election() -> None:
