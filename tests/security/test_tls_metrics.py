@@ -5,7 +5,8 @@ certificate with ssl.client.auth=required, a plaintext Kafka client on the TLS p
 for a connection that ends without a TLS error (a bare connect and close, half a
 ClientHello); successful_authentication_total{listener="SSL"} once per completed
 handshake; PLAINTEXT connections count in neither (Kafka's PLAINTEXT channel is ready from
-the start). In one process and over two worker processes."""
+the start); on SASL_SSL a failed handshake counts under that listener, a completed one only
+once SASL succeeds. In one process and over two worker processes."""
 from __future__ import annotations
 
 import socket
@@ -16,7 +17,7 @@ import time
 import pytest
 
 from tests.integration.test_metrics import scrape, value
-from tests.security.conftest import tls_settings
+from tests.security.conftest import PLAIN_JAAS, tls_settings
 from tests.support.broker_process import BrokerProcess, free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,17 +85,19 @@ def wait_for(mport: int, want: dict) -> dict:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_tls_handshakes_count_as_authentications(tmp_path, pki, workers):
-    mport, tls_port = free_port(), free_port()
-    plain_port = free_port()
+    mport, tls_port, plain_port, sasl_ssl_port = free_port(), free_port(), free_port(), free_port()
     settings = tls_settings(pki, **{
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SSL://127.0.0.1:{tls_port}",
-        "ssl.client.auth": "required", "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SSL://127.0.0.1:{tls_port},"
+                     f"SASL_SSL://127.0.0.1:{sasl_ssl_port}",
+        "ssl.client.auth": "required", "listener.name.sasl_ssl.ssl.client.auth": "none",
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": PLAIN_JAAS,
+        "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
     broker = BrokerProcess(tmp_path / "data", port=plain_port, workers=workers, settings=settings)
     broker.start()
     try:
         before = scrape(mport)
         for name in (FAILED, OK):
-            for lst in ("SSL", "PLAINTEXT"):
+            for lst in ("SSL", "PLAINTEXT", "SASL_SSL"):
                 assert before[(name, (("listener", lst),))] == 0, (name, lst)  # served from the start
 
         # not authentications: a port probe, half a ClientHello, then the connection ends
@@ -114,12 +117,17 @@ def test_tls_handshakes_count_as_authentications(tmp_path, pki, workers):
         assert tls_client(pki, tls_port, pki.client_cert, pki.client_key) == "answered"
         assert tls_client(pki, tls_port, pki.client_cert, pki.client_key) == "answered"
         assert plaintext_client(plain_port) == "answered"
+        # on SASL_SSL a failed handshake counts under that listener; a completed one waits for SASL
+        assert plaintext_client(sasl_ssl_port) != "answered"
+        assert tls_client(pki, sasl_ssl_port, None, None) == "answered"
 
-        m = wait_for(mport, {(FAILED, "SSL"): 5, (OK, "SSL"): 2})
+        m = wait_for(mport, {(FAILED, "SSL"): 5, (OK, "SSL"): 2, (FAILED, "SASL_SSL"): 1})
         assert value(m, FAILED, listener="SSL") == 5
         assert value(m, OK, listener="SSL") == 2
         assert value(m, FAILED, listener="PLAINTEXT") == 0
         assert value(m, OK, listener="PLAINTEXT") == 0
+        assert value(m, FAILED, listener="SASL_SSL") == 1
+        assert value(m, OK, listener="SASL_SSL") == 0
         assert "failed authentication with 127.0.0.1 on SSL (TLS handshake:" in broker.log_tail(400)
     finally:
         broker.kill()
