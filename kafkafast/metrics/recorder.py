@@ -69,10 +69,10 @@ def enable(directory: str) -> None:
                             "Time of each log flush (fdatasync of segments, indexes and the directory), in ms",
                             buckets=TIME_BUCKETS_MS, registry=None)
     _AUTH_OK = Counter("kafka_server_socket_server_metrics_successful_authentication",
-                       "Connections authenticated (TLS or plaintext at connect, SASL at the exchange's end)",
+                       "Connections authenticated (SSL at the end of the TLS handshake, SASL at the exchange's end)",
                        ["listener"], registry=None)
     _AUTH_FAILED = Counter("kafka_server_socket_server_metrics_failed_authentication",
-                           "Connections closed because their SASL authentication failed", ["listener"], registry=None)
+                           "Connections closed because their TLS handshake or SASL authentication failed", ["listener"], registry=None)
     _UNCLEANABLE = Gauge("kafka_log_logcleanermanager_uncleanable_partitions_count",
                          "Partitions the log cleaner skips (a batch it cannot decode), per log dir",
                          ["logDirectory"], multiprocess_mode="livesum", registry=None)
@@ -105,12 +105,23 @@ def _uncleanable(counts: dict[str, int]) -> None:
 def authentication(listener: str, ok: bool) -> None:
     """A connection authenticated (ok) or closed for a failed authentication, on `listener`
     (Kafka's socket-server-metrics successful-/failed-authentication-total)."""
-    if not active:
-        return
+    if active:
+        _auth_child(listener, ok).inc()
+
+
+def listener_served(listener: str) -> None:
+    """Both authentication counters of `listener` are served from its start, at 0 until
+    something is counted (Kafka registers them with the listener)."""
+    if active:
+        _auth_child(listener, True)
+        _auth_child(listener, False)
+
+
+def _auth_child(listener: str, ok: bool) -> Any:
     child = _auth_children.get((listener, ok))
     if child is None:
         child = _auth_children[(listener, ok)] = (_AUTH_OK if ok else _AUTH_FAILED).labels(listener)
-    child.inc()
+    return child
 
 
 def unclean_election() -> None:

@@ -124,6 +124,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.admission is not None:  # admitted by the listener's Acceptor (runtime/limits.py)
             self.limits.connected(self, self.admission)
         if self.listener is not None:
+            if self.listener.tls and not self.listener.sasl:
+                self._count_authentication(True)  # the TLS handshake is done: Kafka counts SSL here
             try:
                 self.session = new_session(self.listener, transport, self.peer)
             except ValueError as exc:  # no principal mapping rule matches the certificate
@@ -133,8 +135,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             if not self.session.authenticated:
                 self.max_request = min(self.max_request, PRE_AUTH_MAX_BYTES)
-            else:  # TLS (handshake done) or plaintext: authenticated at connect, as Kafka counts it
-                self._count_authentication(True)
         self.task = loop.create_task(self._process())
         if self.tracker is not None:
             self.tracker.add(self)
@@ -341,7 +341,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await asyncio.sleep(delay)
                 if request_metrics.active:
                     request_metrics.observe(frame, parts, started, arrived)
-                    if self.session is not None and self.session.authenticated and not self._auth_counted:
+                    if (not self._auth_counted and self.session is not None and self.session.authenticated
+                            and self.listener.sasl):
                         self._count_authentication(True)  # a SASL exchange just ended
                 parts = None
                 if self.session is not None and self.session.failed:
@@ -359,7 +360,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.broker.handle_frame(frame, self, internal=self.internal)
 
     def _count_authentication(self, ok: bool) -> None:
-        """Kafka's successful-/failed-authentication-total of the listener, once per connection."""
+        """Kafka's successful-/failed-authentication-total of the listener, once per connection:
+        SSL at the end of the TLS handshake, SASL at the end of the exchange, PLAINTEXT never
+        (Kafka's PLAINTEXT channel is ready from the start). Failed TLS handshakes are counted
+        by the listener's Acceptor (runtime/limits.py), which sees them."""
         if request_metrics.active and not self._auth_counted and self.listener is not None:
             self._auth_counted = True
             request_metrics.authentication(self.listener.name, ok)

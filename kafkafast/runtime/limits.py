@@ -34,15 +34,22 @@ connection it accepts:
   that runs every tenth of the timeout (at most every 5 s, at least every 50 ms).
 * `queued.max.requests` / `queued.max.request.bytes` are applied by the connections
   themselves (`KafkaConnection.queue_limits`).
+
+A TLS handshake that fails reaches no protocol, only the acceptor (`_started`): one the
+client's bytes made fail is counted in failed_authentication_total{listener}
+(`handshake_refused`, as Kafka's SslAuthenticationException); a completed handshake is
+counted by the connection (`KafkaConnection.connection_made`).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
+import ssl
 from collections import Counter
 from typing import Any, Callable
 
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime.listening import LISTEN_BACKLOG
 from kafkafast.runtime.shared_counters import ADMITTED, IP_REFUSED, IP_UNTRACKED, MAX_LISTENERS, WAIT, ip_key
 
@@ -322,7 +329,7 @@ class Acceptor:
             self._schedule_retry()
             return False
         if adm is not None:
-            self._start(s, adm)  # type: ignore[arg-type]
+            self._start(s, adm, ip)  # type: ignore[arg-type]
         return True
 
     def _schedule_retry(self) -> None:
@@ -348,7 +355,7 @@ class Acceptor:
         self._resume()
         self._on_readable()
 
-    def _start(self, s: socket.socket, adm: Admission) -> None:
+    def _start(self, s: socket.socket, adm: Admission, ip: str) -> None:
         s.setblocking(False)
         conn = self.factory()
         conn.admission = adm
@@ -359,10 +366,25 @@ class Acceptor:
             coro = self._loop.connect_accepted_socket(lambda: conn, s)
         task = self._loop.create_task(coro)
         self.tasks.add(task)
-        task.add_done_callback(lambda t: self._started(t, adm))
+        task.add_done_callback(lambda t: self._started(t, adm, ip))
 
-    def _started(self, task: asyncio.Task, adm: Admission) -> None:
+    def _started(self, task: asyncio.Task, adm: Admission, ip: str) -> None:
         self.tasks.discard(task)
-        if task.cancelled() or task.exception() is not None:  # the TLS handshake failed or timed out
+        exc = None if task.cancelled() else task.exception()
+        if task.cancelled() or exc is not None:  # the TLS handshake failed or timed out
+            if adm.pending and handshake_refused(exc):  # not closed by us (setup timeout, pending cap)
+                log.info("failed authentication with %s on %s (TLS handshake: %s)", ip, self.spec.name, exc)
+                if request_metrics.active:
+                    request_metrics.authentication(self.spec.name, False)
             adm.sock = None
             self.limits.release(adm)
+
+
+def handshake_refused(exc: BaseException | None) -> bool:
+    """A TLS handshake that failed on what the client sent - a certificate we do not trust
+    or that expired, none where ssl.client.auth=required, no common protocol version or
+    cipher, bytes that are not TLS, an alert from a client that refused us: Kafka's
+    SslAuthenticationException, a failed authentication. A connection that ended or was
+    reset mid-handshake without such an error (a bare connect and close, a port probe,
+    half a ClientHello) is Kafka's EOFException / IOException: not an authentication."""
+    return isinstance(exc, ssl.SSLError) and not isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError))

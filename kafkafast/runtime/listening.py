@@ -125,6 +125,7 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
                           tracker: set) -> tuple[list[Any], Any]:
     """Starts accepting on every listener (`limits.Acceptor`: connection limits counted in
     `broker.counters`, the area shared by all workers); returns (acceptors, limits)."""
+    from kafkafast.metrics import recorder as request_metrics
     from kafkafast.runtime.connection import KafkaConnection
     from kafkafast.runtime.limits import Acceptor, ConnectionLimits
     from kafkafast.runtime.shared_counters import SharedCounters
@@ -142,6 +143,7 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
             return KafkaConnection(broker, max_req, tracker=tracker, listener=spec, limits=limits)
 
         limits.acceptors.append(Acceptor(limits, i, spec, sock, factory, ctx))
+        request_metrics.listener_served(spec.name)
     for acceptor in limits.acceptors:
         acceptor.start()
     broker.listener_specs = specs

@@ -180,7 +180,8 @@ def test_queue_time_flush_time_authentications_and_uncleanable_partitions_move(b
     assert value(m, "kafka_network_requestmetrics_requestqueuetimems_sum", request="Produce") >= 0
     assert value(m, "kafka_log_logflushstats_logflushrateandtimems_count") >= 1
     assert value(m, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0
-    assert value(m, "kafka_server_socket_server_metrics_successful_authentication_total", listener="PLAINTEXT") >= 2
+    # Kafka counts no authentication on PLAINTEXT (its channel is ready from the start)
+    assert value(m, "kafka_server_socket_server_metrics_successful_authentication_total", listener="PLAINTEXT") == 0
 
     # authentications on the SASL listener: one good login, one wrong password
     def sasl_producer(password: str) -> list:
