@@ -16,7 +16,7 @@ one inter-broker connection per broker (the inter-broker listener and security);
 partition of a transaction at once. A marker is acked once the partition's ISR has it (its
 leader waits for the high watermark, as Kafka appends markers with acks=-1).
 TRANSACTION_COORDINATOR_FENCED (the leader holds a marker from a newer coordinator epoch for
-the producer) ends the sending, as in Kafka: the newer coordinator finishes the transaction.
+the producer) is not retried, as in Kafka: the newer coordinator finishes the transaction.
 Errors (NOT_LEADER_OR_FOLLOWER, an unreachable broker, ...) are retried for up to
 `MARKER_RETRY_S`, the leader looked up again each time from UpdateMetadata; then the
 transaction stays in Prepare* and the periodic task tries again. A partition whose topic is
