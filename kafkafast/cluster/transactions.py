@@ -14,8 +14,10 @@ Markers go to the partition leaders: appended here when this broker leads the pa
 (through the owner worker in a multi-worker broker), else sent with WriteTxnMarkers v1 over
 one inter-broker connection per broker (the inter-broker listener and security); every
 partition of a transaction at once. A marker is acked once the partition's ISR has it (its
-leader waits for the high watermark, as Kafka appends markers with acks=-1). Errors
-(NOT_LEADER_OR_FOLLOWER, an unreachable broker, ...) are retried for up to
+leader waits for the high watermark, as Kafka appends markers with acks=-1).
+TRANSACTION_COORDINATOR_FENCED (the leader holds a marker from a newer coordinator epoch for
+the producer) is not retried, as in Kafka: the newer coordinator finishes the transaction.
+Errors (NOT_LEADER_OR_FOLLOWER, an unreachable broker, ...) are retried for up to
 `MARKER_RETRY_S`, the leader looked up again each time from UpdateMetadata; then the
 transaction stays in Prepare* and the periodic task tries again. A partition whose topic is
 gone from the metadata needs no marker.
@@ -171,6 +173,10 @@ class ClusterTxnCoordinator(TransactionCoordinator):
                 why = EC(code).name if code else ""
             if code == 0:
                 return True
+            if code == EC.TRANSACTION_COORDINATOR_FENCED:  # a newer coordinator finishes the transaction
+                log.info("transaction marker for %s-%d (producer %d) fenced: coordinator epoch %d is stale",
+                         tp[0], tp[1], producer_id, coordinator_epoch)
+                return False
             if still_coordinator is not None and not still_coordinator():
                 return False
             if self._stopped or time.monotonic() > deadline:

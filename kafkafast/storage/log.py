@@ -575,6 +575,11 @@ class Log:
         if dup is not None:
             return AppendResult(dup.first_offset, dup.last_offset, -1, self.log_start_offset,
                                 dup.last_offset - dup.first_offset + 1, duplicate=True)
+        pos = 0
+        for h in headers:  # markers: refused from a coordinator epoch older than the producer's last
+            if h.is_control and h.producer_id >= 0:
+                self.producers.check_marker(h.producer_id, txn_index.control_marker(records, pos)[1])
+            pos += h.size
         base = self.log_end_offset
         append_time = now_ms if cfg.log_append_time else -1
         next_offset = assign_offsets(records, base, leader_epoch, append_time)
@@ -675,11 +680,12 @@ class Log:
     # -- transactions ------------------------------------------------------------------
 
     def _track_marker(self, h: BatchHeader, buf, pos: int, segment_base: int, *, replay: bool = False) -> None:
-        """A control batch at `pos` of `buf` ended producer `h.producer_id`'s transaction; an
-        ABORT is recorded in the marker's segment's `.txnindex` (once: a replay after a
-        crash finds the entries already written)."""
-        first = self.producers.complete_txn(h.producer_id)
-        if first < 0 or txn_index.control_type(buf, pos) != txn_index.ABORT:
+        """A control batch at `pos` of `buf` ended producer `h.producer_id`'s transaction (the
+        producer keeps the marker's coordinator epoch); an ABORT is recorded in the marker's
+        segment's `.txnindex` (once: a replay after a crash finds the entries already written)."""
+        kind, coordinator_epoch = txn_index.control_marker(buf, pos)
+        first = self.producers.complete_txn(h.producer_id, coordinator_epoch)
+        if first < 0 or kind != txn_index.ABORT:
             return
         unstable = self.producers.first_unstable_offset()
         entry = txn_index.AbortedTxn(h.producer_id, first, h.base_offset,

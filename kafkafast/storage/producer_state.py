@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from kafkafast.protocol.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 from kafkafast.records import BatchHeader
@@ -16,14 +17,16 @@ from kafkafast.storage.checkpoint import write_file_atomically
 
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka keeps the metadata of the last 5 batches per producer
 NO_PRODUCER_EPOCH = -1
+NO_COORDINATOR_EPOCH = -1
 SNAPSHOT_SUFFIX = ".snapshot"
 
 _FILE_HEADER = struct.Struct(">4sHII")  # magic, version, crc32, producer count
 _PRODUCER = struct.Struct(">qhqB")      # producer id, epoch, last timestamp, batch count
 _TXN = struct.Struct(">q")              # v2: first offset of the ongoing transaction, -1 if none
+_COORD = struct.Struct(">i")            # v3: coordinator epoch of the last marker, -1 if none
 _BATCH = struct.Struct(">iiqqq")        # first seq, last seq, first offset, last offset, timestamp
 _MAGIC = b"KFPS"
-_VERSION = 2  # 2 adds the ongoing transaction's first offset; 1 is still read
+_VERSION = 3  # 2 adds the ongoing transaction's first offset, 3 the coordinator epoch; 1 and 2 are still read
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +41,7 @@ class BatchMetadata:
 
 
 class ProducerEntry:
-    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "txn_first_offset")
+    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "txn_first_offset", "coordinator_epoch")
 
     def __init__(self, producer_id: int, epoch: int) -> None:
         self.producer_id = producer_id
@@ -46,6 +49,7 @@ class ProducerEntry:
         self.batches: list[BatchMetadata] = []
         self.last_timestamp = -1
         self.txn_first_offset = -1  # first offset of its ongoing transaction, -1 when none
+        self.coordinator_epoch = NO_COORDINATOR_EPOCH  # of the last marker written for it
 
     @property
     def last_seq(self) -> int:
@@ -85,16 +89,20 @@ class ProducerStateManager:
 
     Control batches and batches without a sequence only update the epoch. A transactional
     batch opens the producer's transaction (its first offset is kept until the marker:
-    `complete_txn`); the smallest such offset bounds the last stable offset.
+    `complete_txn`); the smallest such offset bounds the last stable offset. Every marker
+    (leader append, replicated, replayed) leaves its coordinator epoch with the producer; a
+    leader refuses a marker from an older coordinator epoch (`check_marker`:
+    TransactionCoordinatorFencedError), so a deposed coordinator cannot end a transaction.
 
     Snapshot file `<20-digit offset>.snapshot` in the partition directory: the state after
     every batch below that offset. Written at roll and at clean close (tmp + fsync + rename).
     Layout, all big-endian::
 
-        magic "KFPS", uint16 version (2; 1 is read too), uint32 CRC-32 (zlib) of everything after the
-        12-byte header, uint32 producer count, then per producer:
+        magic "KFPS", uint16 version (3; 1 and 2 are read too), uint32 CRC-32 (zlib) of everything
+        after the 12-byte header, uint32 producer count, then per producer:
           int64 producer id, int16 epoch, int64 last timestamp, uint8 n (<= 5),
-            int64 first offset of its ongoing transaction (-1: none; version 2 only), then n x
+            int64 first offset of its ongoing transaction (-1: none; version >= 2),
+            int32 coordinator epoch of its last marker (-1: none; version 3), then n x
             int32 first seq, int32 last seq, int64 first offset, int64 last offset,
             int64 timestamp
     """
@@ -173,11 +181,22 @@ class ProducerStateManager:
 
     # -- transactions ------------------------------------------------------------------
 
-    def complete_txn(self, producer_id: int) -> int:
-        """A marker ended the producer's transaction: its first offset (-1 if none was open)."""
+    def check_marker(self, producer_id: int, coordinator_epoch: int) -> None:
+        """A leader's check of a marker before it is appended: refused when a marker from a
+        newer coordinator epoch was written for the producer already."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {producer_id}: marker from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}")
+
+    def complete_txn(self, producer_id: int, coordinator_epoch: int) -> int:
+        """A marker from `coordinator_epoch` ended the producer's transaction: its first
+        offset (-1 if none was open)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return -1
+        entry.coordinator_epoch = coordinator_epoch  # as the log says, also when lower (replication)
         first, entry.txn_first_offset = entry.txn_first_offset, -1
         self._open.discard(producer_id)
         return first
@@ -221,6 +240,7 @@ class ProducerStateManager:
         for entry in self.producers.values():
             body += _PRODUCER.pack(entry.producer_id, entry.epoch, entry.last_timestamp, len(entry.batches))
             body += _TXN.pack(entry.txn_first_offset)
+            body += _COORD.pack(entry.coordinator_epoch)
             for b in entry.batches:
                 body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
         data = _FILE_HEADER.pack(_MAGIC, _VERSION, zlib.crc32(body), len(self.producers)) + body
@@ -268,7 +288,7 @@ class ProducerStateManager:
             return False
         magic, version, crc, count = _FILE_HEADER.unpack_from(data, 0)
         body = memoryview(data)[_FILE_HEADER.size:]
-        if magic != _MAGIC or version not in (1, _VERSION) or zlib.crc32(body) != crc:
+        if magic != _MAGIC or version not in (1, 2, _VERSION) or zlib.crc32(body) != crc:
             return False
         producers: dict[int, ProducerEntry] = {}
         pos = 0
@@ -281,6 +301,9 @@ class ProducerStateManager:
                 if version >= 2:
                     entry.txn_first_offset = _TXN.unpack_from(body, pos)[0]
                     pos += _TXN.size
+                if version >= 3:
+                    entry.coordinator_epoch = _COORD.unpack_from(body, pos)[0]
+                    pos += _COORD.size
                 for _ in range(min(n, MAX_BATCHES_PER_PRODUCER)):
                     entry.batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
                     pos += _BATCH.size

@@ -108,10 +108,15 @@ def control_batch(producer_id: int, producer_epoch: int, marker: int, coordinato
     return bytearray(builder.build())
 
 
-def control_type(buf, pos: int = 0) -> int:
-    """The marker type (ABORT/COMMIT) of the control batch at `pos`; -1 if it holds none."""
+def control_marker(buf, pos: int = 0) -> tuple[int, int]:
+    """The marker type (ABORT/COMMIT) and coordinator epoch of the control batch at `pos`;
+    type -1 if it holds no marker, epoch -1 if its value carries none."""
     _h, records = decode_batch(buf, pos, check_crc=False)
     for rec in records:
-        if rec.key is not None and len(rec.key) >= 4:
-            return _CONTROL_KEY.unpack_from(bytes(rec.key), 0)[1]
-    return -1
+        if rec.key is not None and len(rec.key) >= _CONTROL_KEY.size:
+            kind = _CONTROL_KEY.unpack_from(bytes(rec.key), 0)[1]
+            value = rec.value
+            if value is None or len(value) < _CONTROL_VALUE.size:
+                return kind, -1
+            return kind, _CONTROL_VALUE.unpack_from(bytes(value), 0)[1]
+    return -1, -1

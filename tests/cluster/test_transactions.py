@@ -11,6 +11,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
+from kafkafast.protocol.errors import ErrorCode as EC
 from kafkafast.testing.control import PROPERTY
 from kafkafast.testing.scripting import Faults
 from tests.integration.test_kafkajs import needs_kafkajs, run_kafkajs
@@ -127,6 +129,18 @@ def stable_offsets(cluster, topic: str, partitions: int = 3) -> list[tuple[int, 
     return out
 
 
+def producer_states(cluster, topic: str, partition: int) -> dict[int, tuple[int, int]]:
+    """producer id -> (producer epoch, coordinator epoch of its last marker), asked of the leader."""
+    from kafkafast.protocol._generated.describe_producers import DescribeProducersRequest
+
+    leader = cluster.wait_for(lambda: max(cluster.leader(topic, partition), 0), 30, f"a leader of {topic}-{partition}")
+    with RawClient(cluster.brokers[leader].port) as rc:
+        part = rc.request(DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
+            name=topic, partition_indexes=[partition])]), 0).topics[0].partitions[0]
+    assert part.error_code == 0
+    return {s.producer_id: (s.producer_epoch, s.coordinator_epoch) for s in part.active_producers}
+
+
 def test_commit_abort_read_committed_and_fencing_across_brokers(txn_cluster):
     c = txn_cluster
     c.create_topic("tx-out", 3, 3, assignment=ASSIGNMENT)
@@ -183,6 +197,8 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
     send(p, "tx-kill", middle)
     victim = txn_coordinator(c, tid)
     assert victim in (1, 2, 3)
+    [(pid, (_, old_epoch))] = producer_states(c, "tx-kill", 0).items()  # the first commit's marker
+    assert old_epoch >= 0
     c.brokers[victim].kill()
     try:
         p.commit_transaction(120)  # the producer finds the new coordinator, which loaded the Ongoing state
@@ -191,8 +207,23 @@ def test_coordinator_broker_killed_mid_transaction(txn_cluster):
         transaction(p, "tx-kill", b"d", commit=False)
         seen = read_all(c, "tx-kill", "read_committed", 90)
         assert sorted(seen) == sorted(first + middle + last)
-        for hw, lso in stable_offsets(c, "tx-kill"):
+        ends = stable_offsets(c, "tx-kill")
+        for hw, lso in ends:
             assert lso == hw
+        # The deposed coordinator's epoch is fenced by a leader on a third broker: the new
+        # coordinator's markers (a newer __transaction_state leader epoch) were written there.
+        other = next(b for b in (1, 2, 3) if b not in (victim, txn_coordinator(c, tid)))
+        q = next(q for q in range(3) if c.leader("tx-kill", q) == other)
+        producer_epoch, new_epoch = producer_states(c, "tx-kill", q)[pid]
+        assert new_epoch > old_epoch
+        W = WriteTxnMarkersRequest
+        with RawClient(c.brokers[other].port) as rc:
+            resp = rc.request(W(markers=[W.WritableTxnMarker(
+                producer_id=pid, producer_epoch=producer_epoch, transaction_result=True, coordinator_epoch=old_epoch,
+                topics=[W.WritableTxnMarkerTopic(name="tx-kill", partition_indexes=[q])])]), 1)
+        assert resp.markers[0].topics[0].partitions[0].error_code == EC.TRANSACTION_COORDINATOR_FENCED
+        assert stable_offsets(c, "tx-kill") == ends  # nothing appended
+        assert producer_states(c, "tx-kill", q)[pid] == (producer_epoch, new_epoch)
     finally:
         c.brokers[victim].start(timeout=60)
     c.wait_for(lambda: all(len(c.isr("tx-kill", q)) == 3 for q in range(3)), 60, "the restarted broker in sync")

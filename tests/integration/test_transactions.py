@@ -464,3 +464,91 @@ def test_kafkajs_read_committed_consumer(txn_broker):
     a.commit_transaction(30)
     assert len(read_all(bs, "ck-tx", "read_uncommitted", 61, partition=0)) == 61  # 50 of a, 10 of b, end
     assert run_kafkajs("kafkajs_transactions.js", "consume", bs, "ck-tx", "2")["values"] == expected
+
+
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
+def test_marker_from_an_older_coordinator_epoch_is_fenced(txn_broker):
+    """A WriteTxnMarkers marker whose coordinator epoch is older than the one of the producer's
+    last marker in the partition is TRANSACTION_COORDINATOR_FENCED and not appended; the epoch
+    survives a clean restart (snapshot) and a SIGKILL (recovery from the markers)."""
+    from kafkafast.protocol._generated.describe_producers import DescribeProducersRequest
+    from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+    from kafkafast.protocol._generated.produce import ProduceRequest
+    from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
+    from kafkafast.protocol.errors import ErrorCode as EC
+    from kafkafast.records import encode_batch
+
+    topic, pid = "fence", 770001
+    txn_broker.create_topic(topic, 1)
+    W = WriteTxnMarkersRequest
+    PD = ProduceRequest.TopicProduceData.PartitionProduceData
+    seq = 0
+
+    def marker(commit: bool, coordinator_epoch: int) -> int:
+        with RawClient(txn_broker.port) as rc:
+            resp = rc.request(W(markers=[W.WritableTxnMarker(
+                producer_id=pid, producer_epoch=0, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+                topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+        return resp.markers[0].topics[0].partitions[0].error_code
+
+    def produce(transactional: bool) -> None:
+        nonlocal seq
+        batch = (encode_batch([(1, b"k", b"t%d" % seq, ())], producer_id=pid, producer_epoch=0, base_sequence=seq,
+                              is_transactional=True) if transactional
+                 else encode_batch([(1, b"k", b"plain", ())]))
+        seq += transactional
+        for _ in range(3):  # with workers: connections land on the owner and on the other (shared append)
+            with RawClient(txn_broker.port) as rc:
+                resp = rc.request(ProduceRequest(transactional_id="fence-tid" if transactional else None, acks=-1,
+                                                 timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+                                                     name=topic, partition_data=[PD(index=0, records=batch)])]), 8)
+            assert resp.responses[0].partition_responses[0].error_code == 0
+            if transactional:
+                return
+
+    def ends() -> tuple[int, int]:
+        """(log end, last stable offset)"""
+        out = []
+        for isolation in (0, 1):
+            T = ListOffsetsRequest.ListOffsetsTopic
+            with RawClient(txn_broker.port) as rc:
+                resp = rc.request(ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[T(
+                    name=topic, partitions=[T.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
+            out.append(resp.topics[0].partitions[0].offset)
+        return out[0], out[1]
+
+    def coordinator_epoch() -> int:
+        deadline = time.monotonic() + 20
+        while True:  # with workers, the owner answers (the others: NOT_LEADER_OR_FOLLOWER)
+            with RawClient(txn_broker.port) as rc:
+                part = rc.request(DescribeProducersRequest(topics=[
+                    DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])]), 0).topics[0].partitions[0]
+            if part.error_code == 0:
+                return {s.producer_id: s.coordinator_epoch for s in part.active_producers}[pid]
+            assert part.error_code == EC.NOT_LEADER_OR_FOLLOWER and time.monotonic() < deadline
+            time.sleep(0.05)
+
+    produce(True)                                           # 0
+    assert marker(True, 5) == 0                             # 1: COMMIT from coordinator epoch 5
+    produce(False)                                          # 2-4
+    produce(True)                                           # 5: a new transaction
+    assert ends() == (6, 5)
+    assert marker(False, 4) == EC.TRANSACTION_COORDINATOR_FENCED  # a deposed coordinator's ABORT
+    assert ends() == (6, 5)                                 # not appended, the transaction still open
+    assert coordinator_epoch() == 5
+    txn_broker.restart(clean=True)                          # from the producer snapshot
+    assert coordinator_epoch() == 5
+    assert marker(False, 4) == EC.TRANSACTION_COORDINATOR_FENCED
+    assert ends() == (6, 5)
+    assert marker(False, 7) == 0                            # 6: a newer coordinator's ABORT ends it
+    produce(False)                                          # 7-9
+    assert ends() == (10, 10)
+    txn_broker.restart(clean=False)                         # SIGKILL: the epoch-7 marker comes from recovery
+    assert coordinator_epoch() == 7
+    produce(True)                                           # 10
+    assert marker(True, 6) == EC.TRANSACTION_COORDINATOR_FENCED
+    assert ends() == (11, 10)
+    assert marker(True, 7) == 0                             # 11: the same epoch again is fine
+    assert ends() == (12, 12)
+    values = [r.value for r in txn_broker.records(topic)]
+    assert values == [b"t0"] + [b"plain"] * 3 + [b"t1"] + [b"plain"] * 3 + [b"t2"]

@@ -1,5 +1,6 @@
 """DescribeProducers (key 61), version 0: the active producers of each partition (id, epoch,
-last sequence, last timestamp, first offset of the open transaction or -1), read from the
+last sequence, last timestamp, coordinator epoch of its last marker or -1, first offset of
+the open transaction or -1), read from the
 owner's producer state; TOPIC_AUTHORIZATION_FAILED without READ, UNKNOWN_TOPIC_OR_PARTITION,
 KAFKA_STORAGE_ERROR for an offline log,
 and NOT_LEADER_OR_FOLLOWER in a worker that does not own the partition (the client asks
@@ -25,7 +26,7 @@ def _partition(broker, ctx, topic: str, index: int):
     if code:
         return R.PartitionResponse(partition_index=index, error_code=code, error_message=None, active_producers=[])
     producers = [R.ProducerState(producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
-                                 last_timestamp=e.last_timestamp, coordinator_epoch=0,
+                                 last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                                  current_txn_start_offset=e.txn_first_offset)
                  for e in part.log.producers.producers.values()]
     return R.PartitionResponse(partition_index=index, error_code=0, error_message=None, active_producers=producers)

@@ -4,7 +4,8 @@ in cluster mode from the coordinator's broker to the partition's leader, which a
 its ISR has the marker, NOT_LEADER_OR_FOLLOWER elsewhere: `cluster/transactions.py`). Needs
 CLUSTER_ACTION. Per partition: NONE, UNKNOWN_TOPIC_OR_PARTITION, or the append's error
 (KAFKA_STORAGE_ERROR, ...). A stale producer epoch (a newer epoch already wrote) counts as
-done."""
+done; a coordinator epoch older than the one of the producer's last marker in the partition
+is TRANSACTION_COORDINATOR_FENCED and nothing is appended (a deposed coordinator)."""
 from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.broker.txn_coordinator import append_marker
