@@ -37,11 +37,14 @@ heartbeat bumps the group epoch once, because the subscribed topics' metadata
 """
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import re2
 
 from kafkafast import clock
 from kafkafast.broker.groups import assignors
@@ -58,6 +61,7 @@ from kafkafast.broker.groups.consumer_group import (
 )
 from kafkafast.broker.groups.group import Group, GroupState
 from kafkafast.broker.groups.offsets_records import consumer_key, consumer_value
+from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
@@ -103,6 +107,7 @@ class HeartbeatRequest:
     rack_id: str | None
     rebalance_timeout_ms: int
     subscribed_topic_names: list[str] | None
+    subscribed_topic_regex: str | None  # v1; "" clears it, None: unchanged
     server_assignor: str | None
     owned: Assignment | None  # the TopicPartitions field; None when not sent
     client_id: str
@@ -128,8 +133,8 @@ def _validate(req: HeartbeatRequest) -> None:
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if req.owned is None or req.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not req.subscribed_topic_names:
-            raise invalid("SubscribedTopicNames must be set in first request.")
+        if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+            raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if not req.member_id:
             raise invalid("MemberId can't be empty.")
@@ -165,6 +170,8 @@ class ConsumerProtocol:
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
             _validate(req)
+            if req.subscribed_topic_regex:
+                compile_regex(req.subscribed_topic_regex)
             if req.server_assignor is not None and req.server_assignor not in self.assignors:
                 raise HeartbeatError(EC.UNSUPPORTED_ASSIGNOR,
                                      f"ServerAssignor {req.server_assignor} is not supported. "
@@ -219,7 +226,8 @@ class ConsumerProtocol:
                 raise HeartbeatError(EC.FENCED_INSTANCE_ID)
             self._check_epoch(member, req.member_epoch, req.owned)
         before = _current(member) if req.member_epoch != 0 else None
-        metadata = (member.rebalance_timeout_ms, member.rack_id, list(member.subscribed_topics), member.server_assignor)
+        metadata = (member.rebalance_timeout_ms, member.rack_id, list(member.subscribed_topics), member.server_assignor,
+                    member.subscribed_regex)
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None:
@@ -227,11 +235,15 @@ class ConsumerProtocol:
         if req.subscribed_topic_names is not None and sorted(req.subscribed_topic_names) != sorted(member.subscribed_topics):
             member.subscribed_topics = list(req.subscribed_topic_names)
             bump = True
+        if req.subscribed_topic_regex is not None and (req.subscribed_topic_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = req.subscribed_topic_regex or None
+            bump = True
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
             bump = True
         if req.member_epoch != 0 and metadata != (member.rebalance_timeout_ms, member.rack_id,
-                                                  list(member.subscribed_topics), member.server_assignor):
+                                                  list(member.subscribed_topics), member.server_assignor,
+                                                  member.subscribed_regex):
             self._rec_member(group, member)
         meta = self._subscription_meta(group)
         if meta != group.subscription_meta:
@@ -286,7 +298,7 @@ class ConsumerProtocol:
         member_id = req.member_id or str(uuid.uuid4())
         member = ConsumerMember(member_id, req.instance_id, req.rack_id, req.client_id, req.client_host,
                                 list(req.subscribed_topic_names or []), req.server_assignor,
-                                req.rebalance_timeout_ms)
+                                req.rebalance_timeout_ms, req.subscribed_topic_regex or None)
         group.members[member_id] = member
         if req.instance_id is not None:
             group.static_members[req.instance_id] = member_id
@@ -336,7 +348,18 @@ class ConsumerProtocol:
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, 0, None)
 
     # -- group epoch and target assignment ----------------------------------------------------
+    def _resolve_regexes(self, group: ConsumerGroup) -> None:
+        """What each regex of the group matches now: whole topic names, internal topics
+        excluded (Kafka 4.0 resolves them on the coordinator, with RE2/J's syntax)."""
+        regexes = group.regexes()
+        if not regexes:
+            group.resolved.clear()
+            return
+        names = [n for n in self.gc.broker.topics.names() if n not in INTERNAL_TOPICS]
+        group.resolved = {rx: frozenset(n for n in names if compile_regex(rx).fullmatch(n)) for rx in regexes}
+
     def _subscription_meta(self, group: ConsumerGroup) -> dict[str, tuple[bytes, int]]:
+        self._resolve_regexes(group)
         out = {}
         topics = self.gc.broker.topics
         for name in group.subscribed_topics():
@@ -355,7 +378,7 @@ class ConsumerProtocol:
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         group.assignor_name = self._assignor_of(group)
-        subs = {mid: m.subscribed_topics for mid, m in group.members.items()}
+        subs = {mid: sorted(group.member_topics(m)) for mid, m in group.members.items()}
         group.target = assignors.assign(group.assignor_name, subs, group.subscription_meta, group.target)
         group.assignment_epoch = group.group_epoch
         for mid, target in group.target.items():
@@ -372,7 +395,7 @@ class ConsumerProtocol:
     def _rec_member(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         self._records.append((consumer_key("member", group.group_id, m.member_id), consumer_value(MemberValue(
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
-            subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=None,
+            subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=m.subscribed_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))))
 
     def _rec_current(self, group: ConsumerGroup, m: ConsumerMember) -> None:
@@ -402,7 +425,7 @@ class ConsumerProtocol:
             if kind == "member" and v is not None and mid:
                 group.members[mid] = ConsumerMember(
                     mid, v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
-                    v.server_assignor, v.rebalance_timeout_ms)
+                    v.server_assignor, v.rebalance_timeout_ms, v.subscribed_topic_regex or None)
                 if v.instance_id is not None:
                     group.static_members[v.instance_id] = mid
         for (kind, mid), v in records.items():
@@ -529,6 +552,20 @@ class ConsumerProtocol:
 
 
 NONE = 0
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=256)
+def compile_regex(pattern: str) -> Any:
+    """The RE2 program of a SubscribedTopicRegex (linear-time matching: a hostile pattern
+    cannot hold the event loop); HeartbeatError INVALID_REGULAR_EXPRESSION when it is not one."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise HeartbeatError(EC.INVALID_REGULAR_EXPRESSION,
+                             f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {detail}.") from None
 
 
 def _current(m: ConsumerMember) -> tuple:

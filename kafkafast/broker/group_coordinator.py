@@ -782,7 +782,7 @@ class GroupCoordinator:
         assignment in the consumer protocol's formats."""
         named = self.consumer.named
         members = [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                 subscription_bytes(sorted(m.subscribed_topics)),
+                                 subscription_bytes(sorted(group.member_topics(m))),
                                  assignment_bytes(named(m.assigned)))
                    for m in group.members.values()]
         return GroupSummary(NONE, group.group_id, group.state_name, "consumer",

@@ -283,7 +283,7 @@ def test_heartbeat_errors(cbroker, version):
             invalid.append(HB(group_id="ge", member_id="", member_epoch=0, rebalance_timeout_ms=1000,
                               subscribed_topic_names=["errs"], topic_partitions=[]))  # v1: the client makes the id
             invalid.append(HB(group_id="ge", member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
-                              subscribed_topic_regex="err.*", topic_partitions=[]))
+                              subscribed_topic_names=[], subscribed_topic_regex="", topic_partitions=[]))  # neither
         for req in invalid:
             resp = c.request(req, version)
             assert resp.error_code == EC.INVALID_REQUEST and resp.error_message, req

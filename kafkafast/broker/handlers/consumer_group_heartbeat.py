@@ -5,8 +5,8 @@ its member id, epoch, heartbeat interval and (when it changed, or on a full requ
 partitions it may use now; it leaves with epoch -1 (a static member for now with -2).
 READ on the group is required (GROUP_AUTHORIZATION_FAILED). v1 (Kafka 4.0): the member makes
 up its own member id (KIP-1082; an empty one is INVALID_REQUEST) and may subscribe by
-regular expression, which this broker does not evaluate: a regex answers INVALID_REQUEST
-(subscribe by topic names). The group logic is in `kafkafast/broker/consumer_coordinator.py`.
+regular expression (SubscribedTopicRegex, RE2 syntax, matched against whole topic names;
+INVALID_REGULAR_EXPRESSION when it does not compile). The group logic is in `kafkafast/broker/consumer_coordinator.py`.
 """
 from kafkafast.broker.consumer_coordinator import HeartbeatRequest, owned_from_request
 from kafkafast.broker.handlers.join_group import client_host
@@ -28,12 +28,9 @@ async def handle(broker, ctx, req: ConsumerGroupHeartbeatRequest, version: int) 
         return R(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if version >= 1 and not req.member_id:
         return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST, error_message="MemberId can't be empty.")
-    if version >= 1 and req.subscribed_topic_regex:
-        return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST,
-                 error_message="SubscribedTopicRegex is not supported by this broker; subscribe by topic names.")
     res = broker.group_coordinator.consumer.heartbeat(HeartbeatRequest(
         req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id, req.rebalance_timeout_ms,
-        req.subscribed_topic_names, req.server_assignor, owned_from_request(req.topic_partitions),
+        req.subscribed_topic_names, req.subscribed_topic_regex if version >= 1 else None, req.server_assignor, owned_from_request(req.topic_partitions),
         ctx.client_id or "", client_host(ctx)))
     if res.error:
         return R(throttle_time_ms=0, error_code=res.error, error_message=res.message)
