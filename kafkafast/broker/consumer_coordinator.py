@@ -31,9 +31,16 @@ subscription), ConsumerGroupTargetAssignmentMember / -Metadata (the target assig
 its epoch), ConsumerGroupCurrentMemberAssignment (a member's epochs, state and partitions),
 tombstones when a member goes (`groups/offsets_records.py`). Loading the partition rebuilds
 the group (`restore`) with its members, epochs and assignments and restarts their session
-timers: members go on heartbeating after a restart or a coordinator move; the first
-heartbeat bumps the group epoch once, because the subscribed topics' metadata
-(ConsumerGroupPartitionMetadata) is not stored but read again.
+timers: members go on heartbeating after a restart or a coordinator move. The subscribed
+topics' ids and partition counts (ConsumerGroupPartitionMetadata, written when they change)
+come back too, so a load bumps the group epoch only if the topics changed meanwhile.
+Regex subscriptions (v1 SubscribedTopicRegex) are compiled with RE2 (`google-re2`, the
+syntax of Kafka's RE2/J, linear-time matching), matched against whole topic names with
+internal topics left out, and resolved again on every heartbeat and member removal, so a
+topic created or deleted changes the subscription metadata and bumps the group epoch;
+a member's topics are its names and its regex's matches together. Kafka 4.0 resolves
+regexes in the background and stores the result (ConsumerGroupRegularExpression); here
+they are resolved inline and only the regex itself is stored with the member.
 """
 from __future__ import annotations
 
@@ -67,6 +74,7 @@ from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
     ConsumerGroupMemberMetadataValue as MemberValue,
     ConsumerGroupMetadataValue as GroupValue,
+    ConsumerGroupPartitionMetadataValue as PartitionMetaValue,
     ConsumerGroupTargetAssignmentMemberValue as TargetValue,
     ConsumerGroupTargetAssignmentMetadataValue as TargetEpochValue,
 )
@@ -248,6 +256,7 @@ class ConsumerProtocol:
         meta = self._subscription_meta(group)
         if meta != group.subscription_meta:
             group.subscription_meta = meta
+            self._rec_partition_meta(group)
             bump = True
         if bump:
             group.group_epoch += 1
@@ -392,6 +401,11 @@ class ConsumerProtocol:
     def _rec_group(self, group: ConsumerGroup) -> None:
         self._records.append((consumer_key("group", group.group_id), consumer_value(GroupValue(epoch=group.group_epoch))))
 
+    def _rec_partition_meta(self, group: ConsumerGroup) -> None:
+        self._records.append((consumer_key("partition_metadata", group.group_id), consumer_value(PartitionMetaValue(
+            topics=[PartitionMetaValue.TopicMetadata(topic_id=tid, topic_name=name, num_partitions=n)
+                    for name, (tid, n) in sorted(group.subscription_meta.items())]))))
+
     def _rec_member(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         self._records.append((consumer_key("member", group.group_id, m.member_id), consumer_value(MemberValue(
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
@@ -416,11 +430,14 @@ class ConsumerProtocol:
     def restore(self, group_id: str, epoch: int, records: dict[tuple[str, str | None], Any],
                 offsets: dict) -> ConsumerGroup:
         """A consumer group as its records in `__consumer_offsets` left it (loading a partition).
-        Its subscription metadata is left empty, so the first heartbeat bumps the group epoch
-        and recomputes the target (topics may have changed while it was not loaded)."""
+        Its subscription metadata is the stored one: the first heartbeat bumps the group epoch
+        and recomputes the target only when the subscribed topics changed meanwhile."""
         target_epoch = records.get(("target_epoch", None))
         group = ConsumerGroup(group_id, group_epoch=epoch, state_timestamp=clock.now_ms(), offsets=offsets,
                               assignment_epoch=target_epoch.assignment_epoch if target_epoch is not None else 0)
+        stored_meta = records.get(("partition_metadata", None))
+        if stored_meta is not None:
+            group.subscription_meta = {t.topic_name: (bytes(t.topic_id), t.num_partitions) for t in stored_meta.topics}
         for (kind, mid), v in records.items():
             if kind == "member" and v is not None and mid:
                 group.members[mid] = ConsumerMember(
@@ -453,7 +470,10 @@ class ConsumerProtocol:
         group.remove_member(member.member_id)
         group.group_epoch += 1
         self._rec_group(group)
-        group.subscription_meta = self._subscription_meta(group)
+        meta = self._subscription_meta(group)
+        if meta != group.subscription_meta:
+            group.subscription_meta = meta
+            self._rec_partition_meta(group)
         if group.members:
             self._compute_target(group)
             # Members waiting for partitions the removed one held get them on their next heartbeat.

@@ -935,6 +935,17 @@ class GroupCoordinator:
             return EC.UNKNOWN_SERVER_ERROR
         return NONE
 
+    async def wait_replicated(self, group_id: str) -> int:
+        """Cluster mode: 0 once everything written to the group's partition is in every ISR
+        member (offsets.commit.timeout.ms), else COORDINATOR_NOT_AVAILABLE, as Kafka answers
+        a group write that did not complete; so a new coordinator after a failover knows
+        whatever this one answered. Single node: 0 at once."""
+        part = self._offsets_partition(self.partition_for(group_id))
+        if part is None or not getattr(part, "is_leader", False):
+            return NONE
+        timeout_s = self.broker.config.get_int("offsets.commit.timeout.ms") / 1000.0
+        return EC.COORDINATOR_NOT_AVAILABLE if await part.wait_for_hw(part.log_end_offset, timeout_s) else NONE
+
     def store_consumer_group(self, group: ConsumerGroup, replaces_classic: bool = False) -> int:
         """Writes the consumer group's epoch (ConsumerGroupMetadata), and a tombstone for the
         classic group it replaces."""

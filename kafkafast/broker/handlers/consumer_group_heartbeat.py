@@ -2,11 +2,14 @@
 
 A member joins (epoch 0), heartbeats with its epoch and the partitions it owns, and gets
 its member id, epoch, heartbeat interval and (when it changed, or on a full request) the
-partitions it may use now; it leaves with epoch -1 (a static member for now with -2).
+partitions it may use now; it leaves with epoch -1 (a static member for now with -2). In
+cluster mode the answer waits until what the heartbeat wrote to `__consumer_offsets` is in
+every ISR member (else COORDINATOR_NOT_AVAILABLE), as OffsetCommit's does.
 READ on the group is required (GROUP_AUTHORIZATION_FAILED). v1 (Kafka 4.0): the member makes
 up its own member id (KIP-1082; an empty one is INVALID_REQUEST) and may subscribe by
 regular expression (SubscribedTopicRegex, RE2 syntax, matched against whole topic names;
-INVALID_REGULAR_EXPRESSION when it does not compile). The group logic is in `kafkafast/broker/consumer_coordinator.py`.
+INVALID_REGULAR_EXPRESSION when it does not compile). The group logic is in
+`kafkafast/broker/consumer_coordinator.py`.
 """
 from kafkafast.broker.consumer_coordinator import HeartbeatRequest, owned_from_request
 from kafkafast.broker.handlers.join_group import client_host
@@ -32,6 +35,9 @@ async def handle(broker, ctx, req: ConsumerGroupHeartbeatRequest, version: int) 
         req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id, req.rebalance_timeout_ms,
         req.subscribed_topic_names, req.subscribed_topic_regex if version >= 1 else None, req.server_assignor, owned_from_request(req.topic_partitions),
         ctx.client_id or "", client_host(ctx)))
+    if not res.error and getattr(broker, "cluster", None) is not None:
+        # Answer only what the ISR holds: a new coordinator after a failover knows this assignment.
+        res.error = await broker.group_coordinator.wait_replicated(req.group_id)
     if res.error:
         return R(throttle_time_ms=0, error_code=res.error, error_message=res.message)
     assignment = None
