@@ -574,9 +574,10 @@ class ConsumerProtocol:
 NONE = 0
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = 1 << 20  # per program: plenty for a topic pattern; a bigger one does not compile
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)
 def compile_regex(pattern: str) -> Any:
     """The RE2 program of a SubscribedTopicRegex (linear-time matching: a hostile pattern
     cannot hold the event loop); HeartbeatError INVALID_REGULAR_EXPRESSION when it is not one."""

@@ -1076,9 +1076,10 @@ COMMIT_MARKER = 1
 
 def _group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
     """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
-    ConsumerGroupMetadata and TargetAssignmentMetadata."""
+    ConsumerGroupMetadata, PartitionMetadata and TargetAssignmentMetadata."""
     if isinstance(group, ConsumerGroup):
-        return [(consumer_key("target_epoch", group.group_id), None), (consumer_group_key(group.group_id), None)]
+        return [(consumer_key("target_epoch", group.group_id), None),
+                (consumer_key("partition_metadata", group.group_id), None), (consumer_group_key(group.group_id), None)]
     return [(group_key(group.group_id), None)]
 
 
