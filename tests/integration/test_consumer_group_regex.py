@@ -3,7 +3,8 @@ SubscribedTopicRegex, as Kafka 4.0 serves them): the regex matches whole topic n
 internal topics excluded; a member with names and a regex gets the union; topics created
 or deleted later are picked up (the group epoch moves, the member gets the new
 partitions); an invalid regex answers INVALID_REGULAR_EXPRESSION. Raw heartbeats and
-librdkafka (`subscribe(["^prefix.*"])` with group.protocol=consumer)."""
+librdkafka (`subscribe(["^prefix.*"])` with group.protocol=consumer), a restart, and a
+topic created through another worker of a multi-worker broker."""
 from __future__ import annotations
 
 import time
@@ -15,6 +16,7 @@ from kafkafast.protocol._generated.consumer_group_describe import ConsumerGroupD
 from kafkafast.protocol.errors import ErrorCode as EC
 from tests.integration.test_consumer_group_protocol import (
     HB,
+    SETTINGS,
     beat,
     cbroker,  # noqa: F401  (fixture)
     create_topics,
@@ -142,3 +144,17 @@ def test_librdkafka_regex_subscription_picks_up_a_new_topic(cbroker):
     finally:
         c1.close()
         c2.close()
+
+
+def test_regex_picks_up_a_topic_created_through_another_worker(broker_factory):
+    b = broker_factory("rx-mw", workers=2, settings=SETTINGS)
+    create_topics(b.bootstrap, {"mw-rx-1": 2})
+    with RawClient(b.port) as c:
+        r = join_regex(c, "gmw-rx", "mw-rx-[0-9]+")
+        assert r.error_code == 0 and owned(r) == {topic_id(c, "mw-rx-1"): {0, 1}}
+        m, epoch = r.member_id, r.member_epoch
+        for i in range(2, 5):  # each created on whichever worker the admin client reaches
+            create_topics(b.bootstrap, {f"mw-rx-{i}": 1})
+        r = beat(c, "gmw-rx", m, epoch, owned(r))
+        assert r.error_code == 0 and r.member_epoch == epoch + 1
+        assert owned(r) == {topic_id(c, "mw-rx-1"): {0, 1}, **{topic_id(c, f"mw-rx-{i}"): {0} for i in range(2, 5)}}
