@@ -49,7 +49,7 @@ import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import re2
 
@@ -70,6 +70,7 @@ from kafkafast.broker.groups.group import Group, GroupState
 from kafkafast.broker.groups.offsets_records import consumer_key, consumer_value
 from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
+from kafkafast.security.context import authorizer_enabled
 from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
     ConsumerGroupMemberMetadataValue as MemberValue,
@@ -120,6 +121,8 @@ class HeartbeatRequest:
     owned: Assignment | None  # the TopicPartitions field; None when not sent
     client_id: str
     client_host: str
+    # Whether the heartbeating client may DESCRIBE a topic (None: no authorizer): what its regex matches is filtered so.
+    topic_allowed: Callable[[str], bool] | None = None
 
 
 def _validate(req: HeartbeatRequest) -> None:
@@ -249,6 +252,8 @@ class ConsumerProtocol:
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
             bump = True
+        if member.subscribed_regex and req.topic_allowed is not None:
+            group.regex_filters[member.subscribed_regex] = req.topic_allowed  # the latest member's rights
         if req.member_epoch != 0 and metadata != (member.rebalance_timeout_ms, member.rack_id,
                                                   list(member.subscribed_topics), member.server_assignor,
                                                   member.subscribed_regex):
@@ -359,13 +364,26 @@ class ConsumerProtocol:
     # -- group epoch and target assignment ----------------------------------------------------
     def _resolve_regexes(self, group: ConsumerGroup) -> None:
         """What each regex of the group matches now: whole topic names, internal topics
-        excluded (Kafka 4.0 resolves them on the coordinator, with RE2/J's syntax)."""
+        excluded, and with an authorizer only the topics the member that last heartbeated
+        with the regex may DESCRIBE (Kafka 4.0 resolves them on the coordinator, with RE2/J's
+        syntax and the resolving member's rights). Until such a member heartbeats again after
+        a load, a regex keeps what it resolved to."""
         regexes = group.regexes()
+        group.regex_filters = {rx: f for rx, f in group.regex_filters.items() if rx in regexes}
         if not regexes:
             group.resolved.clear()
             return
         names = [n for n in self.gc.broker.topics.names() if n not in INTERNAL_TOPICS]
-        group.resolved = {rx: frozenset(n for n in names if compile_regex(rx).fullmatch(n)) for rx in regexes}
+        authorizer = authorizer_enabled(self.gc.broker)
+        resolved = {}
+        for rx in regexes:
+            allow = group.regex_filters.get(rx)
+            if allow is None and authorizer:
+                resolved[rx] = group.resolved.get(rx, frozenset())
+                continue
+            program = compile_regex(rx)
+            resolved[rx] = frozenset(n for n in names if program.fullmatch(n) and (allow is None or allow(n)))
+        group.resolved = resolved
 
     def _subscription_meta(self, group: ConsumerGroup) -> dict[str, tuple[bytes, int]]:
         self._resolve_regexes(group)

@@ -82,6 +82,7 @@ class ConsumerGroup:
     owners: dict[tuple[bytes, int], str] = field(default_factory=dict)  # partition -> member holding it
     subscription_meta: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # topic -> (id, partitions)
     resolved: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> the topics it matches now
+    regex_filters: dict[str, Any] = field(default_factory=dict)  # regex -> topic DESCRIBE check (authorizer)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     state_timestamp: int = -1
     assignor_name: str = ""
