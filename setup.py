@@ -22,6 +22,7 @@ INSTALL_REQUIRES = [
     "cramjam",
     "kazoo",
     "prometheus_client",  # the broker's /metrics endpoint (kafkafast/metrics), multiprocess mode
+    "google-re2",  # ConsumerGroupHeartbeat's SubscribedTopicRegex: RE2 syntax as Kafka's RE2/J, linear-time
 ]
 
 EXTRAS_REQUIRE = {

@@ -31,17 +31,27 @@ subscription), ConsumerGroupTargetAssignmentMember / -Metadata (the target assig
 its epoch), ConsumerGroupCurrentMemberAssignment (a member's epochs, state and partitions),
 tombstones when a member goes (`groups/offsets_records.py`). Loading the partition rebuilds
 the group (`restore`) with its members, epochs and assignments and restarts their session
-timers: members go on heartbeating after a restart or a coordinator move; the first
-heartbeat bumps the group epoch once, because the subscribed topics' metadata
-(ConsumerGroupPartitionMetadata) is not stored but read again.
+timers: members go on heartbeating after a restart or a coordinator move. The subscribed
+topics' ids and partition counts (ConsumerGroupPartitionMetadata, written when they change)
+come back too, so a load bumps the group epoch only if the topics changed meanwhile.
+Regex subscriptions (v1 SubscribedTopicRegex) are compiled with RE2 (`google-re2`, the
+syntax of Kafka's RE2/J, linear-time matching), matched against whole topic names with
+internal topics left out, and resolved again on every heartbeat and member removal, so a
+topic created or deleted changes the subscription metadata and bumps the group epoch;
+a member's topics are its names and its regex's matches together. Kafka 4.0 resolves
+regexes in the background and stores the result (ConsumerGroupRegularExpression); here
+they are resolved inline and only the regex itself is stored with the member.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+import re2
 
 from kafkafast import clock
 from kafkafast.broker.groups import assignors
@@ -58,11 +68,14 @@ from kafkafast.broker.groups.consumer_group import (
 )
 from kafkafast.broker.groups.group import Group, GroupState
 from kafkafast.broker.groups.offsets_records import consumer_key, consumer_value
+from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
+from kafkafast.security.context import authorizer_enabled
 from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
     ConsumerGroupMemberMetadataValue as MemberValue,
     ConsumerGroupMetadataValue as GroupValue,
+    ConsumerGroupPartitionMetadataValue as PartitionMetaValue,
     ConsumerGroupTargetAssignmentMemberValue as TargetValue,
     ConsumerGroupTargetAssignmentMetadataValue as TargetEpochValue,
 )
@@ -103,10 +116,13 @@ class HeartbeatRequest:
     rack_id: str | None
     rebalance_timeout_ms: int
     subscribed_topic_names: list[str] | None
+    subscribed_topic_regex: str | None  # v1; "" clears it, None: unchanged
     server_assignor: str | None
     owned: Assignment | None  # the TopicPartitions field; None when not sent
     client_id: str
     client_host: str
+    # Whether the heartbeating client may DESCRIBE a topic (None: no authorizer): what its regex matches is filtered so.
+    topic_allowed: Callable[[str], bool] | None = None
 
 
 def _validate(req: HeartbeatRequest) -> None:
@@ -128,8 +144,8 @@ def _validate(req: HeartbeatRequest) -> None:
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if req.owned is None or req.owned:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not req.subscribed_topic_names:
-            raise invalid("SubscribedTopicNames must be set in first request.")
+        if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+            raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if not req.member_id:
             raise invalid("MemberId can't be empty.")
@@ -165,6 +181,8 @@ class ConsumerProtocol:
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
             _validate(req)
+            if req.subscribed_topic_regex:
+                compile_regex(req.subscribed_topic_regex)
             if req.server_assignor is not None and req.server_assignor not in self.assignors:
                 raise HeartbeatError(EC.UNSUPPORTED_ASSIGNOR,
                                      f"ServerAssignor {req.server_assignor} is not supported. "
@@ -219,7 +237,8 @@ class ConsumerProtocol:
                 raise HeartbeatError(EC.FENCED_INSTANCE_ID)
             self._check_epoch(member, req.member_epoch, req.owned)
         before = _current(member) if req.member_epoch != 0 else None
-        metadata = (member.rebalance_timeout_ms, member.rack_id, list(member.subscribed_topics), member.server_assignor)
+        metadata = (member.rebalance_timeout_ms, member.rack_id, list(member.subscribed_topics), member.server_assignor,
+                    member.subscribed_regex)
         if req.rebalance_timeout_ms != -1:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None:
@@ -227,15 +246,22 @@ class ConsumerProtocol:
         if req.subscribed_topic_names is not None and sorted(req.subscribed_topic_names) != sorted(member.subscribed_topics):
             member.subscribed_topics = list(req.subscribed_topic_names)
             bump = True
+        if req.subscribed_topic_regex is not None and (req.subscribed_topic_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = req.subscribed_topic_regex or None
+            bump = True
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
             bump = True
+        if member.subscribed_regex and req.topic_allowed is not None:
+            group.regex_filters[member.subscribed_regex] = req.topic_allowed  # the latest member's rights
         if req.member_epoch != 0 and metadata != (member.rebalance_timeout_ms, member.rack_id,
-                                                  list(member.subscribed_topics), member.server_assignor):
+                                                  list(member.subscribed_topics), member.server_assignor,
+                                                  member.subscribed_regex):
             self._rec_member(group, member)
         meta = self._subscription_meta(group)
         if meta != group.subscription_meta:
             group.subscription_meta = meta
+            self._rec_partition_meta(group)
             bump = True
         if bump:
             group.group_epoch += 1
@@ -286,7 +312,7 @@ class ConsumerProtocol:
         member_id = req.member_id or str(uuid.uuid4())
         member = ConsumerMember(member_id, req.instance_id, req.rack_id, req.client_id, req.client_host,
                                 list(req.subscribed_topic_names or []), req.server_assignor,
-                                req.rebalance_timeout_ms)
+                                req.rebalance_timeout_ms, req.subscribed_topic_regex or None)
         group.members[member_id] = member
         if req.instance_id is not None:
             group.static_members[req.instance_id] = member_id
@@ -336,7 +362,31 @@ class ConsumerProtocol:
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, 0, None)
 
     # -- group epoch and target assignment ----------------------------------------------------
+    def _resolve_regexes(self, group: ConsumerGroup) -> None:
+        """What each regex of the group matches now: whole topic names, internal topics
+        excluded, and with an authorizer only the topics the member that last heartbeated
+        with the regex may DESCRIBE (Kafka 4.0 resolves them on the coordinator, with RE2/J's
+        syntax and the resolving member's rights). Until such a member heartbeats again after
+        a load, a regex keeps what it resolved to."""
+        regexes = group.regexes()
+        group.regex_filters = {rx: f for rx, f in group.regex_filters.items() if rx in regexes}
+        if not regexes:
+            group.resolved.clear()
+            return
+        names = [n for n in self.gc.broker.topics.names() if n not in INTERNAL_TOPICS]
+        authorizer = authorizer_enabled(self.gc.broker)
+        resolved = {}
+        for rx in regexes:
+            allow = group.regex_filters.get(rx)
+            if allow is None and authorizer:
+                resolved[rx] = group.resolved.get(rx, frozenset())
+                continue
+            program = compile_regex(rx)
+            resolved[rx] = frozenset(n for n in names if program.fullmatch(n) and (allow is None or allow(n)))
+        group.resolved = resolved
+
     def _subscription_meta(self, group: ConsumerGroup) -> dict[str, tuple[bytes, int]]:
+        self._resolve_regexes(group)
         out = {}
         topics = self.gc.broker.topics
         for name in group.subscribed_topics():
@@ -355,7 +405,7 @@ class ConsumerProtocol:
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         group.assignor_name = self._assignor_of(group)
-        subs = {mid: m.subscribed_topics for mid, m in group.members.items()}
+        subs = {mid: sorted(group.member_topics(m)) for mid, m in group.members.items()}
         group.target = assignors.assign(group.assignor_name, subs, group.subscription_meta, group.target)
         group.assignment_epoch = group.group_epoch
         for mid, target in group.target.items():
@@ -369,10 +419,15 @@ class ConsumerProtocol:
     def _rec_group(self, group: ConsumerGroup) -> None:
         self._records.append((consumer_key("group", group.group_id), consumer_value(GroupValue(epoch=group.group_epoch))))
 
+    def _rec_partition_meta(self, group: ConsumerGroup) -> None:
+        self._records.append((consumer_key("partition_metadata", group.group_id), consumer_value(PartitionMetaValue(
+            topics=[PartitionMetaValue.TopicMetadata(topic_id=tid, topic_name=name, num_partitions=n)
+                    for name, (tid, n) in sorted(group.subscription_meta.items())]))))
+
     def _rec_member(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         self._records.append((consumer_key("member", group.group_id, m.member_id), consumer_value(MemberValue(
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
-            subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=None,
+            subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=m.subscribed_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))))
 
     def _rec_current(self, group: ConsumerGroup, m: ConsumerMember) -> None:
@@ -393,16 +448,19 @@ class ConsumerProtocol:
     def restore(self, group_id: str, epoch: int, records: dict[tuple[str, str | None], Any],
                 offsets: dict) -> ConsumerGroup:
         """A consumer group as its records in `__consumer_offsets` left it (loading a partition).
-        Its subscription metadata is left empty, so the first heartbeat bumps the group epoch
-        and recomputes the target (topics may have changed while it was not loaded)."""
+        Its subscription metadata is the stored one: the first heartbeat bumps the group epoch
+        and recomputes the target only when the subscribed topics changed meanwhile."""
         target_epoch = records.get(("target_epoch", None))
         group = ConsumerGroup(group_id, group_epoch=epoch, state_timestamp=clock.now_ms(), offsets=offsets,
                               assignment_epoch=target_epoch.assignment_epoch if target_epoch is not None else 0)
+        stored_meta = records.get(("partition_metadata", None))
+        if stored_meta is not None:
+            group.subscription_meta = {t.topic_name: (bytes(t.topic_id), t.num_partitions) for t in stored_meta.topics}
         for (kind, mid), v in records.items():
             if kind == "member" and v is not None and mid:
                 group.members[mid] = ConsumerMember(
                     mid, v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
-                    v.server_assignor, v.rebalance_timeout_ms)
+                    v.server_assignor, v.rebalance_timeout_ms, v.subscribed_topic_regex or None)
                 if v.instance_id is not None:
                     group.static_members[v.instance_id] = mid
         for (kind, mid), v in records.items():
@@ -430,7 +488,10 @@ class ConsumerProtocol:
         group.remove_member(member.member_id)
         group.group_epoch += 1
         self._rec_group(group)
-        group.subscription_meta = self._subscription_meta(group)
+        meta = self._subscription_meta(group)
+        if meta != group.subscription_meta:
+            group.subscription_meta = meta
+            self._rec_partition_meta(group)
         if group.members:
             self._compute_target(group)
             # Members waiting for partitions the removed one held get them on their next heartbeat.
@@ -529,6 +590,21 @@ class ConsumerProtocol:
 
 
 NONE = 0
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = 1 << 20  # per program: plenty for a topic pattern; a bigger one does not compile
+
+
+@functools.lru_cache(maxsize=128)
+def compile_regex(pattern: str) -> Any:
+    """The RE2 program of a SubscribedTopicRegex (linear-time matching: a hostile pattern
+    cannot hold the event loop); HeartbeatError INVALID_REGULAR_EXPRESSION when it is not one."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise HeartbeatError(EC.INVALID_REGULAR_EXPRESSION,
+                             f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {detail}.") from None
 
 
 def _current(m: ConsumerMember) -> tuple:

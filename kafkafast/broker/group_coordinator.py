@@ -782,7 +782,7 @@ class GroupCoordinator:
         assignment in the consumer protocol's formats."""
         named = self.consumer.named
         members = [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host,
-                                 subscription_bytes(sorted(m.subscribed_topics)),
+                                 subscription_bytes(sorted(group.member_topics(m))),
                                  assignment_bytes(named(m.assigned)))
                    for m in group.members.values()]
         return GroupSummary(NONE, group.group_id, group.state_name, "consumer",
@@ -935,6 +935,17 @@ class GroupCoordinator:
             return EC.UNKNOWN_SERVER_ERROR
         return NONE
 
+    async def wait_replicated(self, group_id: str) -> int:
+        """Cluster mode: 0 once everything written to the group's partition is in every ISR
+        member (offsets.commit.timeout.ms), else COORDINATOR_NOT_AVAILABLE, as Kafka answers
+        a group write that did not complete; so a new coordinator after a failover knows
+        whatever this one answered. Single node: 0 at once."""
+        part = self._offsets_partition(self.partition_for(group_id))
+        if part is None or not getattr(part, "is_leader", False):
+            return NONE
+        timeout_s = self.broker.config.get_int("offsets.commit.timeout.ms") / 1000.0
+        return EC.COORDINATOR_NOT_AVAILABLE if await part.wait_for_hw(part.log_end_offset, timeout_s) else NONE
+
     def store_consumer_group(self, group: ConsumerGroup, replaces_classic: bool = False) -> int:
         """Writes the consumer group's epoch (ConsumerGroupMetadata), and a tombstone for the
         classic group it replaces."""
@@ -1065,9 +1076,10 @@ COMMIT_MARKER = 1
 
 def _group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
     """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
-    ConsumerGroupMetadata and TargetAssignmentMetadata."""
+    ConsumerGroupMetadata, PartitionMetadata and TargetAssignmentMetadata."""
     if isinstance(group, ConsumerGroup):
-        return [(consumer_key("target_epoch", group.group_id), None), (consumer_group_key(group.group_id), None)]
+        return [(consumer_key("target_epoch", group.group_id), None),
+                (consumer_key("partition_metadata", group.group_id), None), (consumer_group_key(group.group_id), None)]
     return [(group_key(group.group_id), None)]
 
 

@@ -16,7 +16,7 @@ import re
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from kafkafast.protocol.errors import InvalidTopicError, KafkaStorageError
 from kafkafast.storage.checkpoint import write_file_atomically
@@ -114,6 +114,9 @@ class TopicStore:
 
     def get(self, name: str) -> TopicMeta | None:
         return self.topics.get(name)
+
+    def names(self) -> Iterable[str]:
+        return self.topics.keys()
 
     @staticmethod
     def new_topic_id() -> bytes:

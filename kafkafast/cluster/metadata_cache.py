@@ -124,6 +124,9 @@ class ClusterTopics:
     def get(self, name: str) -> TopicMeta | None:
         return self._meta(name)
 
+    def names(self) -> set[str]:
+        return {n for n, parts in self.cache.partitions.items() if parts} | set(self.extra)
+
     @property
     def topics(self) -> dict[str, TopicMeta]:
         out = {}

@@ -132,6 +132,7 @@ _TABLE: tuple[tuple[int, str, bool], ...] = (
     (117, "UNKNOWN_SUBSCRIPTION_ID", False),
     (118, "TELEMETRY_TOO_LARGE", False),
     (119, "INVALID_REGISTRATION", False),
+    (128, "INVALID_REGULAR_EXPRESSION", False),
 )
 
 ErrorCode = IntEnum("ErrorCode", [(name, code) for code, name, _ in _TABLE])  # type: ignore[misc]

@@ -15,6 +15,7 @@ from kafkafast.protocol.errors import ErrorCode as EC
 from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
 
+HB = ConsumerGroupHeartbeatRequest
 SETTINGS = {"group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
             "group.consumer.session.timeout.ms": "6000", "group.consumer.min.session.timeout.ms": "6000"}
 
@@ -81,5 +82,51 @@ def test_consumer_protocol_group_follows_its_coordinator(kip848_cluster):
         assert new
         for c in members:
             c.close()
+    finally:
+        victim.start(timeout=60)
+
+
+def test_assignments_answered_survive_a_coordinator_failover(kip848_cluster):
+    """Every heartbeat answer waits for the ISR: right after member b is handed its partitions
+    the coordinator dies, and the new one knows b's epoch and partitions (no fencing)."""
+    cluster = kip848_cluster
+    cluster.create_topic("k848fo", 4, 3, {"min.insync.replicas": "2"})
+    group = "k848-failover"
+    coordinator = cluster.wait_for(lambda: max(group_coordinator(cluster, group), 0), 20, "the coordinator")
+
+    def hb(rc, member, epoch, held, **kw):
+        tps = None if held is None else [HB.TopicPartitions(topic_id=t, partitions=sorted(p)) for t, p in held.items()]
+        r = rc.request(HB(group_id=group, member_id=member, member_epoch=epoch, topic_partitions=tps, **kw), 1)
+        got = None if r.assignment is None else {bytes(t.topic_id): set(t.partitions) for t in r.assignment.topic_partitions}
+        return r, got
+
+    join = {"rebalance_timeout_ms": 10000, "subscribed_topic_names": ["k848fo"]}
+    with RawClient(cluster.brokers[coordinator].port) as rc:
+        ra, held_a = hb(rc, "a", 0, {}, **join)
+        assert ra.error_code == 0 and sum(len(p) for p in held_a.values()) == 4
+        rb, held_b = hb(rc, "b", 0, {}, **join)
+        assert rb.error_code == 0
+        r, keep = hb(rc, "a", ra.member_epoch, held_a)  # a revokes two ...
+        r, _ = hb(rc, "a", r.member_epoch, keep)  # ... acknowledges, moves on
+        held_a, epoch_a = keep, r.member_epoch
+        r, held_b = hb(rc, "b", rb.member_epoch, held_b or {})  # b gets the two freed partitions
+        assert r.error_code == 0 and sum(len(p) for p in held_b.values()) == 2
+        epoch_b = r.member_epoch
+    victim = cluster.brokers[coordinator]
+    victim.kill()  # at once: only what the ISR holds survives
+    try:
+        new = cluster.wait_for(lambda: group_coordinator(cluster, group) not in (-1, coordinator) and
+                               group_coordinator(cluster, group), 30, "a new coordinator")
+        deadline = time.monotonic() + 30
+        with RawClient(cluster.brokers[new].port) as rc:
+            while True:
+                r, got = hb(rc, "b", epoch_b, held_b)
+                if r.error_code not in (EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR,
+                                        EC.COORDINATOR_NOT_AVAILABLE) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            assert r.error_code == 0 and r.member_epoch >= epoch_b and got in (None, held_b)
+            r, got = hb(rc, "a", epoch_a, held_a)
+            assert r.error_code == 0 and got in (None, held_a)
     finally:
         victim.start(timeout=60)

@@ -283,7 +283,7 @@ def test_heartbeat_errors(cbroker, version):
             invalid.append(HB(group_id="ge", member_id="", member_epoch=0, rebalance_timeout_ms=1000,
                               subscribed_topic_names=["errs"], topic_partitions=[]))  # v1: the client makes the id
             invalid.append(HB(group_id="ge", member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
-                              subscribed_topic_regex="err.*", topic_partitions=[]))
+                              subscribed_topic_names=[], subscribed_topic_regex="", topic_partitions=[]))  # neither
         for req in invalid:
             resp = c.request(req, version)
             assert resp.error_code == EC.INVALID_REQUEST and resp.error_message, req
@@ -445,6 +445,7 @@ def test_group_state_survives_a_restart(cbroker):
         # The member goes on with its epoch and partitions; its commits are there.
         again = beat(c, "grs", a.member_id, 2, held_a)
         assert again.error_code == 0 and owned(again) in (None, held_a)
+        assert again.member_epoch == 2  # the stored topic metadata: loading did not bump the epoch
         f = c.request(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
             group_id="grs", member_id=a.member_id, member_epoch=again.member_epoch, topics=None)]), 9)
         assert [(p.partition_index, p.committed_offset) for t in f.groups[0].topics for p in t.partitions] == [(1, 7)]

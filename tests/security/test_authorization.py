@@ -345,6 +345,32 @@ def test_offset_fetch_needs_group_and_topic_describe(env):
             ("alice-private", 29, -1), ("shared", 0, -1)]
 
 
+def test_consumer_group_regex_matches_only_describable_topics(env):
+    """ConsumerGroupHeartbeat as Kafka 4.0 authorizes it: DESCRIBE on every subscribed topic
+    name, and a regex resolved only to the topics the member may describe."""
+    from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as HB
+    from kafkafast.protocol._generated.metadata import MetadataRequest as MR
+
+    _, port = env
+    grant(port, acl("GROUP", "bob-rx", "User:bob", "READ"), acl("TOPIC", "shared", "User:bob", "DESCRIBE"))
+    with login(port, "admin") as c:
+        ids = {t.name: bytes(t.topic_id) for t in c.request(MR(topics=None), 12).topics}
+    with login(port, "bob") as c:
+        denied_names = c.request(HB(group_id="bob-rx", member_id="b1", member_epoch=0, rebalance_timeout_ms=5000,
+                                    subscribed_topic_names=["shared", "alice-private"], topic_partitions=[]), 1)
+        assert denied_names.error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+        r = c.request(HB(group_id="bob-rx", member_id="b2", member_epoch=0, rebalance_timeout_ms=5000,
+                         subscribed_topic_names=[], subscribed_topic_regex=".*", topic_partitions=[]), 1)
+        assert r.error_code == 0
+        # orders, alice-private and shared all match; bob may describe only shared.
+        assert {bytes(t.topic_id): list(t.partitions) for t in r.assignment.topic_partitions} == {ids["shared"]: [0]}
+    with login(port, "admin") as c:  # the admin's own member of the group sees everything it matches
+        r = c.request(HB(group_id="bob-rx", member_id="a1", member_epoch=0, rebalance_timeout_ms=5000,
+                         subscribed_topic_names=[], subscribed_topic_regex="orders|alice-.*", topic_partitions=[]), 1)
+        assert r.error_code == 0 and {bytes(t.topic_id) for t in r.assignment.topic_partitions} == \
+            {ids["orders"], ids["alice-private"]}
+
+
 def test_every_other_checked_api_answers_its_authorization_error(env):
     """eve holds no ACL at all: each API answers Kafka's error for it (and the connection
     stays usable)."""

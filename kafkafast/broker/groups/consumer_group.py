@@ -56,6 +56,7 @@ class ConsumerMember:
     subscribed_topics: list[str]
     server_assignor: str | None
     rebalance_timeout_ms: int
+    subscribed_regex: str | None = None  # SubscribedTopicRegex (v1): topics whose whole name matches
     member_epoch: int = 0
     previous_member_epoch: int = -1
     state: str = STABLE
@@ -80,6 +81,8 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)  # member id -> target assignment
     owners: dict[tuple[bytes, int], str] = field(default_factory=dict)  # partition -> member holding it
     subscription_meta: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # topic -> (id, partitions)
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)  # regex -> the topics it matches now
+    regex_filters: dict[str, Any] = field(default_factory=dict)  # regex -> topic DESCRIBE check (authorizer)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     state_timestamp: int = -1
     assignor_name: str = ""
@@ -115,8 +118,18 @@ class ConsumerGroup:
             self.dead = True
         self.state_timestamp = now_ms
 
+    def member_topics(self, member: ConsumerMember) -> set[str]:
+        """What the member subscribes to: its topic names and what its regex matches (the union)."""
+        topics = set(member.subscribed_topics)
+        if member.subscribed_regex:
+            topics |= self.resolved.get(member.subscribed_regex, frozenset())
+        return topics
+
+    def regexes(self) -> set[str]:
+        return {m.subscribed_regex for m in self.members.values() if m.subscribed_regex}
+
     def subscribed_topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topics}
+        return {t for m in self.members.values() for t in self.member_topics(m)}
 
     # -- ownership ------------------------------------------------------------------------
     def set_member_assignment(self, member: ConsumerMember, assigned: Assignment, pending: Assignment) -> None:

@@ -14,8 +14,9 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
                        (0 stable, 1 unrevoked partitions, 2 unreleased partitions) and
                        assigned / pending-revocation partitions (epoch -2: a static member
                        that left for now)
-    key version 4      ConsumerGroupPartitionMetadata: not written (the subscribed topics'
-                       metadata is read from the topics when the group is loaded)
+    key version 4      ConsumerGroupPartitionMetadata: the subscribed topics' ids, names and
+                       partition counts the target assignment was computed from (no racks),
+                       so loading the group does not bump its epoch unless they changed
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -36,6 +37,8 @@ from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -57,6 +60,7 @@ CONSUMER_GROUP_VALUE_VERSION = 0
 # consumer-group record kinds: key version -> (name, key class, value class)
 CONSUMER_RECORDS = {
     3: ("group", ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    4: ("partition_metadata", ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue),
     5: ("member", ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
     6: ("target_epoch", ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
     7: ("target", ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
@@ -138,7 +142,7 @@ class GroupRecord:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupRecord:
-    kind: str  # "group", "member", "target_epoch", "target", "current"
+    kind: str  # "group", "partition_metadata", "member", "target_epoch", "target", "current"
     group: str
     member_id: str | None
     value: object | None  # the decoded value struct; None: tombstone

@@ -44,6 +44,7 @@ async def handle(broker, ctx, req: ConsumerGroupDescribeRequest, version: int) -
             members=[R.Member(
                 member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
                 client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topics),
+                subscribed_topic_regex=m.subscribed_regex,
                 assignment=_assignment(consumer, m.assigned),
                 target_assignment=_assignment(consumer, group.target.get(m.member_id, {})),
                 member_type=CONSUMER_MEMBER)

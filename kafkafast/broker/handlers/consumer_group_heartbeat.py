@@ -2,11 +2,16 @@
 
 A member joins (epoch 0), heartbeats with its epoch and the partitions it owns, and gets
 its member id, epoch, heartbeat interval and (when it changed, or on a full request) the
-partitions it may use now; it leaves with epoch -1 (a static member for now with -2).
-READ on the group is required (GROUP_AUTHORIZATION_FAILED). v1 (Kafka 4.0): the member makes
+partitions it may use now; it leaves with epoch -1 (a static member for now with -2). In
+cluster mode the answer waits until what the heartbeat wrote to `__consumer_offsets` is in
+every ISR member (else COORDINATOR_NOT_AVAILABLE), as OffsetCommit's does.
+READ on the group is required (GROUP_AUTHORIZATION_FAILED), DESCRIBE on every subscribed
+topic name (TOPIC_AUTHORIZATION_FAILED); a regex matches only topics the member may
+DESCRIBE. v1 (Kafka 4.0): the member makes
 up its own member id (KIP-1082; an empty one is INVALID_REQUEST) and may subscribe by
-regular expression, which this broker does not evaluate: a regex answers INVALID_REQUEST
-(subscribe by topic names). The group logic is in `kafkafast/broker/consumer_coordinator.py`.
+regular expression (SubscribedTopicRegex, RE2 syntax, matched against whole topic names;
+INVALID_REGULAR_EXPRESSION when it does not compile). The group logic is in
+`kafkafast/broker/consumer_coordinator.py`.
 """
 from kafkafast.broker.consumer_coordinator import HeartbeatRequest, owned_from_request
 from kafkafast.broker.handlers.join_group import client_host
@@ -17,7 +22,7 @@ from kafkafast.protocol._generated.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponse,
 )
 from kafkafast.security import acl
-from kafkafast.security.context import denied
+from kafkafast.security.context import authorizer_enabled, denied
 
 R = ConsumerGroupHeartbeatResponse
 
@@ -28,13 +33,17 @@ async def handle(broker, ctx, req: ConsumerGroupHeartbeatRequest, version: int) 
         return R(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if version >= 1 and not req.member_id:
         return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST, error_message="MemberId can't be empty.")
-    if version >= 1 and req.subscribed_topic_regex:
-        return R(throttle_time_ms=0, error_code=E.ErrorCode.INVALID_REQUEST,
-                 error_message="SubscribedTopicRegex is not supported by this broker; subscribe by topic names.")
+    names = req.subscribed_topic_names or []
+    if any(denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t) for t in names):  # as Kafka 4.0 (KAFKA-18813)
+        return R(throttle_time_ms=0, error_code=E.ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    allowed = (lambda t: not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, t)) if authorizer_enabled(broker) else None
     res = broker.group_coordinator.consumer.heartbeat(HeartbeatRequest(
         req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id, req.rebalance_timeout_ms,
-        req.subscribed_topic_names, req.server_assignor, owned_from_request(req.topic_partitions),
-        ctx.client_id or "", client_host(ctx)))
+        req.subscribed_topic_names, req.subscribed_topic_regex if version >= 1 else None, req.server_assignor, owned_from_request(req.topic_partitions),
+        ctx.client_id or "", client_host(ctx), allowed))
+    if not res.error and getattr(broker, "cluster", None) is not None:
+        # Answer only what the ISR holds: a new coordinator after a failover knows this assignment.
+        res.error = await broker.group_coordinator.wait_replicated(req.group_id)
     if res.error:
         return R(throttle_time_ms=0, error_code=res.error, error_message=res.message)
     assignment = None

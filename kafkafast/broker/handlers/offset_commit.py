@@ -36,11 +36,7 @@ def partition_known(broker, topic: str, index: int) -> bool:
 async def cluster_wait_replicated(broker, group_id: str, errors: dict) -> None:
     """Cluster mode: answer once the commit is in every ISR member of the group's partition
     (offsets.commit.timeout.ms; then COORDINATOR_NOT_AVAILABLE for what was stored, as Kafka)."""
-    part = broker.get_partition("__consumer_offsets", broker.group_coordinator.partition_for(group_id))
-    if part is None or not getattr(part, "is_leader", False):
-        return
-    code = await part.wait_for_hw(part.log_end_offset, broker.config.get_int("offsets.commit.timeout.ms") / 1000.0)
-    if code:
+    if await broker.group_coordinator.wait_replicated(group_id):
         for key, err in errors.items():
             if err == 0:
                 errors[key] = E.ErrorCode.COORDINATOR_NOT_AVAILABLE
