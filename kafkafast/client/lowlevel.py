@@ -23,6 +23,7 @@ from kafkafast.client.cluster import Cluster
 from kafkafast.client.records import ConsumerRecord, decode_fetched
 from kafkafast.protocol import _generated as gen
 from kafkafast.protocol.errors import KafkaError, NetworkError, OffsetOutOfRangeError, for_code
+from kafkafast.records.compression import MAX_DECOMPRESSED_SIZE
 
 EARLIEST = -2
 LATEST = -1
@@ -211,14 +212,16 @@ async def fetch_arrow_with(
     cluster: Cluster, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
     max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    timestamp_unit: str = "ms", max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> AsyncIterator[Any]:
     """`fetch_arrow` on an open `Cluster`."""
     from kafkafast.client import arrow  # pyarrow is needed only here
 
-    columns = arrow.ArrowColumns(include_headers)
+    columns = arrow.ArrowColumns(include_headers, timestamp_unit)
+    scratch = arrow.DecompressBuffer(max_decompressed_bytes)  # kept for the whole read
 
     def decode(buf: Any, offset: int, aborted: Any) -> tuple[bool, int]:
-        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end, aborted=aborted)
+        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end, aborted=aborted, scratch=scratch)
         return arrow.columns_full(columns, max_records), next_offset
     async for _ in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
                                max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):
@@ -251,19 +254,25 @@ async def fetch_range(
 async def fetch_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
-    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> AsyncIterator[Any]:
     """The records with offsets in [start, end) of one partition as `pyarrow.RecordBatch`es
     of at most `max_records` rows, decoded straight from the fetched bytes into Arrow
-    columns (`kafkafast.client.arrow`: schema `RECORD_SCHEMA`, or without `headers` when
-    include_headers is false). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
+    columns (`kafkafast.client.arrow`: schema `record_schema(include_headers,
+    timestamp_unit)`; timestamps in "ms", or "us" as Spark's). Compressed batches are
+    decompressed into one buffer kept for the whole read, never larger than
+    `max_decompressed_bytes` (a batch that decompresses to more fails with
+    DecompressedSizeError). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
     cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
     try:
         cluster.add_topics([topic])
         await cluster.start()
         async for batch in fetch_arrow_with(cluster, topic, partition, start, end, max_records=max_records,
                                             include_headers=include_headers, max_bytes=max_bytes,
-                                            isolation_level=isolation_level, timeout_ms=timeout_ms):
+                                            isolation_level=isolation_level, timeout_ms=timeout_ms,
+                                            timestamp_unit=timestamp_unit,
+                                            max_decompressed_bytes=max_decompressed_bytes):
             yield batch
     finally:
         await cluster.close()
@@ -311,14 +320,16 @@ def fetch_range_sync(
 def read_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
-    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> Iterator[Any]:
     """Generator over the same `pyarrow.RecordBatch`es as `fetch_arrow`, driving a private
     event loop: the records with offsets in [start, end) of one partition, at most
     `max_records` rows per batch."""
     return _drive(fetch_arrow(bootstrap, topic, partition, start, end, max_records=max_records,
                               include_headers=include_headers, max_bytes=max_bytes,
-                              isolation_level=isolation_level, timeout_ms=timeout_ms))
+                              isolation_level=isolation_level, timeout_ms=timeout_ms, timestamp_unit=timestamp_unit,
+                              max_decompressed_bytes=max_decompressed_bytes))
 
 
 __all__ = [
