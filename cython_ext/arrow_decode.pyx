@@ -17,7 +17,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from kafkafast._native.records cimport (
@@ -32,6 +32,10 @@ from kafkafast._native.records cimport (
 from kafkafast._native import records as _codec
 from kafkafast.protocol.errors import CorruptMessageError
 
+# Millisecond timestamps that fit in int64 microseconds (timestamp_unit "us").
+cdef int64_t TS_US_MAX = 9223372036854775
+cdef int64_t TS_US_MIN = -9223372036854775
+
 # Arrow binary and string columns have int32 offsets: a column's data stays below 2 GiB.
 cdef Py_ssize_t MAX_COLUMN_BYTES = 2147483647
 
@@ -39,13 +43,67 @@ cdef Py_ssize_t MAX_COLUMN_BYTES = 2147483647
 globals()["N_BUFFERS"] = N_BUFFERS
 
 
+# Memory of freed OwnedBuffers kept for the next columns (a reader takes columns of about
+# the same size again and again): a block written again is already mapped, where fresh
+# memory from malloc costs a page fault per 4 KiB on its first write. Bounded in blocks
+# and bytes; small blocks go back to malloc at once.
+cdef enum:
+    POOL_BLOCKS = 32
+    POOL_MIN_BLOCK = 16384
+cdef Py_ssize_t POOL_MAX_BYTES = 64 * 1024 * 1024
+cdef uint8_t* pool_data[POOL_BLOCKS]
+cdef Py_ssize_t pool_cap[POOL_BLOCKS]
+cdef int pool_n = 0
+cdef Py_ssize_t pool_bytes = 0
+
+
+cdef uint8_t* pool_take(Py_ssize_t need, Py_ssize_t* cap) noexcept:
+    """The smallest pooled block of at least `need` bytes (its size in cap), or NULL."""
+    global pool_n, pool_bytes
+    cdef int i, best = -1
+    cdef uint8_t* data
+    for i in range(pool_n):
+        if pool_cap[i] >= need and (best < 0 or pool_cap[i] < pool_cap[best]):
+            best = i
+    if best < 0:
+        return NULL
+    data = pool_data[best]
+    cap[0] = pool_cap[best]
+    pool_bytes -= pool_cap[best]
+    pool_n -= 1
+    pool_data[best] = pool_data[pool_n]
+    pool_cap[best] = pool_cap[pool_n]
+    return data
+
+
+cdef void pool_give(uint8_t* data, Py_ssize_t cap) noexcept:
+    """Keeps `data` for pool_take, or frees it when the pool is full or the block small."""
+    global pool_n, pool_bytes
+    if data == NULL:
+        return
+    if cap < POOL_MIN_BLOCK or pool_n >= POOL_BLOCKS or pool_bytes + cap > POOL_MAX_BYTES:
+        PyMem_Free(data)
+        return
+    pool_data[pool_n] = data
+    pool_cap[pool_n] = cap
+    pool_n += 1
+    pool_bytes += cap
+
+
 cdef int buf_reserve(Buf* b, Py_ssize_t extra) except -1:
-    """Room for `extra` more bytes after b.size."""
+    """Room for `extra` more bytes after b.size (a buffer without memory first looks in
+    the pool); capacity doubles."""
     cdef Py_ssize_t need = b.size + extra
     cdef Py_ssize_t cap = b.cap
     cdef uint8_t* data
     if need <= cap:
         return 0
+    if b.data == NULL and need >= POOL_MIN_BLOCK:
+        data = pool_take(need, &cap)
+        if data != NULL:
+            b.data = data
+            b.cap = cap
+            return 0
     if cap < 64:
         cap = 64
     while cap < need:
@@ -120,18 +178,40 @@ cdef inline int32_t _len(bytes b):
 
 
 cdef inline Py_ssize_t varint32(const uint8_t* p, const uint8_t* end, int32_t* out) noexcept nogil:
-    """read_varint32 with its one-byte case inline."""
-    if p < end and p[0] < 0x80:
-        out[0] = <int32_t>(p[0] >> 1) ^ -<int32_t>(p[0] & 1)
-        return 1
+    """read_varint32 with its one- to three-byte cases inline (offset deltas of batches up
+    to a million records); longer ones are read by read_varint32."""
+    cdef uint32_t v
+    if end - p >= 3:
+        v = p[0]
+        if v < 0x80:
+            out[0] = <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
+            return 1
+        v = (v & 0x7F) | (<uint32_t>(p[1] & 0x7F) << 7)
+        if p[1] < 0x80:
+            out[0] = <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
+            return 2
+        if p[2] < 0x80:
+            v |= <uint32_t>p[2] << 14
+            out[0] = <int32_t>(v >> 1) ^ -<int32_t>(v & 1)
+            return 3
     return read_varint32(p, end, out)
 
 
 cdef inline Py_ssize_t uvarint64(const uint8_t* p, const uint8_t* end, uint64_t* out) noexcept nogil:
-    """read_uvarint64 with its one-byte case inline."""
-    if p < end and p[0] < 0x80:
-        out[0] = p[0]
-        return 1
+    """read_uvarint64 with its one- to three-byte cases inline."""
+    cdef uint64_t v
+    if end - p >= 3:
+        v = p[0]
+        if v < 0x80:
+            out[0] = v
+            return 1
+        v = (v & 0x7F) | (<uint64_t>(p[1] & 0x7F) << 7)
+        if p[1] < 0x80:
+            out[0] = v
+            return 2
+        if p[2] < 0x80:
+            out[0] = v | (<uint64_t>p[2] << 14)
+            return 3
     return read_uvarint64(p, end, out)
 
 
@@ -204,7 +284,7 @@ cdef class OwnedBuffer:
         pass
 
     def __dealloc__(self):
-        PyMem_Free(self.data)
+        pool_give(self.data, self.cap)
 
 
 cdef int check_header_keys(const RecordView* r) except -1:
@@ -225,8 +305,12 @@ cdef int check_header_keys(const RecordView* r) except -1:
 cdef class ArrowColumns:
     """The Arrow buffers of the records added since the last take()."""
 
-    def __cinit__(self, bint include_headers=True):
+    def __cinit__(self, bint include_headers=True, str timestamp_unit="ms"):
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError(f"timestamp_unit must be 'ms' or 'us', not {timestamp_unit!r}")
         self.include_headers = include_headers
+        self.timestamp_unit = timestamp_unit
+        self.ts_scale = 1000 if timestamp_unit == "us" else 1
         memset(self.bufs, 0, sizeof(self.bufs))
         memset(self.hint, 0, sizeof(self.hint))
         self._start()
@@ -234,7 +318,7 @@ cdef class ArrowColumns:
     def __dealloc__(self):
         cdef int i
         for i in range(N_BUFFERS):
-            PyMem_Free(self.bufs[i].data)
+            pool_give(self.bufs[i].data, self.bufs[i].cap)
 
     cdef int _start(self) except -1:
         """Empty columns: every buffer allocated (as large as it was at the last take(), so
@@ -305,6 +389,7 @@ cdef class ArrowColumns:
         cdef int status
         cdef int64_t offset
         cdef int32_t ts_type = 1 if log_append_time >= 0 else 0
+        cdef int64_t ts, scale = self.ts_scale
         cdef RecordView r
         cdef Buf* b = self.bufs
         # Room for every record up front, sized by the payload and not by the batch's count
@@ -334,12 +419,17 @@ cdef class ArrowColumns:
                 break
             if offset < start:
                 continue
+            ts = log_append_time if ts_type else first_timestamp + r.timestamp_delta
+            if scale != 1:
+                if ts > TS_US_MAX or ts < TS_US_MIN:
+                    raise OverflowError(f"timestamp {ts} ms of offset {offset} does not fit in int64 microseconds")
+                ts *= scale
             if self.include_headers:
                 if r.header_count:
                     self._add_headers(&r)
                 put_i32(&b[B_HEADERS], <int32_t>self.nh)
             put_i64(&b[B_OFFSET], offset)
-            put_i64(&b[B_TIMESTAMP], log_append_time if ts_type else first_timestamp + r.timestamp_delta)
+            put_i64(&b[B_TIMESTAMP], ts)
             put_i32(&b[B_TS_TYPE], ts_type)
             self.key_nulls += put_binary(&b[B_KEY_OFFSETS], &b[B_KEY_DATA], &b[B_KEY_VALID], self.n, r.key,
                                          r.key_length)
@@ -352,6 +442,10 @@ cdef class ArrowColumns:
     def add_record(self, int64_t offset, int64_t timestamp, int32_t timestamp_type, key, value, headers):
         """Adds one record given as Python objects (legacy v0/v1 entries)."""
         cdef Buf* b = self.bufs
+        if self.ts_scale != 1:
+            if timestamp > TS_US_MAX or timestamp < TS_US_MIN:
+                raise OverflowError(f"timestamp {timestamp} ms of offset {offset} does not fit in int64 microseconds")
+            timestamp *= self.ts_scale
         cdef bytes kb = None if key is None else bytes(key)
         cdef bytes vb = None if value is None else bytes(value)
         cdef bytes hk, hv
@@ -401,6 +495,7 @@ cdef class ArrowColumns:
             out = OwnedBuffer.__new__(OwnedBuffer)
             out.data = self.bufs[i].data
             out.size = self.hint[i] = self.bufs[i].size
+            out.cap = self.bufs[i].cap
             self.bufs[i].data = NULL
             self.bufs[i].size = self.bufs[i].cap = 0
             buffers.append(out)

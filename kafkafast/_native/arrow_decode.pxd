@@ -35,10 +35,13 @@ cdef struct Buf:
 cdef class OwnedBuffer:
     cdef uint8_t* data
     cdef Py_ssize_t size
+    cdef Py_ssize_t cap
 
 
 cdef class ArrowColumns:
     cdef readonly bint include_headers
+    cdef readonly str timestamp_unit   # "ms" or "us" (timestamps multiplied by ts_scale)
+    cdef int64_t ts_scale
     cdef Buf bufs[N_BUFFERS]
     cdef Py_ssize_t hint[N_BUFFERS]   # sizes at the last take()
     cdef Py_ssize_t n               # records

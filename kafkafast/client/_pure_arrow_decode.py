@@ -21,6 +21,8 @@ Buffer = bytes | bytearray | memoryview
 N_BUFFERS = 15
 
 MAX_COLUMN_BYTES = 2**31 - 1
+# Millisecond timestamps that fit in int64 microseconds (timestamp_unit "us").
+TS_US_MAX = (2**63 - 1) // 1000
 
 
 class _Binary:
@@ -52,8 +54,11 @@ class _Binary:
 class ArrowColumns:
     """The Arrow buffers of the records added since the last take()."""
 
-    def __init__(self, include_headers: bool = True) -> None:
+    def __init__(self, include_headers: bool = True, timestamp_unit: str = "ms") -> None:
+        if timestamp_unit not in ("ms", "us"):
+            raise ValueError(f"timestamp_unit must be 'ms' or 'us', not {timestamp_unit!r}")
         self.include_headers = include_headers
+        self.timestamp_unit = timestamp_unit
         self._start()
 
     def _start(self) -> None:
@@ -76,6 +81,10 @@ class ArrowColumns:
     def add_record(self, offset: int, timestamp: int, timestamp_type: int, key: Buffer | None, value: Buffer | None,
                    headers: Iterable[tuple[str | bytes, Buffer | None]]) -> None:
         """Adds one record given as Python objects (legacy v0/v1 entries)."""
+        if self.timestamp_unit == "us":
+            if not -TS_US_MAX <= timestamp <= TS_US_MAX:
+                raise OverflowError(f"timestamp {timestamp} ms of offset {offset} does not fit in int64 microseconds")
+            timestamp *= 1000
         encoded = []
         if self.include_headers:
             for k, v in headers:

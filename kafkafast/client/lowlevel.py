@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any, TypeVar
 
 from kafkafast.client.cluster import Cluster
-from kafkafast.client.records import ConsumerRecord, decode_fetched
+from kafkafast.client.records import ConsumerRecord, decode_fetched, fetched_next_offset
 from kafkafast.protocol import _generated as gen
 from kafkafast.protocol.errors import KafkaError, NetworkError, OffsetOutOfRangeError, for_code
+from kafkafast.records.compression import MAX_DECOMPRESSED_SIZE
 
 EARLIEST = -2
 LATEST = -1
@@ -137,61 +138,91 @@ def fetch_request(
 
 async def _fetch_loop(
     cluster: Cluster, topic: str, partition: int, start: int, end: int, decode: Callable[[Any, int, Any], tuple[T, int]], *,
-    max_bytes: int, max_wait_ms: int, isolation_level: int, timeout_ms: int | None,
+    max_bytes: int, max_wait_ms: int, isolation_level: int, timeout_ms: int | None, prefetch: bool = True,
 ) -> AsyncIterator[T]:
     """Fetches [start, end) of one partition from its leader; each fetched record set goes
     to `decode(record_set, offset, aborted transactions or None)` -> (result, next offset), and each truthy result is
     yielded. Retries, waiting for offsets not written yet and the timeout are shared by
-    every way of decoding."""
+    every way of decoding.
+
+    `prefetch`: as soon as a response is in, the Fetch for the offset after its last
+    complete batch (read from the batch headers alone) is sent, before the record set is
+    decoded and handed on: the broker sends the next record set while this one is decoded
+    and consumed, instead of the two taking turns. A prefetched answer for an offset the
+    decoder did not arrive at (an end bound, an error) is dropped."""
     offset = start
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
     failures = 0
+    pending: tuple[int, Any, Any] | None = None  # (offset, connection, future of the raw answer)
     await cluster.wait_for_topic(topic)
-    while offset < end:
-        try:
-            conn = await cluster.leader_connection((topic, partition))
-            req = fetch_request({topic: [(partition, offset, max_bytes)]}, max_wait_ms=max_wait_ms, min_bytes=1,
-                                max_bytes=max_bytes, isolation_level=isolation_level)
-            resp = await conn.send(req)
-        except NetworkError:
-            failures += 1
-            if failures > _RETRIES:
-                raise
-            await asyncio.sleep(0.1 * failures)
-            await cluster.refresh_metadata()
-            continue
-        if resp.error_code:
-            raise for_code(resp.error_code)("Fetch")
-        pdata = resp.responses[0].partitions[0]
-        if pdata.error_code:
-            err = for_code(pdata.error_code)
-            if err is OffsetOutOfRangeError or not err.retriable:
-                raise err(f"Fetch {topic}-{partition} at {offset} (log start {pdata.log_start_offset}, "
-                          f"high watermark {pdata.high_watermark})")
-            failures += 1
-            if failures > _RETRIES:
-                raise err(f"Fetch {topic}-{partition}")
-            await asyncio.sleep(0.1 * failures)
-            await cluster.refresh_metadata()
-            continue
-        failures = 0
-        aborted = pdata.aborted_transactions if isolation_level else None  # READ_COMMITTED
-        result, next_offset = decode(pdata.records, offset, aborted)
-        if next_offset <= offset and pdata.records and len(pdata.records) >= max_bytes:
-            max_bytes *= 2  # one batch larger than max_bytes (pre-KIP-74 brokers)
-            continue
-        if result:
-            yield result
-        if next_offset > offset:
-            offset = next_offset
-            if timeout_ms is not None:
-                deadline = time.monotonic() + timeout_ms / 1000.0
-        elif pdata.high_watermark <= offset:
-            if deadline is not None and time.monotonic() > deadline:
-                raise OffsetOutOfRangeError(
-                    f"{topic}-{partition}: offset {offset} not reached (high watermark {pdata.high_watermark})")
-        if deadline is not None and time.monotonic() > deadline and offset < end:
-            raise for_code(7)(f"fetch_range {topic}-{partition} [{start}, {end}) stopped at {offset}")
+
+    def send(conn: Any, at: int) -> Any:
+        return conn.send_nowait(fetch_request({topic: [(partition, at, max_bytes)]}, max_wait_ms=max_wait_ms,
+                                              min_bytes=1, max_bytes=max_bytes, isolation_level=isolation_level))
+
+    try:
+        while offset < end:
+            try:
+                if pending is not None and pending[0] == offset and not pending[1].closed:
+                    _, conn, fut = pending
+                else:
+                    _drop(pending)
+                    conn = await cluster.leader_connection((topic, partition))
+                    fut = send(conn, offset)
+                pending = None
+                resp = conn.decode(gen.FetchRequest.API_KEY, conn.version(gen.FetchRequest.API_KEY), await fut)
+            except NetworkError:
+                pending = None
+                failures += 1
+                if failures > _RETRIES:
+                    raise
+                await asyncio.sleep(0.1 * failures)
+                await cluster.refresh_metadata()
+                continue
+            if resp.error_code:
+                raise for_code(resp.error_code)("Fetch")
+            pdata = resp.responses[0].partitions[0]
+            if pdata.error_code:
+                err = for_code(pdata.error_code)
+                if err is OffsetOutOfRangeError or not err.retriable:
+                    raise err(f"Fetch {topic}-{partition} at {offset} (log start {pdata.log_start_offset}, "
+                              f"high watermark {pdata.high_watermark})")
+                failures += 1
+                if failures > _RETRIES:
+                    raise err(f"Fetch {topic}-{partition}")
+                await asyncio.sleep(0.1 * failures)
+                await cluster.refresh_metadata()
+                continue
+            failures = 0
+            if prefetch and pdata.records:
+                ahead = fetched_next_offset(pdata.records, offset)
+                if offset < ahead < end:
+                    pending = (ahead, conn, send(conn, ahead))
+            aborted = pdata.aborted_transactions if isolation_level else None  # READ_COMMITTED
+            result, next_offset = decode(pdata.records, offset, aborted)
+            if next_offset <= offset and pdata.records and len(pdata.records) >= max_bytes:
+                max_bytes *= 2  # one batch larger than max_bytes (pre-KIP-74 brokers)
+                continue
+            if result:
+                yield result
+            if next_offset > offset:
+                offset = next_offset
+                if timeout_ms is not None:
+                    deadline = time.monotonic() + timeout_ms / 1000.0
+            elif pdata.high_watermark <= offset:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise OffsetOutOfRangeError(
+                        f"{topic}-{partition}: offset {offset} not reached (high watermark {pdata.high_watermark})")
+            if deadline is not None and time.monotonic() > deadline and offset < end:
+                raise for_code(7)(f"fetch_range {topic}-{partition} [{start}, {end}) stopped at {offset}")
+    finally:
+        _drop(pending)
+
+
+def _drop(pending: tuple[int, Any, Any] | None) -> None:
+    """Forgets a prefetched Fetch: its answer (or error) is read when it comes and dropped."""
+    if pending is not None:
+        pending[2].add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 async def fetch_range_with(
@@ -211,14 +242,16 @@ async def fetch_arrow_with(
     cluster: Cluster, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
     max_wait_ms: int = 500, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    timestamp_unit: str = "ms", max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> AsyncIterator[Any]:
     """`fetch_arrow` on an open `Cluster`."""
     from kafkafast.client import arrow  # pyarrow is needed only here
 
-    columns = arrow.ArrowColumns(include_headers)
+    columns = arrow.ArrowColumns(include_headers, timestamp_unit)
+    scratch = arrow.DecompressBuffer(max_decompressed_bytes)  # kept for the whole read
 
     def decode(buf: Any, offset: int, aborted: Any) -> tuple[bool, int]:
-        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end, aborted=aborted)
+        next_offset = arrow.decode_fetched_arrow(columns, buf, offset, end, aborted=aborted, scratch=scratch)
         return arrow.columns_full(columns, max_records), next_offset
     async for _ in _fetch_loop(cluster, topic, partition, start, end, decode, max_bytes=max_bytes,
                                max_wait_ms=max_wait_ms, isolation_level=isolation_level, timeout_ms=timeout_ms):
@@ -251,19 +284,25 @@ async def fetch_range(
 async def fetch_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
-    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> AsyncIterator[Any]:
     """The records with offsets in [start, end) of one partition as `pyarrow.RecordBatch`es
     of at most `max_records` rows, decoded straight from the fetched bytes into Arrow
-    columns (`kafkafast.client.arrow`: schema `RECORD_SCHEMA`, or without `headers` when
-    include_headers is false). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
+    columns (`kafkafast.client.arrow`: schema `record_schema(include_headers,
+    timestamp_unit)`; timestamps in "ms", or "us" as Spark's). Compressed batches are
+    decompressed into one buffer kept for the whole read, never larger than
+    `max_decompressed_bytes` (a batch that decompresses to more fails with
+    DecompressedSizeError). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
     cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
     try:
         cluster.add_topics([topic])
         await cluster.start()
         async for batch in fetch_arrow_with(cluster, topic, partition, start, end, max_records=max_records,
                                             include_headers=include_headers, max_bytes=max_bytes,
-                                            isolation_level=isolation_level, timeout_ms=timeout_ms):
+                                            isolation_level=isolation_level, timeout_ms=timeout_ms,
+                                            timestamp_unit=timestamp_unit,
+                                            max_decompressed_bytes=max_decompressed_bytes):
             yield batch
     finally:
         await cluster.close()
@@ -311,14 +350,16 @@ def fetch_range_sync(
 def read_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
-    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
 ) -> Iterator[Any]:
     """Generator over the same `pyarrow.RecordBatch`es as `fetch_arrow`, driving a private
     event loop: the records with offsets in [start, end) of one partition, at most
     `max_records` rows per batch."""
     return _drive(fetch_arrow(bootstrap, topic, partition, start, end, max_records=max_records,
                               include_headers=include_headers, max_bytes=max_bytes,
-                              isolation_level=isolation_level, timeout_ms=timeout_ms))
+                              isolation_level=isolation_level, timeout_ms=timeout_ms, timestamp_unit=timestamp_unit,
+                              max_decompressed_bytes=max_decompressed_bytes))
 
 
 __all__ = [

@@ -251,6 +251,12 @@ class AIOProducer:
     async def commit_transaction(self) -> None:
         await self._txn().end(True)
 
+    async def prepare_transaction(self) -> tuple[int, int]:
+        """Flushes the open transaction and leaves it open (closing the producer does not end
+        it): (producer id, epoch) for `transactions.end_prepared_transaction`, which commits
+        or aborts it from any process; the first phase of a two-phase commit."""
+        return await self._txn().prepare()
+
     async def abort_transaction(self) -> None:
         await self._txn().end(False)
 

@@ -21,7 +21,7 @@ from kafkafast.records.batch import (
     iter_entries,
     read_batch_header,
 )
-from kafkafast.records.compression import decompress
+from kafkafast.records.compression import DecompressBuffer, decompress
 from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import BATCH_HEADER_SIZE, CODEC_NONE, BatchHeader, LegacyHeader, Record
 
@@ -65,6 +65,7 @@ def walk_fetched(
     on_batch: Callable[[BatchHeader, bytes | memoryview], object],
     on_legacy: Callable[[LegacyHeader, list[Record]], object], *,
     skip_batch: Callable[[BatchHeader], bool] | None = None, where: str = "", aborted: list | None = None,
+    scratch: DecompressBuffer | None = None,
 ) -> int:
     """Walks a fetched record set and returns the offset to fetch next (past skipped
     control batches, and past the last complete batch); stops once that reaches `end`.
@@ -80,7 +81,10 @@ def walk_fetched(
     `aborted` (READ_COMMITTED): the fetch response's aborted transactions (producer id,
     first offset); a transactional batch of a producer whose aborted transaction began at
     or before the batch is skipped, until that producer's next control batch (Kafka's
-    consumer algorithm)."""
+    consumer algorithm).
+
+    `scratch`: compressed batches are decompressed into this reusable buffer (the payload
+    handed to `on_batch` is then valid only during the call), else into new bytes."""
     next_offset = start
     if not buf:
         return next_offset
@@ -106,7 +110,8 @@ def walk_fetched(
             if batch_next > start and not header.is_control and not (skip_batch is not None and skip_batch(header)):
                 payload: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE : pos + size]
                 if header.compression != CODEC_NONE:
-                    payload = decompress(header.compression, payload)
+                    payload = (decompress(header.compression, payload) if scratch is None
+                               else scratch.decompress(header.compression, payload))
                 on_batch(header, payload)
         elif magic in (0, 1):
             legacy, records = decode_legacy_entry(mv, pos)

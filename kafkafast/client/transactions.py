@@ -51,24 +51,15 @@ class TransactionManager:
     # -- coordinator requests ----------------------------------------------------------
     async def _call(self, make_request: Any, key: str | None = None, key_type: int = 1) -> Any:
         """Sends to the coordinator of `key` (the transactional id by default), retrying what is
-        retriable; the response (error code 0) or raises."""
-        cluster = self.producer.cluster
-        deadline = time.monotonic() + self.producer.request_timeout_ms / 1000.0
-        backoff = self.producer.retry_backoff_ms / 1000.0
-        while True:
-            node = await cluster.find_coordinator(key or self.transactional_id, key_type)
-            resp = await cluster.send(node, make_request())
-            code = _error_of(resp)
-            if code == 0:
-                return resp
-            err = for_code(code)
-            if code in _FATAL:
-                self.fatal = err(f"transactional id {self.transactional_id!r}: {err.name}")
-                raise self.fatal
-            if code not in _RETRY or time.monotonic() > deadline:
-                raise err(f"transactional id {self.transactional_id!r}: {err.name}")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+        retriable; the response (error code 0) or raises (fatal errors stay the producer's)."""
+        try:
+            return await call_coordinator(self.producer.cluster, make_request, key or self.transactional_id, key_type,
+                                          self.transactional_id, self.producer.request_timeout_ms,
+                                          self.producer.retry_backoff_ms)
+        except KafkaError as exc:
+            if exc.code in _FATAL:
+                self.fatal = exc
+            raise
 
     def _check(self) -> None:
         if self.fatal is not None:
@@ -154,6 +145,27 @@ class TransactionManager:
             topics=[T(name=t, partitions=ps) for t, ps in by_topic.items()]), key=group_id, key_type=0)
 
     # -- ending ------------------------------------------------------------------------
+    async def prepare(self) -> tuple[int, int]:
+        """Flushes the open transaction and leaves it open, every partition added: (producer
+        id, epoch), with which `end_prepared_transaction` (any client, any process) commits
+        or aborts it. Raises when the transaction could not commit (a failed send)."""
+        self._check()
+        if not self.in_transaction:
+            raise KafkaError("no transaction is open")
+        await self.producer.flush()
+        failed = self.producer.take_failures()
+        if self.abortable is not None or failed:
+            raise KafkaError(f"the transaction cannot commit: {self.abortable or failed[0]}")
+        while self._adding is not None and not self._adding.done() or self.wanted - self.added:
+            if self._adding is None or self._adding.done():
+                self._adding = asyncio.get_running_loop().create_task(self._add_wanted())
+            await self._adding
+            self._check()
+            if self.abortable is not None:
+                raise KafkaError(f"the transaction cannot commit: {self.abortable}")
+        acc = self.producer.acc
+        return acc.producer_id, acc.producer_epoch
+
     async def end(self, commit: bool) -> None:
         self._check()
         if not self.in_transaction:
@@ -176,6 +188,41 @@ class TransactionManager:
         self.added.clear()
         self.wanted.clear()
         self.abortable = None
+
+
+async def call_coordinator(cluster: Any, make_request: Any, key: str, key_type: int, transactional_id: str,
+                           timeout_ms: int, backoff_ms: int) -> Any:
+    """Sends `make_request()` to the coordinator of `key` (key_type 1: a transactional id,
+    0: a group), retrying retriable errors with backoff until `timeout_ms`; the response
+    (error code 0), else the typed error."""
+    deadline = time.monotonic() + timeout_ms / 1000.0
+    backoff = backoff_ms / 1000.0
+    while True:
+        node = await cluster.find_coordinator(key, key_type)
+        resp = await cluster.send(node, make_request())
+        code = _error_of(resp)
+        if code == 0:
+            return resp
+        err = for_code(code)
+        if code in _RETRY and time.monotonic() <= deadline:
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            continue
+        raise err(f"transactional id {transactional_id!r}: {err.name}")
+
+
+async def end_prepared_transaction(cluster: Any, transactional_id: str, producer_id: int, producer_epoch: int,
+                                   commit: bool, *, timeout_ms: int = 30000, backoff_ms: int = 100) -> None:
+    """Commits (or aborts) a transaction that a producer flushed and left open
+    (`AIOProducer.prepare_transaction`), from any client: the coordinator knows a
+    transaction by its transactional id, producer id and epoch, not by the connection that
+    began it (two-phase commit over Kafka transactions, as Flink's exactly-once Kafka sink
+    does). PRODUCER_FENCED / INVALID_PRODUCER_EPOCH: the transactional id was taken over by
+    a newer instance, or the coordinator aborted the transaction on its timeout; a commit
+    repeated after a lost answer succeeds again."""
+    await call_coordinator(cluster, lambda: gen.EndTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+        committed=commit), transactional_id, 1, transactional_id, timeout_ms, backoff_ms)
 
 
 def _error_of(resp: Any) -> int:

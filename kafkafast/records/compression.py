@@ -325,6 +325,76 @@ def iter_decompressed(codec: int, data: Buffer, limit: int = MAX_DECOMPRESSED_SI
     raise UnsupportedCompressionTypeError(f"compression codec {codec}")
 
 
+class DecompressBuffer:
+    """One output buffer for decompressing batch after batch (a reader's whole fetch loop):
+    `decompress` writes the records of a compressed batch into it and returns a view of
+    them, valid until the next call. The buffer grows by doubling and is kept, so a reader
+    of similar batches allocates it once; it never grows past `max_size` (a hostile broker
+    cannot make the reader allocate more: DecompressedSizeError). zstd decompresses
+    straight into it; the other codecs' pieces (`iter_decompressed`) are copied in."""
+
+    __slots__ = ("max_size", "_buf")
+
+    def __init__(self, max_size: int = MAX_DECOMPRESSED_SIZE) -> None:
+        self.max_size = max_size
+        self._buf = bytearray()
+
+    @property
+    def capacity(self) -> int:
+        return len(self._buf)
+
+    def _room(self, need: int, keep: int) -> bytearray:
+        """The buffer with room for `need` bytes, its first `keep` bytes kept. A grown buffer
+        is a new bytearray (views of the old one may still be alive; it is never resized)."""
+        buf = self._buf
+        if need <= len(buf):
+            return buf
+        if need > self.max_size:
+            raise DecompressedSizeError(self.max_size)
+        size = max(len(buf) * 2, need, 64 * 1024)
+        grown = bytearray(min(size, self.max_size))
+        grown[:keep] = memoryview(buf)[:keep]
+        self._buf = grown
+        return grown
+
+    def decompress(self, codec: int, data: Buffer) -> memoryview:
+        """The decompressed bytes of `data`, in this buffer."""
+        mv = memoryview(data)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        if codec == CODEC_ZSTD:
+            n = self._zstd_into(mv)
+        else:
+            n = 0
+            for piece in iter_decompressed(codec, mv, self.max_size):
+                end = n + len(piece)
+                self._room(end, n)[n:end] = piece
+                n = end
+        return memoryview(self._buf)[:n]
+
+    def _zstd_into(self, data: memoryview) -> int:
+        _zstd_frames_complete(data)  # as _zstd_chunks: the stream reader stops silently at a truncated frame
+        reader = _zstd_decompressor().stream_reader(data, read_size=_INPUT_SLICE, read_across_frames=True)
+        n = 0
+        try:
+            while True:
+                buf = self._buf
+                if n == len(buf):
+                    if n >= self.max_size:
+                        if reader.read(1):
+                            raise DecompressedSizeError(self.max_size)
+                        return n
+                    buf = self._room(n + 1, n)
+                got = reader.readinto(memoryview(buf)[n:])
+                if not got:
+                    return n
+                n += got
+        except zstandard.ZstdError as exc:
+            raise CorruptMessageError(f"bad zstd data: {exc}") from None
+        finally:
+            reader.close()
+
+
 def decompress(codec: int, data: Buffer, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     """`data` decompressed; at most `max_size` bytes of output, else DecompressedSizeError
     (a CorruptMessageError)."""

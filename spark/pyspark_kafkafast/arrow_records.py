@@ -1,27 +1,56 @@
 """Arrow batches of the kafkafast client -> Arrow batches in the source schema.
 
 The client decodes fetched record batches straight into Arrow columns
-(`kafkafast.client.arrow`); here those columns are placed in Spark's Kafka-source order
-without copying, next to the two constant columns (topic, partition), and the timestamp
-column is converted from milliseconds to Spark's microseconds in one vectorised cast. No
-per-record Python work happens on either side.
+(`kafkafast.client.arrow`), with timestamps already in Spark's microseconds
+(`timestamp_unit="us"`); here those columns are placed in Spark's Kafka-source order
+without copying, next to the two constant columns (topic, partition), which are built once
+per task and sliced (zero-copy) for each batch. No per-record Python work and no cast
+happens on either side.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
 
+class _Constants:
+    """The topic and partition columns of one task, as long as the longest batch so far."""
+
+    __slots__ = ("key", "topic", "partition")
+
+    def __init__(self) -> None:
+        self.key: tuple[str, int] | None = None
+        self.topic = pa.array([], pa.string())
+        self.partition = pa.array([], pa.int32())
+
+    def columns(self, topic: str, partition: int, n: int) -> tuple[pa.Array, pa.Array]:
+        if self.key != (topic, partition) or len(self.topic) < n:
+            self.key = (topic, partition)
+            self.topic = pa.repeat(pa.scalar(topic, pa.string()), n)
+            self.partition = pa.repeat(pa.scalar(partition, pa.int32()), n)
+        if len(self.topic) == n:
+            return self.topic, self.partition
+        return self.topic.slice(0, n), self.partition.slice(0, n)
+
+
+_constants = _Constants()
+
+
 def to_source_batch(topic: str, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """`batch` (kafkafast.client.arrow.RECORD_SCHEMA, headers present when `schema` has
+    """`batch` (kafkafast.client.arrow.record_schema, headers present when `schema` has
     them) as a RecordBatch of the source's Arrow `schema`."""
     n = batch.num_rows
+    topics, partitions = _constants.columns(topic, partition, n)
+    timestamps = batch.column("timestamp")
+    ts_type = schema.field("timestamp").type
+    if timestamps.type != ts_type:  # batches decoded with timestamp_unit="ms"
+        timestamps = timestamps.cast(ts_type)
     columns = [
         batch.column("key"),
         batch.column("value"),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        topics,
+        partitions,
         batch.column("offset"),
-        batch.column("timestamp").cast(schema.field("timestamp").type),
+        timestamps,
         batch.column("timestampType"),
     ]
     if len(schema) == 8:

@@ -88,7 +88,8 @@ class BrokerLookup:
 
 def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_bytes: int, timeout_ms: int,
                max_records: int, include_headers: bool, isolation_level: int = 0) -> Iterator[Any]:
-    """`pyarrow.RecordBatch`es (kafkafast.client.arrow.RECORD_SCHEMA) of the records with
+    """`pyarrow.RecordBatch`es (kafkafast.client.arrow.record_schema, timestamps in
+    microseconds as Spark's TimestampType) of the records with
     offsets in [r.start, r.until), read from the partition leader, at most `max_records`
     rows each.
 
@@ -103,7 +104,7 @@ def read_range(bootstrap: str, r: OffsetRange, *, fail_on_data_loss: bool, max_b
             for batch in lowlevel.read_arrow(bootstrap, r.topic, r.partition, position, r.until,
                                              max_records=max_records, include_headers=include_headers,
                                              max_bytes=max_bytes, timeout_ms=timeout_ms,
-                                             isolation_level=isolation_level):
+                                             isolation_level=isolation_level, timestamp_unit="us"):
                 position = batch.column("offset")[-1].as_py() + 1
                 yield batch
             return

@@ -120,6 +120,11 @@ class SinkOptions:
     linger_ms: int = 5
     batch_size: int = 1024 * 1024
     kafka_params: Mapping[str, str] = field(default_factory=dict)
+    # exactlyOnce=true: each task writes in a Kafka transaction that the driver commits once
+    # every task of the micro-batch succeeded (spark/README.md, "Exactly-once writes").
+    exactly_once: bool = False
+    transactional_id_prefix: str = "kafkafast-spark"
+    transaction_timeout_ms: int = 900000
 
 
 # Kafka consumer settings the source decides itself; Spark rejects them too.
@@ -328,6 +333,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if compression not in ("none", "gzip", "snappy", "lz4", "zstd"):
         raise KafkaFastOptionError(f"kafka.compression.type must be none, gzip, snappy, lz4 or zstd, got {compression!r}")
     topic = opts.get("topic")
+    exactly_once = opts.get("exactlyonce", "false").strip().lower()
+    if exactly_once not in ("true", "false"):
+        raise KafkaFastOptionError(f"exactlyOnce must be true or false, got {exactly_once!r}")
+    exactly_once = exactly_once == "true"
+    if exactly_once and acks not in ("all", "-1"):
+        raise KafkaFastOptionError("exactlyOnce=true needs kafka.acks=all (a transactional producer is idempotent)")
+    if "transactional.id" in kafka_params:
+        raise KafkaFastOptionError("Kafka option 'transactional.id' is not supported: with exactlyOnce=true each task "
+                                   "derives its own from transactionalIdPrefix, the query id and the partition id")
     return SinkOptions(
         bootstrap=_bootstrap(opts),
         topic=topic.strip() if topic and topic.strip() else None,
@@ -336,4 +350,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         linger_ms=int(kafka_params.get("linger.ms", 5)),
         batch_size=int(kafka_params.get("batch.size", 1024 * 1024)),
         kafka_params=kafka_params,
+        exactly_once=exactly_once,
+        transactional_id_prefix=opts.get("transactionalidprefix", "kafkafast-spark").strip() or "kafkafast-spark",
+        transaction_timeout_ms=_positive_int(kafka_params, "transaction.timeout.ms") or 900000,
     )

@@ -126,6 +126,20 @@ def test_sink_options_map_kafka_producer_settings():
         parse_sink_options({**BOOT, "kafka.compression.type": "brotli"})
 
 
+def test_sink_exactly_once_options():
+    assert not parse_sink_options({**BOOT, "topic": "out"}).exactly_once
+    o = parse_sink_options({**BOOT, "topic": "out", "exactlyOnce": "TRUE", "transactionalIdPrefix": "etl",
+                            "kafka.transaction.timeout.ms": "60000"})
+    assert (o.exactly_once, o.transactional_id_prefix, o.transaction_timeout_ms) == (True, "etl", 60000)
+    assert parse_sink_options({**BOOT, "exactlyOnce": "true"}).transaction_timeout_ms == 900000
+    with pytest.raises(KafkaFastOptionError, match="exactlyOnce must be"):
+        parse_sink_options({**BOOT, "exactlyOnce": "yes"})
+    with pytest.raises(KafkaFastOptionError, match="acks=all"):
+        parse_sink_options({**BOOT, "exactlyOnce": "true", "kafka.acks": "1"})
+    with pytest.raises(KafkaFastOptionError, match="transactional.id"):
+        parse_sink_options({**BOOT, "exactlyOnce": "true", "kafka.transactional.id": "x"})
+
+
 # ------------------------------------------------------------------ resolving offsets
 LOOKUP = FakeLookup(earliest={("a", 0): 10, ("a", 1): 0}, latest={("a", 0): 100, ("a", 1): 50},
                     by_ts={(("a", 0), 1000): 40, (("a", 1), 1000): None})

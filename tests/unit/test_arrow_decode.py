@@ -21,7 +21,7 @@ from kafkafast.client import arrow
 from kafkafast.client.records import decode_fetched
 from kafkafast.protocol.errors import CorruptMessageError
 from kafkafast.records import _pure_codec
-from kafkafast.records.compression import compress
+from kafkafast.records.compression import DecompressBuffer, DecompressedSizeError, compress, decompress
 from kafkafast.records.model import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 
 CODECS = [CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD]
@@ -56,9 +56,10 @@ def raw_batch(base_offset: int, records: list[tuple[int, int, bytes | None, byte
 
 
 def decode(twin, buf: bytes, start: int, end: int | None, include_headers: bool = True,
-           max_records: int = 10_000) -> tuple[list[pa.RecordBatch], int]:
-    columns = twin.ArrowColumns(include_headers)
-    next_offset = arrow.decode_fetched_arrow(columns, buf, start, end)
+           max_records: int = 10_000, timestamp_unit: str = "ms",
+           scratch: DecompressBuffer | None = None) -> tuple[list[pa.RecordBatch], int]:
+    columns = twin.ArrowColumns(include_headers, timestamp_unit)
+    next_offset = arrow.decode_fetched_arrow(columns, buf, start, end, scratch=scratch)
     batches = list(arrow.record_batches(columns, max_records))
     for b in batches:
         b.validate(full=True)
@@ -112,8 +113,10 @@ def record_sets(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(buf=record_sets(), cut=st.tuples(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 60))),
-       include_headers=st.booleans(), max_records=st.integers(1, 12))
-def test_twins_make_identical_batches_holding_what_the_record_decoder_finds(buf, cut, include_headers, max_records):
+       include_headers=st.booleans(), max_records=st.integers(1, 12), unit=st.sampled_from(["ms", "us"]),
+       reuse=st.booleans())
+def test_twins_make_identical_batches_holding_what_the_record_decoder_finds(buf, cut, include_headers, max_records,
+                                                                            unit, reuse):
     first = _pure_codec.read_batch_header(buf, 0).base_offset
     start = first + cut[0]
     end = None if cut[1] is None else start + cut[1]
@@ -123,17 +126,16 @@ def test_twins_make_identical_batches_holding_what_the_record_decoder_finds(buf,
         twin = param.values[0]
         if twin is None:
             continue
-        batches, next_offset = decode(twin, buf, start, end, include_headers, max_records)
+        scratch = DecompressBuffer() if reuse else None
+        batches, next_offset = decode(twin, buf, start, end, include_headers, max_records, unit, scratch)
         assert next_offset == want_next
         assert all(0 < b.num_rows <= max_records for b in batches)
-        assert all(b.schema == (arrow.RECORD_SCHEMA if include_headers else arrow.RECORD_SCHEMA_NO_HEADERS)
-                   for b in batches)
+        assert all(b.schema == arrow.record_schema(include_headers, unit) for b in batches)
         got = [as_plain(r) for r in rows(batches)]
         if not include_headers:
             got = [dict(r, headers=w["headers"]) for r, w in zip(got, want)]
         assert got == want
-        results.append(pa.Table.from_batches(batches, arrow.RECORD_SCHEMA if include_headers
-                                             else arrow.RECORD_SCHEMA_NO_HEADERS))
+        results.append(pa.Table.from_batches(batches, arrow.record_schema(include_headers, unit)))
     if len(results) == 2:
         assert results[0].equals(results[1])
 
@@ -219,3 +221,37 @@ def test_columns_start_empty_after_take(twin):
     (second,) = arrow.record_batches(columns)
     assert second.column("offset").to_pylist() == list(range(25, 50))
     assert second.to_pylist() == pa.Table.from_batches(first).slice(25).to_pylist()
+
+
+@pytest.mark.parametrize("twin", twins())
+def test_microsecond_timestamps_and_their_overflow(twin):
+    buf = raw_batch(0, [(0, 0, b"k", b"v", []), (1, 7, b"k", b"v", [])], first_timestamp=1_700_000_000_123)
+    (batch,), _ = decode(twin, buf, 0, None, timestamp_unit="us")
+    assert batch.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000, 1_700_000_000_130_000]
+    too_late = raw_batch(0, [(0, 0, b"k", b"v", [])], first_timestamp=2**62)
+    columns = twin.ArrowColumns(False, "us")
+    with pytest.raises(OverflowError):
+        arrow.decode_fetched_arrow(columns, too_late, 0)
+    with pytest.raises(OverflowError):
+        columns.add_record(0, -2**62, 0, b"k", b"v", [])
+    assert len(columns) == 0
+    with pytest.raises(ValueError):
+        twin.ArrowColumns(False, "ns")
+
+
+@pytest.mark.parametrize("codec", CODECS[1:])
+def test_decompress_buffer_is_reused_and_bounded(codec):
+    payloads = [bytes(range(256)) * 300, b"x" * 50_000, b"y" * 70_000]
+    scratch = DecompressBuffer(max_size=100_000)
+    for data in payloads:
+        assert bytes(scratch.decompress(codec, compress(codec, data))) == data
+    capacity = scratch.capacity
+    assert 76_800 <= capacity <= 100_000
+    view = scratch.decompress(codec, compress(codec, payloads[1]))
+    assert bytes(view) == payloads[1] and scratch.capacity == capacity  # no new allocation
+    with pytest.raises(DecompressedSizeError):  # a bomb stops at the bound
+        scratch.decompress(codec, compress(codec, b"z" * 100_001))
+    assert scratch.capacity <= 100_000
+    assert bytes(DecompressBuffer().decompress(codec, compress(codec, b"a" * 1000))) == decompress(codec, compress(
+        codec, b"a" * 1000))
