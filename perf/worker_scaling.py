@@ -11,8 +11,8 @@ CPU-seconds per GB (user+sys of the supervisor and every worker, from /proc) sho
 hop costs as N grows. Throughput is reported beside it.
 
 Every broker (each worker count, for this tree and for each `--tree`) runs for the whole
-run and the measurements alternate over them, repeat by repeat, so machine noise hits all
-alike; the table gives the median and range of the repeats. `--tree` runs another code
+run and the measurements alternate over them, repeat by repeat (each repeat starting at the
+next broker), so machine noise hits all alike; the table gives the median and range of the repeats. `--tree` runs another code
 tree's broker (its directory first on PYTHONPATH and as working directory; build its
 Cython twins first) beside this one: the before/after comparison in one run.
 """
@@ -81,7 +81,8 @@ def measure(trees: list[Path], workers: list[int], count: int, repeats: int, war
             for b in brokers.values():
                 b.start(timeout=60)
             for rep in range(repeats):
-                for (i, n), b in brokers.items():
+                order = list(brokers.items())
+                for (i, n), b in order[rep % len(order):] + order[:rep % len(order)]:  # each repeat starts elsewhere
                     r = produce_once(b, count, warmup_s)
                     runs[(i, n)].append(r)
                     print(f"repeat {rep + 1}/{repeats} {LABELS[i]} ({b.tree}) workers={n}: {r['MB_per_s']:.0f} MB/s, "
