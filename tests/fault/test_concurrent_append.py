@@ -26,10 +26,12 @@ from pathlib import Path
 
 import psutil
 
+from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.init_producer_id import InitProducerIdRequest
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.protocol.errors import ErrorCode
 from kafkafast.records import decode_batch, encode_batch, scan_valid_prefix
+from kafkafast.records.batch import iter_entries
 from tests.fault.test_worker_failures import latest_worker_pid, worker_pids
 from tests.support.raw_client import RawClient
 
@@ -314,6 +316,65 @@ class KafkaProducerLoad(threading.Thread):
         self.producer = None  # closed before the broker stops
 
 
+class LiveReader(threading.Thread):
+    """Fetches partition 0 from offset 0 on, through any worker, while the appends and the
+    crashes go on: every batch it receives must have a good CRC and start where the last
+    one ended. Once `stop` is set it reads on until a fetch brings nothing new."""
+
+    def __init__(self, port: int, topic: str, stop: threading.Event) -> None:
+        super().__init__(name="reader", daemon=True)
+        self.port, self.topic, self.stop_ = port, topic, stop
+        self.next_offset = 0
+        self.values: collections.Counter = collections.Counter()
+        self.failures: list[str] = []
+        self.errors: collections.Counter = collections.Counter()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.failures.append(repr(exc))
+
+    def _fetch(self, c: RawClient):
+        req = FetchRequest(replica_id=-1, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                           session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
+                               topic=self.topic, partitions=[FetchRequest.FetchPartition(
+                                   partition=0, current_leader_epoch=-1, fetch_offset=self.next_offset,
+                                   log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                           forgotten_topics_data=[], rack_id="")
+        return c.request(req, 11).responses[0].partitions[0]
+
+    def _run(self) -> None:
+        c = None
+        deadline = None
+        while True:
+            if self.stop_.is_set() and deadline is None:
+                deadline = time.monotonic() + 60
+            if deadline is not None and time.monotonic() > deadline:
+                raise AssertionError(f"still reading 60 s after the appends stopped, at offset {self.next_offset}")
+            try:
+                c = c or RawClient(self.port)
+                part = self._fetch(c)
+            except OSError:  # a worker died under this connection
+                c = None
+                time.sleep(0.02)
+                continue
+            if part.error_code != 0:
+                self.errors[part.error_code] += 1
+                time.sleep(0.02)
+                continue
+            data = part.records or b""
+            for pos, _size, magic in iter_entries(data):
+                assert magic == 2, f"magic {magic} at offset {self.next_offset}"
+                header, records = decode_batch(data, pos, check_crc=True)  # a torn batch fails here
+                assert header.base_offset == self.next_offset, (
+                    f"fetched a batch at {header.base_offset}, expected {self.next_offset}")
+                self.values.update(r.value for r in records)
+                self.next_offset = header.next_offset
+            if deadline is not None and not data and self.next_offset >= part.high_watermark:
+                return
+
+
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -436,6 +497,9 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
     raw = [RawAppender(f"raw{i}w{w}", b.port, topic, [conns[w][i]], acked, stop, survive_crashes=True)
            for i in range(CONNS_PER_WORKER) for w in range(WORKERS)]
     kafka = [KafkaProducerLoad(f"ck{i}", b.bootstrap, topic, acked, stop, idempotent=True) for i in range(2)]
+    stop_reading = threading.Event()
+    reader = LiveReader(b.port, topic, stop_reading)
+    reader.start()
     threads = raw + kafka
     for t in threads:
         t.start()
@@ -463,9 +527,11 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
         stop.set()
         for t in threads:
             t.join(90)
-    assert not any(t.is_alive() for t in threads)
+        stop_reading.set()
+        reader.join(90)
+    assert not any(t.is_alive() for t in threads + [reader])
     failures = [f for a in raw for f in a.failures] + [f"{k.name}: {e}" for k in kafka for e in k.errors[:3]]
-    assert not failures, failures
+    assert not failures + reader.failures, failures + reader.failures
     for cs in conns:
         for c in cs:
             c.close()
@@ -474,8 +540,12 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
     log = read_partition(b.data_dir, topic)  # no torn batch anywhere, offsets contiguous
     assert_acknowledged_once(log, acked)
     assert_sequences_unbroken(log)
+    # what the live reader was served through the crashes is exactly what the log holds
+    assert reader.next_offset == log.batches[-1][0].next_offset
+    assert reader.values == log.values
     assert all(a.sent > 0 for a in raw) and all(k.sent > 0 for k in kafka)
     assert all(x["acked_before_kill"] > 0 for x in rounds)
     times = [x["writable_after_s"] for x in rounds]
     record_property("writable_after_kill_s", times)
-    print(f"writable from every surviving worker after: {times} s (target {WRITABLE_TARGET_S}s); rounds: {rounds}")
+    print(f"writable from every surviving worker after: {times} s (target {WRITABLE_TARGET_S}s); rounds: {rounds}; "
+          f"reader's fetch errors: {dict(reader.errors)}")
