@@ -522,7 +522,7 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
             deadline = time.monotonic() + 15  # the replacement is up before the next round
             while time.monotonic() < deadline and not (len(worker_pids(b)) == WORKERS and victim not in worker_pids(b)):
                 time.sleep(0.05)
-            assert len(worker_pids(b)) == WORKERS, f"worker {victim_index} was not replaced"
+            assert len(worker_pids(b)) == WORKERS, f"worker {victim_index} was not replaced:\n{b.log_tail()}"
     finally:
         stop.set()
         for t in threads:
