@@ -42,8 +42,9 @@ def describe_tree(tree: Path) -> dict:
         res = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
         return res.stdout.strip()
 
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
     native = sorted(p.name.split(".")[0] for p in (tree / "kafkafast" / "_native").glob("*.so"))
-    return {"path": str(tree), "commit": git("rev-parse", "--short", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+    return {"path": str(tree), "commit": git("rev-parse", "--short", "HEAD"), "branch": "detached HEAD" if branch == "HEAD" else branch,
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "native_modules": native}
 
 
@@ -119,7 +120,7 @@ def markdown(res: dict) -> str:
              f"Machine: {res['machine'].get('cpu', '?')}, {res['machine'].get('cpus', '?')} CPUs (shared with other "
              "work: compare within the table, not with other runs).", ""]
     for t in trees:
-        lines.append(f"- {t['label']}: `{t['path']}`, branch `{t['branch']}` at {t['commit']}"
+        lines.append(f"- {t['label']}: `{t['path']}`, {t['branch']} at {t['commit']}"
                      f"{' with uncommitted changes' if t['dirty'] else ''} "
                      f"(compiled twins: {', '.join(t['native_modules']) or 'none'})")
     lines += ["", "| workers | " + " | ".join(f"{n} CPU-s/GB | {n} vs {res['workers'][0]} worker | {n} MB/s | "
