@@ -19,6 +19,7 @@ import collections
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -457,6 +458,12 @@ def test_many_workers_and_connections_append_to_one_partition(broker_factory, re
     print(f"concurrent append over {WORKERS} workers for {DURATION_S}s: {stats}")
 
 
+def broker_processes(b) -> str:
+    """The broker's processes (it runs in a session of its own), for a failure message."""
+    return subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,args", "--sid", str(b.proc.pid)],
+                          capture_output=True, text=True).stdout
+
+
 def writable_from(topic: str, probes: dict[int, RawClient], since: float, tag: bytes,
                   acked: Acked) -> tuple[dict[int, float], list]:
     """Seconds from `since` until a produce through each probe connection (one per worker,
@@ -520,9 +527,13 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
             rounds.append({"victim_worker": victim_index, "writable_after_s": round(max(took.values()), 3),
                            "refusals": collections.Counter(e for e, _ in refusals), "acked_before_kill": before})
             deadline = time.monotonic() + 15  # the replacement is up before the next round
-            while time.monotonic() < deadline and not (len(worker_pids(b)) == WORKERS and victim not in worker_pids(b)):
+            while True:
+                now = worker_pids(b)  # one look: the victim may still be listed until it is reaped
+                if len(now) == WORKERS and victim not in now:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"worker {victim_index} was not replaced:\n{b.log_tail()}\n{broker_processes(b)}")
                 time.sleep(0.05)
-            assert len(worker_pids(b)) == WORKERS, f"worker {victim_index} was not replaced:\n{b.log_tail()}"
     finally:
         stop.set()
         for t in threads:
