@@ -110,6 +110,7 @@ def markdown(res: dict) -> str:
     trees = res["trees"]
     names = [t["label"] for t in trees]
     lines = ["# Broker CPU per GB as workers grow (1 KiB acks=1 produce, 16 partitions)", "",
+             *([res["note"], ""] if res.get("note") else []),
              f"Command: `{res['command']}`. One confluent-kafka producer sends {res['count']:,} records of "
              f"{res['size']} B (acks=1, linger 5 ms, batch.size 1 MiB) to {res['partitions']} partitions, after "
              f"{res['warmup_s']:g} s of warm-up, on a broker started with `--workers N`; {res['repeats']} repeats, "
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", action="append", default=[],
                     help="another code tree (Cython twins built) to measure beside this one; repeatable")
     ap.add_argument("--out", default=None, help="JSON path; the markdown table goes beside it (.md)")
+    ap.add_argument("--note", default="", help="a sentence printed under the title (what the trees are)")
     args = ap.parse_args(argv)
     trees = [REPO] + [Path(t).resolve() for t in args.tree]
     if len(trees) > len(LABELS):
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure(trees, [int(w) for w in args.workers.split(",")], args.count, args.repeats, args.warmup)
     res["command"] = "python -m perf.worker_scaling " + " ".join(argv if argv is not None else sys.argv[1:])
     res["machine"] = machine()
+    res["note"] = args.note
     res["wall_s"] = round(time.time() - t0, 1)
     md = markdown(res)
     print(md)
