@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{t} is not a kafkafast code tree")
     t0 = time.time()
     res = measure(trees, [int(w) for w in args.workers.split(",")], args.count, args.repeats, args.warmup)
-    res["command"] = "python -m perf.worker_scaling " + " ".join(argv if argv is not None else sys.argv[1:])
+    res["command"] = "python -m perf.worker_scaling " + shlex.join(argv if argv is not None else sys.argv[1:])
     res["machine"] = machine()
     res["note"] = args.note
     res["wall_s"] = round(time.time() - t0, 1)
