@@ -500,8 +500,9 @@ def writable_from(topic: str, probes: dict[int, RawClient], since: float, tag: b
             value = b"probe-%s-%d-%d" % (tag, pid, k)
             try:
                 err, base = send(c, topic, batch_of([value]))
-            except OSError as exc:
-                raise AssertionError(f"the surviving worker {pid} closed a connection: {exc!r}") from None
+            except OSError as exc:  # a timeout included
+                raise AssertionError(f"the surviving worker {pid} closed a connection or did not answer within "
+                                     f"{WRITABLE_DEADLINE_S}s: {exc!r}") from None
             if err == 0:
                 took[pid] = time.monotonic() - since
                 acked.add([value], base)
@@ -542,6 +543,8 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
             victim = latest_worker_pid(b, victim_index)[0]
             probes = {pid: cs[0] for pid, cs in connections_on(b, worker_pids(b), 1).items()}
             probes.pop(victim).close()
+            for c in probes.values():
+                c.sock.settimeout(WRITABLE_DEADLINE_S)
             os.kill(victim, signal.SIGKILL)
             killed_at = time.monotonic()
             took, refusals = writable_from(topic, probes, killed_at, b"%d" % r, acked)
