@@ -310,14 +310,14 @@ class KafkaProducerLoad(threading.Thread):
             conf.update({"acks": "1", "retries": 0})
         self.producer = Producer(conf)
         self.topic, self.acked, self.stop_ = topic, acked, stop
-        self.errors: list[str] = []
+        self.failures: list[str] = []
         self.sent = 0
 
     def _delivered(self, err, msg) -> None:
         if err is None:
             self.acked.add([msg.value()])
         else:
-            self.errors.append(str(err))
+            self.failures.append(f"{self.name}: {err}")
 
     def run(self) -> None:
         prefix = self.name.encode()
@@ -329,7 +329,7 @@ class KafkaProducerLoad(threading.Thread):
             self.producer.poll(0.01)
         left = self.producer.flush(60)
         if left:
-            self.errors.append(f"{left} records never acknowledged nor failed")
+            self.failures.append(f"{self.name}: {left} records never acknowledged nor failed")
         self.producer = None  # closed before the broker stops
 
 
@@ -350,7 +350,7 @@ class LiveReader(threading.Thread):
         try:
             self._run()
         except Exception as exc:  # noqa: BLE001 - reported by the test
-            self.failures.append(repr(exc))
+            self.failures.append(f"reader: {exc!r}")
 
     def _fetch(self, c: RawClient):
         req = FetchRequest(replica_id=-1, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
@@ -390,6 +390,38 @@ class LiveReader(threading.Thread):
                 self.next_offset = header.next_offset
             if deadline is not None and not data and self.next_offset >= part.high_watermark:
                 return
+
+
+def start_load(port: int, topic: str, threads: list) -> tuple[LiveReader, threading.Event]:
+    """Starts the appending threads and a live reader."""
+    stop_reading = threading.Event()
+    reader = LiveReader(port, topic, stop_reading)
+    reader.start()
+    for t in threads:
+        t.start()
+    return reader, stop_reading
+
+
+def finish_load(threads: list, stop: threading.Event, reader: LiveReader, stop_reading: threading.Event) -> None:
+    """Stops the appending threads, then lets the reader catch up."""
+    stop.set()
+    for t in threads:
+        t.join(90)
+    stop_reading.set()
+    reader.join(90)
+
+
+def assert_no_failures(threads: list) -> None:
+    assert not any(t.is_alive() for t in threads)
+    failures = [f for t in threads for f in t.failures[:3]]
+    assert not failures, failures
+
+
+def assert_reader_saw_the_log(reader: LiveReader, log: LogContents) -> None:
+    """What the live reader was served while the appends (and crashes) went on is exactly
+    what the log finally holds: no batch it read was torn, moved or taken back."""
+    assert reader.next_offset == log.batches[-1][0].next_offset
+    assert reader.values == log.values
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
@@ -448,16 +480,10 @@ def test_many_workers_and_connections_append_to_one_partition(twins, broker_fact
                         acked, stop, idempotent=True) for i in range(IDEMPOTENT_APPENDERS)]
     kafka = [KafkaProducerLoad(f"ck{i}", b.bootstrap, topic, acked, stop, idempotent=i % 2 == 0)
              for i in range(KAFKA_PRODUCERS)]
-    threads = raw + kafka
-    for t in threads:
-        t.start()
+    reader, stop_reading = start_load(b.port, topic, raw + kafka)
     time.sleep(DURATION_S)
-    stop.set()
-    for t in threads:
-        t.join(90)
-    assert not any(t.is_alive() for t in threads)
-    failures = [f for r in raw for f in r.failures] + [f"{k.name}: {e}" for k in kafka for e in k.errors[:3]]
-    assert not failures, failures
+    finish_load(raw + kafka, stop, reader, stop_reading)
+    assert_no_failures(raw + kafka + [reader])
     for cs in conns:
         for c in cs:
             c.close()
@@ -465,6 +491,7 @@ def test_many_workers_and_connections_append_to_one_partition(twins, broker_fact
 
     log = read_partition(b.data_dir, topic)
     assert_acknowledged_once(log, acked)
+    assert_reader_saw_the_log(reader, log)
     batches_per_producer = assert_sequences_unbroken(log)
     idem = [r for r in raw if r.idempotent]
     assert all(r.duplicates_checked > 0 and r.gaps_checked > 0 for r in idem)
@@ -528,12 +555,7 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
     raw = [RawAppender(f"raw{i}w{w}", b.port, topic, [conns[w][i]], acked, stop, survive_crashes=True,
                        key_bytes=bulk(i)) for i in range(CONNS_PER_WORKER) for w in range(WORKERS)]
     kafka = [KafkaProducerLoad(f"ck{i}", b.bootstrap, topic, acked, stop, idempotent=True) for i in range(2)]
-    stop_reading = threading.Event()
-    reader = LiveReader(b.port, topic, stop_reading)
-    reader.start()
-    threads = raw + kafka
-    for t in threads:
-        t.start()
+    reader, stop_reading = start_load(b.port, topic, raw + kafka)
     rounds = []
     try:
         for r in range(CRASH_ROUNDS):
@@ -561,14 +583,8 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
                     f"worker {victim_index} was not replaced:\n{b.log_tail()}\n{broker_processes(b)}")
                 time.sleep(0.05)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(90)
-        stop_reading.set()
-        reader.join(90)
-    assert not any(t.is_alive() for t in threads + [reader])
-    failures = [f for a in raw for f in a.failures] + [f"{k.name}: {e}" for k in kafka for e in k.errors[:3]]
-    assert not failures + reader.failures, failures + reader.failures
+        finish_load(raw + kafka, stop, reader, stop_reading)
+    assert_no_failures(raw + kafka + [reader])
     for cs in conns:
         for c in cs:
             c.close()
@@ -578,9 +594,7 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
     assert log.segments > 1, "the partition never rolled"
     assert_acknowledged_once(log, acked)
     assert_sequences_unbroken(log)
-    # what the live reader was served through the crashes is exactly what the log holds
-    assert reader.next_offset == log.batches[-1][0].next_offset
-    assert reader.values == log.values
+    assert_reader_saw_the_log(reader, log)
     assert all(a.sent > 0 for a in raw) and all(k.sent > 0 for k in kafka)
     assert all(x["acked_before_kill"] > 0 for x in rounds)
     times = [x["writable_after_s"] for x in rounds]
