@@ -4,14 +4,19 @@ through shared memory alike.
 
 * Concurrency: a 3-worker broker, raw connections pinned to every worker (found with
   psutil) plus confluent-kafka producers, idempotent and not, all appending to one
-  partition (small segments, so it rolls meanwhile) for DURATION_S. Then the segment files are read back: whole batches with good
-  CRCs, contiguous offsets, every acknowledged record exactly once where its response said,
+  partition (small segments, so it rolls meanwhile) for DURATION_S while a raw reader
+  fetches it live. Then the segment files are read back: whole batches with good CRCs,
+  contiguous offsets, every acknowledged record exactly once where its response said,
   every idempotent producer's sequences unbroken although its batches went through
-  different workers; duplicates sent through another worker answer with the original
-  offset, a gap answers OUT_OF_ORDER_SEQUENCE_NUMBER.
+  different workers, and exactly what the live reader was served. Duplicates sent through
+  another worker answer with the original offset, a gap answers
+  OUT_OF_ORDER_SEQUENCE_NUMBER.
 * Crash: SIGKILL a worker while everything appends, CRASH_ROUNDS times, rotating over the
-  workers; each time every surviving worker accepts a write again (the time is reported),
-  and at the end the log holds no torn batch and every acknowledged record once.
+  workers; each time every surviving worker accepts a write again (the time is reported,
+  the issue's target is WRITABLE_TARGET_S), and at the end the log holds no torn batch,
+  every acknowledged record once, and what the live reader was served.
+
+Every test runs its broker with the compiled twins and with the pure ones.
 """
 from __future__ import annotations
 
