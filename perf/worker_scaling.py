@@ -12,9 +12,10 @@ hop costs as N grows. Throughput is reported beside it.
 
 Every broker (each worker count, for this tree and for each `--tree`) runs for the whole
 run and the measurements alternate over them, repeat by repeat (each repeat starting at the
-next broker), so machine noise hits all alike; the table gives the median and range of the repeats. `--tree` runs another code
-tree's broker (its directory first on PYTHONPATH and as working directory; build its
-Cython twins first) beside this one: the before/after comparison in one run.
+next broker), so machine noise hits all alike; the table gives the median and range of the
+repeats. `--tree` runs another code tree's broker (its directory first on PYTHONPATH and
+as working directory; build its Cython twins first) beside this one: the before/after
+comparison in one run.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def describe_tree(tree: Path) -> dict:
 
     branch = git("rev-parse", "--abbrev-ref", "HEAD")
     native = sorted(p.name.split(".")[0] for p in (tree / "kafkafast" / "_native").glob("*.so"))
-    return {"path": str(tree), "commit": git("rev-parse", "--short", "HEAD"), "branch": "detached HEAD" if branch == "HEAD" else branch,
+    return {"path": str(tree), "commit": git("rev-parse", "--short", "HEAD"),
+            "branch": "detached HEAD" if branch == "HEAD" else branch,
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "native_modules": native}
 
 
@@ -96,9 +98,11 @@ def measure(trees: list[Path], workers: list[int], count: int, repeats: int, war
            "warmup_s": warmup_s, "workers": workers}
     for i, t in enumerate(trees):
         rows = {n: summarize(runs[(i, n)]) for n in workers}
-        base = rows[workers[0]]["broker_cpu_s_per_GB"]["median"]
-        for n in workers:
-            rows[n]["cpu_vs_first"] = rows[n]["broker_cpu_s_per_GB"]["median"] / base if base else float("nan")
+        base = rows[workers[0]]["broker_cpu_s_per_GB"]
+        for n in workers:  # a busy machine only adds CPU: the ratio of the minimums is shown too
+            cpu = rows[n]["broker_cpu_s_per_GB"]
+            rows[n]["cpu_vs_first"] = cpu["median"] / base["median"] if base["median"] else float("nan")
+            rows[n]["cpu_vs_first_min"] = cpu["min"] / base["min"] if base["min"] else float("nan")
         out["trees"].append({"label": LABELS[i], **describe_tree(t), "rows": {str(n): rows[n] for n in workers}})
     return out
 
@@ -116,7 +120,8 @@ def markdown(res: dict) -> str:
              f"{res['size']} B (acks=1, linger 5 ms, batch.size 1 MiB) to {res['partitions']} partitions, after "
              f"{res['warmup_s']:g} s of warm-up, on a broker started with `--workers N`; {res['repeats']} repeats, "
              "alternating over every broker of the run; median (min–max). Broker CPU: user+sys of the supervisor and "
-             "every worker over the warm-up and the timed window, per GB produced in both. "
+             "every worker over the warm-up and the timed window, per GB produced in both; the ratio to the first "
+             "worker count is of the medians, and of the minimums in brackets (a busy machine only adds CPU). "
              f"Issue 17's target: CPU-s/GB at {res['workers'][-1]} workers within 15% of 1 worker "
              f"(ratio ≤ {ISSUE_TARGET}). Client CPU busy near 1.0 means client-bound throughput.", "",
              f"Machine: {res['machine'].get('cpu', '?')}, {res['machine'].get('cpus', '?')} CPUs (shared with other "
@@ -132,7 +137,8 @@ def markdown(res: dict) -> str:
         cells = []
         for t in trees:
             r = t["rows"][str(w)]
-            cells += [_range(r["broker_cpu_s_per_GB"], ".2f"), f"{r['cpu_vs_first']:.2f}",
+            cells += [_range(r["broker_cpu_s_per_GB"], ".2f"),
+                      f"{r['cpu_vs_first']:.2f} (min {r['cpu_vs_first_min']:.2f})",
                       _range(r["MB_per_s"], ".0f"), f"{r['client_cpu_busy']['median']:.2f}"]
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
     if len(trees) > 1:
