@@ -429,6 +429,15 @@ def assert_reader_saw_the_log(reader: LiveReader, log: LogContents) -> None:
     assert reader.values == log.values
 
 
+def stop_and_read(b, conns: list[list[RawClient]], topic: str) -> LogContents:
+    """Closes the raw connections, stops the broker cleanly and reads the partition's files."""
+    for cs in conns:
+        for c in cs:
+            c.close()
+    assert b.stop() == 0, b.log_tail()
+    return read_partition(b.data_dir, topic)
+
+
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -489,12 +498,7 @@ def test_many_workers_and_connections_append_to_one_partition(twins, broker_fact
     time.sleep(DURATION_S)
     finish_load(raw + kafka, stop, reader, stop_reading)
     assert_no_failures(raw + kafka + [reader])
-    for cs in conns:
-        for c in cs:
-            c.close()
-    assert b.stop() == 0, b.log_tail()
-
-    log = read_partition(b.data_dir, topic)
+    log = stop_and_read(b, conns, topic)
     assert_acknowledged_once(log, acked)
     assert_reader_saw_the_log(reader, log)
     batches_per_producer = assert_sequences_unbroken(log)
@@ -590,12 +594,7 @@ def test_a_worker_killed_mid_append_leaves_the_partition_writable_and_no_torn_ba
     finally:
         finish_load(raw + kafka, stop, reader, stop_reading)
     assert_no_failures(raw + kafka + [reader])
-    for cs in conns:
-        for c in cs:
-            c.close()
-    assert b.stop() == 0, b.log_tail()
-
-    log = read_partition(b.data_dir, topic)  # no torn batch anywhere, offsets contiguous
+    log = stop_and_read(b, conns, topic)  # no torn batch anywhere, offsets contiguous
     assert log.segments > 1, "the partition never rolled"
     assert_acknowledged_once(log, acked)
     assert_sequences_unbroken(log)
