@@ -99,11 +99,14 @@ class BrokerUnderTest(abc.ABC):
     def env(self) -> dict:
         return dict(os.environ)
 
+    def cwd(self) -> Path:
+        return REPO
+
     def start(self, timeout: float = 30.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                                         cwd=str(REPO), start_new_session=True)
+                                         cwd=str(self.cwd()), start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -168,13 +171,18 @@ class BrokerUnderTest(abc.ABC):
 
 
 class Kafkafast(BrokerUnderTest):
+    """kafkafast from this checkout, or from another code tree (`tree`: a worktree with its
+    Cython twins built) to compare two versions in one run."""
+
     name = "kafkafast"
 
-    def __init__(self, workdir: Path, workers: int, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, workers: int, settings: dict[str, str] | None = None,
+                 tree: Path | None = None) -> None:
         super().__init__(workdir)
         self.workers = workers
         self.data = workdir / "kafkafast-data"
         self.settings = dict(settings or {})
+        self.tree = Path(tree).resolve() if tree else REPO
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "kafkafast.cli.main", "broker", "--workers", str(self.workers),
@@ -185,7 +193,10 @@ class Kafkafast(BrokerUnderTest):
         return cmd
 
     def env(self) -> dict:
-        return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return dict(os.environ, PYTHONPATH=str(self.tree) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def cwd(self) -> Path:
+        return self.tree  # `python -m` puts the working directory first on sys.path
 
     def stop(self) -> None:
         super().stop()

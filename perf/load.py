@@ -91,14 +91,15 @@ def produce(a: dict) -> dict:
         left = p.flush(60)
         return n - left, time.perf_counter() - t0
 
+    warm = 0
     if a.get("warmup_s", 0) > 0:
-        run(a["warmup_s"])
+        warm = run(a["warmup_s"])[0] - errors[0]
     errors[0] = 0
     cpu0 = _cpu()
     n, elapsed = run(a.get("duration_s", 0), a.get("count", 0))
     acked = n - errors[0]
     return {"acked": acked, "errors": errors[0], "seconds": elapsed, "bytes": acked * a["size"],
-            "client_cpu_s": _cpu() - cpu0}
+            "client_cpu_s": _cpu() - cpu0, "warmup_bytes": warm * a["size"]}
 
 
 def latency(a: dict) -> dict:

@@ -1,0 +1,29 @@
+"""perf.worker_scaling runs end to end, tiny (seconds), with a second code tree beside
+this one; no speed is asserted."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support.broker_process import REPO
+
+
+def test_worker_scaling_tiny_run_writes_a_table_per_tree_and_worker_count(tmp_path):
+    out = tmp_path / "scaling.json"
+    proc = subprocess.run([sys.executable, "-m", "perf.worker_scaling", "--workers", "1,2", "--count", "2000",
+                           "--repeats", "1", "--warmup", "0", "--tree", str(REPO), "--out", str(out)],
+                          cwd=str(REPO), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [t["label"] for t in res["trees"]] == ["A", "B"]
+    for tree in res["trees"]:
+        assert set(tree["rows"]) == {"1", "2"}
+        for row in tree["rows"].values():
+            (run,) = row["runs"]
+            assert run["acked"] == 2000 and run["errors"] == 0
+            assert run["broker_cpu_s"] > 0 and run["MB_per_s"] > 0
+        assert tree["rows"]["1"]["cpu_vs_first"] == 1.0
+    md = out.with_suffix(".md").read_text()
+    assert "| workers |" in md and "Each tree against A" in md
+    assert md.count("\n| 2 |") == 2  # a row in the side-by-side table and in the comparison
