@@ -13,7 +13,6 @@ plain TCP, or TLS with the listener's SSLContext; every connection knows its lis
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import socket
 from typing import Any

@@ -38,13 +38,14 @@ S windows) is measured per worker, as before this table existed (`QuotaManager`)
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import ipaddress
 import mmap
 import os
-from contextlib import contextmanager
-from typing import Any, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from kafkafast.runtime.file_lock import ProcessFileLock
 
 MAGIC = 0x4B46434E54303031
 LAYOUT_VERSION = 1
@@ -90,7 +91,7 @@ class SharedCounters:
         self._quota_words = 3 + 2 * self.samples
         self._quota_base = self._ip_base + self.ip_entries * self._ip_words
         self.lock_path = lock_path
-        self._lock_fd = -1
+        self._file_lock = ProcessFileLock(lock_path) if lock_path is not None else None
 
     @staticmethod
     def size(workers: int, ip_entries: int, quota_entries: int, samples: int) -> int:
@@ -123,21 +124,14 @@ class SharedCounters:
                           quota_entries=int(props.get("kafkafast.shm.quota.entities") or DEFAULT_QUOTA_ENTRIES),
                           samples=int(props.get("quota.window.num") or 11))
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        if self.lock_path is None:
-            yield
-            return
-        if self._lock_fd < 0:  # opened in each process: a POSIX lock belongs to a process
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CLOEXEC)
-        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
+    def locked(self) -> AbstractContextManager[None]:
+        if self._file_lock is None:
+            return nullcontext()
+        return self._file_lock.locked()
 
     def after_fork(self) -> None:
-        self._lock_fd = -1
+        if self._file_lock is not None:
+            self._file_lock.after_fork()
 
     # -- connections ----------------------------------------------------------------------
     def _col(self, worker: int) -> int:

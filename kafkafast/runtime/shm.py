@@ -77,11 +77,12 @@ than a store buffer holds a store, and `max_wait_ms` bounds any miss.)
 """
 from __future__ import annotations
 
-import fcntl
 import mmap
 import os
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, Iterator
+
+from kafkafast.runtime.file_lock import ProcessFileLock
 
 from kafkafast.storage.partition_state import FIELDS
 
@@ -203,7 +204,7 @@ class PartitionTable:
         self.run_dir = run_dir
         self.num_slots = self.q[H_SLOTS]
         self.workers = self.q[H_WORKERS]
-        self._lock_fd = -1
+        self._file_lock = ProcessFileLock(os.path.join(run_dir, "table.lock"))
 
     @classmethod
     def create(cls, workers: int, num_slots: int, run_dir: str) -> "PartitionTable":
@@ -222,18 +223,11 @@ class PartitionTable:
         return cls(mm, run_dir)
 
     # -- lock (per process: opened lazily after the fork) -------------------------------
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        if self._lock_fd < 0:
-            self._lock_fd = os.open(os.path.join(self.run_dir, "table.lock"), os.O_RDWR)
-        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
+    def locked(self) -> AbstractContextManager[None]:
+        return self._file_lock.locked()
 
     def after_fork(self) -> None:
-        self._lock_fd = -1  # a POSIX lock belongs to a process; never share the parent's fd
+        self._file_lock.after_fork()  # a POSIX lock belongs to a process; never share the parent's fd
 
     # -- header -------------------------------------------------------------------------
     @property
