@@ -783,6 +783,10 @@ class Log:
     def maybe_flush(self, now_ms: int) -> bool:
         """Time-based flush (flush.ms); rolled segments are flushed at the first call after
         their roll, as Kafka does right after a roll. True if the active segment was synced."""
+        sh = self._shared
+        if (sh is not None and not self._unflushed and sh.seen_segments_version == self.state.segments_version
+                and now_ms - self._last_flush_ms < self.config.flush_ms):
+            return False  # no roll since this Log last looked and flush.ms not due: no lock taken
         with self._exclusive(publish=False):
             return self._maybe_flush(now_ms)
 
