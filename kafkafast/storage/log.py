@@ -554,8 +554,11 @@ class Log:
         """
         if self._shared is None:
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
-        with self._exclusive():
+        self._enter()  # as `_exclusive()`, without a generator per produce request
+        try:
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
+        finally:
+            self._leave(True)
 
     def _append(self, records: bytearray | memoryview | bytes, leader_epoch: int, now_ms: int,
                 validate: bool, allow_control: bool) -> AppendResult:
