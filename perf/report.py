@@ -61,6 +61,12 @@ def issue17_targets(res: dict, p_kf: dict | None, p_ta: dict | None) -> list[dic
     r = _ratio(p_kf and p_kf["msgs_per_s"], p_ta and p_ta["msgs_per_s"])
     out.append({"target": "issue 17: produce 1 KiB, acks=1, 16 partitions >= 1.3x Tansu", "value": r, "goal": 1.3,
                 "met": r is not None and r >= 1.3, "unit": "x Tansu"})
+    if p_kf and p_ta and len(p_kf.get("repeats", ())) == len(p_ta.get("repeats", ())) > 1:
+        # the repeats alternate brokers, so repeat i of each ran under about the same machine load
+        pairs = sorted(a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(p_kf["repeats"], p_ta["repeats"]))
+        r = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+        out.append({"target": f"issue 17: the same, median of per-repeat ratios (range {pairs[0]:.2f}-{pairs[-1]:.2f})",
+                    "value": r, "goal": 1.3, "met": r >= 1.3, "unit": "x Tansu"})
     r = _ratio(p_kf and p_kf["broker_cpu_s_per_GB"], p_ta and p_ta["broker_cpu_s_per_GB"])
     out.append({"target": "issue 17: broker CPU-s/GB (same row) <= 0.5x Tansu", "value": r, "goal": 0.5,
                 "met": r is not None and r <= 0.5, "unit": "x Tansu (lower is better)"})
