@@ -133,7 +133,7 @@ DEFAULTS: dict[str, str | None] = {
     "kafkafast.produce.shared.append": "true",
     # The same in cluster mode (zookeeper.connect, --workers N) for partitions this broker
     # leads; follower appends take the same lock, the owner keeps the high watermark.
-    "kafkafast.produce.shared.append.cluster": "false",
+    "kafkafast.produce.shared.append.cluster": "true",
     # -- security (kafkafast/security, kafkafast/runtime/limits.py) --
     "inter.broker.listener.name": None,
     "security.inter.broker.protocol": "PLAINTEXT",

@@ -14,7 +14,8 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   Every `Log` publishes into the partition's shared-memory slot; other workers read the
   partition through a `LogReader` over the same files and slot (`RemoteLog`).
 * produce for a partition owned elsewhere: appended by this worker itself through shared
-  memory (`kafkafast.produce.shared.append`, single node, not transactional): every worker's
+  memory (`kafkafast.produce.shared.append`; in cluster mode also `...shared.append.cluster`
+  and only while this broker leads it; not transactional): every worker's
   `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
   one opened with `Log.attach` on first use; else, and for transactional produce,
   `forward_produce` (see `forwarding`).
