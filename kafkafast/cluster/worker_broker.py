@@ -420,8 +420,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             asyncio.get_running_loop().create_task(self._reregister())
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
-                if self.shared_append:
-                    part.log.catch_up()
+                # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
                 part.maybe_increment_hw(self.node_id)
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look
                     if part.fetches_seen.get(r) != f.last_fetch_ms:
