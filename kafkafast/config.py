@@ -131,6 +131,10 @@ DEFAULTS: dict[str, str | None] = {
     # Worker processes append a produce for a partition another worker owns themselves,
     # through shared memory (docs/ARCHITECTURE.md, "Shared append"); false: forward it.
     "kafkafast.produce.shared.append": "true",
+    # The same in cluster mode (zookeeper.connect, --workers N) for partitions this broker
+    # leads; follower appends take the same lock, the owner keeps the high watermark. Off by
+    # default: faster at acks=1, not yet shown to be at acks=all (perf/results/cluster_shared_append.md).
+    "kafkafast.produce.shared.append.cluster": "false",
     # -- security (kafkafast/security, kafkafast/runtime/limits.py) --
     "inter.broker.listener.name": None,
     "security.inter.broker.protocol": "PLAINTEXT",

@@ -1,10 +1,12 @@
 """Cluster profile: three kafkafast brokers (ZooKeeper mode) on this machine, replication
 factor 3, beside one single-process broker, in the same run.
 
-    python -m perf.cluster [--duration 8] [--rate 2000] [--workers N] [--out perf/results/cluster.json]
+    python -m perf.cluster [--duration 8] [--rate 2000] [--workers N [--forwarding]] [--out perf/results/cluster.json]
 
 With `--workers N` the three brokers also run as pre-fork brokers of N workers each (a
-third setup in the same run).
+third setup in the same run); with `--forwarding` as well, a fourth setup of the same with
+`kafkafast.produce.shared.append.cluster=false` (a produce reaching a non-owner worker is
+forwarded to the owner instead of appended through the shared append lock).
 
 For each setup and acks (1, all): throughput of an unthrottled confluent-kafka producer
 of 1 KiB records (`perf.load produce`), produce->ack latency p50/p99 at a fixed rate
@@ -73,11 +75,12 @@ def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespa
     return rows
 
 
-def cluster_rows(root: Path, workers: int, name: str, args: argparse.Namespace) -> list[dict]:
+def cluster_rows(root: Path, workers: int, name: str, args: argparse.Namespace,
+                 settings: dict[str, str] | None = None) -> list[dict]:
     zk = ZooKeeperServer(root / "zookeeper", free_port()).start()
     brokers = [Kafkafast(root / f"broker-{i}", workers, {
         "broker.id": str(i), "zookeeper.connect": f"{zk.connect}/kafka", "offsets.topic.replication.factor": "3",
-        "log.cleaner.enable": "false"}) for i in (1, 2, 3)]
+        "log.cleaner.enable": "false", **(settings or {})}) for i in (1, 2, 3)]
     try:
         for b in brokers:
             b.start(timeout=60)
@@ -94,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--workers", type=int, default=0, help="also a cluster of brokers with this many workers")
+    ap.add_argument("--forwarding", action="store_true",
+                    help="with --workers: also the worker cluster with kafkafast.produce.shared.append.cluster=false")
     ap.add_argument("--out", default="perf/results/cluster.json")
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="kafkafast-cluster-bench-"))
@@ -109,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.workers:
             rows += cluster_rows(root / "cluster-workers", args.workers,
                                  f"3-broker cluster, {args.workers} workers each", args)
+        if args.workers and args.forwarding:
+            rows += cluster_rows(root / "cluster-workers-fwd", args.workers,
+                                 f"3-broker cluster, {args.workers} workers each, forwarding", args,
+                                 {"kafkafast.produce.shared.append.cluster": "false"})
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out = Path(args.out)
@@ -116,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                                "rows": rows}, indent=1))
     lines = ["# Cluster profile: replication factor 3 vs one broker", "",
              f"`python -m perf.cluster --duration {args.duration:g} --rate {args.rate:g}"
-             f"{f' --workers {args.workers}' if args.workers else ''}`: {SIZE}-byte records, "
+             f"{f' --workers {args.workers}' if args.workers else ''}"
+             f"{' --forwarding' if args.workers and args.forwarding else ''}`: {SIZE}-byte records, "
              f"{PARTITIONS} partitions, confluent-kafka producer (linger 5 ms); every broker and load generator "
              "on this shared 2-core machine, so compare rows, not absolute numbers. Latency is produce->ack at "
              f"{args.rate:g} msg/s; CPU is all brokers of the setup per GB produced.", "",

@@ -264,7 +264,7 @@ class ClusterBroker(Broker):
         f = part.followers.get(replica_id)
         if f is None:
             return
-        f.on_fetch(fetch_offset, part.log.log_end_offset, now_ms())
+        f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
         part.maybe_increment_hw(self.node_id)
         self._maybe_expand_isr(part, replica_id, fetch_offset)
 
@@ -422,7 +422,7 @@ class ClusterBroker(Broker):
         for part in list(self.partitions.values()):
             if not isinstance(part, ClusterPartition) or not self.owns(part) or part.alter_in_flight is not None:
                 continue
-            leo = part.log.log_end_offset
+            leo = part.log.state.log_end_offset
             lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
                        and f.leo < leo and now - f.last_caught_up_ms > self.lag_ms]
             if lagging:

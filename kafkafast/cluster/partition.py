@@ -72,7 +72,7 @@ class ClusterPartition(Partition):
         if not self.is_leader:
             return False
         st = self.log.state
-        new_hw = self.log.log_end_offset
+        new_hw = st.log_end_offset  # (published: in a worker, other workers may have appended)
         for r in self.maximal_isr():
             if r == self_id:
                 continue

@@ -95,7 +95,7 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
                                           f"The size of the current ISR {part.isr} is insufficient to satisfy "
                                           f"the min.isr requirement of {min_isr}"))
                 continue
-            if not getattr(part, "local", True):
+            if not getattr(part, "local", True) and not broker.appends_here(part, req.transactional_id):
                 out.append(None)
                 forwarded.append((tr, len(out) - 1, part, broker.forward_produce(
                     part, pd.records, 0 if acks == 0 else 1, req.timeout_ms)))

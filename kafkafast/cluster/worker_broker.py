@@ -118,7 +118,7 @@ class WorkerClusterNode(ClusterNode):
 class ClusterWorkerPartition(ClusterPartition):
     """A replica as one worker sees it: the owner's writer or another worker's `RemoteLog`."""
 
-    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified")
+    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified", "shared_log")
 
     def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: "ClusterWorkerBroker") -> None:
         self.slot = slot
@@ -130,6 +130,7 @@ class ClusterWorkerPartition(ClusterPartition):
         self.parked = 0
         self.fetches_seen: dict[int, int] = {}  # follower -> time of its last fetch the owner looked at
         self.notified = (-1, -1)  # (high watermark, log end) when its parked requests were last woken
+        self.shared_log: Any = None  # a non-owner's shared-mode writer (kafkafast.produce.shared.append.cluster)
 
     @property
     def local(self) -> bool:
@@ -260,6 +261,50 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         self.table.set_incarnation(slot, self.incarnation)
         return self.table.state(slot)
 
+    def _shared_for(self, topic: str, partition: int) -> Any:
+        """The owner's shared-append handle (with `kafkafast.produce.shared.append.cluster`)."""
+        topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
+        if topic_id is None:
+            return None
+        self._topic_ids[topic] = topic_id
+        return self._shared_of_slot(self.table.allocate(topic_id, partition, self.owner_of(topic, partition)))
+
+    # -- shared append of a leader's client produce by any worker --------------------------------
+    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
+        if not isinstance(part, ClusterWorkerPartition) or part.local:
+            return True
+        return (self.shared_append and part.is_leader and transactional_id is None
+                and self.table.leading_epoch(part.slot) == part.leader_epoch
+                and super().appends_here(part, transactional_id))
+
+    def shared_writer(self, part: Any) -> Any:
+        lg = super().shared_writer(part)
+        if lg.shared.guard is None:
+            slot, table = part.slot, self.table
+
+            def guard(epoch: int) -> None:  # under the append lock
+                if table.leading_epoch(slot) != epoch:
+                    raise E.NotLeaderOrFollowerError(
+                        f"{part.topic}-{part.index} is not led at epoch {epoch} by broker {self.node_id}")
+
+            lg.shared.guard = guard
+        return lg
+
+    def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
+        if not isinstance(part, ClusterWorkerPartition) or part.local or not self.shared_append:
+            return super().append(part, records, allow_control=allow_control)
+        if not part.is_leader:
+            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
+        lg = self.shared_writer(part)
+        try:
+            result = lg.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
+        except OSError as exc:
+            raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
+        part.wake()  # fetches parked here
+        self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
+        self._poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
+        return result
+
     def _zk_topic_id(self, topic: str) -> bytes | None:
         try:
             data, _ = self.node.zk.get(Z.topic_path(topic))  # type: ignore[union-attr]
@@ -323,8 +368,11 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                       part.owner)
             return
         self._replicas_now = set(ps.replicas)
+        if self.shared_append:
+            part.log.catch_up()  # other workers' appends of an earlier leadership
         super()._become_leader(part, ps)
         self.table.set_isr(part.slot, part.isr)
+        self.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
 
     def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
         part = self._wrap(part)
@@ -333,6 +381,9 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
             part.wake()
             return
+        self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
+        if self.shared_append:
+            part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
         super()._become_follower(part, ps)
 
     async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
@@ -342,8 +393,10 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             if tp in self.partitions or not isinstance(part, ClusterWorkerPartition):
                 continue
             if part.local:
+                self.table.set_leading_epoch(part.slot, -1)
                 self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
             else:
+                self._close_shared_log(part)
                 part.log.close()
         return err, out
 
@@ -367,6 +420,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             asyncio.get_running_loop().create_task(self._reregister())
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
+                # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
                 part.maybe_increment_hw(self.node_id)
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look
                     if part.fetches_seen.get(r) != f.last_fetch_ms:

@@ -60,7 +60,12 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
                      time-index entry, the segment's max timestamp and its offset, the time
                      of its first append
       int64 [89]     appends taken over from a dead lock holder (the log repaired first)
-      bytes [720..767] spare
+      int64 [90]     cluster mode with shared append (`kafkafast.produce.shared.append.cluster`):
+                     the leader epoch + 1 while the owner leads the partition, else 0; another
+                     worker appends a client's produce itself only while it matches its own
+                     view, checked under the append lock (the owner clears it before it
+                     becomes a follower and truncates, which takes the lock)
+      bytes [728..767] spare
 
 Slots are found by open addressing on (topic id, partition): lookups are lock-free
 (a slot's key is written before its state becomes live); allocation and deletion take
@@ -105,6 +110,7 @@ S_APPEND_LOCK = 22
 S_APPEND_GEN = 23
 S_SHARED = 82  # SharedLog's active-segment words (see storage/log.py SHARED_WORDS), 7 of them
 S_TAKEOVERS = 89
+S_LEADING = 90
 H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER = 7, 8, 9
 S_ISR = 32
 MAX_ISR = 9
@@ -365,6 +371,13 @@ class PartitionTable:
 
     def set_header_word(self, word: int, value: int) -> None:
         self.q[word] = value
+
+    def leading_epoch(self, slot: int) -> int:
+        """The leader epoch the owner leads the partition at, or -1 (word [90])."""
+        return self.q[self._base(slot) + S_LEADING] - 1
+
+    def set_leading_epoch(self, slot: int, epoch: int) -> None:
+        self.q[self._base(slot) + S_LEADING] = epoch + 1
 
     def isr(self, slot: int) -> list[int]:
         base = self._base(slot) + S_ISR

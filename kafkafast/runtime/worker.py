@@ -14,7 +14,8 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   Every `Log` publishes into the partition's shared-memory slot; other workers read the
   partition through a `LogReader` over the same files and slot (`RemoteLog`).
 * produce for a partition owned elsewhere: appended by this worker itself through shared
-  memory (`kafkafast.produce.shared.append`, single node, not transactional): every worker's
+  memory (`kafkafast.produce.shared.append`; in cluster mode also `...shared.append.cluster`
+  and only while this broker leads it; not transactional): every worker's
   `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
   one opened with `Log.attach` on first use; else, and for transactional produce,
   `forward_produce` (see `forwarding`).
@@ -219,8 +220,10 @@ class WorkerBroker(Broker):
         self.wake_fds = wake_fds  # write ends, one per worker
         self.run_dir = run_dir
         self.forwarder = Forwarder(run_dir, index)
-        # Shared append: single node only (cluster mode's followers and HW keep one writer).
-        self.shared_append = config.get_bool("kafkafast.produce.shared.append") and not config.get("zookeeper.connect")
+        # Shared append: single node; in cluster mode only with its own setting (cluster/worker_broker.py).
+        self.clustered = bool(config.get("zookeeper.connect"))
+        self.shared_append = config.get_bool("kafkafast.produce.shared.append") and (
+            not self.clustered or config.get_bool("kafkafast.produce.shared.append.cluster"))
         self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
                                            table=table, state_factory=self._state_for,
                                            shared_factory=self._shared_for if self.shared_append else None,
@@ -249,8 +252,10 @@ class WorkerBroker(Broker):
 
     def _shared_of_slot(self, slot: int) -> SharedAppend:
         t = self.table
-        return SharedAppend(AppendLock(t, slot, self.incarnation), t.q, t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8,
-                            t.slot_word_offset(slot, shm.S_SHARED) // 8, t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
+        sh = SharedAppend(AppendLock(t, slot, self.incarnation), t.q, t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8,
+                          t.slot_word_offset(slot, shm.S_SHARED) // 8, t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
+        sh.hw_follows_end = not self.clustered  # cluster mode: the owner's replica bookkeeping publishes it
+        return sh
 
     def _state_for(self, topic: str, partition: int) -> Any:
         meta = self.topics.get(topic)
@@ -384,7 +389,11 @@ class WorkerBroker(Broker):
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
         if self.owns(part) or not self.shared_append:
             return super().append(part, records, allow_control=allow_control)
-        lg = part.shared_log  # type: ignore[attr-defined]
+        return self.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
+
+    def shared_writer(self, part: Any) -> Log:
+        """This (non-owner) worker's shared-mode Log of `part`, attached on first use."""
+        lg = part.shared_log
         if lg is None:
             try:
                 lg = Log.attach(partition_dir(self.log_dirs, part.topic, part.index), part.topic, part.index,
@@ -395,7 +404,7 @@ class WorkerBroker(Broker):
             part.shared_log = lg  # type: ignore[attr-defined]
             log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.index, part.topic,
                      part.index, part.owner)  # type: ignore[attr-defined]
-        return self.append_with(part, lg, records, allow_control=allow_control)
+        return lg
 
     def forward_produce(self, part: WorkerPartition, records: Any, acks: int, timeout_ms: int) -> Any:
         return self.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)

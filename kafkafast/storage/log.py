@@ -204,7 +204,7 @@ class Log:
     @property
     def publishes_high_watermark(self) -> bool:
         """Shared mode: the high watermark follows the log end, published under the lock."""
-        return self._shared is not None
+        return self._shared is not None and self._shared.hw_follows_end
 
     @property
     def shared(self) -> SharedAppend | None:
@@ -401,7 +401,8 @@ class Log:
             st.active_committed_size = pos
             if end > st.log_end_offset:
                 st.log_end_offset = end
-                st.high_watermark = end
+                if sh.hw_follows_end:
+                    st.high_watermark = end
         finally:
             os.close(fd)
         renamed = False
@@ -536,6 +537,10 @@ class Log:
         self._catch_up()
         return self._segments
 
+    def catch_up(self) -> None:
+        """Shared mode: this Log's view brought up to what other processes published."""
+        self._catch_up()
+
     def _catch_up(self) -> None:
         sh = self._shared
         if sh is not None and sh.gen != sh.seen_gen and not self._closed:
@@ -556,6 +561,8 @@ class Log:
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
         self._enter()  # as `_exclusive()`, without a generator per produce request
         try:
+            if self._shared.guard is not None:
+                self._shared.guard(leader_epoch)
             return self._append(records, leader_epoch, now_ms, validate, allow_control)
         finally:
             self._leave(True)
@@ -637,7 +644,7 @@ class Log:
         self.log_end_offset = next_offset
         # Published unbounded by the HW (the replica manager owns that): readers take the min.
         st.last_stable_offset = self.last_stable_offset(next_offset)
-        if self._shared is not None:
+        if self._shared is not None and self._shared.hw_follows_end:
             st.high_watermark = next_offset  # single node: under the lock, with the producer state it reflects
         if seg.max_timestamp > st.max_timestamp:
             st.max_timestamp_offset = seg.offset_of_max_timestamp
@@ -648,7 +655,12 @@ class Log:
     def append_as_follower(self, records: bytearray | memoryview | bytes, *, now_ms: int) -> int:
         """Append a leader's batches byte for byte, at the leader's offsets (a replica
         follower). Batches wholly below the log end are skipped; the producer state and the
-        leader-epoch cache follow the batches' own fields. Returns the new log end offset."""
+        leader-epoch cache follow the batches' own fields. Returns the new log end offset.
+        (Shared mode, cluster: under the append lock, as a leader append.)"""
+        with self._exclusive():
+            return self._append_as_follower(records, now_ms)
+
+    def _append_as_follower(self, records: bytearray | memoryview | bytes, now_ms: int) -> int:
         _, found = scan_valid_prefix(records)  # whole batches with good CRCs; a cut-off tail is dropped
         view = memoryview(records)
         start = pos = 0

@@ -29,7 +29,7 @@ class SharedAppend:
     """Lock and slot words of one partition, as one `Log` (one process) uses them."""
 
     __slots__ = ("lock", "q", "gen_at", "words_at", "takeovers_at", "seen_gen", "seen_segments_version",
-                 "depth", "dirty", "in_sync", "rlock")
+                 "depth", "dirty", "in_sync", "rlock", "hw_follows_end", "guard")
 
     def __init__(self, lock: Any, q: memoryview, gen_at: int, words_at: int, takeovers_at: int) -> None:
         self.lock = lock  # acquire() -> True when taken over from a dead holder; release()
@@ -43,6 +43,12 @@ class SharedAppend:
         self.dirty = False
         self.in_sync = False  # this Log's view matches the slot (it may publish its words)
         self.rlock = threading.RLock()  # threads of one process (the lock word is per process)
+        # Single node: the high watermark is the log end, published under the lock. Cluster
+        # mode: the leader's replica bookkeeping (the owner worker) publishes it instead.
+        self.hw_follows_end = True
+        # Called under the lock before a leader append (cluster mode: raises when the
+        # partition is no longer led at the appender's epoch); None: no check.
+        self.guard: Any = None
 
     @property
     def gen(self) -> int:
