@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -91,6 +92,15 @@ def _ready(venv: Path, wanted: str) -> bool:
     return _venv_python(venv).exists() and marker.exists() and marker.read_text() == wanted
 
 
+def _pip_env() -> dict[str, str]:
+    """pip's environment for an older client: run.sh exports PIP_CONSTRAINT (constraints.txt,
+    which pins the newest release of that very client), so it is left out; the other pins
+    travel in the environment's own constraints file (-c)."""
+    env = dict(os.environ)
+    env.pop("PIP_CONSTRAINT", None)
+    return env
+
+
 class Interpreters:
     """Python interpreters for client versions: `prepare()` builds the missing environments
     side by side; `python(cv)` is the interpreter to run that version with, or raises
@@ -128,7 +138,8 @@ class Interpreters:
                 # this interpreter's pip installs into the environment (--python): no pip inside it
                 proc = subprocess.Popen([sys.executable, "-m", "pip", "--python", str(_venv_python(venv)), "install",
                                          "-q", "--no-input", "-c", str(held), *requirements(cv)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        env=_pip_env())
                 building.append((cv, venv, wanted, proc))
             for cv, venv, wanted, proc in building:
                 try:
