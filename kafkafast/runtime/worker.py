@@ -15,10 +15,10 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   partition through a `LogReader` over the same files and slot (`RemoteLog`).
 * produce for a partition owned elsewhere: appended by this worker itself through shared
   memory (`kafkafast.produce.shared.append`; in cluster mode also `...shared.append.cluster`
-  and only while this broker leads it; not transactional): every worker's
+  and only while this broker leads it, not transactional there): every worker's
   `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
-  one opened with `Log.attach` on first use; else, and for transactional produce,
-  `forward_produce` (see `forwarding`).
+  one opened with `Log.attach` on first use; else (and for transactional produce in
+  cluster mode) `forward_produce` (see `forwarding`).
 * group/offset requests: forwarded whole to the owner of the group's
   `__consumer_offsets` partition.
 * fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
@@ -49,6 +49,7 @@ from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.config import BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
+from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
 from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
@@ -191,7 +192,7 @@ class RemoteLog:
 
 
 class WorkerPartition(Partition):
-    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log")
+    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged")
 
     def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes) -> None:
         super().__init__(topic, index, log_)
@@ -201,6 +202,7 @@ class WorkerPartition(Partition):
         self.seen_hw = -1
         self.parked = 0
         self.shared_log: Log | None = None  # a non-owner's writer in shared mode, opened on first use
+        self.shared_txn_logged = False  # whether this non-owner logged its first transactional shared append
 
     @property
     def high_watermark(self) -> int:
@@ -378,10 +380,12 @@ class WorkerBroker(Broker):
     # -- data path ----------------------------------------------------------------------
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
         """The owner appends; with shared append any worker does, once the owner has loaded
-        the partition (the slot's append generation moved) and unless it is transactional."""
+        the partition (the slot's append generation moved), transactional produce included (the
+        caught-up producer state keeps the open transaction's first offset, so the LSO it
+        publishes holds there; markers and `.txnindex` stay with the owner)."""
         if self.owns(part):
             return True
-        if not self.shared_append or transactional_id is not None:
+        if not self.shared_append:
             return False
         slot = part.slot  # type: ignore[attr-defined]
         return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
@@ -389,7 +393,12 @@ class WorkerBroker(Broker):
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
         if self.owns(part) or not self.shared_append:
             return super().append(part, records, allow_control=allow_control)
-        return self.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
+        res = self.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
+        if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
+            part.shared_txn_logged = True  # type: ignore[attr-defined]
+            log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
+                     self.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
+        return res
 
     def shared_writer(self, part: Any) -> Log:
         """This (non-owner) worker's shared-mode Log of `part`, attached on first use."""

@@ -1020,7 +1020,9 @@ class Log:
         return sum(s.size for s in self.segments)
 
     def expire_producers(self, now_ms: int, max_age_ms: int = 86400000) -> int:
-        """producer.id.expiration.ms: forget idle producers (their retries become unknown)."""
+        """producer.id.expiration.ms: forget idle producers (their retries become unknown).
+        Shared mode: after catching up, so a transaction another worker opened keeps its producer."""
+        self._catch_up()
         n = self.producers.remove_expired(now_ms, max_age_ms)
         if n:
             self._producer_state_partial = True

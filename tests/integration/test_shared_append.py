@@ -209,3 +209,162 @@ def test_an_idempotent_retry_reaching_another_worker_is_a_duplicate(broker_facto
     b.stop()
     assert [v for _, v in read_log_files(b, "dups")] == [b"first-000", b"first-001", b"first-002", b"next-000",
                                                           b"next-001", b"plain-000"]
+
+
+def shared_txn_appenders(b, topic: str, partition: int = 0) -> set[int]:
+    """Indexes of the non-owner workers that appended a transactional batch themselves."""
+    text = b.log_path.read_text(errors="replace")
+    return {int(m.group(1)) for m in re.finditer(
+        rf"worker (\d+) appended a transactional batch to {re.escape(topic)}-{partition} \(owner: worker \d+\)", text)}
+
+
+def read_values(b, topic: str, isolation: str, expect: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    cons = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"r-{isolation}", "isolation.level": isolation,
+                     "enable.auto.commit": False})
+    cons.assign([TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.time() + 30
+    idle_until = None
+    while time.time() < deadline:
+        for m in cons.consume(500, 0.3):
+            if m.error() is None:
+                out.append(m.value())
+        if len(out) >= expect:  # anything beyond what is expected shows up too
+            idle_until = idle_until or time.time() + 1.0
+            if time.time() > idle_until:
+                break
+    cons.close()
+    return out
+
+
+@FLAVOURS
+def test_transactional_produce_on_every_worker_keeps_the_lso_and_read_committed(broker_factory, flavour):
+    """A transactional producer whose produce requests reach all three workers (each appends
+    them itself), interleaved with a plain producer on the same partition: while a transaction
+    is open the LSO (ListOffsets READ_COMMITTED) stays at its first offset, the owner's
+    marker moves it, read_committed gets exactly the committed records, and a batch of a
+    fenced epoch is refused by every worker."""
+    from kafkafast.protocol._generated.add_partitions_to_txn import AddPartitionsToTxnRequest
+    from kafkafast.protocol._generated.end_txn import EndTxnRequest
+    from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+
+    b = start_broker(broker_factory, flavour, "txn", **{"transaction.state.log.num.partitions": "3",
+                                                        "offsets.topic.num.partitions": "3"})
+    create_topic(b, "tx")
+    a, b2, c3 = clients_on_every_worker(b)
+    tid = "shared-tid"
+
+    def retried(call, *retriable):
+        deadline = time.time() + 30
+        while True:
+            resp = call()
+            if resp.error_code not in retriable or time.time() > deadline:
+                return resp
+            time.sleep(0.1)
+
+    def init():
+        resp = retried(lambda: a.request(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60000), 4),
+                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                       ErrorCode.CONCURRENT_TRANSACTIONS)
+        assert resp.error_code == 0
+        return resp.producer_id, resp.producer_epoch
+
+    pid, epoch = init()
+    seq = 0
+    T = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+
+    def begin():
+        added = a.request(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[T(name="tx", partitions=[0])]), 3)
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+
+    def txn(c: RawClient, tag: bytes, n: int = 2, ep: int | None = None):
+        nonlocal seq
+        batch = encode_batch(values(n, tag), producer_id=pid, producer_epoch=epoch if ep is None else ep,
+                             base_sequence=seq, is_transactional=True)
+        req = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=10000, topic_data=[
+            ProduceRequest.TopicProduceData(name="tx", partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+        r = c.request(req, 8).responses[0].partition_responses[0]
+        if r.error_code == 0:
+            seq += n
+        return r
+
+    def plain(c: RawClient, tag: bytes) -> int:
+        r = produce(c, "tx", encode_batch(values(1, tag)))
+        assert r.error_code == 0
+        return r.base_offset
+
+    def end(commit: bool) -> None:
+        resp = retried(lambda: a.request(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                       committed=commit), 3), ErrorCode.CONCURRENT_TRANSACTIONS)
+        assert resp.error_code == 0
+
+    def offsets() -> tuple[int, int]:
+        """(log end, last stable offset), each asked of another worker"""
+        out = []
+        LT = ListOffsetsRequest.ListOffsetsTopic
+        for c, isolation in ((b2, 0), (c3, 1)):
+            resp = c.request(ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[LT(
+                name="tx", partitions=[LT.ListOffsetsPartition(partition_index=0, timestamp=-1)])]), 5)
+            out.append(resp.topics[0].partitions[0].offset)
+        return out[0], out[1]
+
+    committed: list[bytes] = []
+    everything: list[bytes] = []
+
+    def expect(tag: bytes, n: int, keep: bool) -> None:
+        vals = [v for _, _, v, _ in values(n, tag)]
+        everything.extend(vals)
+        if keep:
+            committed.extend(vals)
+
+    # 1: committed, its batches on all three workers, plain records between them
+    begin()
+    plain(b2, b"p1"); expect(b"p1", 1, True)
+    first = txn(a, b"t1a")
+    assert first.error_code == 0; expect(b"t1a", 2, True)
+    plain(c3, b"p2"); expect(b"p2", 1, True)
+    for c, tag in ((b2, b"t1b"), (c3, b"t1c")):
+        assert txn(c, tag).error_code == 0; expect(tag, 2, True)
+    assert offsets() == (8, first.base_offset) == (8, 1)  # held at the open transaction's first offset
+    end(True)                                            # COMMIT marker at 8
+    assert offsets() == (9, 9)
+    # 2: aborted, opened by a non-owner
+    begin()
+    first = txn(c3, b"t2a")
+    assert (first.error_code, first.base_offset) == (0, 9); expect(b"t2a", 2, False)
+    plain(a, b"p3"); expect(b"p3", 1, True)
+    assert txn(b2, b"t2b").error_code == 0; expect(b"t2b", 2, False)
+    assert offsets() == (14, 9)
+    end(False)                                           # ABORT marker at 14
+    plain(b2, b"p4"); expect(b"p4", 1, True)
+    assert offsets() == (16, 16)
+    # 3: left open, then fenced: a new InitProducerId aborts it with the bumped epoch
+    begin()
+    first = txn(b2, b"t3")
+    assert (first.error_code, first.base_offset) == (0, 16); expect(b"t3", 2, False)
+    assert offsets() == (18, 16)
+    old = epoch
+    pid2, epoch = init()                                 # ABORT marker at 18 (epoch + 1), then bumped again
+    assert pid2 == pid and epoch > old
+    assert offsets() == (19, 19)
+    for c in (a, b2, c3):  # the fenced epoch is refused whichever worker appends it
+        assert txn(c, b"zombie", ep=old).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    seq = 0
+    begin()
+    assert txn(c3, b"t4").error_code == 0; expect(b"t4", 2, True)
+    end(True)
+    assert offsets() == (22, 22)
+
+    assert len(shared_txn_appenders(b, "tx")) == WORKERS - 1  # not forwarded: both non-owners appended
+    assert_flavour(b, flavour)
+    assert read_values(b, "tx", "read_committed", len(committed)) == committed
+    assert read_values(b, "tx", "read_uncommitted", len(everything)) == everything
+    for c in (a, b2, c3):
+        c.close()
+    b.stop()
+    assert [o for o, _ in read_log_files(b, "tx")] == list(range(22))  # markers at 8, 14, 18, 21

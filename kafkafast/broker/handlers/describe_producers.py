@@ -25,6 +25,9 @@ def _partition(broker, ctx, topic: str, index: int):
         code = E.ErrorCode.NOT_LEADER_OR_FOLLOWER
     if code:
         return R.PartitionResponse(partition_index=index, error_code=code, error_message=None, active_producers=[])
+    catch_up = getattr(part.log, "catch_up", None)
+    if catch_up is not None:  # shared append: the batches other workers appended since
+        catch_up()
     producers = [R.ProducerState(producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
                                  last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                                  current_txn_start_offset=e.txn_first_offset)
