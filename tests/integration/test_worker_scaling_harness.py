@@ -1,7 +1,8 @@
-import pytest
 """perf.worker_scaling runs end to end, tiny (seconds), with a second code tree beside
 this one; no speed is asserted."""
 from __future__ import annotations
+
+import pytest
 
 import json
 import subprocess
