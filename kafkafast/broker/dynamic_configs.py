@@ -7,8 +7,13 @@ They live in `<first log dir>/__kafkafast_dynamic_configs.json`:
      "quotas": [{"entity": [["user", "alice"], ["client-id", null]], "values": {"producer_byte_rate": 1048576.0}}]}
 
 (a null entity name is the entity type's default). Writes replace the file atomically under
-a flock of `<file>.lock` (several workers write); every process re-reads it when its mtime,
-size or inode changed, checked at most every RELOAD_INTERVAL seconds.
+a flock of `<file>.lock` (several workers write). With several workers the writer then adds
+1 to the configs generation in the shared counters area (`runtime/shared_counters.py`),
+which every worker compares on each `refresh`: a change (a quota set by AlterClientQuotas on
+one worker) applies on every worker from its next request on, not up to RELOAD_INTERVAL
+later, during which a new quota's client would run unmeasured. Besides that, every process
+re-reads the file when its mtime, size or inode changed, checked at most every
+RELOAD_INTERVAL seconds (an edit by hand).
 
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
 configs Kafka's DynamicLogConfig reconfigures); they override the properties file, the
@@ -44,11 +49,22 @@ class DynamicConfigs:
         self._data: dict[str, Any] = {"brokers": {}, "quotas": []}
         self._stamp: tuple | None = None
         self._checked = 0.0
+        self._shared: Any = None  # SharedCounters of a multi-worker broker (share_generation)
+        self._generation = 0
+
+    def share_generation(self, counters: Any) -> None:
+        """Re-read the file whenever another worker rewrote it (`counters.configs_generation`)."""
+        self._shared = counters
+        self._generation = counters.configs_generation()
 
     # -- the file ------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
         """Re-reads the file if it changed; True when it did."""
         now = time.monotonic()
+        if self._shared is not None:
+            generation = self._shared.configs_generation()  # read before the file: never misses a change
+            if generation != self._generation:
+                self._generation, force = generation, True
         if not force and now - self._checked < RELOAD_INTERVAL:
             return False
         self._checked = now
@@ -78,6 +94,8 @@ class DynamicConfigs:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
+            if self._shared is not None:
+                self._shared.configs_changed()
             self.refresh(force=True)
 
     # -- broker configs ------------------------------------------------------------------

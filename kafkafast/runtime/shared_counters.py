@@ -12,6 +12,8 @@ Layout (`SharedCounters.size`)::
     header, 64 words
       [0] magic 0x4B46434E54303031 ("KFCNT001")   [1] layout version (1)
       [2] workers N   [3] per-IP entries   [4] quota entries   [5] quota samples S
+      [6] generation of the dynamic configs file (`broker/dynamic_configs.py`): a process that
+          rewrote it adds 1, so every worker re-reads it before its next request
     per worker w (N blocks of 2 + MAX_LISTENERS words, from word 64):
       [0] connections held by w (all listeners)
       [1] connections of w still in their TLS handshake / SASL authentication ("pending")
@@ -48,8 +50,9 @@ from typing import Any
 from kafkafast.runtime.file_lock import ProcessFileLock
 
 MAGIC = 0x4B46434E54303031
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_WORDS = 64
+H_CONFIGS_GENERATION = 6
 MAX_LISTENERS = 16
 WORKER_WORDS = 2 + MAX_LISTENERS
 C_TOTAL, C_PENDING = 0, 1
@@ -132,6 +135,15 @@ class SharedCounters:
     def after_fork(self) -> None:
         if self._file_lock is not None:
             self._file_lock.after_fork()
+
+    # -- dynamic configs ------------------------------------------------------------------
+    def configs_generation(self) -> int:
+        return int(self._q[H_CONFIGS_GENERATION])
+
+    def configs_changed(self) -> None:
+        """The dynamic configs file was rewritten (called after the rename, under its flock,
+        so two writers never lose an increment)."""
+        self._q[H_CONFIGS_GENERATION] += 1
 
     # -- connections ----------------------------------------------------------------------
     def _col(self, worker: int) -> int:

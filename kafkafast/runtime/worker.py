@@ -668,6 +668,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
         counters.after_fork()
         broker.counters = counters
+        broker.dynamic.share_generation(counters)  # a dynamic config (quota) set on one worker applies on all at once
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
     profiler = None
     if profile_dir:

@@ -125,8 +125,6 @@ def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data
     assert max(throttles) > 0
 
 
-@pytest.mark.xfail(strict=False, reason="known defect (issue 14, open): on a quiet machine four connections over "
-                   "3 workers reach 2-4 MB/s against a 1 MB/s quota; it held only under load")
 def test_producer_byte_rate_quota_is_broker_wide_with_workers(broker_factory):
     """With --workers 3 the quota holds for the client-id across the broker: four producers
     with the same client.id (four connections, spread over the workers by SO_REUSEPORT) are

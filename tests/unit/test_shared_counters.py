@@ -91,3 +91,28 @@ def test_quota_samples_form_kafkas_sliding_window():
     assert c.record_rate(("producer_byte_rate", "c"), 7, t + 3300, 1000) is None
     # ...until one has not recorded for quota.window.num windows
     assert c.record_rate(("producer_byte_rate", "c"), 7, t + 6400, 1000) == (7.0, 1.0)
+
+
+def test_a_dynamic_config_written_by_one_worker_applies_on_the_others_at_once(tmp_path, monkeypatch):
+    """A quota set through one worker holds on every worker from its next request on: the
+    writer bumps the configs generation in the shared area, so the others re-read the file
+    however recently they last looked (here never again by the time check)."""
+    from kafkafast.broker import dynamic_configs
+    from kafkafast.broker.dynamic_configs import DynamicConfigs
+
+    monkeypatch.setattr(dynamic_configs, "RELOAD_INTERVAL", 3600.0)
+    c = SharedCounters.create(3, str(tmp_path))
+    workers = [DynamicConfigs(str(tmp_path)) for _ in range(3)]
+    for d in workers[:2]:
+        d.share_generation(c)
+    for d in workers:
+        d.refresh(force=True)
+        assert d.quotas() == {}
+    entity = (("client-id", "slow"),)
+    workers[0].alter_quotas([(entity, {"producer_byte_rate": 1_000_000.0})])
+    assert c.configs_generation() == 1
+    assert workers[1].quotas() == {entity: {"producer_byte_rate": 1_000_000.0}}
+    assert workers[2].quotas() == {}  # not sharing the generation: only after its next time check
+    workers[1].alter_quotas([(entity, {"producer_byte_rate": None})])
+    assert c.configs_generation() == 2
+    assert workers[0].quotas() == {}  # and removing it, the other way round
