@@ -56,6 +56,7 @@ class DynamicConfigs:
         """Re-read the file whenever another worker rewrote it (`counters.configs_generation`)."""
         self._shared = counters
         self._generation = counters.configs_generation()
+        self.refresh(force=True)  # after reading the generation: a write in between is not missed
 
     # -- the file ------------------------------------------------------------------------
     def refresh(self, force: bool = False) -> bool:
