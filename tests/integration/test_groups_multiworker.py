@@ -173,3 +173,29 @@ def test_workers_racing_to_create_the_internal_topics_both_serve_every_partition
         for rc in conns:
             rc.close()
         b.kill()
+
+
+def test_confluent_kafka_groups_started_together_on_a_fresh_broker_all_commit(broker_factory):
+    """The same race through confluent-kafka: eight consumers created at once on a fresh
+    2-worker broker (their FindCoordinator requests create `__consumer_offsets` on both
+    workers at the same moment), in groups of every partition of it; each joins, gets the
+    topic's partition and commits an offset that reads back. Before, the groups of the
+    losing worker's partitions got NOT_COORDINATOR until the consumers gave up."""
+    parts = 4
+    b = broker_factory("cgrace", workers=WORKERS, settings={
+        "group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": str(parts)})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("cgrace", 1, 1)])["cgrace"].result(15)
+    groups = _ids_per_partition("cgrace-a", parts) + _ids_per_partition("cgrace-b", parts)
+    members = [consumer(b.bootstrap, g) for g in groups]
+    for c in members:
+        c.subscribe(["cgrace"])
+    for n, c in enumerate(members):
+        deadline = time.monotonic() + 40
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.2)
+        assert [tp.partition for tp in c.assignment()] == [0], groups[n]
+        c.commit(offsets=[TopicPartition("cgrace", 0, 10 + n)], asynchronous=False)
+    for n, c in enumerate(members):
+        assert c.committed([TopicPartition("cgrace", 0)], 20)[0].offset == 10 + n, groups[n]
+        c.close()
