@@ -99,6 +99,7 @@ class Broker:
         # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
+        self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
@@ -163,8 +164,7 @@ class Broker:
                         sum(scanned.values()), len(scanned), sum(self.log_manager.last_load_truncated.values()))
         else:
             log.info("clean start: no recovery scan")
-        for t in list(self.topics.topics.values()):
-            self._open_topic(t)
+        self._apply_topics()
         from kafkafast.storage.cleaner import LogCleaner
 
         self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
@@ -266,12 +266,19 @@ class Broker:
         """Picks up topic changes made by another process."""
         if self.dynamic.refresh():
             self.apply_dynamic_configs()
-        if not self.topics.load():
-            return
+        self.topics.load()
+        if self.topics.generation != self._topics_applied:
+            self._apply_topics()
+
+    def _apply_topics(self) -> None:
+        """Opens and drops partitions to match the topic store's view; after every reload and
+        every change made here (a change reloads the file first, so it can bring in another
+        process's topics that nothing else here would open)."""
+        self._topics_applied = self.topics.generation
         live = self.topics.topics
         for key in [k for k in self.partitions if k[0] not in live or k[1] >= live[k[0]].partitions]:
             self.partitions.pop(key).wake()
-        for t in live.values():
+        for t in list(live.values()):
             self._open_topic(t)
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
@@ -296,7 +303,7 @@ class Broker:
             if validate_only:
                 raise _ValidateOnly(meta)
             topics[name] = meta
-        self._open_topic(meta)
+        self._apply_topics()
         self.notify_metadata_changed()
         return meta
 
@@ -318,6 +325,7 @@ class Broker:
             self.log_manager.delete(name, i)
             if self.log_cleaner is not None:
                 self.log_cleaner.forget(name, i)
+        self._apply_topics()
         self.notify_metadata_changed()
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
@@ -331,7 +339,7 @@ class Broker:
             if validate_only:
                 return
             meta.partitions = count
-        self._open_topic(meta)
+        self._apply_topics()
         self.notify_metadata_changed()
 
     def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
@@ -347,6 +355,7 @@ class Broker:
             part = self.partitions.get((name, i))
             if part is not None:
                 part.log.config = cfg
+        self._apply_topics()
         self.notify_metadata_changed()
 
     def notify_metadata_changed(self) -> None:

@@ -4,8 +4,12 @@ Stored as `<first log dir>/__kafkafast_topics.json`:
 `{"version": 1, "topics": {"<name>": {"id": "<32 hex>", "partitions": N, "configs": {...}}}}`,
 replaced atomically (write to a temporary file, fsync, rename; a full disk answers
 KafkaStorageError and changes nothing). Writers take an exclusive
-`flock` on `__kafkafast_topics.lock` so several worker processes can change topics safely;
-`generation` increases with every change so other processes know when to reload.
+`flock` on `__kafkafast_topics.lock` so several worker processes can change topics safely
+(the shared-memory metadata generation tells the other processes to reload). `generation`
+counts the views of the file this process has held (each reload, each change made here,
+the reload inside `change()` included): a broker compares it with the generation whose
+partitions it opened, so a topic it learnt of only through `change()` (another process's
+topic, read while creating its own) is opened too.
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ class TopicStore:
         self.topics: dict[str, TopicMeta] = {}
         self.by_id: dict[bytes, TopicMeta] = {}
         self._mtime_ns = -1
+        self.generation = 0
 
     def load(self) -> bool:
         """(Re)reads the file if it changed; True when something was reloaded."""
@@ -68,6 +73,7 @@ class TopicStore:
         except FileNotFoundError:
             changed = bool(self.topics)
             self.topics, self.by_id, self._mtime_ns = {}, {}, -1
+            self.generation += changed
             return changed
         if st.st_mtime_ns == self._mtime_ns:
             return False
@@ -79,6 +85,7 @@ class TopicStore:
         self.topics = topics
         self.by_id = {t.topic_id: t for t in topics.values()}
         self._mtime_ns = st.st_mtime_ns
+        self.generation += 1
         return True
 
     def _save(self) -> None:
@@ -110,6 +117,7 @@ class TopicStore:
                     self.load()  # the change did not happen: forget it here too
                     raise
             finally:
+                self.generation += 1  # whatever happened, the view may differ from the one applied
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def get(self, name: str) -> TopicMeta | None:

@@ -342,8 +342,12 @@ class WorkerBroker(Broker):
 
     def refresh_topics(self) -> None:
         self._seen_generation = self.table.metadata_generation
-        if not self.topics.load():
-            return
+        self.topics.load()
+        if self.topics.generation != self._topics_applied:
+            self._apply_topics()
+
+    def _apply_topics(self) -> None:
+        self._topics_applied = self.topics.generation
         live = self.topics.topics
         for key, part in list(self.partitions.items()):
             meta = live.get(key[0])
@@ -372,6 +376,7 @@ class WorkerBroker(Broker):
                 path = os.path.join(d, f"{name}-{i}")
                 if os.path.isdir(path):
                     remove_partition_dir(path)
+        self._apply_topics()
         self.notify_metadata_changed()
 
     def notify_metadata_changed(self) -> None:

@@ -424,10 +424,7 @@ def test_kafkajs_transactional_producer(txn_broker):
 
 
 @needs_kafkajs
-@pytest.mark.parametrize("txn_broker", [0, pytest.param(2, marks=pytest.mark.xfail(
-    strict=False, reason="known defect (issue 13, open): on a 2-worker broker KafkaJS's consumer group is "
-                         "sometimes answered NOT_COORDINATOR until it gives up"))],
-    indirect=True, ids=["one-process", "workers-2"])
+@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
 def test_kafkajs_read_committed_consumer(txn_broker):
     """KafkaJS's read_committed consumer skips the aborted transactions (the fetch response's
     aborted_transactions) and the markers of records a confluent-kafka transactional producer
