@@ -10,7 +10,7 @@ confluent-kafka producer writes `--mib` MiB to a fresh one-partition topic (acks
 linger.ms=5, batch.size=1 MiB, no compression), then a consumer reads it back from the
 beginning with assign(). Reported per listener and size: median (and range) of produce
 and consume MB/s, and broker CPU-seconds per GB moved (user+sys of every broker process
-from /proc, sampled around each timed window). Fetch over TLS cannot use sendfile: the
+from their CPU-time clocks, sampled around each timed window). Fetch over TLS cannot use sendfile: the
 segment bytes are read into a reused buffer and encrypted by the ssl module (see
 kafkafast/runtime/connection.py), so the consume column is where TLS costs most.
 """
@@ -159,7 +159,7 @@ def main() -> int:
     Path(a.out).with_suffix(".md").write_text(
         f"# Produce/consume over PLAINTEXT, SSL and SASL_SSL\n\n{result['machine']}; `{result['command']}`; "
         f"{result['broker']}, one partition, acks=1, no compression; confluent-kafka clients in the same "
-        f"process as the harness. Median (min-max) of the repeats; broker CPU from /proc.\n\n{table}\n")
+        f"process as the harness. Median (min-max) of the repeats; broker CPU from its CPU-time clocks.\n\n{table}\n")
     print(table)
     return 0
 

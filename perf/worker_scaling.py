@@ -7,7 +7,7 @@ One confluent-kafka producer (`perf.load produce`, linger 5 ms, batch.size 1 MiB
 `--count` records of 1 KiB with acks=1 to a topic of 16 partitions on a kafkafast broker
 started with `--workers N`, for each N. A connection lands on a random worker, so with
 forwarding (N-1)/N of the produce requests take the hop to the owning worker: the broker's
-CPU-seconds per GB (user+sys of the supervisor and every worker, from /proc) show what the
+CPU-seconds per GB (user+sys of the supervisor and every worker, from their CPU-time clocks) show what the
 hop costs as N grows. Throughput is reported beside it.
 
 Every broker (each worker count, for this tree and for each `--tree`) runs for the whole

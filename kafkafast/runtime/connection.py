@@ -107,6 +107,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session: Any = None
         self.admission: Any = None  # runtime.limits.Admission: this connection's share of the limits
         self.last_active = 0.0
+        self.activity = 0  # this worker's activity sequence number at the last byte in or out (limits: LRU order)
         self._tls_buf: bytearray | None = None
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------
@@ -154,7 +155,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.closing:
             return
         if self.limits is not None:
-            self.last_active = self.limits.now()
+            self.last_active, self.activity = self.limits.touch()
         frame = self._frame
         if frame is not None:
             self._got += nbytes
@@ -397,7 +398,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._write_paused:
             await self._wait_drained(False)
         if self.limits is not None:
-            self.last_active = self.limits.now()
+            self.last_active, self.activity = self.limits.touch()
 
     async def _send_region_tls(self, region: FileRegion) -> None:
         """No sendfile through TLS: the region is read into a reused buffer and handed to

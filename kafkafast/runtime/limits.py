@@ -108,6 +108,7 @@ class ConnectionLimits:
         self.protected = [s.name == inter and len(specs) > 1 for s in specs]
         self.local_ip: Counter = Counter()  # addresses the shared table had no room for
         self.conns: set = set()
+        self.activity = 0  # see touch()
         self.pending: dict[Admission, None] = {}  # oldest first
         self.acceptors: list[Acceptor] = []
         self.refused = 0
@@ -122,6 +123,14 @@ class ConnectionLimits:
 
     def now(self) -> float:
         return self._loop.time()  # type: ignore[union-attr]
+
+    def touch(self) -> tuple[float, int]:
+        """A connection's activity stamp: the loop time (for connections.max.idle.ms) and the
+        next number of this worker's activity sequence (the least recently active connection
+        is the one with the lowest: uvloop's time is in milliseconds and cached per loop
+        iteration, so two connections active one after the other can have the same time)."""
+        self.activity += 1
+        return self._loop.time(), self.activity  # type: ignore[union-attr]
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -176,6 +185,7 @@ class ConnectionLimits:
         adm.conn = conn
         adm.sock = None
         conn.admission = adm
+        conn.last_active, conn.activity = self.touch()
         self.conns.add(conn)
         if adm.pending and not conn.listener.sasl:
             self.setup_done(adm)
@@ -255,7 +265,7 @@ class ConnectionLimits:
         active connection on another listener goes (Kafka's Processor does the same)."""
         victims = [c for c in self.conns if not c.closing and not self.protected[c.admission.listener]]
         if victims:
-            min(victims, key=lambda c: c.last_active).abort()
+            min(victims, key=lambda c: c.activity).abort()
 
 
 class Acceptor:

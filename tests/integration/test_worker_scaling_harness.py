@@ -2,8 +2,6 @@
 this one; no speed is asserted."""
 from __future__ import annotations
 
-import pytest
-
 import json
 import subprocess
 import sys
@@ -11,7 +9,6 @@ import sys
 from tests.support.broker_process import REPO
 
 
-@pytest.mark.xfail(strict=False, reason="known: a tiny run once measured 0.00 broker CPU-s/GB in a fresh run; to be fixed")
 def test_worker_scaling_tiny_run_writes_a_table_per_tree_and_worker_count(tmp_path):
     out = tmp_path / "scaling.json"
     proc = subprocess.run([sys.executable, "-m", "perf.worker_scaling", "--workers", "1,2", "--count", "2000",
@@ -25,6 +22,8 @@ def test_worker_scaling_tiny_run_writes_a_table_per_tree_and_worker_count(tmp_pa
         for row in tree["rows"].values():
             (run,) = row["runs"]
             assert run["acked"] == 2000 and run["errors"] == 0
+            # > 0 by construction: the broker's processes read and stored 2 MB, and their CPU is read
+            # in nanoseconds (perf.brokers.cpu_seconds), not in 10 ms ticks that a short run can miss
             assert run["broker_cpu_s"] > 0 and run["MB_per_s"] > 0
         assert tree["rows"]["1"]["cpu_vs_first"] == 1.0
     md = out.with_suffix(".md").read_text()
