@@ -419,7 +419,7 @@ def markdown(res: dict) -> str:
         "# Spark read throughput (`kafkafast` data source)",
         "",
         f"{res['records']:,} records of {res['value_bytes']} bytes per topic; best of {res['repeats']}; Spark query "
-        "`count(*), sum(length(value))`, after warm-up reads (3 rounds of both task bodies on the 1-partition topic, "
+        "`count(*), sum(length(value))`, after warm-up reads (3 rounds of the four 1-partition reads below, "
         "3 reads on the cluster, then one per topic).",
         f"Machine: {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; "
         f"load average {m['loadavg_start']} at the start, {m['loadavg_end']} at the end.",
@@ -506,8 +506,9 @@ def markdown(res: dict) -> str:
                 f"- Fixed cost per query: {fixed:.3f} s over an empty kafkafast partition, {fixed_mem:.3f} s over the "
                 f"empty in-memory source. The in-memory figure is Spark's own (analysis, planning through two "
                 "Python planner round trips, one task per stage for the scan and the final aggregate); the "
-                f"difference ({fixed - fixed_mem:+.3f} s) is kafkafast's planning (`partitions()`: one broker "
-                "session for metadata and the earliest/latest offsets) and task start.",
+                f"difference ({fixed - fixed_mem:+.3f} s) is what kafkafast's planning (`partitions()`: one broker "
+                "session for metadata and the earliest/latest offsets) and task start add, within run-to-run "
+                "noise when it is this small or negative.",
                 f"- Per-row cost of Spark alone: the in-memory query minus its empty run, {spark_rows:.3f} s for "
                 f"{s['records']:,} rows ({s['records'] / max(spark_rows, 1e-9):,.0f} rows/s): the Arrow hand-off "
                 "from the Python worker, the JVM's conversion of each row, aggregation. The kafkafast query minus "
