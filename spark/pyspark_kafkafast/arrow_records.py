@@ -6,10 +6,27 @@ The client decodes fetched record batches straight into Arrow columns
 without copying, next to the two constant columns (topic, partition), which are built once
 per task and sliced (zero-copy) for each batch. No per-record Python work and no cast
 happens on either side.
+
+Those two columns are assembled from raw buffers rather than with `pa.array`/`pa.scalar`:
+converting Python objects makes pyarrow import pandas (about a quarter of a second, and more
+on a busy machine), which a Spark Python worker otherwise never loads.
 """
 from __future__ import annotations
 
+import array
+
 import pyarrow as pa
+
+
+def repeated_string(value: str, n: int) -> pa.Array:
+    """A string array of `n` copies of `value`, built from its buffers."""
+    data = value.encode()
+    offsets = array.array("i", range(0, (n + 1) * len(data), len(data))) if data else array.array("i", [0]) * (n + 1)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
+def repeated_int32(value: int, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array.array("i", [value]) * n)])
 
 
 class _Constants:
@@ -19,14 +36,14 @@ class _Constants:
 
     def __init__(self) -> None:
         self.key: tuple[str, int] | None = None
-        self.topic = pa.array([], pa.string())
-        self.partition = pa.array([], pa.int32())
+        self.topic: pa.Array | None = None
+        self.partition: pa.Array | None = None
 
     def columns(self, topic: str, partition: int, n: int) -> tuple[pa.Array, pa.Array]:
-        if self.key != (topic, partition) or len(self.topic) < n:
+        if self.topic is None or self.partition is None or self.key != (topic, partition) or len(self.topic) < n:
             self.key = (topic, partition)
-            self.topic = pa.repeat(pa.scalar(topic, pa.string()), n)
-            self.partition = pa.repeat(pa.scalar(partition, pa.int32()), n)
+            self.topic = repeated_string(topic, n)
+            self.partition = repeated_int32(partition, n)
         if len(self.topic) == n:
             return self.topic, self.partition
         return self.topic.slice(0, n), self.partition.slice(0, n)

@@ -22,26 +22,66 @@ logger = logging.getLogger("pyspark_kafkafast")
 
 
 class BrokerLookup:
-    """`planning.OffsetLookup` answered by a Kafka-compatible broker."""
+    """`planning.OffsetLookup` answered by a Kafka-compatible broker.
+
+    Used as a context manager (`with BrokerLookup(...) as lookup:`) all its calls share one
+    event loop and one set of connections, opened at the first call and closed at the end:
+    a batch plan asks for metadata, earliest and latest offsets over one bootstrap instead of
+    three. Outside a `with` block each call opens and closes its own.
+    """
 
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000, isolation_level: int = 0) -> None:
         self.bootstrap = bootstrap
         self.request_timeout_ms = request_timeout_ms
         self.isolation_level = isolation_level  # 1 (read_committed): "latest" is the last stable offset
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cluster: Cluster | None = None
+
+    def __enter__(self) -> BrokerLookup:
+        self._loop = asyncio.new_event_loop()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        loop, cluster = self._loop, self._cluster
+        self._loop = self._cluster = None
+        if loop is None:
+            return
+        try:
+            if cluster is not None:
+                loop.run_until_complete(cluster.close())
+        finally:
+            loop.close()
+
+    def _new_cluster(self, topics: list[str] | None, all_topics: bool) -> Cluster:
+        cluster = Cluster(self.bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False,
+                          request_timeout_ms=self.request_timeout_ms, client_id="kafkafast-spark")
+        cluster.want_all_topics = all_topics
+        if topics:
+            cluster.add_topics(topics)
+        return cluster
 
     def _run(self, topics: list[str] | None, fn: Any, *, all_topics: bool = False) -> Any:
-        async def go() -> Any:
-            cluster = Cluster(self.bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False,
-                              request_timeout_ms=self.request_timeout_ms, client_id="kafkafast-spark")
-            cluster.want_all_topics = all_topics
-            if topics:
-                cluster.add_topics(topics)
+        if self._loop is not None:
+            return self._loop.run_until_complete(self._run_shared(topics, fn, all_topics))
+
+        async def once() -> Any:
+            cluster = self._new_cluster(topics, all_topics)
             try:
                 await cluster.start()
                 return await fn(cluster)
             finally:
                 await cluster.close()
-        return asyncio.run(go())
+        return asyncio.run(once())
+
+    async def _run_shared(self, topics: list[str] | None, fn: Any, all_topics: bool) -> Any:
+        cluster = self._cluster
+        if cluster is None:
+            cluster = self._cluster = self._new_cluster(topics, all_topics)
+            await cluster.start()
+        elif cluster.add_topics(topics or []) or (all_topics and not cluster.want_all_topics):
+            cluster.want_all_topics = cluster.want_all_topics or all_topics
+            await cluster.refresh_metadata()
+        return await fn(cluster)
 
     def partitions(self, subscription: Subscription) -> list[TopicPartition]:
         if isinstance(subscription, Assign):

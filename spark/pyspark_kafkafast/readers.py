@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -41,6 +41,9 @@ from pyspark_kafkafast.planning import (
 )
 from pyspark_kafkafast.schema import arrow_schema
 
+if TYPE_CHECKING:
+    from pyspark_kafkafast.broker_calls import BrokerLookup
+
 logger = logging.getLogger("pyspark_kafkafast")
 
 
@@ -56,7 +59,7 @@ class OffsetRangePartition(InputPartition):
         return f"OffsetRangePartition({r.topic}-{r.partition} [{r.start}, {r.until}))"
 
 
-def _lookup(opts: SourceOptions) -> OffsetLookup:
+def _lookup(opts: SourceOptions) -> BrokerLookup:
     from pyspark_kafkafast.broker_calls import BrokerLookup
     return BrokerLookup(opts.bootstrap, isolation_level=isolation_level(opts))
 
@@ -84,7 +87,8 @@ class KafkaFastBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
-        ranges = plan_batch(o.subscription, o.starting, o.ending, _lookup(o), o.min_partitions)
+        with _lookup(o) as lookup:
+            ranges = plan_batch(o.subscription, o.starting, o.ending, lookup, o.min_partitions)
         logger.info("kafkafast batch read planned %d ranges", len(ranges))
         return [OffsetRangePartition(r) for r in ranges]
 
@@ -115,9 +119,9 @@ class KafkaFastStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- driver side ---------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        lookup = _lookup(self.opts)
-        tps = sorted(lookup.partitions(self.opts.subscription))
-        offsets = resolve_offsets(self.opts.starting, tps, lookup, starting=True)
+        with _lookup(self.opts) as lookup:
+            tps = sorted(lookup.partitions(self.opts.subscription))
+            offsets = resolve_offsets(self.opts.starting, tps, lookup, starting=True)
         logger.info("kafkafast stream starts at %s", offsets)
         return offsets_to_json(offsets)
 
@@ -140,11 +144,11 @@ class KafkaFastStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return latest
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        lookup = _lookup(self.opts)
         begin = offsets_from_json(start)
-        latest = self._current_latest(lookup)
-        self._latest = latest
-        end = self.limit_offsets(begin, latest, limit, lookup)
+        with _lookup(self.opts) as lookup:
+            latest = self._current_latest(lookup)
+            self._latest = latest
+            end = self.limit_offsets(begin, latest, limit, lookup)
         return offsets_to_json(end)
 
     def limit_offsets(self, begin: PartitionOffsets, latest: PartitionOffsets, limit: ReadLimit,
@@ -171,8 +175,9 @@ class KafkaFastStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offsets_to_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        ranges = plan_micro_batch(offsets_from_json(start), offsets_from_json(end), _lookup(self.opts),
-                                  self.opts.fail_on_data_loss, self.opts.min_partitions)
+        with _lookup(self.opts) as lookup:
+            ranges = plan_micro_batch(offsets_from_json(start), offsets_from_json(end), lookup,
+                                      self.opts.fail_on_data_loss, self.opts.min_partitions)
         return [OffsetRangePartition(r) for r in ranges]
 
     def commit(self, end: dict) -> None:

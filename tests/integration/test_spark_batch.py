@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
+from pyspark.sql import functions as F
 
-from tests.integration.spark_fixtures import spark  # noqa: F401 - module-scoped SparkSession fixture
+from tests.integration.spark_fixtures import spark, spark_python_path  # noqa: F401 - module-scoped SparkSession fixture
 from tests.integration.spark_topics import T0, check_query, consume_all, create_topic, fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -54,6 +59,43 @@ def test_min_partitions_splits_the_read_into_more_tasks(spark, filled):  # noqa:
     assert df.rdd.getNumPartitions() == 18
     row = df.selectExpr("count(*) AS n", "count(DISTINCT partition, offset) AS d").collect()[0]
     assert (row.n, row.d) == (N, N)
+
+
+def test_min_partitions_reads_one_kafka_partition_with_four_tasks(spark, module_broker):  # noqa: F811
+    """Spark's minPartitions on a 1-partition topic: four tasks, each reading one contiguous
+    quarter of the offsets, every record exactly once with its own key, value and timestamp."""
+    topic, n = "single1", 10_000
+    create_topic(module_broker.bootstrap, topic, 1)
+    fill(module_broker.bootstrap, topic, 1, 0, n)
+    df = (spark.read.format("kafkafast").option("kafka.bootstrap.servers", module_broker.bootstrap)
+          .option("subscribe", topic).option("minPartitions", 4).load())
+    assert df.rdd.getNumPartitions() == 4
+    df.createOrReplaceTempView("single1")
+    row = spark.sql(check_query("single1", topic, 1)).collect()[0]
+    assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (n, n, n, 0, n - 1)
+    tasks = df.selectExpr("spark_partition_id() AS task", "offset").groupBy("task").agg(
+        F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")).orderBy("task").collect()
+    assert [tuple(r) for r in tasks] == [(0, 0, 2_499, 2_500), (1, 2_500, 4_999, 2_500),
+                                         (2, 5_000, 7_499, 2_500), (3, 7_500, 9_999, 2_500)]
+
+
+def test_planning_and_task_body_do_not_load_pandas(filled):
+    """What a Spark Python worker runs for this source (plan the read, read every range) works
+    without importing pandas, which costs a fresh worker a quarter of a second or more."""
+    code = textwrap.dedent(f"""
+        import sys
+        import pyspark.worker, pyspark.sql.worker.plan_data_source_read
+        from pyspark_kafkafast.data_source import KafkaFastDataSource
+        source = KafkaFastDataSource({{"kafka.bootstrap.servers": "{filled}", "subscribe": "{TOPIC}"}})
+        reader = source.reader(source.schema())
+        batches = [b for p in reader.partitions() for b in reader.read(p)]
+        topics = {{t for b in batches for t in b.column("topic").unique().to_pylist()}}
+        print(sum(b.num_rows for b in batches), sorted(topics), "pandas" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=spark_python_path()),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == f"{N} ['{TOPIC}'] False"
 
 
 def test_starting_and_ending_offsets_json_select_exactly_those_offsets(spark, filled):  # noqa: F811

@@ -73,6 +73,26 @@ def test_stream_limits_batches_and_resumes_from_its_checkpoint_exactly_once(spar
     assert {r.v for r in rows} == expected
 
 
+def test_stream_min_partitions_splits_each_micro_batch_of_one_kafka_partition(spark, module_broker, tmp_path):  # noqa: F811
+    """minPartitions in streaming: each micro-batch of a 1-partition topic (maxOffsetsPerTrigger
+    4,000) is read by four tasks of 1,000 contiguous offsets; every record lands once."""
+    bootstrap, topic = module_broker.bootstrap, "stream-single"
+    create_topic(bootstrap, topic, 1)
+    fill(bootstrap, topic, 1, 0, 8_000)
+    q = (stream(spark, bootstrap, topic, startingOffsets="earliest", minPartitions=4, maxOffsetsPerTrigger=4_000)
+         .selectExpr("offset", "cast(value AS string) AS v", "spark_partition_id() AS task")
+         .writeStream.format("memory").queryName("single_split")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert q.awaitTermination(180)
+    assert q.exception() is None
+    assert batch_sizes(q) == [4_000, 4_000]
+    rows = spark.sql("SELECT offset, v, task FROM single_split").collect()
+    assert sorted(r.offset for r in rows) == list(range(8_000))
+    assert all(r.v == f"v{r.offset}" for r in rows)
+    # offsets [1000k, 1000k + 1000) of each batch are one task's range
+    assert {(r.offset // 1_000, r.task) for r in rows} == {(k, k % 4) for k in range(8)}
+
+
 def test_stream_starts_at_latest_by_default(spark, module_broker, tmp_path):  # noqa: F811
     bootstrap, topic = module_broker.bootstrap, "stream-latest"
     create_topic(bootstrap, topic, 2)
