@@ -226,8 +226,9 @@ class Migration:
             return EC.MEMBER_ID_REQUIRED, member_id, -1, None
         try:
             sub = decode_subscription(protocols[0][1])
-        except Exception:
-            return EC.INCONSISTENT_GROUP_PROTOCOL, member_id, -1, None
+        except Exception:  # Kafka throws IllegalStateException here: UNKNOWN_SERVER_ERROR
+            log.info("group %s: malformed embedded consumer protocol in a JoinGroup", group.group_id)
+            return EC.UNKNOWN_SERVER_ERROR, member_id, -1, None
         cp._records.clear()
         member = group.members.get(member_id)
         bump = False
