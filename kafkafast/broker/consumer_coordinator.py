@@ -2,10 +2,11 @@
 ConsumerGroupDescribe, and the member-epoch checks of OffsetCommit / OffsetFetch.
 
 Consumer groups live in the same `GroupCoordinator.groups` map as classic groups, so a
-group id is one or the other: a classic member joining a consumer group with members gets
-INCONSISTENT_GROUP_PROTOCOL, a heartbeat of the consumer protocol to a classic group with
-members GROUP_ID_NOT_FOUND; an empty group of one kind becomes the other kind when a member
-of the other protocol arrives (its committed offsets stay), as Kafka converts empty groups.
+group id is one or the other: an empty group of one kind becomes the other kind when a member
+of the other protocol arrives (its committed offsets stay), as Kafka converts empty groups;
+groups with members migrate online (`group_migration.py`: a classic JoinGroup to a consumer
+group makes a classic member of it, a heartbeat of the consumer protocol to a classic group
+upgrades it or gets GROUP_ID_NOT_FOUND, the last consumer-protocol member leaving downgrades it).
 
 Heartbeat, as Kafka 4.0 serves version 0 (`GroupMetadataManager.consumerGroupHeartbeat`):
 validate the request (INVALID_REQUEST with a message), find or create the member (epoch 0
