@@ -262,6 +262,8 @@ class GroupCoordinator:
                 error, mid, generation, name = self.consumer.migration.join(
                     group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                     rebalance_timeout_ms, protocol_type, protocols, require_known_member_id=require_known_member_id)
+                if not error and getattr(self.broker, "cluster", None) is not None:
+                    error = await self.wait_replicated(group_id)  # as a heartbeat: answered once the ISR has it
                 if error:
                     return JoinResult(error, mid)
                 return JoinResult(NONE, mid, generation, "consumer", name, "", [])

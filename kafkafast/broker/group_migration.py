@@ -132,7 +132,8 @@ class Migration:
                               offsets=classic.offsets, state_timestamp=now)
         for m in classic.members.values():
             try:
-                sub = decode_subscription(m.metadata_for(classic.protocol_name))
+                sub = decode_subscription(m.metadata_for(classic.protocol_name) or
+                                          (m.protocols[0][1] if m.protocols else b""))
                 held = self._ids(decode_assignment(m.assignment).partitions)
             except Exception:
                 raise refuse("the embedded consumer protocol is malformed") from None

@@ -164,3 +164,93 @@ def test_policy_disabled_refuses_the_upgrade_with_group_id_not_found(broker_fact
         r = raw.request(hb, 1)
         assert r.error_code == EC.GROUP_ID_NOT_FOUND and "disabled" in r.error_message
     c1.close()
+
+
+def test_classic_member_inside_a_consumer_group_request_by_request(broker_factory):
+    """The classic protocol served by a consumer group, with raw requests: the upgrade keeps
+    the classic member's partitions, its heartbeat asks it to rejoin, its join gets the member
+    epoch as generation and no leader, SyncGroup the server's assignment, generations and
+    commits are checked against its member epoch, and the consumer member leaving turns the
+    group back into a classic group that rebalances."""
+    from kafkafast.client.consumer_protocol import Subscription, decode_assignment, encode_assignment, \
+        encode_subscription
+    from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+    from kafkafast.protocol._generated.heartbeat import HeartbeatRequest
+    from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest as OC
+    from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest as OF
+    from kafkafast.protocol._generated.sync_group import SyncGroupRequest
+    from kafkafast.client.consumer_protocol import Assignment as ClassicAssignment
+
+    b = broker_factory(settings=SETTINGS)
+    topic, group = "mig-raw", "g-mig-raw"
+    create_topics(b.bootstrap, {topic: 2})
+    meta = encode_subscription(Subscription([topic]))
+    JG = JoinGroupRequest
+
+    def classic_join(raw, member_id):
+        return raw.request(JG(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=member_id,
+                              protocol_type="consumer", protocols=[JG.JoinGroupRequestProtocol(name="range", metadata=meta)]),
+                           7)
+
+    def sync(raw, member_id, generation, assignments=()):
+        r = raw.request(SyncGroupRequest(group_id=group, generation_id=generation, member_id=member_id,
+                                         protocol_type="consumer", protocol_name="range", assignments=[
+                                             SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                                             for m, a in assignments]), 5)
+        return r.error_code, sorted(decode_assignment(r.assignment).partitions) if r.assignment else []
+
+    def heartbeat(raw, member_id, generation):
+        return raw.request(HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id), 4).error_code
+
+    def commit(raw, member_id, generation, offset):
+        return raw.request(OC(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, topics=[
+            OC.OffsetCommitRequestTopic(name=topic, partitions=[
+                OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)])]), 8
+        ).topics[0].partitions[0].error_code
+
+    with RawClient(b.port) as raw:
+        a = classic_join(raw, "").member_id
+        j = classic_join(raw, a)
+        assert (j.error_code, j.generation_id, j.leader) == (0, 1, a)
+        everything = encode_assignment(ClassicAssignment([(topic, 0), (topic, 1)]))
+        assert sync(raw, a, 1, [(a, everything)]) == (0, [(topic, 0), (topic, 1)])
+        assert commit(raw, a, 1, 3) == 0
+
+        # A consumer-protocol member upgrades the group; the classic member keeps both partitions for now.
+        c_id = uuid.uuid4().hex
+        hb = raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=0,
+                                                       rebalance_timeout_ms=10000, subscribed_topic_names=[topic],
+                                                       topic_partitions=[]), 1)
+        assert hb.error_code == 0 and hb.member_epoch == 2 and not hb.assignment.topic_partitions
+        assert heartbeat(raw, a, 1) == EC.REBALANCE_IN_PROGRESS
+        assert heartbeat(raw, a, 7) == EC.ILLEGAL_GENERATION
+        assert heartbeat(raw, "nobody", 1) == EC.UNKNOWN_MEMBER_ID
+        assert heartbeat(raw, c_id, 2) == EC.UNKNOWN_MEMBER_ID  # not a classic member
+        assert commit(raw, a, 1, 4) == 0  # its generation is still 1 until it rejoins
+
+        j = classic_join(raw, a)  # eager: it owns nothing when it rejoins
+        assert (j.error_code, j.generation_id, j.leader, list(j.members), j.protocol_name) == (0, 2, "", [], "range")
+        assert sync(raw, a, 1) == (EC.ILLEGAL_GENERATION, [])
+        err, mine = sync(raw, a, 2)
+        assert err == 0 and len(mine) == 1
+        assert heartbeat(raw, a, 2) == 0
+        assert commit(raw, a, 1, 5) == EC.ILLEGAL_GENERATION
+        assert commit(raw, a, 2, 5) == 0
+        hb = raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=2), 1)
+        theirs = {(topic, p) for t in hb.assignment.topic_partitions for p in t.partitions}
+        assert hb.error_code == 0 and theirs == {(topic, 0), (topic, 1)} - set(mine)
+        d = raw.request(ConsumerGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+        assert sorted((m.member_id, m.member_type) for m in d.members) == sorted([(a, 0), (c_id, 1)])
+
+        # The consumer-protocol member leaves: a classic group again, rebalancing with its generation.
+        assert raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=-1), 1
+                           ).error_code == 0
+        dg = raw.request(DescribeGroupsRequest(groups=[group]), 5).groups[0]
+        assert (dg.group_state, dg.protocol_type, [m.member_id for m in dg.members]) == \
+            ("PreparingRebalance", "consumer", [a])
+        assert heartbeat(raw, a, 2) == EC.REBALANCE_IN_PROGRESS
+        j = classic_join(raw, a)
+        assert (j.error_code, j.generation_id, j.leader, [m.member_id for m in j.members]) == (0, 3, a, [a])
+        assert sync(raw, a, 3, [(a, everything)]) == (0, [(topic, 0), (topic, 1)])
+        f = raw.request(OF(group_id=group, topics=[OF.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]), 5)
+        assert f.topics[0].partitions[0].committed_offset == 5
