@@ -24,7 +24,8 @@ partitions to revoke, its rebalance timeout (then it is fenced the same way).
 Settings (Kafka 4.0 names and defaults): group.consumer.session.timeout.ms 45000 (within
 group.consumer.min/max.session.timeout.ms 45000/60000), group.consumer.heartbeat.interval.ms
 5000 (within min/max 5000/15000), group.consumer.max.size, group.consumer.assignors
-"uniform,range" (the first is the default).
+"uniform,range" (the first is the default), group.consumer.migration.policy "bidirectional"
+(disabled, upgrade, downgrade, bidirectional: `group_migration.py`).
 
 Persistence: every change is written to `__consumer_offsets` in one batch, with Kafka's
 record types: ConsumerGroupMetadata (group epoch), ConsumerGroupMemberMetadata (a member's
@@ -264,17 +265,7 @@ class ConsumerProtocol:
                                                   list(member.subscribed_topics), member.server_assignor,
                                                   member.subscribed_regex):
             self._rec_member(group, member)
-        meta = self._subscription_meta(group)
-        if meta != group.subscription_meta:
-            group.subscription_meta = meta
-            self._rec_partition_meta(group)
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
-            self._rec_group(group)
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group)
+        self.update_target(group, member, bump)
         group.reconcile(member, req.owned)
         after = _current(member)
         if after != before:
@@ -368,6 +359,21 @@ class ConsumerProtocol:
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, 0, None)
 
     # -- group epoch and target assignment ----------------------------------------------------
+    def update_target(self, group: ConsumerGroup, member: ConsumerMember, bump: bool) -> None:
+        """Refreshes the subscribed topics' metadata, bumps the group epoch when it or (`bump`)
+        the member's subscription changed, and computes the target when the epoch is ahead."""
+        meta = self._subscription_meta(group)
+        if meta != group.subscription_meta:
+            group.subscription_meta = meta
+            self._rec_partition_meta(group)
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
+            self._rec_group(group)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+
     def _resolve_regexes(self, group: ConsumerGroup) -> None:
         """What each regex of the group matches now: whole topic names, internal topics
         excluded, and with an authorizer only the topics the member that last heartbeated

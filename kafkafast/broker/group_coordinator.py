@@ -32,7 +32,7 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import ConsumerProtocol
 from kafkafast.broker.groups.consumer_group import ConsumerGroup, subscription_bytes, assignment_bytes
-from kafkafast.broker.groups.group import Group, GroupState, Member
+from kafkafast.broker.groups.group import Group, GroupState, Member, static_leaver
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
     ConsumerGroupRecord,
@@ -625,11 +625,9 @@ class GroupCoordinator:
         errors = []
         for member_id, instance_id in leaving:
             if instance_id is not None:
-                current = group.static_members.get(instance_id)
-                if current is None or current not in group.members:
-                    errors.append(EC.UNKNOWN_MEMBER_ID)
-                elif member_id != "" and current != member_id:
-                    errors.append(EC.FENCED_INSTANCE_ID)
+                current, error = static_leaver(group.static_members, group.members, member_id, instance_id)
+                if error:
+                    errors.append(error)
                 else:
                     log.info("group %s: static member %s leaves", group_id, instance_id)
                     self._remove_member_and_update_group(group, group.members[current])

@@ -49,7 +49,7 @@ from kafkafast.broker.groups.consumer_group import (
     assignment_bytes,
     copy_assignment,
 )
-from kafkafast.broker.groups.group import Group, GroupState, Member
+from kafkafast.broker.groups.group import Group, GroupState, Member, static_leaver
 from kafkafast.broker.groups.offsets_records import group_key
 from kafkafast.client.consumer_protocol import decode_assignment, decode_subscription
 from kafkafast.protocol import errors as E
@@ -265,16 +265,7 @@ class Migration:
         member.classic = ClassicMeta(session_timeout_ms, [(n, bytes(m)) for n, m in protocols])
         if cp.member_fields(member) != stored:
             cp._rec_member(group, member)
-        meta = cp._subscription_meta(group)
-        if meta != group.subscription_meta:
-            group.subscription_meta = meta
-            cp._rec_partition_meta(group)
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            cp._rec_group(group)
-        if group.group_epoch > group.assignment_epoch:
-            cp._compute_target(group)
+        cp.update_target(group, member, bump)
         owned = self._ids(sub.owned_partitions)
         group.reconcile(member, owned)
         if member.state == UNREVOKED:  # this join already says what it holds: no second round trip
@@ -321,14 +312,10 @@ class Migration:
         errors = []
         for member_id, instance_id in leaving:
             if instance_id is not None:
-                current = group.static_members.get(instance_id)
-                if current is None or current not in group.members:
-                    errors.append(EC.UNKNOWN_MEMBER_ID)
+                member_id, err = static_leaver(group.static_members, group.members, member_id, instance_id)
+                if err:
+                    errors.append(err)
                     continue
-                if member_id and member_id != current:
-                    errors.append(EC.FENCED_INSTANCE_ID)
-                    continue
-                member_id = current
             member = group.members.get(member_id)
             if member is None or member.classic is None:
                 errors.append(EC.UNKNOWN_MEMBER_ID)
