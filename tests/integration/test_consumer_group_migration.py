@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -23,8 +24,9 @@ CLASSIC = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "auto.offse
            "enable.auto.commit": False}
 
 
-def classic_consumer(bootstrap: str, group: str, topic: str) -> Consumer:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CLASSIC})
+def classic_consumer(bootstrap: str, group: str, topic: str, strategy: str = "range,roundrobin") -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "partition.assignment.strategy": strategy,
+                  **CLASSIC})
     c.subscribe([topic])
     return c
 
@@ -90,12 +92,13 @@ def values(tag: str, partitions: int, per_partition: int) -> set[bytes]:
     return {f"{tag}{p}-{i}".encode() for p in range(partitions) for i in range(per_partition)}
 
 
-def test_classic_group_upgrades_to_consumer_group_and_back(broker_factory):
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])  # librdkafka's default; incremental
+def test_classic_group_upgrades_to_consumer_group_and_back(broker_factory, strategy):
     b = broker_factory(settings=SETTINGS)
     bs, topic, group = b.bootstrap, "mig", "g-mig"
     create_topics(bs, {topic: 4})
     records: dict[bytes, int] = {}
-    c1, c2 = classic_consumer(bs, group, topic), classic_consumer(bs, group, topic)
+    c1, c2 = classic_consumer(bs, group, topic, strategy), classic_consumer(bs, group, topic, strategy)
     settle([c1, c2], 4, records, sizes=[2, 2])
     produce(bs, topic, 4, 5, tag="a")  # produced once the classic group is settled: each read once
     drain_exact([c1, c2], records, values("a", 4, 5))
