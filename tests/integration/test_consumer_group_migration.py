@@ -281,3 +281,45 @@ def test_classic_member_inside_a_consumer_group_request_by_request(broker_factor
         assert sync(raw, a, 3, [(a, everything)]) == (0, [(topic, 0), (topic, 1)])
         f = raw.request(OF(group_id=group, topics=[OF.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])]), 5)
         assert f.topics[0].partitions[0].committed_offset == 5
+
+
+def test_a_silent_classic_member_of_a_consumer_group_expires(broker_factory):
+    """A classic member inside a consumer group has its own session timeout: when it stops
+    heartbeating it is removed and the consumer-protocol member gets its partitions."""
+    from kafkafast.client.consumer_protocol import Assignment as ClassicAssignment, Subscription, \
+        encode_assignment, encode_subscription
+    from kafkafast.protocol._generated.sync_group import SyncGroupRequest
+
+    b = broker_factory(settings=SETTINGS)
+    topic, group = "mig-s", "g-mig-s"
+    create_topics(b.bootstrap, {topic: 2})
+    JG = JoinGroupRequest
+    join = JG(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=10000, member_id="",
+              protocol_type="consumer",
+              protocols=[JG.JoinGroupRequestProtocol(name="range", metadata=encode_subscription(Subscription([topic])))])
+    with RawClient(b.port) as raw:
+        join.member_id = raw.request(join, 7).member_id
+        j = raw.request(join, 7)
+        assert j.error_code == 0
+        everything = encode_assignment(ClassicAssignment([(topic, 0), (topic, 1)]))
+        assert raw.request(SyncGroupRequest(group_id=group, generation_id=j.generation_id, member_id=join.member_id,
+                                            assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
+                                                member_id=join.member_id, assignment=everything)]), 3).error_code == 0
+        c_id = uuid.uuid4().hex
+        hb = raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=0,
+                                                       rebalance_timeout_ms=10000, subscribed_topic_names=[topic],
+                                                       topic_partitions=[]), 1)
+        assert hb.error_code == 0 and not hb.assignment.topic_partitions  # the classic member holds both
+        epoch, held = hb.member_epoch, set()
+        deadline = time.monotonic() + 20  # the classic member's 6 s session, on a loaded machine
+        while held != {0, 1} and time.monotonic() < deadline:
+            time.sleep(0.5)
+            hb = raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=epoch,
+                                                           topic_partitions=[]), 1)
+            assert hb.error_code == 0
+            epoch = hb.member_epoch
+            if hb.assignment is not None:
+                held = {p for t in hb.assignment.topic_partitions for p in t.partitions}
+        assert held == {0, 1}
+        d = raw.request(ConsumerGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+        assert [(m.member_id, m.member_type) for m in d.members] == [(c_id, 1)]
