@@ -323,3 +323,9 @@ def test_a_silent_classic_member_of_a_consumer_group_expires(broker_factory):
         assert held == {0, 1}
         d = raw.request(ConsumerGroupDescribeRequest(group_ids=[group]), 1).groups[0]
         assert [(m.member_id, m.member_type) for m in d.members] == [(c_id, 1)]
+
+
+def test_an_unknown_migration_policy_stops_the_broker_at_start(broker_factory):
+    with pytest.raises(RuntimeError, match="group.consumer.migration.policy must be one of disabled, upgrade, "
+                                           "downgrade, bidirectional"):
+        broker_factory(settings={"group.consumer.migration.policy": "sideways"})
