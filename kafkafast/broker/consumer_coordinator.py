@@ -456,7 +456,10 @@ class ConsumerProtocol:
                 m.rebalance_timeout_ms, m.server_assignor,
                 None if m.classic is None else (m.classic.session_timeout_ms, list(m.classic.protocols)))
 
-    current_of = staticmethod(lambda m: _current(m))
+    @staticmethod
+    def current_of(m: ConsumerMember) -> tuple:
+        """The member's epochs, state and partitions (to tell whether its record must be written)."""
+        return _current(m)
 
     def _rec_current(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         def tps(a: Assignment) -> list:
