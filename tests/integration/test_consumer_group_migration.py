@@ -92,9 +92,10 @@ def values(tag: str, partitions: int, per_partition: int) -> set[bytes]:
     return {f"{tag}{p}-{i}".encode() for p in range(partitions) for i in range(per_partition)}
 
 
-@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])  # librdkafka's default; incremental
-def test_classic_group_upgrades_to_consumer_group_and_back(broker_factory, strategy):
-    b = broker_factory(settings=SETTINGS)
+@pytest.mark.parametrize("strategy,workers", [("range,roundrobin", 0), ("cooperative-sticky", 0),
+                                              ("range,roundrobin", 2)])  # librdkafka's default; incremental
+def test_classic_group_upgrades_to_consumer_group_and_back(broker_factory, strategy, workers):
+    b = broker_factory(workers=workers, settings=SETTINGS)
     bs, topic, group = b.bootstrap, "mig", "g-mig"
     create_topics(bs, {topic: 4})
     records: dict[bytes, int] = {}
