@@ -1,5 +1,6 @@
 """Online migration between the classic and the consumer group protocol in one group
-(KIP-848, `group.consumer.migration.policy`), with librdkafka consumers on a real broker:
+(KIP-848, `group.consumer.migration.policy`), with librdkafka (and kafka-python) consumers
+and raw requests on a real broker:
 a classic group upgraded by a `group.protocol=consumer` member and downgraded when it
 leaves, records consumed exactly once across the changes, committed offsets kept, a
 converted group going on after a broker restart; and the refusals of the policy
@@ -330,3 +331,35 @@ def test_an_unknown_migration_policy_stops_the_broker_at_start(broker_factory):
     with pytest.raises(RuntimeError, match="group.consumer.migration.policy must be one of disabled, upgrade, "
                                            "downgrade, bidirectional"):
         broker_factory(settings={"group.consumer.migration.policy": "sideways"})
+
+
+def test_kafka_python_classic_member_in_a_migrating_group(broker_factory):
+    """kafka-python speaks only the classic protocol: it stays in the group through the upgrade
+    and the downgrade, with the server's assignment meanwhile."""
+    from kafka import KafkaConsumer
+
+    b = broker_factory(settings=SETTINGS)
+    bs, topic, group = b.bootstrap, "mig-kp", "g-mig-kp"
+    create_topics(bs, {topic: 4})
+    kp = KafkaConsumer(topic, bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
+                       enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300)
+
+    def wait(members: list, want: list[int]) -> list[set]:
+        deadline = time.monotonic() + 30
+        while True:
+            for m in members:
+                m.poll(100 if m is kp else 0.05)  # kafka-python polls in ms, librdkafka in s
+            parts = [{tp.partition for tp in m.assignment()} for m in members]
+            if sorted(len(p) for p in parts) == want and len(set().union(*parts)) == sum(want):
+                return parts
+            assert time.monotonic() < deadline, f"assignments {parts}"
+
+    wait([kp], [4])
+    c = new_consumer(bs, group, [topic])
+    parts = wait([kp, c], [2, 2])
+    assert parts[0] | parts[1] == {0, 1, 2, 3}
+    assert group_type(bs, group) == ConsumerGroupType.CONSUMER
+    c.close()
+    wait([kp], [4])
+    assert group_type(bs, group) == ConsumerGroupType.CLASSIC
+    kp.close()
