@@ -89,6 +89,7 @@ DEFAULTS: dict[str, str | None] = {
     "group.consumer.max.heartbeat.interval.ms": "15000",
     "group.consumer.max.size": "2147483647",
     "group.consumer.assignors": "uniform,range",
+    "group.consumer.migration.policy": "bidirectional",
     "transactional.id.expiration.ms": "604800000",
     "transaction.state.log.num.partitions": "50",
     "transaction.state.log.replication.factor": "1",

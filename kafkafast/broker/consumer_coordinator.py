@@ -2,10 +2,11 @@
 ConsumerGroupDescribe, and the member-epoch checks of OffsetCommit / OffsetFetch.
 
 Consumer groups live in the same `GroupCoordinator.groups` map as classic groups, so a
-group id is one or the other: a classic member joining a consumer group with members gets
-INCONSISTENT_GROUP_PROTOCOL, a heartbeat of the consumer protocol to a classic group with
-members GROUP_ID_NOT_FOUND; an empty group of one kind becomes the other kind when a member
-of the other protocol arrives (its committed offsets stay), as Kafka converts empty groups.
+group id is one or the other: an empty group of one kind becomes the other kind when a member
+of the other protocol arrives (its committed offsets stay), as Kafka converts empty groups;
+groups with members migrate online (`group_migration.py`: a classic JoinGroup to a consumer
+group makes a classic member of it, a heartbeat of the consumer protocol to a classic group
+upgrades it or gets GROUP_ID_NOT_FOUND, the last consumer-protocol member leaving downgrades it).
 
 Heartbeat, as Kafka 4.0 serves version 0 (`GroupMetadataManager.consumerGroupHeartbeat`):
 validate the request (INVALID_REQUEST with a message), find or create the member (epoch 0
@@ -23,7 +24,8 @@ partitions to revoke, its rebalance timeout (then it is fenced the same way).
 Settings (Kafka 4.0 names and defaults): group.consumer.session.timeout.ms 45000 (within
 group.consumer.min/max.session.timeout.ms 45000/60000), group.consumer.heartbeat.interval.ms
 5000 (within min/max 5000/15000), group.consumer.max.size, group.consumer.assignors
-"uniform,range" (the first is the default).
+"uniform,range" (the first is the default), group.consumer.migration.policy "bidirectional"
+(disabled, upgrade, downgrade, bidirectional: `group_migration.py`).
 
 Persistence: every change is written to `__consumer_offsets` in one batch, with Kafka's
 record types: ConsumerGroupMetadata (group epoch), ConsumerGroupMemberMetadata (a member's
@@ -60,12 +62,14 @@ from kafkafast.broker.groups.consumer_group import (
     STATE_CODES,
     STATIC_LEFT_EPOCH,
     Assignment,
+    ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
     UNREVOKED,
     copy_assignment,
     is_subset,
 )
+from kafkafast.broker.group_migration import Migration
 from kafkafast.broker.groups.group import Group, GroupState
 from kafkafast.broker.groups.offsets_records import consumer_key, consumer_value
 from kafkafast.broker.topics import INTERNAL_TOPICS
@@ -74,6 +78,8 @@ from kafkafast.security.context import authorizer_enabled
 from kafkafast.protocol._generated.coordinator_records import (
     ConsumerGroupCurrentMemberAssignmentValue as CurrentValue,
     ConsumerGroupMemberMetadataValue as MemberValue,
+    ConsumerGroupMemberMetadataValueClassicMemberMetadata as ClassicValue,
+    ConsumerGroupMemberMetadataValueClassicProtocol as ClassicProtocolValue,
     ConsumerGroupMetadataValue as GroupValue,
     ConsumerGroupPartitionMetadataValue as PartitionMetaValue,
     ConsumerGroupTargetAssignmentMemberValue as TargetValue,
@@ -176,6 +182,7 @@ class ConsumerProtocol:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
         self._records: list[tuple[bytes, bytes | None]] = []  # written by _flush, one batch per change
+        self.migration = Migration(self)  # classic members, upgrade and downgrade (group_migration.py)
 
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -201,10 +208,10 @@ class ConsumerProtocol:
         if isinstance(existing, ConsumerGroup) and not existing.dead:
             return existing
         if existing is not None and not existing.is_(GroupState.DEAD):
-            if existing.members or existing.pending_members:
+            if not create or (existing.pending_members and not existing.members):
                 raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-            if not create:
-                raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            if existing.members:  # a classic group with members: online upgrade (or GROUP_ID_NOT_FOUND)
+                return self.migration.upgrade(existing)
             # An empty classic group becomes a consumer group; its offsets stay.
             group = ConsumerGroup(group_id, offsets=existing.offsets, state_timestamp=clock.now_ms())
             err = self.gc.store_consumer_group(group, replaces_classic=True)
@@ -231,7 +238,7 @@ class ConsumerProtocol:
             if member is None:
                 raise HeartbeatError(EC.UNKNOWN_MEMBER_ID,
                                      f"Member {req.member_id} is not a member of group {req.group_id}.")
-            if member.left_static:
+            if member.left_static or member.classic is not None:
                 raise HeartbeatError(EC.UNKNOWN_MEMBER_ID)
             if req.instance_id is not None and member.instance_id != req.instance_id:
                 raise HeartbeatError(EC.FENCED_INSTANCE_ID)
@@ -258,17 +265,7 @@ class ConsumerProtocol:
                                                   list(member.subscribed_topics), member.server_assignor,
                                                   member.subscribed_regex):
             self._rec_member(group, member)
-        meta = self._subscription_meta(group)
-        if meta != group.subscription_meta:
-            group.subscription_meta = meta
-            self._rec_partition_meta(group)
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
-            self._rec_group(group)
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group)
+        self.update_target(group, member, bump)
         group.reconcile(member, req.owned)
         after = _current(member)
         if after != before:
@@ -362,6 +359,21 @@ class ConsumerProtocol:
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, 0, None)
 
     # -- group epoch and target assignment ----------------------------------------------------
+    def update_target(self, group: ConsumerGroup, member: ConsumerMember, bump: bool) -> None:
+        """Refreshes the subscribed topics' metadata, bumps the group epoch when it or (`bump`)
+        the member's subscription changed, and computes the target when the epoch is ahead."""
+        meta = self._subscription_meta(group)
+        if meta != group.subscription_meta:
+            group.subscription_meta = meta
+            self._rec_partition_meta(group)
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("group %s: epoch %d (member %s)", group.group_id, group.group_epoch, member.member_id)
+            self._rec_group(group)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+
     def _resolve_regexes(self, group: ConsumerGroup) -> None:
         """What each regex of the group matches now: whole topic names, internal topics
         excluded, and with an authorizer only the topics the member that last heartbeated
@@ -408,6 +420,10 @@ class ConsumerProtocol:
         subs = {mid: sorted(group.member_topics(m)) for mid, m in group.members.items()}
         group.target = assignors.assign(group.assignor_name, subs, group.subscription_meta, group.target)
         group.assignment_epoch = group.group_epoch
+        self._compute_target_records(group)
+
+    def _compute_target_records(self, group: ConsumerGroup) -> None:
+        """Records of the group's target assignment and its epoch."""
         for mid, target in group.target.items():
             self._records.append((consumer_key("target", group.group_id, mid), consumer_value(
                 TargetValue(topic_partitions=[TargetValue.TopicPartition(topic_id=t, partitions=sorted(ps))
@@ -425,10 +441,25 @@ class ConsumerProtocol:
                     for name, (tid, n) in sorted(group.subscription_meta.items())]))))
 
     def _rec_member(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        classic = {} if m.classic is None else {"classic_member_metadata": ClassicValue(  # absent: not written
+            session_timeout_ms=m.classic.session_timeout_ms,
+            supported_protocols=[ClassicProtocolValue(name=n, metadata=md) for n, md in m.classic.protocols])}
         self._records.append((consumer_key("member", group.group_id, m.member_id), consumer_value(MemberValue(
             instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topics), subscribed_topic_regex=m.subscribed_regex,
-            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))))
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor, **classic))))
+
+    @staticmethod
+    def member_fields(m: ConsumerMember) -> tuple:
+        """What the member's ConsumerGroupMemberMetadata record holds."""
+        return (m.instance_id, m.rack_id, m.client_id, m.client_host, list(m.subscribed_topics), m.subscribed_regex,
+                m.rebalance_timeout_ms, m.server_assignor,
+                None if m.classic is None else (m.classic.session_timeout_ms, list(m.classic.protocols)))
+
+    @staticmethod
+    def current_of(m: ConsumerMember) -> tuple:
+        """The member's epochs, state and partitions (to tell whether its record must be written)."""
+        return _current(m)
 
     def _rec_current(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         def tps(a: Assignment) -> list:
@@ -458,9 +489,12 @@ class ConsumerProtocol:
             group.subscription_meta = {t.topic_name: (bytes(t.topic_id), t.num_partitions) for t in stored_meta.topics}
         for (kind, mid), v in records.items():
             if kind == "member" and v is not None and mid:
+                cm = v.classic_member_metadata
                 group.members[mid] = ConsumerMember(
                     mid, v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
-                    v.server_assignor, v.rebalance_timeout_ms, v.subscribed_topic_regex or None)
+                    v.server_assignor, v.rebalance_timeout_ms, v.subscribed_topic_regex or None,
+                    classic=None if cm is None or cm == ClassicValue() else ClassicMeta(
+                        cm.session_timeout_ms, [(p.name, bytes(p.metadata)) for p in cm.supported_protocols]))
                 if v.instance_id is not None:
                     group.static_members[v.instance_id] = mid
         for (kind, mid), v in records.items():
@@ -481,7 +515,11 @@ class ConsumerProtocol:
         return group
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        """Removes a member (left, expired or fenced) and bumps the group epoch."""
+        """Removes a member (left, expired or fenced) and bumps the group epoch; when only
+        members of the classic protocol remain, the group may become a classic group."""
+        if self.migration.should_downgrade(group, member):
+            self.migration.downgrade(group, member)
+            return
         self._cancel_member_timers(member)
         self._records.clear()
         self._rec_gone(group, member.member_id)
@@ -504,7 +542,8 @@ class ConsumerProtocol:
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
-        member.session_timer = self.gc._later(self.session_timeout_ms, self._on_session_expired, group, member)
+        timeout = member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
+        member.session_timer = self.gc._later(timeout, self._on_session_expired, group, member)
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.state == UNREVOKED:
@@ -529,10 +568,10 @@ class ConsumerProtocol:
 
     @staticmethod
     def _cancel_member_timers(member: ConsumerMember) -> None:
-        for h in (member.session_timer, member.revocation_timer):
+        for h in (member.session_timer, member.revocation_timer, member.classic_timer):
             if h is not None:
                 h.cancel()
-        member.session_timer = member.revocation_timer = None
+        member.session_timer = member.revocation_timer = member.classic_timer = None
 
     def cancel_timers(self, group: ConsumerGroup) -> None:
         for m in group.members.values():
@@ -550,6 +589,10 @@ class ConsumerProtocol:
         member = group.members.get(member_id)
         if member is None:
             return EC.UNKNOWN_MEMBER_ID
+        if member.classic is not None:  # a classic member commits with its generation (the member epoch)
+            if member_epoch > member.member_epoch:
+                return EC.STALE_MEMBER_EPOCH
+            return EC.ILLEGAL_GENERATION if member_epoch != member.member_epoch else NONE
         if not transactional and api_version is not None and api_version < 9:
             return EC.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import ConsumerProtocol
 from kafkafast.broker.groups.consumer_group import ConsumerGroup, subscription_bytes, assignment_bytes
-from kafkafast.broker.groups.group import Group, GroupState, Member
+from kafkafast.broker.groups.group import Group, GroupState, Member, static_leaver
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
     ConsumerGroupRecord,
@@ -258,8 +258,15 @@ class GroupCoordinator:
         unknown = member_id == ""
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
-            if group.members:  # no mixed groups: its members speak the consumer protocol
-                return JoinResult(EC.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            if group.members:  # a classic member in a consumer group (group_migration.py)
+                error, mid, generation, name = self.consumer.migration.join(
+                    group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                    rebalance_timeout_ms, protocol_type, protocols, require_known_member_id=require_known_member_id)
+                if not error and getattr(self.broker, "cluster", None) is not None:
+                    error = await self.wait_replicated(group_id)  # as a heartbeat: answered once the ISR has it
+                if error:
+                    return JoinResult(error, mid)
+                return JoinResult(NONE, mid, generation, "consumer", name, "", [])
             # An empty consumer group becomes a classic group; its offsets stay.
             error = self._append(group_id, _group_tombstones(group), now_ms())
             if error:
@@ -531,7 +538,11 @@ class GroupCoordinator:
         if err:
             return SyncResult(err)
         group = self.groups.get(group_id)
-        if group is None or isinstance(group, ConsumerGroup):
+        if isinstance(group, ConsumerGroup):
+            error, assignment, name = self.consumer.migration.sync(group, generation, member_id, group_instance_id,
+                                                                   protocol_type, protocol_name)
+            return SyncResult(error, assignment, "consumer" if not error else None, name)
+        if group is None:
             return SyncResult(EC.UNKNOWN_MEMBER_ID)
         if group.is_(DEAD):
             return SyncResult(EC.COORDINATOR_NOT_AVAILABLE)
@@ -580,7 +591,9 @@ class GroupCoordinator:
         if err:
             return err
         group = self.groups.get(group_id)
-        if group is None or isinstance(group, ConsumerGroup):
+        if isinstance(group, ConsumerGroup):
+            return self.consumer.migration.heartbeat(group, member_id, group_instance_id, generation)
+        if group is None:
             return EC.UNKNOWN_MEMBER_ID
         if group.is_(DEAD):
             return EC.COORDINATOR_NOT_AVAILABLE
@@ -603,18 +616,18 @@ class GroupCoordinator:
         if err:
             return err, []
         group = self.groups.get(group_id)
-        if group is None or isinstance(group, ConsumerGroup):  # its members leave by heartbeat (epoch -1)
+        if isinstance(group, ConsumerGroup):  # its classic members leave so; the others by heartbeat (epoch -1)
+            return NONE, self.consumer.migration.leave(group, leaving)
+        if group is None:
             return NONE, [EC.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.is_(DEAD):
             return EC.COORDINATOR_NOT_AVAILABLE, []
         errors = []
         for member_id, instance_id in leaving:
             if instance_id is not None:
-                current = group.static_members.get(instance_id)
-                if current is None or current not in group.members:
-                    errors.append(EC.UNKNOWN_MEMBER_ID)
-                elif member_id != "" and current != member_id:
-                    errors.append(EC.FENCED_INSTANCE_ID)
+                current, error = static_leaver(group.static_members, group.members, member_id, instance_id)
+                if error:
+                    errors.append(error)
                 else:
                     log.info("group %s: static member %s leaves", group_id, instance_id)
                     self._remove_member_and_update_group(group, group.members[current])
@@ -956,6 +969,11 @@ class GroupCoordinator:
         return self._append(group.group_id, records, now_ms())
 
     def _store_group(self, group: Group) -> int:
+        return self._append(group.group_id, [self._group_record(group)], now_ms())
+
+    @staticmethod
+    def _group_record(group: Group) -> tuple[bytes, bytes]:
+        """The group's GroupMetadata record."""
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "", generation=group.generation, protocol=group.protocol_name,
             leader=group.leader_id, current_state_timestamp=group.state_timestamp,
@@ -964,7 +982,7 @@ class GroupCoordinator:
                 client_host=m.client_host, rebalance_timeout=m.rebalance_timeout_ms,
                 session_timeout=m.session_timeout_ms, subscription=m.metadata_for(group.protocol_name),
                 assignment=m.assignment) for m in group.members.values()])
-        return self._append(group.group_id, [(group_key(group.group_id), group_value(value))], now_ms())
+        return group_key(group.group_id), group_value(value)
 
     # -- loading -----------------------------------------------------------------------------
     def load_partition(self, index: int) -> None:
@@ -980,14 +998,15 @@ class GroupCoordinator:
         for gid in [g for g in self.groups if self.partition_for(g) == index]:
             self._release_group(self.groups.pop(gid))
 
-    def _release_group(self, group: Any) -> None:
-        """This coordinator lets go of the group: timers stop, parked requests get NOT_COORDINATOR."""
+    def _release_group(self, group: Any, error: int = EC.NOT_COORDINATOR) -> None:
+        """This coordinator lets go of the group (or the group changes kind): timers stop,
+        parked requests get `error`."""
         self._cancel_group_timers(group)
         if isinstance(group, ConsumerGroup):
             return
         for m in group.members.values():
-            _resolve(m.join_future, JoinResult(EC.NOT_COORDINATOR, m.member_id))
-            _resolve(m.sync_future, SyncResult(EC.NOT_COORDINATOR))
+            _resolve(m.join_future, JoinResult(error, m.member_id))
+            _resolve(m.sync_future, SyncResult(error))
             m.join_future = m.sync_future = None
 
     async def _load_partitions(self, partitions: list[int]) -> None:

@@ -342,7 +342,10 @@ def test_session_timeout_removes_a_silent_member(cbroker):
         assert beat(c, "gt", b.member_id, b.member_epoch, {}).error_code == EC.UNKNOWN_MEMBER_ID
 
 
-def test_offsets_with_member_epochs_and_classic_coexistence(cbroker):
+def test_offsets_with_member_epochs_and_classic_coexistence(broker_factory):
+    # Without online migration a classic group with members never becomes a consumer group
+    # (group_migration.py and test_consumer_group_migration.py cover the conversions).
+    cbroker = broker_factory(settings={**SETTINGS, "group.consumer.migration.policy": "disabled"})
     create_topics(cbroker.bootstrap, {"offs": 2})
     OC, OF = OffsetCommitRequest, OffsetFetchRequest
 
@@ -371,12 +374,18 @@ def test_offsets_with_member_epochs_and_classic_coexistence(cbroker):
         assert fetch(c, "stranger", epoch)[0] == EC.UNKNOWN_MEMBER_ID
         assert fetch(c, None, -1) == (0, [42])  # the admin's view
 
-        # One group id, one kind: a classic member cannot join, the consumer group is described
-        # in classic terms, and listed by type.
-        jg = c.request(JoinGroupRequest(group_id="go", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+        # A classic member may join a consumer group whatever the policy (Kafka 4.0): it gets its
+        # member id first; with malformed subscription metadata it is refused as Kafka refuses it.
+        classic_join = JoinGroupRequest(group_id="go", session_timeout_ms=10000, rebalance_timeout_ms=10000,
                                         member_id="", protocol_type="consumer", protocols=[
-                                            JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]), 7)
-        assert jg.error_code == EC.INCONSISTENT_GROUP_PROTOCOL
+                                            JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
+        jg = c.request(classic_join, 7)
+        assert jg.error_code == EC.MEMBER_ID_REQUIRED and jg.member_id
+        classic_join.member_id = jg.member_id
+        assert c.request(classic_join, 7).error_code == EC.UNKNOWN_SERVER_ERROR
+        classic_join.protocol_type = "connect"
+        assert c.request(classic_join, 7).error_code == EC.INCONSISTENT_GROUP_PROTOCOL
+        # The consumer group is described in classic terms, and listed by type.
         dg = c.request(DescribeGroupsRequest(groups=["go"]), 5).groups[0]
         assert (dg.error_code, dg.protocol_type, dg.group_state, dg.protocol_data) == (0, "consumer", "Stable", "uniform")
         assert [m_.member_id for m_ in dg.members] == [m] and dg.members[0].member_assignment

@@ -46,6 +46,14 @@ def copy_assignment(a: Assignment) -> Assignment:
     return {t: set(ps) for t, ps in a.items() if ps}
 
 
+@dataclass(slots=True)
+class ClassicMeta:
+    """What a member of the classic protocol inside a consumer group joined with (Kafka's
+    ClassicMemberMetadata): its session timeout and (name, metadata) protocols in its order."""
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+
+
 @dataclass(eq=False)
 class ConsumerMember:
     member_id: str
@@ -64,6 +72,8 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=dict)
     session_timer: Any = None
     revocation_timer: Any = None
+    classic: ClassicMeta | None = None  # set for a member speaking JoinGroup/SyncGroup/Heartbeat
+    classic_timer: Any = None  # a classic member's join or sync deadline (its rebalance timeout)
 
     @property
     def left_static(self) -> bool:
@@ -130,6 +140,22 @@ class ConsumerGroup:
 
     def subscribed_topics(self) -> set[str]:
         return {t for m in self.members.values() for t in self.member_topics(m)}
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's `ConsumerGroup.supportsClassicProtocols`: protocol type "consumer" and a
+        protocol every classic member supports (any, while there is none)."""
+        if protocol_type != "consumer" or not names:
+            return False
+        classic = [m for m in self.members.values() if m.classic is not None]
+        return any(all(n in {p for p, _ in m.classic.protocols} for m in classic) for n in names)  # type: ignore[union-attr]
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        for tid, parts in self.target.get(member.member_id, {}).items():
+            for p in parts - member.assigned.get(tid, set()):
+                if self.owners.get((tid, p)) not in (None, member.member_id):
+                    return True
+        return False
 
     # -- ownership ------------------------------------------------------------------------
     def set_member_assignment(self, member: ConsumerMember, assigned: Assignment, pending: Assignment) -> None:

@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 from kafkafast.broker.groups.offsets_records import CommittedOffset
+from kafkafast.protocol.errors import ErrorCode
 
 
 class GroupState(Enum):
@@ -190,6 +191,17 @@ class Group:
                 return None
             topics.update(parsed)
         return topics
+
+
+def static_leaver(static_members: dict[str, str], members: dict, member_id: str, instance_id: str) -> tuple[str, int]:
+    """(member id, 0) of the static member a LeaveGroup entry names, or ("", UNKNOWN_MEMBER_ID
+    / FENCED_INSTANCE_ID) as Kafka answers an unknown or replaced instance."""
+    current = static_members.get(instance_id)
+    if current is None or current not in members:
+        return "", ErrorCode.UNKNOWN_MEMBER_ID
+    if member_id and member_id != current:
+        return "", ErrorCode.FENCED_INSTANCE_ID
+    return current, 0
 
 
 def parse_subscription_topics(metadata: bytes) -> list[str] | None:

@@ -18,6 +18,7 @@ from kafkafast.security.context import authorized_operations, denied
 R = ConsumerGroupDescribeResponse
 AUTH_OPS_UNSET = -2147483648
 CONSUMER_MEMBER = 1
+CLASSIC_MEMBER = 0  # MemberType (v1): a classic-protocol member of a consumer group
 
 
 def _assignment(consumer, assignment) -> R.Assignment:
@@ -47,7 +48,7 @@ async def handle(broker, ctx, req: ConsumerGroupDescribeRequest, version: int) -
                 subscribed_topic_regex=m.subscribed_regex,
                 assignment=_assignment(consumer, m.assigned),
                 target_assignment=_assignment(consumer, group.target.get(m.member_id, {})),
-                member_type=CONSUMER_MEMBER)
+                member_type=CONSUMER_MEMBER if m.classic is None else CLASSIC_MEMBER)
                 for m in group.members.values()],
             authorized_operations=authorized_operations(broker, ctx, acl.GROUP, gid)
             if req.include_authorized_operations else AUTH_OPS_UNSET))
