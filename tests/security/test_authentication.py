@@ -382,3 +382,33 @@ def test_broker_side_client_authenticates_over_sasl_ssl(env, mechanism):
             token = client.step(resp.auth_bytes)
         md = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
         assert md.brokers[0].port == ports["SASL_SSL"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_librdkafka_2_0_logs_in_with_scram(env, mechanism):
+    """Debian's kcat (librdkafka 2.0) echoes the client nonce before the combined nonce in its
+    SCRAM client-final message; Kafka 3.x accepts that, so must we, and a wrong password must
+    still be refused."""
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        pytest.skip("Debian's kcat is not installed (run.sh installs it)")
+    _, broker, ports = env
+    user, password = SCRAM_USERS[mechanism]
+    topic = f"kcat-{mechanism.lower()}"
+
+    def run(args, pw, stdin=None):
+        cmd = [kcat, "-b", f"127.0.0.1:{ports['SASL_PLAINTEXT']}", "-X", "security.protocol=SASL_PLAINTEXT",
+               "-X", f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={user}", "-X", f"sasl.password={pw}",
+               "-m", "15", *args]
+        return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60)
+
+    produced = run(["-P", "-t", topic], password, stdin=b"k1\nk2\nk3\n")
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = run(["-C", "-t", topic, "-o", "beginning", "-e", "-q"], password)
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout.split() == [b"k1", b"k2", b"k3"]
+    refused = run(["-L"], "wrong-password")
+    assert refused.returncode != 0 and b"SASL authentication error" in refused.stderr
