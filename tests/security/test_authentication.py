@@ -382,3 +382,63 @@ def test_broker_side_client_authenticates_over_sasl_ssl(env, mechanism):
             token = client.step(resp.auth_bytes)
         md = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9)
         assert md.brokers[0].port == ports["SASL_SSL"]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_librdkafka_2_0_logs_in_with_scram(env, mechanism):
+    """Debian's kcat (librdkafka 2.0) echoes the client nonce before the combined nonce in its
+    SCRAM client-final message; Kafka 3.x accepts that, so must we, and a wrong password must
+    still be refused."""
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        pytest.skip("Debian's kcat is not installed (run.sh installs it)")
+    _, broker, ports = env
+    user, password = SCRAM_USERS[mechanism]
+    topic = f"kcat-{mechanism.lower()}"
+
+    def run(args, pw, stdin=None):
+        cmd = [kcat, "-b", f"127.0.0.1:{ports['SASL_PLAINTEXT']}", "-X", "security.protocol=SASL_PLAINTEXT",
+               "-X", f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={user}", "-X", f"sasl.password={pw}",
+               "-m", "15", *args]
+        return subprocess.run(cmd, input=stdin, capture_output=True, timeout=60)
+
+    produced = run(["-P", "-t", topic], password, stdin=b"k1\nk2\nk3\n")
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = run(["-C", "-t", topic, "-o", "beginning", "-e", "-q"], password)
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout.split() == [b"k1", b"k2", b"k3"]
+    refused = run(["-L"], "wrong-password")
+    assert refused.returncode != 0 and b"SASL authentication error" in refused.stderr
+
+
+def test_endpoint_identification_algorithm_checks_the_broker_host_name(env):
+    """`ssl.endpoint.identification.algorithm` of the broker's own client (inter-broker
+    connections): `https` (Kafka's default) refuses a certificate that does not name the host
+    dialled; empty turns the name check off but still refuses an untrusted certificate."""
+    import socket as socket_
+    import ssl as ssl_
+
+    from kafkafast.security.client import client_ssl_context
+    from kafkafast.security.listeners import listener_specs
+
+    pki, _, ports = env
+
+    def handshake(algorithm, ca, host="not-this-broker.example"):
+        props = {"listeners": f"SSL://localhost:{ports['SSL']}", "ssl.truststore.location": str(ca)}
+        if algorithm is not None:
+            props["ssl.endpoint.identification.algorithm"] = algorithm
+        ctx = client_ssl_context(listener_specs(props)[0])
+        with ctx.wrap_socket(socket_.create_connection(("127.0.0.1", ports["SSL"]), timeout=10),
+                             server_hostname=host) as s:
+            return s.version()
+
+    for algorithm in (None, "https", "HTTPS"):
+        with pytest.raises(ssl_.SSLCertVerificationError, match="match|mismatch"):
+            handshake(algorithm, pki.ca)
+    assert handshake(None, pki.ca, host="localhost") in ("TLSv1.2", "TLSv1.3")
+    assert handshake("", pki.ca) in ("TLSv1.2", "TLSv1.3")
+    with pytest.raises(ssl_.SSLCertVerificationError):
+        handshake("", pki.untrusted_cert)  # a trust store without the broker's CA

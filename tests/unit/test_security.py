@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 
 import pytest
 
@@ -80,6 +81,36 @@ def test_scram_sha256_rfc7677_vector(tmp_path):
     bad.step(b"n,,n=user,r=abc")
     with pytest.raises(ScramError):
         bad.step(f"c=biws,r={bad.nonce},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=".encode())
+
+
+def _scram_final(password: bytes, salt: bytes, client_first_bare: str, server_first: str, echo: str) -> bytes:
+    """A SCRAM-SHA-256 client-final message echoing `echo` as its nonce, with the proof for it."""
+    salted = hashlib.pbkdf2_hmac("sha256", password, salt, 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    without_proof = f"c=biws,r={echo}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+    return f"{without_proof},p={proof}".encode()
+
+
+def test_scram_final_nonce_must_end_with_the_servers(tmp_path):
+    """librdkafka 2.0 echoes the client nonce + the combined nonce, which Kafka 3.x accepts;
+    an echo that does not end with the combined nonce is refused even with a valid proof."""
+    store = ScramStore(str(tmp_path))
+    store.change([("user", "SCRAM-SHA-256", ScramCredential.from_password("SCRAM-SHA-256", "pencil"))], [])
+    salt = store.get("user", "SCRAM-SHA-256").salt
+    for echo, ok in [(lambda n: n, True), (lambda n: "cnonce" + n, True), (lambda n: n[:-1], False),
+                     (lambda n: n + "x", False), (lambda n: "cnonce", False)]:
+        server = ScramServer("SCRAM-SHA-256", store)
+        server_first = server.step(b"n,,n=user,r=cnonce").decode()
+        final = _scram_final(b"pencil", salt, "n=user,r=cnonce", server_first, echo(server.nonce))
+        if ok:
+            assert server.step(final).startswith(b"v=") and server.done
+        else:
+            with pytest.raises(ScramError, match="nonce"):
+                server.step(final)
+            assert not server.done
 
 
 def test_scram_unknown_user_fails_only_at_the_proof(tmp_path):
