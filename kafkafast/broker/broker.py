@@ -29,7 +29,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
-from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.broker.dynamic_configs import CONNECTION_CONFIGS, DynamicConfigs
 from kafkafast.broker.quotas import QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
@@ -101,9 +101,11 @@ class Broker:
         self.topics = TopicStore(self.log_dirs[0])
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
+        self._dynamic_applied = -1  # the dynamic configs' version apply_dynamic_configs last applied
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
+        self._dynamic_applied = self.dynamic.version
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
@@ -250,22 +252,41 @@ class Broker:
         out = self.config.topic_defaults()
         for scope in ("", str(self.node_id)):
             for name, value in self.dynamic.broker_configs(scope).items():
-                out[TOPIC_SYNONYMS[name]] = value
+                if name in TOPIC_SYNONYMS:
+                    out[TOPIC_SYNONYMS[name]] = value
+        return out
+
+    def effective_connection_configs(self) -> dict[str, str | None]:
+        """The connection quotas: the properties file's, overridden by the dynamic cluster-wide
+        defaults, overridden by this broker's dynamic configs."""
+        out = {name: self.config.get(name) for name in CONNECTION_CONFIGS}
+        for scope in ("", str(self.node_id)):
+            out.update((n, v) for n, v in self.dynamic.broker_configs(scope).items() if n in CONNECTION_CONFIGS)
         return out
 
     def apply_dynamic_configs(self) -> None:
         """Recomputes the default log config from the dynamic configs and gives every open
-        partition its topic's config again."""
+        partition its topic's config again; hands the connection quotas to the listeners' limits."""
+        self._dynamic_applied = self.dynamic.version
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
+        limits = getattr(self, "limits", None)
+        if limits is not None:
+            limits.reconfigure(self.effective_connection_configs())
         for (name, _), part in list(self.partitions.items()):
             meta = self.topics.get(name)
             if meta is not None and not part.state.offline:
                 part.log.config = self.topic_log_config(meta)
 
+    def refresh_dynamic(self) -> None:
+        """Applies the dynamic configs if they changed since last applied (another reader, the
+        quotas, may have reloaded the file first: versions are compared, not refresh's answer)."""
+        self.dynamic.refresh()
+        if self.dynamic.version != self._dynamic_applied:
+            self.apply_dynamic_configs()
+
     def refresh_topics(self) -> None:
         """Picks up topic changes made by another process."""
-        if self.dynamic.refresh():
-            self.apply_dynamic_configs()
+        self.refresh_dynamic()
         self.topics.load()
         if self.topics.generation != self._topics_applied:
             self._apply_topics()

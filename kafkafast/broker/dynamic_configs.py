@@ -16,9 +16,11 @@ re-reads the file when its mtime, size or inode changed, checked at most every
 RELOAD_INTERVAL seconds (an edit by hand).
 
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
-configs Kafka's DynamicLogConfig reconfigures); they override the properties file, the
-broker's own over the cluster-wide default, and apply to every topic without an override
-of its own as soon as a process sees them (`Broker.apply_dynamic_configs`).
+configs Kafka's DynamicLogConfig reconfigures) and the connection quotas (CONNECTION_CONFIGS,
+Kafka's DynamicConnectionQuota); they override the properties file, the broker's own over the
+cluster-wide default. The log defaults apply to every topic without an override of its own,
+the connection quotas to connections accepted from then on, as soon as a process sees them
+(`Broker.apply_dynamic_configs`, which runs whenever `version` moved).
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ from kafkafast.protocol import errors as E
 
 STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
-DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS)
+# Connection quotas Kafka's DynamicConnectionQuota reconfigures (`runtime/limits.py` takes them).
+CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
+DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
 CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
@@ -51,6 +55,7 @@ class DynamicConfigs:
         self._checked = 0.0
         self._shared: Any = None  # SharedCounters of a multi-worker broker (share_generation)
         self._generation = 0
+        self.version = 0  # +1 on every reload: a reader compares it with the version it applied
 
     def share_generation(self, counters: Any) -> None:
         """Re-read the file whenever another worker rewrote it (`counters.configs_generation`)."""
@@ -81,6 +86,7 @@ class DynamicConfigs:
             with open(self.path, encoding="utf-8") as fh:
                 data.update(json.load(fh))
         self._data, self._stamp = data, stamp
+        self.version += 1
         return True
 
     def _rewrite(self, change: Callable[[dict[str, Any]], None]) -> None:
@@ -155,10 +161,22 @@ def check_quota_entity(entity: Entity, ops: dict[str, float | None]) -> None:
 
 def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
     """InvalidRequestError naming what cannot be changed at run time, InvalidConfigError for a
-    bad value (checked as the topic config it is the default of)."""
+    bad value (a log default checked as the topic config it is the default of)."""
+    from kafkafast.runtime.limits import parse_overrides
     from kafkafast.storage.config import LogConfig
 
     static = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS)
     if static:
         raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}")
-    LogConfig.from_props({TOPIC_SYNONYMS[n]: v for n, v in configs.items()})
+    for name in ("max.connections", "max.connections.per.ip"):
+        if name in configs:
+            value = configs[name].strip()
+            if not value.isdigit() or int(value) > 2**31 - 1:
+                raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
+                                           "an int of at least 0")
+    if "max.connections.per.ip.overrides" in configs:
+        try:
+            parse_overrides(configs["max.connections.per.ip.overrides"])
+        except ValueError as exc:
+            raise E.InvalidConfigError(str(exc)) from None
+    LogConfig.from_props({TOPIC_SYNONYMS[n]: v for n, v in configs.items() if n in TOPIC_SYNONYMS})

@@ -111,6 +111,7 @@ class ConnectionLimits:
         self.activity = 0  # see touch()
         self.pending: dict[Admission, None] = {}  # oldest first
         self.acceptors: list[Acceptor] = []
+        self.refresh: Callable[[], None] = lambda: None  # brings in dynamic configs before an admission
         self.refused = 0
         self.idle_closed = 0
         self.setup_closed = 0
@@ -120,6 +121,14 @@ class ConnectionLimits:
 
         KafkaConnection.queue_limits = (int(get("queued.max.requests") or 500),
                                         int(get("queued.max.request.bytes") or -1))
+
+    def reconfigure(self, values: dict[str, str | None]) -> None:
+        """New connection quotas (dynamic broker configs), for connections admitted from now on:
+        as in Kafka, lowering a cap closes none of the connections already open, and a listener
+        paused at max.connections takes the raised limit at its next retry."""
+        self.max_connections = int(values.get("max.connections") or INT_MAX)
+        self.per_ip = int(values.get("max.connections.per.ip") or INT_MAX)
+        self.overrides = parse_overrides(values.get("max.connections.per.ip.overrides"))
 
     def now(self) -> float:
         return self._loop.time()  # type: ignore[union-attr]
@@ -148,6 +157,7 @@ class ConnectionLimits:
     def admit(self, listener: int, spec: Any, sock: socket.socket, ip: str) -> Admission | None | int:
         """An Admission, None (refused: `sock` is closed) or WAIT (at a connection limit:
         the caller keeps `sock` and asks again later)."""
+        self.refresh()
         if ip.startswith("::ffff:") and "." in ip:  # an IPv4 client of a dual-stack listener
             ip = ip[7:]
         cap = self.overrides.get(ip, self.per_ip)

@@ -134,6 +134,10 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
     if getattr(broker, "counters", None) is None:  # a single-process broker: its own area, no lock
         broker.counters = SharedCounters.for_config(broker.config, 1, None)
     limits = ConnectionLimits(broker.config, broker.counters, getattr(broker, "index", 0), specs)
+    if hasattr(broker, "effective_connection_configs"):  # dynamic connection quotas (single node)
+        limits.reconfigure(broker.effective_connection_configs())
+        broker.limits = limits
+        limits.refresh = broker.refresh_dynamic
     limits.start()
     for i, (spec, sock) in enumerate(zip(specs, socks)):
         ctx = server_context(spec) if spec.tls else None
