@@ -101,11 +101,10 @@ class Broker:
         self.topics = TopicStore(self.log_dirs[0])
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
-        self._dynamic_applied = -1  # the dynamic configs' version apply_dynamic_configs last applied
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
-        self._dynamic_applied = self.dynamic.version
+        self._dynamic_applied = self.dynamic.version  # the version apply_dynamic_configs last applied
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
@@ -250,19 +249,18 @@ class Broker:
         """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide
         defaults, overridden by this broker's dynamic configs (`dynamic_configs.py`)."""
         out = self.config.topic_defaults()
-        for scope in ("", str(self.node_id)):
-            for name, value in self.dynamic.broker_configs(scope).items():
-                if name in TOPIC_SYNONYMS:
-                    out[TOPIC_SYNONYMS[name]] = value
+        out.update((TOPIC_SYNONYMS[n], v) for n, v in self._dynamic_broker_configs().items() if n in TOPIC_SYNONYMS)
         return out
 
     def effective_connection_configs(self) -> dict[str, str | None]:
-        """The connection quotas: the properties file's, overridden by the dynamic cluster-wide
-        defaults, overridden by this broker's dynamic configs."""
+        """The connection quotas: the properties file's, overridden as the topic defaults are."""
         out = {name: self.config.get(name) for name in CONNECTION_CONFIGS}
-        for scope in ("", str(self.node_id)):
-            out.update((n, v) for n, v in self.dynamic.broker_configs(scope).items() if n in CONNECTION_CONFIGS)
+        out.update((n, v) for n, v in self._dynamic_broker_configs().items() if n in CONNECTION_CONFIGS)
         return out
+
+    def _dynamic_broker_configs(self) -> dict[str, str]:
+        """The dynamic broker configs in force here: this broker's over the cluster-wide default's."""
+        return {**self.dynamic.broker_configs(""), **self.dynamic.broker_configs(str(self.node_id))}
 
     def apply_dynamic_configs(self) -> None:
         """Recomputes the default log config from the dynamic configs and gives every open
