@@ -154,6 +154,8 @@ DEFAULTS: dict[str, str | None] = {
     "ssl.cipher.suites": None,
     "ssl.endpoint.identification.algorithm": "https",
     "ssl.principal.mapping.rules": "DEFAULT",
+    "ssl.allow.dn.changes": "false",  # may a dynamic key store change the certificate's subject
+    "ssl.allow.san.changes": "false",  # ... or its subject alternative names
     "sasl.enabled.mechanisms": "GSSAPI",
     "sasl.jaas.config": None,
     "sasl.mechanism.inter.broker.protocol": "GSSAPI",

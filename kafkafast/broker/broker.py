@@ -249,27 +249,29 @@ class Broker:
         """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide
         defaults, overridden by this broker's dynamic configs (`dynamic_configs.py`)."""
         out = self.config.topic_defaults()
-        out.update((TOPIC_SYNONYMS[n], v) for n, v in self._dynamic_broker_configs().items() if n in TOPIC_SYNONYMS)
+        out.update((TOPIC_SYNONYMS[n], v) for n, v in self.dynamic_broker_configs().items() if n in TOPIC_SYNONYMS)
         return out
 
     def effective_connection_configs(self) -> dict[str, str | None]:
         """The connection quotas: the properties file's, overridden as the topic defaults are."""
         out = {name: self.config.get(name) for name in CONNECTION_CONFIGS}
-        out.update((n, v) for n, v in self._dynamic_broker_configs().items() if n in CONNECTION_CONFIGS)
+        out.update((n, v) for n, v in self.dynamic_broker_configs().items() if n in CONNECTION_CONFIGS)
         return out
 
-    def _dynamic_broker_configs(self) -> dict[str, str]:
+    def dynamic_broker_configs(self) -> dict[str, str]:
         """The dynamic broker configs in force here: this broker's over the cluster-wide default's."""
         return {**self.dynamic.broker_configs(""), **self.dynamic.broker_configs(str(self.node_id))}
 
     def apply_dynamic_configs(self) -> None:
         """Recomputes the default log config from the dynamic configs and gives every open
-        partition its topic's config again; hands the connection quotas to the listeners' limits."""
+        partition its topic's config again; hands the connection quotas and the TLS listeners'
+        key and trust stores to the listeners."""
         self._dynamic_applied = self.dynamic.version
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
         limits = getattr(self, "limits", None)
         if limits is not None:
             limits.reconfigure(self.effective_connection_configs())
+            limits.reload_tls(self.dynamic_broker_configs())
         for (name, _), part in list(self.partitions.items()):
             meta = self.topics.get(name)
             if meta is not None and not part.state.offline:

@@ -18,8 +18,9 @@ RELOAD_INTERVAL seconds (an edit by hand).
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
 configs Kafka's DynamicLogConfig reconfigures) and the connection quotas (CONNECTION_CONFIGS,
 Kafka's DynamicConnectionQuota); they override the properties file, the broker's own over the
-cluster-wide default. The log defaults apply to every topic without an override of its own,
-the connection quotas to connections accepted from then on, as soon as a process sees them
+cluster-wide default; and, per broker and listener, the TLS key and trust stores
+(`security/tls.py`: STORE_CONFIGS with the `listener.name.<listener>.` prefix). The log defaults apply to every topic without an override of its own,
+the connection quotas and the stores to connections accepted from then on, as soon as a process sees them
 (`Broker.apply_dynamic_configs`, which runs whenever `version` moved).
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Callable
 
 from kafkafast.config import TOPIC_SYNONYMS
 from kafkafast.protocol import errors as E
+from kafkafast.security.tls import STORE_CONFIGS, listener_store_config, reconfigured_context, with_dynamic_stores
 
 STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
@@ -159,13 +161,48 @@ def check_quota_entity(entity: Entity, ops: dict[str, float | None]) -> None:
             raise E.InvalidRequestError(f"quota {key} must be positive, not {value}")
 
 
+def is_dynamic_broker_config(name: str) -> bool:
+    return name in DYNAMIC_BROKER_CONFIGS or listener_store_config(name) is not None
+
+
+def check_listener_stores(broker: Any, scope: str, configs: dict[str, str]) -> None:
+    """The TLS key and trust stores of `configs`, the new dynamic configs of `scope`, checked
+    as Kafka checks them: per listener (`listener.name.<l>.`), per broker, for a TLS listener
+    of this broker, and loadable as a replacement of what the listener serves now
+    (`security/tls.py: reconfigured_context`)."""
+    bare = sorted(n for n in configs if n in STORE_CONFIGS)
+    if bare:
+        raise E.InvalidRequestError("These security configs can be dynamically updated only per-listener using the "
+                                    f"listener prefix: {set(bare)}")
+    named = {n: listener_store_config(n) for n in configs}
+    named = {n: p for n, p in named.items() if p is not None}
+    if named and scope == "":
+        raise E.InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                    f"specified: {set(sorted(named))}")
+    if scope != str(broker.node_id):
+        return
+    specs = {s.name: s for s in getattr(broker, "listener_specs", []) if s.tls}
+    for name, (listener, _) in sorted(named.items()):
+        if listener not in specs:
+            raise E.InvalidRequestError(f"{name}: {listener} is not an SSL or SASL_SSL listener of this broker")
+    current = broker.dynamic_broker_configs()
+    proposed = {**broker.dynamic.broker_configs(""), **configs}
+    for spec in specs.values():
+        old, new = with_dynamic_stores(spec, current), with_dynamic_stores(spec, proposed)
+        if old.props != new.props or any(p[0] == spec.name for p in named.values()):
+            try:
+                reconfigured_context(old, new)
+            except ValueError as exc:
+                raise E.InvalidConfigError(str(exc)) from None
+
+
 def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
     """InvalidRequestError naming what cannot be changed at run time, InvalidConfigError for a
     bad value (a log default checked as the topic config it is the default of)."""
     from kafkafast.runtime.limits import parse_overrides
     from kafkafast.storage.config import LogConfig
 
-    static = sorted(n for n in configs if n not in DYNAMIC_BROKER_CONFIGS)
+    static = sorted(n for n in configs if not is_dynamic_broker_config(n) and n not in STORE_CONFIGS)
     if static:
         raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}")
     for name in ("max.connections", "max.connections.per.ip"):

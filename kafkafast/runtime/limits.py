@@ -130,6 +130,12 @@ class ConnectionLimits:
         self.per_ip = int(values.get("max.connections.per.ip") or INT_MAX)
         self.overrides = parse_overrides(values.get("max.connections.per.ip.overrides"))
 
+    def reload_tls(self, dynamic: dict[str, str]) -> None:
+        """The TLS listeners' stores as the dynamic broker configs `dynamic` set them."""
+        for acceptor in self.acceptors:
+            if acceptor.ssl is not None:
+                acceptor.reload_tls(dynamic)
+
     def now(self) -> float:
         return self._loop.time()  # type: ignore[union-attr]
 
@@ -289,12 +295,32 @@ class Acceptor:
         self.sock = sock
         self.factory = factory
         self.ssl = ssl_context
+        self.tls_stamp: tuple | None = None  # what self.ssl was made of (reload_tls)
         self.held: tuple[socket.socket, str] | None = None  # accepted, waiting for a slot
         self._retry: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._reading = False
         self.closed = False
         self.tasks: set[asyncio.Task] = set()
+
+    def reload_tls(self, dynamic: dict[str, str]) -> None:
+        """Serves new connections with the listener's stores as this broker's dynamic configs
+        now set them (`security/tls.py`), if they or their files changed; a store that no
+        longer loads leaves the current context in place."""
+        from kafkafast.security.tls import server_context, store_stamp, with_dynamic_stores
+
+        spec = with_dynamic_stores(self.spec, dynamic)
+        stamp = store_stamp(spec)
+        if stamp == self.tls_stamp:
+            return
+        if self.tls_stamp is not None or spec is not self.spec:
+            try:
+                self.ssl = server_context(spec)
+            except ValueError as exc:
+                log.error("listener %s keeps its current key and trust stores: %s", self.spec.name, exc)
+                return
+            log.info("listener %s: key and trust stores (re)loaded", self.spec.name)
+        self.tls_stamp = stamp
 
     def start(self) -> None:
         self.sock.listen(LISTEN_BACKLOG)

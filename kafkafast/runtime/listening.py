@@ -147,6 +147,8 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
 
         limits.acceptors.append(Acceptor(limits, i, spec, sock, factory, ctx))
         request_metrics.listener_served(spec.name)
+    if hasattr(broker, "effective_connection_configs"):  # key stores replaced at run time (security/tls.py)
+        limits.reload_tls(broker.dynamic_broker_configs())
     for acceptor in limits.acceptors:
         acceptor.start()
     broker.listener_specs = specs

@@ -9,12 +9,23 @@ or the inline `ssl.keystore.key` + `ssl.keystore.certificate.chain` PEM texts. T
 `ssl.cipher.suites` (IANA names as Kafka takes them, or OpenSSL names; TLS 1.2 suites - TLS 1.3 ones are always on), every key also read with its
 `listener.name.<listener>.` prefix.
 
+The key and trust stores of a running listener can be replaced (Kafka's KIP-226 certificate
+rotation): `listener.name.<listener>.<store config>` for the names in STORE_CONFIGS, set as this
+broker's dynamic config (AlterConfigs / IncrementalAlterConfigs on the broker resource of its
+id). `reconfigured_context` checks a new setting before it is stored, as Kafka's SslFactory does:
+the stores load, a keystore is neither added nor removed, no trust store is added where there was
+none, and the new certificate keeps the old one's subject (unless `ssl.allow.dn.changes=true`)
+and subject alternative names (unless `ssl.allow.san.changes=true`). Every process then builds
+the listener's new SSLContext (`with_dynamic_stores`, `store_stamp`: a store file rewritten in
+place is reloaded too) for the connections it accepts from then on; open connections keep theirs.
+
 The principal of a client certificate is its subject DN in RFC 2253 form (as Java's
 X500Principal.getName() writes it: most specific RDN first), passed through
 `ssl.principal.mapping.rules` (`DEFAULT` and `RULE:pattern/replacement/[LU]`, as Kafka).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import ssl
@@ -23,6 +34,105 @@ from typing import Any
 
 PROTOCOL_VERSIONS = {"TLSV1.2": ssl.TLSVersion.TLSv1_2, "TLSV1.3": ssl.TLSVersion.TLSv1_3,
                      "TLSV1.1": ssl.TLSVersion.TLSv1_1, "TLSV1": ssl.TLSVersion.TLSv1}
+
+
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: what a running listener may change.
+STORE_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates"})
+LISTENER_CONFIG = re.compile(r"listener\.name\.([^.]+)\.(.+)")
+# Kafka's PASSWORD-type configs (matched as name suffixes, so listener- and mechanism-prefixed
+# ones too): DescribeConfigs answers them with a null value, marked sensitive.
+SENSITIVE_SUFFIXES = ("ssl.keystore.password", "ssl.key.password", "ssl.truststore.password", "ssl.keystore.key",
+                      "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "sasl.jaas.config",
+                      "password.encoder.secret", "password.encoder.old.secret", "delegation.token.master.key",
+                      "delegation.token.secret.key")
+
+
+def is_sensitive(name: str) -> bool:
+    return name.endswith(SENSITIVE_SUFFIXES)
+
+
+def listener_store_config(name: str) -> tuple[str, str] | None:
+    """(LISTENER, store config) for `listener.name.<listener>.<store config>`, else None."""
+    m = LISTENER_CONFIG.fullmatch(name)
+    return (m.group(1).upper(), m.group(2)) if m and m.group(2) in STORE_CONFIGS else None
+
+
+def with_dynamic_stores(spec: Any, dynamic: dict[str, str]) -> Any:
+    """The listener `spec` with the store configs of its listener in `dynamic` (this broker's
+    dynamic configs) over its static ones."""
+    prefix = f"listener.name.{spec.name.lower()}."
+    over = {}
+    for name, value in dynamic.items():
+        parsed = listener_store_config(name)
+        if parsed is not None and parsed[0] == spec.name:
+            over[prefix + parsed[1]] = value
+    if not over:
+        return spec
+    keys = {k[len(prefix):] for k in over}
+    if keys & {"ssl.keystore.key", "ssl.keystore.certificate.chain"} and "ssl.keystore.location" not in keys:
+        over[prefix + "ssl.keystore.location"] = ""  # the inline key store replaces a static file
+    if "ssl.truststore.certificates" in keys and "ssl.truststore.location" not in keys:
+        over[prefix + "ssl.truststore.location"] = ""
+    return dataclasses.replace(spec, props={**spec.props, **over})
+
+
+def store_stamp(spec: Any) -> tuple:
+    """What a listener's SSLContext is made of: its store settings and the identity of the store
+    files (a file replaced or rewritten in place changes it)."""
+    files = []
+    for key in ("ssl.keystore.location", "ssl.truststore.location"):
+        try:
+            st = os.stat(spec.get(key) or "")
+            files.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            files.append(None)
+    return tuple(spec.get(k) for k in sorted(STORE_CONFIGS)) + tuple(files)
+
+
+def _certificate(spec: Any) -> dict | None:
+    """The first certificate of the listener's key store, decoded ({} if it cannot be read)."""
+    location, chain = spec.get("ssl.keystore.location"), spec.get("ssl.keystore.certificate.chain")
+    path = location or (_pem_file(chain) if chain else None)
+    if path is None:
+        return None
+    try:
+        return ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
+    except (ssl.SSLError, OSError, AttributeError):
+        return {}
+    finally:
+        if not location:
+            os.unlink(path)
+
+
+def _true(value: Any) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+def reconfigured_context(old: Any, new: Any) -> ssl.SSLContext:
+    """The SSLContext of `new` if a listener serving with `old` may switch to it; ValueError why not."""
+    ctx = server_context(new)
+    before, after = _certificate(old), _certificate(new)
+    if (before is None) != (after is None):
+        raise ValueError(f"listener {new.name}: a key store cannot be added to or removed from a running listener")
+    if not (old.get("ssl.truststore.location") or old.get("ssl.truststore.certificates")) and (
+            new.get("ssl.truststore.location") or new.get("ssl.truststore.certificates")):
+        raise ValueError(f"listener {new.name}: a trust store cannot be added to a running listener that had none")
+    if before and after:
+        if before.get("subject") != after.get("subject") and not _true(new.get("ssl.allow.dn.changes")):
+            raise ValueError(f"listener {new.name}: the new certificate's subject {_dn(after)} differs from the "
+                             f"current {_dn(before)} (allowed with ssl.allow.dn.changes=true)")
+        sans = [sorted(c.get("subjectAltName", ())) for c in (before, after)]
+        if sans[0] != sans[1] and not _true(new.get("ssl.allow.san.changes")):
+            raise ValueError(f"listener {new.name}: the new certificate's subject alternative names {sans[1]} differ "
+                             f"from the current {sans[0]} (allowed with ssl.allow.san.changes=true)")
+    return ctx
+
+
+def _dn(cert: dict) -> str:
+    return ",".join(f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn)
 
 
 def _pem_file(inline: str) -> str:
@@ -62,7 +172,7 @@ def server_context(listener: Any) -> ssl.SSLContext:
             ctx.load_verify_locations(cafile=trust)
         elif trust_inline:
             ctx.load_verify_locations(cadata=trust_inline.replace("\\n", "\n"))
-    except ssl.SSLError as exc:
+    except (ssl.SSLError, OSError) as exc:
         raise ValueError(f"listener {listener.name}: cannot load the key store or trust store: {exc}") from exc
     finally:
         for p in temps:

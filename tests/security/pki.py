@@ -59,6 +59,18 @@ class Pki:
     untrusted_key: Path
     expired_cert: Path  # signed by the CA, expired yesterday
     expired_key: Path
+    ca_key: Path
+
+
+def server_keystore(pki: Pki, path: Path, cn: str = "localhost", password: bytes | None = None) -> Path:
+    """Another server key store signed by the PKI's CA (a new key and certificate), as a
+    certificate rotation makes; written to `path` (replacing what is there)."""
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), None)
+    key = _key()
+    cert = _cert(_name(cn), key, ca.subject, ca_key, server=True)
+    path.write_bytes(_pem_key(key, password) + _pem_cert(cert) + _pem_cert(ca))
+    return path
 
 
 def make_pki(directory: Path) -> Pki:
@@ -76,6 +88,7 @@ def make_pki(directory: Path) -> Pki:
         return p
 
     out["ca"] = write("ca.pem", _pem_cert(ca))
+    out["ca_key"] = write("ca.key", _pem_key(ca_key))
     out["server_keystore"] = write("server-keystore.pem", _pem_key(server_key, b"keypass") + _pem_cert(server)
                                    + _pem_cert(ca))
     for label, issuer, issuer_key, days in (("client", ca_name, ca_key, (-1, 30)),

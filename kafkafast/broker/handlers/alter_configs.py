@@ -3,7 +3,8 @@
 Replaces a topic's whole set of config overrides (the non-incremental semantics: names
 left out return to their defaults). Broker resources (type 4; name "" for the cluster-wide
 default, else this broker's node id) take the configs Kafka can change at run time
-(`kafkafast/broker/dynamic_configs.py`: the log-level defaults), persisted in the log dir and
+(`kafkafast/broker/dynamic_configs.py`: the log-level defaults, the connection quotas, a TLS
+listener's key and trust stores), persisted in the log dir and
 applied to every topic without its own override; any other broker config answers
 INVALID_REQUEST ("Cannot update these configs dynamically"). In cluster mode broker configs
 stay static (INVALID_REQUEST)."""
@@ -28,10 +29,11 @@ def broker_scope(broker, name: str) -> str:
 
 def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:
     """Replaces the dynamic configs of the broker resource `name`."""
-    from kafkafast.broker.dynamic_configs import check_dynamic_broker_configs
+    from kafkafast.broker.dynamic_configs import check_dynamic_broker_configs, check_listener_stores
 
     scope = broker_scope(broker, name)
     check_dynamic_broker_configs(configs)
+    check_listener_stores(broker, scope, configs)
     if not validate_only:
         broker.dynamic.set_broker_configs(scope, configs)
         broker.apply_dynamic_configs()

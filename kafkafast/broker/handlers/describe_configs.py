@@ -7,7 +7,9 @@ Brokers (type 4): for this node id the broker properties in effect, a dynamic co
 (`kafkafast/broker/dynamic_configs.py`) with source DYNAMIC_BROKER_CONFIG or
 DYNAMIC_DEFAULT_BROKER_CONFIG and the lower layers as synonyms, the dynamically changeable
 ones not read-only; for the empty name (the cluster-wide default resource) only the dynamic
-cluster-wide defaults, as Kafka answers.
+cluster-wide defaults, as Kafka answers. A secret (Kafka's PASSWORD-type configs:
+`security/tls.py: is_sensitive`, e.g. ssl.key.password, sasl.jaas.config) is answered as
+Kafka does: sensitive, with a null value, in its synonyms too.
 """
 from dataclasses import dataclass
 
@@ -18,10 +20,11 @@ from kafkafast.protocol import errors as E
 from kafkafast.storage.config import TOPIC_ALIASES, TOPIC_CONFIG_DEFAULTS
 from kafkafast.security import acl
 from kafkafast.security.context import require
+from kafkafast.security.tls import is_sensitive
 
 TOPIC, BROKER = 2, 4
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 2, 3, 4, 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 6, 7, 9
 _TYPES = {
     "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING, "message.timestamp.type": TYPE_STRING,
     "min.cleanable.dirty.ratio": TYPE_DOUBLE, "max.message.bytes": TYPE_INT, "segment.bytes": TYPE_INT,
@@ -43,6 +46,8 @@ class ConfigEntry:
 
 
 def config_type(name: str, value: str | None) -> int:
+    if is_sensitive(name):
+        return TYPE_PASSWORD
     if name in _TYPES:
         return _TYPES[name]
     if value in ("true", "false"):
@@ -82,7 +87,7 @@ def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
 
 
 def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
-    from kafkafast.broker.dynamic_configs import DYNAMIC_BROKER_CONFIGS
+    from kafkafast.broker.dynamic_configs import is_dynamic_broker_config
 
     dynamic = getattr(broker, "dynamic", None)
     default_dyn = dynamic.broker_configs("") if dynamic is not None else {}
@@ -102,7 +107,7 @@ def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
             layers.append((static, SRC_DEFAULT if DEFAULTS.get(name) == static else SRC_STATIC_BROKER))
         value, source = layers[0]
         syn = [Synonym(name=name, value=v, source=s) for v, s in layers]
-        out.append(ConfigEntry(name, value, name not in DYNAMIC_BROKER_CONFIGS, source, syn))
+        out.append(ConfigEntry(name, value, not is_dynamic_broker_config(name), source, syn))
     return out
 
 
@@ -132,10 +137,11 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
         if res.configuration_keys is not None:
             keys = set(res.configuration_keys)
             entries = [e for e in entries if e.name in keys]
-        configs = [Entry(name=e.name, value=e.value, read_only=e.read_only,
+        configs = [Entry(name=e.name, value=None if is_sensitive(e.name) else e.value, read_only=e.read_only,
                          is_default=e.config_source == SRC_DEFAULT, config_source=e.config_source,
-                         is_sensitive=False,
-                         synonyms=e.synonyms if req.include_synonyms else [],
+                         is_sensitive=is_sensitive(e.name),
+                         synonyms=([Synonym(name=y.name, value=None, source=y.source) for y in e.synonyms]
+                                   if is_sensitive(e.name) else e.synonyms) if req.include_synonyms else [],
                          config_type=config_type(e.name, e.value),
                          documentation=None)
                    for e in entries]
