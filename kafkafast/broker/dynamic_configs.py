@@ -98,7 +98,8 @@ class DynamicConfigs:
             data = json.loads(json.dumps(self._data))
             change(data)
             tmp = f"{self.path}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
+            # owner-only: it may hold a key store's password (security/tls.py: STORE_CONFIGS)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
                 json.dump(data, fh, sort_keys=True)
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -99,6 +99,9 @@ def test_key_store_rotates_at_run_time_on_every_worker_and_survives_a_restart(se
         assert configs[secret].is_sensitive and configs[secret].value is None, secret
     assert not configs["ssl.keystore.location"].is_sensitive
 
+    store = broker.proc.data_dir / "__kafkafast_dynamic_configs.json"  # holds the key's password: owner only
+    assert store.stat().st_mode & 0o077 == 0
+
     before.flush(5)
     after.flush(5)
     broker.proc.restart()
