@@ -9,6 +9,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 TOPIC = "durable"
 PARTITIONS = 6
+ROUNDS = 4  # leader kills (SIGKILL), then one clean shutdown; each ends with the full ISR again
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
@@ -57,11 +58,11 @@ def test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster):
     t = threading.Thread(target=produce)
     t.start()
     try:
-        for round_ in range(6):
+        for round_ in range(ROUNDS):
             time.sleep(2)
             leader = cluster.leader(TOPIC, 0)
             b = cluster.brokers[leader]
-            if round_ < 5:
+            if round_ < ROUNDS - 1:
                 b.kill()
             else:
                 assert b.stop() == 0
@@ -76,7 +77,7 @@ def test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster):
     assert producer.flush(120) == 0
     assert errors == []
     total = sum(len(v) for v in acked.values())
-    assert total >= 25_000, total
+    assert total >= 15_000, total
     stored = _read_all(cluster.bootstrap, TOPIC, PARTITIONS)
     for p in range(PARTITIONS):
         want = sorted(acked[p])
