@@ -100,7 +100,7 @@ class Broker:
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
-        self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
+        self.dynamic = self._make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
@@ -244,6 +244,9 @@ class Broker:
                 continue
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
+
+    def _make_dynamic_configs(self) -> DynamicConfigs:
+        return DynamicConfigs(self.log_dirs[0])
 
     def effective_topic_defaults(self) -> dict[str, str]:
         """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide

@@ -111,6 +111,11 @@ class DynamicConfigs:
         self.refresh()
         return dict(self._data["brokers"].get(scope, {}))
 
+    def stored_broker_configs(self, scope: str) -> dict[str, str]:
+        """The configs of `scope` as stored now (what a read-modify-write starts from)."""
+        self.refresh(force=True)
+        return self.broker_configs(scope)
+
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         def change(data: dict[str, Any]) -> None:
             if configs:
