@@ -255,6 +255,7 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     from tests.security.test_dynamic_connection_limits import close_all, eventually_open_until_refused
+    from tests.support.cli import kafkafast
 
     zk = cluster.zk()
     b1, b2, b3 = (cluster.brokers[i] for i in (1, 2, 3))
@@ -295,6 +296,13 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
                                                        False)
         e = broker_entry("1", "log.retention.ms")
         assert (e.value, e.source) == ("7200000", ck.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        # the operator CLI: a broker's configs go to that broker, --entity-default to any
+        for target, value, source in ((["--entity-name", "2"], "3600000", "DYNAMIC_BROKER_CONFIG"),
+                                      (["--entity-default"], "7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")):
+            shown = {e["name"]: e for e in json.loads(kafkafast(
+                "configs", "--bootstrap-server", b1.bootstrap, "--entity-type", "brokers", *target, "--describe",
+                "--output", "json").stdout)}
+            assert (shown["log.retention.ms"]["value"], shown["log.retention.ms"]["source"]) == (value, source)
         # broker 3, the leader, applies its message.max.bytes to the topic's log
         producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
         results: list = []
@@ -324,8 +332,8 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
         assert _topic_config_on(b2.port, "dynamic", "retention.ms") == ("3600000", 2)
         close_all(eventually_open_until_refused(b2.port, 6, 3))
     finally:
-        assert _alter_broker_on(b1.port, "", {"log.retention.ms": None, "max.connections.per.ip": None,
-                                              "max.connections.per.ip.overrides": None}).error_code == 0
+        kafkafast("configs", "--bootstrap-server", b1.bootstrap, "--entity-type", "brokers", "--entity-default",
+                  "--alter", "--delete-config", "log.retention.ms,max.connections.per.ip,max.connections.per.ip.overrides")
         for i in ("2", "3"):
             _alter_broker_on(b1.port, i, {"log.retention.ms": None, "message.max.bytes": None})
     close_all(eventually_open_until_refused(b2.port, 6, 6))  # the cap is gone again
