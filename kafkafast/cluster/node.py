@@ -203,9 +203,13 @@ class ClusterNode:
         return out
 
     def topic_configs(self, topic: str) -> dict[str, str]:
+        return self._read_config(Z.topic_config_path(topic))
+
+    def _read_config(self, path: str) -> dict[str, str]:
+        """The "config" of an entity's config znode ({} when there is none)."""
         assert self.zk is not None
         try:
-            data, _ = self.zk.get(Z.topic_config_path(topic))
+            data, _ = self.zk.get(path)
         except NoNodeError:
             return {}
         return Z.parse_entity_config(data)
@@ -308,12 +312,7 @@ class ClusterNode:
 
     def broker_configs(self, scope: str) -> dict[str, str]:
         """The dynamic broker configs of `scope` ("" cluster-wide, else a broker id) in ZooKeeper."""
-        assert self.zk is not None
-        try:
-            data, _ = self.zk.get(Z.broker_config_path(scope))
-        except NoNodeError:
-            return {}
-        return Z.parse_entity_config(data)
+        return self._read_config(Z.broker_config_path(scope))
 
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         self._write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
