@@ -16,11 +16,13 @@ re-reads the file when its mtime, size or inode changed, checked at most every
 RELOAD_INTERVAL seconds (an edit by hand).
 
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
-configs Kafka's DynamicLogConfig reconfigures) and the connection quotas (CONNECTION_CONFIGS,
-Kafka's DynamicConnectionQuota); they override the properties file, the broker's own over the
-cluster-wide default. The log defaults apply to every topic without an override of its own,
-the connection quotas to connections accepted from then on, as soon as a process sees them
-(`Broker.apply_dynamic_configs`, which runs whenever `version` moved).
+configs Kafka's DynamicLogConfig reconfigures), the connection quotas (CONNECTION_CONFIGS,
+Kafka's DynamicConnectionQuota) and the log cleaner's backoff and I/O rate (CLEANER_CONFIGS);
+they override the properties file, the broker's own over the cluster-wide default. The log
+defaults apply to every topic without an override of its own, the connection quotas to
+connections accepted from then on, the cleaner's to its next look for a log and its next
+read or write, as soon as a process sees them (`Broker.apply_dynamic_configs`, which runs
+whenever `version` moved).
 """
 from __future__ import annotations
 
@@ -37,7 +39,10 @@ STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
 # Connection quotas Kafka's DynamicConnectionQuota reconfigures (`runtime/limits.py` takes them).
 CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
-DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS
+# The log cleaner's settings Kafka's LogCleaner reconfigures that ours applies (`storage/cleaner.py`:
+# no dedupe buffer bound, one cleaner thread, so log.cleaner.threads and the buffer sizes are not here).
+CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second"})
+DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
 CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
@@ -179,9 +184,31 @@ def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
             if not value.isdigit() or int(value) > 2**31 - 1:
                 raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
                                            "an int of at least 0")
+    if "log.cleaner.backoff.ms" in configs:
+        value = configs["log.cleaner.backoff.ms"].strip()
+        if not value.isdigit() or int(value) > 2**63 - 1:
+            raise E.InvalidConfigError(f"Invalid value {value} for configuration log.cleaner.backoff.ms: "
+                                       "a long of at least 0")
+    if "log.cleaner.io.max.bytes.per.second" in configs:
+        value = configs["log.cleaner.io.max.bytes.per.second"]
+        if cleaner_io_rate(value) is None:
+            raise E.InvalidConfigError(f"Invalid value {value} for configuration "
+                                       "log.cleaner.io.max.bytes.per.second: a positive double")
     if "max.connections.per.ip.overrides" in configs:
         try:
             parse_overrides(configs["max.connections.per.ip.overrides"])
         except ValueError as exc:
             raise E.InvalidConfigError(str(exc)) from None
     LogConfig.from_props({TOPIC_SYNONYMS[n]: v for n, v in configs.items() if n in TOPIC_SYNONYMS})
+
+
+def cleaner_io_rate(value: str) -> float | None:
+    """log.cleaner.io.max.bytes.per.second as bytes per second (inf: Kafka's Double.MaxValue
+    default, unthrottled); None when it is not a positive number."""
+    try:
+        rate = float(value)
+    except ValueError:
+        return None
+    if not rate > 0:
+        return None
+    return float("inf") if rate >= 1.7976931348623157e308 else rate

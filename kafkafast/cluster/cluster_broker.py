@@ -76,8 +76,6 @@ class ClusterBroker(Broker):
         return ""  # read from ZooKeeper in load()
 
     def load(self) -> None:
-        from kafkafast.storage.cleaner import LogCleaner
-
         self.node.connect()
         self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
         # the change notifications seen before the dynamic broker configs are read: the watch
@@ -93,8 +91,7 @@ class ClusterBroker(Broker):
         security_of(self)
         self.producer_ids = ZkProducerIds(self.node)
         self.log_manager.load_all(self._config_for_topic)
-        self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
-                                      enabled=self.config.get_bool("log.cleaner.enable"))
+        self.log_cleaner = self.new_log_cleaner()
         self.started = True
 
     def _config_for_topic(self, topic: str) -> LogConfig:

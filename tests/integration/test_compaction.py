@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 SETTINGS = {"log.cleaner.backoff.ms": "100", "group.initial.rebalance.delay.ms": "100",
             "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "65536"}
 KEYS = 1000
@@ -128,3 +130,50 @@ def test_consumer_offsets_stays_small_under_commit_heavy_workload(broker_factory
     finally:
         c.close()
     assert written == 30_000
+
+
+def test_cleaner_backoff_and_io_rate_are_dynamic_broker_configs(broker_factory):
+    """log.cleaner.backoff.ms and log.cleaner.io.max.bytes.per.second change at run time
+    (IncrementalAlterConfigs on the broker): a broker that would not look for dirty logs for
+    ten minutes starts cleaning at once, held to the I/O rate (1.2 MB of segments read twice
+    at 50 kB/s: far from done after 3 s), and a cleaning in progress finishes soon once the
+    rate is removed."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
+        ResourceType
+
+    b = broker_factory(settings={"log.cleaner.backoff.ms": "600000"})
+    topic = "throttled"
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.01"})])[topic].result(15)
+    produce(b.bootstrap, topic, ((b"key-%d" % (i % 100), os.urandom(1000)) for i in range(1200)))
+    written = log_bytes(b.data_dir, f"{topic}-0")
+    assert written > 1_200_000
+
+    def alter(*entries: ConfigEntry) -> None:
+        (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+                                                                 incremental_configs=list(entries))]).values()
+        fut.result(15)
+
+    set_ = AlterConfigOpType.SET
+    for name, value, code in (("log.cleaner.io.max.bytes.per.second", "0", ck.KafkaError.INVALID_CONFIG),
+                              ("log.cleaner.backoff.ms", "soon", ck.KafkaError.INVALID_CONFIG),
+                              ("log.cleaner.threads", "2", ck.KafkaError.INVALID_REQUEST)):  # one cleaner thread
+        with pytest.raises(ck.KafkaException) as exc:
+            alter(ConfigEntry(name, value, incremental_operation=set_))
+        assert exc.value.args[0].code() == code, name
+    alter(ConfigEntry("log.cleaner.io.max.bytes.per.second", "50000", incremental_operation=set_),
+          ConfigEntry("log.cleaner.backoff.ms", "100", incremental_operation=set_))
+    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    entry = fut.result(15)["log.cleaner.io.max.bytes.per.second"]
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "50000", ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    time.sleep(3)
+    assert log_bytes(b.data_dir, f"{topic}-0") == written  # throttled: no cleaning installed yet
+
+    alter(ConfigEntry("log.cleaner.io.max.bytes.per.second", None, incremental_operation=AlterConfigOpType.DELETE))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and log_bytes(b.data_dir, f"{topic}-0") > written // 2:
+        time.sleep(0.2)
+    assert log_bytes(b.data_dir, f"{topic}-0") <= written // 2  # 100 keys of 1 kB left, plus the active segment
