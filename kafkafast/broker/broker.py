@@ -183,7 +183,8 @@ class Broker:
         settings = self.effective_broker_configs(CLEANER_CONFIGS)
         cleaner.reconfigure(backoff_ms=int(settings["log.cleaner.backoff.ms"] or 15000),
                             io_max_bytes_per_second=cleaner_io_rate(
-                                settings["log.cleaner.io.max.bytes.per.second"] or "inf") or float("inf"))
+                                settings["log.cleaner.io.max.bytes.per.second"] or "inf") or float("inf"),
+                            dedupe_buffer_size=int(settings["log.cleaner.dedupe.buffer.size"] or 134217728))
 
     async def start(self) -> None:
         self.load()

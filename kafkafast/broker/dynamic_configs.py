@@ -17,7 +17,8 @@ RELOAD_INTERVAL seconds (an edit by hand).
 
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
 configs Kafka's DynamicLogConfig reconfigures), the connection quotas (CONNECTION_CONFIGS,
-Kafka's DynamicConnectionQuota) and the log cleaner's backoff and I/O rate (CLEANER_CONFIGS);
+Kafka's DynamicConnectionQuota) and the log cleaner's backoff, I/O rate and offset map bound
+(CLEANER_CONFIGS);
 they override the properties file, the broker's own over the cluster-wide default. The log
 defaults apply to every topic without an override of its own, the connection quotas to
 connections accepted from then on, the cleaner's to its next look for a log and its next
@@ -34,14 +35,16 @@ from typing import Any, Callable
 
 from kafkafast.config import TOPIC_SYNONYMS
 from kafkafast.protocol import errors as E
+from kafkafast.storage.cleaner import MAP_ENTRY_BYTES
 
 STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
 # Connection quotas Kafka's DynamicConnectionQuota reconfigures (`runtime/limits.py` takes them).
 CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
-# The log cleaner's settings Kafka's LogCleaner reconfigures that ours applies (`storage/cleaner.py`:
-# no dedupe buffer bound, one cleaner thread, so log.cleaner.threads and the buffer sizes are not here).
-CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second"})
+# The log cleaner's settings Kafka's LogCleaner reconfigures that ours applies (`storage/cleaner.py`;
+# it runs one cleaner thread and reads whole batches, so not log.cleaner.threads nor the I/O buffers).
+CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
+                             "log.cleaner.dedupe.buffer.size"})
 DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
@@ -184,11 +187,12 @@ def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
             if not value.isdigit() or int(value) > 2**31 - 1:
                 raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
                                            "an int of at least 0")
-    if "log.cleaner.backoff.ms" in configs:
-        value = configs["log.cleaner.backoff.ms"].strip()
-        if not value.isdigit() or int(value) > 2**63 - 1:
-            raise E.InvalidConfigError(f"Invalid value {value} for configuration log.cleaner.backoff.ms: "
-                                       "a long of at least 0")
+    for name, least in (("log.cleaner.backoff.ms", 0), ("log.cleaner.dedupe.buffer.size", MAP_ENTRY_BYTES)):
+        if name in configs:
+            value = configs[name].strip()
+            if not value.isdigit() or not least <= int(value) <= 2**63 - 1:
+                raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
+                                           f"a long of at least {least}")
     if "log.cleaner.io.max.bytes.per.second" in configs:
         value = configs["log.cleaner.io.max.bytes.per.second"]
         if cleaner_io_rate(value) is None:

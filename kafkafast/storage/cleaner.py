@@ -44,6 +44,12 @@ cleaner, simplified to one cleaner thread:
   cleaned. It becomes cleanable again once the bad batch has left the log (retention,
   DeleteRecords). Other failures (I/O) are logged and retried after `backoff_ms`.
 
+* **Bounded offset map.** `log.cleaner.dedupe.buffer.size` bounds the keys one cleaning
+  maps as Kafka sizes its map (24 bytes an entry, filled to 90%): when the next batch would
+  pass that, mapping stops there (at least one batch is mapped, so every cleaning makes
+  progress) and the cleaning covers the log up to that offset only (segments beyond it are
+  left alone, tombstones and ABORT markers in the partly mapped segment are kept); the
+  clean point becomes that offset and the next cleaning continues from it.
 * **Throttling.** `log.cleaner.io.max.bytes.per.second` bounds the cleaner's reads plus
   writes on average (Kafka's Throttler): after each segment read and batch written the
   cleaner thread sleeps as long as its bytes so far are ahead of the rate. It and
@@ -104,6 +110,8 @@ uncleanable_observer: Callable[[dict[str, int]], None] | None = None
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _READ_CHUNK = 8 << 20
 _THROTTLED_CHUNK = 64 << 10  # reads under an I/O rate: small enough to pace evenly
+DEDUPE_BUFFER_SIZE = 128 << 20  # log.cleaner.dedupe.buffer.size's default
+MAP_ENTRY_BYTES, MAP_LOAD_FACTOR = 24, 0.9  # Kafka's offset map: MD5 of the key + offset; log.cleaner.io.buffer.load.factor
 
 _HEADER_HEAD = struct.Struct(">qiib")
 _HEADER_TAIL = struct.Struct(">hiqqqhii")
@@ -195,6 +203,7 @@ class _Job:
     stats: CleanStats = field(default_factory=CleanStats)
     error: BaseException | None = None
     thread: threading.Thread | None = None
+    partial_from: int = 2**63 - 1  # base offset of the segment the map covers partly (_cut), if any
     aborted: list = field(default_factory=list)  # the log's aborted transactions (txn_index.AbortedTxn)
 
 
@@ -202,9 +211,11 @@ class LogCleaner:
     """Chooses compacted logs to clean and cleans one at a time in a background thread."""
 
     def __init__(self, log_dirs: list[str], *, backoff_ms: int = 15000, enabled: bool = True,
-                 max_decompressed: str | None = None, io_max_bytes_per_second: float = float("inf")) -> None:
+                 max_decompressed: str | None = None, io_max_bytes_per_second: float = float("inf"),
+                 dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE) -> None:
         self.log_dirs = list(log_dirs)
         self.backoff_ms = backoff_ms
+        self.dedupe_buffer_size = dedupe_buffer_size
         self.io_max_bytes_per_second = io_max_bytes_per_second
         self._throttler = _Throttler(lambda: self.io_max_bytes_per_second)
         self.enabled = enabled
@@ -238,11 +249,17 @@ class LogCleaner:
         except Exception:  # noqa: BLE001 - metrics never stop the cleaner
             pass
 
-    def reconfigure(self, backoff_ms: int, io_max_bytes_per_second: float) -> None:
+    def reconfigure(self, backoff_ms: int, io_max_bytes_per_second: float, dedupe_buffer_size: int) -> None:
         """New dynamic settings (the broker's thread; the cleaner thread reads the rate anew
-        on each read or write it throttles)."""
+        on each read or write it throttles, the map bound when a cleaning starts)."""
         self.backoff_ms = backoff_ms
         self.io_max_bytes_per_second = io_max_bytes_per_second
+        self.dedupe_buffer_size = dedupe_buffer_size
+
+    @property
+    def map_capacity(self) -> int:
+        """Keys one cleaning maps (Kafka's SkimpyOffsetMap slots x the 0.9 load factor)."""
+        return max(int(self.dedupe_buffer_size // MAP_ENTRY_BYTES * MAP_LOAD_FACTOR), 1)
 
     # -- driving -------------------------------------------------------------------------
 
@@ -415,19 +432,32 @@ class LogCleaner:
             raise UncleanableBatchError(header.base_offset, exc) from None
 
     def _build_offset_map(self, job: _Job, first_dirty: int) -> dict[bytes, int]:
+        """Key -> last offset over the dirty part, up to `map_capacity` keys: when the next
+        batch could pass it, `job` is cut back to end at that batch (`_cut`)."""
         offset_map: dict[bytes, int] = {}
         aborted = _AbortedTracker(job.aborted)
+        capacity = self.map_capacity
         for seg in job.segments:
             for _, header, raw in self._batches(seg):
                 if aborted.is_aborted(header):  # aborted records never displace committed ones
                     continue
                 if header.attributes & ATTR_CONTROL or header.last_offset < first_dirty:
                     continue
+                if offset_map and len(offset_map) + header.records_count > capacity:
+                    self._cut(job, header.base_offset)
+                    return offset_map
                 records = self._records(job.log, header, raw)
                 for r in records:
                     if r.key is not None and r.offset >= first_dirty:
                         offset_map[bytes(r.key)] = r.offset
         return offset_map
+
+    @staticmethod
+    def _cut(job: _Job, end: int) -> None:
+        """The map is full at offset `end`: this cleaning covers the log below it only."""
+        job.dirty_end = end
+        job.segments = [s for s in job.segments if s.base_offset < end]
+        job.partial_from = job.segments[-1].base_offset
 
     def _clean_into(self, job: _Job, offset_map: dict[bytes, int]) -> None:
         """Write the surviving batches of every cleanable segment into new `.cleaned`
@@ -444,7 +474,8 @@ class LogCleaner:
             st.bytes_in += seg.size
             if out is None:
                 out = self._new_segment(job, seg.base_offset)
-            drop_tombstones = seg.largest_timestamp() < horizon
+            # a partly mapped segment's tombstones may delete keys the map does not hold yet
+            drop_tombstones = seg.largest_timestamp() < horizon and seg.base_offset < job.partial_from
             for _, header, raw in self._batches(seg):
                 if aborted.is_aborted(header):
                     # Kafka's cleaner: an aborted transaction's records go, and its ABORT marker
