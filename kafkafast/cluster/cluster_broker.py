@@ -41,6 +41,8 @@ EC = E.ErrorCode
 
 
 class ClusterBroker(Broker):
+    dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
         self.node = self._make_node(config)
@@ -81,8 +83,8 @@ class ClusterBroker(Broker):
         # the change notifications seen before the dynamic broker configs are read: the watch
         # (on_listening) takes every later one
         self._seen_config_changes: set[str] = set(self.node.zk.get_children(Z.CONFIG_CHANGES))
-        self.dynamic.attach(self.node, self.node_id)  # type: ignore[attr-defined]
-        self.dynamic.loaded()  # type: ignore[attr-defined]
+        self.dynamic.attach(self.node, self.node_id)
+        self.dynamic.loaded()
         self.apply_dynamic_configs()  # before the logs open with the topic defaults
         # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
         # (security/zk_stores.py)
@@ -134,10 +136,14 @@ class ClusterBroker(Broker):
             except Exception:
                 continue
             entity = Z.loads(data).get("entity_path", "")
-            scope = self.dynamic.entity_scope(entity)  # type: ignore[attr-defined]
+            scope = self.dynamic.entity_scope(entity)
             if scope is not None:  # this broker's dynamic configs or the cluster-wide ones
-                await asyncio.to_thread(self.dynamic.reload, scope)  # type: ignore[attr-defined]
-                self.dynamic.loaded()  # type: ignore[attr-defined]
+                try:
+                    await asyncio.to_thread(self.dynamic.reload, scope)
+                except Exception as exc:
+                    log.warning("dynamic broker configs %s not reloaded (%s): %r", entity, child, exc)
+                    continue
+                self.dynamic.loaded()
                 self.refresh_dynamic()
                 log.info("dynamic broker configs %s reloaded (%s)", entity, child)
                 continue
