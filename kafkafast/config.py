@@ -65,6 +65,8 @@ DEFAULTS: dict[str, str | None] = {
     "log.cleaner.min.cleanable.ratio": "0.5",
     "log.cleaner.min.compaction.lag.ms": "0",
     "log.cleaner.backoff.ms": "15000",
+    "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Kafka's Double.MaxValue: unthrottled
+    "log.cleaner.dedupe.buffer.size": "134217728",  # bounds the keys of one cleaning (storage/cleaner.py)
     "log.segment.delete.delay.ms": "60000",
     "min.insync.replicas": "1",
     "compression.type": "producer",

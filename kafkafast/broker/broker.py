@@ -29,7 +29,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
-from kafkafast.broker.dynamic_configs import CONNECTION_CONFIGS, DynamicConfigs
+from kafkafast.broker.dynamic_configs import CLEANER_CONFIGS, CONNECTION_CONFIGS, DynamicConfigs, cleaner_io_rate
 from kafkafast.broker.quotas import QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
@@ -100,7 +100,7 @@ class Broker:
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
-        self.dynamic = DynamicConfigs(self.log_dirs[0])  # dynamic broker configs, client quotas
+        self.dynamic = self._make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
@@ -166,12 +166,25 @@ class Broker:
         else:
             log.info("clean start: no recovery scan")
         self._apply_topics()
+        self.log_cleaner = self.new_log_cleaner()
+        self.started = True
+
+    def new_log_cleaner(self) -> Any:
+        """The log cleaner, with the dynamic cleaner configs in force (`apply_dynamic_configs`
+        changes them later)."""
         from kafkafast.storage.cleaner import LogCleaner
 
-        self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
-                                      enabled=self.config.get_bool("log.cleaner.enable"),
-                                      max_decompressed=self.config.get("message.max.decompressed.bytes"))
-        self.started = True
+        cleaner = LogCleaner(self.log_dirs, enabled=self.config.get_bool("log.cleaner.enable"),
+                             max_decompressed=self.config.get("message.max.decompressed.bytes"))
+        self._reconfigure_cleaner(cleaner)
+        return cleaner
+
+    def _reconfigure_cleaner(self, cleaner: Any) -> None:
+        settings = self.effective_broker_configs(CLEANER_CONFIGS)
+        cleaner.reconfigure(backoff_ms=int(settings["log.cleaner.backoff.ms"] or 15000),
+                            io_max_bytes_per_second=cleaner_io_rate(
+                                settings["log.cleaner.io.max.bytes.per.second"] or "inf") or float("inf"),
+                            dedupe_buffer_size=int(settings["log.cleaner.dedupe.buffer.size"] or 134217728))
 
     async def start(self) -> None:
         self.load()
@@ -245,6 +258,9 @@ class Broker:
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
 
+    def _make_dynamic_configs(self) -> DynamicConfigs:
+        return DynamicConfigs(self.log_dirs[0])
+
     def effective_topic_defaults(self) -> dict[str, str]:
         """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide
         defaults, overridden by this broker's dynamic configs (`dynamic_configs.py`)."""
@@ -254,8 +270,12 @@ class Broker:
 
     def effective_connection_configs(self) -> dict[str, str | None]:
         """The connection quotas: the properties file's, overridden as the topic defaults are."""
-        out = {name: self.config.get(name) for name in CONNECTION_CONFIGS}
-        out.update((n, v) for n, v in self.dynamic_broker_configs().items() if n in CONNECTION_CONFIGS)
+        return self.effective_broker_configs(CONNECTION_CONFIGS)
+
+    def effective_broker_configs(self, names: frozenset[str]) -> dict[str, str | None]:
+        """Broker configs `names`: the properties file's, overridden as the topic defaults are."""
+        out = {name: self.config.get(name) for name in names}
+        out.update((n, v) for n, v in self.dynamic_broker_configs().items() if n in names)
         return out
 
     def dynamic_broker_configs(self) -> dict[str, str]:
@@ -272,6 +292,8 @@ class Broker:
         if limits is not None:
             limits.reconfigure(self.effective_connection_configs())
             limits.reload_tls(self.dynamic_broker_configs())
+        if self.log_cleaner is not None:
+            self._reconfigure_cleaner(self.log_cleaner)
         for (name, _), part in list(self.partitions.items()):
             meta = self.topics.get(name)
             if meta is not None and not part.state.offline:

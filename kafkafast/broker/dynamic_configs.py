@@ -16,12 +16,15 @@ re-reads the file when its mtime, size or inode changed, checked at most every
 RELOAD_INTERVAL seconds (an edit by hand).
 
 Dynamic broker configs are the log-level defaults (`kafkafast.config.TOPIC_SYNONYMS`: the
-configs Kafka's DynamicLogConfig reconfigures) and the connection quotas (CONNECTION_CONFIGS,
-Kafka's DynamicConnectionQuota); they override the properties file, the broker's own over the
-cluster-wide default; and, per broker and listener, the TLS key and trust stores
-(`security/tls.py`: STORE_CONFIGS with the `listener.name.<listener>.` prefix). The log defaults apply to every topic without an override of its own,
-the connection quotas and the stores to connections accepted from then on, as soon as a process sees them
-(`Broker.apply_dynamic_configs`, which runs whenever `version` moved).
+configs Kafka's DynamicLogConfig reconfigures), the connection quotas (CONNECTION_CONFIGS,
+Kafka's DynamicConnectionQuota) and the log cleaner's backoff, I/O rate and offset map bound
+(CLEANER_CONFIGS); and, per broker and listener, the TLS key and trust stores
+(`security/tls.py`: STORE_CONFIGS with the `listener.name.<listener>.` prefix).
+They override the properties file, the broker's own over the cluster-wide default. The log
+defaults apply to every topic without an override of its own, the connection quotas and the
+stores to connections accepted from then on, the cleaner's to its next look for a log and its
+next read or write, as soon as a process sees them (`Broker.apply_dynamic_configs`, which runs
+whenever `version` moved).
 """
 from __future__ import annotations
 
@@ -34,12 +37,17 @@ from typing import Any, Callable
 from kafkafast.config import TOPIC_SYNONYMS
 from kafkafast.protocol import errors as E
 from kafkafast.security.tls import STORE_CONFIGS, listener_store_config, reconfigured_context, with_dynamic_stores
+from kafkafast.storage.cleaner import MAP_ENTRY_BYTES
 
 STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
 # Connection quotas Kafka's DynamicConnectionQuota reconfigures (`runtime/limits.py` takes them).
 CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
-DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS
+# The log cleaner's settings Kafka's LogCleaner reconfigures that ours applies (`storage/cleaner.py`;
+# it runs one cleaner thread and reads whole batches, so not log.cleaner.threads nor the I/O buffers).
+CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
+                             "log.cleaner.dedupe.buffer.size"})
+DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
 CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
@@ -114,6 +122,11 @@ class DynamicConfigs:
         self.refresh()
         return dict(self._data["brokers"].get(scope, {}))
 
+    def stored_broker_configs(self, scope: str) -> dict[str, str]:
+        """The configs of `scope` as stored now (what a read-modify-write starts from)."""
+        self.refresh(force=True)
+        return self.broker_configs(scope)
+
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         def change(data: dict[str, Any]) -> None:
             if configs:
@@ -180,7 +193,13 @@ def check_listener_stores(broker: Any, scope: str, configs: dict[str, str]) -> N
     if named and scope == "":
         raise E.InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
                                     f"specified: {set(sorted(named))}")
-    if scope != str(broker.node_id):
+    if scope != str(broker.node_id):  # cluster mode: another broker's resource
+        stored = broker.dynamic.broker_configs(scope)
+        changed = sorted(n for n in set(named) | {n for n in stored if listener_store_config(n)}
+                         if configs.get(n) != stored.get(n))
+        if changed:  # as Kafka: only the broker whose listeners serve them can check them
+            raise E.InvalidRequestError(f"The key and trust stores of broker {scope} are altered on broker {scope}: "
+                                        f"{set(changed)}")
         return
     specs = {s.name: s for s in getattr(broker, "listener_specs", []) if s.tls}
     for name, (listener, _) in sorted(named.items()):
@@ -212,9 +231,32 @@ def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
             if not value.isdigit() or int(value) > 2**31 - 1:
                 raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
                                            "an int of at least 0")
+    for name, least in (("log.cleaner.backoff.ms", 0), ("log.cleaner.dedupe.buffer.size", MAP_ENTRY_BYTES)):
+        if name in configs:
+            value = configs[name].strip()
+            if not value.isdigit() or not least <= int(value) <= 2**63 - 1:
+                raise E.InvalidConfigError(f"Invalid value {configs[name]} for configuration {name}: "
+                                           f"a long of at least {least}")
+    if "log.cleaner.io.max.bytes.per.second" in configs:
+        value = configs["log.cleaner.io.max.bytes.per.second"]
+        if cleaner_io_rate(value) is None:
+            raise E.InvalidConfigError(f"Invalid value {value} for configuration "
+                                       "log.cleaner.io.max.bytes.per.second: a positive double")
     if "max.connections.per.ip.overrides" in configs:
         try:
             parse_overrides(configs["max.connections.per.ip.overrides"])
         except ValueError as exc:
             raise E.InvalidConfigError(str(exc)) from None
     LogConfig.from_props({TOPIC_SYNONYMS[n]: v for n, v in configs.items() if n in TOPIC_SYNONYMS})
+
+
+def cleaner_io_rate(value: str) -> float | None:
+    """log.cleaner.io.max.bytes.per.second as bytes per second (inf: Kafka's Double.MaxValue
+    default, unthrottled); None when it is not a positive number."""
+    try:
+        rate = float(value)
+    except ValueError:
+        return None
+    if not rate > 0:
+        return None
+    return float("inf") if rate >= 1.7976931348623157e308 else rate

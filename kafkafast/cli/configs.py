@@ -1,9 +1,12 @@
 """`kafkafast configs`: kafka-configs.sh — describe and alter topic and broker configs.
 
-Topic configs are altered with IncrementalAlterConfigs (SET / DELETE) and kept in the
-broker's topic file, as Kafka keeps them in ZooKeeper. kafkafast's broker configs are
-static today (read from server.properties at start): --describe shows them with their
-source, and --alter of a broker answers the broker's INVALID_REQUEST."""
+Configs are altered with IncrementalAlterConfigs (SET / DELETE). Topic configs live in the
+broker's topic file (in ZooKeeper in cluster mode); broker configs Kafka changes at run time
+(the log-level defaults, the connection quotas) are dynamic broker configs, for one broker
+(`--entity-name ID`, sent to that broker) or the cluster-wide default (`--entity-default`
+or an empty name), kept in the log dir (in ZooKeeper in cluster mode); --describe shows
+every config with its source, the others are read-only and --alter of them answers the
+broker's INVALID_REQUEST."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--entity-name", help="topic name or broker id")
     p.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     p.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
+    p.add_argument("--entity-default", action="store_true",
+                   help="brokers: the cluster-wide default (dynamic configs of every broker without its own)")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
                    help="--alter: set keys (a list value in brackets: k=[a,b])")
     p.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
@@ -43,6 +48,10 @@ def _entity(args: argparse.Namespace) -> tuple[int, str]:
         return ENTITY_TYPES["topics"], args.topic
     if args.broker is not None:
         return ENTITY_TYPES["brokers"], args.broker
+    if args.entity_default:
+        if args.entity_type != "brokers" or args.entity_name is not None:
+            raise CommandError("--entity-default goes with --entity-type brokers and no --entity-name")
+        return ENTITY_TYPES["brokers"], ""
     if not args.entity_type:
         raise CommandError("--entity-type (or --topic / --broker) is required")
     if args.entity_name is None and args.entity_type == "topics":
@@ -64,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         async def alter(admin: Any) -> None:
             await admin.alter_configs(rtype, name, set_configs=sets, delete_configs=deletes)
         run_admin(args, alter)
-        print(f"Completed updating config for {kind} {name}.")
+        print(f"Completed updating config for {kind} {name or '<default>'}.")
         return 0
 
     async def describe(admin: Any) -> list[Any]:
         target = name
-        if rtype == 4 and not target:
+        if rtype == 4 and not target and not args.entity_default:
             target = str((await admin.describe_cluster()).controller_id)
         return (await admin.describe_config_entries([(rtype, target)]))[(rtype, target)]
 

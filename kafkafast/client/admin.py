@@ -179,6 +179,16 @@ class AdminClient:
             return await self.cluster.connection(node)
         return await self.cluster.any_connection()
 
+    async def _node_for(self, resource_type: int, name: str) -> Any:
+        """Where a config request about a resource goes: a broker's own configs to that broker
+        (as Kafka's admin client routes them), everything else to the controller."""
+        if resource_type == RESOURCE_BROKER and name.isdigit():
+            if int(name) not in self.cluster.brokers:
+                await self.cluster.refresh_metadata()
+            if int(name) in self.cluster.brokers:
+                return await self.cluster.connection(int(name))
+        return await self._controller()
+
     async def create_topics(self, topics: Iterable[NewTopic], *, replication_factor: int = 1,
                             exist_ok: bool = False, validate_only: bool = False) -> None:
         CT = gen.CreateTopicsRequest.CreatableTopic
@@ -244,18 +254,20 @@ class AdminClient:
         """Every config (or `keys`) of each resource with its source (SOURCE_*), read-only
         and sensitive flags, as DescribeConfigs v1+ gives them, sorted by name."""
         R = gen.DescribeConfigsRequest.DescribeConfigsResource
-        req = gen.DescribeConfigsRequest(resources=[R(resource_type=t, resource_name=n, configuration_keys=keys)
-                                                    for t, n in resources],
-                                         include_synonyms=False, include_documentation=False)
-        conn = await self._controller()
-        resp = await conn.send(req)
+        by_node: dict[Any, list[tuple[int, str]]] = {}
+        for t, n in resources:
+            by_node.setdefault(await self._node_for(t, n), []).append((t, n))
         out: dict[tuple[int, str], list[ConfigEntry]] = {}
-        for r in resp.results:
-            if r.error_code:
-                raise for_code(r.error_code)(f"describe configs {r.resource_name!r}: {r.error_message or ''}")
-            out[(r.resource_type, r.resource_name)] = sorted(
-                (ConfigEntry(c.name, c.value, c.config_source, bool(c.read_only), bool(c.is_sensitive))
-                 for c in r.configs), key=lambda e: e.name)
+        for conn, group in by_node.items():
+            resp = await conn.send(gen.DescribeConfigsRequest(
+                resources=[R(resource_type=t, resource_name=n, configuration_keys=keys) for t, n in group],
+                include_synonyms=False, include_documentation=False))
+            for r in resp.results:
+                if r.error_code:
+                    raise for_code(r.error_code)(f"describe configs {r.resource_name!r}: {r.error_message or ''}")
+                out[(r.resource_type, r.resource_name)] = sorted(
+                    (ConfigEntry(c.name, c.value, c.config_source, bool(c.read_only), bool(c.is_sensitive))
+                     for c in r.configs), key=lambda e: e.name)
         return out
 
     async def create_partitions(self, topic: str, total: int) -> None:
@@ -424,7 +436,7 @@ class AdminClient:
         C = A.AlterableConfig
         configs = [C(name=k, config_operation=CONFIG_SET, value=str(v)) for k, v in (set_configs or {}).items()]
         configs += [C(name=k, config_operation=CONFIG_DELETE, value=None) for k in delete_configs]
-        conn = await self._controller()
+        conn = await self._node_for(resource_type, name)
         resp = await conn.send(gen.IncrementalAlterConfigsRequest(
             resources=[A(resource_type=resource_type, resource_name=name, configs=configs)],
             validate_only=validate_only), version=admin_version(conn, 44))

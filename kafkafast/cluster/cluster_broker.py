@@ -23,6 +23,7 @@ from kafkafast.broker.topics import TopicMeta, validate_topic_name
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
+from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ClusterNode, ZkProducerIds
@@ -40,6 +41,8 @@ EC = E.ErrorCode
 
 
 class ClusterBroker(Broker):
+    dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
         self.node = self._make_node(config)
@@ -59,6 +62,9 @@ class ClusterBroker(Broker):
     def _make_node(self, config: Any) -> ClusterNode:
         return ClusterNode(config, self.log_dirs[0])
 
+    def _make_dynamic_configs(self) -> ZkDynamicConfigs:
+        return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
+
     def _new_follower(self, part: ClusterPartition, replica_id: int, now: int) -> Any:
         """The leader's record of a follower's fetch position (FollowerState)."""
         return FollowerState(now)
@@ -72,10 +78,14 @@ class ClusterBroker(Broker):
         return ""  # read from ZooKeeper in load()
 
     def load(self) -> None:
-        from kafkafast.storage.cleaner import LogCleaner
-
         self.node.connect()
         self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
+        # the change notifications seen before the dynamic broker configs are read: the watch
+        # (on_listening) takes every later one
+        self._seen_config_changes: set[str] = set(self.node.zk.get_children(Z.CONFIG_CHANGES))
+        self.dynamic.attach(self.node, self.node_id)
+        self.dynamic.loaded()
+        self.apply_dynamic_configs()  # before the logs open with the topic defaults
         # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
         # (security/zk_stores.py)
         from kafkafast.security.context import security_of
@@ -83,8 +93,7 @@ class ClusterBroker(Broker):
         security_of(self)
         self.producer_ids = ZkProducerIds(self.node)
         self.log_manager.load_all(self._config_for_topic)
-        self.log_cleaner = LogCleaner(self.log_dirs, backoff_ms=self.config.get_int("log.cleaner.backoff.ms"),
-                                      enabled=self.config.get_bool("log.cleaner.enable"))
+        self.log_cleaner = self.new_log_cleaner()
         self.started = True
 
     def _config_for_topic(self, topic: str) -> LogConfig:
@@ -111,11 +120,11 @@ class ClusterBroker(Broker):
             self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
             self.node.controller.start()
         self._isr_task = self.loop.create_task(self._isr_maintenance())
-        self._seen_config_changes: set[str] = set(await asyncio.to_thread(self.node.zk.get_children, Z.CONFIG_CHANGES))
         self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
     def _on_config_changes(self, children: list[str]) -> None:
-        """Kazoo's thread: a topic's configs changed somewhere; reload them on the loop."""
+        """Kazoo's thread: a topic's configs or dynamic broker configs changed somewhere;
+        reload them on the loop."""
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
 
@@ -127,6 +136,17 @@ class ClusterBroker(Broker):
             except Exception:
                 continue
             entity = Z.loads(data).get("entity_path", "")
+            scope = self.dynamic.entity_scope(entity)
+            if scope is not None:  # this broker's dynamic configs or the cluster-wide ones
+                try:
+                    await asyncio.to_thread(self.dynamic.reload, scope)
+                except Exception as exc:
+                    log.warning("dynamic broker configs %s not reloaded (%s): %r", entity, child, exc)
+                    continue
+                self.dynamic.loaded()
+                self.refresh_dynamic()
+                log.info("dynamic broker configs %s reloaded (%s)", entity, child)
+                continue
             if not entity.startswith("topics/"):
                 continue
             topic = entity[len("topics/"):]

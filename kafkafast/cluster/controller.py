@@ -252,7 +252,7 @@ class Controller:
     def _unclean_enabled(self, topic: str) -> bool:
         try:
             data, _ = self.zk.get(Z.topic_config_path(topic))
-            v = Z.parse_topic_config(data).get("unclean.leader.election.enable")
+            v = Z.parse_entity_config(data).get("unclean.leader.election.enable")
         except NoNodeError:
             v = None
         if v is None:

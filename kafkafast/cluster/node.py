@@ -203,12 +203,16 @@ class ClusterNode:
         return out
 
     def topic_configs(self, topic: str) -> dict[str, str]:
+        return self._read_config(Z.topic_config_path(topic))
+
+    def _read_config(self, path: str) -> dict[str, str]:
+        """The "config" of an entity's config znode ({} when there is none)."""
         assert self.zk is not None
         try:
-            data, _ = self.zk.get(Z.topic_config_path(topic))
+            data, _ = self.zk.get(path)
         except NoNodeError:
             return {}
-        return Z.parse_topic_config(data)
+        return Z.parse_entity_config(data)
 
     def topic_assignment(self, topic: str) -> tuple[bytes | None, dict[int, list[int]], int] | None:
         assert self.zk is not None
@@ -244,9 +248,9 @@ class ClusterNode:
             return topic_id, assignment
         self.zk.ensure_path(Z.CONFIG_TOPICS)
         try:
-            self.zk.create(Z.topic_config_path(name), Z.topic_config_json(configs))
+            self.zk.create(Z.topic_config_path(name), Z.entity_config_json(configs))
         except NodeExistsError:
-            self.zk.set(Z.topic_config_path(name), Z.topic_config_json(configs))
+            self.zk.set(Z.topic_config_path(name), Z.entity_config_json(configs))
         try:
             self.zk.create(Z.topic_path(name), Z.topic_assignment_json(topic_id, assignment))
         except NodeExistsError:
@@ -304,12 +308,27 @@ class ClusterNode:
         assert self.zk is not None
         if self.zk.exists(Z.topic_path(name)) is None:
             raise E.UnknownTopicOrPartitionError()
-        self.zk.ensure_path(Z.CONFIG_TOPICS)
-        if self.zk.exists(Z.topic_config_path(name)) is None:
-            self.zk.create(Z.topic_config_path(name), Z.topic_config_json(configs))
-        else:
-            self.zk.set(Z.topic_config_path(name), Z.topic_config_json(configs))
-        self.zk.create(f"{Z.CONFIG_CHANGES}/config_change_", Z.config_change_json(name), sequence=True,
+        self._write_config(Z.topic_config_path(name), configs, "topics", name)
+
+    def broker_configs(self, scope: str) -> dict[str, str]:
+        """The dynamic broker configs of `scope` ("" cluster-wide, else a broker id) in ZooKeeper."""
+        return self._read_config(Z.broker_config_path(scope))
+
+    def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        self._write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
+
+    def _write_config(self, path: str, configs: dict[str, str], entity_type: str, name: str) -> None:
+        """Kafka's `AdminZkClient.changeEntityConfig`: the entity's whole config, then a
+        sequential change notification naming it, which every broker's watch picks up."""
+        assert self.zk is not None
+        try:
+            self.zk.set(path, Z.entity_config_json(configs))
+        except NoNodeError:
+            try:
+                self.zk.create(path, Z.entity_config_json(configs), makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, Z.entity_config_json(configs))
+        self.zk.create(f"{Z.CONFIG_CHANGES}/config_change_", Z.config_change_json(name, entity_type), sequence=True,
                        makepath=True)
 
     # -- producer ids (unique across the cluster) ----------------------------------------------

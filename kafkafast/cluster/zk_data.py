@@ -13,7 +13,10 @@ writes them, so Kafka's ZooKeeper tooling reads a kafkafast cluster and vice ver
     /brokers/topics/<t>/partitions/<p>/state      {"controller_epoch":E,"leader":L,"version":1,
                                                    "leader_epoch":LE,"isr":[...]}
     /config/topics/<t>                            {"version":1,"config":{...}}
-    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<t>"}
+    /config/brokers/<id>                          {"version":1,"config":{...}}: dynamic broker configs
+    /config/brokers/<default>                     the same, cluster-wide defaults (AlterConfigs on broker "")
+    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<t>"}, "brokers/<id>"
+                                                  or "brokers/<default>"
     /admin/delete_topics/<t>                      (empty)
     /latest_producer_id_block                     {"version":1,"broker":N,
                                                    "block_start":"S","block_end":"E"}
@@ -33,12 +36,14 @@ BROKER_IDS = "/brokers/ids"
 BROKER_SEQID = "/brokers/seqid"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide broker defaults
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, BROKER_SEQID, CONFIG_TOPICS, CONFIG_CHANGES, DELETE_TOPICS,
-                    "/config/brokers", "/config/clients", "/config/users", "/isr_change_notification",
+                    CONFIG_BROKERS, "/config/clients", "/config/users", "/isr_change_notification",
                     "/cluster")
 PRODUCER_ID_BLOCK_SIZE = 1000
 RESERVED_BROKER_MAX_ID = 1000
@@ -204,16 +209,25 @@ class LeaderIsr:
                    int(doc["controller_epoch"]), zk_version)
 
 
-def topic_config_json(configs: dict[str, str]) -> bytes:
+def entity_config_json(configs: dict[str, str]) -> bytes:
     return dumps({"version": 1, "config": dict(configs)})
 
 
-def parse_topic_config(data: bytes | None) -> dict[str, str]:
+def parse_entity_config(data: bytes | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in loads(data).get("config", {}).items()}
 
 
-def config_change_json(topic: str) -> bytes:
-    return dumps({"version": 2, "entity_path": f"topics/{topic}"})
+def broker_config_entity(scope: str) -> str:
+    """The /config/brokers child of a dynamic-config scope: "" (cluster-wide) or a broker id."""
+    return scope or DEFAULT_ENTITY
+
+
+def broker_config_path(scope: str) -> str:
+    return f"{CONFIG_BROKERS}/{broker_config_entity(scope)}"
+
+
+def config_change_json(name: str, entity_type: str = "topics") -> bytes:
+    return dumps({"version": 2, "entity_path": f"{entity_type}/{name}"})
 
 
 def producer_id_block_json(broker_id: int, start: int, end: int) -> bytes:

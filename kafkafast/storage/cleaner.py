@@ -44,6 +44,18 @@ cleaner, simplified to one cleaner thread:
   cleaned. It becomes cleanable again once the bad batch has left the log (retention,
   DeleteRecords). Other failures (I/O) are logged and retried after `backoff_ms`.
 
+* **Bounded offset map.** `log.cleaner.dedupe.buffer.size` bounds the keys one cleaning
+  maps as Kafka sizes its map (24 bytes an entry, filled to 90%): when the next batch would
+  pass that, mapping stops there (at least one batch is mapped, so every cleaning makes
+  progress) and the cleaning covers the log up to that offset only (segments beyond it are
+  left alone, tombstones and ABORT markers in the partly mapped segment are kept); the
+  clean point becomes that offset and the next cleaning continues from it.
+* **Throttling.** `log.cleaner.io.max.bytes.per.second` bounds the cleaner's reads plus
+  writes on average (Kafka's Throttler): after each segment read and batch written the
+  cleaner thread sleeps as long as its bytes so far are ahead of the rate. It and
+  `log.cleaner.backoff.ms` are dynamic broker configs (`reconfigure`); a new rate applies
+  to a cleaning in progress from its next read or write.
+
 Threading: the expensive part (reading, decoding, re-encoding, writing `.cleaned` files)
 runs in one background `threading.Thread` that only reads immutable non-active segment
 files and writes new files nobody else sees. The caller drives `periodic()` from the
@@ -58,6 +70,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -96,6 +109,9 @@ uncleanable_observer: Callable[[dict[str, int]], None] | None = None
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _READ_CHUNK = 8 << 20
+_THROTTLED_CHUNK = 64 << 10  # reads under an I/O rate: small enough to pace evenly
+DEDUPE_BUFFER_SIZE = 128 << 20  # log.cleaner.dedupe.buffer.size's default
+MAP_ENTRY_BYTES, MAP_LOAD_FACTOR = 24, 0.9  # Kafka's offset map: MD5 of the key + offset; log.cleaner.io.buffer.load.factor
 
 _HEADER_HEAD = struct.Struct(">qiib")
 _HEADER_TAIL = struct.Struct(">hiqqqhii")
@@ -148,6 +164,35 @@ class UncleanableBatchError(Exception):
         self.offset = offset
 
 
+class _Throttler:
+    """Sleeps the calling (cleaner) thread while the bytes it recorded in the current window
+    are ahead of `rate()` bytes per second; windows restart every WINDOW_S so a rate raised
+    mid-cleaning applies at once."""
+
+    WINDOW_S = 1.0
+
+    def __init__(self, rate: Callable[[], float]) -> None:
+        self.rate = rate
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def record(self, nbytes: int) -> None:
+        while True:
+            rate = self.rate()
+            now = time.monotonic()
+            if not rate < float("inf"):
+                self._start, self._bytes = now, 0
+                return
+            self._bytes += nbytes
+            nbytes = 0
+            ahead = self._bytes / rate - (now - self._start)
+            if ahead <= 0:
+                if now - self._start >= self.WINDOW_S:
+                    self._start, self._bytes = now, 0
+                return
+            time.sleep(min(ahead, 0.1))  # short sleeps: a rate changed meanwhile is looked at again
+
+
 @dataclass(slots=True)
 class _Job:
     log: Log
@@ -158,6 +203,7 @@ class _Job:
     stats: CleanStats = field(default_factory=CleanStats)
     error: BaseException | None = None
     thread: threading.Thread | None = None
+    partial_from: int = 2**63 - 1  # base offset of the segment the map covers partly (_cut), if any
     aborted: list = field(default_factory=list)  # the log's aborted transactions (txn_index.AbortedTxn)
 
 
@@ -165,9 +211,13 @@ class LogCleaner:
     """Chooses compacted logs to clean and cleans one at a time in a background thread."""
 
     def __init__(self, log_dirs: list[str], *, backoff_ms: int = 15000, enabled: bool = True,
-                 max_decompressed: str | None = None) -> None:
+                 max_decompressed: str | None = None, io_max_bytes_per_second: float = float("inf"),
+                 dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE) -> None:
         self.log_dirs = list(log_dirs)
         self.backoff_ms = backoff_ms
+        self.dedupe_buffer_size = dedupe_buffer_size
+        self.io_max_bytes_per_second = io_max_bytes_per_second
+        self._throttler = _Throttler(lambda: self.io_max_bytes_per_second)
         self.enabled = enabled
         self.max_decompressed = max_decompressed  # message.max.decompressed.bytes, None: unset
         # partition -> offset of the batch that made it uncleanable (see the module doc)
@@ -198,6 +248,18 @@ class LogCleaner:
             observer(counts)
         except Exception:  # noqa: BLE001 - metrics never stop the cleaner
             pass
+
+    def reconfigure(self, backoff_ms: int, io_max_bytes_per_second: float, dedupe_buffer_size: int) -> None:
+        """New dynamic settings (the broker's thread; the cleaner thread reads the rate anew
+        on each read or write it throttles, the map bound when a cleaning starts)."""
+        self.backoff_ms = backoff_ms
+        self.io_max_bytes_per_second = io_max_bytes_per_second
+        self.dedupe_buffer_size = dedupe_buffer_size
+
+    @property
+    def map_capacity(self) -> int:
+        """Keys one cleaning maps (Kafka's SkimpyOffsetMap slots x the 0.9 load factor)."""
+        return max(int(self.dedupe_buffer_size // MAP_ENTRY_BYTES * MAP_LOAD_FACTOR), 1)
 
     # -- driving -------------------------------------------------------------------------
 
@@ -326,8 +388,15 @@ class LogCleaner:
         except BaseException as exc:  # reported and discarded by _finish
             job.error = exc
 
-    @staticmethod
-    def _batches(seg: LogSegment):
+    def _read(self, fd: int, need: int, pos: int) -> bytes:
+        """At least `need` bytes from `pos` (less only at the end of the file): a large chunk,
+        or a small one under an I/O rate so the throttle paces evenly."""
+        chunk = _READ_CHUNK if not self.io_max_bytes_per_second < float("inf") else _THROTTLED_CHUNK
+        data = os.pread(fd, max(chunk, need), pos)
+        self._throttler.record(len(data))
+        return data
+
+    def _batches(self, seg: LogSegment):
         """(position, header, raw bytes) of every batch in a non-active segment, read through
         a file descriptor of our own (the segment's may be closed under us)."""
         fd = os.open(seg.log_path, os.O_RDONLY)
@@ -338,13 +407,13 @@ class LogCleaner:
             buf_start = 0
             while pos + BATCH_HEADER_SIZE <= size:
                 if pos + BATCH_HEADER_SIZE > buf_start + len(buf):
-                    buf = os.pread(fd, _READ_CHUNK, pos)
+                    buf = self._read(fd, BATCH_HEADER_SIZE, pos)
                     buf_start = pos
                 header = read_batch_header(buf, pos - buf_start)
                 if pos + header.size > size:
                     break
                 if pos + header.size > buf_start + len(buf):
-                    buf = os.pread(fd, max(_READ_CHUNK, header.size), pos)
+                    buf = self._read(fd, header.size, pos)
                     buf_start = pos
                 rel = pos - buf_start
                 yield pos, header, memoryview(buf)[rel:rel + header.size]
@@ -363,19 +432,32 @@ class LogCleaner:
             raise UncleanableBatchError(header.base_offset, exc) from None
 
     def _build_offset_map(self, job: _Job, first_dirty: int) -> dict[bytes, int]:
+        """Key -> last offset over the dirty part, up to `map_capacity` keys: when the next
+        batch could pass it, `job` is cut back to end at that batch (`_cut`)."""
         offset_map: dict[bytes, int] = {}
         aborted = _AbortedTracker(job.aborted)
+        capacity = self.map_capacity
         for seg in job.segments:
             for _, header, raw in self._batches(seg):
                 if aborted.is_aborted(header):  # aborted records never displace committed ones
                     continue
                 if header.attributes & ATTR_CONTROL or header.last_offset < first_dirty:
                     continue
+                if offset_map and len(offset_map) + header.records_count > capacity:
+                    self._cut(job, header.base_offset)
+                    return offset_map
                 records = self._records(job.log, header, raw)
                 for r in records:
                     if r.key is not None and r.offset >= first_dirty:
                         offset_map[bytes(r.key)] = r.offset
         return offset_map
+
+    @staticmethod
+    def _cut(job: _Job, end: int) -> None:
+        """The map is full at offset `end`: this cleaning covers the log below it only."""
+        job.dirty_end = end
+        job.segments = [s for s in job.segments if s.base_offset < end]
+        job.partial_from = job.segments[-1].base_offset
 
     def _clean_into(self, job: _Job, offset_map: dict[bytes, int]) -> None:
         """Write the surviving batches of every cleanable segment into new `.cleaned`
@@ -392,7 +474,8 @@ class LogCleaner:
             st.bytes_in += seg.size
             if out is None:
                 out = self._new_segment(job, seg.base_offset)
-            drop_tombstones = seg.largest_timestamp() < horizon
+            # a partly mapped segment's tombstones may delete keys the map does not hold yet
+            drop_tombstones = seg.largest_timestamp() < horizon and seg.base_offset < job.partial_from
             for _, header, raw in self._batches(seg):
                 if aborted.is_aborted(header):
                     # Kafka's cleaner: an aborted transaction's records go, and its ABORT marker
@@ -412,6 +495,7 @@ class LogCleaner:
                                  or h.last_offset - out.base_offset > MAX_RELATIVE_OFFSET):
                     out = self._new_segment(job, h.base_offset)
                 out.append(bytearray(kept), [(h.base_offset, h.next_offset, h.max_timestamp, h.size)], job.now_ms)
+                self._throttler.record(h.size)
         for new in job.new_segments:
             new.on_become_inactive()
             new.flush_all()

@@ -217,3 +217,125 @@ def test_a_leader_refuses_undecodable_and_keyless_batches_as_a_single_node_does(
             name="poison", partitions=[ListOffsetsRequest.ListOffsetsPartition(
                 partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
         assert rc.request(lo, 5).topics[0].partitions[0].offset == 1  # only the good batch is in the log
+
+
+def _topic_config_on(port: int, topic: str, name: str) -> tuple[str, int]:
+    """(value, source) of a topic's config as one broker reports it (a client would ask any
+    broker; the test asks each)."""
+    from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest as D
+
+    with RawClient(port, timeout=30) as rc:
+        r = rc.request(D(resources=[D.DescribeConfigsResource(resource_type=2, resource_name=topic,
+                                                              configuration_keys=[name])],
+                         include_synonyms=False, include_documentation=False), 3).results[0]
+    assert r.error_code == 0, r.error_message
+    return r.configs[0].value, r.configs[0].config_source
+
+
+def _alter_broker_on(port: int, name: str, configs: dict[str, str | None], validate_only: bool = False):
+    """IncrementalAlterConfigs of broker resource `name` sent to the broker at `port` (SET, or
+    DELETE for None): Kafka's admin client would send a broker's own resource to that broker
+    and cannot name the cluster-wide default ""; any broker takes both here."""
+    from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+
+    with RawClient(port, timeout=30) as rc:
+        return rc.request(IAC(validate_only=validate_only, resources=[IAC.AlterConfigsResource(
+            resource_type=4, resource_name=name, configs=[
+                IAC.AlterableConfig(name=k, config_operation=0 if v is not None else 1, value=v)
+                for k, v in configs.items()])]), 1).responses[0]
+
+
+def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(cluster):
+    """Kafka's ZooKeeper mode: AlterConfigs on broker "" or "<id>" (any broker takes it) write
+    /config/brokers/<default> or /<id> and a change notification; every broker applies its own
+    entry over the default (topic defaults, connection quotas), DescribeConfigs shows them with
+    their dynamic source, a restarted broker reads them back; validate_only and refused names
+    write nothing."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from tests.security.test_dynamic_connection_limits import close_all, eventually_open_until_refused
+    from tests.support.cli import kafkafast
+
+    zk = cluster.zk()
+    b1, b2, b3 = (cluster.brokers[i] for i in (1, 2, 3))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def broker_entry(broker_id: str, name: str):
+        (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker_id)]).values()
+        return fut.result(30)[name]
+
+    def changes() -> list:
+        return sorted(zk.get_children("/config/changes"))
+
+    try:
+        # the cluster-wide default, sent to broker 1
+        assert _alter_broker_on(b1.port, "", {"log.retention.ms": "7200000", "max.connections.per.ip": "3",
+                                              "max.connections.per.ip.overrides": "127.0.0.1:100"}).error_code == 0
+        assert json.loads(zk.get("/config/brokers/<default>")[0]) == {"version": 1, "config": {
+            "log.retention.ms": "7200000", "max.connections.per.ip": "3",
+            "max.connections.per.ip.overrides": "127.0.0.1:100"}}
+        notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes()]
+        assert {"version": 2, "entity_path": "brokers/<default>"} in notes
+        # broker 2's own value, set with a real client (routed to broker 2) ...
+        entry = ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "2",
+                                                                 incremental_configs=[entry])]).values()
+        fut.result(30)
+        # ... and broker 3's, written through broker 1
+        assert _alter_broker_on(b1.port, "3", {"message.max.bytes": "5000"}).error_code == 0
+        assert json.loads(zk.get("/config/brokers/2")[0])["config"] == {"log.retention.ms": "3600000"}
+        assert json.loads(zk.get("/config/brokers/3")[0])["config"] == {"message.max.bytes": "5000"}
+
+        cluster.create_topic("dynamic", 1, 3, assignment=[[3, 1, 2]])
+        expected = {b1.port: ("7200000", 3), b2.port: ("3600000", 2), b3.port: ("7200000", 3)}
+        cluster.wait_for(lambda: all(_topic_config_on(p, "dynamic", "retention.ms") == v for p, v in expected.items()),
+                         15, "each broker's retention.ms default with its source")
+        e = broker_entry("2", "log.retention.ms")
+        assert (e.value, e.source, e.is_read_only) == ("3600000", ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+                                                       False)
+        e = broker_entry("1", "log.retention.ms")
+        assert (e.value, e.source) == ("7200000", ck.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        # the operator CLI: a broker's configs go to that broker, --entity-default to any
+        for target, value, source in ((["--entity-name", "2"], "3600000", "DYNAMIC_BROKER_CONFIG"),
+                                      (["--entity-default"], "7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG")):
+            shown = {e["name"]: e for e in json.loads(kafkafast(
+                "configs", "--bootstrap-server", b1.bootstrap, "--entity-type", "brokers", *target, "--describe",
+                "--output", "json").stdout)}
+            assert (shown["log.retention.ms"]["value"], shown["log.retention.ms"]["source"]) == (value, source)
+        # broker 3, the leader, applies its message.max.bytes to the topic's log
+        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        results: list = []
+        for size in (1000, 10000):
+            producer.produce("dynamic", b"x" * size, on_delivery=lambda err, msg: results.append(err))
+            producer.flush(30)
+        assert results[0] is None and results[1].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE, results
+
+        # the connection quota set through broker 1 holds on broker 2
+        capped = eventually_open_until_refused(b2.port, 6, 3)
+        assert capped[-1] is None
+        close_all(capped)
+
+        # validate_only and refused names write nothing
+        before = (zk.get("/config/brokers/<default>")[0], changes())
+        assert _alter_broker_on(b2.port, "", {"log.retention.ms": "1000"}, validate_only=True).error_code == 0
+        for bad in ({"broker.id": "7"}, {"log.dirs": "/tmp/x"}, {"no.such.config": "1"}):
+            assert _alter_broker_on(b2.port, "", bad).error_code == 42, bad  # INVALID_REQUEST
+        assert _alter_broker_on(b2.port, "", {"log.retention.ms": "soon"}).error_code == 40  # INVALID_CONFIG
+        assert _alter_broker_on(b2.port, "9", {"log.retention.ms": "1000"}).error_code == 42  # no broker 9
+        assert (zk.get("/config/brokers/<default>")[0], changes()) == before
+
+        # a restarted broker reads its entries back
+        b2.kill()
+        b2.start(timeout=60)
+        cluster.wait_for(lambda: 2 in cluster.registered() and cluster.metadata_ready(), 30, "broker 2 back")
+        assert _topic_config_on(b2.port, "dynamic", "retention.ms") == ("3600000", 2)
+        close_all(eventually_open_until_refused(b2.port, 6, 3))
+    finally:
+        kafkafast("configs", "--bootstrap-server", b1.bootstrap, "--entity-type", "brokers", "--entity-default",
+                  "--alter", "--delete-config", "log.retention.ms,max.connections.per.ip,max.connections.per.ip.overrides")
+        for i in ("2", "3"):
+            _alter_broker_on(b1.port, i, {"log.retention.ms": None, "message.max.bytes": None})
+    close_all(eventually_open_until_refused(b2.port, 6, 6))  # the cap is gone again
+    cluster.wait_for(lambda: _topic_config_on(b2.port, "dynamic", "retention.ms")[1] == 5, 15,
+                     "the default back on broker 2")

@@ -264,3 +264,38 @@ def test_acks_all_at_full_rate_over_workers_acknowledges_every_record_once(worke
     finally:
         consumer.close()
     assert ends == [count // 6 + (1 if q < count % 6 else 0) for q in range(6)]
+
+
+def test_dynamic_broker_configs_apply_on_every_worker(workers_cluster):
+    """A dynamic broker config written in ZooKeeper through broker 1 reaches every worker of
+    broker 2, each on its own kazoo session: the connection quota caps connections whichever
+    worker accepts them, and the leader's topic default (message.max.bytes) refuses a large
+    record whichever worker takes the produce."""
+    import confluent_kafka as ck
+
+    from tests.cluster.test_controller import _alter_broker_on, _topic_config_on
+    from tests.security.test_dynamic_connection_limits import close_all, eventually_open_until_refused
+
+    c = workers_cluster
+    b1, b2 = c.brokers[1], c.brokers[2]
+    c.create_topic("dyn-workers", 1, 2, assignment=[[2, 1]])
+    try:
+        assert _alter_broker_on(b1.port, "", {"max.connections.per.ip": "3",
+                                              "max.connections.per.ip.overrides": "127.0.0.1:100"}).error_code == 0
+        assert _alter_broker_on(b1.port, "2", {"message.max.bytes": "5000"}).error_code == 0
+        capped = eventually_open_until_refused(b2.port, 8, 3)
+        assert capped[-1] is None
+        close_all(capped)
+        for _ in range(6):  # new connections, spread over the workers
+            assert _topic_config_on(b2.port, "dyn-workers", "max.message.bytes") == ("5000", 2)
+        producer = ck.Producer({"bootstrap.servers": b2.bootstrap, "acks": "all"})
+        results: list = []
+        for size in (1000, 10000, 1000, 10000):
+            producer.produce("dyn-workers", b"x" * size, on_delivery=lambda err, msg: results.append(err))
+            producer.flush(30)
+        assert [r is None or r.code() for r in results] == [True, ck.KafkaError.MSG_SIZE_TOO_LARGE] * 2
+    finally:
+        assert _alter_broker_on(b1.port, "", {"max.connections.per.ip": None,
+                                              "max.connections.per.ip.overrides": None}).error_code == 0
+        assert _alter_broker_on(b1.port, "2", {"message.max.bytes": None}).error_code == 0
+    close_all(eventually_open_until_refused(b2.port, 8, 8))

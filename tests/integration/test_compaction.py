@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 SETTINGS = {"log.cleaner.backoff.ms": "100", "group.initial.rebalance.delay.ms": "100",
             "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "65536"}
 KEYS = 1000
@@ -128,3 +130,88 @@ def test_consumer_offsets_stays_small_under_commit_heavy_workload(broker_factory
     finally:
         c.close()
     assert written == 30_000
+
+
+def idle_cleaner_with_topic(broker_factory, topic: str, segment_bytes: int):
+    """A broker whose cleaner looks for dirty logs only every ten minutes (until a dynamic
+    log.cleaner.backoff.ms says otherwise), a compacted topic on it and an admin client."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory(settings={"log.cleaner.backoff.ms": "600000"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
+        "min.cleanable.dirty.ratio": "0.01"})])[topic].result(15)
+    return b, admin
+
+
+def alter_broker(admin, changes: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs on broker 0: SET, or DELETE for None."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET if v is not None
+                           else AlterConfigOpType.DELETE) for k, v in changes.items()]
+    (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+                                                             incremental_configs=entries)]).values()
+    fut.result(15)
+
+
+def test_cleaner_backoff_and_io_rate_are_dynamic_broker_configs(broker_factory):
+    """log.cleaner.backoff.ms and log.cleaner.io.max.bytes.per.second change at run time
+    (IncrementalAlterConfigs on the broker): a broker that would not look for dirty logs for
+    ten minutes starts cleaning at once, held to the I/O rate (1.2 MB of segments read twice
+    at 50 kB/s: far from done after 3 s), and a cleaning in progress finishes soon once the
+    rate is removed."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    topic = "throttled"
+    b, admin = idle_cleaner_with_topic(broker_factory, topic, 65536)
+    produce(b.bootstrap, topic, ((b"key-%d" % (i % 100), os.urandom(1000)) for i in range(1200)))
+    written = log_bytes(b.data_dir, f"{topic}-0")
+    assert written > 1_200_000
+
+    for name, value, code in (("log.cleaner.io.max.bytes.per.second", "0", ck.KafkaError.INVALID_CONFIG),
+                              ("log.cleaner.backoff.ms", "soon", ck.KafkaError.INVALID_CONFIG),
+                              ("log.cleaner.dedupe.buffer.size", "23", ck.KafkaError.INVALID_CONFIG),
+                              ("log.cleaner.threads", "2", ck.KafkaError.INVALID_REQUEST)):  # one cleaner thread
+        with pytest.raises(ck.KafkaException) as exc:
+            alter_broker(admin, {name: value})
+        assert exc.value.args[0].code() == code, name
+    alter_broker(admin, {"log.cleaner.io.max.bytes.per.second": "50000", "log.cleaner.backoff.ms": "100"})
+    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    entry = fut.result(15)["log.cleaner.io.max.bytes.per.second"]
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "50000", ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    time.sleep(3)
+    assert log_bytes(b.data_dir, f"{topic}-0") == written  # throttled: no cleaning installed yet
+
+    alter_broker(admin, {"log.cleaner.io.max.bytes.per.second": None})
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and log_bytes(b.data_dir, f"{topic}-0") > written // 2:
+        time.sleep(0.2)
+    assert log_bytes(b.data_dir, f"{topic}-0") <= written // 2  # 100 keys of 1 kB left, plus the active segment
+
+
+def test_dedupe_buffer_size_is_dynamic_and_splits_a_cleaning(broker_factory):
+    """log.cleaner.dedupe.buffer.size set at run time bounds the keys one cleaning maps: 1000
+    records of 300 keys in batches of 100, with room for 149 keys, are compacted in several
+    cleanings (the broker logs each with the offset it cleaned up to), each mapping one batch."""
+    import re
+
+    topic = "deduped"
+    b, admin = idle_cleaner_with_topic(broker_factory, topic, 4096)
+    for chunk in range(10):  # one batch each
+        produce(b.bootstrap, topic, ((b"key-%03d" % (i % 300), b"v%d" % i) for i in range(chunk * 100, chunk * 100 + 100)))
+    produce(b.bootstrap, topic, [(b"tail", b"x")])
+    alter_broker(admin, {"log.cleaner.dedupe.buffer.size": "4000", "log.cleaner.backoff.ms": "100"})
+
+    def cleaned_up_to() -> list[int]:
+        return [int(n) for n in re.findall(rf"cleaned {topic}-0 up to (\d+)", b.log_path.read_text(errors="replace"))]
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(cleaned_up_to()) < 3:
+        time.sleep(0.2)
+    assert cleaned_up_to()[:3] == [100, 200, 300]  # one batch of 100 new keys per cleaning
+    latest = {k: v for _, k, v in read_all(b.bootstrap, topic)}
+    assert latest == {**{b"key-%03d" % (i % 300): b"v%d" % i for i in range(1000)}, b"tail": b"x"}

@@ -183,3 +183,43 @@ def test_compaction_removes_aborted_transactions_keeps_committed_and_stops_at_op
     log.roll()
     assert cleaner._first_uncleanable(log, NOW)[1] <= 7
     log.close()
+
+
+def test_dedupe_buffer_bounds_the_keys_of_one_cleaning_and_the_next_continues(tmp_path):
+    """log.cleaner.dedupe.buffer.size: a map for 9 keys (24 bytes each, filled to 90%) cleans
+    48 keys in several cleanings, each up to where its map filled, with the same result as
+    one unbounded cleaning; a tombstone beyond the mapped part of its segment is kept until a
+    cleaning maps it (else the key's older value, not yet known to be replaced, would return)."""
+    log = open_log(tmp_path, delete_retention_ms="0")
+    expected = {}
+    offset = 0
+    for round_ in range(2):
+        for i in range(0, 40, 4):
+            batch = [(b"k%02d" % j, b"r%d" % round_) for j in range(i, i + 4)]
+            append(log, batch, ts=NOW - 60_000)
+            for k, v in batch:
+                expected[k] = (offset, v)
+                offset += 1
+    filler = [(b"f%d" % j, b"f") for j in range(8)]  # offsets 80-87: the map fills before them ...
+    append(log, filler, ts=NOW - 60_000)
+    expected.update((k, (80 + j, v)) for j, (k, v) in enumerate(filler))
+    append(log, [(b"k00", None)], ts=NOW - 60_000)  # ... so this tombstone (88) waits until it is mapped
+    del expected[b"k00"]
+    append(log, [(b"tail", b"x")])
+    log.roll()
+    cleaner = LogCleaner([str(tmp_path)], dedupe_buffer_size=10 * 24)
+    assert cleaner.map_capacity == 9
+    stats = cleaner.clean_now(log, NOW)
+    assert cleaner.clean_points[("t", 0)] == 8  # two batches of 4 keys mapped, the third would pass 9
+    assert stats.tombstones_dropped == 0
+    records, _ = read_all(log)
+    assert len(records) == 90  # nothing had a later offset within the map's range
+    points = [8]
+    while cleaner.clean_points[("t", 0)] < log.segments[-1].base_offset:  # up to the active segment
+        cleaner.clean_now(log, NOW)
+        points.append(cleaner.clean_points[("t", 0)])
+        assert points[-1] > points[-2] and len(points) < 20
+    records, _ = read_all(log)
+    assert {k: (o, v) for o, k, v in records if k != b"tail"} == expected
+    cleaner.reconfigure(backoff_ms=0, io_max_bytes_per_second=float("inf"), dedupe_buffer_size=128 << 20)
+    assert cleaner.map_capacity == int((128 << 20) // 24 * 0.9)

@@ -6,8 +6,9 @@ default, else this broker's node id) take the configs Kafka can change at run ti
 (`kafkafast/broker/dynamic_configs.py`: the log-level defaults, the connection quotas, a TLS
 listener's key and trust stores), persisted in the log dir and
 applied to every topic without its own override; any other broker config answers
-INVALID_REQUEST ("Cannot update these configs dynamically"). In cluster mode broker configs
-stay static (INVALID_REQUEST)."""
+INVALID_REQUEST ("Cannot update these configs dynamically"). In cluster mode they live in
+ZooKeeper (`kafkafast/cluster/dynamic_configs.py`) and any broker changes the cluster-wide
+default or the entry of any live broker."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from kafkafast.protocol import errors as E
@@ -19,12 +20,17 @@ TOPIC, BROKER = 2, 4
 
 
 def broker_scope(broker, name: str) -> str:
-    """The dynamic-config scope a broker resource names: "" or this node's id."""
-    if getattr(broker, "cluster", None) is not None:
-        raise E.InvalidRequestError("broker configs are static in cluster mode")
-    if name not in ("", str(broker.node_id)):
-        raise E.InvalidRequestError(f"unknown broker {name!r}")
-    return name
+    """The dynamic-config scope a broker resource names: "", this node's id or, in cluster
+    mode, the id of another live broker (Kafka's messages for the others)."""
+    if name in ("", str(broker.node_id)):
+        return name
+    if not name.strip().lstrip("-").isdigit():
+        raise E.InvalidRequestError(f"Broker id must be an integer, but it is: {name}")
+    metadata = getattr(broker, "metadata", None)  # cluster mode: the brokers UpdateMetadata names
+    if metadata is not None and int(name) in metadata.brokers:
+        return str(int(name))
+    raise E.InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
+                                f"but received {name}")
 
 
 def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:

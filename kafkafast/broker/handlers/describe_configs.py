@@ -126,7 +126,8 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
             elif res.resource_type == BROKER:
                 require(broker, ctx, acl.DESCRIBE_CONFIGS, acl.CLUSTER)
                 if res.resource_name not in ("", str(broker.node_id)):
-                    raise E.InvalidRequestError(f"unknown broker {res.resource_name!r}")
+                    raise E.InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
+                                                f"but received {res.resource_name}")
                 entries = broker_config_entries(broker, res.resource_name)
             else:
                 raise E.InvalidRequestError(f"unsupported resource type {res.resource_type}")

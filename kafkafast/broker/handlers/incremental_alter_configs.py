@@ -24,7 +24,7 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
             require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC
                                                       else (acl.CLUSTER,)))
             if res.resource_type == BROKER:
-                configs = broker.dynamic.broker_configs(broker_scope(broker, res.resource_name))
+                configs = broker.dynamic.stored_broker_configs(broker_scope(broker, res.resource_name))
             elif res.resource_type == TOPIC:
                 broker.refresh_topics()
                 meta = broker.topics.get(res.resource_name)

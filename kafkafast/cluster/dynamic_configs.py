@@ -1,0 +1,65 @@
+"""Dynamic broker configs in cluster mode, where Kafka's ZooKeeper mode keeps them:
+`/config/brokers/<id>` (one broker's) and `/config/brokers/<default>` (the cluster-wide
+defaults), each {"version":1,"config":{...}}, announced by a `/config/changes` notification
+{"version":2,"entity_path":"brokers/<id>"} (or "brokers/<default>").
+
+`ZkDynamicConfigs` is `broker.dynamic` of a `ClusterBroker`: the broker-config half of
+`DynamicConfigs` reads and writes ZooKeeper, the client-quota half stays in the log dir's
+file. Any broker writes any live broker's entry (AlterConfigs / IncrementalAlterConfigs);
+each broker (each worker of a multi-worker broker, on its own kazoo session) keeps its own
+entry and the default in memory: read in `attach` when the broker loads, before its logs
+open, and again in `reload` when a change notification names one of them
+(`ClusterBroker._reload_configs`), after which the broker applies them as the single node
+does (`Broker.refresh_dynamic`: topic defaults, connection quotas).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.cluster import zk_data as Z
+
+
+class ZkDynamicConfigs(DynamicConfigs):
+    def __init__(self, log_dir: str) -> None:
+        super().__init__(log_dir)
+        self.node: Any = None  # the ClusterNode, from attach on
+        self.node_id = -1
+        self._brokers: dict[str, dict[str, str]] = {}  # scope ("" or this node id) -> configs
+
+    def attach(self, node: Any, node_id: int) -> None:
+        """Reads this broker's entry and the cluster-wide one (a thread: ZooKeeper calls)."""
+        self.node, self.node_id = node, node_id
+        for scope in self.scopes():
+            self.reload(scope)
+
+    def scopes(self) -> tuple[str, str]:
+        return "", str(self.node_id)
+
+    def entity_scope(self, entity: str) -> str | None:
+        """The scope a change notification's "brokers/<name>" names, if it is one this broker
+        keeps (None: another broker's entry)."""
+        name = entity[len("brokers/"):] if entity.startswith("brokers/") else None
+        scope = "" if name == Z.DEFAULT_ENTITY else name
+        return scope if scope in self.scopes() else None
+
+    def reload(self, scope: str) -> None:
+        """Re-reads one entry (a thread); the caller, on the event loop, then moves `version`
+        (`loaded`) so that the broker applies it."""
+        configs = self.node.broker_configs(scope)
+        self._brokers = {**self._brokers, scope: configs}  # replaced whole: readers on other threads
+
+    def loaded(self) -> None:
+        self.version += 1
+
+    def broker_configs(self, scope: str) -> dict[str, str]:
+        return dict(self._brokers.get(scope, {}))
+
+    def stored_broker_configs(self, scope: str) -> dict[str, str]:
+        return self.node.broker_configs(scope)
+
+    def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
+        self.node.set_broker_configs(scope, configs)
+        if scope in self.scopes():  # in force here at once; the notification reloads it again
+            self._brokers = {**self._brokers, scope: dict(configs)}
+            self.loaded()
