@@ -344,3 +344,35 @@ def test_acls_cli_over_sasl_ssl_on_one_broker_is_enforced_by_another(secure, tmp
     assert zk.exists("/kafka-acl/Topic/cli-guarded") is None
     secure.wait_for(lambda: _produce_error(secure.plaintext(leader), "cli-guarded") is None, 20,
                     "the removal seen by the leader")
+
+
+def test_a_brokers_inter_broker_certificate_rotates_at_run_time_and_only_through_that_broker(secure, tmp_path):
+    """The key store of broker 2's SASL_SSL inter-broker listener is replaced at run time (kept in
+    ZooKeeper at /config/brokers/2); replication goes on over it; broker 1 refuses to alter broker
+    2's stores (only the broker whose listener serves them can check them, as in Kafka)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+    from tests.security.pki import server_keystore
+    from tests.security.test_dynamic_tls_stores import certificate_der, served_certificate
+
+    name = "listener.name.internal.ssl.keystore.location"
+    rotated = server_keystore(secure.pki, tmp_path / "broker2.pem", password=secure.pki.key_password.encode())
+    admin = AdminClient({"bootstrap.servers": secure.plaintext(2)})  # a broker's own configs go to that broker
+    (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "2", incremental_configs=[
+        ConfigEntry(name, str(rotated), incremental_operation=AlterConfigOpType.SET)])]).values()
+    fut.result(15)
+    assert json.loads(secure.zk().get("/config/brokers/2")[0])["config"][name] == str(rotated)
+    internal = secure.ports[2][1]
+    secure.wait_for(lambda: served_certificate(internal, str(secure.pki.ca)) == certificate_der(rotated), 15,
+                    "broker 2's new certificate on its inter-broker listener")
+    assert served_certificate(secure.ports[1][1], str(secure.pki.ca)) == certificate_der(secure.pki.server_keystore)
+
+    with RawClient(secure.broker_port(1)) as c:
+        resp = c.request(IAC(resources=[IAC.AlterConfigsResource(resource_type=4, resource_name="2", configs=[
+            IAC.AlterableConfig(name=name, config_operation=0, value=str(secure.pki.server_keystore))])]), 1)
+    assert resp.responses[0].error_code == 42  # INVALID_REQUEST
+    assert "altered on broker 2" in resp.responses[0].error_message
+
+    secure.create_topic("rotated", 1, 3, {"min.insync.replicas": "3"})
+    assert produce(secure.plaintext(1), "rotated", [b"%d" % i for i in range(N)]) == [None] * N
