@@ -14,11 +14,12 @@ install_python() {
 }
 
 install_debian() {
-  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark; systemd-analyze for deploy/.
+  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark (javac for the JVM reader); systemd-analyze for deploy/.
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     local need=()
     [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
     command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+    command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)  # builds the Spark JVM columnar reader (spark/README.md)
     command -v systemd-analyze >/dev/null || need+=(systemd)  # checks deploy/'s unit files
     ldconfig -p 2>/dev/null | grep -c 'libatomic\.so\.1' >/dev/null || need+=(libatomic1)  # the pure twin of the shared-append lock word calls libatomic
     command -v kcat >/dev/null || need+=(kcat)  # librdkafka 2.0's CLI (tests/integration/test_client_matrix.py)

@@ -120,7 +120,8 @@ setup(
     packages=find_packages(include=["kafkafast", "kafkafast.*"])
     + find_packages("spark", include=["pyspark_kafkafast", "pyspark_kafkafast.*"]),
     package_dir={"pyspark_kafkafast": "spark/pyspark_kafkafast"},
-    package_data={"kafkafast._native": ["*.pxd", "*.pyi", "py.typed"]},
+    package_data={"kafkafast._native": ["*.pxd", "*.pyi", "py.typed"],
+                  "pyspark_kafkafast": ["java/*.java"]},  # the JVM columnar reader, built by pyspark_kafkafast.jvm
     ext_modules=_extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=INSTALL_REQUIRES,

@@ -318,8 +318,10 @@ def spark_local_session(master: str):
     from pyspark.sql import SparkSession
 
     from pyspark_kafkafast import register
+    from pyspark_kafkafast.jvm import jar_path
 
     spark = (SparkSession.builder.master(master).appName("kafkafast-spark-bench")
+             .config("spark.jars", jar_path())  # the JVM columnar reader, format kafkafast_arrow
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -374,13 +376,14 @@ ONE_PARTITION_READS = {
     "per_record": ("kafkafast_per_record", {}, 1),
     "min_partitions_2": ("kafkafast", {"minPartitions": "2"}, 2),
     "in_memory": ("kafkafast_in_memory", {}, 1),
+    "jvm_columnar": ("kafkafast_arrow", {}, 1),
 }
 
 
 def paired_reads(spark, bootstrap: str, topic: str, records: int, repeats: int, label: str) -> dict[str, dict]:
     """One partition read by the arrow path, the per-record path, the arrow path split in two
-    tasks (minPartitions=2) and the in-memory source in turn (A B C D A B C D ...), so all
-    meet the same JIT state and the same neighbours' load."""
+    tasks (minPartitions=2), the in-memory source and the JVM columnar reader in turn
+    (A B C D E A B C D E ...), so all meet the same JIT state and the same neighbours' load."""
     runs: dict[str, list] = {name: [] for name in ONE_PARTITION_READS}
     for _ in range(repeats):
         for name, (fmt, options, _) in ONE_PARTITION_READS.items():
@@ -479,7 +482,15 @@ def markdown(res: dict) -> str:
         if mem:
             lines += [f"| Spark query, local[2], in-memory Python source: same schema and rows, no broker, fetch "
                       f"or decode (Spark's own cost) | {mem['seconds']:.3f} | {mem['records_per_s']:,.0f} |"]
+        jvm = res.get("spark_jvm_columnar_one_partition")
+        if jvm:
+            lines += [f"| Spark query, local[2], 1 task, JVM columnar reader (`kafkafast_arrow`: column pruning, "
+                      f"Arrow column batches from the same fetch and decoder) | {jvm['seconds']:.3f} | "
+                      f"{jvm['records_per_s']:,.0f} |"]
         lines += [f"| the same query over an empty partition: kafkafast | {fixed:.3f} | |"]
+        if jvm:
+            lines += [f"| the same query over an empty partition: kafkafast_arrow | "
+                      f"{res['spark_jvm_columnar_empty_query_seconds']:.3f} | |"]
         if "spark_in_memory_empty_query_seconds" in res:
             lines += [f"| the same query over an empty partition: in-memory source | "
                       f"{res['spark_in_memory_empty_query_seconds']:.3f} | |"]
@@ -491,6 +502,12 @@ def markdown(res: dict) -> str:
             + f"; versus the {BASELINE_SPARK_1P:,} records/s recorded before this path on a quiet machine: "
             f"{spark1['records_per_s'] / BASELINE_SPARK_1P:.2f}x (target of issue 18: 2x for the default 1-task "
             f"read, {'met' if spark1['records_per_s'] >= 2 * BASELINE_SPARK_1P else 'not met'} in this run)."
+            + (f" The JVM columnar reader (`kafkafast_arrow`) reads the partition at "
+               f"**{jvm['records_per_s']:,.0f} records/s, {jvm['records_per_s'] / BASELINE_SPARK_1P:.2f}x** that "
+               f"baseline in one task (target {'met' if jvm['records_per_s'] >= 2 * BASELINE_SPARK_1P else 'not met'}"
+               " with it), "
+               f"{jvm['records_per_s'] / spark1['records_per_s']:.2f}x the Python data source in the same run."
+               if jvm else "")
             + (f" With `minPartitions=2` the same partition reads at "
                f"{split['records_per_s'] / BASELINE_SPARK_1P:.2f}x that baseline; that is an option a user sets, "
                "not the default the target is about." if split else ""),
@@ -654,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [arrow_one] + spark_reads(spark, bootstrap, {p: t for p, t in read_topics.items() if p != 1},
                                             records, repeats, args.master)
         fixed = min(spark_read(spark, bootstrap, empty)[0] for _ in range(repeats + 1))
+        fixed_jvm = min(spark_read(spark, bootstrap, empty, "kafkafast_arrow")[0] for _ in range(repeats + 1))
         fixed_in_memory = min(spark_read(spark, bootstrap, empty, "kafkafast_in_memory", records="0")[0]
                               for _ in range(repeats + 1))
         spark.stop()
@@ -677,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
             "spark_in_memory_empty_query_seconds": fixed_in_memory,
             "spark_one_partition_min_partitions_2": one_partition["min_partitions_2"],
             "spark_in_memory_one_partition": one_partition["in_memory"],
+            "spark_jvm_columnar_one_partition": one_partition["jvm_columnar"],
+            "spark_jvm_columnar_empty_query_seconds": fixed_jvm,
             "cluster": cluster,
             "client_one_partition": {"records": records, "seconds": stage["task_body_seconds"],
                                      "records_per_s": records / stage["task_body_seconds"]},

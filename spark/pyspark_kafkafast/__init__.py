@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark_kafkafast.data_source import KafkaFastDataSource
+from pyspark_kafkafast.jvm import jar_path  # the JVM columnar reader's jar (format kafkafast_arrow)
 
 DefaultSource = KafkaFastDataSource
 
@@ -28,4 +29,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KafkaFastDataSource)
 
 
-__all__ = ["DefaultSource", "KafkaFastDataSource", "register"]
+__all__ = ["DefaultSource", "KafkaFastDataSource", "jar_path", "register"]

@@ -31,8 +31,10 @@ def make_spark_session(app: str = "kafkafast-tests"):
     if str(SPARK_DIR) not in sys.path:
         sys.path.insert(0, str(SPARK_DIR))
     from pyspark.sql import SparkSession
+    from pyspark_kafkafast.jvm import jar_path
 
     spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.jars", jar_path())  # the JVM columnar reader, format kafkafast_arrow
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.host", "127.0.0.1")

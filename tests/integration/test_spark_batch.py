@@ -242,3 +242,82 @@ def test_save_modes_as_spark_kafka_sink_where_python_sources_allow(spark, module
     assert consume_all(module_broker.bootstrap, topic, 1) == []
     _writer(spark, module_broker.bootstrap, topic).mode("append").save()
     assert sorted(v for _, _, _, v, _ in consume_all(module_broker.bootstrap, topic, 1)) == [b"%d" % i for i in range(5)]
+
+
+# ------------------------------------------------------------------ the JVM columnar reader
+def jvm_reader(spark, bootstrap, topic=TOPIC, **options):  # noqa: F811
+    r = spark.read.format("kafkafast_arrow").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_jvm_columnar_reader_reads_every_record_once_with_the_python_sources_columns(spark, filled):  # noqa: F811
+    """format kafkafast_arrow: one task per partition, the same rows (headers too) as the
+    Python source, column batches (a columnar scan in the plan) of only the columns read."""
+    df = jvm_reader(spark, filled, includeHeaders="true")
+    assert df.schema == reader(spark, filled, includeHeaders="true").schema
+    assert df.rdd.getNumPartitions() == PARTITIONS
+    df.createOrReplaceTempView("clicks_jvm")
+    row = spark.sql(check_query("clicks_jvm", TOPIC, PARTITIONS)).collect()[0]
+    assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (N, N, N, 0, PER_PARTITION - 1)
+    rows = df.where("offset < 3").collect()
+    assert sorted(tuple(r) for r in rows) == sorted(
+        tuple(r) for r in reader(spark, filled, includeHeaders="true").where("offset < 3").collect())
+    for r in rows:
+        i = r.offset * PARTITIONS + r.partition
+        assert (bytes(r.key), bytes(r.value), r.timestampType) == (b"k%d" % i, b"v%d" % i, 0)
+        assert [(h.key, bytes(h.value)) for h in r.headers] == [("seq", b"%d" % i)]
+    pruned = df.selectExpr("count(*) AS n", "sum(length(value)) AS b")
+    got = pruned.collect()[0]
+    plan = pruned._jdf.queryExecution().executedPlan().toString()  # the final adaptive plan, once run
+    assert "BatchScan kafkafast_arrow[value#" in plan and "ColumnarToRow" in plan, plan
+    assert (got.n, got.b) == (N, sum(len(b"v%d" % i) for i in range(N)))
+    assert jvm_reader(spark, filled, minPartitions="15").rdd.getNumPartitions() == 18
+    assert jvm_reader(spark, filled, minPartitions="15").count() == N
+
+
+def test_jvm_columnar_reader_null_keys_and_offset_gaps(spark, module_broker):  # noqa: F811
+    """Null keys and the offsets transaction markers take: rows as the Python source reads them."""
+    from confluent_kafka import Producer
+
+    topic = "jvm-gaps"
+    create_topic(module_broker.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": module_broker.bootstrap, "transactional.id": "jvm-gaps"})
+    p.init_transactions(30)
+    for t in range(2):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=b"t%d-%d" % (t, i), key=None if i % 2 else b"k%d" % i, partition=0)
+        p.commit_transaction(30)
+    rows = jvm_reader(spark, module_broker.bootstrap, topic, **{"kafka.isolation.level": "read_committed"}) \
+        .select("offset", "key", "value").orderBy("offset").collect()
+    assert [r.offset for r in rows] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]  # 5 and 11: the commit markers
+    assert [None if r.key is None else bytes(r.key) for r in rows][:5] == [b"k0", None, b"k2", None, b"k4"]
+    assert [bytes(r.value) for r in rows][5:] == [b"t1-%d" % i for i in range(5)]
+
+
+def test_jvm_columnar_reader_failures_are_the_queries_errors(spark, filled):  # noqa: F811
+    """Planning against a broker that is not there fails the query with the reason; a read that
+    fails after its stream began ends the stream at a batch boundary with an error trailer, which
+    the JVM side turns into the task's error (never a short read taken as complete)."""
+    import io
+    import socket
+    import struct
+
+    from pyspark_kafkafast.arrow_pipe import ERROR, read
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    gone = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    with pytest.raises(Exception) as info:
+        jvm_reader(spark, gone, **{"kafka.request.timeout.ms": "3000"}).count()
+    assert "kafkafast_arrow" in str(info.value)
+    out = io.BytesIO()
+    read({"kafka.bootstrap.servers": gone, "subscribe": TOPIC, "kafka.request.timeout.ms": "2000"},
+         [TOPIC, 0, 0, 10], ["value"], out)
+    data = out.getvalue()
+    at = data.rindex(ERROR)
+    (length,) = struct.unpack(">I", data[at + 4:at + 8])
+    assert length == len(data) - at - 8 and length > 0
