@@ -135,8 +135,10 @@ def cluster_session(cluster: StandaloneCluster, archive: Path, app: str = "kafka
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
+    from pyspark_kafkafast.jvm import jar_path
 
     spark = (SparkSession.builder.master(cluster.url).appName(app)
+             .config("spark.jars", jar_path())  # the JVM columnar reader, format kafkafast_arrow
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.driver.memory", "1g")

@@ -26,6 +26,9 @@ def test_spark_bench_tiny_reports_throughput_per_partition_count(tmp_path):
     split, mem = res["spark_one_partition_min_partitions_2"], res["spark_in_memory_one_partition"]
     assert (split["tasks"], mem["tasks"]) == (2, 1) and split["records_per_s"] > 0 and mem["records_per_s"] > 0
     assert res["spark_empty_query_seconds"] > 0 and res["spark_in_memory_empty_query_seconds"] > 0
+    # the JVM columnar reader beside them, by partition count too
+    assert res["spark_jvm_columnar_one_partition"]["records_per_s"] > 0
+    assert [(r["partitions"], r["tasks"]) for r in res["spark_jvm_columnar"]] == [(1, 1), (2, 2)]
     md = out.with_suffix(".md").read_text()
     assert "| partitions | tasks | local[2] records/s |" in md and "## One partition: where the time goes" in md
     assert "`minPartitions=2`: 2 tasks" in md and "### Where Spark's time goes" in md

@@ -94,6 +94,14 @@ def test_six_partitions_read_by_six_tasks_on_executors_exactly_once(spark, clust
         executors.add(cwd)
     assert len(executors) == 2, executors  # both workers' executors read
 
+    # the JVM columnar reader on the executors: its Python process found the shipped archive
+    jvm = (spark.read.format("kafkafast_arrow").option("kafka.bootstrap.servers", filled).option("subscribe", TOPIC)
+           .option("includeHeaders", "true").load())
+    assert jvm.rdd.getNumPartitions() == PARTITIONS
+    jvm.createOrReplaceTempView("cluster_records_jvm")
+    row = spark.sql(check_query("cluster_records_jvm", TOPIC, PARTITIONS, headers=True)).collect()[0]
+    assert (row.n, row.distinct_positions, row.correct, row.lo, row.hi) == (N, N, N, 0, N // PARTITIONS - 1)
+
 
 def stream_query(spark, bootstrap, topic, out, checkpoint, **trigger):
     df = (spark.readStream.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
