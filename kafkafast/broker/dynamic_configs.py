@@ -48,6 +48,22 @@ CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "ma
 CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
                              "log.cleaner.dedupe.buffer.size"})
 DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS
+# Configs Kafka reconfigures at run time whose subject kafkafast's process model does not have
+# (a config that changed nothing would be worse than a refusal): the refusal says why.
+_POOLS = ("kafkafast has no request-handler, network or background thread pools to resize: each worker "
+          "process serves its connections on one event loop, and the number of workers is fixed at start")
+NO_COUNTERPART = {
+    "num.io.threads": _POOLS, "num.network.threads": _POOLS, "background.threads": _POOLS,
+    "num.replica.fetchers": "the replica fetchers of a broker are set up at start",
+    "num.recovery.threads.per.data.dir": "logs are recovered by the starting process, not a thread pool",
+    "log.cleaner.threads": "the log cleaner is one thread per broker",
+    "log.cleaner.io.buffer.size": "the cleaner's buffers are sized by the batches it reads",
+    "log.cleaner.io.buffer.load.factor": "the cleaner's offset map is bounded by log.cleaner.dedupe.buffer.size",
+    "listeners": "listeners are bound at start (the workers share their sockets)",
+    "advertised.listeners": "listeners are bound at start (the workers share their sockets)",
+    "listener.security.protocol.map": "listeners are bound at start (the workers share their sockets)",
+    "metric.reporters": "metrics are exported by the Prometheus endpoint, not reporter classes",
+}
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
 CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
@@ -224,7 +240,9 @@ def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
 
     static = sorted(n for n in configs if not is_dynamic_broker_config(n) and n not in STORE_CONFIGS)
     if static:
-        raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}")
+        why = sorted({NO_COUNTERPART[n] for n in static if n in NO_COUNTERPART})
+        raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}"
+                                    + "".join(f"; {w}" for w in why))
     for name in ("max.connections", "max.connections.per.ip"):
         if name in configs:
             value = configs[name].strip()

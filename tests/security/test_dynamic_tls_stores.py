@@ -132,6 +132,9 @@ def test_what_kafka_refuses_is_refused_and_changes_nothing(secure_broker, pki, t
     err = refused(admin, "0", {"listener.name.ssl.ssl.client.auth": "required"})  # not reconfigurable in Kafka
     assert err.code() == ck.KafkaError.INVALID_REQUEST and "dynamically" in err.str()
 
+    err = refused(admin, "0", {"num.io.threads": "16"})  # dynamic in Kafka, no such pool here: says why
+    assert err.code() == ck.KafkaError.INVALID_REQUEST and "thread pools" in err.str()
+
     (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
     assert KEYSTORE not in fut.result(10)
     assert served_certificate(port, ca) == original
