@@ -425,7 +425,7 @@ def markdown(res: dict) -> str:
         "# Spark read throughput (`kafkafast` data source)",
         "",
         f"{res['records']:,} records of {res['value_bytes']} bytes per topic; best of {res['repeats']}; Spark query "
-        "`count(*), sum(length(value))`, after warm-up reads (3 rounds of the four 1-partition reads below, "
+        "`count(*), sum(length(value))`, after warm-up reads (3 rounds of the five 1-partition reads below, "
         "3 reads on the cluster, then one per topic).",
         f"Machine: {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; "
         f"load average {m['loadavg_start']} at the start, {m['loadavg_end']} at the end.",
@@ -556,9 +556,10 @@ def markdown(res: dict) -> str:
                     f"`value` column only and reads it from the Arrow vectors in place (`ArrowColumnVector`, "
                     f"`ColumnarToRow` in the plan). Its query minus its empty run ({fixed_jvm:.3f} s: planning through "
                     f"the JVM's Python process, no Python worker round trips) takes {jvm_rows:.3f} s for "
-                    f"{s['records']:,} rows ({s['records'] / max(jvm_rows, 1e-9):,.0f} rows/s), near the task body "
-                    f"without Spark ({s['task_body_seconds']:.3f} s): fetch, decode and the Arrow stream of one "
-                    "column are now most of the work.",
+                    f"{s['records']:,} rows ({s['records'] / max(jvm_rows, 1e-9):,.0f} rows/s) against "
+                    f"{ours_rows:.3f} s for the Python source; the task body without Spark (fetch, decode, source "
+                    f"schema) takes {s['task_body_seconds']:.3f} s of it, the rest is the Arrow stream of one column "
+                    "into the JVM and Spark's aggregation over its rows.",
                 ]
     lines += [
         "",
