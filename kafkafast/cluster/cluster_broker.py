@@ -120,6 +120,7 @@ class ClusterBroker(Broker):
             self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
             self.node.controller.start()
         self._isr_task = self.loop.create_task(self._isr_maintenance())
+        self._config_changes_lock = asyncio.Lock()
         self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
     def _on_config_changes(self, children: list[str]) -> None:
@@ -129,6 +130,12 @@ class ClusterBroker(Broker):
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
 
     async def _reload_configs(self, children: list[str]) -> None:
+        """One watch callback's new notifications, in sequence order; callbacks are taken one
+        after the other, so that a slower read of an older change never lands after a newer one."""
+        async with self._config_changes_lock:
+            await self._reload_configs_in_order(children)
+
+    async def _reload_configs_in_order(self, children: list[str]) -> None:
         for child in sorted(set(children) - self._seen_config_changes):
             self._seen_config_changes.add(child)
             try:

@@ -11,9 +11,15 @@ entry and the default in memory: read in `attach` when the broker loads, before 
 open, and again in `reload` when a change notification names one of them
 (`ClusterBroker._reload_configs`), after which the broker applies them as the single node
 does (`Broker.refresh_dynamic`: topic defaults, connection quotas).
+
+Reads of different entries run at once on different threads (one per change notification,
+and the write path on the loop), so an entry is replaced under a lock and only by a read of a
+newer ZooKeeper version of it (the znode's mzxid): a slow read of one entry never takes back
+another entry's change, nor a later change of its own.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from kafkafast.broker.dynamic_configs import DynamicConfigs
@@ -26,6 +32,8 @@ class ZkDynamicConfigs(DynamicConfigs):
         self.node: Any = None  # the ClusterNode, from attach on
         self.node_id = -1
         self._brokers: dict[str, dict[str, str]] = {}  # scope ("" or this node id) -> configs
+        self._zxids: dict[str, int] = {}  # scope -> mzxid of the entry in _brokers
+        self._lock = threading.Lock()
 
     def attach(self, node: Any, node_id: int) -> None:
         """Reads this broker's entry and the cluster-wide one (a thread: ZooKeeper calls)."""
@@ -46,8 +54,11 @@ class ZkDynamicConfigs(DynamicConfigs):
     def reload(self, scope: str) -> None:
         """Re-reads one entry (a thread); the caller, on the event loop, then moves `version`
         (`loaded`) so that the broker applies it."""
-        configs = self.node.broker_configs(scope)
-        self._brokers = {**self._brokers, scope: configs}  # replaced whole: readers on other threads
+        configs, zxid = self.node.broker_configs_at(scope)
+        with self._lock:
+            if zxid >= self._zxids.get(scope, -1):
+                self._brokers = {**self._brokers, scope: configs}  # replaced whole: readers on other threads
+                self._zxids[scope] = zxid
 
     def loaded(self) -> None:
         self.version += 1
@@ -60,6 +71,6 @@ class ZkDynamicConfigs(DynamicConfigs):
 
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         self.node.set_broker_configs(scope, configs)
-        if scope in self.scopes():  # in force here at once; the notification reloads it again
-            self._brokers = {**self._brokers, scope: dict(configs)}
+        if scope in self.scopes():  # in force here at once (read back with its version)
+            self.reload(scope)
             self.loaded()

@@ -207,12 +207,17 @@ class ClusterNode:
 
     def _read_config(self, path: str) -> dict[str, str]:
         """The "config" of an entity's config znode ({} when there is none)."""
+        return self._read_config_at(path)[0]
+
+    def _read_config_at(self, path: str) -> tuple[dict[str, str], int]:
+        """The "config" of an entity's config znode and the zxid of its last change (({}, 0)
+        when there is none): readers on several threads keep the newest by that zxid."""
         assert self.zk is not None
         try:
-            data, _ = self.zk.get(path)
+            data, stat = self.zk.get(path)
         except NoNodeError:
-            return {}
-        return Z.parse_entity_config(data)
+            return {}, 0
+        return Z.parse_entity_config(data), stat.mzxid
 
     def topic_assignment(self, topic: str) -> tuple[bytes | None, dict[int, list[int]], int] | None:
         assert self.zk is not None
@@ -313,6 +318,10 @@ class ClusterNode:
     def broker_configs(self, scope: str) -> dict[str, str]:
         """The dynamic broker configs of `scope` ("" cluster-wide, else a broker id) in ZooKeeper."""
         return self._read_config(Z.broker_config_path(scope))
+
+    def broker_configs_at(self, scope: str) -> tuple[dict[str, str], int]:
+        """`broker_configs` with the zxid of the entry's last change."""
+        return self._read_config_at(Z.broker_config_path(scope))
 
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         self._write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
