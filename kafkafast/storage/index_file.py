@@ -7,7 +7,9 @@ process learns the entry count with `fstat` and maps exactly that.
 The writer never shrinks an index file in place: truncation and rebuilds write the new
 entries to `<name>.tmp` and rename it over the old name. A reader's `mmap` of the old
 inode therefore stays valid (a mapping of a file truncated under it would raise SIGBUS);
-it is only stale, and every user checks the batch an entry points at before trusting it.
+it is only stale: the reader drops a view whose name leads to another inode once it sees
+the partition's segments version move (`LogReader.refresh`), and until then checks the
+batch an entry points at before trusting it.
 
 A full disk never costs an index, nor the partition: the file only has to be a sorted
 subset of the entries (a sparser index is still a correct one), so an entry that cannot
@@ -264,19 +266,35 @@ class SparseIndex:
 
 
 class IndexView:
-    """Reader side of one index file: a read-only mmap re-made when the file has grown."""
+    """Reader side of one index file: a read-only mmap re-made when the file has grown.
 
-    __slots__ = ("path", "entry_size", "_fd", "_map", "_n")
+    The view holds the inode it opened. A rewrite of the index (truncation, recovery, a
+    dead append-lock holder's repair) renames a new file over the name; the old inode stays
+    readable but never changes again, so its entries can point past a truncation point.
+    `replaced()` tells the reader, which then drops the view (see `LogReader.refresh`)."""
+
+    __slots__ = ("path", "entry_size", "_fd", "_map", "_n", "ino")
 
     def __init__(self, path: str, entry_size: int) -> None:
         self.path = path
         self.entry_size = entry_size
         self._map: mmap.mmap | None = None
         self._n = 0
+        self.ino = -1
         try:
             self._fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             self._fd = -1
+        else:
+            self.ino = os.fstat(self._fd).st_ino
+
+    def replaced(self) -> bool:
+        """True when the name no longer leads to the inode this view reads (or now leads to a
+        file where there was none)."""
+        try:
+            return os.stat(self.path).st_ino != self.ino
+        except FileNotFoundError:
+            return self.ino != -1
 
     def entries(self, refresh: bool = False) -> tuple[Buffer, int]:
         """(buffer, entry count); `refresh` re-maps if the file grew since the last map."""

@@ -155,6 +155,9 @@ class OffsetIndexView:
         buf, n = self._view.entries()
         return lookup_by_position(buf, n, self.base_offset, max_position)
 
+    def replaced(self) -> bool:
+        return self._view.replaced()
+
     def close(self) -> None:
         self._view.close()
 

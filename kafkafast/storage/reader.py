@@ -89,16 +89,36 @@ class _SegmentHandle:
             self._time_index = TimeIndexView(self.path(TIME_INDEX_SUFFIX), self.base_offset)
         return self._time_index
 
+    def drop_indexes(self, only_replaced: bool = False) -> None:
+        """Close the index views (reopened on next use); `only_replaced`: only those whose
+        file was rewritten (renamed over) since they were opened."""
+        if self._index is not None and (not only_replaced or self._index.replaced()):
+            self._index.close()
+            self._index = None
+        if self._time_index is not None and (not only_replaced or self._time_index.replaced()):
+            self._time_index.close()
+            self._time_index = None
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if self._index is not None:
-            self._index.close()
-            self._index = None
-        if self._time_index is not None:
-            self._time_index.close()
-            self._time_index = None
+        self.drop_indexes()
+
+
+def _batch_at(h: _SegmentHandle, pos: int, base_offset: int) -> BatchHeader | None:
+    """The header of the batch an index entry (`base_offset`, `pos`) points at, or None when
+    the entry does not point at that batch: a view of an index rewritten since it was opened
+    (found before the next `refresh`, e.g. mid-change in another process). The views are then
+    dropped, so the next lookup reads the current files."""
+    try:
+        header = read_header_at(h.fd, pos)
+    except KafkaError:
+        header = None
+    if header is None or header.base_offset != base_offset:
+        h.drop_indexes()
+        return None
+    return header
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +196,9 @@ class LogReader:
                 h = None
             if h is not None:
                 h.final_size = -1  # a truncated-then-re-rolled segment has a new final size
+                # A truncation, recovery or repair rewrites a kept segment's index files by
+                # rename: a view of the old file would point past the truncation point.
+                h.drop_indexes(only_replaced=True)
             handles.append(h if h is not None else _SegmentHandle(self.dir, base, ino))
         for h in old.values():
             self._retired.append((now, h))
@@ -230,7 +253,9 @@ class LogReader:
             except FileNotFoundError:
                 found = None
             except KafkaError as exc:
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: corrupt log: {exc}") from exc
+                if snap.version >= 0 and self.state.segments_version == snap.version:
+                    raise KafkaStorageError(f"{self.topic}-{self.partition}: corrupt log: {exc}") from exc
+                found = None  # the files changed under the read (a truncation): read them again
             if found is not None:
                 return self._result(found[0], found[1], snap)
             self._version = -1  # inconsistent view: re-list and retry
@@ -257,9 +282,8 @@ class LogReader:
         base, pos = h.index.find_nearest(offset)
         if pos <= 0 or pos + BATCH_HEADER_SIZE > limit:
             return 0
-        header = read_header_at(h.fd, pos)
-        if header is None or header.base_offset != base:
-            return 0  # a stale mapping of a replaced index
+        if _batch_at(h, pos, base) is None:
+            return 0
         return pos
 
     def locate(self, offset: int, snap: _Snapshot | None = None) -> tuple[_SegmentHandle, int, BatchHeader, int] | None:
@@ -307,10 +331,8 @@ class LogReader:
             target = pos + max_bytes
             q = pos
             entry = h.index.find_by_position(target)
-            if entry is not None and pos < entry[1] <= target:
-                header = read_header_at(fd, entry[1])
-                if header is not None and header.base_offset == entry[0]:
-                    q = entry[1]
+            if entry is not None and pos < entry[1] <= target and _batch_at(h, entry[1], entry[0]) is not None:
+                q = entry[1]
             while q + BATCH_HEADER_SIZE <= end:
                 header = read_header_at(fd, q)
                 if header is None or q + header.size > target:

@@ -134,6 +134,9 @@ class TimeIndexView:
         ts, rel = ENTRY.unpack_from(buf, (n - 1) * ENTRY_SIZE)
         return ts, self.base_offset + rel
 
+    def replaced(self) -> bool:
+        return self._view.replaced()
+
     def close(self) -> None:
         self._view.close()
 

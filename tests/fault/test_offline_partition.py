@@ -89,6 +89,10 @@ def test_unopenable_partition_goes_offline_and_the_rest_keeps_serving(broker_fac
         assert raw_fetch(b.port, "off", 0) == ErrorCode.KAFKA_STORAGE_ERROR
         assert raw_latest(b.port, "off", 0).error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert raw_latest(b.port, "off", 1).offset == 50
+    # Each process that answered the offline partition's Fetch said so at ERROR, once.
+    said = [line for line in b.log_path.read_text(errors="replace").splitlines()
+            if "off-0: Fetch answered KAFKA_STORAGE_ERROR (offline)" in line]
+    assert 1 <= len(said) <= max(workers, 1) and all("ERROR" in line for line in said), said
     more, errors = produce(b.bootstrap, "off", 1, [b"more-%d" % i for i in range(10)])
     assert not errors and sorted(more) == list(range(50, 60))
     acked[1].update(more)

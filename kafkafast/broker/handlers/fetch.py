@@ -27,6 +27,7 @@ the high watermark. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR.
 """
 import asyncio
+import logging
 import time
 
 from kafkafast.broker.quotas import parked
@@ -36,6 +37,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.security.context import fetch_denied
 from kafkafast.storage.txn_index import collect_aborted
 
+logger = logging.getLogger("kafkafast.fetch")
 PartData = FetchResponse.PartitionData
 AbortedTxnResp = FetchResponse.AbortedTransaction
 TopicResp = FetchResponse.FetchableTopicResponse
@@ -62,6 +64,7 @@ def _read_all(broker, req, version, plan):
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if part.state.offline:
+                log_storage_error(part, "offline", "its log could not be opened")
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
             not_leader = cluster_fetch_error(broker, part, req.replica_id)
@@ -83,9 +86,12 @@ def _read_all(broker, req, version, plan):
                 result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
                                               min_one_batch=(total == 0))
             except E.KafkaError as exc:
+                if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
+                    log_storage_error(part, "read", str(exc))
                 tresp.partitions.append(_error(fp.partition, exc.code, part))
                 continue
-            except OSError:  # the file cannot be read (an I/O error): this partition only
+            except OSError as exc:  # the file cannot be read (an I/O error): this partition only
+                log_storage_error(part, f"errno {exc.errno}", str(exc))
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
             region = result.region if result is not None else None
@@ -108,6 +114,21 @@ def _read_all(broker, req, version, plan):
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
     return responses, total
+
+
+_logged_storage_errors: set[tuple[str, int, str]] = set()
+
+
+def log_storage_error(part, cause: str, reason: str) -> None:
+    """A Fetch answered KAFKA_STORAGE_ERROR: logged at ERROR once per partition and cause (a
+    storage error only the clients see is how a broken partition stays unnoticed)."""
+    key = (part.topic, part.index, cause)
+    if key in _logged_storage_errors:
+        return
+    if len(_logged_storage_errors) >= 10_000:
+        _logged_storage_errors.clear()
+    _logged_storage_errors.add(key)
+    logger.error("%s-%d: Fetch answered KAFKA_STORAGE_ERROR (%s): %s", part.topic, part.index, cause, reason)
 
 
 def stable_offset(part) -> int:
