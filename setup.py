@@ -129,6 +129,8 @@ setup(
     entry_points={
         "console_scripts": ["kafkafast = kafkafast.cli.main:main"],
         "pytest11": ["kafkafast = kafkafast.testing.pytest_plugin"],  # the kafka_broker fixtures
+        # a test broker's faults and manual clock, on when the property is set (broker/extensions.py)
+        "kafkafast.broker_extensions": ["kafkafast.testing.control = kafkafast.testing.faults:TestControl"],
     },
     zip_safe=False,
 )

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kafkafast import clock
+from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
+from kafkafast.protocol.errors import CloseConnection  # also kafkafast.broker.broker.CloseConnection, as before
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
@@ -35,10 +37,6 @@ from kafkafast.broker.quotas import QuotaManager, measured_handler_time
 log = logging.getLogger("kafkafast.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-
-
-class CloseConnection(Exception):
-    """The request cannot be answered; the connection is closed (as Kafka does)."""
 
 
 @dataclass(slots=True)
@@ -117,11 +115,9 @@ class Broker:
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
         self.started = False
-        self.test_control: Any = None  # kafkafast.testing.faults.TestControl of a test broker
-        if config.get("kafkafast.testing.control"):
-            from kafkafast.testing.faults import TestControl
-
-            self.test_control = TestControl(self, config.get("kafkafast.testing.control"))
+        # Hooks installed from outside the core (broker/extensions.py), e.g. a test broker's faults.
+        self.extensions = load_extensions(self, config)
+        self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
@@ -199,8 +195,9 @@ class Broker:
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
-        if self.test_control is not None:
-            self.test_control.start()
+        for ext in self.extensions:
+            if hasattr(ext, "start"):
+                ext.start()
 
     def _attach_group_coordinator(self) -> None:
         try:
@@ -210,8 +207,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
-        if self.test_control is not None:
-            await self.test_control.stop()
+        for ext in self.extensions:
+            if hasattr(ext, "stop"):
+                await ext.stop()
         if self._periodic_task:
             self._periodic_task.cancel()
             try:

@@ -65,6 +65,7 @@ from kafkafast.broker.groups.consumer_group import (
     ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
+    HeartbeatError,
     UNREVOKED,
     copy_assignment,
     is_subset,
@@ -94,13 +95,6 @@ EC = E.ErrorCode
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = STATIC_LEFT_EPOCH
 STATES = {code: name for name, code in STATE_CODES.items()}
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)

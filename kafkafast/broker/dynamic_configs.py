@@ -176,6 +176,17 @@ class DynamicConfigs:
         self._rewrite(change)
 
 
+def parse_overrides(text: str | None) -> dict[str, int]:
+    """max.connections.per.ip.overrides (`host:count,...`) as {host: count}; ValueError when malformed."""
+    out = {}
+    for item in filter(None, (s.strip() for s in (text or "").split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"max.connections.per.ip.overrides: bad entry {item!r} (expected host:count)")
+        out[host.strip()] = int(count)
+    return out
+
+
 def check_quota_entity(entity: Entity, ops: dict[str, float | None]) -> None:
     """InvalidRequestError for entity combinations and keys Kafka refuses."""
     types = [t for t, _ in entity]
@@ -235,7 +246,6 @@ def check_listener_stores(broker: Any, scope: str, configs: dict[str, str]) -> N
 def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
     """InvalidRequestError naming what cannot be changed at run time, InvalidConfigError for a
     bad value (a log default checked as the topic config it is the default of)."""
-    from kafkafast.runtime.limits import parse_overrides
     from kafkafast.storage.config import LogConfig
 
     static = sorted(n for n in configs if not is_dynamic_broker_config(n) and n not in STORE_CONFIGS)

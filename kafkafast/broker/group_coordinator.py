@@ -31,7 +31,8 @@ from typing import Any, Iterable
 
 from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import ConsumerProtocol
-from kafkafast.broker.groups.consumer_group import ConsumerGroup, subscription_bytes, assignment_bytes
+from kafkafast.broker.groups.consumer_group import (ConsumerGroup, assignment_bytes, group_tombstones,
+                                                     subscription_bytes)
 from kafkafast.broker.groups.group import Group, GroupState, Member, static_leaver
 from kafkafast.broker.groups.offsets_records import (
     CommittedOffset,
@@ -268,7 +269,7 @@ class GroupCoordinator:
                     return JoinResult(error, mid)
                 return JoinResult(NONE, mid, generation, "consumer", name, "", [])
             # An empty consumer group becomes a classic group; its offsets stay.
-            error = self._append(group_id, _group_tombstones(group), now_ms())
+            error = self._append(group_id, group_tombstones(group), now_ms())
             if error:
                 return JoinResult(error, member_id)
             self._cancel_group_timers(group)
@@ -832,7 +833,7 @@ class GroupCoordinator:
                 out[gid] = EC.NON_EMPTY_GROUP
             else:
                 records = [(offset_key(gid, t, p), None) for t, p in group.offsets]
-                records += _group_tombstones(group)
+                records += group_tombstones(group)
                 error = self._append(gid, records, now_ms())
                 if error:
                     out[gid] = error
@@ -906,7 +907,7 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [(offset_key(gid, t, p), None) for t, p in expired]
             dead = group.is_(EMPTY) and len(expired) == len(group.offsets) and not group.pending_members
             if dead:
-                records += _group_tombstones(group)
+                records += group_tombstones(group)
             if not records:
                 continue
             if self._append(gid, records, now):
@@ -1091,15 +1092,6 @@ class GroupCoordinator:
 
 
 COMMIT_MARKER = 1
-
-
-def _group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
-    """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
-    ConsumerGroupMetadata, PartitionMetadata and TargetAssignmentMetadata."""
-    if isinstance(group, ConsumerGroup):
-        return [(consumer_key("target_epoch", group.group_id), None),
-                (consumer_key("partition_metadata", group.group_id), None), (consumer_group_key(group.group_id), None)]
-    return [(group_key(group.group_id), None)]
 
 
 async def cancel_tasks(tasks: list[asyncio.Task]) -> None:

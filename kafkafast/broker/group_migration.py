@@ -46,8 +46,10 @@ from kafkafast.broker.groups.consumer_group import (
     ClassicMeta,
     ConsumerGroup,
     ConsumerMember,
+    HeartbeatError,
     assignment_bytes,
     copy_assignment,
+    group_tombstones,
 )
 from kafkafast.broker.groups.group import Group, GroupState, Member, static_leaver
 from kafkafast.broker.groups.offsets_records import group_key
@@ -113,7 +115,6 @@ class Migration:
     def upgrade(self, classic: Group) -> ConsumerGroup:
         """The consumer group a classic group with members becomes (written and in place), or
         HeartbeatError GROUP_ID_NOT_FOUND when it may not be converted."""
-        from kafkafast.broker.consumer_coordinator import HeartbeatError
         gid = classic.group_id
 
         def refuse(why: str) -> HeartbeatError:
@@ -197,8 +198,7 @@ class Migration:
         cp._records = records
         for mid in group.members:
             cp._rec_gone(group, mid)
-        from kafkafast.broker.group_coordinator import _group_tombstones
-        records += _group_tombstones(group)
+        records += group_tombstones(group)
         records.append(gc._group_record(classic))
         if cp._flush(group):  # as a lost removal: a restart brings back the consumer group
             log.warning("group %s: could not write its conversion to a classic group", group.group_id)

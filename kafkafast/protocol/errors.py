@@ -138,6 +138,10 @@ _TABLE: tuple[tuple[int, str, bool], ...] = (
 ErrorCode = IntEnum("ErrorCode", [(name, code) for code, name, _ in _TABLE])  # type: ignore[misc]
 
 
+class CloseConnection(Exception):
+    """The request cannot be answered; the connection is closed (as Kafka does)."""
+
+
 class KafkaError(Exception):
     """Base of every error that maps to a Kafka error code."""
 

@@ -15,9 +15,7 @@ carries the last inner offset and the batch's max timestamp, and the timestamp t
 in magic 0 inner offsets are absolute and there are no timestamps. Headers are dropped,
 control batches skipped. zstd cannot be expressed in magic 0/1: UnsupportedCompressionType.
 
-LZ4 and magic 0: Kafka before 0.10 computed the LZ4 frame's header checksum over the frame
-magic as well (KAFKA-3160), and magic-0 readers and writers keep doing so; magic 1 uses the
-correct LZ4 frame. `fix_lz4_header` rewrites that one byte in either direction.
+LZ4 and magic 0: the frame header checksum is computed the pre-0.10 way (`lz4_legacy.py`).
 """
 from __future__ import annotations
 
@@ -30,8 +28,10 @@ from kafkafast.protocol.errors import (
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from kafkafast.records.batch import decode_batch, encode_batch
+from kafkafast.records.batch import decode_batch, encode_batch, iter_entries
 from kafkafast.records.compression import DecompressedSizeError, compress
+from kafkafast.records.legacy import LOG_OVERHEAD, decode_legacy_entry
+from kafkafast.records.lz4_legacy import fix_lz4_header
 from kafkafast.records.model import (
     ATTR_TIMESTAMP_TYPE,
     CODEC_LZ4,
@@ -50,61 +50,6 @@ _HEAD_V0 = struct.Struct(">bb")  # magic, attributes
 _HEAD_V1 = struct.Struct(">bbq")  # magic, attributes, timestamp
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-LZ4_MAGIC = b"\x04\x22\x4d\x18"
-
-# ------------------------------------------------------------------ xxh32 (LZ4 header checksum)
-_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-_M = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M
-
-
-def xxh32(data: bytes, seed: int = 0) -> int:
-    """XXH32 of `data` (used here only on LZ4 frame descriptors of a few bytes)."""
-    n = len(data)
-    p = 0
-    if n >= 16:
-        v = [(seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed & _M, (seed - _P1) & _M]
-        while p + 16 <= n:
-            for i in range(4):
-                lane = int.from_bytes(data[p:p + 4], "little")
-                v[i] = (_rotl((v[i] + lane * _P2) & _M, 13) * _P1) & _M
-                p += 4
-        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M
-    else:
-        h = (seed + _P5) & _M
-    h = (h + n) & _M
-    while p + 4 <= n:
-        h = (_rotl((h + int.from_bytes(data[p:p + 4], "little") * _P3) & _M, 17) * _P4) & _M
-        p += 4
-    while p < n:
-        h = (_rotl((h + data[p] * _P5) & _M, 11) * _P1) & _M
-        p += 1
-    h ^= h >> 15
-    h = (h * _P2) & _M
-    h ^= h >> 13
-    h = (h * _P3) & _M
-    h ^= h >> 16
-    return h
-
-
-def fix_lz4_header(frame: Buffer, *, broken: bool) -> bytes:
-    """`frame` with its header checksum computed the broken pre-0.10 Kafka way (over the
-    frame magic too, `broken=True`) or the LZ4-frame way (`broken=False`)."""
-    data = bytearray(frame)
-    if len(data) < 7 or data[:4] != LZ4_MAGIC:
-        raise CorruptMessageError("lz4 data without an LZ4 frame header")
-    flg = data[4]
-    hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
-    if hc_pos >= len(data):
-        raise CorruptMessageError("truncated LZ4 frame header")
-    start = 0 if broken else 4
-    data[hc_pos] = (xxh32(bytes(data[start:hc_pos])) >> 8) & 0xFF
-    return bytes(data)
-
-
 def legacy_compress(codec: int, magic: int, data: Buffer) -> bytes:
     """A legacy wrapper's value: `data` compressed as a magic-`magic` writer does."""
     out = compress(codec, data)
@@ -159,8 +104,6 @@ def encode_message_set(magic: int, records: Iterable[Record], codec: int = CODEC
 def _legacy_runs(buf: Buffer, max_decompressed: int) -> Iterator[tuple[int, list[Record]]]:
     """(codec, records) runs of a producer's legacy message set: consecutive plain messages
     together, each compressed wrapper alone. A partial entry at the end is an error."""
-    from kafkafast.records.legacy import LOG_OVERHEAD, decode_legacy_entry
-
     mv = memoryview(buf)
     pos = 0
     plain: list[Record] = []
@@ -232,8 +175,6 @@ def downconvert_batch(buf: Buffer, pos: int, magic: int, min_offset: int = 0) ->
 
 def downconvert(buf: Buffer, magic: int, min_offset: int = 0) -> bytes:
     """Every v2 batch of `buf` (whole batches) as one magic-`magic` message set."""
-    from kafkafast.records.batch import iter_entries
-
     out = bytearray()
     mv = memoryview(buf)
     for pos, _size, entry_magic in iter_entries(mv):

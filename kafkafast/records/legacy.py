@@ -29,6 +29,7 @@ import zlib
 
 from kafkafast.protocol.errors import CorruptMessageError
 from kafkafast.records.compression import MAX_DECOMPRESSED_SIZE, decompress
+from kafkafast.records.lz4_legacy import fix_lz4_header
 from kafkafast.records.model import (
     ATTR_TIMESTAMP_TYPE,
     CODEC_LZ4,
@@ -104,8 +105,6 @@ def decode_legacy_entry(buf: Buffer, pos: int = 0, *, check_crc: bool = True,
         raise CorruptMessageError("compressed legacy wrapper without a value")
     value = record.value
     if codec == CODEC_LZ4 and header.magic == 0:
-        from kafkafast.records.convert import fix_lz4_header
-
         value = fix_lz4_header(value, broken=False)
     inner_set = memoryview(decompress(codec, value, max_size))
     inner: list[Record] = []

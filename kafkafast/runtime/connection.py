@@ -46,7 +46,7 @@ import time
 from collections import deque
 from typing import Any
 
-from kafkafast.broker.broker import CloseConnection
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol.primitives import FileRegion
 from kafkafast.security.context import security_of

@@ -31,7 +31,7 @@ import logging
 import struct
 from typing import Any
 
-from kafkafast.broker.broker import CloseConnection
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.produce import ProduceResponse

@@ -49,24 +49,16 @@ import ssl
 from collections import Counter
 from typing import Any, Callable
 
+from kafkafast.broker.dynamic_configs import parse_overrides
 from kafkafast.metrics import recorder as request_metrics
-from kafkafast.runtime.listening import LISTEN_BACKLOG
 from kafkafast.runtime.shared_counters import ADMITTED, IP_REFUSED, IP_UNTRACKED, MAX_LISTENERS, WAIT, ip_key
+
+LISTEN_BACKLOG = 1024  # each worker's listen() backlog (runtime/listening.py binds, the Acceptor listens)
 
 log = logging.getLogger("kafkafast.limits")
 INT_MAX = 2147483647
 ACCEPT_RETRY = 0.05  # seconds between admission attempts while a listener is at its limit
 ACCEPT_BATCH = 64  # connections accepted per readiness event
-
-
-def parse_overrides(text: str | None) -> dict[str, int]:
-    out = {}
-    for item in filter(None, (s.strip() for s in (text or "").split(","))):
-        host, sep, count = item.rpartition(":")
-        if not sep or not count.strip().isdigit():
-            raise ValueError(f"max.connections.per.ip.overrides: bad entry {item!r} (expected host:count)")
-        out[host.strip()] = int(count)
-    return out
 
 
 class Admission:

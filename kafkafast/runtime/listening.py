@@ -21,9 +21,6 @@ from kafkafast.config import ConfigError
 from kafkafast.security.listeners import ListenerSpec, listener_specs
 
 
-LISTEN_BACKLOG = 1024
-
-
 class ListenerError(OSError):
     """A listener's address cannot be taken (in use, or by another kafkafast broker)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkafast.broker.broker import CloseConnection
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.security.context import security_of
 from kafkafast.security.sasl import PRE_AUTH_KEYS, AuthenticationFailed, SecuritySession
 from kafkafast.security.tls import PrincipalMapper, subject_dn

@@ -195,7 +195,7 @@ class TestControl:
                 if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
                     if api_key == PRODUCE and request.acks == 0:
                         # Kafka closes an acks=0 producer's connection on an error: its only signal.
-                        from kafkafast.broker.broker import CloseConnection
+                        from kafkafast.protocol.errors import CloseConnection
 
                         raise CloseConnection("injected produce error with acks=0")
                     response = await self._error_answer(api_key, header, request, rule, conn)
@@ -212,7 +212,7 @@ class TestControl:
             if rule["kind"] == "delay":
                 await asyncio.sleep(rule["delay_ms"] / 1000.0)
             else:
-                from kafkafast.broker.broker import CloseConnection
+                from kafkafast.protocol.errors import CloseConnection
 
                 raise CloseConnection(f"dropped the answer to api {api_key} (injected by the test)")
         return parts

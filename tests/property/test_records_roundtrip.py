@@ -167,7 +167,8 @@ def test_magic0_lz4_uses_the_broken_header_checksum() -> None:
     magic too), which a strict LZ4 frame decoder refuses; magic 1 uses the correct one."""
     import lz4.frame
 
-    from kafkafast.records.convert import LZ4_MAGIC, legacy_compress, xxh32
+    from kafkafast.records.convert import legacy_compress
+    from kafkafast.records.lz4_legacy import LZ4_MAGIC, xxh32
 
     data = b"legacy lz4 " * 50
     old, new = legacy_compress(3, 0, data), legacy_compress(3, 1, data)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkafast.broker.groups.group import GroupState
-from kafkafast.broker.groups.offsets_records import CommittedOffset
+from kafkafast.broker.groups.offsets_records import CommittedOffset, consumer_group_key, consumer_key, group_key
 
 STABLE = "stable"
 UNREVOKED = "unrevoked_partitions"
@@ -268,3 +268,21 @@ def assignment_bytes(partitions: dict[str, list[int]]) -> bytes:
         out += _string(topic) + struct.pack(">i", len(parts)) + b"".join(struct.pack(">i", p) for p in sorted(parts))
     out += struct.pack(">i", -1)
     return bytes(out)
+
+
+class HeartbeatError(Exception):
+    """A ConsumerGroupHeartbeat answered with `code` (and `message`) instead of an assignment."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def group_tombstones(group: Any) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones for an (empty) group's own records: GroupMetadata, or the consumer group's
+    ConsumerGroupMetadata, PartitionMetadata and TargetAssignmentMetadata."""
+    if isinstance(group, ConsumerGroup):
+        return [(consumer_key("target_epoch", group.group_id), None),
+                (consumer_key("partition_metadata", group.group_id), None), (consumer_group_key(group.group_id), None)]
+    return [(group_key(group.group_id), None)]
