@@ -25,6 +25,10 @@ DELETE_DIR_SUFFIX = "-delete"
 MIN_FREE_BYTES_FOR_NEW_PARTITION = 1 << 20  # a dir with less free space gets new partitions last
 INITIAL_TASK_DELAY_MS = 30000  # Kafka's LogManager.InitialTaskDelayMs: first run of each periodic task
 
+# Test hook (kafkafast.testing): called with (topic, partition) before a partition's log is
+# opened at load; a test holds it there to keep the partition loading.
+load_fault: Callable[[str, int], None] | None = None
+
 StateFactory = Callable[[str, int], PartitionState]
 
 
@@ -167,6 +171,8 @@ class LogManager:
                 continue
             topic, partition = key
             state = self.state_factory(topic, partition)
+            if load_fault is not None:
+                load_fault(topic, partition)
             try:
                 log = Log.open(path, topic, partition, self._config_for(topic, configs), state,
                                needs_recovery=not clean, recovery_point=recovery_points.get(key, 0),
