@@ -175,9 +175,13 @@ class Broker:
                                                 for i in range(t.partitions)}
         self.log_manager.load_all(self._config_for_topic)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
-        if scanned:
-            log.warning("recovering after an unclean shutdown: scanned %d bytes in %d partitions, truncated %d bytes",
-                        sum(scanned.values()), len(scanned), sum(self.log_manager.last_load_truncated.values()))
+        if not self.log_manager.last_load_clean:
+            log.warning("unclean start (no clean shutdown): recovery scan of %d bytes in %d partitions, truncated "
+                        "%d bytes", sum(scanned.values()), len(scanned),
+                        sum(self.log_manager.last_load_truncated.values()))
+        elif scanned:
+            log.info("clean start: no recovery scan; %d bytes read in %d partitions to rebuild missing or damaged "
+                     "indexes", sum(scanned.values()), len(scanned))
         else:
             log.info("clean start: no recovery scan")
         self._apply_topics()

@@ -113,6 +113,7 @@ class OwnedLogManager(LogManager):
         self.table = table
 
     def load_all(self, configs: Any = None) -> None:
+        self.last_load_clean = self.clean  # the supervisor's decision (storage.log_manager.clean_start)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, configs, clean=self.clean, owned=self.owns)
 
