@@ -81,6 +81,21 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.state.log_end_offset
 
+    @property
+    def loading(self) -> bool:
+        """Whether nothing of the partition is published yet in this start (with worker
+        processes: its owner has not loaded it yet, `runtime/worker.py`); never in one process."""
+        return False
+
+    def unavailable_error(self) -> int:
+        """The error every request for the partition gets before anything of it is read, 0
+        when none: NOT_LEADER_OR_FOLLOWER while it is loading (Kafka's answer for a partition
+        a broker does not serve yet: clients refresh their metadata, which lists it without a
+        leader until then, and retry), KAFKA_STORAGE_ERROR while its log is offline."""
+        if self.loading:
+            return E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return E.ErrorCode.KAFKA_STORAGE_ERROR if self.log.state.offline else 0
+
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, set()
         for fut in waiters:
@@ -156,9 +171,13 @@ class Broker:
                                                 for i in range(t.partitions)}
         self.log_manager.load_all(self._config_for_topic)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
-        if scanned:
-            log.warning("recovering after an unclean shutdown: scanned %d bytes in %d partitions, truncated %d bytes",
-                        sum(scanned.values()), len(scanned), sum(self.log_manager.last_load_truncated.values()))
+        if not self.log_manager.last_load_clean:
+            log.warning("unclean start (no clean shutdown): recovery scan of %d bytes in %d partitions, truncated "
+                        "%d bytes", sum(scanned.values()), len(scanned),
+                        sum(self.log_manager.last_load_truncated.values()))
+        elif scanned:
+            log.info("clean start: no recovery scan; %d bytes read in %d partitions to rebuild missing or damaged "
+                     "indexes", sum(scanned.values()), len(scanned))
         else:
             log.info("clean start: no recovery scan")
         self._apply_topics()

@@ -10,7 +10,7 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
 
     header, 4096 bytes, int64 words
       [0]  magic  0x4B4653484D303031 ("KFSHM001")
-      [1]  layout version (2)
+      [1]  layout version (4)
       [2]  number of workers N
       [3]  number of partition slots
       [4]  metadata generation: +1 (under the table lock) after every topic change;
@@ -21,9 +21,14 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
            registration, worker 0, has established it)
       [8]  cluster mode: broker epoch (czxid of `/brokers/ids/<id>`, -1 unregistered)
       [9]  cluster mode: 1 while a replaced worker asks worker 0 to register the broker again
-      [16 + 4*i ... 16 + 4*i + 3]  worker i (i < MAX_WORKERS):
+      [16 + 5*i ... 16 + 5*i + 4]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
-           serving), recovered partitions at its last start
+           serving), recovered partitions at its last start, loaded (1 once an
+           incarnation of it has loaded its partitions since the supervisor started: from
+           then on their slots hold state it published; never cleared, a replacement's
+           load starts from its predecessor's published state). Until then the other
+           workers answer its partitions as not served yet (`WorkerPartition.loading`):
+           their slots are still zeros.
 
     slot k, 768 bytes at HEADER_BYTES + k * SLOT_BYTES
       int64 [0]      state: 0 free, 1 live, 2 deleted (a tombstone: probing continues)
@@ -92,7 +97,7 @@ from kafkafast.runtime.file_lock import ProcessFileLock
 from kafkafast.storage.partition_state import FIELDS
 
 MAGIC = 0x4B4653484D303031
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 HEADER_BYTES = 4096
 SLOT_BYTES = 768
 SLOT_WORDS = SLOT_BYTES // 8
@@ -101,7 +106,8 @@ WAITERS_AT = 192  # byte offset of the waiter bytes inside a slot
 
 H_MAGIC, H_VERSION, H_WORKERS, H_SLOTS, H_METADATA_GEN, H_SUPERVISOR_PID, H_SHUTTING_DOWN = range(7)
 H_WORKER_TABLE = 16
-W_PID, W_INCARNATION, W_READY, W_RECOVERED = range(4)
+WORKER_WORDS = 5
+W_PID, W_INCARNATION, W_READY, W_RECOVERED, W_LOADED = range(WORKER_WORDS)
 
 S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
 S_FIELDS = 5
@@ -121,6 +127,7 @@ F_ID, F_LEO, F_LAST_FETCH_MS, F_LEO_AT_LAST_FETCH, F_LAST_CAUGHT_UP_MS = range(F
 FREE, LIVE, DELETED = 0, 1, 2
 
 assert len(FIELDS) <= 16, "published state outgrew its slot"
+assert H_WORKER_TABLE + WORKER_WORDS * MAX_WORKERS <= HEADER_BYTES // 8, "worker table outgrew the header"
 
 
 def process_running(pid: int) -> bool:
@@ -254,10 +261,10 @@ class PartitionTable:
         self.q[H_SHUTTING_DOWN] = 1
 
     def worker_word(self, worker: int, field: int) -> int:
-        return self.q[H_WORKER_TABLE + 4 * worker + field]
+        return self.q[H_WORKER_TABLE + WORKER_WORDS * worker + field]
 
     def set_worker_word(self, worker: int, field: int, value: int) -> None:
-        self.q[H_WORKER_TABLE + 4 * worker + field] = value
+        self.q[H_WORKER_TABLE + WORKER_WORDS * worker + field] = value
 
     # -- slots --------------------------------------------------------------------------
     def _home(self, hi: int, lo: int, partition: int) -> int:
@@ -339,7 +346,7 @@ class PartitionTable:
         pid, incarnation = word & 0xFFFFFFFF, word >> 32
         q = self.q
         for i in range(self.workers):
-            at = H_WORKER_TABLE + 4 * i
+            at = H_WORKER_TABLE + WORKER_WORDS * i
             if q[at + W_PID] == pid:
                 return q[at + W_INCARNATION] == incarnation and process_running(pid)
         return False

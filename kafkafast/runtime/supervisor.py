@@ -51,7 +51,7 @@ from kafkafast.runtime.shared_counters import SharedCounters
 from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
-from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
+from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
 
 log = logging.getLogger("kafkafast.supervisor")
 
@@ -144,12 +144,11 @@ class Supervisor:
                 for name in os.listdir(d):
                     if name.endswith(DELETE_DIR_SUFFIX):
                         shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+                clean &= clean_start(d)  # the marker, or a new dir: what a one-process broker decides
                 marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
                 if os.path.exists(marker):
                     os.unlink(marker)
                     fsync_dir(d)
-                else:
-                    clean = False
             except OSError as exc:  # the workers take this dir offline; the others serve
                 log.error("log dir %s failed: %s", d, exc)
                 clean = False
@@ -209,9 +208,10 @@ class Supervisor:
         sigs = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
         signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
         self.prepare()
-        log.info("kafkafast supervisor %d: %d workers on %s:%d, data in %s, %s start, run dir %s", os.getpid(),
+        log.info("kafkafast supervisor %d: %d workers on %s:%d, data in %s, %s, run dir %s", os.getpid(),
                  self.n, self.config.listeners()[0].host, self.port, ",".join(self.config.log_dirs),
-                 "clean" if self.clean_start else "unclean (owners recover their partitions)", self.run_dir)
+                 "clean start" if self.clean_start else "unclean start (the workers recover their partitions)",
+                 self.run_dir)
         try:
             for i in range(self.n):
                 self.spawn(i, self.clean_start)

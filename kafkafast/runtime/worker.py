@@ -113,6 +113,7 @@ class OwnedLogManager(LogManager):
         self.table = table
 
     def load_all(self, configs: Any = None) -> None:
+        self.last_load_clean = self.clean  # the supervisor's decision (storage.log_manager.clean_start)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, configs, clean=self.clean, owned=self.owns)
 
@@ -192,12 +193,16 @@ class RemoteLog:
 
 
 class WorkerPartition(Partition):
-    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged")
+    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged", "table",
+                 "known_at_load")
 
-    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes) -> None:
+    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes,
+                 table: shm.PartitionTable, known_at_load: bool) -> None:
         super().__init__(topic, index, log_)
         self.slot = slot
         self.owner = owner
+        self.table = table
+        self.known_at_load = known_at_load  # its topic was there when this worker loaded: it may hold records
         self.topic_id = topic_id
         self.seen_hw = -1
         self.parked = 0
@@ -209,6 +214,15 @@ class WorkerPartition(Partition):
         hw = self.log.state.high_watermark
         self.seen_hw = hw  # what the fetch about to park saw: the wake-up compares against it
         return hw
+
+    @property
+    def loading(self) -> bool:
+        """Until its owner has loaded its partitions in this start, the slot of a partition
+        this worker found at its own load holds zeros (the table is new at every start), not
+        its state: nothing may be read from it. A partition created after that is empty until
+        its owner opens it (no append happens before: a produce goes to the owner until it
+        has), so its zeros are its state."""
+        return self.known_at_load and not self.table.worker_word(self.owner, shm.W_LOADED)
 
 
 class WorkerBroker(Broker):
@@ -280,6 +294,7 @@ class WorkerBroker(Broker):
                 self.log_manager.forget(lg.topic, lg.partition)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
         self.table.set_worker_word(self.index, shm.W_RECOVERED, len(scanned))
+        self.table.set_worker_word(self.index, shm.W_LOADED, 1)  # its slots hold published state from now on
         log.info("worker %d (incarnation %d): %d owned partitions loaded in %.2fs; recovery scan of %d bytes "
                  "in %d partitions", self.index, self.incarnation, len(self.log_manager.all_logs()),
                  time.monotonic() - t0, sum(scanned.values()), len(scanned))
@@ -327,7 +342,8 @@ class WorkerBroker(Broker):
                     lg = self.log_manager.create(meta.name, i, cfg)
             else:
                 lg = RemoteLog(self.log_dirs, meta.name, i, self.table.state(slot), cfg)
-            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id)
+            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.table,
+                                                   known_at_load=not self.started)
 
     def _drop(self, key: tuple[str, int]) -> None:
         part = self.partitions.pop(key, None)

@@ -25,6 +25,10 @@ DELETE_DIR_SUFFIX = "-delete"
 MIN_FREE_BYTES_FOR_NEW_PARTITION = 1 << 20  # a dir with less free space gets new partitions last
 INITIAL_TASK_DELAY_MS = 30000  # Kafka's LogManager.InitialTaskDelayMs: first run of each periodic task
 
+# Test hook (kafkafast.testing): called with (topic, partition) before a partition's log is
+# opened at load; a test holds it there to keep the partition loading.
+load_fault: Callable[[str, int], None] | None = None
+
 StateFactory = Callable[[str, int], PartitionState]
 
 
@@ -45,6 +49,19 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not part.isdigit():
         return None
     return topic, int(part)
+
+
+def clean_start(log_dir: str) -> bool:
+    """Whether the logs in `log_dir` need no recovery scan: its clean-shutdown marker is there,
+    or it holds no partition yet (a new dir has nothing to recover). The supervisor of worker
+    processes and a one-process broker decide the same way, so their log lines agree."""
+    if os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)):
+        return True
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return False  # (an unreadable dir goes offline at load)
+    return not any(parse_partition_dir(n) is not None and os.path.isdir(os.path.join(log_dir, n)) for n in names)
 
 
 class LogManager:
@@ -111,6 +128,8 @@ class LogManager:
         """Bytes re-validated by recovery scans per log at the last `load_all` (0: none)."""
         self.last_load_truncated: dict[tuple[str, int], int] = {}
         """Bytes cut off invalid tails per log at the last `load_all`."""
+        self.last_load_clean = True
+        """Whether the last `load_all` was a clean start (`clean_start` in every dir): no recovery scan."""
         self.expected_partitions: set[tuple[str, int]] = set()
         """Partitions known to exist (the broker's topics at load): one of them that is not
         found while a dir is offline is taken offline in `create`, not re-created empty."""
@@ -135,11 +154,13 @@ class LogManager:
 
     def load_all(self, configs: Mapping[str, LogConfig] | Callable[[str], LogConfig] | None = None) -> None:
         """Open every partition directory; `configs` gives topic configs (default otherwise)."""
+        self.last_load_clean = True
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-            clean = os.path.exists(marker)
+            clean = clean_start(log_dir)
+            self.last_load_clean &= clean
             self._load_dir(log_dir, configs, clean=clean, owned=lambda topic, partition: True)
-            if clean:
+            if os.path.exists(marker):
                 os.unlink(marker)
                 fsync_dir(log_dir)
 
@@ -167,6 +188,8 @@ class LogManager:
                 continue
             topic, partition = key
             state = self.state_factory(topic, partition)
+            if load_fault is not None:
+                load_fault(topic, partition)
             try:
                 log = Log.open(path, topic, partition, self._config_for(topic, configs), state,
                                needs_recovery=not clean, recovery_point=recovery_points.get(key, 0),

@@ -17,6 +17,8 @@ A rule is a JSON object with an `id`, a `kind` and the fields of that kind:
     disk    topic, partition, count                        fail segment writes with EIO
     die_writing  topic, partition, count                   the writing worker SIGKILLs itself in the
                                                            middle of a segment write (a torn batch)
+    hold_load  topic, partition                            the process loading the partition at start-up
+                                                           waits before opening its log while the rule is there
     rebalance  group                                       one-shot: the group rebalances
     expire  group, member                                  one-shot: the member's session expires
     kill_worker  worker                                    one-shot: that worker SIGKILLs itself

@@ -2,7 +2,7 @@
 
 `TestControl` is attached to a Broker when its properties name a control directory
 (`kafkafast.testing.control`, see `control.py` for the files and the rule kinds). It hooks
-the broker in three places and nowhere else:
+the broker in these places and nowhere else:
 
 * request dispatch: every client connection hands its frames to `handle_frame` instead
   of `Broker.handle_frame` (`runtime/connection.py`); with no rule for the request's API
@@ -10,7 +10,8 @@ the broker in three places and nowhere else:
   the worker that the client is connected to, before any forwarding between workers.
 * segment writes: `kafkafast.storage.segment.write_fault` raises EIO for a `disk` rule,
   so the produce path meets a real failed write (the segment is truncated back and the
-  partition answers KAFKA_STORAGE_ERROR).
+  partition answers KAFKA_STORAGE_ERROR); `kafkafast.storage.log_manager.load_fault` holds
+  the load of a partition at start-up while a `hold_load` rule names it.
 * a task on the broker's loop (every TICK_S): fires manual-clock timers, carries out the
   one-shot rules that belong to this process (rebalance and expire for groups this
   process coordinates, kill_worker for this worker).
@@ -29,6 +30,7 @@ import errno
 import logging
 import os
 import signal
+import time
 from typing import Any
 
 from kafkafast import clock
@@ -37,6 +39,7 @@ from kafkafast.testing.control import ControlFiles
 log = logging.getLogger("kafkafast.testing")
 
 TICK_S = 0.005
+HOLD_LOAD_MAX_S = 60.0  # a held load goes on after this, so a test that never releases it cannot hang a broker
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
 REQUEST_KINDS = ("error", "delay", "drop", "pause")
 # api key -> (request topics, topic name, request partitions, partition index,
@@ -88,9 +91,10 @@ class TestControl:
         self._task: asyncio.Task | None = None
         if os.path.exists(self.files.clock_path):
             clock.use_manual_clock(self.files.clock_path)
-        from kafkafast.storage import segment
+        from kafkafast.storage import log_manager, segment
 
         segment.write_fault = self._disk_fault
+        log_manager.load_fault = self._hold_load
 
     # -- rule file --------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -169,6 +173,24 @@ class TestControl:
             if rule["kind"] == "die_writing" and _matches(rule, topic, int(partition)) \
                     and self.files.use(rule["id"]):
                 _torn_write_and_die(segment_dir)
+
+    def _hold_load(self, topic: str, partition: int) -> None:
+        """Waits (in the loading process, before it opens the partition's log) while a
+        `hold_load` rule names the partition, at most HOLD_LOAD_MAX_S."""
+        deadline = time.monotonic() + HOLD_LOAD_MAX_S
+        held = False
+        while True:
+            self.refresh()
+            if not any(r["kind"] == "hold_load" and _matches(r, topic, partition) for r in self.rules):
+                return
+            if not held:
+                held = True
+                log.warning("test control: holding the load of %s-%d", topic, partition)
+            if time.monotonic() > deadline:
+                log.warning("test control: the load of %s-%d was held for %.0fs; loading it now", topic, partition,
+                            HOLD_LOAD_MAX_S)
+                return
+            time.sleep(TICK_S)
 
     # -- dispatch hook ----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any) -> list | None:

@@ -91,6 +91,13 @@ class Faults:
         (with worker processes: the supervisor forks a replacement)."""
         return self.files.add({"kind": "die_writing", "topic": topic, "partition": partition, "count": count})
 
+    def hold_load(self, topic: str, partition: int | None = None) -> int:
+        """At the broker's next start, the process that loads the partition (with worker
+        processes: its owner) stops before opening its log and waits until this rule is
+        removed (`remove(id)`; at most 60 s): the partition stays loading while the other
+        workers serve. A broker with one process does not answer at all meanwhile."""
+        return self.files.add({"kind": "hold_load", "topic": topic, "partition": partition})
+
     def force_rebalance(self, group: str, *, timeout: float = 10.0) -> None:
         """The group's coordinator starts a rebalance now (members see REBALANCE_IN_PROGRESS
         and rejoin); returns once the broker has done it."""

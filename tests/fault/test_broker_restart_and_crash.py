@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -94,3 +95,45 @@ def test_sigkill_during_produce_loses_no_acknowledged_record(broker):
         assert stored.get(where) == value, where
     values = list(stored.values())
     assert len(values) == len(set(values)), "a record is stored twice"
+
+
+def start_lines(b, since: int, workers: int) -> list[str]:
+    """The clean/unclean lines of the start whose log begins at byte `since`: the supervisor's
+    (with workers) and each process's that loads partitions, once all of them have logged."""
+    deadline = time.monotonic() + 30
+    while True:
+        with open(b.log_path, "rb") as fh:
+            fh.seek(since)
+            lines = [line for line in fh.read().decode(errors="replace").splitlines() if "clean start" in line]
+        loaders = [line for line in lines if "kafkafast.broker:" in line]
+        if len(loaders) >= max(workers, 1):
+            return lines
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_supervisor_and_workers_tell_one_story_about_a_clean_or_unclean_start(broker_factory, workers):
+    b = broker_factory(workers=workers)  # a fresh data dir: nothing to recover, a clean start
+    fresh = start_lines(b, 0, workers)
+    assert fresh and all(" clean start" in line for line in fresh), fresh
+    if workers:
+        assert any("kafkafast.supervisor:" in line for line in fresh), fresh
+    create(b.bootstrap, "story", 2)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(10):
+        p.produce("story", value=b"%d" % i, partition=i % 2)
+    assert p.flush(10) == 0
+
+    b.kill()  # no clean shutdown: the next start recovers, and every line says so
+    since = b.log_path.stat().st_size
+    b.start()
+    unclean = start_lines(b, since, workers)
+    assert len(unclean) == max(workers, 1) + (1 if workers else 0), unclean
+    assert all("unclean start" in line for line in unclean), unclean
+
+    assert b.stop() == 0
+    since = b.log_path.stat().st_size
+    b.start()
+    clean = start_lines(b, since, workers)
+    assert len(clean) == len(unclean) and all(" clean start" in line for line in clean), clean

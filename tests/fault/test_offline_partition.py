@@ -66,6 +66,17 @@ def metadata(port, topic):
         return sorted(c.request(req, 12).topics[0].partitions, key=lambda p: p.partition_index)
 
 
+def wait_until_loaded(port, topic):
+    """Waits (bounded) until every worker has loaded its partitions of `topic`: each has a
+    leader or is offline. Before, the worker that answered lists the partitions another
+    worker still loads without a leader and answers their requests NOT_LEADER_OR_FOLLOWER
+    (tests/fault/test_partition_loading.py)."""
+    deadline = time.monotonic() + 30
+    while any(p.leader_id < 0 and not p.offline_replicas for p in metadata(port, topic)):
+        assert time.monotonic() < deadline, metadata(port, topic)
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_unopenable_partition_goes_offline_and_the_rest_keeps_serving(broker_factory, workers):
     b = broker_factory(workers=workers)
@@ -80,6 +91,7 @@ def test_unopenable_partition_goes_offline_and_the_rest_keeps_serving(broker_fac
     segment.mkdir()
 
     b.start()
+    wait_until_loaded(b.port, "off")
     for _ in range(3):  # whichever worker answers
         p0, p1 = metadata(b.port, "off")
         assert (p0.error_code, p0.leader_id, list(p0.offline_replicas), list(p0.isr_nodes)) == \
@@ -103,6 +115,7 @@ def test_unopenable_partition_goes_offline_and_the_rest_keeps_serving(broker_fac
     segment.rmdir()
     segment.with_name("moved-away").rename(segment)
     b.start()
+    wait_until_loaded(b.port, "off")
     assert metadata(b.port, "off")[0].error_code == 0
     assert_readable(b, "off", 0, acked[0])
     assert_readable(b, "off", 1, acked[1])
@@ -122,6 +135,7 @@ def test_failed_log_dir_goes_offline_and_the_other_dir_keeps_serving(tmp_path, b
     bad.write_bytes(b"")  # the log dir is gone: a file stands where it was
 
     b.start()
+    wait_until_loaded(b.port, "jbod")
     for _ in range(3):
         parts = metadata(b.port, "jbod")
         assert (parts[lost].error_code, parts[lost].leader_id, list(parts[lost].offline_replicas)) == \
@@ -140,6 +154,7 @@ def test_failed_log_dir_goes_offline_and_the_other_dir_keeps_serving(tmp_path, b
     bad.unlink()
     (tmp_path / "bad-away").rename(bad)
     b.start()
+    wait_until_loaded(b.port, "jbod")
     assert [p.error_code for p in metadata(b.port, "jbod")] == [0, 0]
     assert_readable(b, "jbod", lost, acked[lost])
     assert_readable(b, "jbod", kept, acked[kept])

@@ -2,7 +2,8 @@
 
 Moves each partition's log start offset to the requested offset (-1 means the high
 watermark), deleting whole segments below it; answers the new low watermark. An offset
-above the high watermark is OFFSET_OUT_OF_RANGE."""
+above the high watermark is OFFSET_OUT_OF_RANGE; a partition still loading at its owner worker
+NOT_LEADER_OR_FOLLOWER, an offline one KAFKA_STORAGE_ERROR."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from kafkafast.protocol import errors as E
@@ -25,6 +26,10 @@ async def handle(broker, ctx, req: DeleteRecordsRequest, version: int) -> Delete
                 tr.partitions.append(PartResult(partition_index=p.partition_index, low_watermark=-1,
                                                 error_code=denied(broker, ctx, acl.DELETE, acl.TOPIC, t.name)
                                                 or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            code = part.unavailable_error()
+            if code:
+                tr.partitions.append(PartResult(partition_index=p.partition_index, low_watermark=-1, error_code=code))
                 continue
             target = part.high_watermark if p.offset == -1 else p.offset
             try:

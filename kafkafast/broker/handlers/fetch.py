@@ -24,7 +24,8 @@ available the fetch parks until an append to one of its partitions wakes it or
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
 (producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
 the high watermark. An offline partition (its log
-could not be opened) answers KAFKA_STORAGE_ERROR.
+could not be opened) answers KAFKA_STORAGE_ERROR, one still loading at its owner worker
+NOT_LEADER_OR_FOLLOWER.
 """
 import asyncio
 import logging
@@ -62,6 +63,9 @@ def _read_all(broker, req, version, plan):
         for fp, part in fp_list:
             if part is None:
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if part.loading:  # its owner worker still loads it: nothing is published, no offsets either
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.NOT_LEADER_OR_FOLLOWER))
                 continue
             if part.state.offline:
                 log_storage_error(part, "offline", "its log could not be opened")

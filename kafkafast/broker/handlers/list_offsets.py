@@ -11,7 +11,8 @@ timestamp -2 (earliest): the log start offset; -1 (latest): the high watermark (
 stable offset for READ_COMMITTED); -3 (max timestamp, v7): the offset of the
 record with the largest timestamp; otherwise the first offset whose timestamp is at least
 the target, found through the time index (offset -1 and timestamp -1 when there is none).
-An offline partition (its log could not be opened) answers KAFKA_STORAGE_ERROR.
+An offline partition (its log could not be opened) answers KAFKA_STORAGE_ERROR, one still
+loading at its owner worker NOT_LEADER_OR_FOLLOWER (`Partition.unavailable_error`).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -45,9 +46,9 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                                               or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
-            if part.state.offline:
-                tr.partitions.append(PartResp(partition_index=p.partition_index,
-                                              error_code=E.ErrorCode.KAFKA_STORAGE_ERROR,
+            code = part.unavailable_error()
+            if code:
+                tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=code,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
             if getattr(broker, "cluster", None) is not None and not part.is_leader:

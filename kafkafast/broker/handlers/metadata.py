@@ -6,7 +6,9 @@ per partition. Unknown topics are auto-created when `auto.create.topics.enable` 
 the request allows it (always before v4); invalid names get INVALID_TOPIC_EXCEPTION,
 unknown topic ids (v10+) UNKNOWN_TOPIC_ID. A partition whose log is offline (its log dir
 failed) is listed as Kafka lists a partition whose only replica is offline: leader -1,
-LEADER_NOT_AVAILABLE, this broker in offline_replicas, an empty ISR.
+LEADER_NOT_AVAILABLE, this broker in offline_replicas, an empty ISR; one still loading at its
+owner worker (the broker's start) as a partition waiting for its leader: leader -1,
+LEADER_NOT_AVAILABLE, the ISR unchanged.
 v8+: when asked, each topic's and (v8-10) the cluster's authorized operations as the
 principal's ACLs allow them (`with_authorized_operations`); INT32_MIN when not asked.
 """
@@ -36,6 +38,11 @@ def topic_response(broker, meta, version):
     for i in range(meta.partitions):
         p = broker.partitions.get((meta.name, i))
         epoch = p.leader_epoch if p is not None else 0
+        if p is not None and p.loading:  # its owner worker still loads it: no leader yet, its replica in sync
+            parts.append(MetadataResponse.MetadataResponsePartition(
+                error_code=E.ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=epoch,
+                replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+            continue
         if p is not None and p.state.offline:  # its only replica's log dir failed: no leader
             parts.append(MetadataResponse.MetadataResponsePartition(
                 error_code=E.ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=epoch,

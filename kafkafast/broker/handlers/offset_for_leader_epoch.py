@@ -6,7 +6,8 @@ partition's leader-epoch checkpoint, as Kafka answers it. Consumers use it to va
 their position after a leader change; an epoch newer than any known gives -1/-1.
 `current_leader_epoch` (v2+) is checked: older is FENCED_LEADER_EPOCH, newer
 UNKNOWN_LEADER_EPOCH. Partitions appended to by another worker are answered from the
-checkpoint file they share. A principal with ClusterAction on the cluster (a follower
+checkpoint file they share, once their owner has loaded them (NOT_LEADER_OR_FOLLOWER before;
+an offline log KAFKA_STORAGE_ERROR). A principal with ClusterAction on the cluster (a follower
 broker) may ask about every topic; others need Describe on each, as in Kafka.
 """
 import os
@@ -46,9 +47,9 @@ async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) ->
                                             or E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition,
                                             leader_epoch=-1, end_offset=-1))
                 continue
-            if part.state.offline:
-                tr.partitions.append(Result(error_code=E.ErrorCode.KAFKA_STORAGE_ERROR, partition=p.partition,
-                                            leader_epoch=-1, end_offset=-1))
+            code = part.unavailable_error()
+            if code:
+                tr.partitions.append(Result(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1))
                 continue
             if getattr(broker, "cluster", None) is not None and not part.is_leader:
                 tr.partitions.append(Result(error_code=E.ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition,

@@ -144,9 +144,10 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if part is None:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            if part.state.offline:  # its log could not be opened (a failed dir): this partition only
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.KAFKA_STORAGE_ERROR,
-                                                     f"{topic.name}-{pd.index} is offline"))
+            code = part.unavailable_error()
+            if code:  # loading at its owner (not forwarded to wait there), or offline: this partition only
+                tr.partition_responses.append(_error(pd.index, code, f"{topic.name}-{pd.index} is "
+                                                     + ("loading" if part.loading else "offline")))
                 continue
             if pd.records is None or len(pd.records) == 0:
                 tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_RECORD, "empty record set"))
