@@ -6,12 +6,23 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kafkafast.client.cluster import TopicPartition
+from kafkafast.metrics import recorder
+from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+
+ListOffsetsTopic = ListOffsetsRequest.ListOffsetsTopic
+
 TCP_ESTABLISHED = "01"
+TICKS = os.sysconf("SC_CLK_TCK")
+MIN_ISR = "min.insync.replicas"
 
 
 class BrokerState:
@@ -34,6 +45,8 @@ class BrokerState:
         restarts = CounterMetricFamily("kafkafast_worker_restarts", "Worker processes replaced after they died")
         restarts.add_metric([], float(self.restarts.restarts()))
         yield restarts
+        yield from self._loops()
+        yield from process_families(self.restarts.serving() if self.restarts.workers > 0 else {})
         yield from self._log_sizes()
         try:
             yield from asyncio.run(asyncio.wait_for(self._ask_broker(), self.timeout))
@@ -43,6 +56,29 @@ class BrokerState:
         g = GaugeMetricFamily("kafkafast_broker_up", "1 when the broker answered the scrape's requests")
         g.add_metric([], up)
         yield g
+
+    def _loops(self) -> Iterator[Metric]:
+        """Each worker's event-loop busy fraction and the idle ratios Kafka reports for its
+        network and request-handler threads (in kafkafast one event loop per worker is both)."""
+        busy = GaugeMetricFamily("kafkafast_worker_busy_ratio",
+                                 f"Fraction of the last {WorkerWatch.BUSY_WINDOW_S:g} s the worker's event loop ran",
+                                 labels=["worker"])
+        cpu = CounterMetricFamily("kafkafast_worker_busy_seconds",
+                                  "CPU seconds of the worker's event-loop thread (this incarnation)", labels=["worker"])
+        ratios = []
+        for label, ratio, seconds in self.restarts.loops():
+            cpu.add_metric([label], seconds)
+            if ratio is not None:
+                busy.add_metric([label], ratio)
+                ratios.append(ratio)
+        yield busy
+        yield cpu
+        idle = 1.0 - sum(ratios) / len(ratios) if ratios else 1.0
+        for name, doc in (("kafka_network_socketserver_networkprocessoravgidlepercent",
+                           "Idle fraction of the network threads (the workers' event loops), 0 to 1"),
+                          ("kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
+                           "Idle fraction of the request handlers (the workers' event loops), 0 to 1")):
+            yield _one(GaugeMetricFamily(name, doc), idle)
 
     def _log_sizes(self) -> Iterator[Metric]:
         size = GaugeMetricFamily("kafka_log_log_size", "Bytes of a partition's segment files",
@@ -101,13 +137,57 @@ class BrokerState:
                               "Partitions not led by their first replica (reported by the controller)"),
                             sum(1 for _, p in parts if p.replicas and p.leader >= 0 and p.leader != p.replicas[0])
                             if cluster.controller_id == self.node_id else 0))
-            ends = await admin.list_offsets([(t, p.partition) for t, p in mine if p.leader == self.node_id], -1)
+            led = [(t, p) for t, p in mine if p.leader == self.node_id]
+            out.extend(await self._min_isr(admin, led))
+            out.append(_one(g("kafka_server_replicamanager_offlinereplicacount",
+                              "Partitions whose replica here is offline (its log dir failed)"),
+                            sum(1 for _, p in mine if self.node_id in p.offline_replicas)))
+            ends = await self._offsets(admin, led, -1)
+            starts = await self._offsets(admin, led, -2)
             leo = g("kafka_log_log_logendoffset", "Log end offset", labels=["topic", "partition"])
+            current = g("kafka_topic_partition_current_offset", "Log end offset of a partition led here",
+                        labels=["topic", "partition"])
+            oldest = g("kafka_topic_partition_oldest_offset", "Log start offset of a partition led here",
+                       labels=["topic", "partition"])
             for tp, off in sorted(ends.items()):
                 leo.add_metric([tp.topic, str(tp.partition)], float(off))
-            out.append(leo)
+                current.add_metric([tp.topic, str(tp.partition)], float(off))
+            for tp, off in sorted(starts.items()):
+                oldest.add_metric([tp.topic, str(tp.partition)], float(off))
+            out.extend((leo, current, oldest))
             out.extend(await self._groups(admin, ends))
         return out
+
+    async def _offsets(self, admin: Any, led: list, timestamp: int) -> dict[TopicPartition, int]:
+        """ListOffsets (-1: log end, -2: log start) of the partitions led here, asked of this
+        broker alone (the admin client's list_offsets waits for a leader of every partition of
+        a topic, which a topic with an offline partition never has)."""
+        if not led:
+            return {}
+        topics: dict[str, Any] = {}
+        for t, p in led:
+            topics.setdefault(t, ListOffsetsTopic(name=t, partitions=[])).partitions.append(
+                ListOffsetsTopic.ListOffsetsPartition(partition_index=p.partition, timestamp=timestamp))
+        resp = await admin.cluster.send(self.node_id, ListOffsetsRequest(replica_id=-1, isolation_level=0,
+                                                                          topics=list(topics.values())))
+        return {TopicPartition(t.name, p.partition_index): p.offset
+                for t in resp.topics for p in t.partitions if p.error_code == 0}
+
+    async def _min_isr(self, admin: Any, led: list) -> list[Metric]:
+        """Kafka's ReplicaManager UnderMinIsrPartitionCount and AtMinIsrPartitionCount: partitions
+        led here whose ISR is smaller than, or exactly, their topic's min.insync.replicas."""
+        topics = sorted({t for t, _ in led})
+        configs = await admin.describe_configs([(2, t) for t in topics], [MIN_ISR]) if topics else {}
+        under = at = 0
+        for t, p in led:
+            value = configs.get((2, t), {}).get(MIN_ISR)
+            minimum = int(value) if value else 1
+            under += len(p.isr) < minimum
+            at += len(p.isr) == minimum
+        return [_one(GaugeMetricFamily("kafka_server_replicamanager_underminisrpartitioncount",
+                                       "Partitions led here with fewer in-sync replicas than min.insync.replicas"), under),
+                _one(GaugeMetricFamily("kafka_server_replicamanager_atminisrpartitioncount",
+                                       "Partitions led here with exactly min.insync.replicas in-sync replicas"), at)]
 
     async def _groups(self, admin: Any, ends: dict) -> list[Metric]:
         groups = await admin.list_groups()
@@ -115,19 +195,35 @@ class BrokerState:
         n.add_metric([], float(len(groups)))
         lag = GaugeMetricFamily("kafka_consumergroup_lag", "Log end offset minus the group's committed offset",
                                 labels=["consumergroup", "topic", "partition"])
-        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "Lag of a group over its partitions",
+        lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "Lag of a group over a topic's partitions",
+                                    labels=["consumergroup", "topic"])
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "The group's committed offset",
+                                    labels=["consumergroup", "topic", "partition"])
+        current_sum = GaugeMetricFamily("kafka_consumergroup_current_offset_sum",
+                                        "The group's committed offsets summed over a topic's partitions",
+                                        labels=["consumergroup", "topic"])
+        members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group",
                                     labels=["consumergroup"])
         for g in groups:
             offsets = await admin.group_offsets(g.group_id)
-            total = 0
+            totals: dict[str, list[int]] = {}  # topic -> [lag, committed]
             for tp, (committed, end) in sorted(offsets.rows.items()):
                 if committed is None:
                     continue
                 value = max(0, ends.get(tp, end) - committed)
-                total += value
+                sums = totals.setdefault(tp.topic, [0, 0])
+                sums[0] += value
+                sums[1] += committed
                 lag.add_metric([g.group_id, tp.topic, str(tp.partition)], float(value))
-            lag_sum.add_metric([g.group_id], float(total))
-        return [n, lag, lag_sum]
+                current.add_metric([g.group_id, tp.topic, str(tp.partition)], float(committed))
+            for topic, (lags, committed) in sorted(totals.items()):
+                lag_sum.add_metric([g.group_id, topic], float(lags))
+                current_sum.add_metric([g.group_id, topic], float(committed))
+            try:
+                members.add_metric([g.group_id], float(len((await admin.describe_group(g.group_id)).members)))
+            except Exception:  # noqa: BLE001 - a group removed since it was listed
+                continue
+        return [n, lag, lag_sum, current, current_sum, members]
 
 
 def _one(metric: GaugeMetricFamily, value: float) -> GaugeMetricFamily:
@@ -151,22 +247,51 @@ def established_connections(port: int) -> int:
     return n
 
 
+def process_families(workers: dict[int, str]) -> Iterator[Metric]:
+    """The standard process_* series (prometheus_client's ProcessCollector: CPU seconds,
+    resident and virtual memory, open and maximum fds, start time) of this process, without
+    labels, and of each worker in `workers` (pid -> index), with its `worker` label."""
+    families: dict[str, Metric] = {}
+    for pid, label in [(None, ""), *workers.items()]:
+        collector = ProcessCollector(registry=None) if pid is None else ProcessCollector(pid=lambda p=pid: p, registry=None)
+        for m in collector.collect():
+            family = families.setdefault(m.name, Metric(m.name, m.documentation, m.type))
+            family.samples.extend(s._replace(labels={**s.labels, "worker": label}) if label else s for s in m.samples)
+    yield from families.values()
+
+
+def loop_thread_seconds(pid: int) -> float | None:
+    """CPU seconds (user and system) of the main thread of `pid`, a worker's event loop."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat", encoding="ascii") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()  # fields from the third (state) on
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 class WorkerWatch:
-    """Counts worker replacements: the supervisor's children are listed every 0.5 s and
-    each pid beyond the first `workers` is a restart (a worker that lives less than the
-    interval between two looks can be missed; the supervisor also logs every replacement)."""
+    """Counts worker replacements and samples each worker's event loop: the supervisor's
+    children are listed every 0.5 s and each pid beyond the first `workers` is a restart (a
+    worker that lives less than the interval between two looks can be missed; the supervisor
+    also logs every replacement). At each look the CPU time of each worker's main thread (its
+    event loop; the process itself with --workers 0) is read: the loop's busy fraction is its
+    growth over the last BUSY_WINDOW_S (time the loop waited in epoll is not CPU time; a
+    blocking disk wait inside the loop, not CPU either, shows as idle)."""
 
     INTERVAL = 0.5
+    BUSY_WINDOW_S = 10.0
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.pid = os.getpid()
         self.seen: set[int] = set()
+        self.samples: dict[int, deque[tuple[float, float]]] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if workers > 0:
-            self._thread = threading.Thread(target=self._run, name="kafkafast-worker-watch", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._run, name="kafkafast-worker-watch", daemon=True)
+        self._thread.start()
 
     def _children(self) -> set[int]:
         try:
@@ -175,9 +300,51 @@ class WorkerWatch:
         except OSError:
             return set()
 
+    def serving(self) -> dict[int, str]:
+        """pid -> worker index (as a label) of each live worker."""
+        if self.workers <= 0:
+            return {self.pid: "0"}
+        pids = recorder.worker_pids
+        return {pid: str(pids[pid]) for pid in sorted(self._children()) if pid in pids}
+
     def _run(self) -> None:
-        while not self._stop.wait(self.INTERVAL):
-            self.seen |= self._children()
+        while True:
+            if self.workers > 0:
+                self.seen |= self._children()
+            self._sample()
+            if self._stop.wait(self.INTERVAL):
+                return
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        serving = self.serving()
+        with self._lock:
+            for pid in list(self.samples):
+                if pid not in serving:
+                    del self.samples[pid]
+            for pid in serving:
+                seconds = loop_thread_seconds(pid)
+                if seconds is None:
+                    continue
+                window = self.samples.setdefault(pid, deque())
+                window.append((now, seconds))
+                while len(window) > 2 and now - window[1][0] >= self.BUSY_WINDOW_S:
+                    window.popleft()
+
+    def loops(self) -> list[tuple[str, float | None, float]]:
+        """(worker label, busy fraction over the window or None before two looks, CPU seconds)
+        of each worker's event loop."""
+        self._sample()
+        out = []
+        with self._lock:
+            for pid, label in self.serving().items():
+                window = self.samples.get(pid)
+                if not window:
+                    continue
+                (t0, c0), (t1, c1) = window[0], window[-1]
+                ratio = min(1.0, max(0.0, (c1 - c0) / (t1 - t0))) if t1 - t0 >= self.INTERVAL else None
+                out.append((label, ratio, c1))
+        return out
 
     def restarts(self) -> int:
         if self.workers <= 0:
