@@ -14,15 +14,17 @@ from typing import Any
 from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kafkafast.client.admin import AdminClient, admin_version
 from kafkafast.client.cluster import TopicPartition
 from kafkafast.metrics import recorder
-from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol import _generated as gen
 
-ListOffsetsTopic = ListOffsetsRequest.ListOffsetsTopic
+ListOffsetsTopic = gen.ListOffsetsRequest.ListOffsetsTopic
 
 TCP_ESTABLISHED = "01"
 TICKS = os.sysconf("SC_CLK_TCK")
 MIN_ISR = "min.insync.replicas"
+LEADER_TIMEOUT_S = 2.0
 
 
 class BrokerState:
@@ -108,42 +110,44 @@ class BrokerState:
         yield segments
 
     async def _ask_broker(self) -> list[Metric]:
-        from kafkafast.client.admin import AdminClient
-
+        """The gauges asked of this broker alone (Metadata, DescribeConfigs, ListOffsets,
+        ListGroups, OffsetFetch, DescribeGroups on one connection): a stopped or unreachable
+        other broker does not blank them; only the log ends of partitions a group committed
+        and another broker leads are asked of their leaders, within LEADER_TIMEOUT_S."""
         lst = self.listeners[0]
         host = "127.0.0.1" if lst.host in ("", "0.0.0.0", "::") else lst.host
         out: list[Metric] = []
         async with AdminClient(f"{host}:{lst.port}", client_id="kafkafast-metrics",
                                request_timeout_ms=int(self.timeout * 1000)) as admin:
-            cluster = await admin.describe_cluster()
-            topics = await admin.describe_topics(include_internal=True)
-            parts = [(t.name, p) for t in topics for p in t.partitions]
-            mine = [(t, p) for t, p in parts if self.node_id in p.replicas or p.leader == self.node_id]
+            conn = await admin.cluster.connection(self.node_id)
+            meta = await conn.send(gen.MetadataRequest(topics=None, allow_auto_topic_creation=False),
+                                   version=conn.version(3))
+            parts = [(t.name, p) for t in meta.topics for p in t.partitions]
+            mine = [(t, p) for t, p in parts if self.node_id in p.replica_nodes or p.leader_id == self.node_id]
+            led = [(t, p) for t, p in mine if p.leader_id == self.node_id]
+            controller = meta.controller_id == self.node_id
             g = GaugeMetricFamily
             out.append(_one(g("kafka_server_replicamanager_partitioncount", "Partitions with a replica here"),
                             len(mine)))
-            out.append(_one(g("kafka_server_replicamanager_leadercount", "Partitions led here"),
-                            sum(1 for _, p in mine if p.leader == self.node_id)))
+            out.append(_one(g("kafka_server_replicamanager_leadercount", "Partitions led here"), len(led)))
             out.append(_one(g("kafka_server_replicamanager_underreplicatedpartitions",
                               "Partitions led here whose ISR is smaller than their replica set"),
-                            sum(1 for _, p in mine if p.leader == self.node_id and len(p.isr) < len(p.replicas))))
+                            sum(1 for _, p in led if len(p.isr_nodes) < len(p.replica_nodes))))
             out.append(_one(g("kafka_controller_kafkacontroller_activecontrollercount",
-                              "1 on the broker that is the active controller"),
-                            1 if cluster.controller_id == self.node_id else 0))
+                              "1 on the broker that is the active controller"), 1 if controller else 0))
             out.append(_one(g("kafka_controller_kafkacontroller_offlinepartitionscount",
                               "Partitions without a live leader (reported by the controller)"),
-                            sum(1 for _, p in parts if p.leader < 0) if cluster.controller_id == self.node_id else 0))
+                            sum(1 for _, p in parts if p.leader_id < 0) if controller else 0))
             out.append(_one(g("kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
                               "Partitions not led by their first replica (reported by the controller)"),
-                            sum(1 for _, p in parts if p.replicas and p.leader >= 0 and p.leader != p.replicas[0])
-                            if cluster.controller_id == self.node_id else 0))
-            led = [(t, p) for t, p in mine if p.leader == self.node_id]
-            out.extend(await self._min_isr(admin, led))
+                            sum(1 for _, p in parts if p.replica_nodes and p.leader_id >= 0
+                                and p.leader_id != p.replica_nodes[0]) if controller else 0))
+            out.extend(await self._min_isr(conn, led))
             out.append(_one(g("kafka_server_replicamanager_offlinereplicacount",
                               "Partitions whose replica here is offline (its log dir failed)"),
-                            sum(1 for _, p in mine if self.node_id in p.offline_replicas)))
-            ends = await self._offsets(admin, led, -1)
-            starts = await self._offsets(admin, led, -2)
+                            sum(1 for _, p in mine if self.node_id in (p.offline_replicas or ()))))
+            ends = await self._offsets(conn, led, -1)
+            starts = await self._offsets(conn, led, -2)
             leo = g("kafka_log_log_logendoffset", "Log end offset", labels=["topic", "partition"])
             current = g("kafka_topic_partition_current_offset", "Log end offset of a partition led here",
                         labels=["topic", "partition"])
@@ -155,43 +159,46 @@ class BrokerState:
             for tp, off in sorted(starts.items()):
                 oldest.add_metric([tp.topic, str(tp.partition)], float(off))
             out.extend((leo, current, oldest))
-            out.extend(await self._groups(admin, ends))
+            out.extend(await self._groups(admin, conn, ends))
         return out
 
-    async def _offsets(self, admin: Any, led: list, timestamp: int) -> dict[TopicPartition, int]:
-        """ListOffsets (-1: log end, -2: log start) of the partitions led here, asked of this
-        broker alone (the admin client's list_offsets waits for a leader of every partition of
-        a topic, which a topic with an offline partition never has)."""
+    async def _offsets(self, conn: Any, led: list, timestamp: int) -> dict[TopicPartition, int]:
+        """ListOffsets (-1: log end, -2: log start) of the partitions led here."""
         if not led:
             return {}
         topics: dict[str, Any] = {}
         for t, p in led:
             topics.setdefault(t, ListOffsetsTopic(name=t, partitions=[])).partitions.append(
-                ListOffsetsTopic.ListOffsetsPartition(partition_index=p.partition, timestamp=timestamp))
-        resp = await admin.cluster.send(self.node_id, ListOffsetsRequest(replica_id=-1, isolation_level=0,
-                                                                          topics=list(topics.values())))
+                ListOffsetsTopic.ListOffsetsPartition(partition_index=p.partition_index, timestamp=timestamp))
+        resp = await conn.send(gen.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=list(topics.values())))
         return {TopicPartition(t.name, p.partition_index): p.offset
                 for t in resp.topics for p in t.partitions if p.error_code == 0}
 
-    async def _min_isr(self, admin: Any, led: list) -> list[Metric]:
+    async def _min_isr(self, conn: Any, led: list) -> list[Metric]:
         """Kafka's ReplicaManager UnderMinIsrPartitionCount and AtMinIsrPartitionCount: partitions
         led here whose ISR is smaller than, or exactly, their topic's min.insync.replicas."""
-        topics = sorted({t for t, _ in led})
-        configs = await admin.describe_configs([(2, t) for t in topics], [MIN_ISR]) if topics else {}
-        under = at = 0
-        for t, p in led:
-            value = configs.get((2, t), {}).get(MIN_ISR)
-            minimum = int(value) if value else 1
-            under += len(p.isr) < minimum
-            at += len(p.isr) == minimum
+        minimum: dict[str, int] = {}
+        if led:
+            R = gen.DescribeConfigsRequest.DescribeConfigsResource
+            resp = await conn.send(gen.DescribeConfigsRequest(
+                resources=[R(resource_type=2, resource_name=t, configuration_keys=[MIN_ISR]) for t in sorted({t for t, _ in led})],
+                include_synonyms=False, include_documentation=False))
+            minimum = {r.resource_name: int(c.value) for r in resp.results if not r.error_code
+                       for c in r.configs if c.name == MIN_ISR and c.value}
+        under = sum(1 for t, p in led if len(p.isr_nodes) < minimum.get(t, 1))
+        at = sum(1 for t, p in led if len(p.isr_nodes) == minimum.get(t, 1))
         return [_one(GaugeMetricFamily("kafka_server_replicamanager_underminisrpartitioncount",
                                        "Partitions led here with fewer in-sync replicas than min.insync.replicas"), under),
                 _one(GaugeMetricFamily("kafka_server_replicamanager_atminisrpartitioncount",
                                        "Partitions led here with exactly min.insync.replicas in-sync replicas"), at)]
 
-    async def _groups(self, admin: Any, ends: dict) -> list[Metric]:
-        groups = await admin.list_groups()
-        n = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups", "Consumer groups")
+    async def _groups(self, admin: Any, conn: Any, ends: dict) -> list[Metric]:
+        """The groups this broker coordinates (as Kafka's GroupMetadataManager reports them):
+        their committed offsets, lag and members, with kafka_exporter's names."""
+        listed = await conn.send(gen.ListGroupsRequest(states_filter=[], types_filter=[]),
+                                 version=admin_version(conn, 16))
+        groups = sorted(g.group_id for g in listed.groups)
+        n = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups", "Consumer groups coordinated here")
         n.add_metric([], float(len(groups)))
         lag = GaugeMetricFamily("kafka_consumergroup_lag", "Log end offset minus the group's committed offset",
                                 labels=["consumergroup", "topic", "partition"])
@@ -204,25 +211,37 @@ class BrokerState:
                                         labels=["consumergroup", "topic"])
         members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group",
                                     labels=["consumergroup"])
-        for g in groups:
-            offsets = await admin.group_offsets(g.group_id)
-            totals: dict[str, list[int]] = {}  # topic -> [lag, committed]
-            for tp, (committed, end) in sorted(offsets.rows.items()):
-                if committed is None:
-                    continue
-                value = max(0, ends.get(tp, end) - committed)
-                sums = totals.setdefault(tp.topic, [0, 0])
-                sums[0] += value
-                sums[1] += committed
-                lag.add_metric([g.group_id, tp.topic, str(tp.partition)], float(value))
-                current.add_metric([g.group_id, tp.topic, str(tp.partition)], float(committed))
-            for topic, (lags, committed) in sorted(totals.items()):
-                lag_sum.add_metric([g.group_id, topic], float(lags))
-                current_sum.add_metric([g.group_id, topic], float(committed))
+        committed: dict[str, dict[TopicPartition, int]] = {}
+        for group in groups:
+            resp = await conn.send(gen.OffsetFetchRequest(group_id=group, topics=None, require_stable=False),
+                                   version=min(conn.version(9), 7))
+            committed[group] = {TopicPartition(t.name, p.partition_index): p.committed_offset for t in resp.topics
+                                for p in t.partitions if not p.error_code and p.committed_offset >= 0}
+        elsewhere = sorted({tp for offsets in committed.values() for tp in offsets} - set(ends))
+        if elsewhere:
             try:
-                members.add_metric([g.group_id], float(len((await admin.describe_group(g.group_id)).members)))
-            except Exception:  # noqa: BLE001 - a group removed since it was listed
-                continue
+                ends = {**ends, **await asyncio.wait_for(admin.list_offsets(elsewhere, -1), LEADER_TIMEOUT_S)}
+            except Exception:  # noqa: BLE001 - a leader that does not answer: no lag for its partitions
+                pass
+        for group in groups:
+            totals: dict[str, list[int]] = {}  # topic -> [lag, committed]
+            for tp, offset in sorted(committed[group].items()):
+                current.add_metric([group, tp.topic, str(tp.partition)], float(offset))
+                sums = totals.setdefault(tp.topic, [0, 0])
+                sums[1] += offset
+                if tp in ends:
+                    value = max(0, ends[tp] - offset)
+                    sums[0] += value
+                    lag.add_metric([group, tp.topic, str(tp.partition)], float(value))
+            for topic, (lags, offsets) in sorted(totals.items()):
+                lag_sum.add_metric([group, topic], float(lags))
+                current_sum.add_metric([group, topic], float(offsets))
+        if groups:
+            described = await conn.send(gen.DescribeGroupsRequest(groups=groups, include_authorized_operations=False),
+                                        version=admin_version(conn, 15))
+            for d in described.groups:
+                if not d.error_code:
+                    members.add_metric([d.group_id], float(len(d.members)))
         return [n, lag, lag_sum, current, current_sum, members]
 
 
