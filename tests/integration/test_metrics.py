@@ -366,6 +366,39 @@ for m in WorkerMetrics({str(tmp_path)!r}).collect():
          "2500.0", "5000.0", "10000.0", "+Inf"}
 
 
+def test_quantiles_are_of_the_last_window_of_observations(tmp_path):
+    """Quantiles are of the observations since the newest scrape at least WINDOW_S old (here
+    0.3 s instead of 60), of all of them when that window holds none."""
+    script = f"""
+import time
+from kafkafast.metrics import recorder, server
+recorder.enable({str(tmp_path)!r})
+server.WINDOW_S, server.SNAPSHOT_EVERY_S = 0.3, 0.0
+metrics = server.WorkerMetrics({str(tmp_path)!r})
+
+def p99():
+    m = next(m for m in metrics.collect() if m.name == recorder.FLUSH_TIME)
+    return next(s.value for s in m.samples if s.labels.get("quantile") == "0.99")
+
+for _ in range(100):
+    recorder._FLUSH_TIME.observe(1000.0)
+first = p99()
+time.sleep(0.4)
+for _ in range(100):
+    recorder._FLUSH_TIME.observe(1.0)
+second = p99()
+time.sleep(0.4)
+print(first, second, p99())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO))
+    assert out.returncode == 0, out.stderr
+    first, second, third = map(float, out.stdout.split())
+    assert 800 < first <= 1000  # all since the start: no snapshot is old enough yet
+    assert 0.8 < second <= 1.0  # the window after the first scrape: only the 1 ms flushes
+    assert 800 < third <= 1000  # nothing new in the window: all since the start again
+
+
 def test_produce_and_fetch_request_rates_count_partitions_and_failures_as_kafka(broker_factory):
     """kafka_server_brokertopicmetrics_{total,failed}{produce,fetch}requests_total{topic} (and the
     all-topics sums): a keyless record refused by a compacted topic (INVALID_RECORD) is a failed
@@ -423,6 +456,20 @@ def test_produce_and_fetch_request_rates_count_partitions_and_failures_as_kafka(
         value(m, rate.format("totalfetchrequests")) <= fetches  # one partition a fetch
     assert value(m, rate.format("failedfetchrequests"), topic="compacted") == 0
     assert value(m, rate.format("failedfetchrequests")) == 0
+
+    # kafka_consumergroup_members: a subscribed consumer is a member while it runs
+    member = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "members", "auto.offset.reset": "earliest"})
+    try:
+        assigned: list = []
+        member.subscribe(["compacted"], on_assign=lambda _c, parts: assigned.extend(parts))
+        deadline = time.monotonic() + 30
+        while not assigned:
+            assert time.monotonic() < deadline, "never assigned"
+            member.poll(0.2)
+        assert value(scrape(mport), "kafka_consumergroup_members", consumergroup="members") == 1
+    finally:
+        member.close()
+    assert value(scrape(mport), "kafka_consumergroup_members", consumergroup="members") == 0
 
 
 def test_min_isr_and_offline_replica_counts(broker_factory):
