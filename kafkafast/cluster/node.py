@@ -19,6 +19,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.assignment import assign_replicas
 from kafkafast.config import parse_properties
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.security.client import InterBrokerSecurity
 
@@ -35,6 +36,17 @@ def split_connect(connect: str) -> tuple[str, str]:
     if i < 0:
         return connect, ""
     return connect[:i], connect[i:].rstrip("/")
+
+
+class TimedKazooClient(KazooClient):
+    """A kazoo client whose requests go into the metrics, from queued to answered (Kafka's
+    ZooKeeperRequestLatencyMs; the answer is seen on kazoo's completion thread)."""
+
+    def _call(self, request: Any, async_object: Any) -> Any:
+        if request_metrics.active:
+            started = request_metrics.clock()
+            async_object.rawlink(lambda _: request_metrics.zookeeper_request((request_metrics.clock() - started) * 1000.0))
+        return super()._call(request, async_object)
 
 
 class ClusterNode:
@@ -71,7 +83,7 @@ class ClusterNode:
             finally:
                 root.stop()
                 root.close()
-        self.zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+        self.zk = TimedKazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
         self.zk.start(timeout=self.connection_timeout_s)
         self.zk.add_listener(self._state_listener)
         for path in Z.PERSISTENT_PATHS:

@@ -46,6 +46,7 @@ import tempfile
 import time
 
 from kafkafast.config import BrokerConfig
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
 from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
@@ -173,6 +174,7 @@ class Supervisor:
                         os.close(r)
                 from kafkafast.runtime.worker import run_worker
 
+                request_metrics.in_worker(i)
                 code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
@@ -186,6 +188,7 @@ class Supervisor:
                 sys.stderr.flush()
                 os._exit(code)
         self.pids[pid] = i
+        request_metrics.spawned(pid, i)
         log.info("worker %d started: pid %d (incarnation %d)", i, pid, self.incarnation[i])
 
     def reap(self) -> list[tuple[int, int]]:
