@@ -7,11 +7,14 @@ import os
 import signal
 import time
 
+from kafkafast.protocol import api
+from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
 from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
 from tests.support.raw_client import RawClient
 
 STALE_CONTROLLER_EPOCH = 11
+NOT_CONTROLLER = 41
 
 
 def test_brokers_register_with_kafkas_v5_json(cluster):
@@ -114,6 +117,51 @@ def test_session_loss_moves_leadership_and_the_broker_rejoins(cluster):
     cluster.wait_for(lambda: all(victim_id in cluster.partition_state("session", p)["isr"] for p in range(3)), 40,
                      "the broker back in every ISR")
     assert cluster.leader("session", 0) != victim_id
+
+
+def test_a_controller_whose_session_expired_answers_a_queued_alter_partition_at_once_and_logs_no_error(cluster):
+    """An AlterPartition waiting at a controller (SIGSTOPped) past its session: on waking, the
+    queued events are dropped as expected (INFO lines, no ERROR traceback) and the request
+    is answered NOT_CONTROLLER at once, not left to the asker's request timeout."""
+    c = cluster
+    ctrl = c.controller_id()
+    leader, follower = [b for b in sorted(c.brokers) if b != ctrl]
+    topic = "expired-controller"
+    c.create_topic(topic, 1, 3, assignment=[[leader, follower, ctrl]])
+    zk = c.zk()
+    data, stat = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
+    R = AlterPartitionRequest
+    req = R(broker_id=leader, broker_epoch=zk.exists(f"/brokers/ids/{leader}").czxid, topics=[R.TopicData(
+        topic_name=topic, partitions=[R.PartitionData(
+            partition_index=0, leader_epoch=json.loads(data)["leader_epoch"], new_isr=[leader, follower],
+            leader_recovery_state=0, partition_epoch=stat.version)])])
+    victim = c.brokers[ctrl]
+    mark = victim.log_path.stat().st_size
+    os.kill(victim.proc.pid, signal.SIGSTOP)
+    rc = RawClient(victim.port, timeout=30)  # the kernel takes the connection and the request meanwhile
+    try:
+        rc.send_raw(api.encode_request(req, 1, 7, "alter-partition-test"))
+        c.wait_for(lambda: ctrl not in c.registered(), 6 + 10, "the stopped controller's session expiry")
+        c.wait_for(lambda: c.controller_id() not in (-1, ctrl), 15, "another controller")
+    finally:
+        os.kill(victim.proc.pid, signal.SIGCONT)
+    woke = time.monotonic()
+    try:
+        frame = rc.recv_frame()
+    finally:
+        rc.close()
+    waited = time.monotonic() - woke
+    assert frame is not None
+    correlation, resp = api.decode_response(56, 1, frame)
+    assert (correlation, resp.error_code) == (7, NOT_CONTROLLER)
+    assert waited < 5, f"answered after {waited:.1f} s"
+    c.wait_for(lambda: ctrl in c.registered(), 30, "the old controller registered again")
+    c.wait_for(lambda: sorted(c.isr(topic, 0)) == sorted([leader, follower, ctrl]), 30, "it rejoined the ISR")
+    with open(victim.log_path, "rb") as fh:
+        fh.seek(mark)
+        lines = fh.read().decode(errors="replace").splitlines()
+    assert [line for line in lines if " ERROR " in line or "Traceback" in line] == []
+    assert any("INFO kafkafast.controller: controller %d: ZooKeeper session expired" % ctrl in line for line in lines)
 
 
 def test_a_log_dir_of_another_cluster_refuses_to_start(cluster, tmp_path):
@@ -339,3 +387,4 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
     close_all(eventually_open_until_refused(b2.port, 6, 6))  # the cap is gone again
     cluster.wait_for(lambda: _topic_config_on(b2.port, "dynamic", "retention.ms")[1] == 5, 15,
                      "the default back on broker 2")
+
