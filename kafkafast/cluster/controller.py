@@ -9,8 +9,8 @@ State machine of a partition (kept in `/brokers/topics/<t>/partitions/<p>/state`
 
     NonExistent --topic created--> New --first live replica leads, ISR = live replicas--> Online
     Online --leader's broker dies--> elect from the live ISR (assignment order) --> Online
-                                  \-> none live: leader -1, ISR keeps its last member --> Offline
-    Offline --an ISR member returns (or any live replica, with unclean election)--> Online
+                                  \-> none live: leader -1, ISR = [its last member] --> Offline
+    Offline --that last ISR member returns (or any live replica, with unclean election)--> Online
     Online --a follower's broker dies--> ISR minus that broker --> Online
     Online --AlterPartition from the leader (ISR shrink/expand, same leader epoch)--> Online
 
@@ -382,13 +382,23 @@ class Controller:
                         tp[0], tp[1], leader, list(state.isr))
         else:
             leader = NO_LEADER
-            isr = tuple(state.isr)
-            for r in sorted(dead):  # removed one by one; the last member stays (Kafka's rule)
-                if r in isr and len(isr) > 1:
-                    isr = tuple(i for i in isr if i != r)
+            isr = self._last_isr_member(state, dead)
             if state.leader == NO_LEADER and isr == state.isr:
                 return None
         return Z.LeaderIsr(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+
+    def _last_isr_member(self, state: Z.LeaderIsr, dead: set[int]) -> tuple[int, ...]:
+        """The ISR of a partition going offline (no live ISR member): its gone members leave it
+        one by one and the last one stays (Kafka's rule), so that only that replica, which
+        surely has every committed record, may lead it again without an unclean election.
+        Members that died together (or while there was no controller) leave in id order, the
+        leader last: it holds everything the ISR acknowledged, and what it took at acks=1."""
+        isr = tuple(state.isr)
+        gone = sorted((r for r in isr if r in dead or r not in self.brokers), key=lambda r: (r == state.leader, r))
+        for r in gone:
+            if len(isr) > 1:
+                isr = tuple(i for i in isr if i != r)
+        return isr
 
     def _elect_offline(self, dead: set[int]) -> set[TP]:
         changed = set()

@@ -10,7 +10,10 @@ import time
 from kafkafast.protocol import api
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
+from tests.cluster.test_isr import _produce_raw, _read
+from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
 STALE_CONTROLLER_EPOCH = 11
@@ -388,3 +391,43 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
     cluster.wait_for(lambda: _topic_config_on(b2.port, "dynamic", "retention.ms")[1] == 5, 15,
                      "the default back on broker 2")
 
+
+def _known_leader(port: int, topic: str) -> int | None:
+    """The partition's leader as the broker's metadata has it (None: the broker does not know
+    the topic yet, i.e. has not had the controller's UpdateMetadata)."""
+    with RawClient(port) as rc:
+        t = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                       allow_auto_topic_creation=False), 9).topics[0]
+    return t.partitions[0].leader_id if t.error_code == 0 and t.partitions else None
+
+
+def test_an_offline_partition_keeps_only_its_last_isr_member_and_only_that_replica_leads_it_again(tmp_path):
+    """Kafka's rule: a partition whose ISR members all died keeps leader -1 and the last ISR
+    member, so that without unclean election only the replica that surely has everything
+    leads it again. Here the leader and its in-sync follower die with the controller (no
+    controller sees them go); the leader had taken a record at acks=1 the follower never got."""
+    with KafkaCluster(tmp_path) as c:  # a cluster of its own: every broker stops
+        leader, follower, other = 1, 2, 3
+        topic = "last-isr"
+        c.create_topic(topic, 1, 2, assignment=[[leader, follower]])
+        assert _produce_raw(c.brokers[leader].port, topic, [b"committed"]) == (0, 0)
+        os.killpg(c.brokers[follower].proc.pid, signal.SIGSTOP)  # in the ISR, but it fetches nothing more
+        assert _produce_raw(c.brokers[leader].port, topic, [b"only-on-the-leader"], acks=1) == (0, 1)
+        for b in c.brokers.values():
+            b.kill()
+        c.wait_for(lambda: c.registered() == [], 6 + 15, "every broker's session expired")
+        assert sorted(c.isr(topic, 0)) == [leader, follower]  # nobody was left to change it
+        c.brokers[other].start(timeout=60)  # the new controller: neither ISR member is alive
+        c.wait_for(lambda: c.leader(topic, 0) == -1, 30, "the partition offline")
+        assert c.isr(topic, 0) == [leader]  # the former leader is the last member
+
+        c.brokers[follower].start(timeout=60)
+        # once it knows the topic, the controller has decided about it: no leader
+        assert c.wait_for(lambda: (known := _known_leader(c.brokers[follower].port, topic)) is not None and [known],
+                          30, "the follower's UpdateMetadata") == [-1]
+        assert (c.leader(topic, 0), c.isr(topic, 0)) == (-1, [leader])
+
+        c.brokers[leader].start(timeout=60)
+        c.wait_for(lambda: c.leader(topic, 0) == leader, 30, "the last ISR member leading")
+        c.wait_for(lambda: sorted(c.isr(topic, 0)) == [leader, follower], 30, "the follower back in the ISR")
+        assert [v for _, v in _read(c.bootstrap, topic)] == [b"committed", b"only-on-the-leader"]
