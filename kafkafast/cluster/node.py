@@ -30,6 +30,13 @@ class InconsistentClusterIdError(SystemExit):
     pass
 
 
+class BrokerIdInUseError(SystemExit):
+    """Another session holds `/brokers/ids/<id>` past the wait for an old registration."""
+
+
+REREGISTER_BACKOFF_S = 1.0
+
+
 def split_connect(connect: str) -> tuple[str, str]:
     """`host:port,host:port/chroot` -> (hosts, chroot or "")."""
     i = connect.find("/")
@@ -69,6 +76,10 @@ class ClusterNode:
         self.controller: Any = None
         self.on_session_reset: Callable[[], None] | None = None
         self._lost = False
+        self.holds_registration = False  # this session registered the broker: it registers again after expiry
+        self._register_lock = threading.RLock()  # one registration at a time: re-registration, reregister()
+        self._sessions = 0  # sessions made after an expiry: a re-registration retries only for the newest
+        self._closed = False
         self._pid_lock = threading.Lock()
         self._pid_next = 0
         self._pid_end = 0
@@ -93,22 +104,43 @@ class ClusterNode:
         if state == KazooState.LOST:
             self._lost = True
             log.warning("ZooKeeper session lost")
+            if self.controller is not None:
+                self.controller.session_expired()
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
-            threading.Thread(target=self._reestablish, name="zk-reregister", daemon=True).start()
+            self._sessions += 1
+            threading.Thread(target=self._reestablish, args=(self._sessions,), name="zk-reregister",
+                             daemon=True).start()
 
-    def _reestablish(self) -> None:
-        """A new session after expiry: register again and run for controller again."""
-        try:
-            self.register()
-        except Exception:
-            log.exception("re-registration failed")
+    def _reestablish(self, session: int) -> None:
+        """A new session after expiry. The session that held the broker's registration
+        registers again (retried until it succeeds, the session is lost again or the broker
+        stops) and runs for controller again; any other session of the broker (the other
+        workers') registers nothing, so the registration and its epoch stay worker 0's."""
+        assert self.zk is not None
+        log.info("new ZooKeeper session 0x%x%s", self.zk.client_id[0],
+                 "" if self.holds_registration else " (the broker's registration is another session's)")
+        if not self.holds_registration or not self._register_until_done(session):
+            return
         if self.controller is not None:
             self.controller.put("session_reset")
         if self.on_session_reset is not None:
             self.on_session_reset()
 
+    def _register_until_done(self, session: int) -> bool:
+        """True once registered; False when the broker stops or a newer session took over."""
+        while not self._closed and session == self._sessions:
+            try:
+                self.register()
+                return True
+            except (Exception, BrokerIdInUseError) as exc:
+                log.error("registering broker %d again failed (%s); retrying in %.0f s", self.broker_id, exc,
+                          REREGISTER_BACKOFF_S)
+                time.sleep(REREGISTER_BACKOFF_S)
+        return False
+
     def close(self) -> None:
+        self._closed = True
         if self.controller is not None:
             self.controller.stop()
         if self.zk is not None:
@@ -185,22 +217,41 @@ class ClusterNode:
         previous, killed process is waited out (it disappears when that session expires)."""
         assert self.zk is not None
         path = Z.broker_path(self.broker_id)
-        deadline = time.monotonic() + self.session_timeout_s * 2 + 5
-        while True:
-            try:
-                self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
-                break
-            except NodeExistsError:
-                stat = self.zk.exists(path)
-                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+        with self._register_lock:
+            deadline = time.monotonic() + self.session_timeout_s * 2 + 5
+            while True:
+                try:
+                    self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
                     break
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"broker id {self.broker_id} is registered by another live broker")
-                log.info("waiting for the old registration of broker %d to expire", self.broker_id)
-                time.sleep(0.5)
-        stat = self.zk.exists(path)
-        self.broker_epoch = stat.czxid if stat else -1
+                except NodeExistsError:
+                    stat = self.zk.exists(path)
+                    if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                        break
+                    if time.monotonic() > deadline:
+                        raise BrokerIdInUseError(f"broker id {self.broker_id} is registered by another live broker")
+                    log.info("waiting for the old registration of broker %d to expire", self.broker_id)
+                    time.sleep(0.5)
+            stat = self.zk.exists(path)
+            self.broker_epoch = stat.czxid if stat else -1
+            self.holds_registration = True
         log.info("registered broker %d in ZooKeeper (epoch %d)", self.broker_id, self.broker_epoch)
+
+    def reregister(self) -> None:
+        """Deletes this broker's registration and makes it again in this session (a new broker
+        epoch: the controller treats the broker as restarted and sends it every replica's state)."""
+        assert self.zk is not None
+        with self._register_lock:
+            try:
+                self.zk.delete(Z.broker_path(self.broker_id))
+            except NoNodeError:
+                pass
+            self.register()
+
+    def registration_epoch(self) -> int:
+        """The broker epoch (czxid) of `/brokers/ids/<id>` as ZooKeeper has it, -1 when absent."""
+        assert self.zk is not None
+        stat = self.zk.exists(Z.broker_path(self.broker_id))
+        return stat.czxid if stat is not None else -1
 
     # -- reads used by the admin paths ---------------------------------------------------------
     def live_brokers(self) -> dict[int, str | None]:
