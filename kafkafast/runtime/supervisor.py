@@ -45,10 +45,10 @@ import sys
 import tempfile
 import time
 
-from kafkafast.config import BrokerConfig
+from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
-from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
+from kafkafast.runtime.worker import CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX
@@ -224,6 +224,10 @@ class Supervisor:
                     code = os.waitstatus_to_exitcode(status)
                     self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
                     self.counters.clear_worker(i)  # type: ignore[union-attr]
+                    if code == EXIT_CANNOT_START:  # its first start refused: so would every other's
+                        self.shutdown()
+                        with open(os.path.join(self.run_dir, CANNOT_START_FILE), encoding="utf-8") as fh:
+                            raise ConfigError(fh.read())
                     if not self.schedule_replacement(i, code):
                         self.shutdown()
                         return 1
@@ -279,7 +283,8 @@ class Supervisor:
                                 "the next start recovers its partitions", i)
                 elif code != 0:
                     ok = False
-                    log.warning("worker %d exited with %s during shutdown", i, code)
+                    if code != EXIT_CANNOT_START:  # that one is reported by the caller
+                        log.warning("worker %d exited with %s during shutdown", i, code)
             if self.pids:
                 signal.sigtimedwait({signal.SIGCHLD}, 0.05)
         if self.pids:
