@@ -73,18 +73,25 @@ def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
     backslashes continued on the next (its leading white space dropped), and the escapes
     `\\t \\n \\r \\f \\uXXXX` (any other escaped character stands for itself)."""
     props: dict[str, str] = {}
-    lines = re.split(r"\r\n|\r|\n", text)
+    parts = re.split(r"(\r\n|\r|\n)", text)
+    lines, breaks = parts[0::2], parts[1::2]
     i = 0
     while i < len(lines):
         number, line = i + 1, lines[i].lstrip(_BLANK)
         i += 1
         if not line or line[0] in "#!":
             continue
+        at_end = False  # a backslash (and one line break char) ends the text: Java keeps the line, even empty
         while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
             line = line[:-1]
+            at_end = i == len(lines) or (i == len(lines) - 1 and not lines[i] and breaks[i - 1] != "\r\n")
             if i < len(lines):
-                line += lines[i].lstrip(_BLANK)
+                more = lines[i].lstrip(_BLANK)
                 i += 1
+                # nothing read yet: still a new line to Java, so `#`/`!` starts a comment there
+                line += "" if not line and more[:1] in ("#", "!") else more
+        if not line and not at_end:  # a lone backslash continued by a blank line: no entry
+            continue
         key, value = _split_entry(line)
         try:
             props[_unescape(key)] = _unescape(value)
