@@ -26,6 +26,9 @@ and waits for signals. A worker that dies is forked again at once with the same 
 (so the same partitions and sockets) and `clean=False`; one that keeps dying (more than
 CRASH_LOOP_LIMIT times in CRASH_LOOP_WINDOW) is forked again after a growing delay while
 the others keep serving; the supervisor gives up only when every worker keeps dying.
+A worker whose first start is refused (`EXIT_CANNOT_START`: a ConfigError such as no
+ZooKeeper session) is not replaced: the supervisor stops the others and raises that
+ConfigError, which `kafkafast broker` prints as its one `cannot start` line.
 SIGTERM/SIGINT: forwarded to every worker; each stops accepting, finishes what is in
 flight, flushes and checkpoints; when all exited 0 within `SHUTDOWN_TIMEOUT` the
 supervisor writes the clean-shutdown markers and exits 0 (a worker still running then is

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from kafkafast.config import BrokerConfig, parse_properties
+from kafkafast.config_def import BROKER_CONFIGS
 from tests.support.broker_process import REPO, api_versions_ok, free_port
+from tests.support.raw_client import RawClient
 
 BROKER = [sys.executable, "-m", "kafkafast.cli.main", "broker"]
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -187,6 +190,22 @@ def test_help_configs_prints_every_known_config_with_type_and_default():
     assert re.search(r"^metrics\.port\n", res.stdout, re.M)
 
 
+def test_describe_configs_answers_types_and_documentation_from_the_table(broker):
+    """The config types (v3+) and documentation of broker configs are the table's."""
+    from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest as DC
+
+    keys = ["num.partitions", "log.cleanup.policy", "offsets.topic.replication.factor", "log.retention.ms"]
+    with RawClient(broker.port) as c:
+        res = c.request(DC(resources=[DC.DescribeConfigsResource(resource_type=4, resource_name="0",
+                                                                  configuration_keys=keys)],
+                           include_documentation=True), 4)
+    entries = {e.name: e for e in res.results[0].configs}
+    # Kafka's ConfigType codes: INT 3, SHORT 4, LONG 5, LIST 7
+    assert {n: e.config_type for n, e in entries.items()} == {
+        "num.partitions": 3, "log.cleanup.policy": 7, "offsets.topic.replication.factor": 4, "log.retention.ms": 5}
+    assert entries["log.retention.ms"].documentation == BROKER_CONFIGS["log.retention.ms"].doc
+
+
 # -- the properties in README.md and deploy/ --------------------------------------------
 
 def readme_blocks() -> list[tuple[str, str]]:
@@ -210,8 +229,6 @@ def test_readme_and_deploy_hold_properties():
 
 @pytest.mark.parametrize("name,text", PROPERTIES, ids=[n for n, _ in PROPERTIES])
 def test_every_properties_example_parses_and_validates(name, text):
-    from kafkafast.config import BrokerConfig, parse_properties
-
     props = parse_properties(text)
     assert props, name
     for key, value in props.items():  # what a .properties file has no syntax for: an inline comment
