@@ -219,7 +219,7 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("group.consumer.max.size", INT, str(INT_MAX), _POS, "KIP-848 groups: members a group may have."),
     K("group.consumer.assignors", LIST, "uniform,range", None, "KIP-848 groups: server-side assignors."),
     K("group.consumer.migration.policy", STRING, "bidirectional",
-      one_of("disabled", "downgrade", "upgrade", "bidirectional", case_sensitive=False),
+      one_of("disabled", "upgrade", "downgrade", "bidirectional", case_sensitive=False),
       "KIP-848 groups: conversions between classic and consumer groups."),
     # -- transactions and producer ids --
     K("transactional.id.expiration.ms", INT, "604800000", _POS, "Time an idle transactional id is kept."),
