@@ -17,7 +17,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
-from kafkafast.config_def import BROKER_CONFIGS, LONG_MAX, PASSWORD, ConfigError, is_known
+from kafkafast.config_def import BROKER_CONFIGS, LONG_MAX, PASSWORD, SECURITY_PROTOCOLS, ConfigError, is_known
 
 log = logging.getLogger("kafkafast.config")
 
@@ -142,7 +142,6 @@ def _unescape(text: str) -> str:
 
 # Kafka's listener grammar: NAME://host:port, an IPv6 host in brackets, an empty host for all interfaces
 LISTENER_RE = re.compile(r"^([A-Za-z0-9_.-]+)://\[?([0-9A-Za-z%._:-]*?)\]?:([0-9]+)$")
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True)

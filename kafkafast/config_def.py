@@ -71,10 +71,6 @@ def list_of(*allowed: str, non_empty: bool = False) -> Validator:
     return check
 
 
-def non_empty(v: Any) -> str | None:
-    return "String must be non-empty" if v is not None and not v else None
-
-
 def kafka_version(v: Any) -> str | None:
     """A Kafka release as `*.message.format.version` takes it (`0.10.0.0`, `2.8`, `3.0-IV1`)."""
     return None if v is None or re.fullmatch(r"\d+\.\d+(\.\d+){0,2}(-IV\d+)?", v) else f"Version `{v}` is not a valid version"
@@ -114,6 +110,8 @@ def parse_type(name: str, type_: str, text: str) -> Any:
         return value
     if type_ == DOUBLE:
         try:
+            if "_" in s:  # Python's digit separators; not Java's
+                raise ValueError(s)
             return float(s)
         except ValueError:
             raise ConfigError(f"Invalid value {text} for configuration {name}: Not a number of type DOUBLE") from None
@@ -129,7 +127,7 @@ def _table(keys: Iterable[ConfigKey]) -> dict[str, ConfigKey]:
 K = ConfigKey
 _POS, _NONNEG = at_least(1), at_least(0)
 _UNUSED = "Kafka's; kafkafast has no counterpart (accepted and validated, not used)."
-SECURITY_PROTOCOL = one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 BROKER_CONFIGS: dict[str, ConfigKey] = _table([
@@ -143,7 +141,7 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
       "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", None,
       "NAME:PROTOCOL for each listener name."),
     K("inter.broker.listener.name", STRING, None, None, "The listener brokers talk to each other on."),
-    K("security.inter.broker.protocol", STRING, "PLAINTEXT", SECURITY_PROTOCOL,
+    K("security.inter.broker.protocol", STRING, "PLAINTEXT", one_of(*SECURITY_PROTOCOLS),
       "Security protocol between brokers when inter.broker.listener.name is unset."),
     K("cluster.id", STRING, None, None, "The cluster id of a single node (cluster mode: ZooKeeper's)."),
     K("broker.rack", STRING, None, None, "The broker's rack, for rack-aware replica placement."),

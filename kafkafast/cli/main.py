@@ -1,6 +1,6 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
-    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
+    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y] [--help-configs]
     kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
 
 The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
@@ -91,9 +91,9 @@ def run_broker(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.config}: {exc.strerror}") from None
     config.check_log_dirs()
-    workers = args.workers
-    if workers is None and config.get("num.workers") is not None:
-        workers = int(config.get("num.workers"))
+    workers, num_workers = args.workers, config.get("num.workers")
+    if workers is None and num_workers is not None:
+        workers = int(num_workers)
     if workers is None:
         workers = os.cpu_count() or 1
     from kafkafast.metrics.server import start_for_broker
