@@ -18,7 +18,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.assignment import assign_replicas
-from kafkafast.config import parse_properties
+from kafkafast.config import ConfigError, parse_properties
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.security.client import InterBrokerSecurity
@@ -88,17 +88,26 @@ class ClusterNode:
     def connect(self) -> None:
         if self.chroot:
             root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
-            root.start(timeout=self.connection_timeout_s)
+            self._start(root)
             try:
                 root.ensure_path(self.chroot)
             finally:
                 root.stop()
                 root.close()
         self.zk = TimedKazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
-        self.zk.start(timeout=self.connection_timeout_s)
+        self._start(self.zk)
         self.zk.add_listener(self._state_listener)
         for path in Z.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
+
+    def _start(self, client: KazooClient) -> None:
+        """A session within zookeeper.connection.timeout.ms, or ConfigError: the broker cannot start."""
+        try:
+            client.start(timeout=self.connection_timeout_s)
+        except client.handler.timeout_exception:
+            raise ConfigError(f"Invalid value {self.hosts + self.chroot} for configuration zookeeper.connect: "
+                              f"no ZooKeeper session within {self.connection_timeout_s * 1000:.0f} ms "
+                              "(zookeeper.connection.timeout.ms)") from None
 
     def _state_listener(self, state: str) -> None:
         if state == KazooState.LOST:
