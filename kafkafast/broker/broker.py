@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kafkafast import clock
+from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
@@ -58,6 +59,14 @@ class Partition:
     (owned here), and always a reader over the files plus the published state."""
 
     __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "__weakref__")
+
+    # A lone replica is its own ISR: it leads, and its high watermark is its log end (the append
+    # publishes both), so nothing appended waits for replication (cluster/partition.py: RF > 1).
+    is_leader = True
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
+        """0 once the high watermark reaches `offset`: at once for a lone replica."""
+        return 0
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         self.topic = topic
@@ -132,6 +141,7 @@ class Broker:
         self._periodic_task: asyncio.Task | None = None
         self.started = False
         # Hooks installed from outside the core (broker/extensions.py), e.g. a test broker's faults.
+        self.control: Any = LocalControl(self)  # the control plane (cluster_broker.py: ZooKeeper's)
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
 
@@ -208,7 +218,7 @@ class Broker:
             self._attach_group_coordinator()
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
-        if self.txn_coordinator is None and self.group_coordinator is not None and getattr(self, "cluster", None) is None:
+        if self.txn_coordinator is None and self.group_coordinator is not None:  # (cluster_broker.py makes its own)
             from kafkafast.broker.txn_coordinator import TransactionCoordinator
 
             self.txn_coordinator = TransactionCoordinator(self)
@@ -432,6 +442,26 @@ class Broker:
         except E.TopicAlreadyExistsError:
             self.refresh_topics()
             return self.topics.get(name)
+
+    # -- the fetch path's replication hooks (a lone replica has no followers; cluster_broker.py) --
+
+    def fetch_error(self, part: Partition, replica_id: int) -> int:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
+        return 0 if part.is_leader else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def fetch_upper_bound(self, part: Partition, replica_id: int) -> int:
+        """Where a fetch stops: the high watermark (a follower of a replicated partition reads on)."""
+        return part.high_watermark
+
+    def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
+        """A follower's fetch (its log end); a lone replica has no followers."""
+
+    def on_replica_read(self, part: Partition, replica_id: int, nbytes: int) -> None:
+        """Bytes read for a follower (the leader's replication throttle); none here."""
+
+    def partition_exists(self, topic: str, index: int) -> bool:
+        """Whether the partition exists in the cluster (here: on this broker)."""
+        return self.get_partition(topic, index) is not None
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         part = self.partitions.get((topic, index))

@@ -39,7 +39,6 @@ from kafkafast.broker.groups.offsets_records import (
     ConsumerGroupRecord,
     consumer_group_key,
     consumer_group_value,
-    consumer_key,
     GroupRecord,
     OffsetRecord,
     decode_record,
@@ -263,7 +262,7 @@ class GroupCoordinator:
                 error, mid, generation, name = self.consumer.migration.join(
                     group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                     rebalance_timeout_ms, protocol_type, protocols, require_known_member_id=require_known_member_id)
-                if not error and getattr(self.broker, "cluster", None) is not None:
+                if not error:
                     error = await self.wait_replicated(group_id)  # as a heartbeat: answered once the ISR has it
                 if error:
                     return JoinResult(error, mid)
@@ -955,7 +954,7 @@ class GroupCoordinator:
         a group write that did not complete; so a new coordinator after a failover knows
         whatever this one answered. Single node: 0 at once."""
         part = self._offsets_partition(self.partition_for(group_id))
-        if part is None or not getattr(part, "is_leader", False):
+        if part is None or not part.is_leader:
             return NONE
         timeout_s = self.broker.config.get_int("offsets.commit.timeout.ms") / 1000.0
         return EC.COORDINATOR_NOT_AVAILABLE if await part.wait_for_hw(part.log_end_offset, timeout_s) else NONE

@@ -24,6 +24,7 @@ from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
+from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import BrokerIdInUseError, ClusterNode, ZkProducerIds
@@ -47,6 +48,7 @@ class ClusterBroker(Broker):
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
         self.node = self._make_node(config)
         self.cluster = self.node
+        self.control = ZkControl(self)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
         self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
         self.controller_epoch = 0
@@ -262,9 +264,9 @@ class ClusterBroker(Broker):
     def min_insync_replicas(self, part: Any) -> int:
         return part.log.config.min_insync_replicas
 
-    def fetch_error(self, part: Any, replica_id: int) -> int:
-        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
-        return 0 if getattr(part, "is_leader", False) else EC.NOT_LEADER_OR_FOLLOWER
+    def partition_exists(self, topic: str, index: int) -> bool:
+        """Whether the partition exists anywhere in the cluster, not only here."""
+        return index in self.metadata.partitions.get(topic, {})
 
     def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
         """Followers read up to the log end; consumers up to the high watermark. A follower of a

@@ -60,7 +60,7 @@ from kafkafast.security.context import principal_trailer
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
 CONTROLLER_REQUESTS = frozenset({4, 5, 6})  # LeaderAndIsr, StopReplica, UpdateMetadata: every worker applies them
-TO_CONTROLLER = frozenset({7, 56})  # ControlledShutdown, AlterPartition: answered by worker 0's controller
+TO_CONTROLLER = frozenset({7, 43, 45, 46, 56})  # ControlledShutdown, ElectLeaders, Alter/ListPartitionReassignments, AlterPartition: worker 0 runs the controller
 IDENTITY_WAIT_S = 120.0
 
 

@@ -45,8 +45,8 @@ class Security:
 def security_of(broker: Any) -> Security:
     sec = broker.__dict__.get("_security")
     if sec is None:
-        node = getattr(broker, "cluster", None)
-        sec = broker._security = Security(broker.config, broker.log_dirs[0], getattr(node, "zk", None))
+        # ACLs and SCRAM credentials: in the log dir, or in ZooKeeper when the control plane has it
+        sec = broker._security = Security(broker.config, broker.log_dirs[0], broker.control.zk)
     return sec
 
 

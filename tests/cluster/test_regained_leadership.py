@@ -109,3 +109,24 @@ def test_a_deposed_leader_that_truncated_serves_every_offset_when_it_leads_again
 
     c.wait_for(every_offset_served, 20, "the old leader leading again")
     assert fetch_one(port, len(want)) == (0, {})  # the log end: nothing more, and no error
+
+
+@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["workers2"])
+def test_controller_requests_are_answered_by_the_controller_whichever_worker_takes_them(cluster):
+    """Admin requests for the controller (ElectLeaders, ListPartitionReassignments) reach worker 0,
+    which runs the controller, from a connection to any worker of the controller broker."""
+    from kafkafast.protocol._generated.elect_leaders import ElectLeadersRequest
+    from kafkafast.protocol._generated.list_partition_reassignments import ListPartitionReassignmentsRequest
+
+    c = cluster
+    c.create_topic("elect", 1, 3)
+    port = c.brokers[c.controller_id()].port
+    answers = set()
+    for _ in range(16):  # SO_REUSEPORT spreads the connections over both workers
+        with RawClient(port, timeout=15) as rc:
+            listed = rc.request(ListPartitionReassignmentsRequest(timeout_ms=10000, topics=None), 0)
+            elected = rc.request(ElectLeadersRequest(election_type=0, topic_partitions=[
+                ElectLeadersRequest.TopicPartitions(topic="elect", partitions=[0])], timeout_ms=10000), 1)
+        answers.add((listed.error_code, elected.error_code,
+                     elected.replica_election_results[0].partition_result[0].error_code))
+    assert answers == {(0, 0, 84)}, answers  # ELECTION_NOT_NEEDED: the preferred replica leads

@@ -7,7 +7,6 @@ UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist and OPERATION_NOT_AT
 for the others of that request; TOPIC_AUTHORIZATION_FAILED likewise. v4 (brokers, KIP-890)
 batches several transactions and may only verify (`verify_only`).
 """
-from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.broker.txn_coordinator import TxnError, fenced_code, no_coordinator_code
 from kafkafast.protocol._generated.add_partitions_to_txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
@@ -27,7 +26,7 @@ async def _one(broker, ctx, tid: str, pid: int, epoch: int, topics, fenced: int,
         refused = refused_txn or denied(broker, ctx, acl.WRITE, acl.TOPIC, topic)
         if refused:
             errors[(topic, p)] = refused
-        elif not partition_known(broker, topic, p):
+        elif not broker.partition_exists(topic, p):
             errors[(topic, p)] = EC.UNKNOWN_TOPIC_OR_PARTITION
     if errors:
         for key in wanted:

@@ -20,7 +20,4 @@ async def handle(broker, ctx, req: AlterPartitionRequest, version: int) -> Alter
     if denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER):
         return AlterPartitionResponse(throttle_time_ms=0, error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                       topics=[])
-    node = getattr(broker, "cluster", None)
-    if node is None or node.controller is None or not node.controller.active:
-        return AlterPartitionResponse(throttle_time_ms=0, error_code=E.ErrorCode.NOT_CONTROLLER, topics=[])
-    return await broker.handle_alter_partition(req)
+    return await broker.control.alter_partition(req)

@@ -13,17 +13,10 @@ that is not the controller; without `zookeeper.connect` nothing can move
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse)
-from kafkafast.protocol import errors as E
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
 R = AlterPartitionReassignmentsResponse
-
-
-def _everywhere(req: AlterPartitionReassignmentsRequest, code: int) -> AlterPartitionReassignmentsResponse:
-    return R(error_code=0, error_message=None, responses=[R.ReassignableTopicResponse(name=t.name, partitions=[
-        R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=None)
-        for p in t.partitions]) for t in req.topics])
 
 
 @handles(AlterPartitionReassignmentsRequest, 0, 0)
@@ -31,9 +24,4 @@ async def handle(broker, ctx, req: AlterPartitionReassignmentsRequest, version: 
     code = denied(broker, ctx, acl.ALTER, acl.CLUSTER)
     if code:
         return R(error_code=code, error_message=None)
-    node = getattr(broker, "cluster", None)
-    if node is None:
-        return _everywhere(req, E.ErrorCode.INVALID_REPLICA_ASSIGNMENT)
-    if node.controller is None or not node.controller.active:
-        return R(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None)
-    return await broker.ask_controller("alter_reassignments", req)
+    return await broker.control.alter_reassignments(req)

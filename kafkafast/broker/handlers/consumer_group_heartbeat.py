@@ -41,7 +41,7 @@ async def handle(broker, ctx, req: ConsumerGroupHeartbeatRequest, version: int) 
         req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id, req.rebalance_timeout_ms,
         req.subscribed_topic_names, req.subscribed_topic_regex if version >= 1 else None, req.server_assignor, owned_from_request(req.topic_partitions),
         ctx.client_id or "", client_host(ctx), allowed))
-    if not res.error and getattr(broker, "cluster", None) is not None:
+    if not res.error:
         # Answer only what the ISR holds: a new coordinator after a failover knows this assignment.
         res.error = await broker.group_coordinator.wait_replicated(req.group_id)
     if res.error:

@@ -9,7 +9,6 @@ when an authorizer is configured. v0 (no header, removed in Kafka 3.x) is not se
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
-from kafkafast.protocol import errors as E
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
@@ -19,7 +18,4 @@ async def handle(broker, ctx, req: ControlledShutdownRequest, version: int) -> C
     code = denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER)
     if code:
         return ControlledShutdownResponse(error_code=code)
-    node = getattr(broker, "cluster", None)
-    if node is None or node.controller is None or not node.controller.active:
-        return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
-    return await broker.ask_controller("controlled_shutdown", req.broker_id, req.broker_epoch)
+    return await broker.control.controlled_shutdown(req.broker_id, req.broker_epoch)

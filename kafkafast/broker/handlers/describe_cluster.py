@@ -1,7 +1,7 @@
 """DescribeCluster (key 60), versions 0-1: this broker, the cluster id, the controller, and
 the cluster operations the principal may perform when `include_cluster_authorized_operations`."""
 from kafkafast.broker.registry import handles
-from kafkafast.broker.handlers.metadata import AUTH_OPS_UNSET, broker_endpoint
+from kafkafast.broker.handlers.metadata import AUTH_OPS_UNSET
 from kafkafast.protocol._generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kafkafast.protocol import errors as E
 from kafkafast.security import acl
@@ -17,22 +17,11 @@ async def handle(broker, ctx, req: DescribeClusterRequest, version: int) -> Desc
                                        error_message="only broker endpoints are served",
                                        endpoint_type=req.endpoint_type, cluster_id=broker.cluster_id,
                                        controller_id=-1, brokers=[])
-    if getattr(broker, "cluster", None) is not None:  # the brokers and controller the controller announced
-        from kafkafast.cluster.requests import client_listener
-
-        cache = broker.metadata
-        return DescribeClusterResponse(
-            throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
-            cluster_id=broker.cluster_id, controller_id=cache.controller_id,
-            brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
-                     for i, h, p, r in cache.brokers_on(client_listener(ctx))],
-            cluster_authorized_operations=cluster_operations(broker, ctx, req))
-    host, port = broker_endpoint(broker, ctx)
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKERS_ENDPOINT,
-        cluster_id=broker.cluster_id, controller_id=broker.node_id,
-        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
-                                                                rack=None)],
+        cluster_id=broker.cluster_id, controller_id=broker.control.controller_id(),
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r)
+                 for i, h, p, r in broker.control.brokers_for(ctx)],
         cluster_authorized_operations=cluster_operations(broker, ctx, req))
 
 

@@ -72,7 +72,7 @@ def _read_all(broker, req, version, plan):
                 log_storage_error(part, "offline", "its log could not be opened")
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
-            not_leader = cluster_fetch_error(broker, part, req.replica_id)
+            not_leader = broker.fetch_error(part, req.replica_id)
             if not_leader:
                 tresp.partitions.append(_error(fp.partition, not_leader, part))
                 continue
@@ -83,7 +83,7 @@ def _read_all(broker, req, version, plan):
                 continue
             hw = part.high_watermark
             lso = stable_offset(part)
-            upper = cluster_upper_bound(broker, part, req.replica_id, hw)
+            upper = broker.fetch_upper_bound(part, req.replica_id)
             if req.isolation_level == READ_COMMITTED and req.replica_id < 0:
                 upper = min(upper, lso)
             limit = min(fp.partition_max_bytes, max(budget - total, 0))
@@ -109,8 +109,8 @@ def _read_all(broker, req, version, plan):
                     continue
             size = len(region) if region is not None else 0
             total += size
-            if size and req.replica_id >= 0 and hasattr(broker, "on_replica_read"):
-                broker.on_replica_read(part, req.replica_id, size)  # cluster mode: the leader's replication throttle
+            if size and req.replica_id >= 0:
+                broker.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
@@ -176,16 +176,6 @@ def down_converted(part, region, magic: int, fetch_offset: int, limit: int, firs
     return bytes(out)
 
 
-def cluster_fetch_error(broker, part, replica_id: int) -> int:
-    """Cluster mode: NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
-    return broker.fetch_error(part, replica_id) if getattr(broker, "cluster", None) is not None else 0
-
-
-def cluster_upper_bound(broker, part, replica_id: int, hw: int) -> int:
-    """Cluster mode: followers (replica_id >= 0) read up to the log end, consumers to the HW."""
-    return broker.fetch_upper_bound(part, replica_id) if getattr(broker, "cluster", None) is not None else hw
-
-
 def topic_name_of_id(broker, topic_id: bytes) -> str | None:
     meta = broker.topics.by_id.get(topic_id)  # in cluster mode too (the metadata cache's topics)
     if meta is None:  # created by another worker since this one last looked
@@ -229,7 +219,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
         plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
-    if req.replica_id >= 0 and getattr(broker, "cluster", None) is not None:
+    if req.replica_id >= 0:
         for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
             for fp, part in parts:
                 if part is not None:
@@ -254,20 +244,20 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
 
 
 def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchResponse:
-    """KIP-951: the current leader of each partition this broker does not lead (cluster mode)."""
-    cache = getattr(broker, "metadata", None) if getattr(broker, "cluster", None) is not None else None
-    if cache is None or version < 12:
+    """KIP-951: the current leader of each partition this broker does not lead, as the control
+    plane knows it (a single node leads every partition it has: no hints)."""
+    if version < 12:
         return resp
     leaders = set()
     for t in resp.responses:
         for p in t.partitions:
             if p.error_code not in (E.ErrorCode.NOT_LEADER_OR_FOLLOWER, E.ErrorCode.FENCED_LEADER_EPOCH):
                 continue
-            info = cache.partitions.get(t.topic, {}).get(p.partition_index)
-            if info is not None and info.leader >= 0:
-                p.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=info.leader, leader_epoch=info.leader_epoch)
-                leaders.add(info.leader)
+            hint = broker.control.leader_of(t.topic, p.partition_index)
+            if hint is not None:
+                p.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=hint[0], leader_epoch=hint[1])
+                leaders.add(hint[0])
     if version >= 16:
-        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                               for b in (cache.brokers.get(i) for i in sorted(leaders)) if b is not None]
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=i, host=e[0], port=e[1], rack=e[2])
+                               for i, e in ((i, broker.control.endpoint_of(i)) for i in sorted(leaders)) if e is not None]
     return resp

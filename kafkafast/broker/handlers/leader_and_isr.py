@@ -20,11 +20,9 @@ PartError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
 
 @handles(LeaderAndIsrRequest, 5, 6)
 async def handle(broker, ctx, req: LeaderAndIsrRequest, version: int) -> LeaderAndIsrResponse:
-    if getattr(broker, "cluster", None) is None:
-        return LeaderAndIsrResponse(error_code=E.ErrorCode.BROKER_NOT_AVAILABLE, topics=[])
     if denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER):
         return LeaderAndIsrResponse(error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
-    err, results = await broker.apply_leader_and_isr(req)
+    err, results = await broker.control.leader_and_isr(req)
     by_topic: dict[bytes, list] = {}
     for _topic, topic_id, index, code in results:
         by_topic.setdefault(topic_id, []).append(PartError(partition_index=index, error_code=code))

@@ -51,7 +51,7 @@ async def handle(broker, ctx, req: ListOffsetsRequest, version: int) -> ListOffs
                 tr.partitions.append(PartResp(partition_index=p.partition_index, error_code=code,
                                               timestamp=-1, offset=-1, leader_epoch=-1))
                 continue
-            if getattr(broker, "cluster", None) is not None and not part.is_leader:
+            if not part.is_leader:
                 tr.partitions.append(PartResp(partition_index=p.partition_index,
                                               error_code=E.ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                               timestamp=-1, offset=-1, leader_epoch=-1))

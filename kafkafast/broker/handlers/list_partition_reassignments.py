@@ -8,7 +8,6 @@ without `zookeeper.connect`, an empty list. Needs DESCRIBE on the cluster.
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_partition_reassignments import (
     ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse)
-from kafkafast.protocol import errors as E
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
@@ -20,15 +19,10 @@ async def handle(broker, ctx, req: ListPartitionReassignmentsRequest, version: i
     code = denied(broker, ctx, acl.DESCRIBE, acl.CLUSTER)
     if code:
         return R(error_code=code, error_message=None)
-    node = getattr(broker, "cluster", None)
-    if node is None:
-        return R(error_code=0, error_message=None, topics=[])
-    if node.controller is None or not node.controller.active:
-        return R(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None)
     tps = None
     if req.topics is not None:
         tps = [(t.name, p) for t in req.topics for p in t.partition_indexes]
-    code, ongoing = await broker.ask_controller("list_reassignments", tps)
+    code, ongoing = await broker.control.list_reassignments(tps)
     if code:
         return R(error_code=code, error_message=None)
     by_topic: dict[str, list] = {}

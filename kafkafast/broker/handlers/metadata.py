@@ -12,6 +12,7 @@ LEADER_NOT_AVAILABLE, the ISR unchanged.
 v8+: when asked, each topic's and (v8-10) the cluster's authorized operations as the
 principal's ACLs allow them (`with_authorized_operations`); INT32_MIN when not asked.
 """
+from kafkafast.broker.control import broker_endpoint
 from kafkafast.broker.registry import handles
 from kafkafast.broker.topics import validate_topic_name
 from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResponse
@@ -21,15 +22,6 @@ from kafkafast.security import acl
 from kafkafast.security.context import authorized_operations, denied
 
 AUTH_OPS_UNSET = -2147483648
-
-
-def broker_endpoint(broker, ctx=None):
-    listener = getattr(getattr(ctx, "conn", None), "listener", None)
-    if listener is not None:  # the advertised endpoint of the listener the client came in on
-        return listener.endpoint()
-    adv = broker.config.advertised_listeners()[0]
-    host = adv.host or "127.0.0.1"
-    return host, adv.port
 
 
 def topic_response(broker, meta, version):

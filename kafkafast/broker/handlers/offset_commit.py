@@ -26,16 +26,10 @@ PartResp = OffsetCommitResponse.OffsetCommitResponsePartition
 TopicResp = OffsetCommitResponse.OffsetCommitResponseTopic
 
 
-def partition_known(broker, topic: str, index: int) -> bool:
-    """Whether the partition exists (in cluster mode: anywhere in the cluster, not only here)."""
-    if getattr(broker, "cluster", None) is not None:
-        return index in broker.metadata.partitions.get(topic, {})
-    return broker.get_partition(topic, index) is not None
-
-
-async def cluster_wait_replicated(broker, group_id: str, errors: dict) -> None:
-    """Cluster mode: answer once the commit is in every ISR member of the group's partition
-    (offsets.commit.timeout.ms; then COORDINATOR_NOT_AVAILABLE for what was stored, as Kafka)."""
+async def wait_replicated(broker, group_id: str, errors: dict) -> None:
+    """Answer once the commit is in every ISR member of the group's partition (a lone replica:
+    at once; else offsets.commit.timeout.ms, then COORDINATOR_NOT_AVAILABLE for what was
+    stored, as Kafka)."""
     if await broker.group_coordinator.wait_replicated(group_id):
         for key, err in errors.items():
             if err == 0:
@@ -53,7 +47,7 @@ def commit_entries(broker, ctx, topics, refused_first: int, *, with_leader_epoch
             refused = refused_first or denied(broker, ctx, acl.READ, acl.TOPIC, t.name)
             if refused:
                 errors[(t.name, p.partition_index)] = refused
-            elif not partition_known(broker, t.name, p.partition_index):
+            elif not broker.partition_exists(t.name, p.partition_index):
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 entries.append(OffsetCommitEntry(t.name, p.partition_index, p.committed_offset,
@@ -71,8 +65,7 @@ async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetC
         errors.update(broker.group_coordinator.commit_offsets(
             req.group_id, req.member_id, req.group_instance_id if version >= 7 else None,
             req.generation_id_or_member_epoch, entries, retention_ms=retention, api_version=version))
-        if getattr(broker, "cluster", None) is not None:
-            await cluster_wait_replicated(broker, req.group_id, errors)
+        await wait_replicated(broker, req.group_id, errors)
     return OffsetCommitResponse(throttle_time_ms=0, topics=[
         TopicResp(name=t.name, partitions=[PartResp(partition_index=p.partition_index,
                                                     error_code=errors.get((t.name, p.partition_index), 0))

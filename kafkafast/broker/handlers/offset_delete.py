@@ -6,7 +6,6 @@ GROUP_SUBSCRIBED_TO_TOPIC, others are deleted. GROUP_ID_NOT_FOUND for unknown gr
 NON_EMPTY_GROUP for active non-consumer groups; UNKNOWN_TOPIC_OR_PARTITION per partition
 of topics that do not exist.
 """
-from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from kafkafast.protocol import errors as E
@@ -26,7 +25,7 @@ async def handle(broker, ctx, req: OffsetDeleteRequest, version: int) -> OffsetD
         for p in t.partitions:
             if denied(broker, ctx, acl.READ, acl.TOPIC, t.name):
                 errors[(t.name, p.partition_index)] = E.ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif not partition_known(broker, t.name, p.partition_index):
+            elif not broker.partition_exists(t.name, p.partition_index):
                 errors[(t.name, p.partition_index)] = E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 wanted.append((t.name, p.partition_index))

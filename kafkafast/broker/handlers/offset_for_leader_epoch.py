@@ -51,7 +51,7 @@ async def handle(broker, ctx, req: OffsetForLeaderEpochRequest, version: int) ->
             if code:
                 tr.partitions.append(Result(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1))
                 continue
-            if getattr(broker, "cluster", None) is not None and not part.is_leader:
+            if not part.is_leader:
                 tr.partitions.append(Result(error_code=E.ErrorCode.NOT_LEADER_OR_FOLLOWER, partition=p.partition,
                                             leader_epoch=-1, end_offset=-1))
                 continue

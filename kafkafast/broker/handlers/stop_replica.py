@@ -16,10 +16,8 @@ PartError = StopReplicaResponse.StopReplicaPartitionError
 
 @handles(StopReplicaRequest, 3, 3)
 async def handle(broker, ctx, req: StopReplicaRequest, version: int) -> StopReplicaResponse:
-    if getattr(broker, "cluster", None) is None:
-        return StopReplicaResponse(error_code=E.ErrorCode.BROKER_NOT_AVAILABLE, partition_errors=[])
     if denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER):
         return StopReplicaResponse(error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED, partition_errors=[])
-    err, results = await broker.apply_stop_replica(req)
+    err, results = await broker.control.stop_replica(req)
     return StopReplicaResponse(error_code=err, partition_errors=[
         PartError(topic_name=t, partition_index=p, error_code=code) for t, p, code in results])

@@ -4,7 +4,7 @@ and makes them the group's committed offsets when the COMMIT marker arrives ther
 ABORT drops them). KIP-447 (v3): a member id and a generation >= 0 are checked against
 the group (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID). Forwarded whole to
 the worker that owns the group, like the other group APIs."""
-from kafkafast.broker.handlers.offset_commit import cluster_wait_replicated, commit_entries
+from kafkafast.broker.handlers.offset_commit import commit_entries, wait_replicated
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from kafkafast.protocol import errors as E
@@ -27,8 +27,7 @@ async def handle(broker, ctx, req: TxnOffsetCommitRequest, version: int) -> TxnO
             result = {k: (E.ErrorCode.INVALID_PRODUCER_EPOCH if v == E.ErrorCode.PRODUCER_FENCED else v)
                       for k, v in result.items()}
         errors.update(result)
-        if getattr(broker, "cluster", None) is not None:  # answered once the ISR has them, as OffsetCommit
-            await cluster_wait_replicated(broker, req.group_id, errors)
+        await wait_replicated(broker, req.group_id, errors)  # answered once the ISR has them, as OffsetCommit
     return R(throttle_time_ms=0, topics=[
         R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
             R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,

@@ -16,8 +16,6 @@ from kafkafast.security.context import denied
 
 @handles(UpdateMetadataRequest, 7, 7)
 async def handle(broker, ctx, req: UpdateMetadataRequest, version: int) -> UpdateMetadataResponse:
-    if getattr(broker, "cluster", None) is None:
-        return UpdateMetadataResponse(error_code=E.ErrorCode.BROKER_NOT_AVAILABLE)
     if denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER):
         return UpdateMetadataResponse(error_code=E.ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    return UpdateMetadataResponse(error_code=await broker.apply_update_metadata(req))
+    return UpdateMetadataResponse(error_code=await broker.control.update_metadata(req))

@@ -6,7 +6,6 @@ CLUSTER_ACTION. Per partition: NONE, UNKNOWN_TOPIC_OR_PARTITION, or the append's
 (KAFKA_STORAGE_ERROR, ...). A stale producer epoch (a newer epoch already wrote) counts as
 done; a coordinator epoch older than the one of the producer's last marker in the partition
 is TRANSACTION_COORDINATOR_FENCED and nothing is appended (a deposed coordinator)."""
-from kafkafast.broker.handlers.offset_commit import partition_known
 from kafkafast.broker.registry import handles
 from kafkafast.broker.txn_coordinator import append_marker
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -33,7 +32,7 @@ async def handle(broker, ctx, req: WriteTxnMarkersRequest, version: int) -> Writ
                 if refused:
                     code = refused
                 elif part is None:
-                    code = (E.ErrorCode.NOT_LEADER_OR_FOLLOWER if partition_known(broker, t.name, p)
+                    code = (E.ErrorCode.NOT_LEADER_OR_FOLLOWER if broker.partition_exists(t.name, p)
                             else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 elif cluster is not None and not ctx.internal:
                     code = await write_marker_as_leader(broker, part, marker.producer_id, marker.producer_epoch,

@@ -1,0 +1,96 @@
+"""The control plane of a single node: the broker is the whole cluster and its own controller.
+
+Handlers reach the control plane through `broker.control` and never ask which one they have:
+this one, or the ZooKeeper one (`kafkafast/cluster/zk_control.py`), chosen once where the
+broker is built. Each method answers what a cluster's controller (or a cluster member) would
+answer; here, with no other broker, that is Kafka's answer for a lone broker:
+
+* controller requests from other brokers (AlterPartition, ControlledShutdown) have no sender
+  here: NOT_CONTROLLER, as a broker that is not the controller answers them;
+* requests from a controller to a member (LeaderAndIsr, UpdateMetadata, StopReplica): this
+  broker is no member of another's cluster, BROKER_NOT_AVAILABLE;
+* reassignment: nothing can move, every partition INVALID_REPLICA_ASSIGNMENT; none in progress;
+* the cluster view (DescribeCluster): this broker, which is also the controller.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+
+Reassignments = AlterPartitionReassignmentsResponse
+
+
+def broker_endpoint(broker: Any, ctx: Any = None) -> tuple[str, int]:
+    """(host, port) this broker advertises on the listener the request came in on (else its first)."""
+    listener = getattr(getattr(ctx, "conn", None), "listener", None)
+    if listener is not None:
+        return listener.endpoint()
+    adv = broker.config.advertised_listeners()[0]
+    return adv.host or "127.0.0.1", adv.port
+
+
+def reassignment_everywhere(req: Any, code: int, message: str | None = None) -> Reassignments:
+    """An AlterPartitionReassignments answer with `code` for every partition of `req`."""
+    R = Reassignments
+    return R(error_code=0, error_message=None, responses=[R.ReassignableTopicResponse(name=t.name, partitions=[
+        R.ReassignablePartitionResponse(partition_index=p.partition_index, error_code=code, error_message=message)
+        for p in t.partitions]) for t in req.topics])
+
+
+class LocalControl:
+    """Control plane of a single-node broker (see the module docstring)."""
+
+    zk = None  # no ZooKeeper: ACLs and SCRAM credentials are kept in the first log dir
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    # -- requests a cluster's brokers send to the controller ---------------------------
+
+    async def alter_partition(self, req: Any) -> AlterPartitionResponse:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=E.ErrorCode.NOT_CONTROLLER, topics=[])
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResponse:
+        return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
+
+    async def alter_reassignments(self, req: Any) -> Reassignments:
+        return reassignment_everywhere(req, E.ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                       "a single broker: there is no other broker to move a replica to")
+
+    async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> tuple[int, dict]:
+        """(error code, {(topic, partition): (replicas, adding, removing)}) of the reassignments in progress."""
+        return 0, {}
+
+    # -- requests a controller sends to the members of its cluster ---------------------
+
+    async def leader_and_isr(self, req: Any) -> tuple[int, list[tuple[str, bytes, int, int]]]:
+        return E.ErrorCode.BROKER_NOT_AVAILABLE, []
+
+    async def update_metadata(self, req: Any) -> int:
+        return E.ErrorCode.BROKER_NOT_AVAILABLE
+
+    async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
+        return E.ErrorCode.BROKER_NOT_AVAILABLE, []
+
+    # -- the cluster as clients see it -------------------------------------------------
+
+    def controller_id(self) -> int:
+        return self.broker.node_id
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of a partition this broker does not lead, if one is known:
+        a lone broker leads every partition it has."""
+        return None
+
+    def endpoint_of(self, broker_id: int) -> tuple[str, int, str | None] | None:
+        """(host, port, rack) of another broker, on the inter-broker listener: there is none."""
+        return None
+
+    def brokers_for(self, ctx: Any) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every live broker, on the listener of the request."""
+        host, port = broker_endpoint(self.broker, ctx)
+        return [(self.broker.node_id, host, port, self.broker.config.get("broker.rack") or None)]

@@ -1,0 +1,77 @@
+"""The control plane of a ZooKeeper-mode broker: the same calls as the single node's
+(`kafkafast/broker/control.py`), answered by this broker's controller thread when it is the
+active controller, by the cluster member this broker is, and from its metadata cache."""
+from __future__ import annotations
+
+from typing import Any
+
+from kafkafast.cluster.requests import client_listener
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+
+
+class ZkControl:
+    """Control plane of a cluster broker (`ClusterBroker`, any worker of it)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    @property
+    def zk(self) -> Any:
+        """This broker's ZooKeeper session: ACLs and SCRAM credentials live there (security/)."""
+        return self.broker.node.zk
+
+    def _controller_active(self) -> bool:
+        controller = self.broker.node.controller
+        return controller is not None and controller.active
+
+    # -- requests a cluster's brokers send to the controller ---------------------------
+
+    async def alter_partition(self, req: Any) -> AlterPartitionResponse:
+        if not self._controller_active():
+            return AlterPartitionResponse(throttle_time_ms=0, error_code=E.ErrorCode.NOT_CONTROLLER, topics=[])
+        return await self.broker.handle_alter_partition(req)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResponse:
+        if not self._controller_active():
+            return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
+        return await self.broker.ask_controller("controlled_shutdown", broker_id, broker_epoch)
+
+    async def alter_reassignments(self, req: Any) -> AlterPartitionReassignmentsResponse:
+        if not self._controller_active():
+            return AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None)
+        return await self.broker.ask_controller("alter_reassignments", req)
+
+    async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> tuple[int, dict]:
+        if not self._controller_active():
+            return E.ErrorCode.NOT_CONTROLLER, {}
+        return await self.broker.ask_controller("list_reassignments", partitions)
+
+    # -- requests a controller sends to the members of its cluster ---------------------
+
+    async def leader_and_isr(self, req: Any) -> tuple[int, list[tuple[str, bytes, int, int]]]:
+        return await self.broker.apply_leader_and_isr(req)
+
+    async def update_metadata(self, req: Any) -> int:
+        return await self.broker.apply_update_metadata(req)
+
+    async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
+        return await self.broker.apply_stop_replica(req)
+
+    # -- the cluster as clients see it (the controller's UpdateMetadata) ---------------
+
+    def controller_id(self) -> int:
+        return self.broker.metadata.controller_id
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        info = self.broker.metadata.partitions.get(topic, {}).get(partition)
+        return (info.leader, info.leader_epoch) if info is not None and info.leader >= 0 else None
+
+    def endpoint_of(self, broker_id: int) -> tuple[str, int, str | None] | None:
+        b = self.broker.metadata.brokers.get(broker_id)
+        return (b.host, b.port, b.rack) if b is not None else None
+
+    def brokers_for(self, ctx: Any) -> list[tuple[int, str, int, str | None]]:
+        return list(self.broker.metadata.brokers_on(client_listener(ctx)))
