@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tools import missing_tool
+
 REPO = Path(__file__).resolve().parents[2]
 USER_FILES = Path(__file__).with_name("as_a_user")
 
@@ -53,7 +55,7 @@ def test_every_fault_seen_by_real_clients_as_a_user(installed_metadata, tmp_path
 def test_kafka_cluster_fixture_with_real_clients_as_a_user(installed_metadata, tmp_path):
     from kafkafast.cluster.local import zookeeper_available
 
-    if not zookeeper_available():  # pragma: no cover - CI installs it (run.sh test)
-        pytest.skip("Debian's zookeeper package and java are needed for kafka_cluster")
+    if not zookeeper_available():  # pragma: no cover - run.sh test installs them
+        missing_tool("zookeeper")
     out = run_as_user("cluster_with_clients.py", installed_metadata, tmp_path)
     assert re.search(r"\b3 passed\b", out), out[-3000:]

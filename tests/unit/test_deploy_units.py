@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kafkafast.config import BrokerConfig
+from tests.support.tools import missing_tool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
@@ -76,8 +77,7 @@ def _scratch_root(tmp_path: Path) -> Path:
 
 def test_systemd_analyze_verify(tmp_path):
     if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is not installed (Debian package: systemd); the units' syntax is "
-                    "checked by test_units_parse_and_set_limits")
+        missing_tool("systemd-analyze")  # (the units' syntax is also checked by test_units_parse_and_set_limits)
     if not any(os.path.isdir(d) for d in SYSTEM_UNIT_DIRS):
         pytest.skip("no systemd unit directory to take the standard targets from")
     root = _scratch_root(tmp_path)
