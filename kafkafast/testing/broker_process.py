@@ -18,11 +18,14 @@ switches the default. perf/testing_startup.py measures both.
 """
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -375,25 +378,43 @@ class KafkaTestBroker:
 
 def stop_gracefully(proc: Any, timeout: float = 15.0) -> int | None:
     """SIGTERM to a broker process; its exit code (SIGKILL to its group after `timeout`)."""
-    if proc is None or proc.poll() is not None:
-        return None if proc is None else proc.returncode
+    if proc is None:
+        return None
+    if proc.poll() is not None:
+        remove_run_folders(proc.pid)  # it died on its own (a fault, a crash): nothing removed them
+        return proc.returncode
     proc.send_signal(signal.SIGTERM)
     try:
-        return proc.wait(timeout)
+        code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return None
+    remove_run_folders(proc.pid)
+    return code
 
 
 def kill_group(proc: Any) -> None:
-    """SIGKILL a broker's whole process group (supervisor and workers)."""
-    if proc is None or proc.poll() is not None:
+    """SIGKILL a broker's whole process group (supervisor and workers), then remove the run
+    folders it can no longer remove itself."""
+    if proc is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(10)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+    remove_run_folders(proc.pid)
+
+
+def remove_run_folders(pid: int) -> None:
+    """Removes what broker process `pid` keeps in the temporary directory while it runs and
+    removes on a clean stop: the supervisor's run folder (`kafkafast-<pid>-*`: worker sockets,
+    the shared partition table) and the metrics folder (`kafkafast-metrics-<pid>-*`). Called once
+    the process is gone (reaped), so the folders are no longer in use."""
+    for pattern in (f"kafkafast-{pid}-*", f"kafkafast-metrics-{pid}-*"):
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), pattern)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _recv(s: socket.socket, n: int) -> bytes:
