@@ -23,9 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-from kafkafast.protocol import api
-from kafkafast.protocol._generated.metadata import MetadataRequest
-
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "netty-handler", "netty-common",
         "netty-buffer", "netty-transport", "netty-resolver", "netty-codec",
         "netty-transport-native-epoll", "netty-transport-native-unix-common", "commons-io",
@@ -147,14 +144,20 @@ def pick_ports(first: int, count: int, avoid: set[int] | None = None) -> list[in
 
 def metadata_brokers(port: int, timeout: float = 2.0) -> tuple[set[int], int]:
     """The broker ids and the controller id a broker's Metadata answer names."""
+    # Imported here: the protocol modules take 0.3 s to import, and the test harness imports this
+    # module (ZooKeeperServer, recv_exact) on its way to the first broker start.
+    from kafkafast.protocol import api
+    from kafkafast.protocol._generated.metadata import MetadataRequest
+
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(api.encode_request(MetadataRequest(topics=[]), 1, 1, "kafkafast-cluster-local"))
-        head = _recv(s, 4)
-        answer = api.decode_response(MetadataRequest.API_KEY, 1, _recv(s, int.from_bytes(head, "big")))[1]
+        head = recv_exact(s, 4)
+        answer = api.decode_response(MetadataRequest.API_KEY, 1, recv_exact(s, int.from_bytes(head, "big")))[1]
     return {b.node_id for b in answer.brokers}, answer.controller_id
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    """`n` bytes from `s` (ConnectionError, an OSError, if it closes first)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = s.recv(n - len(buf))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkafast import clock
+from kafkafast.cluster.local import recv_exact as _recv
 from kafkafast.testing.control import CLOCK, PROPERTY
 from kafkafast.testing.scripting import Faults, ManualClock
 
@@ -415,13 +416,3 @@ def remove_run_folders(pid: int) -> None:
     for pattern in (f"kafkafast-{pid}-*", f"kafkafast-metrics-{pid}-*"):
         for path in glob.glob(os.path.join(tempfile.gettempdir(), pattern)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return bytes(buf)
