@@ -78,25 +78,54 @@ def _pythonpath() -> dict[str, str]:
 
 
 class ForkServer:
-    """The client of one `fork_server.py` process (started on first use, one per test
-    process; see that module for the protocol)."""
+    """The client of one `fork_server.py` process (one per test process, started on first use
+    or ahead of it by the pytest plugin; see that module for the protocol)."""
 
     _instance: "ForkServer | None" = None
     _instance_lock = threading.Lock()
+    _ahead: "subprocess.Popen | None" = None  # started by start_ahead, not yet taken by get
 
-    def __init__(self) -> None:
+    def __init__(self, proc: "subprocess.Popen | None" = None) -> None:
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-m", "kafkafast.testing.fork_server"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_pythonpath())
+        self.proc = proc or self._spawn()
+        # This process's side of a broker start, imported while the fork server imports the
+        # broker: the protocol codecs the readiness check (Metadata) and create_topic use take
+        # 0.3 s to import, which the first start would otherwise add to the fork server's.
+        from kafkafast.protocol import api  # noqa: F401
+        from kafkafast.protocol._generated import create_topics, metadata  # noqa: F401
+
         hello = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not hello:
             raise RuntimeError("the test broker fork server did not start")
+
+    @staticmethod
+    def _spawn() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "kafkafast.testing.fork_server"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=_pythonpath())
+
+    @classmethod
+    def start_ahead(cls) -> None:
+        """Starts the fork server process now, before a test asks for a broker (its import is
+        most of a first broker's start); `get` takes it over, `discard` ends it."""
+        with cls._instance_lock:
+            if cls._instance is None and cls._ahead is None:
+                cls._ahead = cls._spawn()
+
+    @classmethod
+    def discard(cls) -> None:
+        """Ends the fork server started ahead when the session turns out not to need it."""
+        with cls._instance_lock:
+            proc, cls._ahead = cls._ahead, None
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
 
     @classmethod
     def get(cls) -> "ForkServer":
         with cls._instance_lock:
             if cls._instance is None or cls._instance.proc.poll() is not None:
-                cls._instance = ForkServer()
+                proc, cls._ahead = cls._ahead, None
+                cls._instance = ForkServer(proc if proc is not None and proc.poll() is None else None)
             return cls._instance
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
