@@ -22,12 +22,11 @@ install_inputs() {
 
 installed_from_here() {
   # The interpreter's kafkafast is the editable install of this checkout (not of another one).
+  # Every kafkafast metadata on the path is looked at: the checkout's own kafkafast.egg-info
+  # (the current directory is on the path) has no direct_url.json.
   "$PY" -c 'import importlib.metadata as m, json, sys
-try:
-    url = json.loads(m.distribution("kafkafast").read_text("direct_url.json") or "{}").get("url")
-except m.PackageNotFoundError:
-    url = None
-sys.exit(url != "file://" + sys.argv[1])' "$PWD"
+urls = [json.loads(d.read_text("direct_url.json") or "{}").get("url") for d in m.distributions(name="kafkafast")]
+sys.exit("file://" + sys.argv[1] not in urls)' "$PWD"
 }
 
 install_python() {
