@@ -4,6 +4,7 @@ Tansu peer (memory storage). Both run in their own session so every process of a
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import shutil
 import signal
@@ -13,9 +14,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# librdkafka's log lines of the harness's own admin clients: kept out of the progress output
+# (not passed up to the root logger); perf.run adds a file for them beside the results.
+LIBRDKAFKA_LOG = logging.getLogger("perf.librdkafka")
+LIBRDKAFKA_LOG.propagate = False
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 
 def free_port() -> int:
@@ -147,27 +154,30 @@ class BrokerUnderTest(abc.ABC):
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
 
-    def create_topic(self, name: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+    def admin(self) -> Any:
+        """A confluent-kafka AdminClient whose librdkafka log lines go to the `perf.librdkafka`
+        logger (perf.run writes them to a file), not into the progress output on stderr."""
+        from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        return AdminClient({"bootstrap.servers": self.bootstrap, "logger": LIBRDKAFKA_LOG})
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()
         fut = admin.create_topics([NewTopic(name, partitions, 1)])[name]
         fut.result(30)
         self._wait_metadata(name, partitions)
 
     def delete_topic(self, name: str) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # must outlive the future
+        admin = self.admin()  # must outlive the future
         try:
             admin.delete_topics([name])[name].result(30)
         except Exception as exc:  # noqa: BLE001 - keep benchmarking, but say so
             print(f"warning: deleting {name} on {self.name} failed: {exc}", file=sys.stderr)
 
     def _wait_metadata(self, name: str, partitions: int) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = self.admin()
         for _ in range(100):
             md = admin.list_topics(name, timeout=5)
             t = md.topics.get(name)

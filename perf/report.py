@@ -115,7 +115,11 @@ def markdown(res: dict) -> str:
         lines.append("")
     lines += ["## Targets", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for t in targets(res):
-        lines.append(f"| {t['target']} | {_fmt(t['value'])} {t['unit']} | {t['goal']} | {'yes' if t['met'] else '**no**'} |")
+        if t["value"] is None:  # a row this run did not measure (profile, phase skipped, no Tansu)
+            lines.append(f"| {t['target']} | not measured | {t['goal']} | not measured |")
+        else:
+            lines.append(f"| {t['target']} | {_fmt(t['value'])} {t['unit']} | {t['goal']} | "
+                         f"{'yes' if t['met'] else '**no**'} |")
     lines.append("")
     prod = res.get("produce", [])
     if prod:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
@@ -22,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from perf import ceilings, report
-from perf.brokers import REPO, BrokerUnderTest, Kafkafast, Tansu
+from perf.brokers import LIBRDKAFKA_LOG, REPO, BrokerUnderTest, Kafkafast, Tansu
 from perf.profiles import PROFILES, Profile
 
 MB = 1e6
@@ -51,6 +52,10 @@ class Bench:
         self.results: dict = {"produce": [], "consume": [], "latency": [], "memory": {}}
         self.produced_bytes = {b.name: 0 for b in brokers}
         self.t0 = time.time()
+
+    def say(self, line: str) -> None:
+        """One progress line, with the seconds since the start."""
+        print(f"[{time.time() - self.t0:6.0f} s] {line}", flush=True)
 
     def topic(self, prefix: str) -> str:
         return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -93,9 +98,10 @@ class Bench:
                        "client_bound": max(r["client_cpu_busy"] for r in runs) >= 0.8,
                        "errors": sum(r["errors"] for r in runs), "repeats": runs}
                 self.results["produce"].append(row)
-                print(f"[{time.time() - self.t0:6.0f}s] produce {b.name:9} {size:>6} B p={parts:<2} acks={acks:<3} {comp:4}: "
-                      f"{med:>10.0f} msg/s {row['MB_per_s']:8.1f} MB/s  cpu/GB={row['broker_cpu_s_per_GB']}",
-                      flush=True)
+                cpu = row["broker_cpu_s_per_GB"]
+                self.say(f"produce {b.name:9} {size:>6} B p={parts:<2} acks={acks:<3} {comp:4}: {med:>10,.0f} msg/s "
+                         f"{row['MB_per_s']:8.1f} MB/s  broker CPU "
+                         + (f"{cpu:5.1f} s/GB" if cpu is not None else "not measured (acks=0)"))
 
     # -- consume -----------------------------------------------------------------------
     def consume_matrix(self) -> None:
@@ -110,8 +116,7 @@ class Bench:
                     pre = run_load("produce", [{"bootstrap": b.bootstrap, "topic": t, "size": size, "acks": "1",
                                                 "count": count, "round_robin": parts}])[0]
                     if pre["acked"] != count:  # per-partition counts unknown: this repeat cannot be timed
-                        print(f"consume {b.name}: preload acknowledged {pre['acked']} of {count}; repeat skipped",
-                              flush=True)
+                        self.say(f"consume {b.name}: preload acknowledged {pre['acked']:,} of {count:,}; repeat skipped")
                         self.results.setdefault("skipped", []).append(
                             f"consume {b.name} {size} B: preload acknowledged {pre['acked']} of {count}")
                         b.delete_topic(t)
@@ -148,8 +153,9 @@ class Bench:
                        "client_cpu_busy": max(r["client_cpu_busy"] for r in runs),
                        "client_bound": max(r["client_cpu_busy"] for r in runs) >= 0.8, "repeats": runs}
                 self.results["consume"].append(row)
-                print(f"consume {b.name:9} {size:>6} B p={parts}: {med:8.1f} MB/s complete={row['complete']}; "
-                      f"raw fetch {row['raw_fetch_MB_per_s']:8.1f} MB/s", flush=True)
+                self.say(f"consume {b.name:9} {size:>6} B p={parts}: {med:8.1f} MB/s "
+                         f"({'all' if row['complete'] else 'NOT all'} records read); "
+                         f"minimal fetch client {row['raw_fetch_MB_per_s']:8.1f} MB/s")
 
     # -- latency -----------------------------------------------------------------------
     def max_rate(self, b: BrokerUnderTest) -> float:
@@ -179,8 +185,8 @@ class Bench:
                     row["p99_ms_range"] = [min(r["p99_ms"] for r in rs), max(r["p99_ms"] for r in rs)]
                     row["repeats"] = rs
                 self.results["latency"].append(row)
-                print(f"latency {b.name:9} {frac:.0%} of {slower:.0f} msg/s: p50={row['p50_ms']:.2f} "
-                      f"p99={row['p99_ms']:.2f} p99.9={row['p999_ms']:.2f} ms (median of {len(rs)})", flush=True)
+                self.say(f"latency {b.name:9} at {frac:.0%} of {slower:,.0f} msg/s: p50 {row['p50_ms']:.2f} ms, "
+                         f"p99 {row['p99_ms']:.2f} ms, p99.9 {row['p999_ms']:.2f} ms (median of {len(rs)})")
 
     def latency_once(self, b: BrokerUnderTest, rate: float) -> dict:
         t = self.topic("latency")
@@ -247,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(","))) | set(prof.skip)
     workers = args.workers if args.workers is not None else (prof.workers or os.cpu_count() or 1)
     started = time.time()
+    librdkafka_log = logging.FileHandler(out / "librdkafka.log", mode="w")
+    LIBRDKAFKA_LOG.addHandler(librdkafka_log)
     with tempfile.TemporaryDirectory(prefix="kafkafast-perf-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         brokers: list[BrokerUnderTest] = []
@@ -263,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                          "workers": workers, "loadavg_start": os.getloadavg()}
         if "ceilings" not in skip:
             results["ceilings"] = ceilings.measure(str(work / "ceilings"), prof.ceiling_bytes)
-            print("ceilings:", {k: f"{v / MB:.0f} MB/s" for k, v in results["ceilings"].items()}, flush=True)
+            print("machine ceilings: " + ", ".join(f"{k.removesuffix('_Bps').replace('_', ' ')} {v / MB:,.0f} MB/s"
+                                                   for k, v in results["ceilings"].items()), flush=True)
         try:
             for b in brokers:
                 b.start()
@@ -288,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"stopping {b.name} failed: {exc}", flush=True)
     results["elapsed_s"] = time.time() - started
     results["loadavg_end"] = os.getloadavg()
+    LIBRDKAFKA_LOG.removeHandler(librdkafka_log)
+    librdkafka_log.close()
     report.write(results, out)
-    print(f"results in {out} ({results['elapsed_s']:.0f} s)", flush=True)
+    print(f"results in {out} ({results['elapsed_s']:.0f} s; librdkafka's log lines in librdkafka.log)", flush=True)
     return 0
 
 

@@ -47,7 +47,7 @@ CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "ma
 # it runs one cleaner thread and reads whole batches, so not log.cleaner.threads nor the I/O buffers).
 CLEANER_CONFIGS = frozenset({"log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
                              "log.cleaner.dedupe.buffer.size"})
-DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS
+DYNAMIC_BROKER_CONFIGS = frozenset(TOPIC_SYNONYMS) | CONNECTION_CONFIGS | CLEANER_CONFIGS  # + ACCEPTED_WITHOUT_USE
 # Configs Kafka reconfigures at run time whose subject kafkafast's process model does not have
 # (a config that changed nothing would be worse than a refusal): the refusal says why.
 _POOLS = ("kafkafast has no request-handler, network or background thread pools to resize: each worker "
@@ -64,6 +64,61 @@ NO_COUNTERPART = {
     "listener.security.protocol.map": "listeners are bound at start (the workers share their sockets)",
     "metric.reporters": "metrics are exported by the Prometheus endpoint, not reporter classes",
 }
+
+LONG_MAX = 2**63 - 1
+_NUMBER_TYPES: dict[str, tuple[type, float, float]] = {
+    "SHORT": (int, -2**15, 2**15 - 1), "INT": (int, -2**31, 2**31 - 1), "LONG": (int, -LONG_MAX - 1, LONG_MAX),
+    "DOUBLE": (float, float("-inf"), float("inf")),
+}
+# Dynamic broker configs Kafka accepts whose subject kafkafast does not have: Kerberos (no GSSAPI),
+# the broker's own SASL login refresh (it logs in nowhere: SASL is served, not used), tiered storage
+# (no remote log). Kafka accepts them (DynamicListenerConfig, DynamicRemoteLogConfig), so clients and
+# tools that alter them (librdkafka's 0081_admin alters sasl.kerberos.min.time.before.relogin) must
+# not fail; accepted, checked as Kafka's ConfigDef checks them, stored and described, and nothing
+# reads them: none of them would change a behaviour that runs here.
+# name -> (Kafka's default, Kafka's type, the least and most value of a number or None).
+ACCEPTED_WITHOUT_USE: dict[str, tuple[str | None, str, float | None, float | None]] = {
+    "sasl.kerberos.service.name": (None, "STRING", None, None),
+    "sasl.kerberos.kinit.cmd": ("/usr/bin/kinit", "STRING", None, None),
+    "sasl.kerberos.ticket.renew.window.factor": ("0.8", "DOUBLE", None, None),
+    "sasl.kerberos.ticket.renew.jitter": ("0.05", "DOUBLE", None, None),
+    "sasl.kerberos.min.time.before.relogin": ("60000", "LONG", None, None),
+    "sasl.kerberos.principal.to.local.rules": ("DEFAULT", "LIST", None, None),
+    "sasl.login.refresh.window.factor": ("0.8", "DOUBLE", 0.5, 1.0),
+    "sasl.login.refresh.window.jitter": ("0.05", "DOUBLE", 0.0, 0.25),
+    "sasl.login.refresh.min.period.seconds": ("60", "SHORT", 0, 900),
+    "sasl.login.refresh.buffer.seconds": ("300", "SHORT", 0, 3600),
+    "remote.log.index.file.cache.total.size.bytes": ("1073741824", "LONG", 1, None),
+    "remote.fetch.max.wait.ms": ("500", "INT", 1, None),
+    "remote.log.manager.copy.max.bytes.per.second": (str(LONG_MAX), "LONG", 1, None),
+    "remote.log.manager.fetch.max.bytes.per.second": (str(LONG_MAX), "LONG", 1, None),
+}
+
+
+def _check_accepted_without_use(name: str, value: str) -> None:
+    """InvalidConfigError with Kafka's ConfigDef words for a value of the wrong type or range."""
+    _, kind, least, most = ACCEPTED_WITHOUT_USE[name]
+    if kind not in _NUMBER_TYPES:
+        return
+    parse, low, high = _NUMBER_TYPES[kind]
+    try:
+        number = parse(value.strip())
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        why = f"Not a number of type {kind}"
+    elif least is not None and number < least:
+        why = f"Value must be at least {least}"
+    elif most is not None and number > most:
+        why = f"Value must be no more than {most}"
+    else:
+        return
+    raise E.InvalidConfigError(f"Invalid value {value} for configuration {name}: {why}")
+
+
+# As Kafka's listener configs (DynamicBrokerConfig.PerBrokerConfigs): set per broker, not cluster-wide.
+PER_BROKER_ONLY = frozenset(n for n in ACCEPTED_WITHOUT_USE if n.startswith("sasl."))
+
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Quota keys Kafka accepts for each entity kind (ip: connection rate only).
 CLIENT_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
@@ -203,7 +258,8 @@ def check_quota_entity(entity: Entity, ops: dict[str, float | None]) -> None:
 
 
 def is_dynamic_broker_config(name: str) -> bool:
-    return name in DYNAMIC_BROKER_CONFIGS or listener_store_config(name) is not None
+    return (name in DYNAMIC_BROKER_CONFIGS or name in ACCEPTED_WITHOUT_USE
+            or listener_store_config(name) is not None)
 
 
 def check_listener_stores(broker: Any, scope: str, configs: dict[str, str]) -> None:
@@ -243,9 +299,10 @@ def check_listener_stores(broker: Any, scope: str, configs: dict[str, str]) -> N
                 raise E.InvalidConfigError(str(exc)) from None
 
 
-def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
-    """InvalidRequestError naming what cannot be changed at run time, InvalidConfigError for a
-    bad value (a log default checked as the topic config it is the default of)."""
+def check_dynamic_broker_configs(configs: dict[str, str], scope: str) -> None:
+    """InvalidRequestError naming what cannot be changed at run time (or not cluster-wide: scope
+    ""), InvalidConfigError for a bad value (a log default checked as the topic config it is the
+    default of)."""
     from kafkafast.storage.config import LogConfig
 
     static = sorted(n for n in configs if not is_dynamic_broker_config(n) and n not in STORE_CONFIGS)
@@ -253,6 +310,12 @@ def check_dynamic_broker_configs(configs: dict[str, str]) -> None:
         why = sorted({NO_COUNTERPART[n] for n in static if n in NO_COUNTERPART})
         raise E.InvalidRequestError(f"Cannot update these configs dynamically: {set(static)}"
                                     + "".join(f"; {w}" for w in why))
+    per_broker = sorted(n for n in configs if n in PER_BROKER_ONLY)
+    if per_broker and scope == "":
+        raise E.InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                    f"specified: {set(per_broker)}")
+    for name in sorted(configs.keys() & ACCEPTED_WITHOUT_USE.keys()):
+        _check_accepted_without_use(name, configs[name])
     for name in ("max.connections", "max.connections.per.ip"):
         if name in configs:
             value = configs[name].strip()

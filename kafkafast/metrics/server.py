@@ -183,7 +183,7 @@ def start_for_broker(config: Any, workers: int) -> MetricsEndpoint | None:
     port = config.get("metrics.port")
     if port is None or int(port) <= 0:
         return None
-    directory = tempfile.mkdtemp(prefix="kafkafast-metrics-")
+    directory = tempfile.mkdtemp(prefix=f"kafkafast-metrics-{os.getpid()}-")  # the pid: see testing's cleanup
     recorder.enable(directory)
     from prometheus_client import CollectorRegistry
 

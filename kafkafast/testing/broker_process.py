@@ -18,11 +18,14 @@ switches the default. perf/testing_startup.py measures both.
 """
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kafkafast import clock
+from kafkafast.cluster.local import recv_exact as _recv
 from kafkafast.testing.control import CLOCK, PROPERTY
 from kafkafast.testing.scripting import Faults, ManualClock
 
@@ -74,25 +78,54 @@ def _pythonpath() -> dict[str, str]:
 
 
 class ForkServer:
-    """The client of one `fork_server.py` process (started on first use, one per test
-    process; see that module for the protocol)."""
+    """The client of one `fork_server.py` process (one per test process, started on first use
+    or ahead of it by the pytest plugin; see that module for the protocol)."""
 
     _instance: "ForkServer | None" = None
     _instance_lock = threading.Lock()
+    _ahead: "subprocess.Popen | None" = None  # started by start_ahead, not yet taken by get
 
-    def __init__(self) -> None:
+    def __init__(self, proc: "subprocess.Popen | None" = None) -> None:
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-m", "kafkafast.testing.fork_server"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_pythonpath())
+        self.proc = proc or self._spawn()
+        # This process's side of a broker start, imported while the fork server imports the
+        # broker: the protocol codecs the readiness check (Metadata) and create_topic use take
+        # 0.3 s to import, which the first start would otherwise add to the fork server's.
+        from kafkafast.protocol import api  # noqa: F401
+        from kafkafast.protocol._generated import create_topics, metadata  # noqa: F401
+
         hello = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not hello:
             raise RuntimeError("the test broker fork server did not start")
+
+    @staticmethod
+    def _spawn() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "kafkafast.testing.fork_server"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=_pythonpath())
+
+    @classmethod
+    def start_ahead(cls) -> None:
+        """Starts the fork server process now, before a test asks for a broker (its import is
+        most of a first broker's start); `get` takes it over, `discard` ends it."""
+        with cls._instance_lock:
+            if cls._instance is None and cls._ahead is None:
+                cls._ahead = cls._spawn()
+
+    @classmethod
+    def discard(cls) -> None:
+        """Ends the fork server started ahead when the session turns out not to need it."""
+        with cls._instance_lock:
+            proc, cls._ahead = cls._ahead, None
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
 
     @classmethod
     def get(cls) -> "ForkServer":
         with cls._instance_lock:
             if cls._instance is None or cls._instance.proc.poll() is not None:
-                cls._instance = ForkServer()
+                proc, cls._ahead = cls._ahead, None
+                cls._instance = ForkServer(proc if proc is not None and proc.poll() is None else None)
             return cls._instance
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -375,32 +408,40 @@ class KafkaTestBroker:
 
 def stop_gracefully(proc: Any, timeout: float = 15.0) -> int | None:
     """SIGTERM to a broker process; its exit code (SIGKILL to its group after `timeout`)."""
-    if proc is None or proc.poll() is not None:
-        return None if proc is None else proc.returncode
+    if proc is None:
+        return None
+    if proc.poll() is not None:
+        remove_run_folders(proc.pid)  # it died on its own (a fault, a crash): nothing removed them
+        return proc.returncode
     proc.send_signal(signal.SIGTERM)
     try:
-        return proc.wait(timeout)
+        code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return None
+    remove_run_folders(proc.pid)
+    return code
 
 
 def kill_group(proc: Any) -> None:
-    """SIGKILL a broker's whole process group (supervisor and workers)."""
-    if proc is None or proc.poll() is not None:
+    """SIGKILL a broker's whole process group (supervisor and workers), then remove the run
+    folders it can no longer remove itself."""
+    if proc is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(10)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+    remove_run_folders(proc.pid)
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise OSError("connection closed")
-        buf += chunk
-    return bytes(buf)
+def remove_run_folders(pid: int) -> None:
+    """Removes what broker process `pid` keeps in the temporary directory while it runs and
+    removes on a clean stop: the supervisor's run folder (`kafkafast-<pid>-*`: worker sockets,
+    the shared partition table) and the metrics folder (`kafkafast-metrics-<pid>-*`). Called once
+    the process is gone (reaped), so the folders are no longer in use."""
+    for pattern in (f"kafkafast-{pid}-*", f"kafkafast-metrics-{pid}-*"):
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), pattern)):
+            shutil.rmtree(path, ignore_errors=True)

@@ -17,11 +17,12 @@ Fixtures:
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator
 
 import pytest
 
-from kafkafast.testing.broker_process import KafkaTestBroker
+from kafkafast.testing.broker_process import ForkServer, KafkaTestBroker, default_spawn
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,19 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(workers, as_kafka, manual_clock, settings)")
     config.addinivalue_line("markers", "kafka_cluster(**options): options of the kafka_cluster fixture "
                                        "(brokers, settings)")
+    # The broker fork server starts now, so that its import (most of the first broker's start)
+    # runs while pytest starts up and collects; once collection shows whether a test uses a
+    # broker, it is taken over in the background or ended.
+    if default_spawn() == "fork-server" and not config.option.collectonly:
+        ForkServer.start_ahead()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Starts the broker fork server in the background as soon as a collected test uses a
-    broker fixture, so that its one-time import overlaps with the tests before it."""
+    if default_spawn() != "fork-server":
+        return
     if any({"kafka_broker", "kafka_broker_session", "kafka_cluster"} & set(getattr(item, "fixturenames", ()))
            for item in session.items):
-        import threading
-
-        from kafkafast.testing.broker_process import ForkServer, default_spawn
-
-        if default_spawn() == "fork-server":
-            threading.Thread(target=ForkServer.get, name="kafkafast-fork-server", daemon=True).start()
+        threading.Thread(target=ForkServer.get, name="kafkafast-fork-server", daemon=True).start()
+    else:
+        ForkServer.discard()
 
 
 def _options(request: pytest.FixtureRequest, marker_name: str = "kafka_broker") -> dict[str, Any]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 
 from tests.support.cluster import KafkaCluster
+from tests.support.tools import CI, HOW_TO_GET
 from tests.support.zookeeper_process import zookeeper_available
 
-if not zookeeper_available():  # pragma: no cover - CI installs it (run.sh test)
-    pytest.skip("Debian's zookeeper package and java are needed for cluster tests", allow_module_level=True)
+if not zookeeper_available() and not CI:  # pragma: no cover - run.sh test installs them
+    pytest.skip(HOW_TO_GET["zookeeper"], allow_module_level=True)
 
 
 def workers_of(request) -> int:

@@ -23,6 +23,7 @@ import pytest
 from tests.support.broker_process import BrokerProcess
 from tests.support.client_matrix import ClientVersion, Interpreters, matrix_versions
 from tests.support.segments import CODEC_IDS, stored_batches
+from tests.support.tools import missing_tool
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "matrix_scripts"
 JS_MODULES = Path(__file__).resolve().parents[1] / "js" / "node_modules"
@@ -79,11 +80,11 @@ def command(case: Case, interp: Interpreters, spec: dict) -> list[str]:
     if case.script.endswith(".js"):
         if shutil.which("node") is None or not (JS_MODULES / "kafkajs").is_dir():
             if not CI:
-                pytest.skip("node or kafkajs missing (bash run.sh test installs them)")
+                missing_tool("kafkajs")
         return ["node", str(SCRIPTS / case.script), json.dumps(spec)]
     if case.client is None:  # kcat, driven from this interpreter
-        if KCAT is None and not CI:
-            pytest.skip("Debian's kcat is not installed (run.sh installs it)")
+        if KCAT is None:
+            missing_tool("kcat")
         return [sys.executable, str(SCRIPTS / case.script), json.dumps(spec), str(KCAT)]
     try:
         python = interp.python(case.client)

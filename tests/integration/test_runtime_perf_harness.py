@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -23,5 +24,16 @@ def test_perf_harness_tiny_profile_writes_results_table_json_and_chart(tmp_path)
     assert set(res["ceilings"]) == {"loopback_tcp_Bps", "loopback_sendfile_Bps", "seq_write_Bps",
                                     "seq_write_fdatasync_Bps"}
     assert res["memory"]["kafkafast"]["processes"] >= 2  # supervisor + workers
-    assert "| target |" in (out / "RESULTS.md").read_text()
+    table = (out / "RESULTS.md").read_text()
+    assert "| target |" in table
+    # the tiny profile has no 16-partition produce row: that target is not measured, not failed
+    assert re.search(r"^\| produce 1 KiB, acks=1, 16 partitions >= 1.5x Tansu \| not measured \| 1.5 \| not measured \|$",
+                     table, re.M), table
+    assert "| - " not in table
+    # progress output: formatted figures, none of librdkafka's log lines (they go to librdkafka.log)
+    assert not re.search(r"^%\d\|", proc.stdout + proc.stderr, re.M), proc.stdout + proc.stderr
+    produce = [line for line in proc.stdout.splitlines() if "] produce kafkafast" in line]
+    assert produce and re.search(r"broker CPU +\d+\.\d s/GB$", produce[0]), produce
+    assert not re.search(r"\d\.\d{4,}", proc.stdout), proc.stdout  # no unrounded floats
+    assert (out / "librdkafka.log").exists()
     assert (out / "chart.png").read_bytes()[:4] == b"\x89PNG"

@@ -17,6 +17,7 @@ from tests.security.conftest import PLAIN_JAAS, tls_settings
 from tests.security.pki import make_pki
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.raw_client import RawClient
+from tests.support.tools import missing_tool
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -394,7 +395,7 @@ def test_kcat_librdkafka_2_0_logs_in_with_scram(env, mechanism):
 
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if kcat is None:
-        pytest.skip("Debian's kcat is not installed (run.sh installs it)")
+        missing_tool("kcat")
     _, broker, ports = env
     user, password = SCRAM_USERS[mechanism]
     topic = f"kcat-{mechanism.lower()}"

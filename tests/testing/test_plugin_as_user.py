@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tools import missing_tool
+
 REPO = Path(__file__).resolve().parents[2]
 USER_FILES = Path(__file__).with_name("as_a_user")
 
@@ -27,10 +29,12 @@ def installed_metadata(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base
 
 
-def run_as_user(source: str, metadata: Path, tmp_path: Path) -> str:
+def run_as_user(source: str, metadata: Path, tmp_path: Path, *helpers: str) -> str:
     workdir = tmp_path / "user-project"
-    workdir.mkdir()
+    workdir.mkdir(parents=True)
     shutil.copy(USER_FILES / source, workdir / f"test_{source}")
+    for name in helpers:  # modules the test file imports
+        shutil.copy(USER_FILES / name, workdir / name)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(metadata), str(REPO)]))
     env.pop("PYTEST_ADDOPTS", None)
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
@@ -45,6 +49,13 @@ def test_fixtures_context_managers_clock_and_profile_as_a_user(installed_metadat
     assert re.search(r"\b11 passed\b", out), out[-3000:]
 
 
+def test_fork_server_starts_before_collection_and_is_ended_when_no_test_needs_it(installed_metadata, tmp_path):
+    out = run_as_user("fork_server_ahead.py", installed_metadata, tmp_path / "with", "fork_servers.py")
+    assert re.search(r"\b1 passed\b", out), out[-3000:]
+    out = run_as_user("no_broker_session.py", installed_metadata, tmp_path / "without", "fork_servers.py")
+    assert re.search(r"\b1 passed\b", out), out[-3000:]
+
+
 def test_every_fault_seen_by_real_clients_as_a_user(installed_metadata, tmp_path):
     out = run_as_user("faults_with_clients.py", installed_metadata, tmp_path)
     assert re.search(r"\b11 passed\b", out), out[-3000:]
@@ -53,7 +64,7 @@ def test_every_fault_seen_by_real_clients_as_a_user(installed_metadata, tmp_path
 def test_kafka_cluster_fixture_with_real_clients_as_a_user(installed_metadata, tmp_path):
     from kafkafast.cluster.local import zookeeper_available
 
-    if not zookeeper_available():  # pragma: no cover - CI installs it (run.sh test)
-        pytest.skip("Debian's zookeeper package and java are needed for kafka_cluster")
+    if not zookeeper_available():  # pragma: no cover - run.sh test installs them
+        missing_tool("zookeeper")
     out = run_as_user("cluster_with_clients.py", installed_metadata, tmp_path)
     assert re.search(r"\b3 passed\b", out), out[-3000:]

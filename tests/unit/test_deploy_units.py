@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kafkafast.config import BrokerConfig
+from tests.support.tools import missing_tool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
@@ -76,8 +78,7 @@ def _scratch_root(tmp_path: Path) -> Path:
 
 def test_systemd_analyze_verify(tmp_path):
     if shutil.which("systemd-analyze") is None:
-        pytest.skip("systemd-analyze is not installed (Debian package: systemd); the units' syntax is "
-                    "checked by test_units_parse_and_set_limits")
+        missing_tool("systemd-analyze")  # (the units' syntax is also checked by test_units_parse_and_set_limits)
     if not any(os.path.isdir(d) for d in SYSTEM_UNIT_DIRS):
         pytest.skip("no systemd unit directory to take the standard targets from")
     root = _scratch_root(tmp_path)
@@ -92,6 +93,25 @@ def test_systemd_analyze_verify(tmp_path):
     proc = subprocess.run(["systemd-analyze", "verify", f"--root={root}", names[0]], capture_output=True, text=True,
                           timeout=60)
     assert "LimitNOFILE" in proc.stderr or "resource value" in proc.stderr  # the check would catch a typo
+
+
+def test_units_are_sandboxed_systemd_analyze_security(tmp_path):
+    """Both units score OK under `systemd-analyze security` (8.5 EXPOSED before the sandboxing
+    directives): what a service may reach beyond its own directories and sockets."""
+    if shutil.which("systemd-analyze") is None:
+        missing_tool("systemd-analyze")
+    if not any(os.path.isdir(d) for d in SYSTEM_UNIT_DIRS):
+        pytest.skip("no systemd unit directory to take the standard targets from")
+    root = _scratch_root(tmp_path)
+    for unit in UNITS:
+        proc = subprocess.run(["systemd-analyze", "security", "--offline=true", f"--root={root}", "--no-pager",
+                               f"/etc/systemd/system/{unit.name}"], capture_output=True, text=True, timeout=60)
+        m = re.search(rf"Overall exposure level for {re.escape(unit.name)}: (\d+\.\d+) (\w+)", proc.stdout)
+        assert m, proc.stdout + proc.stderr
+        assert float(m.group(1)) < 3.0 and m.group(2) == "OK", (unit.name, m.group(0))
+        for directive in ("ProtectSystem=", "PrivateTmp=", "NoNewPrivileges=", "PrivateDevices=",
+                          "CapabilityBoundingSet=", "ProtectKernelTunables=", "SystemCallArchitectures="):
+            assert not re.search(rf"✗ {directive}\S* ", proc.stdout), (unit.name, directive)
 
 
 def test_three_node_example_is_consistent():
@@ -137,8 +157,6 @@ def test_logrotate_config_rotates_the_broker_log():
 
 def test_every_deploy_path_the_docs_name_exists():
     """README, docs and deploy/ itself name deploy files (one three-node example, no stale copies)."""
-    import re
-
     root = DEPLOY.parent
     texts = [root / "README.md", *sorted((root / "docs").glob("*.md")),
              *(p for p in sorted(DEPLOY.rglob("*")) if p.is_file() and p.suffix != ".json")]

@@ -38,7 +38,7 @@ def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:
     from kafkafast.broker.dynamic_configs import check_dynamic_broker_configs, check_listener_stores
 
     scope = broker_scope(broker, name)
-    check_dynamic_broker_configs(configs)
+    check_dynamic_broker_configs(configs, scope)
     check_listener_stores(broker, scope, configs)
     if not validate_only:
         broker.dynamic.set_broker_configs(scope, configs)

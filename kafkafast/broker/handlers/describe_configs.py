@@ -100,7 +100,7 @@ def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
 
 
 def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
-    from kafkafast.broker.dynamic_configs import is_dynamic_broker_config
+    from kafkafast.broker.dynamic_configs import ACCEPTED_WITHOUT_USE, is_dynamic_broker_config
 
     dynamic = getattr(broker, "dynamic", None)
     default_dyn = dynamic.broker_configs("") if dynamic is not None else {}
@@ -109,7 +109,7 @@ def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
                 for n, v in sorted(default_dyn.items())]
     node_dyn = dynamic.broker_configs(resource_name) if dynamic is not None else {}
     out = []
-    for name in sorted(set(broker.config.props) | set(default_dyn) | set(node_dyn)):
+    for name in sorted(set(broker.config.props) | set(default_dyn) | set(node_dyn) | set(ACCEPTED_WITHOUT_USE)):
         layers = []
         if name in node_dyn:
             layers.append((node_dyn[name], SRC_DYNAMIC_BROKER))
@@ -118,6 +118,8 @@ def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
         if name in broker.config.props:
             static = broker.config.props[name]
             layers.append((static, SRC_DEFAULT if DEFAULTS.get(name) == static else SRC_STATIC_BROKER))
+        elif name in ACCEPTED_WITHOUT_USE:
+            layers.append((ACCEPTED_WITHOUT_USE[name][0], SRC_DEFAULT))
         value, source = layers[0]
         syn = [Synonym(name=name, value=v, source=s) for v, s in layers]
         out.append(ConfigEntry(name, value, not is_dynamic_broker_config(name), source, syn))
