@@ -37,9 +37,10 @@ def example_epilog(*lines: str) -> str:
     return "example:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str],
+               aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help_, description=help_, epilog=example_epilog(*examples),
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+                          formatter_class=argparse.RawDescriptionHelpFormatter, aliases=list(aliases))
 
 
 def load_client_properties(path: str | None, extra: Iterable[str] = (), *,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from typing import Any
 
 from kafkafast.cli.common import CommandError, add_bootstrap, add_output, parser_for, print_json, print_table, run_admin
@@ -72,7 +73,12 @@ def _describe(args: argparse.Namespace) -> int:
 
     results = run_admin(args, describe)
     doc = []
+    missing = 0
     for desc, offsets in results:
+        if desc.state == "Dead" and not desc.members and not offsets.rows:
+            print(f"Error: Consumer group '{desc.group_id}' does not exist.", file=sys.stderr)
+            missing += 1
+            continue
         owner = {tp: m for m in desc.members for tp in m.assignment}
         tps = sorted(set(offsets.rows) | set(owner))
         rows = []
@@ -92,7 +98,7 @@ def _describe(args: argparse.Namespace) -> int:
                     "partitions": rows, "total_lag": sum(r["lag"] or 0 for r in rows)})
     if args.output == "json":
         print_json(doc)
-        return 0
+        return 1 if missing else 0
     for g in doc:
         if args.state:
             print(f"GROUP {g['group']}  COORDINATOR (ID) {g['coordinator']}  ASSIGNMENT-STRATEGY "
@@ -109,7 +115,7 @@ def _describe(args: argparse.Namespace) -> int:
                         [(g["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"],
                           r["consumer_id"], r["host"], r["client_id"]) for r in g["partitions"]])
         print()
-    return 0
+    return 1 if missing else 0
 
 
 def _delete(args: argparse.Namespace) -> int:

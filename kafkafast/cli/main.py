@@ -22,6 +22,8 @@ COMMANDS = {
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
     "reassign": "reassign", "acls": "acls",
 }
+# other names of a command (Kafka's tool name without kafka- and .sh)
+ALIASES = {"reassign-partitions": "reassign"}
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -52,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     for m in modules.values():
         m.add_parser(sub)
     args = parser.parse_args(argv)
-    if args.command in modules:
-        return run_command(modules[args.command], args)
+    command = ALIASES.get(args.command, args.command)
+    if command in modules:
+        return run_command(modules[command], args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":

@@ -23,7 +23,7 @@ import json
 from typing import Any
 
 from kafkafast.cli.common import CommandError, add_bootstrap, parser_for, run_admin
-from kafkafast.protocol.errors import KafkaError, for_code
+from kafkafast.protocol.errors import ErrorCode, KafkaError, for_code
 
 NAME = "reassign"
 THROTTLE_TOPIC_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
         "kafkafast reassign --bootstrap-server 127.0.0.1:9092 --execute --reassignment-json-file plan.json "
         "--throttle 50000000",
         "kafkafast reassign --bootstrap-server 127.0.0.1:9092 --verify --reassignment-json-file plan.json",
-    ])
+    ], aliases=["reassign-partitions"])
     add_bootstrap(p)
     mode = p.add_mutually_exclusive_group(required=True)
     for m in ("generate", "execute", "verify", "cancel"):
@@ -141,6 +141,10 @@ async def _execute(admin: Any, plan: dict[tuple[str, int], list[int]], throttle:
     for (t, p), c in sorted(failed.items()):
         print(f"Error reassigning partition(s): {t}-{p}: {for_code(c).name}")
     if failed:
+        brokers = (await admin.describe_cluster()).brokers
+        if len(brokers) == 1 and set(failed.values()) == {ErrorCode.INVALID_REPLICA_ASSIGNMENT}:
+            print(f"The cluster has a single broker ({brokers[0][0]}): there is no other broker to move "
+                  "replicas to (a broker started without zookeeper.connect is a cluster of one)")
         return 1
     print("Successfully started partition reassignments for "
           + ",".join(f"{t}-{p}" for t, p in sorted(plan)))
