@@ -18,7 +18,8 @@ import time
 import uuid
 from typing import Any, Callable
 
-from kafkafast.cli.common import CommandError, add_bootstrap, merged_client_properties, parser_for, print_json
+from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, normalize_bootstrap,
+                                  parser_for, print_json, run_admin)
 
 NAME = "bench"
 MAX_SAMPLES = 500_000
@@ -61,6 +62,14 @@ def _use_confluent(choice: str) -> bool:
         if choice == "confluent":
             raise CommandError("--client confluent: confluent-kafka is not installed") from None
         return False
+
+
+def _confluent_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from confluent_kafka import KafkaException
+    except ImportError:
+        return ()
+    return (KafkaException,)
 
 
 def percentiles(samples: list[float], ps: tuple[float, ...] = (50, 95, 99, 99.9)) -> dict[str, float]:
@@ -282,6 +291,7 @@ def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str,
     """One record at a time to partition 0: produce (acks=all), then poll until it is read back."""
     n = args.num_records or 1000
     payload = _payloads(args)
+    _create_if_missing(args)
     prog = Progress(n, args.reporting_interval, live)
     pprops = {"acks": "all", "linger.ms": "0", **_props(args, "producer")}
     cprops = _props(args, "consumer")
@@ -333,6 +343,16 @@ def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str,
     return prog.summary(mode="e2e", client=client, topic=args.topic, record_size=args.record_size)
 
 
+def _create_if_missing(args: argparse.Namespace) -> None:
+    """As Kafka's EndToEndLatency: a missing topic is created with 1 partition, replication factor 1."""
+    async def ensure(admin: Any) -> None:
+        if args.topic not in await admin.list_topics():
+            print(f'Topic "{args.topic}" does not exist. Will create topic with 1 partition(s) and '
+                  "replication factor = 1", file=sys.stderr)
+            await admin.create_topics([(args.topic, 1)], replication_factor=1, exist_ok=True)
+    run_admin(args, ensure)
+
+
 def _round_trips(args: argparse.Namespace, n: int, payload: Callable[[int], bytes], prog: Progress,
                  send: Callable[[bytes], Any], received: Callable[[float], bool]) -> None:
     """n times: send a record (blocking until acknowledged), wait until it is read back,
@@ -358,12 +378,15 @@ def _table(doc: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server or args.broker_list
-    if not bootstrap:
+    if not args.bootstrap_server and not args.broker_list:
         raise CommandError("--bootstrap-server is required")
+    bootstrap = args.bootstrap_server = args.bootstrap_server or normalize_bootstrap(args.broker_list)
     live = sys.stderr.isatty() and not os.environ.get("KAFKAFAST_NO_PROGRESS")
     fn = {"produce": bench_produce, "consume": bench_consume, "e2e": bench_e2e}[args.mode]
-    doc = fn(args, bootstrap, live)
+    try:
+        doc = fn(args, bootstrap, live)
+    except _confluent_errors() as exc:  # confluent-kafka's KafkaException: its KafkaError's text
+        raise CommandError(f"bench {args.mode}: {getattr(exc.args[0], 'str', lambda: exc)()}") from exc
     if args.json:
         print_json(doc)
     else:

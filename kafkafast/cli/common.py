@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import inspect
 import json
+import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -13,6 +15,9 @@ from typing import Any, TypeVar
 from kafkafast.config import parse_properties
 
 T = TypeVar("T")
+
+BOOTSTRAP_ENV = "KAFKAFAST_BOOTSTRAP_SERVERS"
+DEFAULT_PORT = 9092
 
 # Properties kafkafast's client has no use for: accepted silently, as the Java tools do.
 _IGNORED = {"bootstrap.servers", "key.serializer", "value.serializer", "key.deserializer", "value.deserializer"}
@@ -23,10 +28,46 @@ class CommandError(Exception):
 
 
 def add_bootstrap(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--bootstrap-server", required=required, metavar="HOST:PORT[,...]",
-                   help="broker(s) to connect to")
+    env = os.environ.get(BOOTSTRAP_ENV)
+    p.add_argument("--bootstrap-server", required=required and not env, default=env, metavar="HOST:PORT[,...]",
+                   help=f"broker(s) to connect to; the port defaults to {DEFAULT_PORT} "
+                        f"(default: ${BOOTSTRAP_ENV}{' = ' + env if env else ''})")
     p.add_argument("--command-config", metavar="FILE",
                    help="client properties file (Kafka's names: client.id, request.timeout.ms, acks, ...)")
+
+
+def normalize_bootstrap(servers: str) -> str:
+    """`host` means `host:9092` (as rpk); a port that is not a number is an error."""
+    out = []
+    for item in (i.strip() for i in servers.split(",")):
+        if not item:
+            continue
+        address = item.split("://", 1)[-1]
+        host, sep, port = address.rpartition(":")
+        if not sep or host.count(":") and not host.endswith("]"):  # `host`, or a bare IPv6 address
+            item += f":{DEFAULT_PORT}"
+        elif not port.isdigit():
+            raise CommandError(f"--bootstrap-server {item}: the port must be a number")
+        out.append(item)
+    if not out:
+        raise CommandError("--bootstrap-server names no broker")
+    return ",".join(out)
+
+
+def unreachable(servers: str, timeout: float = 3.0) -> str | None:
+    """`cannot reach HOST:PORT: REASON` for the first bootstrap address that refuses a TCP
+    connection, None when every one accepts (the failure was elsewhere)."""
+    for item in servers.split(","):
+        host, _, port = item.split("://", 1)[-1].rpartition(":")
+        host = host.strip("[]")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except socket.gaierror as exc:
+            return f"cannot reach {item}: unknown host ({exc.strerror})"
+        except OSError as exc:
+            reason = exc.strerror or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
+            return f"cannot reach {item}: {reason[0].lower() + reason[1:]}"
+    return None
 
 
 def add_output(p: argparse.ArgumentParser) -> None:

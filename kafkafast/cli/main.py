@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     modules = {name: importlib.import_module(f"kafkafast.cli.{mod}") for name, mod in COMMANDS.items()}
     for m in modules.values():
         m.add_parser(sub)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top-level one's
+        innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     command = ALIASES.get(args.command, args.command)
     if command in modules:
         return run_command(modules[command], args)
@@ -105,17 +107,33 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for (`kafkafast cluster leader-election`)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def run_command(module: object, args: argparse.Namespace) -> int:
     """Runs a client command: its errors become one line on stderr and exit code 1."""
-    from kafkafast.cli.common import CommandError
-    from kafkafast.protocol.errors import KafkaError
+    from kafkafast.cli.common import CommandError, normalize_bootstrap, unreachable
+    from kafkafast.protocol.errors import KafkaError, NetworkError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "bootstrap_server", None):
+            args.bootstrap_server = normalize_bootstrap(args.bootstrap_server)
         return int(module.run(args))  # type: ignore[attr-defined]
     except BrokenPipeError:  # `kafkafast consume ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except NetworkError as exc:
+        where = getattr(args, "bootstrap_server", None)
+        print(f"Error: {(where and unreachable(where)) or exc}", file=sys.stderr)
+        return 1
     except (CommandError, KafkaError, ValueError, OSError) as exc:
         name = type(exc).__name__
         print(f"Error: {exc}" if isinstance(exc, CommandError) else f"Error: {name}: {exc}", file=sys.stderr)
