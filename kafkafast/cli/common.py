@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from kafkafast.config import parse_properties
+from kafkafast.protocol.errors import for_code
 
 T = TypeVar("T")
 
@@ -82,6 +83,26 @@ def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str],
                aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help_, description=help_, epilog=example_epilog(*examples),
                           formatter_class=argparse.RawDescriptionHelpFormatter, aliases=list(aliases))
+
+
+def admin_tool_parser(sub: Any, name: str, help_: str, examples: Sequence[str], *,
+                      describe: str | None = None) -> argparse.ArgumentParser:
+    """The parser of an admin tool: --bootstrap-server, --command-config and, when `describe`
+    says what it shows, Kafka's required --describe flag."""
+    p = parser_for(sub, name, help_, examples)
+    add_bootstrap(p)
+    if describe:
+        p.add_argument("--describe", action="store_true", required=True, help=describe)
+    return p
+
+
+def report_each(results: Iterable[tuple[int, str, str]]) -> int:
+    """Prints each (error code, line if 0, line otherwise); exit code 1 if one failed."""
+    failed = 0
+    for code, ok, error in results:
+        failed += bool(code)
+        print(error if code else ok)
+    return 1 if failed else 0
 
 
 def load_client_properties(path: str | None, extra: Iterable[str] = (), *,
@@ -194,6 +215,21 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: Any 
     out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip() + "\n")
     for r in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def java_exception(code: int) -> str:
+    """The class name Kafka's Java tools print for an error code
+    (org.apache.kafka.common.errors.OffsetOutOfRangeException)."""
+    return f"org.apache.kafka.common.errors.{for_code(code).__name__.removesuffix('Error')}Exception"
+
+
+def print_tool_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """The table of Kafka's Java tools (ToolsUtils.prettyPrintTable): each column padded to
+    its widest value and followed by a tab, the header row first."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    for r in [list(headers), *rows]:
+        print("".join(c.ljust(w) + "\t" for c, w in zip(r, widths)))
 
 
 def parse_kv(items: Iterable[str], what: str, *, comma_list: bool = False) -> dict[str, str]:

@@ -7,7 +7,8 @@ import datetime as dt
 import sys
 from typing import Any
 
-from kafkafast.cli.common import CommandError, add_bootstrap, add_output, parser_for, print_json, print_table, run_admin
+from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parser_for, print_json, print_table,
+                                  report_each, run_admin)
 
 NAME = "groups"
 
@@ -124,14 +125,9 @@ def _delete(args: argparse.Namespace) -> int:
 
     from kafkafast.protocol.errors import for_code
 
-    failed = 0
-    for gid, code in run_admin(args, delete).items():
-        if code:
-            failed += 1
-            print(f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}")
-        else:
-            print(f"Deletion of requested consumer groups ('{gid}') was successful.")
-    return 1 if failed else 0
+    return report_each((code, f"Deletion of requested consumer groups ('{gid}') was successful.",
+                        f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}" if code else "")
+                       for gid, code in run_admin(args, delete).items())
 
 
 def _parse_topics(items: list[str]) -> list[tuple[str, list[int] | None]]:

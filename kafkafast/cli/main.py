@@ -10,6 +10,8 @@ commands take the flags of Kafka's shell tools (`kafkafast <command> --help`).
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -20,10 +22,18 @@ from kafkafast.config import BrokerConfig, ConfigError
 COMMANDS = {
     "topics": "topics", "groups": "groups", "configs": "configs", "produce": "produce", "consume": "consume",
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
-    "reassign": "reassign", "acls": "acls",
+    "reassign": "reassign", "acls": "acls", "log-dirs": "log_dirs", "broker-api-versions": "broker_api_versions",
+    "get-offsets": "get_offsets", "delete-records": "delete_records", "features": "features",
 }
 # other names of a command (Kafka's tool name without kafka- and .sh)
 ALIASES = {"reassign-partitions": "reassign"}
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("kafkafast")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -38,6 +48,7 @@ def parse_sets(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkafast")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run a broker")
     b.add_argument("-c", "--config", help="properties file with Kafka's property names")
@@ -48,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--log-level", default="INFO")
     b.add_argument("--as-kafka", metavar="X.Y", help="serve only the API versions Kafka X.Y served "
                                                      "(property kafkafast.as.kafka)")
-    import importlib
-
     modules = {name: importlib.import_module(f"kafkafast.cli.{mod}") for name, mod in COMMANDS.items()}
     for m in modules.values():
         m.add_parser(sub)
