@@ -24,6 +24,7 @@ COMMANDS = {
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
     "reassign": "reassign", "acls": "acls", "log-dirs": "log_dirs", "broker-api-versions": "broker_api_versions",
     "get-offsets": "get_offsets", "delete-records": "delete_records", "features": "features",
+    "transactions": "transactions",
 }
 # other names of a command (Kafka's tool name without kafka- and .sh)
 ALIASES = {"reassign-partitions": "reassign"}

@@ -89,3 +89,51 @@ def test_features_describe_and_version(module_broker):
         assert re.fullmatch(r"Feature: \S+\tSupportedMinVersion: \d+\tSupportedMaxVersion: \d+\t"
                             r"FinalizedVersionLevel: \d+\tEpoch: (\d+|-)", line)
     assert re.fullmatch(r"kafkafast \S+\n", kafkafast("--version").stdout)
+
+
+def _table(text: str) -> list[list[str]]:
+    """Rows of a Kafka tool table (every column followed by a tab)."""
+    return [[c.strip() for c in line.split("\t")[:-1]] for line in text.splitlines()]
+
+
+def test_transactions_list_describe_producers_abort_and_find_hanging(module_broker):
+    b = ["--bootstrap-server", module_broker.bootstrap]
+    kafkafast("topics", *b, "--create", "--topic", "txn-tool", "--partitions", "1")
+    p = Producer({"bootstrap.servers": module_broker.bootstrap, "transactional.id": "tool-txn-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("txn-tool", b"open", partition=0)
+    assert p.flush(30) == 0
+
+    listed = _table(kafkafast("transactions", *b, "list").stdout)
+    assert listed[0] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    [row] = [r for r in listed[1:] if r[0] == "tool-txn-1"]
+    assert row[1] == "0" and row[3] == "Ongoing"
+    pid = row[2]
+
+    described = _table(kafkafast("transactions", *b, "describe", "--transactional-id", "tool-txn-1").stdout)
+    assert described[0][:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState"]
+    assert described[1][:5] == ["0", "tool-txn-1", pid, "0", "Ongoing"] and described[1][8] == "txn-tool-0"
+
+    producers = _table(kafkafast("transactions", *b, "describe-producers", "--topic", "txn-tool",
+                                 "--partition", "0").stdout)
+    assert producers[0] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+                            "CurrentTransactionStartOffset"]
+    assert producers[1][0] == pid and producers[1][5] == "0"
+
+    # the coordinator still has the partition in the transaction: not hanging
+    hanging = _table(kafkafast("transactions", *b, "find-hanging", "--topic", "txn-tool",
+                               "--max-transaction-timeout", "0").stdout)
+    assert hanging == [["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                        "LastTimestamp", "Duration(min)"]]
+    scope = kafkafast("transactions", *b, "find-hanging", check=False)
+    assert scope.returncode == 1 and "requires either --topic or --broker-id" in scope.stderr
+
+    kafkafast("transactions", *b, "abort", "--topic", "txn-tool", "--partition", "0", "--start-offset", "0")
+    after = _table(kafkafast("transactions", *b, "describe-producers", "--topic", "txn-tool",
+                             "--partition", "0").stdout)
+    assert after[1][0] == pid and after[1][5] == "None"
+    again = kafkafast("transactions", *b, "abort", "--topic", "txn-tool", "--partition", "0", "--start-offset", "0",
+                      check=False)
+    assert again.returncode == 1
+    assert "Could not find any open transactions starting at offset 0 on partition txn-tool-0" in again.stderr
