@@ -730,13 +730,14 @@ class AdminClient:
             if r.error_code:
                 raise for_code(r.error_code)(r.error_message or f"alter SCRAM credentials of {r.user!r}")
 
-    async def describe_client_quotas(self, entity: dict[str, str | None], *, strict: bool = False
-                                     ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
-        """Quotas of the entity ({"user": name, "client-id": name}; None: the default): a list of
-        (entity, {quota: value})."""
+    async def describe_client_quotas(self, entity: dict[str, str | None], *, any_of: Iterable[str] = (),
+                                     strict: bool = False) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """Quotas of the entity ({"user": name, "client-id": name}; None: the default) or of every
+        entity of the types `any_of`: a list of (entity, {quota: value})."""
         R = gen.DescribeClientQuotasRequest
         components = [R.ComponentData(entity_type=k, match_type=1 if v is None else 0, match=v)
                       for k, v in entity.items()]
+        components += [R.ComponentData(entity_type=k, match_type=2, match=None) for k in any_of]
         resp = await self._send_admin(await self.cluster.any_connection(), 48,
                                       lambda v: R(components=components, strict=strict))
         if resp.error_code:

@@ -9,6 +9,7 @@ import re
 from confluent_kafka import Producer
 
 from kafkafast.protocol import _generated as gen
+from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
 
 
@@ -137,3 +138,52 @@ def test_transactions_list_describe_producers_abort_and_find_hanging(module_brok
                       check=False)
     assert again.returncode == 1
     assert "Could not find any open transactions starting at offset 0 on partition txn-tool-0" in again.stderr
+
+
+def test_configs_users_scram_credentials_log_in_and_client_quotas(broker_factory):
+    from confluent_kafka.admin import AdminClient
+
+    plain, sasl = free_port(), free_port()
+    broker = broker_factory(port=plain, settings={
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512"})
+    b = ["--bootstrap-server", broker.bootstrap]
+    out = kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter", "--add-config",
+                    "SCRAM-SHA-256=[iterations=8192,password=erin-secret],SCRAM-SHA-512=[password=erin-512]")
+    assert out.stdout == "Completed updating config for user erin.\n"
+
+    def login(mechanism: str, password: str) -> bool:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+                             "sasl.mechanism": mechanism, "sasl.username": "erin", "sasl.password": password})
+        try:
+            admin.list_topics(timeout=5)
+            return True
+        except Exception:  # noqa: BLE001 - KafkaException: authentication failed / timed out
+            return False
+
+    assert login("SCRAM-SHA-256", "erin-secret") and login("SCRAM-SHA-512", "erin-512")
+    assert not login("SCRAM-SHA-256", "wrong")
+
+    kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter",
+              "--add-config", "consumer_byte_rate=1024,producer_byte_rate=20000000")
+    mixed = kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter",
+                      "--add-config", "consumer_byte_rate=1,SCRAM-SHA-256=[password=x]", check=False)
+    assert mixed.returncode == 1 and "Cannot alter both quota and SCRAM credential configs" in mixed.stderr
+    described = kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--describe").stdout
+    assert described == (
+        "Quota configs for user-principal 'erin' are consumer_byte_rate=1024.0, producer_byte_rate=2.0E7\n"
+        "SCRAM credential configs for user-principal 'erin' are SCRAM-SHA-256=iterations=8192, "
+        "SCRAM-SHA-512=iterations=4096\n")
+    kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter",
+              "--delete-config", "SCRAM-SHA-512")
+    assert not login("SCRAM-SHA-512", "erin-512")
+
+    assert kafkafast("configs", *b, "--entity-type", "clients", "--entity-name", "etl", "--alter",
+                     "--add-config", "request_percentage=50").stdout == "Completed updating config for client etl.\n"
+    assert kafkafast("configs", *b, "--entity-type", "clients", "--describe").stdout == (
+        "Quota configs for client-id 'etl' are request_percentage=50.0\n")
+    kafkafast("configs", *b, "--entity-type", "clients", "--entity-default", "--alter",
+              "--add-config", "consumer_byte_rate=5")
+    assert kafkafast("configs", *b, "--entity-type", "clients", "--entity-default", "--describe").stdout == (
+        "Quota configs for the default client-id are consumer_byte_rate=5.0\n")
