@@ -40,7 +40,7 @@ def add_parser(sub: Any) -> None:
     ], aliases=["reassign-partitions"])
     add_bootstrap(p)
     mode = p.add_mutually_exclusive_group(required=True)
-    for m in ("generate", "execute", "verify", "cancel"):
+    for m in ("generate", "execute", "verify", "cancel", "list"):
         mode.add_argument(f"--{m}", action="store_true")
     p.add_argument("--reassignment-json-file", metavar="FILE")
     p.add_argument("--topics-to-move-json-file", metavar="FILE")
@@ -87,6 +87,8 @@ async def _current(admin: Any, topics: set[str]) -> dict[tuple[str, int], list[i
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return run_admin(args, _list)
     if args.generate:
         return run_admin(args, lambda admin: _generate(admin, args))
     plan = read_plan(args.reassignment_json_file)
@@ -95,6 +97,23 @@ def run(args: argparse.Namespace) -> int:
     if args.cancel:
         return run_admin(args, lambda admin: _cancel(admin, plan))
     return run_admin(args, lambda admin: _verify(admin, plan))
+
+
+async def _list(admin: Any) -> int:
+    """The reassignments in progress, as kafka-reassign-partitions.sh --list prints them."""
+    ongoing = await admin.list_partition_reassignments()
+    if not ongoing:
+        print("No partition reassignments found.")
+        return 0
+    print("Current partition reassignments:")
+    for (t, p), (replicas, adding, removing) in sorted(ongoing.items()):
+        print(f"{t}-{p}: replicas: {_ids(replicas)}." + (f" adding: {_ids(adding)}." if adding else "")
+              + (f" removing: {_ids(removing)}." if removing else ""))
+    return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids))
 
 
 async def _generate(admin: Any, args: argparse.Namespace) -> int:

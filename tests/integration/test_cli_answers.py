@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.cli import kafkafast
 
 
@@ -66,3 +68,24 @@ def test_reassignment_on_a_single_node_says_why_it_cannot(module_broker, tmp_pat
     assert out.returncode == 1
     assert "Error reassigning partition(s): stay-0: INVALID_REPLICA_ASSIGNMENT" in out.stdout
     assert "The cluster has a single broker (0): there is no other broker to move replicas to" in out.stdout
+    assert kafkafast("reassign-partitions", *b, "--list").stdout == "No partition reassignments found.\n"
+
+
+@pytest.mark.kafka_cluster(brokers=2)
+def test_reassign_list_shows_a_reassignment_in_progress(kafka_cluster, tmp_path):
+    c = kafka_cluster
+    c.create_topic("moving", partitions=1, replication_factor=1)
+    leader = c.leader("moving", 0)
+    other = next(i for i in c.brokers if i != leader)
+    # the new replica cannot fetch from the leader: the reassignment stays in progress
+    c.brokers[leader].faults.error("Fetch", "NOT_LEADER_OR_FOLLOWER", topic="moving", count=-1)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "moving", "partition": 0,
+                                                              "replicas": [leader, other]}]}))
+    b = ["--bootstrap-server", c.bootstrap_servers]
+    kafkafast("reassign-partitions", *b, "--execute", "--reassignment-json-file", str(plan))
+    assert kafkafast("reassign-partitions", *b, "--list").stdout == (
+        f"Current partition reassignments:\nmoving-0: replicas: {leader},{other}. adding: {other}.\n")
+    c.brokers[leader].faults.clear()
+    c.wait_for(lambda: kafkafast("reassign-partitions", *b, "--list").stdout == "No partition reassignments found.\n",
+               60, "the reassignment done once the replica can fetch")
