@@ -1,7 +1,9 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
     kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
-    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
+    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign-partitions|acls|bench|health|
+              log-dirs|broker-api-versions|get-offsets|delete-records|transactions|features ...
+    kafkafast --version
 
 The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
 log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys. The other
