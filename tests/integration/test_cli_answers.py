@@ -89,3 +89,23 @@ def test_reassign_list_shows_a_reassignment_in_progress(kafka_cluster, tmp_path)
     c.brokers[leader].faults.clear()
     c.wait_for(lambda: kafkafast("reassign-partitions", *b, "--list").stdout == "No partition reassignments found.\n",
                60, "the reassignment done once the replica can fetch")
+
+
+@pytest.mark.kafka_cluster(brokers=2)
+def test_under_replicated_report_lists_the_partition_while_a_broker_is_down_then_nothing(kafka_cluster):
+    """deploy/three-node's rolling-restart check: wait until the report prints nothing."""
+    c = kafka_cluster
+    c.create_topic("rolled", partitions=1, replication_factor=2)
+    leader = c.leader("rolled", 0)
+    other = next(i for i in c.brokers if i != leader)
+    report = ("topics", "--bootstrap-server", c.brokers[leader].bootstrap_servers, "--describe",
+              "--under-replicated-partitions")
+    assert kafkafast(*report).stdout == ""
+    c.stop(other)
+    c.wait_for(lambda: c.isr("rolled", 0) == [leader], 30, "the stopped broker out of the ISR")
+    lines = kafkafast(*report).stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"\tTopic: rolled\tPartition: 0\tLeader: {leader}\t")
+    assert f"\tIsr: {leader}" in lines[0]
+    assert kafkafast(*report, "--output", "json").stdout.count('"topic": "rolled"') == 1
+    c.start(other)
+    c.wait_for(lambda: kafkafast(*report).stdout == "", 60, "the restarted broker back in the ISR")
