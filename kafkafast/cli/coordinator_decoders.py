@@ -15,6 +15,7 @@ from typing import Any
 
 from kafkafast.broker.groups.offsets_records import CONSUMER_RECORDS
 from kafkafast.broker.txn_coordinator import STATE_NAMES, decode_txn_record
+from kafkafast.client.consumer_protocol import decode_assignment, decode_subscription
 from kafkafast.protocol._generated.coordinator_records import (GroupMetadataKey, GroupMetadataValue,
                                                                OffsetCommitKey, OffsetCommitValue)
 from kafkafast.protocol.primitives import Reader
@@ -48,6 +49,40 @@ def to_json(obj: Any, version: int) -> Any:
             if not name.startswith("_") and gated.get(name, (0, 99))[0] <= version <= gated.get(name, (0, 99))[1]}
 
 
+def _by_topic(tps: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    out: dict[str, list[int]] = {}
+    for t, p in tps:
+        out.setdefault(t, []).append(p)
+    return [{"topic": t, "partitions": ps} for t, ps in out.items()]
+
+
+def _user_data(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _consumer_members(value: Any, doc: dict[str, Any]) -> None:
+    """A consumer group's member subscriptions and assignments decoded (the consumer protocol,
+    by its own version), as Kafka's tool does; a member whose bytes do not decode keeps them."""
+    for member, out in zip(value.members or [], doc.get("members") or []):
+        try:
+            s = decode_subscription(bytes(member.subscription))
+            sub: dict[str, Any] = {"topics": s.topics, "userData": _user_data(s.user_data)}
+            if s.version >= 1:
+                sub["ownedPartitions"] = _by_topic(s.owned_partitions)
+            if s.version >= 2:
+                sub["generationId"] = s.generation_id
+            if s.version >= 3:
+                sub["rackId"] = s.rack_id
+            out["subscription"] = sub
+        except Exception:  # noqa: BLE001 - Kafka keeps the original bytes
+            pass
+        try:
+            a = decode_assignment(bytes(member.assignment))
+            out["assignment"] = {"assignedPartitions": _by_topic(a.partitions), "userData": _user_data(a.user_data)}
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def offsets_record(key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str | None]:
     if key is None:
         raise ValueError(f"Failed to decode message at offset {offset} using offset topic decoder "
@@ -63,7 +98,10 @@ def offsets_record(key: bytes | None, value: bytes | None, offset: int) -> tuple
             return key_text, "<DELETE>"
         vr = Reader(bytes(value))
         vv = vr.int16()
-        data = to_json(value_cls.decode(vr, min(vv, value_cls.MAX_VERSION)), vv)
+        decoded = value_cls.decode(vr, min(vv, value_cls.MAX_VERSION))
+        data = to_json(decoded, vv)
+        if value_cls is GroupMetadataValue and decoded.protocol_type == "consumer":
+            _consumer_members(decoded, data)
         return key_text, json.dumps({"version": str(vv), "data": data}, separators=(",", ":"))
     except Exception as exc:  # noqa: BLE001 - Kafka's tool prints the error and goes on
         return f"Error at offset {offset}, skipping. {exc}", None

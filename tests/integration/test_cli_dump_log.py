@@ -78,6 +78,10 @@ def test_dump_log_decodes_consumer_offsets_and_transaction_state(broker_factory)
     assert any(commit.match(line) for line in lines), lines
     group = [line for line in lines if ' key: {"type":"2","data":{"group":"dumped"}} payload: ' in line]
     assert group and any('"protocolType":"consumer"' in line and '"members":[' in line for line in group), lines
+    # a member's subscription and assignment decoded (the consumer protocol), not left as bytes
+    assert any('"subscription":{"topics":["decoded"]' in line
+               and '"assignment":{"assignedPartitions":[{"topic":"decoded","partitions":[0]}]' in line
+               for line in group), group
 
     state = broker.data_dir / "__transaction_state-0" / "00000000000000000000.log"
     txn = kafkafast("dump-log", "--files", str(state), "--transaction-log-decoder").stdout
