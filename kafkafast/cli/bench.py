@@ -11,6 +11,7 @@ JSON document with --json."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
 import sys
@@ -18,10 +19,14 @@ import time
 import uuid
 from typing import Any, Callable
 
-from kafkafast.cli.common import CommandError, add_bootstrap, merged_client_properties, parser_for, print_json
+from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, normalize_bootstrap,
+                                  parser_for, print_json, print_table, run_admin)
 
 NAME = "bench"
 MAX_SAMPLES = 500_000
+MB = 1024 * 1024  # Kafka's perf tools count MB as 2^20 bytes
+CONSUMER_HEADER = ("data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, "
+                   "fetch.MB.sec, fetch.nMsg.sec")
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +43,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--messages", type=int, help="consume: records to read")
     p.add_argument("--record-size", type=int, default=100, help="bytes per record value (default 100)")
     p.add_argument("--payload-file", help="produce: values are the lines of this file (random order)")
+    p.add_argument("--payload-delimiter", default="\\n",
+                   help="produce: what separates the payloads of --payload-file (default \\n)")
+    p.add_argument("--payload-monotonic", action="store_true",
+                   help="produce: the values are the record numbers 1, 2, 3 ... (as text)")
     p.add_argument("--throughput", type=float, default=-1, help="records/s cap, -1 for none")
     p.add_argument("--producer-props", nargs="+", default=[], metavar="K=V", help="producer properties")
     p.add_argument("--producer.config", dest="producer_config", metavar="FILE")
@@ -48,6 +57,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--client", choices=("auto", "confluent", "kafkafast"), default="auto",
                    help="load generator (auto: confluent-kafka if installed)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout instead of the table")
+    p.add_argument("--print-metrics", action="store_true",
+                   help="after the summary, every measurement as kafka-*-perf-test's 'Metric Name  Value' block")
+    p.add_argument("--show-detailed-stats", action="store_true",
+                   help="consume: a stats line per --reporting-interval instead of the final one")
+    p.add_argument("--hide-header", action="store_true", help="consume: no header line above the stats")
+    p.add_argument("--date-format", default="yyyy-MM-dd HH:mm:ss:SSS",
+                   help="consume: the time format of the stats (Java's yyyy MM dd HH mm ss SSS letters)")
+    p.add_argument("--from-latest", action="store_true",
+                   help="consume: start at the log end when the group has no committed offset")
     p.add_argument("--reporting-interval", type=float, default=1.0, help="seconds between progress lines")
 
 
@@ -61,6 +79,14 @@ def _use_confluent(choice: str) -> bool:
         if choice == "confluent":
             raise CommandError("--client confluent: confluent-kafka is not installed") from None
         return False
+
+
+def _confluent_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from confluent_kafka import KafkaException
+    except ImportError:
+        return ()
+    return (KafkaException,)
 
 
 def percentiles(samples: list[float], ps: tuple[float, ...] = (50, 95, 99, 99.9)) -> dict[str, float]:
@@ -83,6 +109,8 @@ class Progress:
         self.samples: list[float] = []
         self.every = max(1, total // MAX_SAMPLES)
         self.started = time.monotonic()
+        self.ended: float | None = None
+        self.max_latency = 0.0
         self.last_draw = self.started
         self.window: list[float] = []
 
@@ -90,6 +118,7 @@ class Progress:
         self.count += 1
         self.bytes += nbytes
         if latency_ms is not None:
+            self.max_latency = max(self.max_latency, latency_ms)
             if self.count % self.every == 0:
                 self.samples.append(latency_ms)
             self.window.append(latency_ms)
@@ -103,20 +132,33 @@ class Progress:
         lat = percentiles(self.window[-20000:]) if self.window else None
         self.window = []
         line = (f"\r{self.count}/{self.total} records  {self.count / el:,.0f} rec/s  "
-                f"{self.bytes / el / 1e6:,.2f} MB/s")
+                f"{self.bytes / el / MB:,.2f} MB/s")
         if lat:
             line += f"  latency p50 {lat['p50']:.1f} p99 {lat['p99']:.1f} ms"
         sys.stderr.write(line.ljust(100)[:120])
         sys.stderr.flush()
 
     def done(self) -> None:
+        self.ended = self.ended or time.monotonic()
         if self.live:
             sys.stderr.write("\n")
 
+    def elapsed(self) -> float:
+        return max((self.ended or time.monotonic()) - self.started, 1e-9)
+
+    def producer_line(self) -> str:
+        """kafka-producer-perf-test's final line (MB = 2^20 bytes; percentiles in whole ms)."""
+        el, n = self.elapsed(), max(self.count, 1)
+        lat = sorted(self.samples) or [0.0]
+        ps = [int(lat[min(len(lat) - 1, int(len(lat) * p))]) for p in (0.5, 0.95, 0.99, 0.999)]
+        return (f"{self.count} records sent, {self.count / el:.1f} records/sec ({self.bytes / el / MB:.2f} MB/sec), "
+                f"{sum(lat) / len(lat) if self.samples else 0.0:.2f} ms avg latency, {self.max_latency:.2f} ms max "
+                f"latency, {ps[0]} ms 50th, {ps[1]} ms 95th, {ps[2]} ms 99th, {ps[3]} ms 99.9th.")
+
     def summary(self, **extra: Any) -> dict[str, Any]:
-        el = max(time.monotonic() - self.started, 1e-9)
+        el = self.elapsed()
         doc: dict[str, Any] = {"records": self.count, "bytes": self.bytes, "seconds": round(el, 3),
-                               "records_per_sec": round(self.count / el, 1), "mb_per_sec": round(self.bytes / el / 1e6, 3),
+                               "records_per_sec": round(self.count / el, 1), "mb_per_sec": round(self.bytes / el / MB, 3),
                                "errors": self.errors}
         if self.samples:
             doc["latency_ms"] = {"avg": round(sum(self.samples) / len(self.samples), 3),
@@ -124,6 +166,66 @@ class Progress:
                                  **{k: round(v, 3) for k, v in percentiles(self.samples).items()}}
         doc.update(extra)
         return doc
+
+
+def java_date(fmt: str, epoch_ms: int) -> str:
+    """`epoch_ms` in local time with the letters of Java's SimpleDateFormat that the perf tool
+    uses (yyyy MM dd HH mm ss SSS); other characters are kept."""
+    when = datetime.datetime.fromtimestamp(epoch_ms / 1000)
+    out = fmt
+    for token, value in (("yyyy", f"{when.year:04d}"), ("SSS", f"{epoch_ms % 1000:03d}"), ("MM", f"{when.month:02d}"),
+                         ("dd", f"{when.day:02d}"), ("HH", f"{when.hour:02d}"), ("mm", f"{when.minute:02d}"),
+                         ("ss", f"{when.second:02d}")):
+        out = out.replace(token, value)
+    return out
+
+
+class ConsumerStats:
+    """kafka-consumer-perf-test's lines: the header, then one line at the end (or one per
+    --reporting-interval with --show-detailed-stats). Its rebalance time here is the time
+    until the first record arrived; MB are 2^20 bytes."""
+
+    def __init__(self, args: argparse.Namespace, prog: Progress) -> None:
+        self.args, self.prog = args, prog
+        self.start_ms = int(time.time() * 1000)
+        self.first: float | None = None
+        self.lines: list[str] = []
+        if not args.hide_header:
+            first_cols = "time, threadId" if args.show_detailed_stats else "start.time, end.time"
+            self.lines.append(f"{first_cols}, {CONSUMER_HEADER}")
+        self.last = (time.monotonic(), self.start_ms, 0, 0)  # monotonic, wall ms, bytes, records
+        self.join_reported = False
+
+    def _rates(self, mb: float, msgs: int, ms: float, join_ms: int) -> str:
+        fetch_ms = ms - join_ms
+        return (f"{join_ms}, {int(fetch_ms)}, {mb / (fetch_ms / 1000) if fetch_ms > 0 else 0.0:.4f}, "
+                f"{msgs / (fetch_ms / 1000) if fetch_ms > 0 else 0.0:.4f}")
+
+    def tick(self) -> None:
+        if not self.args.show_detailed_stats or time.monotonic() - self.last[0] < self.args.reporting_interval:
+            return
+        now, now_ms = time.monotonic(), int(time.time() * 1000)
+        _, last_ms, last_bytes, last_count = self.last
+        interval_ms = max(now_ms - last_ms, 1)
+        mb, msgs = (self.prog.bytes - last_bytes) / MB, self.prog.count - last_count
+        join_ms = 0
+        if self.first is not None and not self.join_reported:
+            join_ms, self.join_reported = int((self.first - self.prog.started) * 1000), True
+        self.lines.append(f"{java_date(self.args.date_format, now_ms)}, 0, {self.prog.bytes / MB:.4f}, "
+                          f"{1000 * mb / interval_ms:.4f}, {self.prog.count}, {1000 * msgs / interval_ms:.4f}, "
+                          + self._rates(mb, msgs, interval_ms, join_ms))
+        self.last = (now, now_ms, self.prog.bytes, self.prog.count)
+
+    def finish(self) -> None:
+        if self.args.show_detailed_stats:
+            return
+        el_ms = self.prog.elapsed() * 1000
+        mb = self.prog.bytes / MB
+        join_ms = int((self.first - self.prog.started) * 1000) if self.first is not None else 0
+        self.lines.append(f"{java_date(self.args.date_format, self.start_ms)}, "
+                          f"{java_date(self.args.date_format, self.start_ms + int(el_ms))}, {mb:.4f}, "
+                          f"{mb / (el_ms / 1000):.4f}, {self.prog.count}, {self.prog.count / (el_ms / 1000):.4f}, "
+                          + self._rates(mb, self.prog.count, el_ms, join_ms))
 
 
 def _pace(throughput: float, sent: int, started: float) -> None:
@@ -134,9 +236,12 @@ def _pace(throughput: float, sent: int, started: float) -> None:
 
 
 def _payloads(args: argparse.Namespace) -> Callable[[int], bytes]:
+    if args.payload_monotonic:
+        return lambda i: str(i + 1).encode()
     if args.payload_file:
+        delimiter = args.payload_delimiter.encode().decode("unicode_escape").encode()
         with open(args.payload_file, "rb") as fh:
-            lines = [ln.rstrip(b"\n") for ln in fh if ln.strip()]
+            lines = [ln for ln in fh.read().split(delimiter) if ln.strip()]
         if not lines:
             raise CommandError(f"{args.payload_file} has no lines")
         return lambda i: random.choice(lines)
@@ -218,7 +323,9 @@ def bench_produce(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
             kp.close()
         client = "kafkafast"
     prog.done()
-    return prog.summary(mode="produce", client=client, topic=args.topic, record_size=args.record_size)
+    doc = prog.summary(mode="produce", client=client, topic=args.topic, record_size=args.record_size)
+    doc["kafka_lines"] = [prog.producer_line()]
+    return doc
 
 
 def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str, Any]:
@@ -229,11 +336,13 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
     prog = Progress(n, args.reporting_interval, live)
     deadline = time.monotonic() + args.timeout
     first: float | None = None
+    stats = ConsumerStats(args, prog)
+    reset = "latest" if args.from_latest else "earliest"
     if _use_confluent(args.client):
         from confluent_kafka import Consumer
 
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": args.group or f"perf-consumer-{uuid.uuid4().hex[:8]}",
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False, **props})
+                      "auto.offset.reset": reset, "enable.auto.commit": False, **props})
         c.subscribe([args.topic])
         try:
             while prog.count < n and time.monotonic() < deadline:
@@ -242,8 +351,10 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
                     if m.error() is None:
                         prog.record(len(m.value() or b"") + len(m.key() or b""))
                 if msgs and first is None:
-                    first = time.monotonic()
+                    first = stats.first = time.monotonic()
                 prog.tick()
+                stats.tick()
+            prog.ended = time.monotonic()  # closing the consumer is not consuming
         finally:
             c.close()
         client = "confluent-kafka"
@@ -253,7 +364,7 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
         from kafkafast.client.sync import KafkaConsumer
 
         settings = settings_for(AIOConsumer, props)
-        settings["auto_offset_reset"] = "earliest"
+        settings["auto_offset_reset"] = reset
         settings["enable_auto_commit"] = False
         kc = KafkaConsumer(args.topic, bootstrap_servers=bootstrap,
                            group_id=args.group or f"perf-consumer-{uuid.uuid4().hex[:8]}", **settings)
@@ -261,27 +372,36 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
             while prog.count < n and time.monotonic() < deadline:
                 for recs in kc.poll(500, max_records=n - prog.count).values():
                     if first is None:
-                        first = time.monotonic()
+                        first = stats.first = time.monotonic()
                     for r in recs:
                         prog.record(len(r.value or b"") + len(r.key or b""))
                 prog.tick()
+                stats.tick()
+            prog.ended = time.monotonic()
         finally:
             kc.close()
         client = "kafkafast"
     prog.done()
     if prog.count < n:
         prog.errors += n - prog.count
-    fetch_s = time.monotonic() - first if first else 0.0
-    return prog.summary(mode="consume", client=client, topic=args.topic,
-                        fetch_seconds=round(fetch_s, 3),
-                        fetch_records_per_sec=round(prog.count / fetch_s, 1) if fetch_s else 0.0,
-                        timed_out=prog.count < n)
+        stats.lines.append(f"WARNING: Exiting before consuming the expected number of messages: timeout "
+                           f"({int(args.timeout * 1000)} ms) exceeded. You can use the --timeout option to increase "
+                           "the timeout.")
+    stats.finish()
+    fetch_s = (prog.ended or time.monotonic()) - first if first else 0.0
+    doc = prog.summary(mode="consume", client=client, topic=args.topic,
+                       fetch_seconds=round(fetch_s, 3),
+                       fetch_records_per_sec=round(prog.count / fetch_s, 1) if fetch_s else 0.0,
+                       timed_out=prog.count < n)
+    doc["kafka_lines"] = stats.lines
+    return doc
 
 
 def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str, Any]:
     """One record at a time to partition 0: produce (acks=all), then poll until it is read back."""
     n = args.num_records or 1000
     payload = _payloads(args)
+    _create_if_missing(args)
     prog = Progress(n, args.reporting_interval, live)
     pprops = {"acks": "all", "linger.ms": "0", **_props(args, "producer")}
     cprops = _props(args, "consumer")
@@ -333,6 +453,16 @@ def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str,
     return prog.summary(mode="e2e", client=client, topic=args.topic, record_size=args.record_size)
 
 
+def _create_if_missing(args: argparse.Namespace) -> None:
+    """As Kafka's EndToEndLatency: a missing topic is created with 1 partition, replication factor 1."""
+    async def ensure(admin: Any) -> None:
+        if args.topic not in await admin.list_topics():
+            print(f'Topic "{args.topic}" does not exist. Will create topic with 1 partition(s) and '
+                  "replication factor = 1", file=sys.stderr)
+            await admin.create_topics([(args.topic, 1)], replication_factor=1, exist_ok=True)
+    run_admin(args, ensure)
+
+
 def _round_trips(args: argparse.Namespace, n: int, payload: Callable[[int], bytes], prog: Progress,
                  send: Callable[[bytes], Any], received: Callable[[float], bool]) -> None:
     """n times: send a record (blocking until acknowledged), wait until it is read back,
@@ -348,24 +478,40 @@ def _round_trips(args: argparse.Namespace, n: int, payload: Callable[[int], byte
         prog.tick()
 
 
-def _table(doc: dict[str, Any]) -> None:
-    from kafkafast.cli.common import print_table
-
-    rows = [(k, v) for k, v in doc.items() if not isinstance(v, dict)]
+def _rows(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    rows = [(k, v) for k, v in doc.items() if not isinstance(v, (dict, list))]
     for k, v in doc.get("latency_ms", {}).items():
         rows.append((f"latency {k} (ms)", v))
-    print_table(["METRIC", "VALUE"], rows)
+    return rows
+
+
+def _metrics_block(doc: dict[str, Any]) -> None:
+    """--print-metrics: the measurements as Kafka's ToolsUtils.printMetrics lays out a client's metrics."""
+    rows = [(f"kafkafast-bench:{k.replace(' ', '-')}:{{mode={doc['mode']}}}", v) for k, v in _rows(doc)
+            if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    width = max(len(k) for k, _ in rows)
+    print(f"\n{'Metric Name':<{width}}   Value")
+    for k, v in rows:
+        print(f"{k:<{width}} : {v:.3f}")
 
 
 def run(args: argparse.Namespace) -> int:
-    bootstrap = args.bootstrap_server or args.broker_list
-    if not bootstrap:
+    if not args.bootstrap_server and not args.broker_list:
         raise CommandError("--bootstrap-server is required")
+    bootstrap = args.bootstrap_server = args.bootstrap_server or normalize_bootstrap(args.broker_list)
     live = sys.stderr.isatty() and not os.environ.get("KAFKAFAST_NO_PROGRESS")
     fn = {"produce": bench_produce, "consume": bench_consume, "e2e": bench_e2e}[args.mode]
-    doc = fn(args, bootstrap, live)
+    try:
+        doc = fn(args, bootstrap, live)
+    except _confluent_errors() as exc:  # confluent-kafka's KafkaException: its KafkaError's text
+        raise CommandError(f"bench {args.mode}: {getattr(exc.args[0], 'str', lambda: exc)()}") from exc
+    kafka_lines = doc.pop("kafka_lines", [])
     if args.json:
         print_json(doc)
     else:
-        _table(doc)
+        print_table(["METRIC", "VALUE"], _rows(doc))
+        for line in kafka_lines:  # the Kafka tool's own summary, last (scripts read the last line)
+            print(line)
+        if args.print_metrics:
+            _metrics_block(doc)
     return 1 if doc.get("errors") else 0

@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "cluster_command", None) == "leader-election":
         return leader_election.run(args)
-    if getattr(args, "cluster_command", None) == "reassign":
+    if getattr(args, "cluster_command", None) in ("reassign", "reassign-partitions"):
         return reassign.run(args)
     if not args.bootstrap_server:
         raise CommandError("--bootstrap-server is required")

@@ -6,13 +6,19 @@ import argparse
 import asyncio
 import inspect
 import json
+import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from kafkafast.config import parse_properties
+from kafkafast.protocol.errors import for_code
 
 T = TypeVar("T")
+
+BOOTSTRAP_ENV = "KAFKAFAST_BOOTSTRAP_SERVERS"
+DEFAULT_PORT = 9092
 
 # Properties kafkafast's client has no use for: accepted silently, as the Java tools do.
 _IGNORED = {"bootstrap.servers", "key.serializer", "value.serializer", "key.deserializer", "value.deserializer"}
@@ -23,10 +29,46 @@ class CommandError(Exception):
 
 
 def add_bootstrap(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--bootstrap-server", required=required, metavar="HOST:PORT[,...]",
-                   help="broker(s) to connect to")
+    env = os.environ.get(BOOTSTRAP_ENV)
+    p.add_argument("--bootstrap-server", required=required and not env, default=env, metavar="HOST:PORT[,...]",
+                   help=f"broker(s) to connect to; the port defaults to {DEFAULT_PORT} "
+                        f"(default: ${BOOTSTRAP_ENV}{' = ' + env if env else ''})")
     p.add_argument("--command-config", metavar="FILE",
                    help="client properties file (Kafka's names: client.id, request.timeout.ms, acks, ...)")
+
+
+def normalize_bootstrap(servers: str) -> str:
+    """`host` means `host:9092` (as rpk); a port that is not a number is an error."""
+    out = []
+    for item in (i.strip() for i in servers.split(",")):
+        if not item:
+            continue
+        address = item.split("://", 1)[-1]
+        host, sep, port = address.rpartition(":")
+        if not sep or host.count(":") and not host.endswith("]"):  # `host`, or a bare IPv6 address
+            item += f":{DEFAULT_PORT}"
+        elif not port.isdigit():
+            raise CommandError(f"--bootstrap-server {item}: the port must be a number")
+        out.append(item)
+    if not out:
+        raise CommandError("--bootstrap-server names no broker")
+    return ",".join(out)
+
+
+def unreachable(servers: str, timeout: float = 3.0) -> str | None:
+    """`cannot reach HOST:PORT: REASON` for the first bootstrap address that refuses a TCP
+    connection, None when every one accepts (the failure was elsewhere)."""
+    for item in servers.split(","):
+        host, _, port = item.split("://", 1)[-1].rpartition(":")
+        host = host.strip("[]")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except socket.gaierror as exc:
+            return f"cannot reach {item}: unknown host ({exc.strerror})"
+        except OSError as exc:
+            reason = exc.strerror or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
+            return f"cannot reach {item}: {reason[0].lower() + reason[1:]}"
+    return None
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
@@ -37,9 +79,30 @@ def example_epilog(*lines: str) -> str:
     return "example:\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str]) -> argparse.ArgumentParser:
+def parser_for(sub: Any, name: str, help_: str, examples: Sequence[str],
+               aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help_, description=help_, epilog=example_epilog(*examples),
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+                          formatter_class=argparse.RawDescriptionHelpFormatter, aliases=list(aliases))
+
+
+def admin_tool_parser(sub: Any, name: str, help_: str, examples: Sequence[str], *,
+                      describe: str | None = None) -> argparse.ArgumentParser:
+    """The parser of an admin tool: --bootstrap-server, --command-config and, when `describe`
+    says what it shows, Kafka's required --describe flag."""
+    p = parser_for(sub, name, help_, examples)
+    add_bootstrap(p)
+    if describe:
+        p.add_argument("--describe", action="store_true", required=True, help=describe)
+    return p
+
+
+def report_each(results: Iterable[tuple[int, str, str]]) -> int:
+    """Prints each (error code, line if 0, line otherwise); exit code 1 if one failed."""
+    failed = 0
+    for code, ok, error in results:
+        failed += bool(code)
+        print(error if code else ok)
+    return 1 if failed else 0
 
 
 def load_client_properties(path: str | None, extra: Iterable[str] = (), *,
@@ -152,6 +215,21 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], out: Any 
     out.write("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip() + "\n")
     for r in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def java_exception(code: int) -> str:
+    """The class name Kafka's Java tools print for an error code
+    (org.apache.kafka.common.errors.OffsetOutOfRangeException)."""
+    return f"org.apache.kafka.common.errors.{for_code(code).__name__.removesuffix('Error')}Exception"
+
+
+def print_tool_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """The table of Kafka's Java tools (ToolsUtils.prettyPrintTable): each column padded to
+    its widest value and followed by a tab, the header row first."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    for r in [list(headers), *rows]:
+        print("".join(c.ljust(w) + "\t" for c, w in zip(r, widths)))
 
 
 def parse_kv(items: Iterable[str], what: str, *, comma_list: bool = False) -> dict[str, str]:

@@ -10,6 +10,7 @@ broker's INVALID_REQUEST."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse_kv, parser_for, print_json,
@@ -17,6 +18,10 @@ from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse
 
 NAME = "configs"
 ENTITY_TYPES = {"topics": 2, "brokers": 4}
+# client quota entities (DescribeClientQuotas / AlterClientQuotas; users also have SCRAM credentials)
+QUOTA_ENTITIES = {"users": "user", "clients": "client-id"}
+QUOTA_KEYS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
+DEFAULT_SCRAM_ITERATIONS = 4096
 
 
 def add_parser(sub: Any) -> None:
@@ -29,12 +34,14 @@ def add_parser(sub: Any) -> None:
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
-    p.add_argument("--entity-type", choices=sorted(ENTITY_TYPES), help="topics or brokers")
-    p.add_argument("--entity-name", help="topic name or broker id")
+    p.add_argument("--entity-type", choices=sorted([*ENTITY_TYPES, *QUOTA_ENTITIES]),
+                   help="topics, brokers, users (quotas and SCRAM credentials) or clients (quotas)")
+    p.add_argument("--entity-name", help="topic name, broker id, user principal or client id")
     p.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     p.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
     p.add_argument("--entity-default", action="store_true",
-                   help="brokers: the cluster-wide default (dynamic configs of every broker without its own)")
+                   help="brokers: the cluster-wide default (dynamic configs of every broker without its own); "
+                        "users/clients: the default quota")
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
                    help="--alter: set keys (a list value in brackets: k=[a,b])")
     p.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
@@ -62,6 +69,8 @@ def _entity(args: argparse.Namespace) -> tuple[int, str]:
 def run(args: argparse.Namespace) -> int:
     from kafkafast.client.admin import SOURCE_DEFAULT, SOURCE_NAMES, SOURCE_STATIC_BROKER
 
+    if args.entity_type in QUOTA_ENTITIES:
+        return _quota_entity(args)
     rtype, name = _entity(args)
     kind = "topic" if rtype == 2 else "broker"
     if args.alter:
@@ -94,4 +103,97 @@ def run(args: argparse.Namespace) -> int:
     print(f"{label} for {kind} {name}{' (overrides)' if not args.all and rtype == 2 else ''} are:")
     print_table(["NAME", "VALUE", "SOURCE"], [(e.name, "(sensitive)" if e.sensitive else e.value,
                                                 SOURCE_NAMES.get(e.source, e.source)) for e in shown])
+    return 0
+
+
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (1024.0, 1.0E7), as kafka-configs prints quotas."""
+    if value != 0 and not 1e-3 <= abs(value) < 1e7:
+        mantissa, exp = f"{value:.16E}".split("E")
+        mantissa = mantissa.rstrip("0")
+        return f"{mantissa}0E{int(exp)}" if mantissa.endswith(".") else f"{mantissa}E{int(exp)}"
+    return repr(float(value))
+
+
+def _scram_upserts(sets: dict[str, str]) -> dict[int, tuple[int, bytes]]:
+    from kafkafast.client.admin import SCRAM_MECHANISMS
+
+    out = {}
+    for mech, text in sets.items():
+        m = re.fullmatch(r"(?:iterations=(-?[0-9]*),)?password=(.*)", text, re.S)
+        if m is None:
+            raise CommandError(f"Invalid credential property {mech}={text}")
+        iterations = int(m.group(1)) if m.group(1) not in (None, "", "-1") else DEFAULT_SCRAM_ITERATIONS
+        if iterations < DEFAULT_SCRAM_ITERATIONS:
+            raise CommandError(f"Iterations {iterations} is less than the minimum {DEFAULT_SCRAM_ITERATIONS} "
+                               f"required for {mech}")
+        out[SCRAM_MECHANISMS[mech]] = (iterations, m.group(2).encode())
+    return out
+
+
+def _quota_entity(args: argparse.Namespace) -> int:
+    """kafka-configs.sh --entity-type users|clients: client quotas, and users' SCRAM credentials."""
+    from kafkafast.client.admin import SCRAM_MECHANISMS
+
+    kind = QUOTA_ENTITIES[args.entity_type]
+    name = None if args.entity_default else args.entity_name
+    entity = {kind: name}
+    if args.alter:
+        if name is None and not args.entity_default:
+            raise CommandError("--alter needs --entity-name or --entity-default")
+        sets = parse_kv(args.add_config, "--add-config", comma_list=True)
+        deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+        scram_sets = {k: v for k, v in sets.items() if k in SCRAM_MECHANISMS}
+        scram_deletes = [k for k in deletes if k in SCRAM_MECHANISMS]
+        allowed = QUOTA_KEYS | (set(SCRAM_MECHANISMS) if kind == "user" else set())
+        unknown = [k for k in [*sets, *deletes] if k not in allowed]
+        if unknown:
+            what = "quota and SCRAM credential configs" if kind == "user" else "quota configs"
+            raise CommandError(f"Only {what} can be altered for '{args.entity_type}'. Unexpected config names: "
+                               f"{','.join(unknown)}")
+        scram = bool(scram_sets or scram_deletes)
+        if scram and name is None:
+            raise CommandError("The use of --entity-default is not allowed with User SCRAM Credentials.")
+        if scram and (len(scram_sets) + len(scram_deletes) != len(sets) + len(deletes)):
+            raise CommandError("Cannot alter both quota and SCRAM credential configs simultaneously for 'users'.")
+        quotas = {}
+        for k, v in sets.items():
+            if k not in SCRAM_MECHANISMS:
+                try:
+                    quotas[k] = float(v)
+                except ValueError:
+                    raise CommandError(f"Cannot parse quota configuration value for {k}: {v}") from None
+
+        async def alter(admin: Any) -> None:
+            if scram:
+                await admin.alter_user_scram_credentials(name, _scram_upserts(scram_sets),
+                                                         [SCRAM_MECHANISMS[k] for k in scram_deletes])
+            else:
+                await admin.alter_client_quotas(entity, quotas, deletes)
+        run_admin(args, alter)
+        label = args.entity_type[:-1]
+        print(f"Completed updating config for {label} {name}." if name is not None
+              else f"Completed updating default config for {args.entity_type} in the cluster.")
+        return 0
+
+    async def describe(admin: Any) -> tuple[list[Any], dict[str, list[tuple[int, int]]]]:
+        if name is None and not args.entity_default:
+            quotas = await admin.describe_client_quotas({}, any_of=[kind])
+        else:
+            quotas = await admin.describe_client_quotas(entity)
+        creds = {}
+        if kind == "user" and not args.entity_default:
+            creds = await admin.describe_user_scram_credentials(None if name is None else [name])
+        return quotas, creds
+
+    quotas, creds = run_admin(args, describe)
+    names = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+    for ent, values in quotas:
+        who = ", ".join(f"{ {'user': 'user-principal', 'client-id': 'client-id', 'ip': 'ip'}.get(t, t)} '{n}'"
+                        if n is not None else f"the default { {'user': 'user-principal'}.get(t, t)}"
+                        for t, n in ent.items())
+        print(f"Quota configs for {who} are " + ", ".join(f"{k}={java_double(v)}" for k, v in values.items()))
+    for user, infos in creds.items():
+        print(f"SCRAM credential configs for user-principal '{user}' are "
+              + ", ".join(f"{names.get(m, m)}=iterations={i}" for m, i in infos))
     return 0

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.group:
             parts = [args.partition] if args.partition is not None else consumer._lt.run(
-                _partitions(consumer, args.topic))
+                _partitions(consumer, args.topic, args.timeout_ms))
             tps = [TopicPartition(args.topic, p) for p in parts]
             consumer.assign(tps)
             for tp in tps:  # let the initial position reset finish first, so it cannot undo a seek
@@ -159,10 +159,11 @@ def run(args: argparse.Namespace) -> int:
         consumer.close()
 
 
-async def _partitions(consumer: Any, topic: str) -> list[int]:
+async def _partitions(consumer: Any, topic: str, timeout_ms: int | None) -> list[int]:
+    """The topic's partitions, waiting for its metadata no longer than --timeout-ms."""
     cluster = consumer._c.cluster
     cluster.add_topics([topic])
-    return sorted(await cluster.wait_for_topic(topic))
+    return sorted(await cluster.wait_for_topic(topic, None if timeout_ms is None else timeout_ms / 1000))
 
 
 def _loop(consumer: Any, fmt: Formatter, args: argparse.Namespace) -> int:

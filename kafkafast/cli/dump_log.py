@@ -16,6 +16,7 @@ import struct
 from typing import Any
 
 from kafkafast.cli.common import CommandError, parser_for, print_json
+from kafkafast.cli.coordinator_decoders import offsets_record, transaction_log_record
 
 NAME = "dump-log"
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -31,6 +32,10 @@ def add_parser(sub: Any) -> None:
     ])
     p.add_argument("--files", required=True, help="comma-separated .log, .index and .timeindex files")
     p.add_argument("--print-data-log", action="store_true", help="print each record (keys, values, headers)")
+    p.add_argument("--offsets-decoder", action="store_true",
+                   help="decode __consumer_offsets records (implies --print-data-log)")
+    p.add_argument("--transaction-log-decoder", action="store_true",
+                   help="decode __transaction_state records (implies --print-data-log)")
     p.add_argument("--deep-iteration", action="store_true", help="decode records (implied by --print-data-log)")
     p.add_argument("--verify-index-only", action="store_true", help="check the index against its segment only")
     p.add_argument("--index-sanity-check", action="store_true", help="same as --verify-index-only")
@@ -93,6 +98,8 @@ def iter_segment(buf: Any, limit: int | None = None) -> Any:
 def dump_segment(path: str, args: argparse.Namespace, out: list[str], problems: Problems, doc: dict) -> None:
     from kafkafast.records.batch import batch_crc_ok, decode_batch
 
+    decoder = (offsets_record if args.offsets_decoder
+               else transaction_log_record if args.transaction_log_decoder else None)
     buf, mm = _open_ro(path)
     try:
         base = int(os.path.basename(path).split(".")[0])
@@ -121,7 +128,7 @@ def dump_segment(path: str, args: argparse.Namespace, out: list[str], problems: 
                      "max_timestamp": h.max_timestamp, "timestamp_type": ts_kind,
                      "compression": CODECS.get(h.compression, h.compression), "crc": h.crc, "crc_valid": valid}
             batches.append(entry)
-            if (args.print_data_log or args.deep_iteration) and valid:
+            if (args.print_data_log or args.deep_iteration or decoder is not None) and valid:
                 _, records = decode_batch(buf, pos, check_crc=False)
                 entry["records"] = []
                 for i, r in enumerate(records):
@@ -130,7 +137,10 @@ def dump_segment(path: str, args: argparse.Namespace, out: list[str], problems: 
                             f"keySize: {-1 if r.key is None else len(r.key)} "
                             f"valueSize: {-1 if r.value is None else len(r.value)} sequence: {seq} "
                             f"headerKeys: [{','.join(k for k, _ in r.headers)}]")
-                    if args.print_data_log:
+                    if decoder is not None and not h.is_control:
+                        key, payload = decoder(r.key, r.value, r.offset)
+                        line += f" key: {key}" + (f" payload: {payload}" if payload is not None else "")
+                    elif args.print_data_log:
                         line += f" key: {_text(r.key)} payload: {_text(r.value)}"
                     out.append(line)
                     entry["records"].append({"offset": r.offset, "timestamp": r.timestamp,

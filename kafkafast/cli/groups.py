@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from typing import Any
 
-from kafkafast.cli.common import CommandError, add_bootstrap, add_output, parser_for, print_json, print_table, run_admin
+from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, java_exception, parser_for, print_json,
+                                  print_table, report_each, run_admin)
+from kafkafast.protocol.errors import KafkaError
 
 NAME = "groups"
 
@@ -20,14 +23,14 @@ def add_parser(sub: Any) -> None:
     ])
     add_bootstrap(p)
     action = p.add_mutually_exclusive_group(required=True)
-    for flag in ("list", "describe", "reset-offsets", "delete"):
+    for flag in ("list", "describe", "reset-offsets", "delete", "delete-offsets"):
         action.add_argument(f"--{flag}", action="store_true")
     p.add_argument("--group", action="append", default=[], help="group id (repeatable)")
     p.add_argument("--all-groups", action="store_true", help="every group")
     p.add_argument("--members", action="store_true", help="--describe: members and their assignments")
     p.add_argument("--state", action="store_true", help="--describe: the group's state")
     p.add_argument("--topic", action="append", default=[],
-                   help="--reset-offsets: topic, or topic:0,2 for some partitions (repeatable)")
+                   help="--reset-offsets/--delete-offsets: topic, or topic:0,2 for some partitions (repeatable)")
     p.add_argument("--all-topics", action="store_true", help="--reset-offsets: every topic the group committed")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--to-earliest", action="store_true")
@@ -59,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         return _describe(args)
     if args.delete:
         return _delete(args)
+    if args.delete_offsets:
+        return _delete_offsets(args)
     return _reset(args)
 
 
@@ -72,7 +77,12 @@ def _describe(args: argparse.Namespace) -> int:
 
     results = run_admin(args, describe)
     doc = []
+    missing = 0
     for desc, offsets in results:
+        if desc.state == "Dead" and not desc.members and not offsets.rows:
+            print(f"Error: Consumer group '{desc.group_id}' does not exist.", file=sys.stderr)
+            missing += 1
+            continue
         owner = {tp: m for m in desc.members for tp in m.assignment}
         tps = sorted(set(offsets.rows) | set(owner))
         rows = []
@@ -92,7 +102,7 @@ def _describe(args: argparse.Namespace) -> int:
                     "partitions": rows, "total_lag": sum(r["lag"] or 0 for r in rows)})
     if args.output == "json":
         print_json(doc)
-        return 0
+        return 1 if missing else 0
     for g in doc:
         if args.state:
             print(f"GROUP {g['group']}  COORDINATOR (ID) {g['coordinator']}  ASSIGNMENT-STRATEGY "
@@ -109,7 +119,7 @@ def _describe(args: argparse.Namespace) -> int:
                         [(g["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"],
                           r["consumer_id"], r["host"], r["client_id"]) for r in g["partitions"]])
         print()
-    return 0
+    return 1 if missing else 0
 
 
 def _delete(args: argparse.Namespace) -> int:
@@ -118,14 +128,61 @@ def _delete(args: argparse.Namespace) -> int:
 
     from kafkafast.protocol.errors import for_code
 
-    failed = 0
-    for gid, code in run_admin(args, delete).items():
-        if code:
-            failed += 1
-            print(f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}")
-        else:
-            print(f"Deletion of requested consumer groups ('{gid}') was successful.")
-    return 1 if failed else 0
+    return report_each((code, f"Deletion of requested consumer groups ('{gid}') was successful.",
+                        f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}" if code else "")
+                       for gid, code in run_admin(args, delete).items())
+
+
+# kafka-consumer-groups.sh --delete-offsets: the group-level error's line
+DELETE_OFFSETS_ERRORS = {
+    "INVALID_GROUP_ID": "'{g}' is not valid.", "GROUP_ID_NOT_FOUND": "'{g}' does not exist.",
+    "GROUP_AUTHORIZATION_FAILED": "Access to '{g}' is not authorized.",
+    "NON_EMPTY_GROUP": "Deleting offsets of a consumer group '{g}' is forbidden if the group is not empty.",
+    "GROUP_SUBSCRIBED_TO_TOPIC": "Encounter some partition level error, see the follow-up details:",
+    "TOPIC_AUTHORIZATION_FAILED": "Encounter some partition level error, see the follow-up details:",
+    "UNKNOWN_TOPIC_OR_PARTITION": "Encounter some partition level error, see the follow-up details:",
+}
+
+
+def _delete_offsets(args: argparse.Namespace) -> int:
+    """OffsetDelete (kafka-consumer-groups.sh --delete-offsets): the group's committed offsets
+    of the partitions named (all of a topic given without partitions)."""
+    from kafkafast.protocol.errors import for_code
+
+    if len(args.group) != 1 or not args.topic:
+        raise CommandError("--delete-offsets needs one --group and at least one --topic")
+    group = args.group[0]
+
+    async def delete(admin: Any) -> tuple[int, dict[tuple[str, int], int]]:
+        tps: list[tuple[str, int]] = []
+        missing: dict[tuple[str, int], int] = {}
+        for topic, parts in _parse_topics(args.topic):
+            if parts is not None:
+                tps += [(topic, p) for p in parts]
+                continue
+            try:
+                [d] = await admin.describe_topics([topic])
+            except KafkaError as exc:
+                missing[(topic, -1)] = exc.code
+                continue
+            tps += [(topic, p.partition) for p in d.partitions]
+        top, codes = await admin.delete_group_offsets(group, tps) if tps else (0, {})
+        return top, {**codes, **missing}
+
+    top, codes = run_admin(args, delete)
+    if top:
+        name = for_code(top).name
+        print("Error: " + DELETE_OFFSETS_ERRORS.get(name, f"Encounter some unknown error: {name}").format(g=group),
+              file=sys.stderr)
+    else:
+        print(f"Request succeed for deleting offsets with topic {', '.join(args.topic)} group {group}")
+    row = "\n{:<30} {:<15} {:<15}"
+    sys.stdout.write(row.format("TOPIC", "PARTITION", "STATUS"))
+    for (t, p), code in sorted(codes.items(), key=lambda kv: kv[0][0] + str(kv[0][1])):
+        sys.stdout.write(row.format(t, p if p >= 0 else "Not Provided",
+                                    f"Error: :{java_exception(code)}" if code else "Successful"))
+    print()
+    return 1 if top or any(codes.values()) else 0
 
 
 def _parse_topics(items: list[str]) -> list[tuple[str, list[int] | None]]:

@@ -1,7 +1,9 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
     kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y] [--help-configs]
-    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
+    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign-partitions|acls|bench|health|
+              log-dirs|broker-api-versions|get-offsets|delete-records|transactions|features ...
+    kafkafast --version
 
 The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
 log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys. The other
@@ -10,6 +12,8 @@ commands take the flags of Kafka's shell tools (`kafkafast <command> --help`).
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -21,8 +25,19 @@ from kafkafast.config_def import help_text
 COMMANDS = {
     "topics": "topics", "groups": "groups", "configs": "configs", "produce": "produce", "consume": "consume",
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
-    "reassign": "reassign", "acls": "acls",
+    "reassign": "reassign", "acls": "acls", "log-dirs": "log_dirs", "broker-api-versions": "broker_api_versions",
+    "get-offsets": "get_offsets", "delete-records": "delete_records", "features": "features",
+    "transactions": "transactions",
 }
+# other names of a command (Kafka's tool name without kafka- and .sh)
+ALIASES = {"reassign-partitions": "reassign"}
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("kafkafast")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def parse_sets(items: list[str]) -> dict[str, str]:
@@ -37,6 +52,7 @@ def parse_sets(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkafast")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run a broker")
     b.add_argument("-c", "--config", help="properties file with Kafka's property names")
@@ -49,14 +65,15 @@ def main(argv: list[str] | None = None) -> int:
                                                      "(property kafkafast.as.kafka)")
     b.add_argument("--help-configs", action="store_true",
                    help="print every broker config: documentation, type and default, and exit")
-    import importlib
-
     modules = {name: importlib.import_module(f"kafkafast.cli.{mod}") for name, mod in COMMANDS.items()}
     for m in modules.values():
         m.add_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command in modules:
-        return run_command(modules[args.command], args)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top-level one's
+        innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    command = ALIASES.get(args.command, args.command)
+    if command in modules:
+        return run_command(modules[command], args)
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":
@@ -120,17 +137,33 @@ def run_broker(args: argparse.Namespace) -> int:
             metrics.close()
 
 
+def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for (`kafkafast cluster leader-election`)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def run_command(module: object, args: argparse.Namespace) -> int:
     """Runs a client command: its errors become one line on stderr and exit code 1."""
-    from kafkafast.cli.common import CommandError
-    from kafkafast.protocol.errors import KafkaError
+    from kafkafast.cli.common import CommandError, normalize_bootstrap, unreachable
+    from kafkafast.protocol.errors import KafkaError, NetworkError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "bootstrap_server", None):
+            args.bootstrap_server = normalize_bootstrap(args.bootstrap_server)
         return int(module.run(args))  # type: ignore[attr-defined]
     except BrokenPipeError:  # `kafkafast consume ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except NetworkError as exc:
+        where = getattr(args, "bootstrap_server", None)
+        print(f"Error: {(where and unreachable(where)) or exc}", file=sys.stderr)
+        return 1
     except (CommandError, KafkaError, ValueError, OSError) as exc:
         name = type(exc).__name__
         print(f"Error: {exc}" if isinstance(exc, CommandError) else f"Error: {name}: {exc}", file=sys.stderr)

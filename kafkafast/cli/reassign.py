@@ -23,7 +23,7 @@ import json
 from typing import Any
 
 from kafkafast.cli.common import CommandError, add_bootstrap, parser_for, run_admin
-from kafkafast.protocol.errors import KafkaError, for_code
+from kafkafast.protocol.errors import ErrorCode, KafkaError, for_code
 
 NAME = "reassign"
 THROTTLE_TOPIC_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
@@ -37,10 +37,10 @@ def add_parser(sub: Any) -> None:
         "kafkafast reassign --bootstrap-server 127.0.0.1:9092 --execute --reassignment-json-file plan.json "
         "--throttle 50000000",
         "kafkafast reassign --bootstrap-server 127.0.0.1:9092 --verify --reassignment-json-file plan.json",
-    ])
+    ], aliases=["reassign-partitions"])
     add_bootstrap(p)
     mode = p.add_mutually_exclusive_group(required=True)
-    for m in ("generate", "execute", "verify", "cancel"):
+    for m in ("generate", "execute", "verify", "cancel", "list"):
         mode.add_argument(f"--{m}", action="store_true")
     p.add_argument("--reassignment-json-file", metavar="FILE")
     p.add_argument("--topics-to-move-json-file", metavar="FILE")
@@ -87,6 +87,8 @@ async def _current(admin: Any, topics: set[str]) -> dict[tuple[str, int], list[i
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return run_admin(args, _list)
     if args.generate:
         return run_admin(args, lambda admin: _generate(admin, args))
     plan = read_plan(args.reassignment_json_file)
@@ -95,6 +97,23 @@ def run(args: argparse.Namespace) -> int:
     if args.cancel:
         return run_admin(args, lambda admin: _cancel(admin, plan))
     return run_admin(args, lambda admin: _verify(admin, plan))
+
+
+async def _list(admin: Any) -> int:
+    """The reassignments in progress, as kafka-reassign-partitions.sh --list prints them."""
+    ongoing = await admin.list_partition_reassignments()
+    if not ongoing:
+        print("No partition reassignments found.")
+        return 0
+    print("Current partition reassignments:")
+    for (t, p), (replicas, adding, removing) in sorted(ongoing.items()):
+        print(f"{t}-{p}: replicas: {_ids(replicas)}." + (f" adding: {_ids(adding)}." if adding else "")
+              + (f" removing: {_ids(removing)}." if removing else ""))
+    return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids))
 
 
 async def _generate(admin: Any, args: argparse.Namespace) -> int:
@@ -141,6 +160,10 @@ async def _execute(admin: Any, plan: dict[tuple[str, int], list[int]], throttle:
     for (t, p), c in sorted(failed.items()):
         print(f"Error reassigning partition(s): {t}-{p}: {for_code(c).name}")
     if failed:
+        brokers = (await admin.describe_cluster()).brokers
+        if len(brokers) == 1 and set(failed.values()) == {ErrorCode.INVALID_REPLICA_ASSIGNMENT}:
+            print(f"The cluster has a single broker ({brokers[0][0]}): there is no other broker to move "
+                  "replicas to (a broker started without zookeeper.connect is a cluster of one)")
         return 1
     print("Successfully started partition reassignments for "
           + ",".join(f"{t}-{p}" for t, p in sorted(plan)))

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable
 from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse_kv, parser_for, print_json,
@@ -30,6 +32,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--exclude-internal", action="store_true", help="--list/--describe: leave out internal topics")
     p.add_argument("--under-replicated-partitions", action="store_true",
                    help="--describe: only partitions whose ISR is smaller than their replica set")
+    p.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="--describe: only partitions whose ISR is smaller than min.insync.replicas")
+    p.add_argument("--at-min-isr-partitions", action="store_true",
+                   help="--describe: only partitions whose ISR is exactly min.insync.replicas")
     p.add_argument("--unavailable-partitions", action="store_true", help="--describe: only partitions without a leader")
     add_output(p)
 
@@ -40,21 +46,27 @@ def run(args: argparse.Namespace) -> int:
     if args.create:
         configs = parse_kv(args.config, "--config")
 
-        async def create(admin: Any) -> None:
+        async def create(admin: Any) -> bool:
+            if args.if_not_exists and args.topic in await _existing(admin):
+                return False  # Kafka's tool: nothing to do, nothing printed
             await admin.create_topics([(args.topic, args.partitions or -1, configs)],
                                       replication_factor=args.replication_factor, exist_ok=args.if_not_exists)
-        run_admin(args, create)
-        print(f"Created topic {args.topic}.")
+            return True
+        if run_admin(args, create):
+            print(f"Created topic {args.topic}.")
         return 0
     if args.delete:
         if not args.topic:
             raise CommandError("--topic is required")
-        names = [t.strip() for t in args.topic.split(",") if t.strip()]
 
-        async def delete(admin: Any) -> None:
-            await admin.delete_topics(names, missing_ok=args.if_exists)
-        run_admin(args, delete)
-        for n in names:
+        async def delete(admin: Any) -> list[str]:
+            names = [n for n in await _existing(admin) if _matches(n, args.topic)]
+            if not names and not args.if_exists:
+                raise CommandError(f"Topic '{args.topic}' does not exist as expected")
+            if names:
+                await admin.delete_topics(names, missing_ok=args.if_exists)
+            return names
+        for n in run_admin(args, delete):
             print(f"Deleted topic {n}.")
         return 0
     if args.alter:
@@ -79,11 +91,13 @@ def run(args: argparse.Namespace) -> int:
     return _describe(args)
 
 
+async def _existing(admin: Any) -> list[str]:
+    return [d.name for d in await admin.describe_topics(include_internal=True)]
+
+
 def _matches(name: str, pattern: str | None) -> bool:
     if not pattern:
         return True
-    import re
-
     return any(name == p or re.fullmatch(p, name) is not None for p in pattern.split(","))
 
 
@@ -99,13 +113,15 @@ def _describe(args: argparse.Namespace) -> int:
         return topics, configs
 
     topics, configs = run_admin(args, describe)
+    filtered = _partition_filter(args)
     doc = []
     for d in topics:
-        overrides = {e.name: e.value for e in configs.get((RESOURCE_TOPIC, d.name), [])
-                     if e.source == SOURCE_DYNAMIC_TOPIC}
-        parts = [p for p in d.partitions
-                 if (not args.under_replicated_partitions or len(p.isr) < len(p.replicas))
-                 and (not args.unavailable_partitions or p.leader < 0)]
+        entries = configs.get((RESOURCE_TOPIC, d.name), [])
+        overrides = {e.name: e.value for e in entries if e.source == SOURCE_DYNAMIC_TOPIC}
+        min_isr = next((int(e.value) for e in entries if e.name == "min.insync.replicas" and e.value), None)
+        parts = [p for p in d.partitions if filtered is None or filtered(p, min_isr)]
+        if filtered is not None and not parts:
+            continue
         doc.append({
             "topic": d.name, "topic_id": d.topic_id, "partition_count": len(d.partitions),
             "replication_factor": len(d.partitions[0].replicas) if d.partitions else 0,
@@ -118,8 +134,9 @@ def _describe(args: argparse.Namespace) -> int:
         return 0
     for t in doc:
         cfg = ",".join(f"{k}={v}" for k, v in t["configs"].items())
-        print(f"Topic: {t['topic']}\tTopicId: {t['topic_id']}\tPartitionCount: {t['partition_count']}\t"
-              f"ReplicationFactor: {t['replication_factor']}\tConfigs: {cfg}")
+        if filtered is None:  # a partition report (Kafka's --under-replicated-partitions & co.) has no header
+            print(f"Topic: {t['topic']}\tTopicId: {t['topic_id']}\tPartitionCount: {t['partition_count']}\t"
+                  f"ReplicationFactor: {t['replication_factor']}\tConfigs: {cfg}")
         for p in t["partitions"]:
             line = (f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLeader: "
                     f"{p['leader'] if p['leader'] >= 0 else 'none'}\tReplicas: {_ids(p['replicas'])}\t"
@@ -128,6 +145,23 @@ def _describe(args: argparse.Namespace) -> int:
                 line += f"\tOffline: {_ids(p['offline'])}"
             print(line)
     return 0
+
+
+def _partition_filter(args: argparse.Namespace) -> Callable[[Any, int | None], bool] | None:
+    """The partitions a report flag asks for (several flags: any of them), as Kafka's
+    TopicCommand decides them; None without a report flag (every partition, with the header)."""
+    tests = []
+    if args.under_replicated_partitions:
+        tests.append(lambda p, m: p.leader >= 0 and len(p.isr) < len(p.replicas))
+    if args.under_min_isr_partitions:
+        tests.append(lambda p, m: m is not None and (p.leader < 0 or len(p.isr) < m))
+    if args.at_min_isr_partitions:
+        tests.append(lambda p, m: m is not None and len(p.isr) == m)
+    if args.unavailable_partitions:
+        tests.append(lambda p, m: p.leader < 0 or p.leader in p.offline_replicas)
+    if not tests:
+        return None
+    return lambda p, m: any(t(p, m) for t in tests)
 
 
 def _ids(ids: list[int]) -> str:

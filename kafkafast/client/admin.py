@@ -12,6 +12,8 @@ this client's producer and consumer never send pick their version here (`ADMIN_V
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -41,6 +43,17 @@ ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     46: (0, 0),   # ListPartitionReassignments
     44: (0, 1),   # IncrementalAlterConfigs
     60: (0, 1),   # DescribeCluster
+    21: (0, 2),   # DeleteRecords
+    27: (0, 1),   # WriteTxnMarkers (kafka-transactions abort)
+    35: (0, 4),   # DescribeLogDirs
+    47: (0, 0),   # OffsetDelete
+    48: (0, 1),   # DescribeClientQuotas
+    49: (0, 1),   # AlterClientQuotas
+    50: (0, 0),   # DescribeUserScramCredentials
+    51: (0, 0),   # AlterUserScramCredentials
+    61: (0, 0),   # DescribeProducers
+    65: (0, 0),   # DescribeTransactions
+    66: (0, 1),   # ListTransactions
     29: (1, 3),   # DescribeAcls (v1: pattern types)
     30: (1, 3),   # CreateAcls
     31: (1, 3),   # DeleteAcls
@@ -149,6 +162,19 @@ class GroupOffsets:
     def lag(self, tp: TopicPartition) -> int | None:
         committed, end = self.rows[tp]
         return None if committed is None else max(0, end - committed)
+
+
+@dataclass(frozen=True)
+class LogDirDescription:
+    """One log dir of a broker (DescribeLogDirs): its partitions as (topic, partition, size,
+    offset lag, is future)."""
+    log_dir: str
+    error_code: int
+    partitions: tuple[tuple[str, int, int, int, bool], ...]
+
+
+SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+SCRAM_HASHES = {1: "sha256", 2: "sha512"}
 
 
 class AdminClient:
@@ -555,6 +581,187 @@ class AdminClient:
             for r in resp.results:
                 out[r.group_id] = r.error_code
         return out
+
+
+    # -- log dirs, records, transactions, producers, credentials, quotas (Kafka's admin tools) --
+
+    async def _send_admin(self, conn: BrokerConnection, api_key: int, make: Any) -> Any:
+        v = admin_version(conn, api_key)
+        return await conn.send(make(v), version=v)
+
+    async def broker_connections(self) -> dict[int, BrokerConnection]:
+        """A connection to every registered broker (each has negotiated its API versions)."""
+        await self.cluster.refresh_metadata()
+        return {node: await self.cluster.connection(node) for node in sorted(self.cluster.brokers)}
+
+    async def describe_log_dirs(self, node: int, topics: Iterable[str] | None = None) -> list[LogDirDescription]:
+        """DescribeLogDirs at one broker: every log dir with its partitions (of `topics`, else all)."""
+        D = gen.DescribeLogDirsRequest
+        conn = await self.cluster.connection(node)
+        wanted = None
+        if topics is not None:
+            await self.cluster.refresh_metadata()
+            wanted = [D.DescribableLogDirTopic(topic=t, partitions=self.cluster.partitions_for(t) or []) for t in topics]
+        resp = await self._send_admin(conn, 35, lambda v: D(topics=wanted))
+        if resp.error_code:
+            raise for_code(resp.error_code)(f"describe log dirs of broker {node}")
+        return [LogDirDescription(r.log_dir, r.error_code, tuple(
+            (t.name, p.partition_index, p.partition_size, p.offset_lag, bool(p.is_future_key))
+            for t in r.topics for p in t.partitions)) for r in resp.results]
+
+    async def _at_leaders(self, tps: Iterable[tuple[str, int]]) -> dict[int, list[tuple[str, int]]]:
+        """Partitions by their leader's node id (UNKNOWN_TOPIC_OR_PARTITION for one without)."""
+        tps = list(tps)
+        self.cluster.add_topics({t for t, _ in tps})
+        await self.cluster.refresh_metadata()
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for t, p in tps:
+            leader = self.cluster.leader_for((t, p))
+            if leader < 0:
+                raise for_code(3)(f"partition {t}-{p} has no leader (does the topic exist?)")
+            by_leader.setdefault(leader, []).append((t, p))
+        return by_leader
+
+    async def delete_records(self, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple[int, int]]:
+        """DeleteRecords at each leader: partition -> (low watermark, error code); offset -1 means
+        the high watermark."""
+        R = gen.DeleteRecordsRequest
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for node, tps in (await self._at_leaders(offsets)).items():
+            by_topic: dict[str, list] = {}
+            for t, p in tps:
+                by_topic.setdefault(t, []).append(R.DeleteRecordsPartition(partition_index=p, offset=offsets[(t, p)]))
+            resp = await self._send_admin(await self.cluster.connection(node), 21, lambda v: R(
+                topics=[R.DeleteRecordsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+                timeout_ms=self.timeout_ms))
+            for t in resp.topics:
+                for r in t.partitions:
+                    out[(t.name, r.partition_index)] = (r.low_watermark, r.error_code)
+        return out
+
+    async def delete_group_offsets(self, group: str, tps: Iterable[tuple[str, int]]) -> tuple[int, dict]:
+        """OffsetDelete at the group's coordinator: (top-level error, {partition: error code})."""
+        R = gen.OffsetDeleteRequest
+        by_topic: dict[str, list] = {}
+        for t, p in tps:
+            by_topic.setdefault(t, []).append(R.OffsetDeleteRequestPartition(partition_index=p))
+        resp = await self._send_admin(await self._coordinator(group), 47, lambda v: R(group_id=group, topics=[
+            R.OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]))
+        return resp.error_code, {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+    async def list_transactions(self, *, producer_ids: Iterable[int] = (), duration_ms: int = -1
+                                ) -> dict[int, list[tuple[str, int, str]]]:
+        """ListTransactions at every broker: node -> [(transactional id, producer id, state)]."""
+        out = {}
+        for node, conn in (await self.broker_connections()).items():
+            resp = await self._send_admin(conn, 66, lambda v: gen.ListTransactionsRequest(
+                state_filters=[], producer_id_filters=list(producer_ids), duration_filter=duration_ms))
+            if resp.error_code:
+                raise for_code(resp.error_code)(f"list transactions on broker {node}")
+            out[node] = [(s.transactional_id, s.producer_id, s.transaction_state) for s in resp.transaction_states]
+        return out
+
+    async def describe_transaction(self, transactional_id: str) -> tuple[int, Any]:
+        """DescribeTransactions at the transaction coordinator: (coordinator id, state)."""
+        node = await self.cluster.find_coordinator(transactional_id, key_type=1)
+        resp = await self._send_admin(await self.cluster.connection(node), 65, lambda v: gen.DescribeTransactionsRequest(
+            transactional_ids=[transactional_id]))
+        state = resp.transaction_states[0]
+        if state.error_code:
+            raise for_code(state.error_code)(f"describe transaction {transactional_id!r}")
+        return node, state
+
+    async def describe_producers(self, tp: tuple[str, int], broker_id: int | None = None) -> list[Any]:
+        """DescribeProducers for one partition at its leader (or `broker_id`): its active producers."""
+        node = broker_id if broker_id is not None else next(iter(await self._at_leaders([tp])))
+        R = gen.DescribeProducersRequest
+        resp = await self._send_admin(await self.cluster.connection(node), 61, lambda v: R(
+            topics=[R.TopicRequest(name=tp[0], partition_indexes=[tp[1]])]))
+        part = resp.topics[0].partitions[0]
+        if part.error_code:
+            raise for_code(part.error_code)(part.error_message or f"describe producers of {tp[0]}-{tp[1]}")
+        return list(part.active_producers)
+
+    async def abort_transaction(self, tp: tuple[str, int], producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int) -> None:
+        """Writes an abort marker for the producer's open transaction on the partition (WriteTxnMarkers
+        at the leader, as Kafka's Admin.abortTransaction)."""
+        node = next(iter(await self._at_leaders([tp])))
+        W = gen.WriteTxnMarkersRequest
+        resp = await self._send_admin(await self.cluster.connection(node), 27, lambda v: W(markers=[
+            W.WritableTxnMarker(producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+                                topics=[W.WritableTxnMarkerTopic(name=tp[0], partition_indexes=[tp[1]])],
+                                coordinator_epoch=coordinator_epoch)]))
+        code = resp.markers[0].topics[0].partitions[0].error_code
+        if code:
+            raise for_code(code)(f"abort transaction of producer {producer_id} on {tp[0]}-{tp[1]}")
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                              ) -> dict[str, list[tuple[int, int]]]:
+        """user -> [(mechanism, iterations)]; users without credentials are left out."""
+        R = gen.DescribeUserScramCredentialsRequest
+        wanted = None if users is None else [R.UserName(name=u) for u in users]
+        resp = await self._send_admin(await self._controller(), 50, lambda v: R(users=wanted))
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "describe SCRAM credentials")
+        out = {}
+        for r in resp.results:
+            if r.error_code == 91:  # RESOURCE_NOT_FOUND: no credential for that user
+                continue
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"SCRAM credentials of {r.user!r}")
+            out[r.user] = [(c.mechanism, c.iterations) for c in r.credential_infos]
+        return out
+
+    async def alter_user_scram_credentials(self, user: str, upserts: dict[int, tuple[int, bytes]],
+                                           deletions: Iterable[int] = ()) -> None:
+        """Sets (mechanism -> (iterations, password)) and deletes (mechanisms) a user's SCRAM
+        credentials; the salted password is made here (RFC 5802 Hi), the password never sent."""
+        R = gen.AlterUserScramCredentialsRequest
+        ups = []
+        for mech, (iterations, password) in upserts.items():
+            salt = os.urandom(32)
+            salted = hashlib.pbkdf2_hmac(SCRAM_HASHES[mech], password, salt, iterations)
+            ups.append(R.ScramCredentialUpsertion(name=user, mechanism=mech, iterations=iterations, salt=salt,
+                                                  salted_password=salted))
+        resp = await self._send_admin(await self._controller(), 51, lambda v: R(
+            deletions=[R.ScramCredentialDeletion(name=user, mechanism=m) for m in deletions], upsertions=ups))
+        for r in resp.results:
+            if r.error_code:
+                raise for_code(r.error_code)(r.error_message or f"alter SCRAM credentials of {r.user!r}")
+
+    async def describe_client_quotas(self, entity: dict[str, str | None], *, any_of: Iterable[str] = (),
+                                     strict: bool = False) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """Quotas of the entity ({"user": name, "client-id": name}; None: the default) or of every
+        entity of the types `any_of`: a list of (entity, {quota: value})."""
+        R = gen.DescribeClientQuotasRequest
+        components = [R.ComponentData(entity_type=k, match_type=1 if v is None else 0, match=v)
+                      for k, v in entity.items()]
+        components += [R.ComponentData(entity_type=k, match_type=2, match=None) for k in any_of]
+        resp = await self._send_admin(await self.cluster.any_connection(), 48,
+                                      lambda v: R(components=components, strict=strict))
+        if resp.error_code:
+            raise for_code(resp.error_code)(resp.error_message or "describe client quotas")
+        return [({e.entity_type: e.entity_name for e in entry.entity}, {x.key: x.value for x in entry.values})
+                for entry in resp.entries or []]
+
+    async def alter_client_quotas(self, entity: dict[str, str | None], set_quotas: dict[str, float],
+                                  remove: Iterable[str] = ()) -> None:
+        R = gen.AlterClientQuotasRequest
+        ops = [R.EntryData.OpData(key=k, value=v, remove=False) for k, v in set_quotas.items()]
+        ops += [R.EntryData.OpData(key=k, value=0.0, remove=True) for k in remove]
+        resp = await self._send_admin(await self._controller(), 49, lambda v: R(entries=[R.EntryData(
+            entity=[R.EntryData.EntityData(entity_type=k, entity_name=n) for k, n in entity.items()], ops=ops)],
+            validate_only=False))
+        for e in resp.entries:
+            if e.error_code:
+                raise for_code(e.error_code)(e.error_message or "alter client quotas")
+
+    async def features(self) -> Any:
+        """The ApiVersions v3 answer of a broker: supported and finalized features."""
+        conn = await self.cluster.any_connection()
+        return await conn.send(gen.ApiVersionsRequest(client_software_name="kafkafast-admin",
+                                                      client_software_version="1"), version=min(3, conn.version(18)))
 
 
 def uuid_of(raw: Any) -> str:

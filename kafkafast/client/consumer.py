@@ -123,6 +123,7 @@ class AIOConsumer:
         self._data_ready: asyncio.Event | None = None
         self._fetch_wakeup: asyncio.Event | None = None
         self._fetch_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()  # refreshes, connects, resets: cancelled by close()
         self._commit_task: asyncio.Task | None = None
         self._watch_task: asyncio.Task | None = None
         self._in_fetch: set[int] = set()
@@ -162,7 +163,7 @@ class AIOConsumer:
         if self._closed:
             return
         self._closed = True
-        for task in (self._fetch_task, self._commit_task, self._watch_task):
+        for task in (self._fetch_task, self._commit_task, self._watch_task, *self._background):
             if task is not None:
                 task.cancel()
                 try:
@@ -477,11 +478,11 @@ class AIOConsumer:
                 (tp.partition, st.fetch_offset, self.max_partition_fetch_bytes))
             requested.setdefault(leader, {})[tp] = (st.epoch, st.fetch_offset)
         if unknown:
-            asyncio.get_running_loop().create_task(self._refresh())
+            self._spawn(self._refresh())
         for node, parts in by_node.items():
             conn = self.cluster.connection_if_open(node)
             if conn is None:
-                asyncio.get_running_loop().create_task(self._connect(node))
+                self._spawn(self._connect(node))
                 continue
             req = fetch_request(parts, max_wait_ms=self.fetch_max_wait_ms, min_bytes=self.fetch_min_bytes,
                                 max_bytes=self.fetch_max_bytes, isolation_level=self.isolation_level)
@@ -495,6 +496,16 @@ class AIOConsumer:
                 self._states[tp].in_fetch = True
             fut.add_done_callback(functools.partial(self._on_fetch, conn=conn, node=node, version=version,
                                                     requested=requested[node]))
+
+    def _spawn(self, coro: Any) -> None:
+        """Runs `coro` in the background, held (so it is not collected while it runs) until
+        it ends or close() cancels it."""
+        if self._closed:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _refresh(self) -> None:
         try:
@@ -531,7 +542,7 @@ class AIOConsumer:
             if fut.cancelled():
                 return
             if fut.exception() is not None:  # the connection failed: the leaders may have moved
-                asyncio.get_running_loop().create_task(self._refresh())
+                self._spawn(self._refresh())
                 return
             resp = conn.decode(1, version, fut.result())
             if resp.error_code:
@@ -552,7 +563,7 @@ class AIOConsumer:
                         if p.error_code == OffsetOutOfRangeError.code:
                             reset.append(tp)
                         elif p.error_code in _METADATA_ERRORS:
-                            asyncio.get_running_loop().create_task(self._refresh())
+                            self._spawn(self._refresh())
                         else:
                             logger.info("fetch %s: %s", tp, for_code(p.error_code).__name__)
                         continue
@@ -586,7 +597,7 @@ class AIOConsumer:
                     self._buffered += len(records)
                     got = True
             if reset:
-                asyncio.get_running_loop().create_task(self._reset_out_of_range(reset))
+                self._spawn(self._reset_out_of_range(reset))
             if got:
                 self._data_ready.set()  # type: ignore[union-attr]
         finally:

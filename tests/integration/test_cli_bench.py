@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -68,3 +69,34 @@ def test_bench_draws_a_progress_line_on_a_terminal(module_broker):
     assert json.loads(proc.stdout)["records"] == 3000  # stdout stays clean JSON
     lines = seen.decode(errors="replace").split("\r")
     assert any("/3000 records" in x and "rec/s" in x and "MB/s" in x and "p99" in x for x in lines), seen[:400]
+
+
+def test_bench_prints_the_kafka_perf_tools_summary_lines(module_broker):
+    b = ["--bootstrap-server", module_broker.bootstrap]
+    kafkafast("topics", *b, "--create", "--topic", "perf-lines", "--partitions", "1")
+    out = kafkafast("bench", "produce", *b, "--topic", "perf-lines", "--num-records", "1000", "--record-size", "100",
+                    "--client", "kafkafast", "--print-metrics").stdout.splitlines()
+    [summary] = [line for line in out if line.startswith("1000 records sent, ")]
+    m = re.fullmatch(r"1000 records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), [\d.]+ ms avg latency, "
+                     r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99.9th\.", summary)
+    assert m, summary
+    assert float(m.group(2)) == pytest.approx(float(m.group(1)) * 100 / 2**20, abs=0.006)  # MB: 2^20 bytes
+    assert out.index(summary) > out.index("METRIC              VALUE")  # beside (after) the table
+    assert "Metric Name" in out[-14] or any(line.startswith("Metric Name") for line in out)
+    assert any(line.startswith("kafkafast-bench:records:{mode=produce}") and line.endswith(": 1000.000")
+               for line in out)
+
+    cons = kafkafast("bench", "consume", *b, "--topic", "perf-lines", "--messages", "1000", "--client", "kafkafast",
+                     "--timeout", "30").stdout.splitlines()
+    assert cons[-2] == ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+                        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec")
+    values = cons[-1].split(", ")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}", values[0]) and values[2] == "0.0954"
+    assert values[4] == "1000"
+
+    detailed = kafkafast("bench", "consume", *b, "--topic", "perf-lines", "--messages", "1000", "--client",
+                         "kafkafast", "--show-detailed-stats", "--reporting-interval", "0", "--hide-header",
+                         "--date-format", "yyyy-MM-dd").stdout.splitlines()
+    rows = [line.split(", ") for line in detailed if re.match(r"\d{4}-\d\d-\d\d, 0, ", line)]
+    assert rows and rows[-1][4] == "1000" and rows[-1][2] == "0.0954"
+    assert not any(line.startswith("time, threadId") or line.startswith("start.time") for line in detailed)

@@ -3,6 +3,7 @@ checks, and a flipped byte caught by the CRC check."""
 from __future__ import annotations
 
 import json
+import re
 
 from tests.support.cli import kafkafast
 
@@ -49,3 +50,44 @@ def test_dump_log_of_a_stopped_broker(broker_factory):
     index.write_bytes(bytes(raw))
     broken = kafkafast("dump-log", "--files", str(index), "--verify-index-only", check=False)
     assert broken.returncode == 1 and "Index mismatch" in broken.stdout and "failed the index check" in broken.stdout
+
+
+def test_dump_log_decodes_consumer_offsets_and_transaction_state(broker_factory):
+    from confluent_kafka import Producer
+
+    broker = broker_factory(settings={"offsets.topic.num.partitions": "1",
+                                      "transaction.state.log.num.partitions": "1"})
+    b = ["--bootstrap-server", broker.bootstrap]
+    kafkafast("topics", *b, "--create", "--topic", "decoded", "--partitions", "1")
+    kafkafast("produce", *b, "--topic", "decoded", stdin="a\nb\n")
+    kafkafast("consume", *b, "--topic", "decoded", "--group", "dumped", "--from-beginning", "--max-messages", "2",
+              "--timeout-ms", "10000")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "dump-txn"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("decoded", b"in-txn", partition=0)
+    p.commit_transaction(30)
+    assert broker.stop() == 0
+
+    offsets = broker.data_dir / "__consumer_offsets-0" / "00000000000000000000.log"
+    lines = [line for line in kafkafast("dump-log", "--files", str(offsets), "--offsets-decoder").stdout.splitlines()
+             if line.startswith("| offset:")]
+    commit = re.compile(r'.* key: \{"type":"1","data":\{"group":"dumped","topic":"decoded","partition":0\}\} '
+                        r'payload: \{"version":"(\d)","data":\{"offset":2,("leaderEpoch":-?\d+,)?"metadata":"",'
+                        r'"commitTimestamp":\d+(,"expireTimestamp":-?\d+)?\}\}$')
+    assert any(commit.match(line) for line in lines), lines
+    group = [line for line in lines if ' key: {"type":"2","data":{"group":"dumped"}} payload: ' in line]
+    assert group and any('"protocolType":"consumer"' in line and '"members":[' in line for line in group), lines
+    # a member's subscription and assignment decoded (the consumer protocol), not left as bytes
+    assert any('"subscription":{"topics":["decoded"]' in line
+               and '"assignment":{"assignedPartitions":[{"topic":"decoded","partitions":[0]}]' in line
+               for line in group), group
+
+    state = broker.data_dir / "__transaction_state-0" / "00000000000000000000.log"
+    txn = kafkafast("dump-log", "--files", str(state), "--transaction-log-decoder").stdout
+    entries = re.findall(r" key: transaction_metadata::transactionalId=dump-txn payload: producerId:(\d+),"
+                         r"producerEpoch:0,state=(\w+),partitions=\[([^\]]*)\],txnLastUpdateTimestamp=\d+,"
+                         r"txnTimeoutMs=(\d+)", txn)
+    states = [(s, parts) for _, s, parts, _ in entries]
+    assert ("Ongoing", "decoded-0") in states and ("PrepareCommit", "decoded-0") in states
+    assert states[-1] == ("CompleteCommit", "")

@@ -121,3 +121,26 @@ def test_group_with_a_live_member_shows_its_assignment_and_refuses_a_reset(modul
         assert refused.returncode == 1 and "can only be reset if the group 'live-group' is inactive" in refused.stderr
     finally:
         c.close()
+
+
+def test_delete_offsets_of_a_group_and_of_an_unknown_one(module_broker):
+    b = _b(module_broker)
+    kafkafast("topics", *b, "--create", "--topic", "forget-me", "--partitions", "2")
+    kafkafast("produce", *b, "--topic", "forget-me", "--partition", "1", stdin="a\nb\n")
+    kafkafast("consume", *b, "--topic", "forget-me", "--group", "forgetful", "--from-beginning",
+              "--max-messages", "2", "--timeout-ms", "10000")
+    before = json.loads(kafkafast("groups", *b, "--describe", "--group", "forgetful", "--output", "json").stdout)
+    assert [(r["partition"], r["current_offset"]) for r in before[0]["partitions"]] == [(0, 0), (1, 2)]
+
+    out = kafkafast("groups", *b, "--delete-offsets", "--group", "forgetful", "--topic", "forget-me:1").stdout
+    assert out == ("Request succeed for deleting offsets with topic forget-me:1 group forgetful\n"
+                   "\nTOPIC                          PARTITION       STATUS         "
+                   "\nforget-me                      1               Successful     \n")
+    after = json.loads(kafkafast("groups", *b, "--describe", "--group", "forgetful", "--output", "json").stdout)
+    assert [(r["partition"], r["current_offset"]) for r in after[0]["partitions"]] == [(0, 0)]
+    kafkafast("groups", *b, "--delete-offsets", "--group", "forgetful", "--topic", "forget-me")
+    gone = json.loads(kafkafast("groups", *b, "--describe", "--group", "forgetful", "--output", "json").stdout)
+    assert gone[0]["partitions"] == []
+
+    unknown = kafkafast("groups", *b, "--delete-offsets", "--group", "never-was", "--topic", "forget-me", check=False)
+    assert unknown.returncode == 1 and "Error: 'never-was' does not exist." in unknown.stderr

@@ -13,6 +13,7 @@ NOT_CONTROLLER, INVALID_REPLICA_ASSIGNMENT, ELECTION_NOT_NEEDED = 41, 39, 84
 
 
 def test_single_node_answers_rolling_operation_requests_without_acting(broker):
+    kafkafast("topics", "--bootstrap-server", broker.bootstrap, "--create", "--topic", "t", "--partitions", "2")
     with RawClient(broker.port) as rc:
         assert rc.request(ControlledShutdownRequest(broker_id=0, broker_epoch=1), 3).error_code == NOT_CONTROLLER
         resp = rc.request(ER(election_type=0, topic_partitions=[ER.TopicPartitions(topic="t", partitions=[0, 1])]), 2)

@@ -9,9 +9,10 @@ from tests.support.broker_process import REPO
 
 
 def kafkafast(*args: str, stdin: str | bytes | None = None, timeout: float = 60.0,
-              check: bool = True) -> subprocess.CompletedProcess:
+              check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`env`: variables added to this process's environment."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               KAFKAFAST_NO_PROGRESS="1")
+               KAFKAFAST_NO_PROGRESS="1", **(env or {}))
     data = stdin.encode() if isinstance(stdin, str) else stdin
     proc = subprocess.run([sys.executable, "-m", "kafkafast.cli.main", *args], input=data, capture_output=True,
                           timeout=timeout, env=env, cwd=str(REPO))

@@ -8,7 +8,8 @@ live leader, an in-sync replica if one is live, else any live replica
 topic_partitions null: every partition. Unknown partitions: UNKNOWN_TOPIC_OR_PARTITION.
 A broker that is not the controller answers NOT_CONTROLLER (v1+: top-level error; v0: per
 partition). Needs ALTER on the cluster when an authorizer is configured; without
-`zookeeper.connect` there is nothing to elect: every partition answers ELECTION_NOT_NEEDED.
+`zookeeper.connect` there is nothing to elect: every partition of a known topic answers
+ELECTION_NOT_NEEDED, any other UNKNOWN_TOPIC_OR_PARTITION (as the controller answers).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
@@ -30,6 +31,18 @@ def _everywhere(req: ElectLeadersRequest, code: int) -> ElectLeadersResponse:
     return ElectLeadersResponse(error_code=top, replica_election_results=results)
 
 
+def _single_node(broker, req: ElectLeadersRequest) -> ElectLeadersResponse:
+    broker.refresh_topics()
+    results = []
+    for t in req.topic_partitions or []:
+        meta = broker.topics.get(t.topic)
+        results.append(Result(topic=t.topic, partition_result=[PartResult(
+            partition_id=p, error_message=None,
+            error_code=E.ErrorCode.ELECTION_NOT_NEEDED if meta is not None and 0 <= p < meta.partitions
+            else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in t.partitions]))
+    return ElectLeadersResponse(error_code=0, replica_election_results=results)
+
+
 @handles(ElectLeadersRequest, 0, 2)
 async def handle(broker, ctx, req: ElectLeadersRequest, version: int) -> ElectLeadersResponse:
     code = denied(broker, ctx, acl.ALTER, acl.CLUSTER)
@@ -39,7 +52,7 @@ async def handle(broker, ctx, req: ElectLeadersRequest, version: int) -> ElectLe
         return _everywhere(req, E.ErrorCode.INVALID_REQUEST)
     node = getattr(broker, "cluster", None)
     if node is None:
-        return _everywhere(req, E.ErrorCode.ELECTION_NOT_NEEDED)
+        return _single_node(broker, req)
     if node.controller is None or not node.controller.active:
         return _everywhere(req, E.ErrorCode.NOT_CONTROLLER)
     tps = None
