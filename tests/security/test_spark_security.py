@@ -62,6 +62,9 @@ def env(tmp_path_factory):
                            AclOperation.ALL, AclPermissionType.ALLOW) for user in ("alice", "carol", "erin")]
     bindings.append(AclBinding(ResourceType.TOPIC, "describe-only", ResourcePatternType.LITERAL, "User:alice", "*",
                                AclOperation.DESCRIBE, AclPermissionType.ALLOW))
+    # exactlyOnce: alice's transactional ids, and the group of the same name each records its batch id in
+    bindings += [AclBinding(rtype, "sec-tx", ResourcePatternType.PREFIXED, "User:alice", "*", AclOperation.ALL,
+                            AclPermissionType.ALLOW) for rtype in (ResourceType.TRANSACTIONAL_ID, ResourceType.GROUP)]
     for fut in admin.create_acls(bindings).values():
         fut.result(30)
     yield pki, broker, f"127.0.0.1:{sasl_ssl}"
@@ -116,7 +119,9 @@ def test_batch_read_and_write_over_sasl_ssl(spark, env, mechanism):
     assert sorted(v for _, _, _, v, _ in consume_all(broker.bootstrap, out, 1)) == sorted(b"w%d" % i for i in range(20))
 
 
-def test_jvm_reader_and_streaming_over_sasl_ssl(spark, env, tmp_path):
+def test_jvm_reader_and_exactly_once_streaming_over_sasl_ssl(spark, env, tmp_path):
+    """The streaming write is exactlyOnce: its tasks' transactions, the batch id lookup
+    and the driver's commit all log in."""
     pki, broker, secure = env
     opts = security(pki)
     assert values_of(read(spark, "kafkafast_arrow", secure, "sec-in", opts)) == EXPECTED
@@ -126,9 +131,11 @@ def test_jvm_reader_and_streaming_over_sasl_ssl(spark, env, tmp_path):
               .selectExpr("key", "value", "partition"))
     query = (stream.writeStream.format("kafkafast").option("kafka.bootstrap.servers", secure)
              .option("topic", "sec-stream-out").options(**opts)
+             .option("exactlyOnce", "true").option("transactionalIdPrefix", "sec-tx")
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None, query.exception()
+    # librdkafka reads read_committed by default: the records are there once the driver committed
     assert sorted(v for _, _, _, v, _ in consume_all(broker.bootstrap, "sec-stream-out", 2)) == EXPECTED
 
 
