@@ -261,20 +261,27 @@ class OAuthBearerUnsecuredClient:
     def __init__(self, options: dict[str, str]) -> None:
         principal_claim = options.get("unsecuredLoginPrincipalClaimName", "sub")
         now = int(time.time())
-        claims: dict[str, Any] = {"iat": now, "exp": now + int(options.get("unsecuredLoginLifetimeSeconds", "3600"))}
+        claims: dict[str, Any] = {"iat": now}
         extensions: list[str] = []
         for key, value in options.items():
             kind, _, name = key.partition("_")
-            if kind == "unsecuredLoginStringClaim":
-                claims[name] = value
-            elif kind == "unsecuredLoginNumberClaim":
-                claims[name] = float(value) if "." in value else int(value)
-            elif kind == "unsecuredLoginListClaim":
-                claims[name] = [v for v in value[1:].split(value[:1])] if value else []
-            elif kind == "unsecuredLoginExtension":
-                extensions.append(f"{name}={value}")
+            try:
+                if key == "unsecuredLoginLifetimeSeconds":
+                    claims["exp"] = now + int(value)
+                elif kind == "unsecuredLoginStringClaim":
+                    claims[name] = value
+                elif kind == "unsecuredLoginNumberClaim":
+                    claims[name] = float(value) if "." in value else int(value)
+                elif kind == "unsecuredLoginListClaim":
+                    claims[name] = value[1:].split(value[:1]) if value else []
+                elif kind == "unsecuredLoginExtension":
+                    extensions.append(f"{name}={value}")
+            except ValueError:
+                raise ValueError(f"sasl.jaas.config: {key}={value!r} is not a number") from None
+        claims.setdefault("exp", now + 3600)
         if not isinstance(claims.get(principal_claim), str):
-            raise ValueError(f"sasl.jaas.config: OAUTHBEARER needs unsecuredLoginStringClaim_{principal_claim}=<principal> "
+            raise ValueError(f"sasl.jaas.config: OAUTHBEARER needs "
+                             f"unsecuredLoginStringClaim_{principal_claim}=<principal> "
                              "(kafkafast's client makes unsecured tokens only; sasl.login.callback.handler.class "
                              "is not supported)")
 

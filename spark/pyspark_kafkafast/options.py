@@ -363,7 +363,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     client_security(kafka_params)
     isolation = kafka_params.get("isolation.level", "read_uncommitted").strip().lower()
     if isolation not in ("read_uncommitted", "read_committed"):
-        raise KafkaFastOptionError(f"kafka.isolation.level must be read_uncommitted or read_committed, got {isolation!r}")
+        raise KafkaFastOptionError(f"kafka.isolation.level must be read_uncommitted or read_committed, "
+                                   f"got {isolation!r}")
     for name, why in _UNSUPPORTED_SOURCE_PARAMS.items():
         if name in kafka_params:
             raise KafkaFastOptionError(f"Kafka option '{name}' is not supported: {why}")
