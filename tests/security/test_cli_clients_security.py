@@ -91,3 +91,23 @@ def test_a_refused_login_or_a_setting_the_client_cannot_honour_is_one_error_line
                         stdin="x\n", check=False)
         assert out.returncode == 1, out
         assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_mutual_tls_presents_the_pem_key_store(secure_broker, pki, tmp_path):
+    """ssl.keystore.location (key and certificate chain in one PEM file, as Kafka's PEM key
+    stores) is presented to a listener that requires client certificates; without it the
+    handshake is refused."""
+    broker = secure_broker(listeners=("SSL",), settings={"listener.name.ssl.ssl.client.auth": "required"})
+    kafkafast("topics", "--bootstrap-server", broker.plaintext, "--create", "--topic", "mtls", "--partitions", "1")
+    keystore = tmp_path / "alice-keystore.pem"
+    keystore.write_bytes(pki.client_key.read_bytes() + pki.client_cert.read_bytes())
+    ssl_addr = ["--bootstrap-server", broker.addr("SSL"), "--topic", "mtls"]
+    mtls = config(tmp_path, "mtls", pki, "security.protocol=SSL", "ssl.keystore.type=PEM",
+                  f"ssl.keystore.location={keystore}")
+    kafkafast("produce", *ssl_addr, "--producer.config", mtls, stdin="signed\n")
+    out = kafkafast("consume", *ssl_addr, "--from-beginning", "--max-messages", "1", "--consumer.config", mtls)
+    assert out.stdout.splitlines() == ["signed"]
+    anonymous = config(tmp_path, "anonymous", pki, "security.protocol=SSL", "request.timeout.ms=5000")
+    refused = kafkafast("produce", *ssl_addr, "--producer.config", anonymous, stdin="x\n", check=False)
+    assert refused.returncode == 1 and "no broker reachable" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "never retrieved" not in refused.stderr, refused.stderr
