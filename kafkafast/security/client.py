@@ -225,6 +225,9 @@ def _check_client_settings(props: dict, protocol: str) -> None:
             raise ValueError(f"ssl.{store}.type={kind}: kafkafast's client reads PEM stores only")
     if props.get("ssl.truststore.password"):
         raise ValueError("ssl.truststore.password: a PEM trust store has no password (as in Kafka)")
+    endpoint = props.get("ssl.endpoint.identification.algorithm")
+    if endpoint is not None and endpoint.strip().lower() not in ("https", ""):
+        raise ValueError(f"ssl.endpoint.identification.algorithm={endpoint}: expected https or empty")
     tls = props.get("ssl.protocol")
     if tls and tls.strip().upper() not in ("TLS", *PROTOCOL_VERSIONS):
         raise ValueError(f"ssl.protocol={tls}: expected TLSv1.2 or TLSv1.3")

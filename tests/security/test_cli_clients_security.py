@@ -81,6 +81,8 @@ def test_bench_produce_and_consume_over_sasl_ssl(secured, pki, tmp_path):
     (("security.protocol=SASL_SSL", "sasl.mechanism=GSSAPI"), "sasl.mechanism=GSSAPI"),
     (("security.protocol=SSL", "ssl.truststore.type=JKS"), "ssl.truststore.type=JKS"),
     (("security.protocol=SSL", "ssl.cipher.suites=TLS_AES_128_GCM_SHA256"), "ssl.cipher.suites"),
+    (("security.protocol=SSL", "ssl.endpoint.identification.algorithm=http"),
+     "ssl.endpoint.identification.algorithm=http"),
 ])
 def test_a_refused_login_or_a_setting_the_client_cannot_honour_is_one_error_line(secured, pki, tmp_path, lines,
                                                                                  message):
