@@ -114,6 +114,8 @@ class SourceOptions:
     # fetchOffset.numRetries / fetchOffset.retryIntervalMs: attempts of each planning call
     fetch_offset_attempts: int = 3
     fetch_offset_retry_interval_ms: int = 1000
+    # kafka.request.timeout.ms: the bound of each request planning makes
+    request_timeout_ms: int = 30000
     # kafkaConsumer.pollTimeoutMs: how long a task waits for records of its range to arrive
     poll_timeout_ms: int = 60000
 
@@ -194,7 +196,11 @@ def client_security(kafka_params: Mapping[str, str]) -> ClientSecurity:
                                    else f"options kafka.security.protocol, kafka.ssl.*, kafka.sasl.*: {exc}") from None
 
 
-def _check_known(options: Mapping[str, str], known: set[str], kafka_known: set[str], what: str) -> None:
+def _check_known(options: Mapping[str, str], known: set[str], kafka_known: set[str], refused_later: Mapping[str, str],
+                 what: str) -> None:
+    """Refuses, by its given name, every option not in `known` and every `kafka.*` one not in
+    `kafka_known` (nor a security one); those in `refused_later` are refused by the caller
+    with Spark's own reason."""
     for given in sorted(str(k) for k in options):
         name = given.lower()
         if name in _REFUSED:
@@ -203,8 +209,8 @@ def _check_known(options: Mapping[str, str], known: set[str], kafka_known: set[s
             key = name[len("kafka."):]
             if key in kafka_known or key.split(".", 1)[0] in ("security", "ssl", "sasl"):
                 continue
-            if key in _UNSUPPORTED_SOURCE_PARAMS or key in _UNSUPPORTED_SINK_PARAMS or key == "transactional.id":
-                continue  # refused below with Spark's reason
+            if key in refused_later:
+                continue
             raise KafkaFastOptionError(f"option {given} is not supported by the kafkafast {what} (it passes on "
                                        f"kafka.{', kafka.'.join(sorted(kafka_known))} and kafka.security.protocol, "
                                        "kafka.ssl.*, kafka.sasl.*)")
@@ -358,7 +364,7 @@ def _offset_spec(opts: Mapping[str, str], which: str, default: OffsetSpec) -> Of
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     opts = _lower(options)
-    _check_known(options, _SOURCE_OPTIONS, _SOURCE_KAFKA_PARAMS, "source")
+    _check_known(options, _SOURCE_OPTIONS, _SOURCE_KAFKA_PARAMS, _UNSUPPORTED_SOURCE_PARAMS, "source")
     kafka_params = _kafka_params(opts)
     client_security(kafka_params)
     isolation = kafka_params.get("isolation.level", "read_uncommitted").strip().lower()
@@ -405,14 +411,16 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         kafka_params=kafka_params,
         fetch_offset_attempts=_positive_int(opts, "fetchOffset.numRetries") or 3,
         fetch_offset_retry_interval_ms=_non_negative_int(opts, "fetchOffset.retryIntervalMs", 1000),
+        request_timeout_ms=_positive_int(opts, "kafka.request.timeout.ms") or 30000,
         poll_timeout_ms=(_positive_int(opts, "kafkaConsumer.pollTimeoutMs")
-                         or _positive_int(kafka_params, "request.timeout.ms") or 60000),
+                         or _positive_int(opts, "kafka.request.timeout.ms") or 60000),
     )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     opts = _lower(options)
-    _check_known(options, _SINK_OPTIONS, _SINK_KAFKA_PARAMS, "sink")
+    _check_known(options, _SINK_OPTIONS, _SINK_KAFKA_PARAMS,
+                 {**_UNSUPPORTED_SINK_PARAMS, "transactional.id": ""}, "sink")
     kafka_params = _kafka_params(opts)
     client_security(kafka_params)
     for name, why in _UNSUPPORTED_SINK_PARAMS.items():

@@ -62,6 +62,7 @@ class OffsetRangePartition(InputPartition):
 def _lookup(opts: SourceOptions) -> BrokerLookup:
     from pyspark_kafkafast.broker_calls import BrokerLookup
     return BrokerLookup(opts.bootstrap, isolation_level=isolation_level(opts), security=opts.security,
+                        request_timeout_ms=opts.request_timeout_ms,
                         attempts=opts.fetch_offset_attempts, retry_interval_ms=opts.fetch_offset_retry_interval_ms)
 
 

@@ -55,7 +55,7 @@ def test_fetch_offset_retries_make_numretries_attempts_retry_interval_apart():
 
 
 @pytest.mark.parametrize("option", ["kafka.group.id", "groupIdPrefix", "kafka.max.poll.records",
-                                    "kafka.fetch.min.bytes", "startingOffset"])
+                                    "kafka.fetch.min.bytes", "kafka.key.serializer", "startingOffset"])
 def test_options_the_source_would_not_use_are_refused_by_name(option):
     with pytest.raises(KafkaFastOptionError, match=option):
         parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", option: "x"}, streaming=False)
