@@ -34,7 +34,8 @@ def add_bootstrap(p: argparse.ArgumentParser, *, required: bool = True) -> None:
                    help=f"broker(s) to connect to; the port defaults to {DEFAULT_PORT} "
                         f"(default: ${BOOTSTRAP_ENV}{' = ' + env if env else ''})")
     p.add_argument("--command-config", metavar="FILE",
-                   help="client properties file (Kafka's names: client.id, request.timeout.ms, acks, ...)")
+                   help="client properties file (Kafka's names: client.id, request.timeout.ms, acks, "
+                        "security.protocol, ssl.*, sasl.*, ...)")
 
 
 def normalize_bootstrap(servers: str) -> str:
@@ -108,7 +109,7 @@ def report_each(results: Iterable[tuple[int, str, str]]) -> int:
 def load_client_properties(path: str | None, extra: Iterable[str] = (), *,
                            secure_ok: bool = False) -> dict[str, str]:
     """The --command-config file plus `key=value` items (later ones win). `secure_ok`: the
-    command connects through `client_security` (admin commands), so any security.protocol."""
+    command connects through `client_security`, so any security.protocol."""
     props: dict[str, str] = {}
     if path:
         try:
@@ -124,7 +125,7 @@ def load_client_properties(path: str | None, extra: Iterable[str] = (), *,
     proto = props.get("security.protocol", "PLAINTEXT").upper()
     if proto != "PLAINTEXT" and not secure_ok:
         raise CommandError(f"security.protocol={proto}: this command's client speaks PLAINTEXT only "
-                           "(the admin commands speak SSL and SASL too)")
+                           "(the admin commands, produce, consume and bench speak SSL and SASL too)")
     return props
 
 
@@ -137,22 +138,24 @@ def client_security(props: dict[str, str]) -> Any:
     try:
         return ClientSecurity(props)
     except (ValueError, OSError) as exc:
-        raise CommandError(f"--command-config: {exc}") from exc
+        raise CommandError(f"client properties: {exc}") from exc
 
 
 def merged_client_properties(command_config: str | None, config_file: str | None,
                              items: Iterable[str] = ()) -> dict[str, str]:
     """--command-config, then the tool's own properties file (--producer.config,
-    --consumer.config), then its key=value items: later ones win, as in Kafka's tools."""
-    props = load_client_properties(command_config)
-    props.update(load_client_properties(config_file, items))
+    --consumer.config), then its key=value items: later ones win, as in Kafka's tools. The
+    security settings among them go to `client_security`."""
+    props = load_client_properties(command_config, secure_ok=True)
+    props.update(load_client_properties(config_file, items, secure_ok=True))
     return props
 
 
 def settings_for(cls: Any, props: dict[str, str]) -> dict[str, Any]:
     """Keyword settings of a kafkafast client class from Kafka property names
-    (`linger.ms` -> linger_ms), converted to the parameter's default's type. Properties the
-    class does not take are reported on stderr and left out."""
+    (`linger.ms` -> linger_ms), converted to the parameter's default's type; `security.protocol`,
+    `ssl.*` and `sasl.*` become its `security` (ClientSecurity, which refuses a setting it cannot
+    honour). Properties the class does not take are reported on stderr and left out."""
     params = inspect.signature(cls).parameters
     out: dict[str, Any] = {}
     for key, value in props.items():
@@ -164,6 +167,8 @@ def settings_for(cls: Any, props: dict[str, str]) -> dict[str, Any]:
             print(f"warning: property {key} is not used by kafkafast's client", file=sys.stderr)
             continue
         out[name] = _convert(value, param.default)
+    if "security" in params:
+        out["security"] = client_security(props)
     return out
 
 

@@ -22,6 +22,7 @@ from kafkafast.protocol.errors import (
     KafkaError,
     LeaderNotAvailableError,
     NetworkError,
+    SaslAuthenticationFailedError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -157,6 +158,8 @@ class Cluster:
                 conn = await self._new_conn(host, port, -1).connect()
                 self._bootstrap_conn = conn
                 return conn
+            except SaslAuthenticationFailedError:
+                raise  # a refused login is not a broker being away: fatal, as Kafka's AuthenticationException
             except KafkaError as exc:
                 last = exc
         raise NetworkError(f"no broker reachable (tried {candidates}): {last!r}")

@@ -338,7 +338,11 @@ class BrokerConnection:
         fut = loop.create_future()
         timer = loop.call_later(timeout or self.request_timeout, self._timed_out, cid)
         self._pending[cid] = (fut, api_key, version, timer)
-        self._write(data)
+        try:
+            self._write(data)
+        except NetworkError:
+            fut.exception()  # failed with the connection (e.g. a TLS peer that refused our certificate): the
+            raise            # caller gets the raise, so the future is not reported as never retrieved
         return fut
 
     def _write(self, parts: list[bytes | bytearray | memoryview]) -> None:

@@ -91,6 +91,7 @@ class AIOConsumer:
         retry_backoff_ms: int = 100,
         allow_auto_create_topics: bool = True,
         max_buffered_records: int = 20000,
+        security: Any = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}")
@@ -109,7 +110,8 @@ class AIOConsumer:
         self.cluster = Cluster(bootstrap_servers, client_id=client_id,
                                request_timeout_ms=max(request_timeout_ms, fetch_max_wait_ms + 5000),
                                metadata_max_age_ms=metadata_max_age_ms, retry_backoff_ms=retry_backoff_ms,
-                               allow_auto_topic_creation=allow_auto_create_topics)
+                               allow_auto_topic_creation=allow_auto_create_topics,
+                               security=security)  # kafkafast.security.client.ClientSecurity, or None
         self.group: GroupMembership | None = None
         if group_id is not None:
             self.group = GroupMembership(self.cluster, group_id, assignors=list(partition_assignment_strategy),

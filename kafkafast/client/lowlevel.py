@@ -35,8 +35,9 @@ T = TypeVar("T")
 _RETRIES = 5
 
 
-async def _with_cluster(bootstrap: str, fn: Callable[[Cluster], Awaitable[T]], topics: list[str] | None = None) -> T:
-    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
+async def _with_cluster(bootstrap: str, fn: Callable[[Cluster], Awaitable[T]], topics: list[str] | None = None,
+                        security: Any = None) -> T:
+    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False, security=security)
     try:
         if topics:
             cluster.add_topics(topics)
@@ -96,27 +97,28 @@ async def list_offsets_with(
 
 
 async def list_offsets(
-    bootstrap: str, topic_partitions: list[tuple[str, int]], timestamp: int,
+    bootstrap: str, topic_partitions: list[tuple[str, int]], timestamp: int, *, security: Any = None,
 ) -> dict[tuple[str, int], tuple[int, int]]:
-    """{(topic, partition): (offset, timestamp)} for `timestamp` (-2 earliest, -1 latest, or ms)."""
+    """{(topic, partition): (offset, timestamp)} for `timestamp` (-2 earliest, -1 latest, or ms).
+    `security` here and below: kafkafast.security.client.ClientSecurity (TLS, SASL), or None."""
     return await _with_cluster(bootstrap, lambda c: list_offsets_with(c, topic_partitions, timestamp),
-                               sorted({t for t, _ in topic_partitions}))
+                               sorted({t for t, _ in topic_partitions}), security)
 
 
-async def partitions_for(bootstrap: str, topic: str) -> list[int]:
+async def partitions_for(bootstrap: str, topic: str, *, security: Any = None) -> list[int]:
     """Partition ids of `topic`, sorted; UnknownTopicOrPartitionError if it does not exist."""
     async def run(cluster: Cluster) -> list[int]:
         return await cluster.wait_for_topic(topic, timeout=5.0)
-    return await _with_cluster(bootstrap, run, [topic])
+    return await _with_cluster(bootstrap, run, [topic], security)
 
 
-async def topics(bootstrap: str) -> list[str]:
+async def topics(bootstrap: str, *, security: Any = None) -> list[str]:
     """Names of all topics (internal ones excluded), sorted."""
     async def run(cluster: Cluster) -> list[str]:
         cluster.want_all_topics = True
         await cluster.refresh_metadata()
         return sorted(t.name for t in cluster.topics.values() if not t.is_internal and not t.error_code)
-    return await _with_cluster(bootstrap, run)
+    return await _with_cluster(bootstrap, run, None, security)
 
 
 def fetch_request(
@@ -264,13 +266,14 @@ async def fetch_arrow_with(
 async def fetch_range(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_bytes: int = 4 * 1024 * 1024, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    security: Any = None,
 ) -> AsyncIterator[list[ConsumerRecord]]:
     """Lists of records with offsets in [start, end) of one partition, read from its leader.
 
     Gaps (compacted topics, control batches) are skipped; waits (up to `timeout_ms`) for
     offsets not written yet; OffsetOutOfRangeError when `start` is below the log start.
     """
-    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
+    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False, security=security)
     try:
         cluster.add_topics([topic])
         await cluster.start()
@@ -285,7 +288,7 @@ async def fetch_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
     isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE, security: Any = None,
 ) -> AsyncIterator[Any]:
     """The records with offsets in [start, end) of one partition as `pyarrow.RecordBatch`es
     of at most `max_records` rows, decoded straight from the fetched bytes into Arrow
@@ -294,7 +297,7 @@ async def fetch_arrow(
     decompressed into one buffer kept for the whole read, never larger than
     `max_decompressed_bytes` (a batch that decompresses to more fails with
     DecompressedSizeError). Gaps, waiting and errors as `fetch_range`. Needs pyarrow."""
-    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False)
+    cluster = Cluster(bootstrap, metadata_max_age_ms=0, allow_auto_topic_creation=False, security=security)
     try:
         cluster.add_topics([topic])
         await cluster.start()
@@ -341,17 +344,18 @@ def _drive(agen: AsyncIterator[T]) -> Iterator[T]:
 def fetch_range_sync(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_bytes: int = 4 * 1024 * 1024, isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000,
+    security: Any = None,
 ) -> Iterator[list[ConsumerRecord]]:
     """Generator over the same lists as `fetch_range`, driving a private event loop."""
     return _drive(fetch_range(bootstrap, topic, partition, start, end, max_bytes=max_bytes,
-                              isolation_level=isolation_level, timeout_ms=timeout_ms))
+                              isolation_level=isolation_level, timeout_ms=timeout_ms, security=security))
 
 
 def read_arrow(
     bootstrap: str, topic: str, partition: int, start: int, end: int, *,
     max_records: int = 10_000, include_headers: bool = True, max_bytes: int = 4 * 1024 * 1024,
     isolation_level: int = READ_UNCOMMITTED, timeout_ms: int | None = 60000, timestamp_unit: str = "ms",
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_SIZE, security: Any = None,
 ) -> Iterator[Any]:
     """Generator over the same `pyarrow.RecordBatch`es as `fetch_arrow`, driving a private
     event loop: the records with offsets in [start, end) of one partition, at most
@@ -359,7 +363,7 @@ def read_arrow(
     return _drive(fetch_arrow(bootstrap, topic, partition, start, end, max_records=max_records,
                               include_headers=include_headers, max_bytes=max_bytes,
                               isolation_level=isolation_level, timeout_ms=timeout_ms, timestamp_unit=timestamp_unit,
-                              max_decompressed_bytes=max_decompressed_bytes))
+                              max_decompressed_bytes=max_decompressed_bytes, security=security))
 
 
 __all__ = [

@@ -136,6 +136,7 @@ class AIOProducer:
         allow_auto_create_topics: bool = True,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
+        security: Any = None,
     ) -> None:
         self.acks = -1 if acks in ("all", -1, "-1") else int(acks)
         if transactional_id is not None:
@@ -165,7 +166,8 @@ class AIOProducer:
         self.partitioner = Partitioner(partitioner)
         self.cluster = Cluster(bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
                                metadata_max_age_ms=metadata_max_age_ms, max_in_flight=max(self.max_in_flight, 1),
-                               retry_backoff_ms=retry_backoff_ms, allow_auto_topic_creation=allow_auto_create_topics)
+                               retry_backoff_ms=retry_backoff_ms, allow_auto_topic_creation=allow_auto_create_topics,
+                               security=security)  # kafkafast.security.client.ClientSecurity, or None
         self.acc: RecordAccumulator | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._in_flight: dict[int, int] = {}

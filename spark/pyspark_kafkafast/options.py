@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafkafast.security.client import ClientSecurity
+
 EARLIEST = -2
 LATEST = -1
 # Rows per Arrow batch a task hands to Spark (option maxRecordsPerBatch); Spark's own
@@ -109,6 +111,17 @@ class SourceOptions:
     fetch_max_bytes: int = 8 * 1024 * 1024
     max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
     kafka_params: Mapping[str, str] = field(default_factory=dict)
+    # fetchOffset.numRetries / fetchOffset.retryIntervalMs: attempts of each planning call
+    fetch_offset_attempts: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
+    # kafka.request.timeout.ms: the bound of each request planning makes
+    request_timeout_ms: int = 30000
+    # kafkaConsumer.pollTimeoutMs: how long a task waits for records of its range to arrive
+    poll_timeout_ms: int = 60000
+
+    @property
+    def security(self) -> ClientSecurity:
+        return client_security(self.kafka_params)
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,10 @@ class SinkOptions:
     transactional_id_prefix: str = "kafkafast-spark"
     transaction_timeout_ms: int = 900000
 
+    @property
+    def security(self) -> ClientSecurity:
+        return client_security(self.kafka_params)
+
 
 # Kafka consumer settings the source decides itself; Spark rejects them too.
 _UNSUPPORTED_SOURCE_PARAMS = {
@@ -139,6 +156,66 @@ _UNSUPPORTED_SINK_PARAMS = {
     "key.serializer": "Cast the key column to string or binary",
     "value.serializer": "Cast the value column to string or binary",
 }
+
+# Every option the source and the sink read (lower case); any other one is refused by name, so
+# nothing a job sets is accepted and then left unused. `path` and `checkpointLocation` are
+# Spark's own (DataFrameReader.load(path), DataStreamWriter's checkpoint) and mean nothing here.
+_SPARK_OWN = {"path", "checkpointlocation"}
+_SOURCE_OPTIONS = _SPARK_OWN | {
+    "kafka.bootstrap.servers", "assign", "subscribe", "subscribepattern", "startingoffsets", "endingoffsets",
+    "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp", "endingtimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay", "includeheaders", "maxrecordsperbatch", "fetchoffset.numretries",
+    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms"}
+_SINK_OPTIONS = _SPARK_OWN | {"kafka.bootstrap.servers", "topic", "includeheaders", "exactlyonce",
+                              "transactionalidprefix"}
+# kafka.* settings the source / sink pass on; security.protocol, ssl.* and sasl.* go to
+# kafkafast.security.client.ClientSecurity, which refuses what it cannot honour.
+_SOURCE_KAFKA_PARAMS = {"bootstrap.servers", "isolation.level", "request.timeout.ms", "max.partition.fetch.bytes"}
+_SINK_KAFKA_PARAMS = {"bootstrap.servers", "acks", "compression.type", "linger.ms", "batch.size",
+                      "transaction.timeout.ms"}
+_NO_GROUP = ("the kafkafast source never joins a consumer group nor commits offsets (progress is kept in "
+             "Spark's checkpoint, each task reads its offset range from the partition leader), so a group id "
+             "would have no effect; remove the option")
+_REFUSED = {
+    "kafka.group.id": _NO_GROUP,
+    "groupidprefix": _NO_GROUP,
+}
+
+
+def client_security(kafka_params: Mapping[str, str]) -> ClientSecurity:
+    """The TLS context and SASL login of the `kafka.security.protocol`, `kafka.ssl.*` and
+    `kafka.sasl.*` options (built where a connection is made: it does not pickle). A setting
+    it cannot honour is a KafkaFastOptionError naming the option."""
+    props = {k: v for k, v in kafka_params.items() if k.split(".", 1)[0] in ("security", "ssl", "sasl")}
+    try:
+        return ClientSecurity(props)
+    except (ValueError, OSError) as exc:
+        # ClientSecurity's messages begin with the setting they are about
+        raise KafkaFastOptionError(f"option kafka.{exc}" if str(exc).startswith(("ssl.", "sasl.", "security."))
+                                   else f"options kafka.security.protocol, kafka.ssl.*, kafka.sasl.*: {exc}") from None
+
+
+def _check_known(options: Mapping[str, str], known: set[str], kafka_known: set[str], refused_later: Mapping[str, str],
+                 what: str) -> None:
+    """Refuses, by its given name, every option not in `known` and every `kafka.*` one not in
+    `kafka_known` (nor a security one); those in `refused_later` are refused by the caller
+    with Spark's own reason."""
+    for given in sorted(str(k) for k in options):
+        name = given.lower()
+        if name in _REFUSED:
+            raise KafkaFastOptionError(f"option {given} is not supported: {_REFUSED[name]}")
+        if name.startswith("kafka."):
+            key = name[len("kafka."):]
+            if key in kafka_known or key.split(".", 1)[0] in ("security", "ssl", "sasl"):
+                continue
+            if key in refused_later:
+                continue
+            raise KafkaFastOptionError(f"option {given} is not supported by the kafkafast {what} (it passes on "
+                                       f"kafka.{', kafka.'.join(sorted(kafka_known))} and kafka.security.protocol, "
+                                       "kafka.ssl.*, kafka.sasl.*)")
+        elif name not in known:
+            raise KafkaFastOptionError(f"unknown option {given} for the kafkafast {what}")
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -169,6 +246,15 @@ def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise KafkaFastOptionError(f"option {name} must be positive, got {value}")
     return value
+
+
+def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    if not raw.strip().isdigit():
+        raise KafkaFastOptionError(f"option {name} must be a non-negative integer, got {raw!r}")
+    return int(raw)
 
 
 def _duration_ms(raw: str) -> int:
@@ -278,7 +364,13 @@ def _offset_spec(opts: Mapping[str, str], which: str, default: OffsetSpec) -> Of
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     opts = _lower(options)
+    _check_known(options, _SOURCE_OPTIONS, _SOURCE_KAFKA_PARAMS, _UNSUPPORTED_SOURCE_PARAMS, "source")
     kafka_params = _kafka_params(opts)
+    client_security(kafka_params)
+    isolation = kafka_params.get("isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise KafkaFastOptionError(f"kafka.isolation.level must be read_uncommitted or read_committed, "
+                                   f"got {isolation!r}")
     for name, why in _UNSUPPORTED_SOURCE_PARAMS.items():
         if name in kafka_params:
             raise KafkaFastOptionError(f"Kafka option '{name}' is not supported: {why}")
@@ -317,12 +409,20 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fetch_max_bytes=int(fetch_max_bytes) if fetch_max_bytes else 8 * 1024 * 1024,
         max_records_per_batch=_positive_int(opts, "maxRecordsPerBatch") or DEFAULT_MAX_RECORDS_PER_BATCH,
         kafka_params=kafka_params,
+        fetch_offset_attempts=_positive_int(opts, "fetchOffset.numRetries") or 3,
+        fetch_offset_retry_interval_ms=_non_negative_int(opts, "fetchOffset.retryIntervalMs", 1000),
+        request_timeout_ms=_positive_int(opts, "kafka.request.timeout.ms") or 30000,
+        poll_timeout_ms=(_positive_int(opts, "kafkaConsumer.pollTimeoutMs")
+                         or _positive_int(opts, "kafka.request.timeout.ms") or 60000),
     )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     opts = _lower(options)
+    _check_known(options, _SINK_OPTIONS, _SINK_KAFKA_PARAMS,
+                 {**_UNSUPPORTED_SINK_PARAMS, "transactional.id": ""}, "sink")
     kafka_params = _kafka_params(opts)
+    client_security(kafka_params)
     for name, why in _UNSUPPORTED_SINK_PARAMS.items():
         if name in kafka_params:
             raise KafkaFastOptionError(f"Kafka option '{name}' is not supported: {why}")

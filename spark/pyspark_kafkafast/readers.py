@@ -61,7 +61,9 @@ class OffsetRangePartition(InputPartition):
 
 def _lookup(opts: SourceOptions) -> BrokerLookup:
     from pyspark_kafkafast.broker_calls import BrokerLookup
-    return BrokerLookup(opts.bootstrap, isolation_level=isolation_level(opts))
+    return BrokerLookup(opts.bootstrap, isolation_level=isolation_level(opts), security=opts.security,
+                        request_timeout_ms=opts.request_timeout_ms,
+                        attempts=opts.fetch_offset_attempts, retry_interval_ms=opts.fetch_offset_retry_interval_ms)
 
 
 def isolation_level(opts: SourceOptions) -> int:
@@ -72,11 +74,10 @@ def isolation_level(opts: SourceOptions) -> int:
 def read_offset_range(opts: SourceOptions, schema: pa.Schema, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The task body shared by batch and streaming reads (runs on a Spark worker)."""
     from pyspark_kafkafast.broker_calls import read_range
-    timeout_ms = int(opts.kafka_params.get("request.timeout.ms", 60000))
     for batch in read_range(opts.bootstrap, r, fail_on_data_loss=opts.fail_on_data_loss,
-                            max_bytes=opts.fetch_max_bytes, timeout_ms=timeout_ms,
+                            max_bytes=opts.fetch_max_bytes, timeout_ms=opts.poll_timeout_ms,
                             max_records=opts.max_records_per_batch, include_headers=len(schema) == 8,
-                            isolation_level=isolation_level(opts)):
+                            isolation_level=isolation_level(opts), security=opts.security):
         yield to_source_batch(r.topic, r.partition, batch, schema)
 
 

@@ -39,6 +39,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from kafkafast.protocol.errors import KafkaError
+from pyspark_kafkafast.broker_calls import named
 from pyspark_kafkafast.options import SinkOptions
 from pyspark_kafkafast.schema import validate_sink_schema
 
@@ -121,7 +123,9 @@ async def _send_rows(producer: Any, opts: SinkOptions, batches: Iterator[pa.Reco
         await asyncio.sleep(0)  # let the sender drain while Spark prepares the next batch
     await producer.flush()
     if failures:
-        raise ProduceError(f"{len(failures)} record(s) not delivered; first error: {failures[0]!r}")
+        first = failures[0]
+        raise ProduceError(f"{len(failures)} record(s) not delivered; first error: {type(first).__name__}: "
+                           f"{named(first) if isinstance(first, KafkaError) else first}")
     return count, first_topic
 
 
@@ -130,7 +134,8 @@ def _producer(opts: SinkOptions, transactional_id: str | None = None) -> Any:
 
     return AIOProducer(opts.bootstrap, client_id="kafkafast-spark-writer", acks=opts.acks,
                        compression_type=opts.compression, linger_ms=opts.linger_ms, batch_size=opts.batch_size,
-                       transactional_id=transactional_id, transaction_timeout_ms=opts.transaction_timeout_ms)
+                       transactional_id=transactional_id, transaction_timeout_ms=opts.transaction_timeout_ms,
+                       security=opts.security)
 
 
 async def produce_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
@@ -142,11 +147,11 @@ async def produce_batches(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) 
         await producer.close()
 
 
-async def last_committed_batch(bootstrap: str, transactional_id: str) -> int | None:
+async def last_committed_batch(opts: SinkOptions, transactional_id: str) -> int | None:
     """The highest batch id a committed transaction of `transactional_id` recorded."""
     from kafkafast.client.admin import AdminClient
 
-    async with AdminClient(bootstrap, client_id="kafkafast-spark-writer") as admin:
+    async with AdminClient(opts.bootstrap, client_id="kafkafast-spark-writer", security=opts.security) as admin:
         rows = (await admin.group_offsets(transactional_id)).rows
     committed = [c for c, _end in rows.values() if c is not None]
     return max(committed) if committed else None
@@ -160,7 +165,7 @@ async def produce_transaction(opts: SinkOptions, batches: Iterator[pa.RecordBatc
     await producer.start()
     try:
         await producer.init_transactions()  # fences earlier attempts; their open transaction ends first
-        last = await last_committed_batch(opts.bootstrap, transactional_id)
+        last = await last_committed_batch(opts, transactional_id)
         if last is not None and last >= batch_id:
             for _ in batches:  # committed before: the replay writes nothing
                 pass
@@ -176,7 +181,7 @@ async def produce_transaction(opts: SinkOptions, batches: Iterator[pa.RecordBatc
         await producer.close()
 
 
-async def end_transactions(bootstrap: str, messages: list[WriterCommitMessage | None], commit: bool) -> None:
+async def end_transactions(opts: SinkOptions, messages: list[WriterCommitMessage | None], commit: bool) -> None:
     """The driver side: EndTxn for every prepared transaction of the tasks."""
     from kafkafast.client.cluster import Cluster
     from kafkafast.client.transactions import end_prepared_transaction
@@ -184,7 +189,7 @@ async def end_transactions(bootstrap: str, messages: list[WriterCommitMessage | 
     prepared = [m for m in messages if isinstance(m, PreparedTransaction) and m.producer_id >= 0]
     if not prepared:
         return
-    cluster = Cluster(bootstrap, client_id="kafkafast-spark-committer")
+    cluster = Cluster(opts.bootstrap, client_id="kafkafast-spark-committer", security=opts.security)
     await cluster.start()
     try:
         results = await asyncio.gather(*(end_prepared_transaction(cluster, m.transactional_id, m.producer_id,
@@ -214,10 +219,13 @@ def task_transaction(prefix: str, write_id: str | None) -> tuple[str, int]:
 
 def write_task(opts: SinkOptions, iterator: Iterator[pa.RecordBatch], write_id: str | None = None
                ) -> WriterCommitMessage:
-    if not opts.exactly_once:
-        return ProducedRecords(asyncio.run(produce_batches(opts, iterator)))
-    transactional_id, batch_id = task_transaction(opts.transactional_id_prefix, write_id)
-    return asyncio.run(produce_transaction(opts, iterator, transactional_id, batch_id))
+    try:
+        if not opts.exactly_once:
+            return ProducedRecords(asyncio.run(produce_batches(opts, iterator)))
+        transactional_id, batch_id = task_transaction(opts.transactional_id_prefix, write_id)
+        return asyncio.run(produce_transaction(opts, iterator, transactional_id, batch_id))
+    except KafkaError as exc:  # e.g. TOPIC_AUTHORIZATION_FAILED, named as Kafka names it
+        raise named(exc) from exc
 
 
 class KafkaFastBatchWriter(DataSourceArrowWriter):
@@ -231,11 +239,11 @@ class KafkaFastBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.opts.exactly_once:
-            asyncio.run(end_transactions(self.opts.bootstrap, messages, True))
+            asyncio.run(end_transactions(self.opts, messages, True))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.opts.exactly_once:
-            asyncio.run(end_transactions(self.opts.bootstrap, messages, False))
+            asyncio.run(end_transactions(self.opts, messages, False))
 
 
 class KafkaFastStreamWriter(DataSourceStreamArrowWriter):
@@ -250,11 +258,11 @@ class KafkaFastStreamWriter(DataSourceStreamArrowWriter):
         # exactlyOnce: the tasks' transactions become visible now, all of them; else every
         # record was acknowledged before its task committed (at-least-once, as Spark's sink).
         if self.opts.exactly_once:
-            asyncio.run(end_transactions(self.opts.bootstrap, messages, True))
+            asyncio.run(end_transactions(self.opts, messages, True))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # exactlyOnce: the prepared transactions are aborted (a task that failed left its own
         # open; the next attempt of that task, or the transaction timeout, ends it). Without
         # it acknowledged records cannot be taken back.
         if self.opts.exactly_once:
-            asyncio.run(end_transactions(self.opts.bootstrap, messages, False))
+            asyncio.run(end_transactions(self.opts, messages, False))

@@ -96,7 +96,7 @@ def test_streaming_write_is_exactly_once_across_driver_crash_windows(spark, modu
     opts = parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": sink, "exactlyOnce": "true",
                                "kafka.transaction.timeout.ms": "120000"})
     transactional_id = f"kafkafast-spark-{query_id}-0"
-    assert asyncio.run(last_committed_batch(bootstrap, transactional_id)) == last_batch
+    assert asyncio.run(last_committed_batch(opts, transactional_id)) == last_batch
     ghost = pa.RecordBatch.from_pydict({"value": [b"ghost-%d" % i for i in range(50)],
                                         "partition": pa.array([0] * 50, pa.int32())})
     prepared = asyncio.run(produce_transaction(opts, iter([ghost]), transactional_id, last_batch + 1))
@@ -106,6 +106,6 @@ def test_streaming_write_is_exactly_once_across_driver_crash_windows(spark, modu
 
     expected = sorted(b"v%d" % i for i in range(1_600))
     assert sorted(read_values(bootstrap, sink, 2, "read_committed")) == expected
-    assert asyncio.run(last_committed_batch(bootstrap, transactional_id)) == last_batch + 1
+    assert asyncio.run(last_committed_batch(opts, transactional_id)) == last_batch + 1
     uncommitted = read_values(bootstrap, sink, 2, "read_uncommitted")
     assert sum(v.startswith(b"ghost-") for v in uncommitted) == 50  # written, then aborted by the fencing
