@@ -14,6 +14,7 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kafkafast.protocol import errors as E
@@ -22,6 +23,17 @@ from kafkafast.protocol._generated.alter_partition_reassignments import AlterPar
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
 
 Reassignments = AlterPartitionReassignmentsResponse
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition in the metadata image: what Metadata tells clients about it."""
+    index: int
+    leader: int  # -1: none
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]
 
 
 def broker_endpoint(broker: Any, ctx: Any = None) -> tuple[str, int]:
@@ -76,7 +88,44 @@ class LocalControl:
     async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
         return E.ErrorCode.BROKER_NOT_AVAILABLE, []
 
-    # -- the cluster as clients see it -------------------------------------------------
+    # -- the cluster as clients see it: the metadata image -----------------------------
+
+    def refresh(self) -> None:
+        """Bring the image up to date (another worker may have changed the topic file)."""
+        self.broker.refresh_topics()
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.broker.topics.topics)
+
+    def topic_id(self, name: str) -> bytes | None:
+        """The topic's id, None when the image has no such topic."""
+        meta = self.broker.topics.get(name)
+        return meta.topic_id if meta is not None else None
+
+    def topic_named_by(self, topic_id: bytes) -> str | None:
+        meta = self.broker.topics.by_id.get(topic_id)
+        return meta.name if meta is not None else None
+
+    def partitions_of(self, name: str) -> list[PartitionView]:
+        """Each partition of the topic: led by this broker, its lone replica in sync; no leader
+        while its owner worker still loads it or while its log dir has failed (offline)."""
+        meta = self.broker.topics.get(name)
+        node = self.broker.node_id
+        out = []
+        for i in range(meta.partitions if meta is not None else 0):
+            p = self.broker.partitions.get((name, i))
+            epoch = p.leader_epoch if p is not None else 0
+            if p is not None and p.loading:
+                out.append(PartitionView(i, -1, epoch, [node], [node], []))
+            elif p is not None and p.state.offline:
+                out.append(PartitionView(i, -1, epoch, [node], [], [node]))
+            else:
+                out.append(PartitionView(i, node, epoch, [node], [node], []))
+        return out
+
+    async def auto_create(self, name: str) -> bool:
+        """Create the topic if auto.create.topics.enable allows; whether it exists now."""
+        return self.broker.maybe_auto_create(name) is not None
 
     def controller_id(self) -> int:
         return self.broker.node_id

@@ -3,8 +3,10 @@
 active controller, by the cluster member this broker is, and from its metadata cache."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from kafkafast.broker.control import PartitionView
 from kafkafast.cluster.requests import client_listener
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
@@ -61,6 +63,29 @@ class ZkControl:
         return await self.broker.apply_stop_replica(req)
 
     # -- the cluster as clients see it (the controller's UpdateMetadata) ---------------
+
+    def refresh(self) -> None:
+        """The image is the metadata cache, kept by the controller's UpdateMetadata."""
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.broker.metadata.partitions)
+
+    def topic_id(self, name: str) -> bytes | None:
+        cache = self.broker.metadata
+        return cache.topic_ids.get(name, bytes(16)) if name in cache.partitions else None
+
+    def topic_named_by(self, topic_id: bytes) -> str | None:
+        return next((n for n, tid in self.broker.metadata.topic_ids.items() if tid == topic_id), None)
+
+    def partitions_of(self, name: str) -> list[PartitionView]:
+        return [PartitionView(index, info.leader, info.leader_epoch, list(info.replicas), list(info.isr),
+                              list(info.offline))
+                for index, info in sorted(self.broker.metadata.partitions.get(name, {}).items())]
+
+    async def auto_create(self, name: str) -> bool:
+        """Create the topic if auto.create.topics.enable allows (in ZooKeeper: the image learns
+        of it from the controller's UpdateMetadata, so Metadata answers LEADER_NOT_AVAILABLE until then)."""
+        return await asyncio.to_thread(self.broker.maybe_auto_create, name) is not None
 
     def controller_id(self) -> int:
         return self.broker.metadata.controller_id
