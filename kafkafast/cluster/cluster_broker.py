@@ -227,8 +227,9 @@ class ClusterBroker(Broker):
     def delete_topic(self, name: str) -> None:
         self.node.delete_topic(name)
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
-        self.node.add_partitions(name, count, validate_only=validate_only)
+    def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
+                       validate_only: bool = False) -> None:
+        self.node.add_partitions(name, count, assignments, validate_only=validate_only)
 
     def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
         cfg = LogConfig.from_props(configs, self.default_log_config)

@@ -51,6 +51,20 @@ class ZkControl:
             return E.ErrorCode.NOT_CONTROLLER, {}
         return await self.broker.ask_controller("list_reassignments", partitions)
 
+    # -- topics (ZooKeeper writes, off the event loop) ---------------------------------
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None, validate_only: bool) -> Any:
+        """Replicas placed over the live brokers (or as assigned); a replication factor above
+        the live broker count is INVALID_REPLICATION_FACTOR."""
+        return await asyncio.to_thread(self.broker.create_topic, name, partitions, configs,
+                                       validate_only=validate_only, replication_factor=replication_factor,
+                                       assignment=assignment)
+
+    async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                             validate_only: bool) -> None:
+        await asyncio.to_thread(self.broker.add_partitions, name, count, assignments, validate_only=validate_only)
+
     # -- requests a controller sends to the members of its cluster ---------------------
 
     async def leader_and_isr(self, req: Any) -> tuple[int, list[tuple[str, bytes, int, int]]]:
