@@ -21,8 +21,33 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 
 Reassignments = AlterPartitionReassignmentsResponse
+Result = ElectLeadersResponse.ReplicaElectionResult
+PartResult = ElectLeadersResponse.PartitionResult
+
+
+def election_everywhere(req: Any, code: int) -> ElectLeadersResponse:
+    """The same code for every partition asked about (and as the top-level error, v1+,
+    unless it is ELECTION_NOT_NEEDED, which is no error)."""
+    results = [Result(topic=t.topic, partition_result=[PartResult(partition_id=p, error_code=code, error_message=None)
+                                                       for p in t.partitions])
+               for t in req.topic_partitions or []]
+    top = 0 if code == E.ErrorCode.ELECTION_NOT_NEEDED else code
+    return ElectLeadersResponse(error_code=top, replica_election_results=results)
+
+
+def _elections_on_one_broker(broker: Any, req: Any) -> ElectLeadersResponse:
+    broker.refresh_topics()
+    results = []
+    for t in req.topic_partitions or []:
+        meta = broker.topics.get(t.topic)
+        results.append(Result(topic=t.topic, partition_result=[PartResult(
+            partition_id=p, error_message=None,
+            error_code=E.ErrorCode.ELECTION_NOT_NEEDED if meta is not None and 0 <= p < meta.partitions
+            else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in t.partitions]))
+    return ElectLeadersResponse(error_code=0, replica_election_results=results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +93,10 @@ class LocalControl:
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResponse:
         return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
+
+    async def elect_leaders(self, req: Any) -> ElectLeadersResponse:
+        """Nothing to elect: a known partition ELECTION_NOT_NEEDED, any other UNKNOWN_TOPIC_OR_PARTITION."""
+        return _elections_on_one_broker(self.broker, req)
 
     async def alter_reassignments(self, req: Any) -> Reassignments:
         return reassignment_everywhere(req, E.ErrorCode.INVALID_REPLICA_ASSIGNMENT,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kafkafast.broker.control import PartitionView
+from kafkafast.broker.control import PartitionView, election_everywhere
 from kafkafast.cluster.requests import client_listener
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
@@ -40,6 +40,14 @@ class ZkControl:
         if not self._controller_active():
             return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
         return await self.broker.ask_controller("controlled_shutdown", broker_id, broker_epoch)
+
+    async def elect_leaders(self, req: Any) -> Any:
+        if not self._controller_active():
+            return election_everywhere(req, E.ErrorCode.NOT_CONTROLLER)
+        tps = None
+        if req.topic_partitions is not None:
+            tps = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+        return await self.broker.ask_controller("elect_leaders", req.election_type == 1, tps)
 
     async def alter_reassignments(self, req: Any) -> AlterPartitionReassignmentsResponse:
         if not self._controller_active():
