@@ -24,6 +24,8 @@ from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdown
 from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 
 Reassignments = AlterPartitionReassignmentsResponse
+TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator; "
+                            "produce without transactional.id (idempotent producers are supported)")
 Result = ElectLeadersResponse.ReplicaElectionResult
 PartResult = ElectLeadersResponse.PartitionResult
 
@@ -141,6 +143,29 @@ class LocalControl:
         for replicas in assignments or []:
             self._check_replicas(replicas)
         self.broker.add_partitions(name, count, validate_only=validate_only)
+
+    # -- coordinators -------------------------------------------------------------------
+
+    async def find_coordinator(self, key: str, key_type: int, ctx: Any) -> tuple[int, str, int, int, str | None]:
+        """(node, host, port, error, message) of the coordinator of a group (key type 0) or a
+        transactional id (1), authorized and of a known key type: this broker, whose coordinators
+        create their topic on first use. Where no transaction coordinator runs (a broker without a
+        group coordinator) TRANSACTIONAL_ID_AUTHORIZATION_FAILED with TRANSACTIONS_UNSUPPORTED as
+        message: the code confluent-kafka, kafka-python and aiokafka treat as fatal, so
+        `init_transactions()` fails at once."""
+        broker = self.broker
+        coordinator = broker.group_coordinator if key_type == 0 else broker.txn_coordinator
+        if coordinator is None:
+            if key_type == 0:
+                return -1, "", -1, E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+            return -1, "", -1, E.ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONS_UNSUPPORTED
+        err = coordinator.status(key, "find_coordinator") if key_type == 0 else coordinator.status(key)
+        if err in (E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, E.ErrorCode.NOT_COORDINATOR):
+            err = 0  # this broker it is (the owner worker loads it); the client retries its request
+        if err:
+            return -1, "", -1, err, None
+        host, port = broker_endpoint(broker, ctx)
+        return broker.node_id, host, port, 0, None
 
     # -- the cluster as clients see it: the metadata image -----------------------------
 

@@ -1,5 +1,5 @@
-"""Client-facing request paths that differ in cluster mode (the handlers call these when
-`broker.cluster` is set; single-node mode never reaches this module).
+"""The cluster's Produce path (the handler calls it in cluster mode; the last request path
+still split by mode, see issue 24's notes in tests/unit/test_layering.py).
 
 Produce: only the leader appends (else NOT_LEADER_OR_FOLLOWER); acks=all is refused with
 NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than min.insync.replicas,
@@ -9,11 +9,6 @@ meanwhile, NOT_LEADER_OR_FOLLOWER when leadership moved). acks=1 answers after t
 append. In a multi-worker broker a partition owned by another worker is appended there
 (forwarded with acks=1); for acks=all this worker then waits for the high watermark in
 the partition's shared-memory slot (`cluster/worker_broker.py`).
-
-FindCoordinator: the leader of the group's `__consumer_offsets` partition (key type 0), of
-the transactional id's `__transaction_state` partition (key type 1; `cluster/transactions.py`);
-the topic is created on first use (COORDINATOR_NOT_AVAILABLE while it has no leader, or when
-it cannot be created).
 
 Transactional produce is appended like any other (the batches open the producer's
 transaction in the leader's log; the last stable offset stays at its first offset until the
@@ -25,12 +20,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.handlers.produce import transactional_refused
-from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
-from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
 from kafkafast.protocol._generated.produce import ProduceResponse
 from kafkafast.security import acl
 from kafkafast.security.context import denied
@@ -137,56 +129,3 @@ def client_listener(ctx: Any) -> str | None:
     """The name of the listener the request came in on (None: an internal connection)."""
     listener = getattr(getattr(ctx, "conn", None), "listener", None)
     return listener.name if listener is not None else None
-
-
-def _ensure_offsets_topic(broker: Any) -> int:
-    if OFFSETS_TOPIC in broker.metadata.partitions or broker.topics.get(OFFSETS_TOPIC) is not None:
-        return 0
-    try:
-        broker.create_topic(OFFSETS_TOPIC, broker.config.get_int("offsets.topic.num.partitions"))
-    except E.TopicAlreadyExistsError:
-        pass
-    except E.KafkaError:
-        return EC.COORDINATOR_NOT_AVAILABLE
-    return 0
-
-
-def _ensure_txn_topic(broker: Any) -> int:
-    coordinator = broker.txn_coordinator
-    coordinator.ensure_topic()
-    return 0 if coordinator.topic_known else EC.COORDINATOR_NOT_AVAILABLE
-
-
-async def find_coordinator(broker: Any, ctx: Any, req: Any, version: int) -> Any:
-    keys = list(req.coordinator_keys) if version >= 4 else [req.key]
-    key_type = req.key_type if version >= 1 else 0
-    answers = []
-    for key in keys:
-        node, host, port, err, msg = -1, "", -1, 0, None
-        refused = denied(broker, ctx, acl.DESCRIBE, acl.GROUP if key_type == 0 else acl.TRANSACTIONAL_ID,
-                         key) if key_type in (0, 1) else 0
-        if refused:
-            err = refused
-        elif key_type not in (0, 1):
-            err, msg = EC.INVALID_REQUEST, f"unknown key type {key_type}"
-        elif not key:
-            err = EC.INVALID_REQUEST
-        else:
-            topic = OFFSETS_TOPIC if key_type == 0 else TXN_TOPIC
-            err = await asyncio.to_thread(_ensure_offsets_topic if key_type == 0 else _ensure_txn_topic, broker)
-            if not err:
-                p = (broker.group_coordinator if key_type == 0 else broker.txn_coordinator).partition_for(key)
-                leader = broker.metadata.leader_of(topic, p)
-                b = broker.metadata.brokers.get(leader)
-                ep = b.endpoint(client_listener(ctx)) if b is not None else None
-                if b is None or ep is None:
-                    err = EC.COORDINATOR_NOT_AVAILABLE
-                else:
-                    node, (host, port) = b.broker_id, ep
-        answers.append((key, node, host, port, err, msg))
-    if version >= 4:
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
-            FindCoordinatorResponse.Coordinator(key=k, node_id=n, host=h, port=p, error_code=e, error_message=m)
-            for k, n, h, p, e, m in answers])
-    _, n, h, p, e, m = answers[0]
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=e, error_message=m, node_id=n, host=h, port=p)

@@ -6,12 +6,34 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster.requests import client_listener
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+
+
+def _ensure_offsets_topic(broker: Any) -> int:
+    """0 once `__consumer_offsets` exists (created here if not), else COORDINATOR_NOT_AVAILABLE."""
+    if OFFSETS_TOPIC in broker.metadata.partitions or broker.topics.get(OFFSETS_TOPIC) is not None:
+        return 0
+    try:
+        broker.create_topic(OFFSETS_TOPIC, broker.config.get_int("offsets.topic.num.partitions"))
+    except E.TopicAlreadyExistsError:
+        pass
+    except E.KafkaError:
+        return E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return 0
+
+
+def _ensure_txn_topic(broker: Any) -> int:
+    """0 once `__transaction_state` is known (created on first use), else COORDINATOR_NOT_AVAILABLE."""
+    coordinator = broker.txn_coordinator
+    coordinator.ensure_topic()
+    return 0 if coordinator.topic_known else E.ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class ZkControl:
@@ -72,6 +94,26 @@ class ZkControl:
     async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
                              validate_only: bool) -> None:
         await asyncio.to_thread(self.broker.add_partitions, name, count, assignments, validate_only=validate_only)
+
+    # -- coordinators: the leader of the key's partition of the coordinator topic ------
+
+    async def find_coordinator(self, key: str, key_type: int, ctx: Any) -> tuple[int, str, int, int, str | None]:
+        """The leader of the group's `__consumer_offsets` partition (key type 0) or of the
+        transactional id's `__transaction_state` partition (1); the topic is created on first use
+        (COORDINATOR_NOT_AVAILABLE while it has no leader, or when it cannot be created)."""
+        broker = self.broker
+        if not key:
+            return -1, "", -1, E.ErrorCode.INVALID_REQUEST, None
+        topic = OFFSETS_TOPIC if key_type == 0 else TXN_TOPIC
+        err = await asyncio.to_thread(_ensure_offsets_topic if key_type == 0 else _ensure_txn_topic, broker)
+        if err:
+            return -1, "", -1, err, None
+        p = (broker.group_coordinator if key_type == 0 else broker.txn_coordinator).partition_for(key)
+        b = broker.metadata.brokers.get(broker.metadata.leader_of(topic, p))
+        ep = b.endpoint(client_listener(ctx)) if b is not None else None
+        if b is None or ep is None:
+            return -1, "", -1, E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
+        return b.broker_id, ep[0], ep[1], 0, None
 
     # -- requests a controller sends to the members of its cluster ---------------------
 
