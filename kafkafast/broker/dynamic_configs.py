@@ -208,6 +208,11 @@ class DynamicConfigs:
         self._rewrite(change)
 
     # -- client quotas -------------------------------------------------------------------
+    def quota_stamp(self) -> object:
+        """Changes whenever the quotas may have (QuotaManager re-reads them then)."""
+        self.refresh()
+        return self._stamp
+
     def quotas(self) -> dict[Entity, dict[str, float]]:
         self.refresh()
         return {tuple((t, n) for t, n in q["entity"]): dict(q["values"]) for q in self._data["quotas"]}

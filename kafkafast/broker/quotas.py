@@ -111,10 +111,10 @@ class QuotaManager:
 
     def _current(self) -> dict:
         dynamic = self.broker.dynamic
-        dynamic.refresh()
-        if dynamic._stamp != self._stamp:
+        stamp = dynamic.quota_stamp()
+        if stamp != self._stamp:
             self._quotas = {tuple(sorted(e)): v for e, v in dynamic.quotas().items()}
-            self._stamp = dynamic._stamp
+            self._stamp = stamp
         return self._quotas
 
     def active(self) -> bool:

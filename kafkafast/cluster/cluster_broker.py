@@ -147,6 +147,14 @@ class ClusterBroker(Broker):
             except Exception:
                 continue
             entity = Z.loads(data).get("entity_path", "")
+            if self.dynamic.is_quota_entity(entity):  # a client quota changed somewhere
+                try:
+                    await asyncio.to_thread(self.dynamic.reload_quotas)
+                except Exception as exc:
+                    log.warning("client quotas not reloaded (%s): %r", child, exc)
+                else:
+                    log.info("client quotas reloaded (%s: %s)", child, entity)
+                continue
             scope = self.dynamic.entity_scope(entity)
             if scope is not None:  # this broker's dynamic configs or the cluster-wide ones
                 try:

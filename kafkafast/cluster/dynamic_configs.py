@@ -34,12 +34,50 @@ class ZkDynamicConfigs(DynamicConfigs):
         self._brokers: dict[str, dict[str, str]] = {}  # scope ("" or this node id) -> configs
         self._zxids: dict[str, int] = {}  # scope -> mzxid of the entry in _brokers
         self._lock = threading.Lock()
+        self._quotas: dict[tuple, dict[str, float]] = {}
+        self._quota_version = 0
 
     def attach(self, node: Any, node_id: int) -> None:
-        """Reads this broker's entry and the cluster-wide one (a thread: ZooKeeper calls)."""
+        """Reads this broker's entry, the cluster-wide one and the client quotas (a thread:
+        ZooKeeper calls)."""
         self.node, self.node_id = node, node_id
         for scope in self.scopes():
             self.reload(scope)
+        self.reload_quotas()
+
+    # -- client quotas: /config/users, /config/clients, /config/ips (Kafka's ZooKeeper layout) --
+
+    @staticmethod
+    def is_quota_entity(entity: str) -> bool:
+        return entity.startswith(("users/", "clients/", "ips/"))
+
+    def reload_quotas(self) -> None:
+        """Re-reads every client quota (a thread); then `loaded` on the loop."""
+        quotas = self.node.client_quotas()
+        with self._lock:
+            self._quotas = quotas
+            self._quota_version += 1
+
+    def quota_stamp(self) -> object:
+        return self._quota_version
+
+    def quotas(self) -> dict[tuple, dict[str, float]]:
+        return dict(self._quotas)
+
+    def alter_quotas(self, changes: list[tuple[tuple, dict[str, float | None]]]) -> None:
+        """Each entity's values read back from ZooKeeper, changed and written whole (with a change
+        notification every broker takes), then read again here (a thread)."""
+        current = self.node.client_quotas()
+        for entity, ops in changes:
+            entity = tuple(sorted(entity))
+            values = dict(next((v for e, v in current.items() if tuple(sorted(e)) == entity), {}))
+            for key, value in ops.items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+            self.node.set_client_quota(entity, values)
+        self.reload_quotas()
 
     def scopes(self) -> tuple[str, str]:
         return "", str(self.node_id)

@@ -415,6 +415,39 @@ class ClusterNode:
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         self._write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
 
+    def client_quotas(self) -> dict[tuple, dict[str, float]]:
+        """Every client-quota entity with its values, from /config/users (and each user's
+        /clients), /config/clients and /config/ips; entities without values left out."""
+        assert self.zk is not None
+        paths = []
+        for root in ("users", "clients", "ips"):
+            try:
+                names = self.zk.get_children(f"/config/{root}")
+            except NoNodeError:
+                continue
+            for name in names:
+                paths.append(f"{root}/{name}")
+                if root == "users":
+                    try:
+                        paths += [f"users/{name}/clients/{c}" for c in self.zk.get_children(f"/config/users/{name}/clients")]
+                    except NoNodeError:
+                        pass
+        out = {}
+        for path in paths:
+            values, _ = self._read_config_at(f"/config/{path}")
+            if values:
+                try:
+                    out[Z.quota_entity_of(path)] = {k: float(v) for k, v in values.items()}
+                except (KeyError, ValueError):
+                    log.warning("client quota %s not understood: %r", path, values)
+        return out
+
+    def set_client_quota(self, entity: tuple, values: dict[str, float]) -> None:
+        """One entity's quota values (all of them: an empty dict clears it), with a change notification."""
+        path = Z.quota_entity_path(entity)
+        root, _, name = path.partition("/")
+        self._write_config(f"/config/{path}", {k: repr(float(v)) for k, v in values.items()}, root, name)
+
     def _write_config(self, path: str, configs: dict[str, str], entity_type: str, name: str) -> None:
         """Kafka's `AdminZkClient.changeEntityConfig`: the entity's whole config, then a
         sequential change notification naming it, which every broker's watch picks up."""

@@ -27,6 +27,7 @@ import base64
 import json
 import time
 import uuid
+from urllib.parse import quote, unquote
 from dataclasses import dataclass
 
 CLUSTER_ID = "/cluster/id"
@@ -224,6 +225,39 @@ def broker_config_entity(scope: str) -> str:
 
 def broker_config_path(scope: str) -> str:
     return f"{CONFIG_BROKERS}/{broker_config_entity(scope)}"
+
+
+QUOTA_ROOTS = {"user": "users", "client-id": "clients", "ip": "ips"}
+
+
+def _quota_name(entity_type: str, name: str | None) -> str:
+    """A quota entity's znode name: <default> for a null name; user principals and client ids
+    URL-encoded, as Kafka's Sanitizer writes them (a name may hold '/')."""
+    if name is None:
+        return DEFAULT_ENTITY
+    return name if entity_type == "ip" else quote(name, safe="")
+
+
+def quota_entity_path(entity: tuple[tuple[str, str | None], ...]) -> str:
+    """The entity path of a client-quota entity (Kafka's layout under /config): users/<user>,
+    users/<user>/clients/<client-id>, clients/<client-id>, ips/<ip>."""
+    d = dict(entity)
+    if "ip" in d:
+        return f"ips/{_quota_name('ip', d['ip'])}"
+    if "user" in d:
+        path = f"users/{_quota_name('user', d['user'])}"
+        return path + (f"/clients/{_quota_name('client-id', d['client-id'])}" if "client-id" in d else "")
+    return f"clients/{_quota_name('client-id', d['client-id'])}"
+
+
+def quota_entity_of(path: str) -> tuple[tuple[str, str | None], ...]:
+    """The inverse of `quota_entity_path`."""
+    parts = path.split("/")
+    out = []
+    for kind, name in zip(parts[0::2], parts[1::2]):
+        entity_type = {"users": "user", "clients": "client-id", "ips": "ip"}[kind]
+        out.append((entity_type, None if name == DEFAULT_ENTITY else (name if entity_type == "ip" else unquote(name))))
+    return tuple(out)
 
 
 def config_change_json(name: str, entity_type: str = "topics") -> bytes:

@@ -462,3 +462,46 @@ def test_create_partitions_places_the_new_partitions_as_assigned(cluster):
         p.produce("manual-parts", b"v", partition=part, on_delivery=lambda e, m: delivered.append((e, m.partition())))
     p.flush(30)
     assert sorted((e is None, part) for e, part in delivered) == [(True, 2), (True, 3)]
+
+
+def test_client_quotas_live_in_zookeeper_and_every_broker_enforces_them(cluster):
+    """AlterClientQuotas through one broker writes Kafka's /config/clients/<id> (with a change
+    notification); every broker describes it and throttles that client, and removing it there
+    removes it everywhere."""
+    from confluent_kafka import Producer
+
+    from kafkafast.protocol._generated.alter_client_quotas import AlterClientQuotasRequest as AQ
+    from kafkafast.protocol._generated.describe_client_quotas import DescribeClientQuotasRequest as DQ
+
+    def alter(port: int, value: float | None) -> int:
+        op = AQ.OpData(key="producer_byte_rate", value=value or 0.0, remove=value is None)
+        with RawClient(port) as rc:
+            resp = rc.request(AQ(entries=[AQ.EntryData(
+                entity=[AQ.EntityData(entity_type="client-id", entity_name="capped")], ops=[op])]), 1)
+        return resp.entries[0].error_code
+
+    def described(port: int) -> list:
+        with RawClient(port) as rc:
+            resp = rc.request(DQ(components=[DQ.ComponentData(entity_type="client-id", match_type=0, match="capped")],
+                                 strict=False), 1)
+        return [(v.key, v.value) for e in resp.entries or [] for v in e.values]
+
+    first, *others = sorted(cluster.brokers)
+    assert alter(cluster.brokers[first].port, 20_000.0) == 0
+    stored = json.loads(cluster.zk().get("/config/clients/capped")[0])
+    assert stored["config"] == {"producer_byte_rate": "20000.0"}
+    for b in cluster.brokers.values():
+        cluster.wait_for(lambda: described(b.port) == [("producer_byte_rate", 20000.0)], 15,
+                         f"broker {b} describing the quota")
+    cluster.create_topic("quota-everywhere", 1, 1, assignment=[[others[-1]]])
+    throttles: list[int] = []
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "client.id": "capped", "acks": 1, "linger.ms": 5,
+                  "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    for _ in range(20):
+        p.produce("quota-everywhere", b"q" * 20_000)
+        p.poll(0)
+    p.flush(60)
+    assert any(t > 0 for t in throttles), "the leader did not throttle the capped client"
+    assert alter(cluster.brokers[others[0]].port, None) == 0
+    for b in cluster.brokers.values():
+        cluster.wait_for(lambda: described(b.port) == [], 15, f"broker {b} dropping the quota")

@@ -1,8 +1,9 @@
 """DescribeClientQuotas (key 48) and AlterClientQuotas (key 49), versions 0-1.
 
 Quotas per user, client-id, user + client-id (a null name is that type's default) and ip,
-stored with the broker's dynamic configs (`kafkafast/broker/dynamic_configs.py`, persisted in
-the log dir; single-node mode: cluster mode answers INVALID_REQUEST to alterations).
+stored with the broker's dynamic configs: in the log dir (`kafkafast/broker/dynamic_configs.py`),
+or in a cluster where Kafka's ZooKeeper mode keeps them (`/config/users`, `/config/clients`,
+`/config/ips`, with change notifications every broker takes: `cluster/dynamic_configs.py`).
 Describe filters as Kafka does: a component matches its entity type EXACT by name (0),
 the DEFAULT entity (1) or any SPECIFIED, non-default name (2); `strict` leaves out entities
 with other types besides. Alter: a value sets a key, `remove` deletes it; keys Kafka does not
@@ -11,6 +12,8 @@ controller_mutation_rate; connection_creation_rate for ip) and bad combinations 
 INVALID_REQUEST per entry; nothing of a failed entry is stored, `validate_only` stores
 nothing. DescribeConfigs / AlterConfigs on the cluster resource is needed (CLUSTER_AUTHORIZATION_FAILED).
 """
+import asyncio
+
 from kafkafast.broker.dynamic_configs import check_quota_entity
 from kafkafast.broker.registry import handles
 from kafkafast.protocol import errors as E
@@ -69,8 +72,6 @@ async def alter(broker, ctx, req: AlterClientQuotasRequest, version: int) -> Alt
         code, message = refused, "not authorized to alter quotas" if refused else None
         if not code:
             try:
-                if getattr(broker, "cluster", None) is not None:
-                    raise E.InvalidRequestError("client quotas are altered on single-node brokers only")
                 check_quota_entity(entity, ops)
                 changes.append((tuple(sorted(entity)), ops))
             except E.KafkaError as exc:
@@ -79,5 +80,5 @@ async def alter(broker, ctx, req: AlterClientQuotasRequest, version: int) -> Alt
                                    entity=[A.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
                                            for e in entry.entity]))
     if changes and not req.validate_only:
-        broker.dynamic.alter_quotas(changes)
+        await asyncio.to_thread(broker.dynamic.alter_quotas, changes)  # a file, or ZooKeeper
     return AlterClientQuotasResponse(throttle_time_ms=0, entries=results)
