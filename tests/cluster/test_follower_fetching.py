@@ -30,9 +30,11 @@ class RackCluster(MetricsCluster):
         return out
 
 
-@pytest.fixture(scope="module")
-def racks(tmp_path_factory):
-    c = RackCluster(tmp_path_factory.mktemp("racks"),
+@pytest.fixture(scope="module", params=[0, 2], ids=["workers0", "workers2"])
+def racks(tmp_path_factory, request):
+    """With 2 workers the leader's connection may land on a worker that does not own the
+    partition: it reads the followers' positions and the ISR from the shared slot."""
+    c = RackCluster(tmp_path_factory.mktemp(f"racks-w{request.param}"), workers=request.param,
                     settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "3000"})
     try:
         yield c.start()
