@@ -2,7 +2,7 @@
 with replica.selector.class=RackAwareReplicaSelector, broker 3 without; a confluent-kafka
 consumer with client.rack. Which broker served the consumer is read on the broker side, from
 its per-topic bytes out (only consumers fetch from a follower). A SIGSTOPped follower leaves
-the ISR through its leader after replica.lag.time.max.ms (3 s), well before its ZooKeeper
+the ISR through its leader after replica.lag.time.max.ms (4 s), well before its ZooKeeper
 session (30 s asked, 10 s granted by the test ZooKeeper's tickTime) expires: it stays live."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def racks(tmp_path_factory, request):
     """With 2 workers the leader's connection may land on a worker that does not own the
     partition: it reads the followers' positions and the ISR from the shared slot."""
     c = RackCluster(tmp_path_factory.mktemp(f"racks-w{request.param}"), workers=request.param,
-                    settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "3000"})
+                    settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "4000"})
     try:
         yield c.start()
     finally:
@@ -115,7 +115,7 @@ def test_a_follower_serves_only_up_to_the_high_watermark_it_knows(racks):
             later = _values(5, 10)
             _produce(c, "hw", later, acks="1")
             c.wait_for(lambda: segment.stat().st_size > size, 10, "the records in broker 2's log")
-            assert _read(consumer, 1, timeout=1.0) == []  # above the high watermark
+            assert _read(consumer, 1, timeout=0.7) == []  # above the high watermark
             assert consumer.get_watermark_offsets(TopicPartition("hw", 0), cached=True)[1] == 10
             assert 3 in c.partition_state("hw", 0)["isr"]  # (all of it within replica.lag.time.max.ms)
         finally:
