@@ -29,6 +29,9 @@ _INT_BITS = {SHORT: 16, INT: 32, LONG: 64}
 LONG_MAX = 9223372036854775807
 INT_MAX = 2147483647
 
+# replica.selector.class's one selector (Kafka's class name): consumers fetch from a replica in their rack.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 # A validator gets the parsed value and returns the reason it is refused, or None.
 Validator = Callable[[Any], "str | None"]
 
@@ -246,6 +249,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("replica.fetch.backoff.ms", INT, "1000", _NONNEG, "Sleep after a failed follower fetch."),
     K("replica.socket.timeout.ms", INT, "30000", None, "Socket timeout of follower fetches."),
     K("num.replica.fetchers", INT, "1", _POS, "Fetcher connections per source broker."),
+    K("replica.selector.class", STRING, None, one_of(RACK_AWARE_REPLICA_SELECTOR),
+      "Where a leader sends consumers that name their client.rack (KIP-392): unset, to itself; "
+      "RackAwareReplicaSelector, to an in-sync replica in the consumer's rack."),
     K("unclean.leader.election.enable", BOOLEAN, "false", None, "Elect an out-of-sync replica when no ISR is left."),
     K("controller.socket.timeout.ms", INT, "30000", None, "Socket timeout of controller requests."),
     K("controlled.shutdown.enable", BOOLEAN, "true", None, "Move leaderships away before stopping."),

@@ -445,9 +445,15 @@ class Broker:
 
     # -- the fetch path's replication hooks (a lone replica has no followers; cluster_broker.py) --
 
-    def fetch_error(self, part: Partition, replica_id: int) -> int:
-        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
-        return 0 if part.is_leader else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+    def fetch_error(self, part: Partition, replica_id: int, any_replica: bool = False) -> int:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition or, for a consumer's
+        Fetch v11+ (`any_replica`, KIP-392), holds a replica of it."""
+        return 0 if part.is_leader or any_replica else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def preferred_read_replica(self, part: Partition, client_rack: str, fetch_offset: int) -> int:
+        """The replica a consumer in `client_rack` should fetch from instead of this leader
+        (KIP-392), -1 for this broker itself: a lone replica has no other."""
+        return -1
 
     def fetch_upper_bound(self, part: Partition, replica_id: int) -> int:
         """Where a fetch stops: the high watermark (a follower of a replicated partition reads on)."""

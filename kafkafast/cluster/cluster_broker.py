@@ -31,6 +31,7 @@ from kafkafast.cluster.node import BrokerIdInUseError, ClusterNode, ZkProducerId
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
+from kafkafast.config_def import RACK_AWARE_REPLICA_SELECTOR
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
@@ -61,6 +62,7 @@ class ClusterBroker(Broker):
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
         self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
+        self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_REPLICA_SELECTOR
         self._reregistered_at = float("-inf")
 
     def _make_node(self, config: Any) -> ClusterNode:
@@ -291,6 +293,29 @@ class ClusterBroker(Broker):
             if f is not None and f.leo >= 0:
                 return min(f.leo, part.log_end_offset)
         return part.log_end_offset
+
+    def preferred_read_replica(self, part: Any, client_rack: str, fetch_offset: int) -> int:
+        """Kafka's RackAwareReplicaSelector as its ReplicaManager.findPreferredReadReplica applies
+        it, on the leader only and recomputed at every fetch: a consumer without a rack, or in
+        the leader's rack, stays here; otherwise the most caught-up (then most recently caught
+        up) follower in its rack among those in the ISR, live, and holding `fetch_offset` (its
+        log end, as its last fetch reported it, at or past it); -1 when none is."""
+        if not self.rack_aware_reads or not client_rack or not part.is_leader \
+                or client_rack == self.config.get("broker.rack"):
+            return -1
+        best, chosen = (-1, 0), -1
+        for r in part.isr:
+            b = self.metadata.brokers.get(r)
+            f = self.follower_state(part, r) if r != self.node_id else None
+            if b is None or b.rack != client_rack or f is None or f.leo < fetch_offset:
+                continue
+            if (f.leo, f.last_caught_up_ms) > best:
+                best, chosen = (f.leo, f.last_caught_up_ms), r
+        return chosen
+
+    def follower_state(self, part: Any, replica_id: int) -> Any:
+        """The leader's record of a follower's fetch position (None: not a follower)."""
+        return part.followers.get(replica_id)
 
     def _leader_throttled(self, part: Any) -> bool:
         return (not self.leader_quota.unlimited

@@ -395,6 +395,11 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         return err, out
 
     # -- follower positions and the high watermark through the slot -----------------------------
+    def follower_state(self, part: Any, replica_id: int) -> Any:
+        if isinstance(part, ClusterWorkerPartition) and not part.local:
+            return self.table.follower(part.slot, replica_id)  # the owner's record, in the slot
+        return super().follower_state(part, replica_id)
+
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not isinstance(part, ClusterWorkerPartition) or part.local:
             super().on_replica_fetch(part, replica_id, fetch_offset)

@@ -102,6 +102,8 @@ def test_value_not_of_its_type_stops_the_start_naming_key_value_and_reason(tmp_p
     ("ssl.client.auth=sometimes", "String must be one of: required, requested, none"),
     ("group.coordinator.rebalance.protocols=classic,share", "String must be one of: classic, consumer"),
     ("num.io.threads=0", "Value must be at least 1"),
+    ("replica.selector.class=com.example.NearestSelector",
+     "String must be one of: org.apache.kafka.common.replica.RackAwareReplicaSelector"),
 ])
 def test_booleans_numbers_enums_and_lists_are_checked_at_start(tmp_path, setting, reason):
     key, value = setting.split("=", 1)

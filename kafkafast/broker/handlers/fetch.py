@@ -23,7 +23,10 @@ available the fetch parks until an append to one of its partitions wakes it or
 0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. isolation_level 1
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
 (producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
-the high watermark. An offline partition (its log
+the high watermark. Consumers (v11+) may fetch from a follower, which serves up to the high
+watermark it learnt from its leader; a leader with replica.selector.class set answers a
+consumer that names its rack_id with the preferred_read_replica to go to (KIP-392,
+`broker.preferred_read_replica`) and no records, at once. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR, one still loading at its owner worker
 NOT_LEADER_OR_FOLLOWER.
 """
@@ -58,6 +61,7 @@ def _read_all(broker, req, version, plan):
     """One pass over the requested partitions. Returns (responses, bytes)."""
     budget = req.max_bytes if version >= 3 else 0x7FFFFFFF
     total = 0
+    any_replica = version >= 11 and req.replica_id < 0  # KIP-392: a consumer that may read from followers
     responses = []
     for topic_name, fp_list, tresp in plan:
         tresp.partitions = []
@@ -72,7 +76,7 @@ def _read_all(broker, req, version, plan):
                 log_storage_error(part, "offline", "its log could not be opened")
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
-            not_leader = broker.fetch_error(part, req.replica_id)
+            not_leader = broker.fetch_error(part, req.replica_id, any_replica)
             if not_leader:
                 tresp.partitions.append(_error(fp.partition, not_leader, part))
                 continue
@@ -80,6 +84,11 @@ def _read_all(broker, req, version, plan):
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
                 tresp.partitions.append(_error(fp.partition, code, part))
+                continue
+            preferred = broker.preferred_read_replica(part, req.rack_id, fp.fetch_offset) if any_replica else -1
+            if preferred >= 0:  # no records: the consumer goes to that replica (answered at once, see handle)
+                tresp.partitions.append(_error(fp.partition, 0, part))
+                tresp.partitions[-1].preferred_read_replica = preferred
                 continue
             hw = part.high_watermark
             lso = stable_offset(part)
@@ -119,6 +128,11 @@ def _read_all(broker, req, version, plan):
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
     return responses, total
+
+
+def redirects(responses: list) -> bool:
+    """Whether a partition names a preferred read replica: Kafka answers such a fetch at once."""
+    return any(p.preferred_read_replica >= 0 for t in responses for p in t.partitions)
 
 
 _logged_storage_errors: set[tuple[str, int, str]] = set()
@@ -228,7 +242,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     while True:
         responses, total = _read_all(broker, req, version, plan)
         remaining = deadline - time.monotonic()
-        if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started:
+        if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
             break
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
