@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.fetch import FetchRequest
 
@@ -148,13 +149,16 @@ class FetchSessionCache:
         self.eviction_s = eviction_ms / 1000.0
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}
-        self.evictions = 0
-        self.incremental_requests = 0
-        self.incremental_partitions_named = 0  # partitions listed by incremental requests
+        self.partitions_cached = 0
 
-    @property
-    def partitions_cached(self) -> int:
-        return sum(len(s.partitions) for s in self.sessions.values())
+    def _changed(self, partitions: int, evicted: int = 0) -> None:
+        self.partitions_cached += partitions
+        recorder.fetch_session_cache(len(self.sessions), self.partitions_cached, evicted)
+
+    def _remove(self, session_id: int) -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self._changed(-len(session.partitions))
 
     def context(self, req: Any, version: int, name_of_id: Callable[[bytes], str | None]) -> FetchContext:
         """The context of request `req` (its topics already named); for an incremental one,
@@ -162,7 +166,7 @@ class FetchSessionCache:
         privileged = req.replica_id >= 0
         if version < 7 or req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if version >= 7 and req.session_id:
-                self.sessions.pop(req.session_id, None)
+                self._remove(req.session_id)
             create = version >= 7 and req.session_epoch == INITIAL_EPOCH
             return FetchContext(self, create=create, privileged=privileged, uses_topic_ids=version >= 13,
                                 topics=req.topics)
@@ -177,11 +181,13 @@ class FetchSessionCache:
         for ft in req.forgotten_topics_data or ():
             name = name_of_id(bytes(ft.topic_id)) if version >= 13 else ft.topic
             forgotten.extend((name, p) for p in ft.partitions)
-        self.incremental_requests += 1
-        self.incremental_partitions_named += sum(len(ft.partitions) for ft in req.topics)
+        recorder.incremental_fetch(privileged, sum(len(ft.partitions) for ft in req.topics))
+        before = len(session.partitions)
         session.update(req.topics, forgotten)
+        if len(session.partitions) != before:
+            self._changed(len(session.partitions) - before)
         if not session.partitions:
-            del self.sessions[session.id]
+            self._remove(session.id)
             return FetchContext(self, topics=req.topics)
         session.last_used = self.clock()
         session.epoch = next_epoch(session.epoch)
@@ -221,6 +227,7 @@ class FetchSessionCache:
             if p is not None:
                 cp.must_respond(p)
         self.sessions[session.id] = session
+        self._changed(len(session.partitions))
         return session.id
 
     def _evict_for(self, privileged: bool, size: int, now: float) -> bool:
@@ -235,8 +242,8 @@ class FetchSessionCache:
             victim = min(old, key=lambda s: (s.privileged, len(s.partitions), s.id))
             if (privileged, size, 0) < (victim.privileged, len(victim.partitions), victim.id):
                 return False
-        del self.sessions[victim.id]
-        self.evictions += 1
+        self.sessions.pop(victim.id)
+        self._changed(-len(victim.partitions), evicted=1)
         return True
 
     def _new_id(self) -> int:
