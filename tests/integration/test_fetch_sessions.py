@@ -102,8 +102,12 @@ def test_wrong_epoch_answers_invalid_fetch_session_epoch_and_keeps_the_session(b
 def test_unknown_session_id_answers_fetch_session_id_not_found(broker):
     make_topic(broker.bootstrap, "s", 1)
     with RawClient(broker.port) as c:
-        resp = fetch(c, 12345, 1, {0: 0})
-        assert (resp.error_code, resp.session_id, resp.responses) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        sid = fetch(c, 0, 0, {0: 0}).session_id
+        assert sid > 0
+        for other in (sid + 1, sid - 1, 12345):
+            resp = fetch(c, other, 1, {0: 0})
+            assert (resp.error_code, resp.session_id, resp.responses) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, [])
+        assert (fetch(c, sid, 1).error_code, fetch(c, sid, 2).session_id) == (0, sid)
 
 
 def test_final_epoch_closes_the_session_and_full_epoch_replaces_it(broker):
@@ -174,12 +178,14 @@ def test_a_full_cache_refuses_clients_and_a_follower_evicts_a_client_session(one
         assert fetch(replica, follower.session_id, 1, replica_id=1).error_code == 0
 
 
-def test_zero_slots_means_no_sessions(broker_factory):
-    b = broker_factory(settings={"max.incremental.fetch.session.cache.slots": "0"})
-    make_topic(b.bootstrap, "s", 1)
-    with RawClient(b.port) as c:
+def test_zero_slots_mean_no_sessions(broker_factory, one_slot):
+    zero = broker_factory("zero", settings={"max.incremental.fetch.session.cache.slots": "0"})
+    for b in (zero, one_slot):
+        make_topic(b.bootstrap, "s", 1)
+    with RawClient(zero.port) as c, RawClient(one_slot.port) as c1:
         resp = fetch(c, 0, 0, {0: 0})
         assert (resp.error_code, resp.session_id, set(answered(resp))) == (0, 0, {0})
+        assert fetch(c1, 0, 0, {0: 0}).session_id > 0
 
 
 def test_each_worker_has_its_sessions_and_another_workers_id_is_not_found(broker_factory):
