@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
+from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol.errors import ErrorCode
@@ -155,6 +156,54 @@ def test_topic_id_sessions_forget_by_topic_id(broker):
         assert answered(by_id(sid, 1, [])) == {1: (1, answered(full)[1][1])}  # its offset is 0: read again
         assert answered(by_id(sid, 2, [], forget=[1])) == {}
         assert by_id(sid, 3, [], forget=[0]).session_id == 0  # empty: closed
+
+
+def test_the_follower_session_names_only_moved_partitions_and_starts_over_after_session_errors(broker):
+    """The replica fetcher's side (SessionRequests) against the broker: a session lost on the
+    broker (FETCH_SESSION_ID_NOT_FOUND) or a wrong epoch (INVALID_FETCH_SESSION_EPOCH) makes
+    the next request a full one, which gets a new session."""
+    make_topic(broker.bootstrap, "s", 3)
+    produce(broker.bootstrap, "s", 1, 2)
+    offsets = {0: 0, 1: 0, 2: 0}
+    fs = SessionRequests()
+
+    def follower_fetch(c: RawClient):
+        wanted = {("s", p): F.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1 << 20)
+                  for p, o in offsets.items()}
+        sid, epoch, topics, forgotten = fs.build(wanted)
+        named = {p.partition for t in topics for p in t.partitions}
+        resp = c.request(F(replica_id=-1, max_wait_ms=0, min_bytes=0, session_id=sid, session_epoch=epoch,
+                           topics=topics, forgotten_topics_data=forgotten), 12)
+        fs.answered(resp.error_code, resp.session_id)
+        return resp, named
+
+    with RawClient(broker.port) as c, RawClient(broker.port) as other:
+        resp, named = follower_fetch(c)
+        assert named == {0, 1, 2} and resp.session_id > 0 and fs.session_id == resp.session_id
+        offsets[1] = 2
+        resp, named = follower_fetch(c)
+        assert named == {1} and answered(resp) == {}
+        resp, named = follower_fetch(c)
+        assert named == set() and resp.error_code == 0
+        lost = fs.session_id
+        fetch(other, lost, -1)  # closed behind the fetcher's back
+        resp, named = follower_fetch(c)
+        assert resp.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND and (fs.session_id, fs.epoch) == (0, 0)
+        resp, named = follower_fetch(c)
+        assert named == {0, 1, 2} and resp.session_id not in (0, lost)
+        fs.epoch += 5  # out of step with the broker
+        stale = fs.session_id
+        resp, named = follower_fetch(c)
+        assert resp.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH and (fs.session_id, fs.epoch) == (stale, 0)
+        resp, named = follower_fetch(c)  # full, closing the old session
+        assert named == {0, 1, 2} and resp.session_id not in (0, stale)
+        assert fetch(other, stale, 1).error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        del offsets[2]
+        resp, named = follower_fetch(c)  # forgets partition 2
+        assert named == set() and resp.error_code == 0 and resp.session_id == fs.session_id
+        produce(broker.bootstrap, "s", 2, 1)
+        resp, named = follower_fetch(c)
+        assert named == set() and answered(resp) == {}
 
 
 @pytest.fixture
