@@ -289,7 +289,7 @@ class SessionRequests:
             self.session_id, self.epoch = 0, INITIAL_EPOCH
         elif error_code:
             self.failed()
-        elif self.full:
+        elif self.full or not session_id:  # a new session, none, or the broker closed it
             self.session_id = session_id
             self.epoch = next_epoch(INITIAL_EPOCH) if session_id else INITIAL_EPOCH
         else:
