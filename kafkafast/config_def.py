@@ -293,6 +293,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("max.connections.per.ip.overrides", STRING, "", None, "host:count overrides of max.connections.per.ip."),
     K("connections.max.idle.ms", LONG, "600000", None, "Time an idle connection is kept."),
     K("queued.max.requests", INT, "500", _POS, "Requests of one connection read ahead."),
+    K("max.incremental.fetch.session.cache.slots", INT, "1000", _NONNEG,
+      "Incremental fetch sessions (KIP-227) the broker keeps (split over its workers)."),
     K("queued.max.request.bytes", LONG, "-1", None, "Bytes of requests read ahead (-1: no bound)."),
     K("quota.window.num", INT, "11", _POS, "Samples a client quota is measured over."),
     K("quota.window.size.seconds", INT, "1", _POS, "Length of one quota sample."),

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
+from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
@@ -130,6 +131,7 @@ class Broker:
         self._dynamic_applied = self.dynamic.version  # the version apply_dynamic_configs last applied
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
 
         self.handlers = enabled_group_protocols(served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),

@@ -8,7 +8,12 @@ has at or below it and where that epoch ends; the follower truncates to the smal
 that end and its own end of the same epoch, asking again with its own earlier epoch when
 it does not have the leader's one. Only without any epoch information does it fall back
 to its high watermark. Then it fetches (Fetch v12 with replica_id and the current leader
-epoch, long-polled with replica.fetch.wait.max.ms), appends the leader's batches byte for
+epoch, long-polled with replica.fetch.wait.max.ms) in an incremental fetch session (KIP-227,
+`SessionRequests` in kafkafast/broker/fetch_sessions.py): once the session exists a request
+names only the partitions whose fetch offset or leader epoch changed and forgets those it
+no longer fetches, and the leader answers only partitions with records or a new high
+watermark; an unknown session or a wrong epoch (the leader restarted or evicted it, a
+reconnection reached another worker) or a failed request starts a full session again. It appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
 end). Errors back the partition off for replica.fetch.backoff.ms; a leader change
 comes as a LeaderAndIsr request that moves the partition to another fetcher. Throttled
@@ -23,6 +28,7 @@ import time
 import zlib
 from typing import Any
 
+from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
@@ -34,6 +40,8 @@ TP = tuple[str, int]
 FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
+SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                  E.ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
 
 
 class FetchState:
@@ -62,6 +70,7 @@ class ReplicaFetcher:
         self.timeout_s = cfg.get_int("replica.socket.timeout.ms") / 1000.0
         self.partitions: dict[TP, FetchState] = {}
         self.conn: BrokerConnection | None = None
+        self.session = SessionRequests()  # KIP-227: a steady fetch names only partitions whose offset moved
         self.changed = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -103,6 +112,7 @@ class ReplicaFetcher:
                 raise
             except Exception as exc:
                 log.info("fetcher for leader %d: %r; retrying", self.leader_id, exc)
+                self.session.failed()
                 if self.conn is not None:
                     self.conn.close()
                     self.conn = None
@@ -192,19 +202,24 @@ class ReplicaFetcher:
                 pass
             return
         F = FetchRequest
-        topics: dict[str, list] = {}
+        wanted = {}
         sent: dict[TP, tuple[FetchState, int, int]] = {}
         for tp, s in ready.items():
             lg = s.part.log
             sent[tp] = (s, s.epoch, lg.log_end_offset)
-            topics.setdefault(tp[0], []).append(F.FetchPartition(
+            wanted[tp] = F.FetchPartition(
                 partition=tp[1], current_leader_epoch=s.epoch, fetch_offset=lg.log_end_offset,
-                last_fetched_epoch=-1, log_start_offset=lg.log_start_offset, partition_max_bytes=self.max_bytes))
+                last_fetched_epoch=-1, log_start_offset=lg.log_start_offset, partition_max_bytes=self.max_bytes)
+        session_id, epoch, topics, forgotten = self.session.build(wanted)
         req = F(replica_id=self.broker.node_id, max_wait_ms=self.wait_ms, min_bytes=self.min_bytes,
-                max_bytes=self.response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-                topics=[F.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                forgotten_topics_data=[], rack_id="")
+                max_bytes=self.response_max_bytes, isolation_level=0, session_id=session_id, session_epoch=epoch,
+                topics=topics, forgotten_topics_data=forgotten, rack_id="")
         resp = await conn.send(req, version=FETCH_VERSION, timeout=self.timeout_s + self.wait_ms / 1000.0)
+        self.session.answered(resp.error_code, resp.session_id)
+        if resp.error_code in SESSION_ERRORS:  # the next request is full: a new session
+            log.info("fetcher for leader %d: %s; starting a new fetch session", self.leader_id,
+                     E.ErrorCode(resp.error_code).name)
+            return
         if resp.error_code:
             raise E.for_code(resp.error_code)()
         now = time.monotonic()

@@ -63,6 +63,7 @@ _ZK_LATENCY: Any = None
 _AUTH_OK: Any = None
 _AUTH_FAILED: Any = None
 _UNCLEANABLE: Any = None
+_FETCH_SESSIONS: dict[str, Any] = {}
 _auth_children: dict[tuple[str, bool], Any] = {}
 _NAMES: dict[int, str] = {}
 _BATCH_COUNT_AT = 57  # recordsCount in a v2 batch header (see kafkafast/records/batch.py)
@@ -153,6 +154,17 @@ def enable(directory: str) -> None:
                            registry=None)
     _UNCLEAN = Counter("kafka_controller_controllerstats_uncleanleaderelections",
                        "Leaders elected from outside the ISR by this broker's controller", registry=None)
+    _FETCH_SESSIONS.update(
+        sessions=Gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions", "Incremental fetch sessions cached",
+                       multiprocess_mode="livesum", registry=None),
+        partitions=Gauge("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                         "Partitions in the cached incremental fetch sessions", multiprocess_mode="livesum", registry=None),
+        evictions=Counter("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                          "Incremental fetch sessions evicted to make room for another", registry=None),
+        requests=Counter("kafkafast_fetch_session_incremental_requests", "Incremental fetch requests answered",
+                         ["follower"], registry=None),
+        named=Counter("kafkafast_fetch_session_incremental_partitions", "Partitions named by incremental fetch requests",
+                      ["follower"], registry=None))
     _children.clear()
     _topic_metrics.clear()
     _rate_metrics.clear()
@@ -225,6 +237,25 @@ def _auth_child(listener: str, ok: bool) -> Any:
     if child is None:
         child = _auth_children[(listener, ok)] = (_AUTH_OK if ok else _AUTH_FAILED).labels(listener)
     return child
+
+
+def fetch_session_cache(sessions: int, partitions: int, evicted: int) -> None:
+    """The fetch session cache changed (FetchSessionCache's metrics in Kafka): its size now,
+    and the sessions it just evicted."""
+    if active:
+        _FETCH_SESSIONS["sessions"].set(sessions)
+        _FETCH_SESSIONS["partitions"].set(partitions)
+        if evicted:
+            _add(_FETCH_SESSIONS["evictions"]._value, evicted)
+
+
+def incremental_fetch(follower: bool, named: int) -> None:
+    """An incremental fetch request that named `named` partitions (a steady one names none)."""
+    if active:
+        label = "true" if follower else "false"
+        _add(_FETCH_SESSIONS["requests"].labels(label)._value, 1)
+        if named:
+            _add(_FETCH_SESSIONS["named"].labels(label)._value, named)
 
 
 def unclean_election() -> None:

@@ -44,6 +44,7 @@ import uuid
 from typing import Any, Iterable
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition
+from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.config import BrokerConfig, ConfigError
@@ -237,6 +238,8 @@ class WorkerBroker(Broker):
         self.incarnation = incarnation
         self.table = table
         self.workers = table.workers
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
+                                                shard=index, shards=self.workers)
         self.wake_fds = wake_fds  # write ends, one per worker
         self.run_dir = run_dir
         self.forwarder = Forwarder(run_dir, index)

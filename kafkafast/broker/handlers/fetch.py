@@ -19,8 +19,9 @@ the connection), never beyond the high watermark. Limits as Kafka: the first par
 with data always gets at least one whole batch (KIP-74), then `max_bytes` for the
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
-`max_wait_ms` passes. Fetch sessions (v7+) are declined: the response carries session id
-0, and a request naming a session id gets FETCH_SESSION_ID_NOT_FOUND. isolation_level 1
+`max_wait_ms` passes. Fetch sessions (v7+, KIP-227): `broker.fetch_sessions`
+(kafkafast/broker/fetch_sessions.py) says which partitions a request reads (an incremental
+one: its session's) and which of them its response lists. isolation_level 1
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
 (producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
 the high watermark. Consumers (v11+) may fetch from a follower, which serves up to the high
@@ -221,9 +222,9 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     if version >= 15:  # the replica id moved into replica_state
         req.replica_id = req.replica_state.replica_id
     unknown_ids = resolve_topic_ids(broker, req, version)
-    if version >= 7 and req.session_id != 0:
-        return FetchResponse(throttle_time_ms=0, error_code=E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                             session_id=0, responses=[])
+    session = broker.fetch_sessions.context(req, version, lambda topic_id: topic_name_of_id(broker, topic_id))
+    if session.error:
+        return FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0, responses=[])
     plan = []
     refused = []  # topics the principal may not read (a replica_id needs ClusterAction)
     for ft in req.topics:
@@ -252,8 +253,9 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break
+    session_id, responses = session.respond(responses + refused)
     return with_leader_hints(broker, version, FetchResponse(
-        throttle_time_ms=0, error_code=0, session_id=0, responses=responses + refused + unknown_ids,
+        throttle_time_ms=0, error_code=0, session_id=session_id, responses=responses + unknown_ids,
         node_endpoints=[]))
 
 
