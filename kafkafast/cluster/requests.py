@@ -42,6 +42,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
 from kafkafast.protocol._generated.metadata import MetadataResponse
 from kafkafast.protocol._generated.produce import ProduceResponse
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
@@ -90,6 +91,10 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if pd.records is None or len(pd.records) == 0:
                 out.append(_produce_error(pd.index, EC.INVALID_RECORD, "empty record set"))
                 continue
+            fenced = broker.leadership_fence(part)  # (a forwarded produce too: the owner checks again)
+            if fenced is not None:
+                out.append(_produce_error(pd.index, EC.NOT_LEADER_OR_FOLLOWER, fenced))
+                continue
             min_isr = broker.min_insync_replicas(part)
             if acks == -1 and len(part.isr) < min_isr:
                 out.append(_produce_error(pd.index, EC.NOT_ENOUGH_REPLICAS,
@@ -137,6 +142,13 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if code:
                 tr.partition_responses[i] = _produce_error(tr.partition_responses[i].index, code)
     if acks == 0:
+        if client_listener(ctx) is not None and any(r is not None and r.error_code for tr in responses
+                                                    for r in tr.partition_responses):
+            # Kafka closes the connection: an acks=0 producer learns of an error only that way,
+            # and refreshes its metadata (a fenced or deposed leader's clients move on)
+            raise CloseConnection("acks=0 produce refused: " + ", ".join(
+                f"{tr.name}-{r.index} error {r.error_code}" for tr in responses for r in tr.partition_responses
+                if r is not None and r.error_code))
         return None
     endpoints = [ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
                  for i, h, p, r in broker.metadata.brokers_on(client_listener(ctx)) if i in hinted]
