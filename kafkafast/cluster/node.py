@@ -109,6 +109,7 @@ class ClusterNode:
         self.session_word = 0
         self.lease_end_ms = 0  # appends of led partitions stop here (see "Self-fencing" in ARCHITECTURE.md)
         self._lease_thread: threading.Thread | None = None
+        self._lease_kick = threading.Event()  # a read at once: the session is back
 
     # -- the leadership lease --------------------------------------------------------------------
     def lease_ms(self) -> int:
@@ -132,7 +133,8 @@ class ClusterNode:
                     lambda res, sent=sent, lease=lease: res.successful() and self._extend_lease(sent + lease))
             except Exception as exc:  # the client is stopping
                 log.debug("lease read not sent: %r", exc)
-            time.sleep(lease / 3000.0)
+            self._lease_kick.wait(lease / 3000.0)
+            self._lease_kick.clear()
 
     def _extend_lease(self, end_ms: int) -> None:
         if end_ms > self.lease_end_ms:
@@ -177,6 +179,8 @@ class ClusterNode:
     def _state_listener(self, state: str) -> None:
         if self.holds_registration:  # the session the fence follows (with workers: worker 0's)
             self._set_session(connected=state == KazooState.CONNECTED, expired=state == KazooState.LOST)
+            if state == KazooState.CONNECTED:
+                self._lease_kick.set()
         if state == KazooState.SUSPENDED and self.holds_registration:
             log.warning("ZooKeeper session suspended: appends to the partitions led here stop until it is back")
         if state == KazooState.LOST:
@@ -298,6 +302,7 @@ class ClusterNode:
         with self._register_lock:
             deadline = time.monotonic() + self.session_timeout_s * 2 + 5
             while True:
+                sent = monotonic_ms()
                 try:
                     self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
                     break
@@ -312,6 +317,7 @@ class ClusterNode:
             stat = self.zk.exists(path)
             self.broker_epoch = stat.czxid if stat else -1
             self.holds_registration = True
+            self._extend_lease(sent + self.lease_ms())  # ZooKeeper answered: as a lease read
             self._set_session(connected=True, registered=True)
         self._start_lease()
         log.info("registered broker %d in ZooKeeper (epoch %d)", self.broker_id, self.broker_epoch)

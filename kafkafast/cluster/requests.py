@@ -1,7 +1,10 @@
 """Client-facing request paths that differ in cluster mode (the handlers call these when
 `broker.cluster` is set; single-node mode never reaches this module).
 
-Produce: only the leader appends (else NOT_LEADER_OR_FOLLOWER); acks=all is refused with
+Produce: only the leader appends (else NOT_LEADER_OR_FOLLOWER), and only while it can
+confirm its leadership (`ClusterBroker.leadership_fence`: else NOT_LEADER_OR_FOLLOWER too);
+an acks=0 produce with any error closes the client's connection, as Kafka does, so the
+producer refreshes its metadata. acks=all is refused with
 NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than min.insync.replicas,
 and answered once the high watermark passes the batch (REQUEST_TIMED_OUT after the
 request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum
