@@ -459,6 +459,11 @@ class Broker:
     def on_replica_read(self, part: Partition, replica_id: int, nbytes: int) -> None:
         """Bytes read for a follower (the leader's replication throttle); none here."""
 
+    def isr_error(self, part: Partition) -> int:
+        """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0:
+        a lone replica is its whole ISR (cluster_broker.py counts a replicated partition's)."""
+        return 0
+
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists in the cluster (here: on this broker)."""
         return self.get_partition(topic, index) is not None

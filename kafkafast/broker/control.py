@@ -14,14 +14,51 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
 
 Reassignments = AlterPartitionReassignmentsResponse
+Result = ElectLeadersResponse.ReplicaElectionResult
+PartResult = ElectLeadersResponse.PartitionResult
+
+
+def election_everywhere(req: Any, code: int) -> ElectLeadersResponse:
+    """The same code for every partition asked about (and as the top-level error, v1+,
+    unless it is ELECTION_NOT_NEEDED, which is no error)."""
+    results = [Result(topic=t.topic, partition_result=[PartResult(partition_id=p, error_code=code, error_message=None)
+                                                       for p in t.partitions])
+               for t in req.topic_partitions or []]
+    top = 0 if code == E.ErrorCode.ELECTION_NOT_NEEDED else code
+    return ElectLeadersResponse(error_code=top, replica_election_results=results)
+
+
+def _elections_on_one_broker(broker: Any, req: Any) -> ElectLeadersResponse:
+    broker.refresh_topics()
+    results = []
+    for t in req.topic_partitions or []:
+        meta = broker.topics.get(t.topic)
+        results.append(Result(topic=t.topic, partition_result=[PartResult(
+            partition_id=p, error_message=None,
+            error_code=E.ErrorCode.ELECTION_NOT_NEEDED if meta is not None and 0 <= p < meta.partitions
+            else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in t.partitions]))
+    return ElectLeadersResponse(error_code=0, replica_election_results=results)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition in the metadata image: what Metadata tells clients about it."""
+    index: int
+    leader: int  # -1: none
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]
 
 
 def broker_endpoint(broker: Any, ctx: Any = None) -> tuple[str, int]:
@@ -57,6 +94,10 @@ class LocalControl:
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResponse:
         return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
 
+    async def elect_leaders(self, req: Any) -> ElectLeadersResponse:
+        """Nothing to elect: a known partition ELECTION_NOT_NEEDED, any other UNKNOWN_TOPIC_OR_PARTITION."""
+        return _elections_on_one_broker(self.broker, req)
+
     async def alter_reassignments(self, req: Any) -> Reassignments:
         return reassignment_everywhere(req, E.ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                        "a single broker: there is no other broker to move a replica to")
@@ -76,7 +117,69 @@ class LocalControl:
     async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
         return E.ErrorCode.BROKER_NOT_AVAILABLE, []
 
-    # -- the cluster as clients see it -------------------------------------------------
+    # -- topics ----------------------------------------------------------------------------
+
+    def _check_replicas(self, replicas: list[int]) -> None:
+        if list(replicas) != [self.broker.node_id]:
+            raise E.InvalidReplicaAssignmentError(
+                f"unknown broker in {list(replicas)}: the only broker is {self.broker.node_id}")
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None, validate_only: bool) -> Any:
+        """The new topic's TopicMeta: in the topic file, every partition on this broker."""
+        for replicas in (assignment or {}).values():
+            self._check_replicas(replicas)
+        if replication_factor > 1:
+            raise E.InvalidReplicationFactorError(
+                f"Replication factor: {replication_factor} larger than available brokers: 1.")
+        if validate_only:
+            return self.broker.create_topic_validate(name, partitions, configs)
+        return self.broker.create_topic(name, partitions, configs)
+
+    async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                             validate_only: bool) -> None:
+        for replicas in assignments or []:
+            self._check_replicas(replicas)
+        self.broker.add_partitions(name, count, validate_only=validate_only)
+
+    # -- the cluster as clients see it: the metadata image -----------------------------
+
+    def refresh(self) -> None:
+        """Bring the image up to date (another worker may have changed the topic file)."""
+        self.broker.refresh_topics()
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.broker.topics.topics)
+
+    def topic_id(self, name: str) -> bytes | None:
+        """The topic's id, None when the image has no such topic."""
+        meta = self.broker.topics.get(name)
+        return meta.topic_id if meta is not None else None
+
+    def topic_named_by(self, topic_id: bytes) -> str | None:
+        meta = self.broker.topics.by_id.get(topic_id)
+        return meta.name if meta is not None else None
+
+    def partitions_of(self, name: str) -> list[PartitionView]:
+        """Each partition of the topic: led by this broker, its lone replica in sync; no leader
+        while its owner worker still loads it or while its log dir has failed (offline)."""
+        meta = self.broker.topics.get(name)
+        node = self.broker.node_id
+        out = []
+        for i in range(meta.partitions if meta is not None else 0):
+            p = self.broker.partitions.get((name, i))
+            epoch = p.leader_epoch if p is not None else 0
+            if p is not None and p.loading:
+                out.append(PartitionView(i, -1, epoch, [node], [node], []))
+            elif p is not None and p.state.offline:
+                out.append(PartitionView(i, -1, epoch, [node], [], [node]))
+            else:
+                out.append(PartitionView(i, node, epoch, [node], [node], []))
+        return out
+
+    async def auto_create(self, name: str) -> bool:
+        """Create the topic if auto.create.topics.enable allows; whether it exists now."""
+        return self.broker.maybe_auto_create(name) is not None
 
     def controller_id(self) -> int:
         return self.broker.node_id

@@ -492,6 +492,32 @@ def append_marker(broker: Any, part: Any, producer_id: int, producer_epoch: int,
     return 0
 
 
+MARKER_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default, which its marker appends wait
+
+
+async def write_marker(broker: Any, part: Any, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int, timeout_s: float = MARKER_TIMEOUT_S) -> int:
+    """A marker for a partition this broker leads (WriteTxnMarkers arriving here, or the
+    coordinator's own): appended by the owner (another worker's through the forwarding path),
+    answered once the ISR has it, as Kafka appends markers with acks=all (a lone replica: at
+    once). An error code."""
+    if not part.is_leader:
+        return EC.NOT_LEADER_OR_FOLLOWER
+    code = broker.isr_error(part)
+    if code:
+        return code
+    if broker.owns(part):
+        code = append_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
+    else:
+        code = await broker.forward_marker(part, producer_id, producer_epoch, commit, coordinator_epoch)
+    if code:
+        return code
+    code = await part.wait_for_hw(part.log.state.log_end_offset, timeout_s)
+    if code == 0 and broker.isr_error(part):
+        code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    return code
+
+
 def fenced_code(version: int, since: int) -> int:
     """PRODUCER_FENCED for request versions that know it (KIP-588), else INVALID_PRODUCER_EPOCH."""
     return EC.PRODUCER_FENCED if version >= since else EC.INVALID_PRODUCER_EPOCH

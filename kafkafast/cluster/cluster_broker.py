@@ -228,8 +228,9 @@ class ClusterBroker(Broker):
     def delete_topic(self, name: str) -> None:
         self.node.delete_topic(name)
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
-        self.node.add_partitions(name, count, validate_only=validate_only)
+    def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
+                       validate_only: bool = False) -> None:
+        self.node.add_partitions(name, count, assignments, validate_only=validate_only)
 
     def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
         cfg = LogConfig.from_props(configs, self.default_log_config)
@@ -294,6 +295,9 @@ class ClusterBroker(Broker):
 
     def min_insync_replicas(self, part: Any) -> int:
         return part.log.config.min_insync_replicas
+
+    def isr_error(self, part: Any) -> int:
+        return EC.NOT_ENOUGH_REPLICAS if len(part.isr) < self.min_insync_replicas(part) else 0
 
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists anywhere in the cluster, not only here."""

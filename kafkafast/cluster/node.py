@@ -412,9 +412,12 @@ class ClusterNode:
             raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
         return topic_id, assignment
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+    def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
+                       validate_only: bool = False) -> None:
         """Kafka's `ZkAdminManager.createPartitions`: more partitions at the assignment znode's
-        version; refused with REASSIGNMENT_IN_PROGRESS while a partition of the topic is being
+        version, placed as `assignments` says (one replica list per new partition, each as long
+        as the topic's replication factor, of registered brokers, no broker twice) or over the
+        live brokers; refused with REASSIGNMENT_IN_PROGRESS while a partition of the topic is being
         reassigned (adding/removing replicas in the znode, or listed in a pending
         /admin/reassign_partitions plan): the znode's replica lists are not the topic's then."""
         assert self.zk is not None
@@ -431,7 +434,21 @@ class ClusterNode:
         if adding or removing or name in self._pending_reassignment_topics():
             raise E.ReassignmentInProgressError(f"A partition reassignment is in progress for the topic '{name}'.")
         rf = len(next(iter(assignment.values())))
-        extra = assign_replicas(self.live_brokers(), count - len(assignment), rf, start_partition=len(assignment))
+        live = self.live_brokers()
+        if assignments:
+            if len(assignments) != count - len(assignment):
+                raise E.InvalidReplicaAssignmentError(
+                    f"Increasing the number of partitions by {count - len(assignment)} but {len(assignments)} "
+                    "assignments provided.")
+            extra = {}
+            for i, reps in enumerate(assignments, start=len(assignment)):
+                if len(reps) != rf or len(set(reps)) != len(reps) or any(r not in live for r in reps):
+                    raise E.InvalidReplicaAssignmentError(
+                        f"Invalid replica assignment for partition {i}: {reps} (replication factor {rf}, "
+                        f"live brokers {sorted(live)})")
+                extra[i] = list(reps)
+        else:
+            extra = assign_replicas(live, count - len(assignment), rf, start_partition=len(assignment))
         if validate_only:
             return
         try:

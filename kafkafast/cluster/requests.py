@@ -13,12 +13,6 @@ append. In a multi-worker broker a partition owned by another worker is appended
 (forwarded with acks=1); for acks=all this worker then waits for the high watermark in
 the partition's shared-memory slot (`cluster/worker_broker.py`).
 
-Metadata: every live broker, the controller, and each partition's leader, leader epoch,
-replicas, ISR and offline replicas from the controller's UpdateMetadata
-(LEADER_NOT_AVAILABLE for a partition without a leader). Brokers are listed with their
-endpoint on the listener the client came in on; brokers without that listener are left
-out, and a partition whose leader lacks it answers LISTENER_NOT_FOUND (v6+), as Kafka does.
-
 FindCoordinator: the leader of the group's `__consumer_offsets` partition (key type 0), of
 the transactional id's `__transaction_state` partition (key type 1; `cluster/transactions.py`);
 the topic is created on first use (COORDINATOR_NOT_AVAILABLE while it has no leader, or when
@@ -27,9 +21,7 @@ it cannot be created).
 Transactional produce is appended like any other (the batches open the producer's
 transaction in the leader's log; the last stable offset stays at its first offset until the
 marker). Authorization as on a single node: Produce needs Write on the topic (and on the
-transactional id); Metadata lists only
-topics the principal may Describe (TOPIC_AUTHORIZATION_FAILED for a named one) and
-auto-creates only with Create on the cluster or the topic.
+transactional id).
 """
 from __future__ import annotations
 
@@ -40,10 +32,8 @@ from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.handlers.produce import transactional_refused
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.metrics import recorder as request_metrics
-from kafkafast.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
-from kafkafast.protocol._generated.metadata import MetadataResponse
 from kafkafast.protocol._generated.produce import ProduceResponse
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.security import acl
@@ -162,71 +152,6 @@ def client_listener(ctx: Any) -> str | None:
     """The name of the listener the request came in on (None: an internal connection)."""
     listener = getattr(getattr(ctx, "conn", None), "listener", None)
     return listener.name if listener is not None else None
-
-
-def _topic_metadata(broker: Any, name: str, version: int, listed: set[int] | None = None) -> Any:
-    cache = broker.metadata
-    parts = []
-    for index, info in sorted(cache.partitions.get(name, {}).items()):
-        code = EC.LEADER_NOT_AVAILABLE if info.leader < 0 else 0
-        if not code and listed is not None and info.leader not in listed:
-            code = EC.LISTENER_NOT_FOUND if version >= 6 else EC.LEADER_NOT_AVAILABLE
-        parts.append(MetadataResponse.MetadataResponsePartition(
-            error_code=code, partition_index=index,
-            leader_id=info.leader, leader_epoch=info.leader_epoch, replica_nodes=list(info.replicas),
-            isr_nodes=list(info.isr), offline_replicas=list(info.offline)))
-    return MetadataResponse.MetadataResponseTopic(
-        error_code=0, name=name, topic_id=cache.topic_ids.get(name, bytes(16)),
-        is_internal=name in INTERNAL_TOPICS,
-        partitions=parts, topic_authorized_operations=AUTH_OPS_UNSET)
-
-
-def _error_topic(name: str | None, code: int, topic_id: bytes = bytes(16)) -> Any:
-    return MetadataResponse.MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id, is_internal=False,
-                                                  partitions=[], topic_authorized_operations=AUTH_OPS_UNSET)
-
-
-async def metadata(broker: Any, ctx: Any, req: Any, version: int) -> Any:
-    cache = broker.metadata
-    brokers = [MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
-               for i, h, p, r in cache.brokers_on(client_listener(ctx))]
-    listed = {b.node_id for b in brokers}
-    resp = MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
-                            controller_id=cache.controller_id, topics=[],
-                            cluster_authorized_operations=AUTH_OPS_UNSET)
-    if req.topics is None or (version == 0 and not req.topics):
-        for name in sorted(cache.partitions):
-            if not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):  # else hidden from this principal
-                resp.topics.append(_topic_metadata(broker, name, version, listed))
-        return resp
-    auto = req.allow_auto_topic_creation if version >= 4 else True
-    by_id = {tid: name for name, tid in cache.topic_ids.items()}
-    for t in req.topics:
-        name = t.name
-        if name is None:
-            found = by_id.get(bytes(t.topic_id))
-            if found and denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, found):
-                found = None
-            resp.topics.append(_topic_metadata(broker, found, version, listed) if found
-                               else _error_topic(None, EC.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
-            continue
-        if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
-            resp.topics.append(_error_topic(name, EC.TOPIC_AUTHORIZATION_FAILED))
-            continue
-        if name in cache.partitions:
-            resp.topics.append(_topic_metadata(broker, name, version, listed))
-            continue
-        try:
-            validate_topic_name(name)
-        except E.InvalidTopicError:
-            resp.topics.append(_error_topic(name, EC.INVALID_TOPIC_EXCEPTION))
-            continue
-        may_create = auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
-                               or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name))
-        created = await asyncio.to_thread(broker.maybe_auto_create, name) if may_create else None
-        resp.topics.append(_error_topic(name, EC.LEADER_NOT_AVAILABLE if created is not None
-                                        else EC.UNKNOWN_TOPIC_OR_PARTITION))
-    return resp
 
 
 def _ensure_offsets_topic(broker: Any) -> int:

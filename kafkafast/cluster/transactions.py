@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any
 
-from kafkafast.broker.txn_coordinator import TXN_TOPIC, TransactionCoordinator, TxnError, append_marker
+from kafkafast.broker.txn_coordinator import TXN_TOPIC, TransactionCoordinator, TxnError, write_marker
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
@@ -40,28 +40,6 @@ APPEND_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms default, which its transac
 MARKER_RETRY_S = 10.0
 MARKER_BACKOFF_S = 0.2
 WRITE_TXN_MARKERS_VERSION = 1
-
-
-async def write_marker_as_leader(broker: Any, part: Any, producer_id: int, producer_epoch: int, commit: bool,
-                                 coordinator_epoch: int, timeout_s: float = APPEND_TIMEOUT_S) -> int:
-    """A marker for a partition this broker leads (WriteTxnMarkers arriving here, or the local
-    coordinator's own): appended by the owner (another worker's through the forwarding path),
-    answered once the ISR has it. An error code."""
-    if not getattr(part, "is_leader", False):
-        return EC.NOT_LEADER_OR_FOLLOWER
-    min_isr = broker.min_insync_replicas(part)
-    if len(part.isr) < min_isr:
-        return EC.NOT_ENOUGH_REPLICAS
-    if broker.owns(part):
-        code = append_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
-    else:
-        code = await broker.forward_marker(part, producer_id, producer_epoch, commit, coordinator_epoch)
-    if code:
-        return code
-    code = await part.wait_for_hw(part.log.state.log_end_offset, timeout_s)
-    if code == 0 and len(part.isr) < min_isr:
-        code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    return code
 
 
 class ClusterTxnCoordinator(TransactionCoordinator):
@@ -191,8 +169,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
         topic, index = tp
         part = broker.get_partition(topic, index)
         if part is not None and getattr(part, "is_leader", False):
-            return await write_marker_as_leader(broker, part, producer_id, producer_epoch, commit,
-                                                coordinator_epoch)
+            return await write_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
         if topic not in broker.metadata.partitions:
             return 0  # the topic was deleted: no marker needed
         leader = broker.metadata.leader_of(topic, index)

@@ -3,8 +3,10 @@
 active controller, by the cluster member this broker is, and from its metadata cache."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from kafkafast.broker.control import PartitionView, election_everywhere
 from kafkafast.cluster.requests import client_listener
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
@@ -39,6 +41,14 @@ class ZkControl:
             return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
         return await self.broker.ask_controller("controlled_shutdown", broker_id, broker_epoch)
 
+    async def elect_leaders(self, req: Any) -> Any:
+        if not self._controller_active():
+            return election_everywhere(req, E.ErrorCode.NOT_CONTROLLER)
+        tps = None
+        if req.topic_partitions is not None:
+            tps = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
+        return await self.broker.ask_controller("elect_leaders", req.election_type == 1, tps)
+
     async def alter_reassignments(self, req: Any) -> AlterPartitionReassignmentsResponse:
         if not self._controller_active():
             return AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None)
@@ -48,6 +58,20 @@ class ZkControl:
         if not self._controller_active():
             return E.ErrorCode.NOT_CONTROLLER, {}
         return await self.broker.ask_controller("list_reassignments", partitions)
+
+    # -- topics (ZooKeeper writes, off the event loop) ---------------------------------
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None, validate_only: bool) -> Any:
+        """Replicas placed over the live brokers (or as assigned); a replication factor above
+        the live broker count is INVALID_REPLICATION_FACTOR."""
+        return await asyncio.to_thread(self.broker.create_topic, name, partitions, configs,
+                                       validate_only=validate_only, replication_factor=replication_factor,
+                                       assignment=assignment)
+
+    async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
+                             validate_only: bool) -> None:
+        await asyncio.to_thread(self.broker.add_partitions, name, count, assignments, validate_only=validate_only)
 
     # -- requests a controller sends to the members of its cluster ---------------------
 
@@ -61,6 +85,29 @@ class ZkControl:
         return await self.broker.apply_stop_replica(req)
 
     # -- the cluster as clients see it (the controller's UpdateMetadata) ---------------
+
+    def refresh(self) -> None:
+        """The image is the metadata cache, kept by the controller's UpdateMetadata."""
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.broker.metadata.partitions)
+
+    def topic_id(self, name: str) -> bytes | None:
+        cache = self.broker.metadata
+        return cache.topic_ids.get(name, bytes(16)) if name in cache.partitions else None
+
+    def topic_named_by(self, topic_id: bytes) -> str | None:
+        return next((n for n, tid in self.broker.metadata.topic_ids.items() if tid == topic_id), None)
+
+    def partitions_of(self, name: str) -> list[PartitionView]:
+        return [PartitionView(index, info.leader, info.leader_epoch, list(info.replicas), list(info.isr),
+                              list(info.offline))
+                for index, info in sorted(self.broker.metadata.partitions.get(name, {}).items())]
+
+    async def auto_create(self, name: str) -> bool:
+        """Create the topic if auto.create.topics.enable allows (in ZooKeeper: the image learns
+        of it from the controller's UpdateMetadata, so Metadata answers LEADER_NOT_AVAILABLE until then)."""
+        return await asyncio.to_thread(self.broker.maybe_auto_create, name) is not None
 
     def controller_id(self) -> int:
         return self.broker.metadata.controller_id

@@ -431,3 +431,34 @@ def test_an_offline_partition_keeps_only_its_last_isr_member_and_only_that_repli
         c.wait_for(lambda: c.leader(topic, 0) == leader, 30, "the last ISR member leading")
         c.wait_for(lambda: sorted(c.isr(topic, 0)) == [leader, follower], 30, "the follower back in the ISR")
         assert [v for _, v in _read(c.bootstrap, topic)] == [b"committed", b"only-on-the-leader"]
+
+
+def test_create_partitions_places_the_new_partitions_as_assigned(cluster):
+    """CreatePartitions with a replica assignment (librdkafka's 0081_admin does this): the new
+    partitions get exactly the replicas asked for, and they lead and take records; an assignment
+    naming an unregistered broker, or of another length than the replication factor, is refused."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    cluster.create_topic("manual-parts", 2, 2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for bad, why in (([[1, 9]], "unregistered broker"), ([[1, 2, 3]], "three replicas for RF 2"),
+                     ([[1, 2], [2, 3]], "two lists for one new partition")):
+        fut = admin.create_partitions([NewPartitions("manual-parts", 3, replica_assignment=bad)])["manual-parts"]
+        try:
+            fut.result(30)
+            raise AssertionError(f"accepted: {why}")
+        except KafkaException as exc:
+            assert exc.args[0].name() == "INVALID_REPLICA_ASSIGNMENT", (why, exc)
+    admin.create_partitions([NewPartitions("manual-parts", 4, replica_assignment=[[3, 1], [2, 3]])])[
+        "manual-parts"].result(30)
+    assignment = json.loads(cluster.zk().get("/brokers/topics/manual-parts")[0])["partitions"]
+    assert (assignment["2"], assignment["3"]) == ([3, 1], [2, 3])
+    cluster.wait_for(lambda: [cluster.leader("manual-parts", p) for p in (2, 3)] == [3, 2], 30,
+                     "the new partitions led by their first replicas")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    delivered = []
+    for part in (2, 3):
+        p.produce("manual-parts", b"v", partition=part, on_delivery=lambda e, m: delivered.append((e, m.partition())))
+    p.flush(30)
+    assert sorted((e is None, part) for e, part in delivered) == [(True, 2), (True, 3)]

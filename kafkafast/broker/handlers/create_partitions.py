@@ -1,7 +1,9 @@
 """CreatePartitions (key 37), versions 0-3.
 
-Raises a topic's partition count (never lowers it: INVALID_PARTITIONS); assignments, when
-given, must name only this broker (INVALID_REPLICA_ASSIGNMENT)."""
+Raises a topic's partition count (never lowers it: INVALID_PARTITIONS). Assignments, when
+given, place the new partitions' replicas: one list per new partition, as long as the topic's
+replication factor, of registered brokers without repeats (a single node: only itself), else
+INVALID_REPLICA_ASSIGNMENT; without them the control plane places them (`broker.control`)."""
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kafkafast.protocol import errors as E
@@ -17,12 +19,8 @@ async def handle(broker, ctx, req: CreatePartitionsRequest, version: int) -> Cre
     for t in req.topics:
         try:
             require(broker, ctx, acl.ALTER, acl.TOPIC, t.name)
-            for a in t.assignments or []:
-                if getattr(broker, "cluster", None) is not None:
-                    raise E.InvalidReplicaAssignmentError("manual assignments are not supported in cluster mode yet")
-                if list(a.broker_ids) != [broker.node_id]:
-                    raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")
-            broker.add_partitions(t.name, t.count, validate_only=req.validate_only)
+            assignments = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
+            await broker.control.add_partitions(t.name, t.count, assignments, req.validate_only)
         except E.KafkaError as exc:
             out.append(Result(name=t.name, error_code=exc.code, error_message=exc.message))
             continue

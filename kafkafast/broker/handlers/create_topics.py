@@ -1,8 +1,9 @@
 """CreateTopics (key 19), versions 0-7.
 
 num_partitions / replication_factor of -1 take `num.partitions` /
-`default.replication.factor`. With one broker, a replication factor above 1 is
-INVALID_REPLICATION_FACTOR; manual assignments must name only this broker. Configs are
+`default.replication.factor`. The control plane places the replicas (`broker.control`): a
+replication factor above the live brokers is INVALID_REPLICATION_FACTOR, a manual assignment
+naming an unknown broker INVALID_REPLICA_ASSIGNMENT (a single node: only itself). Configs are
 validated (INVALID_CONFIG); `validate_only` checks without creating. v5+ answers with the
 partition count, replication factor and the topic's effective configs; v7 with the topic id.
 """
@@ -23,15 +24,6 @@ def _fail(name, exc):
                   num_partitions=-1, replication_factor=-1, configs=None)
 
 
-async def cluster_create(broker, t, partitions: int, rf: int, configs: dict, validate_only: bool):
-    """Cluster mode: RF above the live broker count is INVALID_REPLICATION_FACTOR."""
-    import asyncio
-
-    assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
-    return await asyncio.to_thread(broker.create_topic, t.name, partitions, configs, validate_only=validate_only,
-                                   replication_factor=rf, assignment=assignment)
-
-
 @handles(CreateTopicsRequest, 0, 7)
 async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateTopicsResponse:
     out = []
@@ -47,9 +39,6 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise E.InvalidRequestError("both assignments and a partition count/replication factor given")
-                for a in t.assignments:
-                    if getattr(broker, "cluster", None) is None and list(a.broker_ids) != [broker.node_id]:
-                        raise E.InvalidReplicaAssignmentError(f"unknown broker in {list(a.broker_ids)}")
                 indexes = sorted(a.partition_index for a in t.assignments)
                 if indexes != list(range(len(indexes))):
                     raise E.InvalidReplicaAssignmentError("partitions must be numbered 0..n-1")
@@ -61,20 +50,13 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
                     raise E.InvalidPartitionsError("number of partitions must be larger than 0")
                 if rf <= 0:
                     raise E.InvalidReplicationFactorError("replication factor must be larger than 0")
-                if rf > 1 and getattr(broker, "cluster", None) is None:
-                    raise E.InvalidReplicationFactorError(
-                        f"Replication factor: {rf} larger than available brokers: 1.")
             configs = {}
             for c in t.configs:
                 if c.value is None:
                     raise E.InvalidConfigError(f"null value for config {c.name}")
                 configs[c.name] = c.value
-            if getattr(broker, "cluster", None) is not None:  # replicas placed over the live brokers (ZooKeeper)
-                meta = await cluster_create(broker, t, partitions, rf, configs, req.validate_only)
-            elif req.validate_only:
-                meta = broker.create_topic_validate(t.name, partitions, configs)
-            else:
-                meta = broker.create_topic(t.name, partitions, configs)
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
+            meta = await broker.control.create_topic(t.name, partitions, rf, configs, assignment, req.validate_only)
         except E.KafkaError as exc:
             out.append(_fail(t.name, exc))
             continue

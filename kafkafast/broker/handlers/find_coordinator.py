@@ -10,7 +10,7 @@ code that confluent-kafka, kafka-python and aiokafka treat as fatal, so
 `init_transactions()` fails at once. Other key types: INVALID_REQUEST. v4 batches several keys in `coordinator_keys` and answers each
 in `coordinators`; v0-v3 answer one key at the top level (error_message from v1).
 """
-from kafkafast.broker.handlers.metadata import broker_endpoint
+from kafkafast.broker.control import broker_endpoint
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafkafast.protocol import errors as E

@@ -1,20 +1,26 @@
 """Metadata (key 3), versions 0-12.
 
-Lists this broker (from advertised.listeners) as the only broker and controller, and the
-requested topics (all topics for a null list, or an empty list before v1) with one replica
-per partition. Unknown topics are auto-created when `auto.create.topics.enable` is on and
-the request allows it (always before v4); invalid names get INVALID_TOPIC_EXCEPTION,
-unknown topic ids (v10+) UNKNOWN_TOPIC_ID. A partition whose log is offline (its log dir
-failed) is listed as Kafka lists a partition whose only replica is offline: leader -1,
-LEADER_NOT_AVAILABLE, this broker in offline_replicas, an empty ISR; one still loading at its
-owner worker (the broker's start) as a partition waiting for its leader: leader -1,
-LEADER_NOT_AVAILABLE, the ISR unchanged.
+Answers from the metadata image of the control plane (`broker.control`): the live brokers
+with their endpoint on the listener the client came in on (brokers without it are left out),
+the controller, and the requested topics (all topics for a null list, or an empty list before
+v1) with each partition's leader, leader epoch, replicas, ISR and offline replicas; a partition
+without a leader answers LEADER_NOT_AVAILABLE, one whose leader lacks the client's listener
+LISTENER_NOT_FOUND (v6+), as Kafka does. On a single node the image is this broker's topics:
+it leads every partition, the lone replica in sync; a partition whose log is offline (its log
+dir failed) is listed as Kafka lists one whose only replica is offline (leader -1, this broker
+in offline_replicas, an empty ISR), one still loading at its owner worker as a partition
+waiting for its leader (leader -1, the ISR unchanged). In a cluster the image is the metadata
+cache the controller's UpdateMetadata fills. Only topics the principal may Describe are listed
+(TOPIC_AUTHORIZATION_FAILED for a named one). Unknown topics are auto-created when
+`auto.create.topics.enable` is on, the request allows it (always before v4) and the principal
+has Create on the cluster or the topic; a topic created but not yet in the image (a cluster's
+controller has not elected its leaders) answers LEADER_NOT_AVAILABLE. Invalid names get
+INVALID_TOPIC_EXCEPTION, unknown topic ids (v10+) UNKNOWN_TOPIC_ID.
 v8+: when asked, each topic's and (v8-10) the cluster's authorized operations as the
 principal's ACLs allow them (`with_authorized_operations`); INT32_MIN when not asked.
 """
-from kafkafast.broker.control import broker_endpoint
 from kafkafast.broker.registry import handles
-from kafkafast.broker.topics import validate_topic_name
+from kafkafast.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from kafkafast.protocol._generated.metadata import MetadataRequest, MetadataResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import ZERO_UUID
@@ -24,27 +30,20 @@ from kafkafast.security.context import authorized_operations, denied
 AUTH_OPS_UNSET = -2147483648
 
 
-def topic_response(broker, meta, version):
-    node = broker.node_id
+def topic_response(broker, name: str, version: int, listed: set[int]) -> MetadataResponse.MetadataResponseTopic:
+    """The topic as the metadata image has it; a leader not on the request's listener is
+    LISTENER_NOT_FOUND (v6+), as Kafka answers."""
+    control = broker.control
     parts = []
-    for i in range(meta.partitions):
-        p = broker.partitions.get((meta.name, i))
-        epoch = p.leader_epoch if p is not None else 0
-        if p is not None and p.loading:  # its owner worker still loads it: no leader yet, its replica in sync
-            parts.append(MetadataResponse.MetadataResponsePartition(
-                error_code=E.ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=epoch,
-                replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
-            continue
-        if p is not None and p.state.offline:  # its only replica's log dir failed: no leader
-            parts.append(MetadataResponse.MetadataResponsePartition(
-                error_code=E.ErrorCode.LEADER_NOT_AVAILABLE, partition_index=i, leader_id=-1, leader_epoch=epoch,
-                replica_nodes=[node], isr_nodes=[], offline_replicas=[node]))
-            continue
+    for pv in control.partitions_of(name):
+        code = E.ErrorCode.LEADER_NOT_AVAILABLE if pv.leader < 0 else 0
+        if not code and pv.leader not in listed:
+            code = E.ErrorCode.LISTENER_NOT_FOUND if version >= 6 else E.ErrorCode.LEADER_NOT_AVAILABLE
         parts.append(MetadataResponse.MetadataResponsePartition(
-            error_code=0, partition_index=i, leader_id=node, leader_epoch=epoch,
-            replica_nodes=[node], isr_nodes=[node], offline_replicas=[]))
+            error_code=code, partition_index=pv.index, leader_id=pv.leader, leader_epoch=pv.leader_epoch,
+            replica_nodes=pv.replicas, isr_nodes=pv.isr, offline_replicas=pv.offline))
     return MetadataResponse.MetadataResponseTopic(
-        error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.is_internal,
+        error_code=0, name=name, topic_id=control.topic_id(name) or ZERO_UUID, is_internal=name in INTERNAL_TOPICS,
         partitions=parts, topic_authorized_operations=AUTH_OPS_UNSET)
 
 
@@ -56,52 +55,47 @@ def error_topic(name, code, topic_id=ZERO_UUID):
 
 @handles(MetadataRequest, 0, 12)
 async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataResponse:
-    if getattr(broker, "cluster", None) is not None:  # every broker, leader, replica and ISR: kafkafast/cluster
-        from kafkafast.cluster.requests import metadata as cluster_metadata
-
-        return with_authorized_operations(broker, ctx, req, version,
-                                          await cluster_metadata(broker, ctx, req, version))
-    broker.refresh_topics()
-    host, port = broker_endpoint(broker, ctx)
-    resp = MetadataResponse(
-        throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=[],
-        cluster_authorized_operations=AUTH_OPS_UNSET)
-    all_topics = req.topics is None or (version == 0 and not req.topics)
-    if all_topics:
-        for meta in sorted(broker.topics.topics.values(), key=lambda t: t.name):
-            if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):  # hidden from this principal
-                continue
-            resp.topics.append(topic_response(broker, meta, version))
+    control = broker.control
+    control.refresh()
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r)
+               for i, h, p, r in control.brokers_for(ctx)]
+    listed = {b.node_id for b in brokers}
+    resp = MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=broker.cluster_id,
+                            controller_id=control.controller_id(), topics=[],
+                            cluster_authorized_operations=AUTH_OPS_UNSET)
+    if req.topics is None or (version == 0 and not req.topics):
+        for name in control.topic_names():
+            if not denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):  # else hidden from this principal
+                resp.topics.append(topic_response(broker, name, version, listed))
         return with_authorized_operations(broker, ctx, req, version, resp)
     auto = req.allow_auto_topic_creation if version >= 4 else True
     for t in req.topics:
         name = t.name
         if name is None:
-            meta = broker.topics.by_id.get(bytes(t.topic_id))
-            if meta is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, meta.name):
+            found = control.topic_named_by(bytes(t.topic_id))
+            if found is None or denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, found):
                 resp.topics.append(error_topic(None, E.ErrorCode.UNKNOWN_TOPIC_ID, bytes(t.topic_id)))
             else:
-                resp.topics.append(topic_response(broker, meta, version))
+                resp.topics.append(topic_response(broker, found, version, listed))
             continue
         if denied(broker, ctx, acl.DESCRIBE, acl.TOPIC, name):
             resp.topics.append(error_topic(name, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
-        meta = broker.topics.get(name)
-        if meta is None:
+        if control.topic_id(name) is None:
             try:
                 validate_topic_name(name)
             except E.InvalidTopicError:
                 resp.topics.append(error_topic(name, E.ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
-            if auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
-                         or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name)):
-                meta = broker.maybe_auto_create(name)
-        if meta is None:
-            resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        else:
-            resp.topics.append(topic_response(broker, meta, version))
+            may_create = auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
+                                   or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name))
+            if not may_create or not await control.auto_create(name):
+                resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if control.topic_id(name) is None:  # created, but not in the image yet (no leader elected)
+                resp.topics.append(error_topic(name, E.ErrorCode.LEADER_NOT_AVAILABLE))
+                continue
+        resp.topics.append(topic_response(broker, name, version, listed))
     return with_authorized_operations(broker, ctx, req, version, resp)
 
 

@@ -7,7 +7,7 @@ CLUSTER_ACTION. Per partition: NONE, UNKNOWN_TOPIC_OR_PARTITION, or the append's
 done; a coordinator epoch older than the one of the producer's last marker in the partition
 is TRANSACTION_COORDINATOR_FENCED and nothing is appended (a deposed coordinator)."""
 from kafkafast.broker.registry import handles
-from kafkafast.broker.txn_coordinator import append_marker
+from kafkafast.broker.txn_coordinator import append_marker, write_marker
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from kafkafast.protocol import errors as E
 from kafkafast.security import acl
@@ -19,9 +19,6 @@ R = WriteTxnMarkersResponse
 @handles(WriteTxnMarkersRequest, 0, 1)
 async def handle(broker, ctx, req: WriteTxnMarkersRequest, version: int) -> WriteTxnMarkersResponse:
     refused = denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER)
-    cluster = getattr(broker, "cluster", None)
-    if cluster is not None:
-        from kafkafast.cluster.transactions import write_marker_as_leader
     out = []
     for marker in req.markers:
         topics = []
@@ -34,13 +31,10 @@ async def handle(broker, ctx, req: WriteTxnMarkersRequest, version: int) -> Writ
                 elif part is None:
                     code = (E.ErrorCode.NOT_LEADER_OR_FOLLOWER if broker.partition_exists(t.name, p)
                             else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                elif cluster is not None and not ctx.internal:
-                    code = await write_marker_as_leader(broker, part, marker.producer_id, marker.producer_epoch,
-                                                        marker.transaction_result, marker.coordinator_epoch)
-                elif not broker.owns(part) and not ctx.internal:
-                    code = await broker.forward_marker(part, marker.producer_id, marker.producer_epoch,
-                                                       marker.transaction_result, marker.coordinator_epoch)
-                else:
+                elif not ctx.internal:
+                    code = await write_marker(broker, part, marker.producer_id, marker.producer_epoch,
+                                              marker.transaction_result, marker.coordinator_epoch)
+                else:  # from another worker of this broker, which wrote it here because this one owns it
                     code = append_marker(broker, part, marker.producer_id, marker.producer_epoch,
                                          marker.transaction_result, marker.coordinator_epoch)
                 results.append(R.WritableTxnMarkerPartitionResult(partition_index=p, error_code=code))
