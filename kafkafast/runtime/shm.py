@@ -22,7 +22,7 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       [8]  cluster mode: broker epoch (czxid of `/brokers/ids/<id>`, -1 unregistered)
       [9]  cluster mode: 1 while a replaced worker asks worker 0 to register the broker again
       [10] cluster mode: the session word of worker 0's ZooKeeper session (the broker's
-           registration): generation (expired sessions) << 2 | 2 registered in this
+           registration): generation (lost registrations) << 2 | 2 registered in this
            generation | 1 connected (`cluster/node.py`)
       [11] cluster mode: the leadership lease's end, CLOCK_MONOTONIC ms (worker 0 extends it
            when ZooKeeper answers; every worker's appends to led partitions stop after it)
