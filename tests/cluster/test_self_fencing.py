@@ -151,6 +151,9 @@ def test_a_healthy_cluster_under_acks1_load_is_never_fenced(cluster):
     topic_parts = 3
     c.create_topic(TOPIC, topic_parts, 3)
     leaders = {p: c.brokers[c.leader(TOPIC, p)] for p in range(topic_parts)}
+    for p in range(topic_parts):  # every worker of the leader has applied the LeaderAndIsr
+        c.wait_for(lambda: all(_produce(leaders[p].port, p, b"warm-up") == 0 for _ in range(8)), 15,
+                   f"{TOPIC}-{p} taking produce on every connection")
     clients = {p: RawClient(leaders[p].port, timeout=30) for p in range(topic_parts)}
     answers: list[int] = []
     try:
