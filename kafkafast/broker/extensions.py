@@ -13,16 +13,22 @@ one extension at most), `start()` (called once the broker is started, on its loo
 """
 from __future__ import annotations
 
+import logging
 from importlib.metadata import entry_points
 from typing import Any
 
 GROUP = "kafkafast.broker_extensions"
+logger = logging.getLogger("kafkafast.broker")
 
 
 def load_extensions(broker: Any, config: Any) -> list[Any]:
     """The extensions whose property is set in `config`, made for `broker`."""
     made = []
-    for ep in entry_points(group=GROUP):
+    found = entry_points(group=GROUP)
+    if not found:  # e.g. a source tree on PYTHONPATH whose package metadata was never made
+        logger.warning("no broker extensions are registered (kafkafast's package metadata lacks the entry "
+                       "point group %s: `pip install -e .` or `python setup.py egg_info` makes it)", GROUP)
+    for ep in found:
         value = config.get(ep.name)
         if value:
             made.append(ep.load()(broker, value))

@@ -27,7 +27,8 @@ from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
-from kafkafast.cluster.node import BrokerIdInUseError, ClusterNode, ZkProducerIds
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
+                                    ZkProducerIds, monotonic_ms)
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
@@ -267,10 +268,40 @@ class ClusterBroker(Broker):
     def append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
         if not getattr(part, "is_leader", False):
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
+        self.check_fence(part)
         result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         part.wake()
         part.maybe_increment_hw(self.node_id)
+        self.check_fence(part)  # stopped between the check and the write: written, never acknowledged
         return result
+
+    # -- self-fencing (docs/ARCHITECTURE.md, "Self-fencing of a cut-off leader") -----------------
+    def leadership_fence(self, part: Any) -> str | None:
+        """Why this broker cannot confirm now that it still leads `part`, or None."""
+        word = self.node.session_word
+        if not word & SESSION_CONNECTED:
+            reason = "its ZooKeeper session is suspended or lost"
+        elif part.confirmed_session != word >> 2 or not word & SESSION_REGISTERED:
+            reason = "its ZooKeeper session expired since the controller last named it leader"
+        elif monotonic_ms() >= self.node.lease_end_ms:
+            reason = "ZooKeeper has not answered within the leadership lease"
+        else:
+            reason = None
+        if reason != part.fenced:
+            if reason is not None:
+                log.warning("%s-%d: not appending as leader at epoch %d: %s", part.topic, part.index,
+                            part.leader_epoch, reason)
+            else:
+                log.info("%s-%d: leadership at epoch %d confirmed; appending again", part.topic, part.index,
+                         part.leader_epoch)
+            part.fenced = reason
+        return reason
+
+    def check_fence(self, part: Any) -> None:
+        reason = self.leadership_fence(part)
+        if reason is not None:
+            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} cannot confirm that it leads "
+                                             f"{part.topic}-{part.index}: {reason}")
 
     def min_insync_replicas(self, part: Any) -> int:
         return part.log.config.min_insync_replicas
@@ -386,6 +417,8 @@ class ClusterBroker(Broker):
             self._become_leader(part, ps)
         else:
             self._become_follower(part, ps)
+        word = self.node.session_word  # a LeaderAndIsr of the registration's session confirms the role
+        self.partitions[tp].confirmed_session = word >> 2 if word & SESSION_REGISTERED else -1  # type: ignore
         return 0
 
     def _become_leader(self, part: ClusterPartition, ps: Any) -> None:

@@ -35,6 +35,17 @@ class BrokerIdInUseError(SystemExit):
 
 
 REREGISTER_BACKOFF_S = 1.0
+# The session word (`ClusterNode.session_word`): generation << 2 | REGISTERED | CONNECTED.
+# The generation counts the broker's lost registrations (its session expired, or it deleted
+# the registration to register again); REGISTERED: the broker's registration was made in the
+# current generation; CONNECTED: the session is not suspended.
+SESSION_CONNECTED, SESSION_REGISTERED = 1, 2
+
+
+def monotonic_ms() -> int:
+    """CLOCK_MONOTONIC in ms: one clock for every process of the machine (the lease end in
+    shared memory is compared by every worker)."""
+    return int(time.monotonic() * 1000)
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -48,6 +59,18 @@ def split_connect(connect: str) -> tuple[str, str]:
 class TimedKazooClient(KazooClient):
     """A kazoo client whose requests go into the metrics, from queued to answered (Kafka's
     ZooKeeperRequestLatencyMs; the answer is seen on kazoo's completion thread)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.negotiated_timeout_ms = int(self._session_timeout)
+        connect = self._connection._connect
+
+        def _connect(*a: Any) -> Any:  # kazoo keeps the server's timeout only as its read timeout
+            read_timeout, connect_timeout = connect(*a)
+            self.negotiated_timeout_ms = int(read_timeout * 3 / 2)  # read timeout = 2/3 of the session's
+            return read_timeout, connect_timeout
+
+        self._connection._connect = _connect
 
     def _call(self, request: Any, async_object: Any) -> Any:
         if request_metrics.active:
@@ -83,6 +106,50 @@ class ClusterNode:
         self._pid_lock = threading.Lock()
         self._pid_next = 0
         self._pid_end = 0
+        self.session_word = 0
+        self.lease_end_ms = 0  # appends of led partitions stop here (see "Self-fencing" in ARCHITECTURE.md)
+        self._lease_thread: threading.Thread | None = None
+        self._lease_kick = threading.Event()  # a read at once: the session is back
+
+    # -- the leadership lease --------------------------------------------------------------------
+    def lease_ms(self) -> int:
+        """Half the negotiated session timeout: see docs/ARCHITECTURE.md, "Self-fencing"."""
+        negotiated = getattr(self.zk, "negotiated_timeout_ms", 0) or int(self.session_timeout_s * 1000)
+        return min(negotiated, int(self.session_timeout_s * 1000)) // 2
+
+    def _start_lease(self) -> None:
+        if self._lease_thread is None:
+            self._lease_thread = threading.Thread(target=self._renew_lease, name="zk-lease", daemon=True)
+            self._lease_thread.start()
+
+    def _renew_lease(self) -> None:
+        """Every third of the lease, a read of the broker's registration: once ZooKeeper
+        answers it, the session was alive after the read was sent, so it cannot expire before
+        that send time + the session timeout, and the lease runs to send time + lease."""
+        while not self._closed:
+            sent, lease = monotonic_ms(), self.lease_ms()
+            try:
+                self.zk.exists_async(Z.broker_path(self.broker_id)).rawlink(  # type: ignore[union-attr]
+                    lambda res, sent=sent, lease=lease: res.successful() and self._extend_lease(sent + lease))
+            except Exception as exc:  # the client is stopping
+                log.debug("lease read not sent: %r", exc)
+            self._lease_kick.wait(lease / 3000.0)
+            self._lease_kick.clear()
+
+    def _extend_lease(self, end_ms: int) -> None:
+        if end_ms > self.lease_end_ms:
+            self.lease_end_ms = end_ms
+
+    def _set_session(self, *, connected: bool | None = None, registered: bool | None = None,
+                     expired: bool = False) -> None:
+        word = self.session_word
+        if expired:
+            word = ((word >> 2) + 1) << 2  # a new generation: not registered, not connected
+        if connected is not None:
+            word = word | SESSION_CONNECTED if connected else word & ~SESSION_CONNECTED
+        if registered is not None:
+            word = word | SESSION_REGISTERED if registered else word & ~SESSION_REGISTERED
+        self.session_word = word
 
     # -- session -------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -110,6 +177,12 @@ class ClusterNode:
                               "(zookeeper.connection.timeout.ms)") from None
 
     def _state_listener(self, state: str) -> None:
+        if self.holds_registration:  # the session the fence follows (with workers: worker 0's)
+            self._set_session(connected=state == KazooState.CONNECTED, expired=state == KazooState.LOST)
+            if state == KazooState.CONNECTED:
+                self._lease_kick.set()
+        if state == KazooState.SUSPENDED and self.holds_registration:
+            log.warning("ZooKeeper session suspended: appends to the partitions led here stop until it is back")
         if state == KazooState.LOST:
             self._lost = True
             log.warning("ZooKeeper session lost")
@@ -229,6 +302,7 @@ class ClusterNode:
         with self._register_lock:
             deadline = time.monotonic() + self.session_timeout_s * 2 + 5
             while True:
+                sent = monotonic_ms()
                 try:
                     self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
                     break
@@ -243,6 +317,9 @@ class ClusterNode:
             stat = self.zk.exists(path)
             self.broker_epoch = stat.czxid if stat else -1
             self.holds_registration = True
+            self._extend_lease(sent + self.lease_ms())  # ZooKeeper answered: as a lease read
+            self._set_session(connected=True, registered=True)
+        self._start_lease()
         log.info("registered broker %d in ZooKeeper (epoch %d)", self.broker_id, self.broker_epoch)
 
     def reregister(self) -> None:
@@ -250,6 +327,7 @@ class ClusterNode:
         epoch: the controller treats the broker as restarted and sends it every replica's state)."""
         assert self.zk is not None
         with self._register_lock:
+            self._set_session(expired=True)  # the controller deposes the broker: leaderships need confirming again
             try:
                 self.zk.delete(Z.broker_path(self.broker_id))
             except NoNodeError:

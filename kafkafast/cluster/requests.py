@@ -1,7 +1,10 @@
 """The cluster's Produce path (the handler calls it in cluster mode; the last request path
 still split by mode, see issue 24's notes in tests/unit/test_layering.py).
 
-Produce: only the leader appends (else NOT_LEADER_OR_FOLLOWER); acks=all is refused with
+Produce: only the leader appends (else NOT_LEADER_OR_FOLLOWER), and only while it can
+confirm its leadership (`ClusterBroker.leadership_fence`: else NOT_LEADER_OR_FOLLOWER too);
+an acks=0 produce with any error closes the client's connection, as Kafka does, so the
+producer refreshes its metadata. acks=all is refused with
 NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than min.insync.replicas,
 and answered once the high watermark passes the batch (REQUEST_TIMED_OUT after the
 request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum
@@ -24,6 +27,7 @@ from kafkafast.broker.handlers.produce import transactional_refused
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.produce import ProduceResponse
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
@@ -72,6 +76,10 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if pd.records is None or len(pd.records) == 0:
                 out.append(_produce_error(pd.index, EC.INVALID_RECORD, "empty record set"))
                 continue
+            fenced = broker.leadership_fence(part)  # (a forwarded produce too: the owner checks again)
+            if fenced is not None:
+                out.append(_produce_error(pd.index, EC.NOT_LEADER_OR_FOLLOWER, fenced))
+                continue
             min_isr = broker.min_insync_replicas(part)
             if acks == -1 and len(part.isr) < min_isr:
                 out.append(_produce_error(pd.index, EC.NOT_ENOUGH_REPLICAS,
@@ -119,6 +127,13 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if code:
                 tr.partition_responses[i] = _produce_error(tr.partition_responses[i].index, code)
     if acks == 0:
+        if client_listener(ctx) is not None and any(r is not None and r.error_code for tr in responses
+                                                    for r in tr.partition_responses):
+            # Kafka closes the connection: an acks=0 producer learns of an error only that way,
+            # and refreshes its metadata (a fenced or deposed leader's clients move on)
+            raise CloseConnection("acks=0 produce refused: " + ", ".join(
+                f"{tr.name}-{r.index} error {r.error_code}" for tr in responses for r in tr.partition_responses
+                if r is not None and r.error_code))
         return None
     endpoints = [ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
                  for i, h, p, r in broker.metadata.brokers_on(client_listener(ctx)) if i in hinted]

@@ -80,7 +80,29 @@ class WorkerClusterNode(ClusterNode):
     def __init__(self, config: Any, log_dir: str, table: shm.PartitionTable, index: int) -> None:
         self.table = table
         self.index = index
+        previous = table.header_word(shm.H_SESSION)
         super().__init__(config, log_dir)
+        if index == 0:  # a new worker 0 (a respawn too): what a predecessor confirmed is void
+            table.set_header_word(shm.H_SESSION, ((previous >> 2) + 1) << 2)
+
+    # The fence follows worker 0's session (the registration's), published in the header.
+    @property  # type: ignore[override]
+    def session_word(self) -> int:
+        return self.table.header_word(shm.H_SESSION)
+
+    @session_word.setter
+    def session_word(self, value: int) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_SESSION, value)
+
+    @property  # type: ignore[override]
+    def lease_end_ms(self) -> int:
+        return self.table.header_word(shm.H_LEASE_END)
+
+    @lease_end_ms.setter
+    def lease_end_ms(self, value: int) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_LEASE_END, value)
 
     @property  # type: ignore[override]
     def broker_epoch(self) -> int:
@@ -289,6 +311,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             return super().append(part, records, allow_control=allow_control)
         if not part.is_leader:
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
+        self.check_fence(part)
         lg = self.shared_writer(part)
         try:
             result = lg.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
@@ -297,6 +320,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         part.wake()  # fetches parked here
         self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
         self._poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
+        self.check_fence(part)  # as in ClusterBroker.append: written, never acknowledged
         return result
 
     def _zk_topic_id(self, topic: str) -> bytes | None:

@@ -21,6 +21,11 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
            registration, worker 0, has established it)
       [8]  cluster mode: broker epoch (czxid of `/brokers/ids/<id>`, -1 unregistered)
       [9]  cluster mode: 1 while a replaced worker asks worker 0 to register the broker again
+      [10] cluster mode: the session word of worker 0's ZooKeeper session (the broker's
+           registration): generation (lost registrations) << 2 | 2 registered in this
+           generation | 1 connected (`cluster/node.py`)
+      [11] cluster mode: the leadership lease's end, CLOCK_MONOTONIC ms (worker 0 extends it
+           when ZooKeeper answers; every worker's appends to led partitions stop after it)
       [16 + 5*i ... 16 + 5*i + 4]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
            serving), recovered partitions at its last start, loaded (1 once an
@@ -117,7 +122,7 @@ S_APPEND_GEN = 23
 S_SHARED = 82  # SharedLog's active-segment words (see storage/log.py SHARED_WORDS), 7 of them
 S_TAKEOVERS = 89
 S_LEADING = 90
-H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER = 7, 8, 9
+H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER, H_SESSION, H_LEASE_END = 7, 8, 9, 10, 11
 S_ISR = 32
 MAX_ISR = 9
 S_FOLLOWERS = 42

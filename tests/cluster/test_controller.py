@@ -456,6 +456,17 @@ def test_create_partitions_places_the_new_partitions_as_assigned(cluster):
     assert (assignment["2"], assignment["3"]) == ([3, 1], [2, 3])
     cluster.wait_for(lambda: [cluster.leader("manual-parts", p) for p in (2, 3)] == [3, 2], 30,
                      "the new partitions led by their first replicas")
+
+    def listed_everywhere() -> bool:  # every broker's cache has them (a producer asks any broker)
+        for b in cluster.brokers.values():
+            with RawClient(b.port) as rc:
+                topic = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="manual-parts")],
+                                                   allow_auto_topic_creation=False), 9).topics[0]
+            if sorted((p.partition_index, p.leader_id) for p in topic.partitions)[2:] != [(2, 3), (3, 2)]:
+                return False
+        return True
+
+    cluster.wait_for(listed_everywhere, 30, "every broker's Metadata listing the new partitions")
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     delivered = []
     for part in (2, 3):
