@@ -132,15 +132,16 @@ def test_consumer_offsets_stays_small_under_commit_heavy_workload(broker_factory
     assert written == 30_000
 
 
-def idle_cleaner_with_topic(broker_factory, topic: str, segment_bytes: int):
+def idle_cleaner_with_topic(broker_factory, topic: str, segment_bytes: int, policy: str = "compact"):
     """A broker whose cleaner looks for dirty logs only every ten minutes (until a dynamic
-    log.cleaner.backoff.ms says otherwise), a compacted topic on it and an admin client."""
+    log.cleaner.backoff.ms says otherwise), a topic (compacted unless `policy` says) on it and an
+    admin client."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     b = broker_factory(settings={"log.cleaner.backoff.ms": "600000"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={
-        "cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
+        "cleanup.policy": policy, "segment.bytes": str(segment_bytes),
         "min.cleanable.dirty.ratio": "0.01"})])[topic].result(15)
     return b, admin
 
@@ -199,12 +200,19 @@ def test_dedupe_buffer_size_is_dynamic_and_splits_a_cleaning(broker_factory):
     cleanings (the broker logs each with the offset it cleaned up to), each mapping one batch."""
     import re
 
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
     topic = "deduped"
-    b, admin = idle_cleaner_with_topic(broker_factory, topic, 4096)
+    # Not compacted until everything is written and the bound is set: the cleaner's first look at
+    # the log (whenever it comes) finds it dirty only then.
+    b, admin = idle_cleaner_with_topic(broker_factory, topic, 4096, policy="delete")
     for chunk in range(10):  # one batch each
         produce(b.bootstrap, topic, ((b"key-%03d" % (i % 300), b"v%d" % i) for i in range(chunk * 100, chunk * 100 + 100)))
     produce(b.bootstrap, topic, [(b"tail", b"x")])
     alter_broker(admin, {"log.cleaner.dedupe.buffer.size": "4000", "log.cleaner.backoff.ms": "100"})
+    (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])]).values()
+    fut.result(15)
 
     def cleaned_up_to() -> list[int]:
         return [int(n) for n in re.findall(rf"cleaned {topic}-0 up to (\d+)", b.log_path.read_text(errors="replace"))]
