@@ -67,8 +67,10 @@ def _read_all(broker, req, version, plan):
     for topic_name, fp_list, tresp in plan:
         tresp.partitions = []
         for fp, part in fp_list:
-            if part is None:
-                tresp.partitions.append(_error(fp.partition, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if part is None:  # not hosted here: Kafka's NOT_LEADER_OR_FOLLOWER when the cluster has it
+                tresp.partitions.append(_error(fp.partition, E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                               if broker.partition_exists(topic_name, fp.partition)
+                                               else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if part.loading:  # its owner worker still loads it: nothing is published, no offsets either
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.NOT_LEADER_OR_FOLLOWER))
