@@ -138,7 +138,8 @@ def _insert_after(fields: list, anchor: str, new: list) -> bool:
 
 def patched(spec: dict) -> dict:
     """The schema with this repository's patch for its message applied (`schema_patches.json`:
-    versions newer than the shared schemas)."""
+    versions newer than the shared schemas: a new validVersions, fields inserted after a named
+    field, and `field_versions` for fields a newer version no longer has)."""
     patch = json.loads(PATCHES_FILE.read_text()).get(spec.get("name", ""))
     if not patch:
         return spec
@@ -147,7 +148,22 @@ def patched(spec: dict) -> dict:
     for anchor, new in patch.get("fields_after", {}).items():
         if not _insert_after(spec["fields"], anchor, new):
             raise ValueError(f"schema patch for {spec['name']}: no field {anchor}")
+    for name, versions in patch.get("field_versions", {}).items():
+        if not _set_versions(spec["fields"], name, versions):
+            raise ValueError(f"schema patch for {spec['name']}: no field {name}")
     return spec
+
+
+def _set_versions(fields: list, name: str, versions: str) -> bool:
+    """Gives the first field called `name` (searched in nested structs) the versions `versions`:
+    a field a newer version dropped."""
+    for f in fields:
+        if f.get("name") == name:
+            f["versions"] = versions
+            return True
+        if _set_versions(f.get("fields", []), name, versions):
+            return True
+    return False
 
 
 class Message:
