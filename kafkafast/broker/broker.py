@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from kafkafast import clock
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.registry import load_handlers
+from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
 from kafkafast.protocol import api
@@ -111,6 +112,7 @@ class Broker:
                                                 config.get("group.coordinator.rebalance.protocols"))
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
+        self.share: Any = None  # kafkafast.broker.share.coordinator.ShareCoordinator, made in start()
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
@@ -194,6 +196,10 @@ class Broker:
             self.txn_coordinator = TransactionCoordinator(self)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
+        if self.share is None and self.group_coordinator is not None:
+            self.share = ShareCoordinator(self)
+        if self.share is not None:
+            await self.share.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
         for ext in self.extensions:
             if hasattr(ext, "start"):
@@ -216,6 +222,8 @@ class Broker:
                 await self._periodic_task
             except asyncio.CancelledError:
                 pass
+        if self.share is not None:
+            await self.share.stop()
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
         if self.group_coordinator is not None:

@@ -1,0 +1,44 @@
+"""The share group side of a broker: share groups (`groups.py`), the share-partitions of the
+partitions this process leads (`manager.py`), their state store and the group configs.
+
+Where the state lives: share group membership beside the group coordinator's groups (same
+placement: the group's `__consumer_offsets` partition), share-partition state in the process
+that appends to the partition (its owner worker; in one process, here), persisted through the
+state store.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafkafast.broker.share.group_configs import GroupConfigs
+from kafkafast.broker.share.groups import ShareGroups
+from kafkafast.broker.share.manager import MemoryStateStore, SharePartitionManager
+
+
+class ShareCoordinator:
+    def __init__(self, broker: Any, store: Any = None) -> None:
+        self.broker = broker
+        self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
+        self.store = store if store is not None else MemoryStateStore()
+        self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
+        self.groups = ShareGroups(broker, self.partitions.member_gone)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.groups.start(loop)
+        self.partitions.start(loop)
+        if hasattr(self.store, "start"):
+            await self.store.start()
+
+    async def stop(self) -> None:
+        self.groups.stop()
+        self.partitions.stop()
+        if hasattr(self.store, "stop"):
+            await self.store.stop()
+
+    def delete_group(self, group_id: str) -> int:
+        err = self.groups.delete(group_id)
+        if not err:
+            self.partitions.forget_group(group_id)
+        return err

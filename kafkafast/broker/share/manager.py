@@ -1,0 +1,308 @@
+"""The broker side of ShareFetch and ShareAcknowledge: share sessions, share-partitions and
+their acquisition locks, for the partitions this process leads.
+
+Data path of a ShareFetch (`fetch`): the share session is opened (epoch 0), checked and
+advanced (epoch N: it must be the session's next epoch, else INVALID_SHARE_SESSION_EPOCH;
+no session: SHARE_SESSION_NOT_FOUND) or closed (-1); the piggy-backed acknowledgements are
+applied; then for each partition of the session, its `SharePartition` (loaded on first use
+from the state store, or started where `share.auto.offset.reset` says) picks the first
+Available offset, the log is read from the batch holding it up to the high watermark (the
+last stable offset with `share.isolation.level=read_committed`), the batch headers are
+walked and whole batches acquired until MaxRecords; the answer carries the bytes of the
+batches that hold acquired records and the acquired ranges with their delivery counts, and
+a lock timer is started for them. With nothing acquired the fetch parks until an append to
+one of its partitions or a release in this manager wakes it, or MaxWaitMs passes.
+
+Settings: group.share.record.lock.duration.ms (within group.share.min/max.record.lock.
+duration.ms; per group `share.record.lock.duration.ms`), group.share.delivery.count.limit
+(per group `share.delivery.count.limit`), group.share.partition.max.record.locks, and the
+group configs share.auto.offset.reset (latest, earliest, by_duration:<ISO-8601 duration>) and
+share.isolation.level (`group_configs.py`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kafkafast import clock
+from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
+from kafkafast.protocol import errors as E
+from kafkafast.records.batch import iter_entries, read_batch_header
+from kafkafast.records.model import ATTR_CONTROL
+
+log = logging.getLogger("kafkafast.share")
+EC = E.ErrorCode
+FINAL_EPOCH = -1
+
+
+@dataclass(slots=True)
+class ShareSession:
+    group_id: str
+    member_id: str
+    epoch: int  # the epoch the next request must carry
+    partitions: dict[tuple[str, int], bytes] = field(default_factory=dict)  # (topic, partition) -> topic id
+
+
+@dataclass(slots=True)
+class PartitionAnswer:
+    """What one partition contributes to a ShareFetch / ShareAcknowledge answer."""
+    topic: str
+    topic_id: bytes
+    partition: int
+    error: int = 0
+    message: str | None = None
+    ack_error: int = 0
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+    acked: bool = False
+
+
+@dataclass(slots=True)
+class PersistedState:
+    start_offset: int
+    state_epoch: int
+    batches: list[StateBatch]
+
+
+class MemoryStateStore:
+    """Share-partition state kept only in this process (what `state_store.ShareStateStore` makes durable)."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, bytes, int], PersistedState] = {}
+
+    def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+        return self.states.get((group_id, topic_id, partition))
+
+    def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
+              batches: list[StateBatch], full: list[StateBatch]) -> None:
+        self.states[(group_id, topic_id, partition)] = PersistedState(start_offset, state_epoch, full)
+
+    def delete_group(self, group_id: str) -> None:
+        for key in [k for k in self.states if k[0] == group_id]:
+            del self.states[key]
+
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration of days, hours, minutes, seconds (Java's Duration.parse subset) in ms."""
+    m = _DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        return None
+    d, h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+    return int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
+
+
+class SharePartitionManager:
+    def __init__(self, broker: Any, store: Any, group_config: Callable[[str, str], str | None]) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.lock_ms = cfg.get_int("group.share.record.lock.duration.ms")
+        self.min_lock_ms = cfg.get_int("group.share.min.record.lock.duration.ms")
+        self.max_lock_ms = cfg.get_int("group.share.max.record.lock.duration.ms")
+        if not self.min_lock_ms <= self.lock_ms <= self.max_lock_ms:
+            raise ValueError("group.share.record.lock.duration.ms must be within group.share.min.record.lock.duration.ms "
+                             "and group.share.max.record.lock.duration.ms")
+        self.delivery_limit = cfg.get_int("group.share.delivery.count.limit")
+        self.max_locks = cfg.get_int("group.share.partition.max.record.locks")
+        self.store = store
+        self.group_config = group_config
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.releases = ReleasePoint()
+        self._timers: set[Any] = set()
+        self._loop: Any = None
+        self.metrics = {"acquired": 0, "acknowledged": 0, "released": 0, "archived": 0, "lock_timeouts": 0}
+
+    def start(self, loop: Any) -> None:
+        self._loop = loop
+
+    def stop(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        self._wake()
+
+    # -- settings per group --------------------------------------------------------------------
+    def lock_duration_ms(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.record.lock.duration.ms")
+        return int(value) if value else self.lock_ms
+
+    def delivery_count_limit(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.delivery.count.limit")
+        return int(value) if value else self.delivery_limit
+
+    def _initial_offset(self, group_id: str, part: Any) -> int:
+        reset = (self.group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
+        if reset == "earliest":
+            return part.log_start_offset
+        if reset.startswith("by_duration:"):
+            ms = duration_ms(reset.split(":", 1)[1]) or 0
+            found = part.log.reader.offset_for_timestamp(clock.now_ms() - ms)
+            return found[0] if found is not None else part.high_watermark
+        return part.high_watermark
+
+    # -- share-partitions ------------------------------------------------------------------------
+    def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
+        key = (group_id, topic, part.index)
+        sp = self.partitions.get(key)
+        if sp is None:
+            saved = self.store.read(group_id, topic_id, part.index)
+            if saved is not None and saved.start_offset >= 0:
+                sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
+            else:
+                sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
+            sp.persist = self._persister(topic_id)
+            self.partitions[key] = sp
+            if saved is None or saved.start_offset < 0:
+                sp.persist(sp, [])
+        if sp.start_offset < part.log_start_offset:
+            sp.reset_to(part.log_start_offset)
+        return sp
+
+    def _persister(self, topic_id: bytes) -> Callable[[SharePartition, list[StateBatch]], None]:
+        def persist(sp: SharePartition, batches: list[StateBatch]) -> None:
+            self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, batches,
+                             sp.state_batches())
+        return persist
+
+    def forget_group(self, group_id: str) -> None:
+        """DeleteGroups: the group's share-partitions and their persisted state go."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+        self.store.delete_group(group_id)
+
+    def member_gone(self, group_id: str, member_id: str) -> None:
+        """The member left the group or its session expired: its records go back, its share session ends."""
+        self.sessions.pop((group_id, member_id), None)
+        limit = self.delivery_count_limit(group_id)
+        released = sum(sp.release_member(member_id, limit) for (g, _, _), sp in self.partitions.items() if g == group_id)
+        if released:
+            self.metrics["released"] += released
+            self._wake()
+
+    # -- sessions --------------------------------------------------------------------------------
+    def session_for(self, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int, bytes]],
+                    forget: Iterable[tuple[str, int]]) -> ShareSession:
+        """The share session of the request (see the module docstring); raises KafkaError."""
+        key = (group_id, member_id)
+        if epoch == 0:
+            session = self.sessions[key] = ShareSession(group_id, member_id, 1)
+        else:
+            session = self.sessions.get(key)
+            if session is None:
+                raise E.ShareSessionNotFoundError(f"no share session for member {member_id}")
+            if epoch != FINAL_EPOCH:
+                if epoch != session.epoch:
+                    raise E.InvalidShareSessionEpochError(f"expected share session epoch {session.epoch}, got {epoch}")
+                session.epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1
+        for topic, p, tid in add:
+            session.partitions[(topic, p)] = tid
+        for topic, p in forget:
+            session.partitions.pop((topic, p), None)
+        return session
+
+    def close_session(self, session: ShareSession) -> None:
+        """Epoch -1: the session ends and the member's acquired records in it go back."""
+        self.sessions.pop((session.group_id, session.member_id), None)
+        limit = self.delivery_count_limit(session.group_id)
+        released = 0
+        for (topic, p) in session.partitions:
+            sp = self.partitions.get((session.group_id, topic, p))
+            if sp is not None:
+                released += sp.release_member(session.member_id, limit)
+        if released:
+            self.metrics["released"] += released
+            self._wake()
+
+    # -- acknowledgements ------------------------------------------------------------------------
+    def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
+                    batches: list[tuple[int, int, list[int]]]) -> tuple[int, str | None]:
+        sp = self.share_partition(group_id, topic, topic_id, part)
+        before = sp.counts()
+        try:
+            sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id))
+            err: tuple[int, str | None] = (0, None)
+        except InvalidRecordState as exc:
+            err = (EC.INVALID_RECORD_STATE, str(exc))
+        after = sp.counts()
+        accepted = sum(1 for f, l, types in batches for i in range(l - f + 1)
+                       if (types[0] if len(types) == 1 else types[i]) == 1)
+        self.metrics["acknowledged"] += accepted if not err[0] else 0
+        if after.get(0, 0) > before.get(0, 0):
+            self.metrics["released"] += after[0] - before[0]
+            self._wake()
+        return err
+
+    # -- acquisition -----------------------------------------------------------------------------
+    def acquire(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any, max_records: int,
+                max_bytes: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """Acquires records of one partition for the member; (batch bytes, acquired ranges)."""
+        sp = self.share_partition(group_id, topic, topic_id, part)
+        if sp.in_flight() >= self.max_locks and sp.next_candidate() == sp.end_offset:
+            return b"", []
+        upper = part.high_watermark
+        if (self.group_config(group_id, "share.isolation.level") or "read_uncommitted") == "read_committed":
+            upper = min(upper, part.state.last_stable_offset)
+        start = sp.next_candidate()
+        if start is None or start >= upper:
+            return b"", []
+        result = part.log.reader.read(start, max(max_bytes, 1), upper_bound_offset=upper, min_one_batch=True)
+        region = result.region if result is not None else None
+        if region is None or not len(region):
+            return b"", []
+        data = region.read()
+        batches, spans = [], []
+        for pos, size, magic in iter_entries(data):
+            if magic != 2:
+                continue
+            h = read_batch_header(data, pos)
+            batches.append((h.base_offset, h.last_offset, bool(h.attributes & ATTR_CONTROL)))
+            spans.append((pos, size))
+        ranges, token, used = sp.acquire(member_id, batches, max_records, self.max_locks, start)
+        if not ranges:
+            return b"", []
+        offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
+        self.metrics["acquired"] += len(offsets)
+        self._lock(sp, member_id, token, offsets)
+        return b"".join(data[spans[i][0]:spans[i][0] + spans[i][1]] for i in used), ranges
+
+    def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
+        def expire() -> None:
+            self._timers.discard(handle)
+            released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+            if released:
+                self.metrics["lock_timeouts"] += released
+                self._wake()
+        handle = clock.call_later(self._loop, self.lock_duration_ms(sp.group_id), expire)
+        self._timers.add(handle)
+
+    # -- waiting -----------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        self.releases.wake()
+
+    async def wait(self, parts: list[Any], timeout: float) -> None:
+        """Until an append to one of `parts`, a release here, or `timeout` seconds."""
+        await self.broker.wait_for_data([*parts, self.releases], timeout)
+
+
+class ReleasePoint:
+    """Wakes parked ShareFetches when records become Available again, as an append wakes a partition's."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self) -> None:
+        self.waiters: set[asyncio.Future] = set()
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
