@@ -294,3 +294,54 @@ def test_kafka_profiles_before_4_1_do_not_advertise_share_groups(broker_factory,
     with RawClient(b.port) as raw:
         keys = {k.api_key for k in raw.request(ApiVersionsRequest(), 3).api_keys}
     assert all((k in keys) == served for k in (76, 77, 78, 79))
+
+
+@pytest.mark.parametrize("stop", ["graceful", "sigkill"])
+def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop):
+    # A snapshot every 3 records: the state comes back from snapshots and the updates after them.
+    b = broker_factory(settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
+    bs = b.bootstrap
+    create_topic(bs, "qs", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    values = produce(bs, "qs", 1, 30)
+    c = share_consumer(bs, group, "qs", **{"share.acknowledgement.mode": "explicit"})
+    accepted, rejected, held = set(), set(), set()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(accepted | rejected | held) < 30:
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:  # accept, reject or hold each record; several commits, so several state records
+                n = int(m.value().split(b"-")[1])
+                if n % 3 == 0:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted.add(m.value())
+                elif n % 3 == 1:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                    rejected.add(m.value())
+                else:
+                    held.add(m.value())  # released: delivered again after the restart, as the second time
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert accepted | rejected | held == values
+    if stop == "graceful":
+        b.restart()
+    else:
+        b.kill()
+        b.start()
+    c = share_consumer(bs, group, "qs")
+    got: dict[bytes, int] = {}
+    try:
+        poll_until([c], lambda: set(got) >= held, 30, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
+        end = time.monotonic() + 2
+        while time.monotonic() < end:  # nothing else comes
+            for m in c.poll(0.2):
+                if m.error() is None:
+                    got[m.value()] = m.delivery_count()
+    finally:
+        c.close()
+    assert set(got) == held
+    assert min(got.values()) >= 2  # the delivery count survived the restart

@@ -3,8 +3,8 @@ partitions this process leads (`manager.py`), their state store and the group co
 
 Where the state lives: share group membership beside the group coordinator's groups (same
 placement: the group's `__consumer_offsets` partition), share-partition state in the process
-that appends to the partition (its owner worker; in one process, here), persisted through the
-state store.
+that appends to the partition (its owner worker; in one process, here), persisted in
+`__share_group_state` by the state store (`state_store.py`).
 """
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from typing import Any
 
 from kafkafast.broker.share.group_configs import GroupConfigs
 from kafkafast.broker.share.groups import ShareGroups
-from kafkafast.broker.share.manager import MemoryStateStore, SharePartitionManager
+from kafkafast.broker.share.manager import SharePartitionManager
+from kafkafast.broker.share.state_store import ShareStateStore
 
 
 class ShareCoordinator:
-    def __init__(self, broker: Any, store: Any = None) -> None:
+    def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
-        self.store = store if store is not None else MemoryStateStore()
+        self.store = ShareStateStore(broker)
         self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
         self.groups = ShareGroups(broker, self.partitions.member_gone)
 
@@ -28,14 +29,11 @@ class ShareCoordinator:
         loop = asyncio.get_running_loop()
         self.groups.start(loop)
         self.partitions.start(loop)
-        if hasattr(self.store, "start"):
-            await self.store.start()
+        await self.store.start()
 
     async def stop(self) -> None:
         self.groups.stop()
         self.partitions.stop()
-        if hasattr(self.store, "stop"):
-            await self.store.stop()
 
     def delete_group(self, group_id: str) -> int:
         err = self.groups.delete(group_id)

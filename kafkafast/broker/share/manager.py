@@ -68,24 +68,6 @@ class PersistedState:
     batches: list[StateBatch]
 
 
-class MemoryStateStore:
-    """Share-partition state kept only in this process (what `state_store.ShareStateStore` makes durable)."""
-
-    def __init__(self) -> None:
-        self.states: dict[tuple[str, bytes, int], PersistedState] = {}
-
-    def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
-        return self.states.get((group_id, topic_id, partition))
-
-    def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
-              batches: list[StateBatch], full: list[StateBatch]) -> None:
-        self.states[(group_id, topic_id, partition)] = PersistedState(start_offset, state_epoch, full)
-
-    def delete_group(self, group_id: str) -> None:
-        for key in [k for k in self.states if k[0] == group_id]:
-            del self.states[key]
-
-
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
 
@@ -182,8 +164,17 @@ class SharePartitionManager:
     def member_gone(self, group_id: str, member_id: str) -> None:
         """The member left the group or its session expired: its records go back, its share session ends."""
         self.sessions.pop((group_id, member_id), None)
+        self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
+
+    def _release_member(self, group_id: str, member_id: str, sps: list[SharePartition]) -> None:
         limit = self.delivery_count_limit(group_id)
-        released = sum(sp.release_member(member_id, limit) for (g, _, _), sp in self.partitions.items() if g == group_id)
+        released = 0
+        for sp in sps:
+            try:
+                released += sp.release_member(member_id, limit)
+            except E.KafkaError as exc:
+                log.warning("share group %s: %s-%d: persisting a release failed: %s", group_id, sp.topic,
+                            sp.partition, exc)
         if released:
             self.metrics["released"] += released
             self._wake()
@@ -212,15 +203,9 @@ class SharePartitionManager:
     def close_session(self, session: ShareSession) -> None:
         """Epoch -1: the session ends and the member's acquired records in it go back."""
         self.sessions.pop((session.group_id, session.member_id), None)
-        limit = self.delivery_count_limit(session.group_id)
-        released = 0
-        for (topic, p) in session.partitions:
-            sp = self.partitions.get((session.group_id, topic, p))
-            if sp is not None:
-                released += sp.release_member(session.member_id, limit)
-        if released:
-            self.metrics["released"] += released
-            self._wake()
+        self._release_member(session.group_id, session.member_id,
+                             [sp for tp in session.partitions
+                              if (sp := self.partitions.get((session.group_id, *tp))) is not None])
 
     # -- acknowledgements ------------------------------------------------------------------------
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
@@ -232,6 +217,8 @@ class SharePartitionManager:
             err: tuple[int, str | None] = (0, None)
         except InvalidRecordState as exc:
             err = (EC.INVALID_RECORD_STATE, str(exc))
+        except E.KafkaError as exc:  # the state could not be persisted
+            err = (exc.code, exc.message)
         after = sp.counts()
         accepted = sum(1 for f, l, types in batches for i in range(l - f + 1)
                        if (types[0] if len(types) == 1 else types[i]) == 1)
@@ -277,7 +264,12 @@ class SharePartitionManager:
     def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
         def expire() -> None:
             self._timers.discard(handle)
-            released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+            try:
+                released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+            except E.KafkaError as exc:  # released in memory, not persisted: a restart redelivers them anyway
+                log.warning("share group %s: %s-%d: persisting a lock timeout failed: %s", sp.group_id, sp.topic,
+                            sp.partition, exc)
+                released = 1
             if released:
                 self.metrics["lock_timeouts"] += released
                 self._wake()
