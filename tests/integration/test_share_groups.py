@@ -20,11 +20,16 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
+from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+from kafkafast.protocol._generated.initialize_share_group_state import InitializeShareGroupStateRequest
 from kafkafast.protocol._generated.list_groups import ListGroupsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
+from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
 from tests.support.raw_client import RawClient
 
@@ -345,3 +350,55 @@ def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop):
         c.close()
     assert set(got) == held
     assert min(got.values()) >= 2  # the delivery count survived the restart
+
+
+def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_state(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qc", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qc", 1, 10)
+    c = share_consumer(bs, group, "qc", **{"share.acknowledgement.mode": "explicit"})
+    n = 0
+    try:
+        deadline = time.monotonic() + 20
+        while n < 10 and time.monotonic() < deadline:
+            for m in c.poll(0.2):
+                if m.error() is None:  # accept 0-3, reject 4, accept the rest
+                    c.acknowledge(m, AcknowledgeType.REJECT if m.offset() == 4 else AcknowledgeType.ACCEPT)
+                    n += 1
+            c.commit_sync()
+    finally:
+        c.close()
+    with RawClient(sbroker.port) as raw:
+        tid = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="qc")]), 12).topics[0].topic_id
+        RS = ReadShareGroupStateRequest
+        read = RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[RS.PartitionData(partition=0)])])
+        state = raw.request(read, 0).results[0].partitions[0]
+        assert (state.error_code, state.start_offset, state.state_batches) == (0, 10, [])
+        W = WriteShareGroupStateRequest
+        write = W(group_id=group, topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+            partition=0, state_epoch=-5, leader_epoch=0, start_offset=3, state_batches=[])])])
+        assert raw.request(write, 0).results[0].partitions[0].error_code == EC.FENCED_STATE_EPOCH
+        IS = InitializeShareGroupStateRequest
+        init = IS(group_id=group, topics=[IS.InitializeStateData(topic_id=tid, partitions=[
+            IS.PartitionData(partition=0, state_epoch=1, start_offset=6)])])
+        assert raw.request(init, 0).results[0].partitions[0].error_code == 0
+        summary = raw.request(ReadShareGroupStateSummaryRequest(group_id=group, topics=[
+            ReadShareGroupStateSummaryRequest.ReadStateSummaryData(topic_id=tid, partitions=[
+                ReadShareGroupStateSummaryRequest.PartitionData(partition=0)])]), 0).results[0].partitions[0]
+        assert (summary.state_epoch, summary.start_offset) == (1, 6)
+    # The share-partition starts again at offset 6.
+    c = share_consumer(bs, group, "qc")
+    got: set[int] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 4, 20, lambda _c, m: got.add(m.offset()))
+        c.poll(0.1)
+    finally:
+        c.close()
+    assert got == {6, 7, 8, 9}
+    with RawClient(sbroker.port) as raw:
+        DS = DeleteShareGroupStateRequest
+        assert raw.request(DS(group_id=group, topics=[DS.DeleteStateData(topic_id=tid, partitions=[
+            DS.PartitionData(partition=0)])]), 0).results[0].partitions[0].error_code == 0
+        assert raw.request(read, 0).results[0].partitions[0].start_offset == -1

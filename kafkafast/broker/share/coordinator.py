@@ -40,3 +40,9 @@ class ShareCoordinator:
         if not err:
             self.partitions.forget_group(group_id)
         return err
+
+    def forget_share_partition(self, group_id: str, topic_id: bytes, partition: int) -> None:
+        """The stored state changed under the share-partition (the share coordinator APIs): it is loaded again."""
+        meta = self.broker.topics.by_id.get(topic_id)
+        if meta is not None:
+            self.partitions.partitions.pop((group_id, meta.name, partition), None)

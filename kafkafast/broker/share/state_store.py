@@ -215,9 +215,44 @@ class ShareStateStore:
 
     def delete_group(self, group_id: str) -> None:
         for key in [k for k in self.keys if k[0] == group_id]:
-            for kind in (SNAPSHOT_KEY, UPDATE_KEY):
-                self._append(key, state_key(kind, key), None)
-            del self.keys[key]
+            self.delete(key)
+
+    # -- the share coordinator APIs (Read/Write/Initialize/DeleteShareGroupState, the summary) ------
+    def coordinator_error(self, key: Key) -> int:
+        """NONE, or why this process does not serve the key's state (Kafka's share coordinator errors)."""
+        if not key[0]:
+            return E.ErrorCode.INVALID_REQUEST
+        if not self.loaded:
+            return E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        self.ensure_topic()
+        part = self.broker.get_partition(STATE_TOPIC, self.partition_for(key))
+        if part is None or not self.broker.owns(part):
+            return E.ErrorCode.NOT_COORDINATOR
+        return 0
+
+    def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
+        """WriteShareGroupState: `batches` over the stored state; FencedStateEpochError for an older state epoch."""
+        ks = self.keys.get(key)
+        if ks is not None and state_epoch < ks.state.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
+        start = start_offset if start_offset >= 0 else (ks.state.start_offset if ks is not None else 0)
+        full = merge_batches(ks.state.batches if ks is not None else [], batches, start)
+        self.write(*key, start, state_epoch, batches, full)
+
+    def initialize(self, key: Key, state_epoch: int, start_offset: int) -> None:
+        """InitializeShareGroupState: a new snapshot with no in-flight records."""
+        ks = self.keys.get(key)
+        if ks is not None and state_epoch < ks.state.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
+        epoch = ks.snapshot_epoch + 1 if ks is not None else 0
+        state = PersistedState(start_offset, state_epoch, [])
+        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms()))
+        self.keys[key] = _KeyState(state, epoch, clock.now_ms())
+
+    def delete(self, key: Key) -> None:
+        for kind in (SNAPSHOT_KEY, UPDATE_KEY):
+            self._append(key, state_key(kind, key), None)
+        self.keys.pop(key, None)
 
     def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:
         self.ensure_topic()
