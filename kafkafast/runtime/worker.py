@@ -68,7 +68,11 @@ from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E
 
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
               14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete",
-              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
+              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
+              # Share groups: membership, sessions and share-partition state live with the group.
+              76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
+              83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
+              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary"}
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
@@ -94,7 +98,7 @@ def _group_ids(api_key: int, req: Any) -> list[str]:
         return list(req.groups or [])
     if api_key == 42:
         return list(req.groups_names or [])
-    if api_key == 69:
+    if api_key in (69, 77):
         return list(req.group_ids or [])
     if api_key == 9 and getattr(req, "groups", None):
         return [g.group_id for g in req.groups]

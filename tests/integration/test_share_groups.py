@@ -48,6 +48,14 @@ def sbroker(broker_factory):
     return broker_factory(settings=SETTINGS)
 
 
+@pytest.fixture(params=[0, 3], ids=["one-process", "3-workers"])
+def any_broker(request, broker_factory):
+    """A single-process broker and a 3-worker one: the share APIs go to the group's worker, which
+    reads every partition and writes its share state to `__share_group_state` partitions owned
+    by other workers."""
+    return broker_factory(workers=request.param, settings=SETTINGS)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
@@ -93,8 +101,8 @@ def new_group() -> str:
     return f"sg-{uuid.uuid4().hex[:8]}"
 
 
-def test_eight_consumers_over_two_partitions_accept_every_record_exactly_once(sbroker):
-    bs = sbroker.bootstrap
+def test_eight_consumers_over_two_partitions_accept_every_record_exactly_once(any_broker):
+    bs = any_broker.bootstrap
     create_topic(bs, "q8", 2)
     group = new_group()
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
@@ -135,8 +143,8 @@ def test_eight_consumers_over_two_partitions_accept_every_record_exactly_once(sb
     assert all(n == 1 for n in seen.values()), [v for v, n in seen.items() if n > 1][:5]
 
 
-def test_released_records_come_back_and_rejected_ones_never(sbroker):
-    bs = sbroker.bootstrap
+def test_released_records_come_back_and_rejected_ones_never(any_broker):
+    bs = any_broker.bootstrap
     create_topic(bs, "qr", 1)
     group = new_group()
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
@@ -301,10 +309,11 @@ def test_kafka_profiles_before_4_1_do_not_advertise_share_groups(broker_factory,
     assert all((k in keys) == served for k in (76, 77, 78, 79))
 
 
-@pytest.mark.parametrize("stop", ["graceful", "sigkill"])
-def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop):
+@pytest.mark.parametrize("stop,workers", [("graceful", 0), ("sigkill", 0), ("sigkill", 3)])
+def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers):
     # A snapshot every 3 records: the state comes back from snapshots and the updates after them.
-    b = broker_factory(settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
+    b = broker_factory(workers=workers,
+                       settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
     bs = b.bootstrap
     create_topic(bs, "qs", 1)
     group = new_group()

@@ -11,7 +11,7 @@ R = DeleteShareGroupStateResponse
 
 @handles(DeleteShareGroupStateRequest, 0, 0)
 async def handle(broker, ctx, req: DeleteShareGroupStateRequest, version: int) -> DeleteShareGroupStateResponse:
-    done = per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.delete(key))
+    done = await per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.delete(key))
     return R(results=[R.DeleteStateResult(topic_id=tid, partitions=[
         R.PartitionResult(partition=p.partition, error_code=err, error_message=msg) for p, err, msg, _ in rs])
         for tid, rs in done])

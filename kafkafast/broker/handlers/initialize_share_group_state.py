@@ -13,7 +13,7 @@ R = InitializeShareGroupStateResponse
 
 @handles(InitializeShareGroupStateRequest, 0, 0)
 async def handle(broker, ctx, req: InitializeShareGroupStateRequest, version: int) -> InitializeShareGroupStateResponse:
-    done = per_partition(broker, ctx, req.group_id, req.topics,
+    done = await per_partition(broker, ctx, req.group_id, req.topics,
                          lambda key, p: broker.share.store.initialize(key, p.state_epoch, p.start_offset))
     return R(results=[R.InitializeStateResult(topic_id=tid, partitions=[
         R.PartitionResult(partition=p.partition, error_code=err, error_message=msg) for p, err, msg, _ in rs])

@@ -13,7 +13,7 @@ R = ReadShareGroupStateSummaryResponse
 
 @handles(ReadShareGroupStateSummaryRequest, 0, 0)
 async def handle(broker, ctx, req: ReadShareGroupStateSummaryRequest, version: int) -> ReadShareGroupStateSummaryResponse:
-    done = per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.read(*key))
+    done = await per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.read(*key))
     return R(results=[R.ReadStateSummaryResult(topic_id=tid, partitions=[
         R.PartitionResult(partition=p.partition, error_code=err, error_message=msg,
                           state_epoch=state.state_epoch if state is not None else 0,

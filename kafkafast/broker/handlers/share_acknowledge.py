@@ -9,7 +9,7 @@ does not hold answers INVALID_RECORD_STATE for its partition. READ on the group 
 """
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.manager import FINAL_EPOCH
-from kafkafast.broker.share.requests import apply_acks, current_leader, request_error, resolve
+from kafkafast.broker.share.requests import apply_acks, current_leader, persisted, request_error, resolve
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
@@ -40,6 +40,7 @@ async def handle(broker, ctx, req: ShareAcknowledgeRequest, version: int) -> Sha
                        answers)
     if req.share_session_epoch == FINAL_EPOCH:
         mgr.close_session(session)
+    await persisted(broker, answers)
     topics: dict[bytes, list] = {}
     for a in answers.values():
         topics.setdefault(a.topic_id, []).append(R.PartitionData(

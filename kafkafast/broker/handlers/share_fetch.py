@@ -19,7 +19,8 @@ import time
 
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.manager import FINAL_EPOCH, PartitionAnswer
-from kafkafast.broker.share.requests import apply_acks, current_leader, local_partition, request_error, resolve
+from kafkafast.broker.share.requests import (apply_acks, current_leader, local_partition, persisted, request_error,
+                                             resolve)
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest, ShareFetchResponse
 
@@ -110,6 +111,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
     lock_ms = mgr.lock_duration_ms(req.group_id)
     if epoch == FINAL_EPOCH:
         mgr.close_session(session)
+        await persisted(broker, answers)
         return _response(broker, answers, False, lock_ms)
     budget = [req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS, max(req.max_bytes, 1)]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
@@ -121,4 +123,5 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         await mgr.wait(parts, remaining)
         if mgr.sessions.get((req.group_id, req.member_id)) is not session:
             break  # closed meanwhile (the member left)
+    await persisted(broker, answers)
     return _response(broker, answers, epoch == 0, lock_ms)

@@ -17,7 +17,7 @@ async def handle(broker, ctx, req: WriteShareGroupStateRequest, version: int) ->
         broker.share.store.write_batches(key, p.state_epoch, p.start_offset, [
             (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in p.state_batches])
 
-    done = per_partition(broker, ctx, req.group_id, req.topics, write)
+    done = await per_partition(broker, ctx, req.group_id, req.topics, write)
     return R(results=[R.WriteStateResult(topic_id=tid, partitions=[
         R.PartitionResult(partition=p.partition, error_code=err, error_message=msg) for p, err, msg, _ in rs])
         for tid, rs in done])

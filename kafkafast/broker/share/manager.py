@@ -96,7 +96,7 @@ class SharePartitionManager:
         self.group_config = group_config
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
-        self.releases = ReleasePoint()
+        self._waiters: set[asyncio.Future] = set()
         self._timers: set[Any] = set()
         self._loop: Any = None
         self.metrics = {"acquired": 0, "acknowledged": 0, "released": 0, "archived": 0, "lock_timeouts": 0}
@@ -278,23 +278,19 @@ class SharePartitionManager:
 
     # -- waiting -----------------------------------------------------------------------------------
     def _wake(self) -> None:
-        self.releases.wake()
-
-    async def wait(self, parts: list[Any], timeout: float) -> None:
-        """Until an append to one of `parts`, a release here, or `timeout` seconds."""
-        await self.broker.wait_for_data([*parts, self.releases], timeout)
-
-
-class ReleasePoint:
-    """Wakes parked ShareFetches when records become Available again, as an append wakes a partition's."""
-
-    __slots__ = ("waiters",)
-
-    def __init__(self) -> None:
-        self.waiters: set[asyncio.Future] = set()
-
-    def wake(self) -> None:
-        waiters, self.waiters = self.waiters, set()
+        waiters, self._waiters = self._waiters, set()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+    async def wait(self, parts: list[Any], timeout: float) -> None:
+        """Until an append to one of `parts` (the broker's wait, across workers too), a release
+        here, or `timeout` seconds."""
+        released = asyncio.get_running_loop().create_future()
+        self._waiters.add(released)
+        appended = asyncio.ensure_future(self.broker.wait_for_data(parts, timeout))
+        try:
+            await asyncio.wait({released, appended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            appended.cancel()
+            self._waiters.discard(released)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafkafast.broker.handlers.fetch import cluster_fetch_error
 from kafkafast.broker.share.manager import PartitionAnswer
 from kafkafast.protocol import errors as E
 from kafkafast.security import acl
@@ -56,12 +57,14 @@ def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, topic_id:
 
 
 def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
-    """(the partition, 0) when its share-partitions live in this process, else (None or it, the error)."""
+    """(the partition, 0) when this broker serves its records (any worker reads any partition;
+    in cluster mode only its leader), else (None or it, the error)."""
     part = broker.get_partition(topic, partition)
     if part is None:
         return None, EC.UNKNOWN_TOPIC_OR_PARTITION
-    if not broker.owns(part):
-        return part, EC.NOT_LEADER_OR_FOLLOWER
+    not_leader = cluster_fetch_error(broker, part, -1)
+    if not_leader:
+        return part, not_leader
     if part.state.offline:
         return part, EC.KAFKA_STORAGE_ERROR
     return part, 0
@@ -73,3 +76,13 @@ def current_leader(broker: Any, answer: PartitionAnswer, cls: Any) -> Any:
     if part is None:
         return cls(leader_id=-1, leader_epoch=-1)
     return cls(leader_id=broker.node_id, leader_epoch=part.leader_epoch)
+
+
+async def persisted(broker: Any, answers: dict[tuple[str, int], PartitionAnswer]) -> None:
+    """Waits for the state writes of this request that went to other workers; their error (if
+    any) becomes the acknowledgement error of the partitions acknowledged."""
+    err = await broker.share.store.settled()
+    if err:
+        for a in answers.values():
+            if a.acked and not a.ack_error:
+                a.ack_error = err

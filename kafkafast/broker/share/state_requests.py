@@ -13,7 +13,7 @@ from kafkafast.security.context import denied
 EC = E.ErrorCode
 
 
-def per_partition(broker: Any, ctx: Any, group_id: str, topics: list[Any],
+async def per_partition(broker: Any, ctx: Any, group_id: str, topics: list[Any],
                   action: Callable[[tuple[str, bytes, int], Any], Any]) -> list[tuple[bytes, list[tuple[Any, int, str | None, Any]]]]:
     """[(topic id, [(request partition, error, message, action's result)])]; `action(key,
     partition)` runs only for partitions without an error, and may raise KafkaError."""
@@ -35,4 +35,7 @@ def per_partition(broker: Any, ctx: Any, group_id: str, topics: list[Any],
                 results.append((p, exc.code, exc.message, None))
             broker.share.forget_share_partition(*key)
         out.append((tid, results))
+    err = await store.settled()  # the writes that went to another worker
+    if err:
+        out = [(tid, [(p, e or err, m, r) for p, e, m, r in results]) for tid, results in out]
     return out

@@ -13,8 +13,10 @@ A state batch is (first offset, last offset, delivery state 0 Available / 2 Ackn
 4 Archived, delivery count); acquired records are written Available with their delivery
 count, so after a restart they are delivered again and the count goes on.
 
-Writing: every state change of a share-partition writes one record, synchronously, before
-the request that caused it is answered. The first write of a share-partition and every
+Writing: every state change of a share-partition writes one record before the request that
+caused it is answered: appended at once when this process may append to the record's
+partition, else forwarded as a Produce to the worker that owns it and awaited (`settled`)
+before the answer. The first write of a share-partition and every
 `share.coordinator.snapshot.update.records.per.snapshot`-th after it is a ShareSnapshot
 (snapshot epoch + 1); the others are ShareUpdates holding every batch changed since the
 snapshot (cumulative), so the topic is compacted (`cleanup.policy=compact`): the latest
@@ -25,7 +27,9 @@ the latest snapshot, is skipped).
 
 Placement: a key lives in partition abs(java hash("<group>:<topic id>:<partition>")) mod
 `share.coordinator.state.topic.num.partitions` (Kafka's coordinator key, the topic id in its
-base64 form). The topic (internal) is created on first use with that many partitions.
+base64 form). The topic (internal) is created on first use with that many partitions. The
+state of a group's share-partitions is written and served by the process coordinating the group
+(`coordinator_error`); every worker replays the whole topic at start.
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ log = logging.getLogger("kafkafast.share")
 STATE_TOPIC = "__share_group_state"
 SNAPSHOT_KEY, UPDATE_KEY = 0, 1
 VALUE_VERSION = 0
+WRITE_TIMEOUT_MS = 30000
 Key = tuple[str, bytes, int]
 
 
@@ -122,6 +127,7 @@ class ShareStateStore:
         self.per_snapshot = cfg.get_int("share.coordinator.snapshot.update.records.per.snapshot")
         self.keys: dict[Key, _KeyState] = {}
         self.loaded = False
+        self.pending: list[Any] = []  # writes forwarded to the owner worker, not yet answered
 
     # -- placement ---------------------------------------------------------------------------
     def num_partitions(self) -> int:
@@ -219,16 +225,13 @@ class ShareStateStore:
 
     # -- the share coordinator APIs (Read/Write/Initialize/DeleteShareGroupState, the summary) ------
     def coordinator_error(self, key: Key) -> int:
-        """NONE, or why this process does not serve the key's state (Kafka's share coordinator errors)."""
+        """NONE, or why this process does not serve the key's state: the state of a group's
+        share-partitions is kept where the group is coordinated (NOT_COORDINATOR elsewhere)."""
         if not key[0]:
             return E.ErrorCode.INVALID_REQUEST
         if not self.loaded:
             return E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        self.ensure_topic()
-        part = self.broker.get_partition(STATE_TOPIC, self.partition_for(key))
-        if part is None or not self.broker.owns(part):
-            return E.ErrorCode.NOT_COORDINATOR
-        return 0
+        return self.broker.group_coordinator.status(key[0], "share_group_state")
 
     def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
         """WriteShareGroupState: `batches` over the stored state; FencedStateEpochError for an older state epoch."""
@@ -261,4 +264,21 @@ class ShareStateStore:
             raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC} is not available")
         builder = BatchBuilder()
         builder.append(clock.now_ms(), key_bytes, value)
-        self.broker.append(part, bytearray(builder.build()))
+        records = bytearray(builder.build())
+        if self.broker.appends_here(part, None):
+            self.broker.append(part, records)
+        else:  # another worker owns the partition (and shared append is off or not ready): Produce to it
+            self.pending.append(self.broker.forward_produce(part, records, -1, WRITE_TIMEOUT_MS))
+
+    async def settled(self) -> int:
+        """Waits for the writes forwarded to other workers; the first error code, or NONE."""
+        pending, self.pending = self.pending, []
+        error = 0
+        for fut in pending:
+            try:
+                res = await fut
+                error = error or res.error_code
+            except Exception as exc:  # the owner went away
+                log.warning("share state: a forwarded write failed: %s", exc)
+                error = error or E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return error
