@@ -265,10 +265,13 @@ class ShareStateStore:
         builder = BatchBuilder()
         builder.append(clock.now_ms(), key_bytes, value)
         records = bytearray(builder.build())
+        forward = getattr(self.broker, "forward_produce", None)  # as the Produce handler finds it
         if self.broker.appends_here(part, None):
             self.broker.append(part, records)
-        else:  # another worker owns the partition (and shared append is off or not ready): Produce to it
-            self.pending.append(self.broker.forward_produce(part, records, -1, WRITE_TIMEOUT_MS))
+        elif forward is not None:  # another worker owns the partition (shared append off or not ready)
+            self.pending.append(forward(part, records, -1, WRITE_TIMEOUT_MS))
+        else:  # led by another broker: the cluster's share coordinator is not built yet
+            raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC}-{part.index} is not led by this broker")
 
     async def settled(self) -> int:
         """Waits for the writes forwarded to other workers; the first error code, or NONE."""
