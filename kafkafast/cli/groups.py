@@ -113,8 +113,14 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    return delete_groups(args, _group_ids, "consumer")
+
+
+def delete_groups(args: argparse.Namespace, group_ids: Any, kind: str) -> int:
+    """DeleteGroups for the groups `group_ids(admin, args)` names, reported as Kafka's tools do
+    (`kind`: "consumer" or "share")."""
     async def delete(admin: Any) -> dict[str, int]:
-        return await admin.delete_groups(await _group_ids(admin, args))
+        return await admin.delete_groups(await group_ids(admin, args))
 
     from kafkafast.protocol.errors import for_code
 
@@ -124,7 +130,7 @@ def _delete(args: argparse.Namespace) -> int:
             failed += 1
             print(f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}")
         else:
-            print(f"Deletion of requested consumer groups ('{gid}') was successful.")
+            print(f"Deletion of requested {kind} groups ('{gid}') was successful.")
     return 1 if failed else 0
 
 

@@ -1,7 +1,7 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
     kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
-    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
+    kafkafast topics|groups|share-groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
 
 The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
 log.segment.bytes, log.retention.ms, ...); `--set` overrides single keys. The other
@@ -20,7 +20,7 @@ from kafkafast.config import BrokerConfig, ConfigError
 COMMANDS = {
     "topics": "topics", "groups": "groups", "configs": "configs", "produce": "produce", "consume": "consume",
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
-    "reassign": "reassign", "acls": "acls",
+    "reassign": "reassign", "acls": "acls", "share-groups": "share_groups",
 }
 
 

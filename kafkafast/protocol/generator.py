@@ -2,8 +2,8 @@
 
 Input: `../shared/kafka-protocol/` (override with KAFKAFAST_PROTOCOL_DIR): `messages/*.json`
 for requests, responses and headers, `group-coordinator/*.json` and
-`transaction-coordinator/*.json` for internal-topic record formats, with `schemas/*/*.json`
-beside this module for record formats newer than those (`__share_group_state`'s); `schema_patches.json`
+`transaction-coordinator/*.json` for internal-topic record formats, with `schemas/` beside this
+module for messages and record formats newer than those (its README.md); `schema_patches.json`
 beside this module adds versions newer than those schemas (new valid versions, new fields).
 Output: `kafkafast/protocol/_generated/`, one module per API key (request and response
 side by side), `headers.py`, `coordinator_records.py`, and `__init__.py` with the
@@ -609,7 +609,7 @@ def generate(out_dir: Path, proto: Path | None = None) -> dict[str, str]:
     by_key: dict[int, dict[str, Message]] = {}
     headers: list[Message] = []
     data_msgs: list[Message] = []
-    for path in sorted((proto / "messages").glob("*.json")):
+    for path in sorted([*(proto / "messages").glob("*.json"), *(SCHEMAS_DIR / "messages").glob("*.json")]):
         spec = patched(load_json(path))
         msg = Message(spec)
         if msg.type in ("request", "response"):
@@ -630,7 +630,7 @@ def generate(out_dir: Path, proto: Path | None = None) -> dict[str, str]:
     for sub in ("group-coordinator", "transaction-coordinator"):
         for path in sorted((proto / sub).glob("*.json")):
             coord.append(Message(load_json(path)))
-    for path in sorted(SCHEMAS_DIR.glob("*/*.json")):  # record formats newer than the shared schemas
+    for path in sorted(SCHEMAS_DIR.glob("*-coordinator/*.json")):  # record formats newer than the shared schemas
         coord.append(Message(load_json(path)))
     files["coordinator_records.py"] = emit_module(
         coord, "group-coordinator/*.json and transaction-coordinator/*.json, and kafkafast/protocol/schemas/*/*.json")

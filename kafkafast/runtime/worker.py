@@ -72,7 +72,8 @@ GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbe
               # Share groups: membership, sessions and share-partition state live with the group.
               76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
               83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
-              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary"}
+              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
+              91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
@@ -100,7 +101,7 @@ def _group_ids(api_key: int, req: Any) -> list[str]:
         return list(req.groups_names or [])
     if api_key in (69, 77):
         return list(req.group_ids or [])
-    if api_key == 9 and getattr(req, "groups", None):
+    if api_key in (9, 90) and getattr(req, "groups", None):
         return [g.group_id for g in req.groups]
     gid = getattr(req, "group_id", None)
     return [gid] if gid is not None else []

@@ -31,6 +31,7 @@ from kafkafast.protocol._generated.share_group_describe import ShareGroupDescrib
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
+from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
 LOCK_MS = 2000
@@ -411,3 +412,51 @@ def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_
         assert raw.request(DS(group_id=group, topics=[DS.DeleteStateData(topic_id=tid, partitions=[
             DS.PartitionData(partition=0)])]), 0).results[0].partitions[0].error_code == 0
         assert raw.request(read, 0).results[0].partitions[0].start_offset == -1
+
+
+def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qcli", 2)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qcli", 2, 5)
+    c = share_consumer(bs, group, "qcli")
+    got: set[bytes] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 10, 20, lambda _c, m: got.add(m.value()))
+        c.poll(0.1)  # accepts the last records (implicit mode)
+        b = ["--bootstrap-server", bs]
+        assert kafkafast("share-groups", *b, "--list").stdout.split() == [group]
+        members = kafkafast("share-groups", *b, "--describe", "--group", group, "--members").stdout.splitlines()
+        assert members[0].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert members[1].split()[0] == group and members[1].split()[4] == "2"
+        state = kafkafast("share-groups", *b, "--describe", "--group", group, "--state").stdout.splitlines()
+        assert state[1].split()[0] == group and state[1].split()[-2:] == ["Stable", "1"]
+        busy = kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-earliest",
+                         "--execute", check=False)
+        assert busy.returncode != 0 and "is not empty" in busy.stderr + busy.stdout
+    finally:
+        c.close()
+    offsets = kafkafast("share-groups", *b, "--describe", "--group", group).stdout.splitlines()
+    assert offsets[0] == f"Share group '{group}' has no active members."
+    assert offsets[1].split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    assert [r.split()[1:] for r in offsets[2:4]] == [["qcli", "0", "5", "0"], ["qcli", "1", "5", "0"]]
+    dry = kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-offset", "2")
+    assert "dry run" in dry.stdout
+    kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-offset", "2", "--execute")
+    offsets = kafkafast("share-groups", *b, "--describe", "--group", group).stdout.splitlines()
+    assert [r.split()[1:] for r in offsets[2:4]] == [["qcli", "0", "2", "3"], ["qcli", "1", "2", "3"]]
+    # The group reads again from offset 2.
+    c = share_consumer(bs, group, "qcli")
+    again: set[tuple[int, int]] = set()
+    try:
+        poll_until([c], lambda: len(again) >= 6, 20, lambda _c, m: again.add((m.partition(), m.offset())))
+        c.poll(0.1)
+    finally:
+        c.close()
+    assert again == {(p, o) for p in (0, 1) for o in (2, 3, 4)}
+    deleted = kafkafast("share-groups", *b, "--delete-offsets", "--group", group, "--topic", "qcli").stdout
+    assert deleted.split()[:3] == ["TOPIC", "PARTITION", "STATUS"] and deleted.count("Successful") == 2
+    assert kafkafast("share-groups", *b, "--delete", "--group", group).stdout.strip() == \
+        f"Deletion of requested share groups ('{group}') was successful."
+    assert kafkafast("share-groups", *b, "--list").stdout.split() == []
