@@ -460,3 +460,31 @@ def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
     assert kafkafast("share-groups", *b, "--delete", "--group", group).stdout.strip() == \
         f"Deletion of requested share groups ('{group}') was successful."
     assert kafkafast("share-groups", *b, "--list").stdout.split() == []
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_share_groups_never_deliver_aborted_records(sbroker, isolation):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qt", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_isolation_level=isolation)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{group}", **QUIET})
+    p.init_transactions(15)
+    for name, commit in (("a", True), ("b", False), ("c", True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce("qt", value=f"{name}{i}".encode(), partition=0)
+        p.flush(10)
+        (p.commit_transaction if commit else p.abort_transaction)(15)
+    expected = {f"{n}{i}".encode() for n in ("a", "c") + (("b",) if isolation == "read_uncommitted" else ())
+                for i in range(3)}
+    c = share_consumer(bs, group, "qt")
+    got: Counter = Counter()
+    try:
+        poll_until([c], lambda: set(got) >= expected, 20, lambda _c, m: got.update([m.value()]))
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            got.update(m.value() for m in c.poll(0.2) if m.error() is None)
+    finally:
+        c.close()
+    assert set(got) == expected and max(got.values()) == 1

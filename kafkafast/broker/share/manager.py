@@ -7,8 +7,9 @@ no session: SHARE_SESSION_NOT_FOUND) or closed (-1); the piggy-backed acknowledg
 applied; then for each partition of the session, its `SharePartition` (loaded on first use
 from the state store, or started where `share.auto.offset.reset` says) picks the first
 Available offset, the log is read from the batch holding it up to the high watermark (the
-last stable offset with `share.isolation.level=read_committed`), the batch headers are
-walked and whole batches acquired until MaxRecords; the answer carries the bytes of the
+last stable offset with `share.isolation.level=read_committed`, which also archives the
+batches of aborted transactions as they are passed), the batch headers are walked and whole
+batches acquired until MaxRecords; the answer carries the bytes of the
 batches that hold acquired records and the acquired ranges with their delivery counts, and
 a lock timer is started for them. With nothing acquired the fetch parks until an append to
 one of its partitions or a release in this manager wakes it, or MaxWaitMs passes.
@@ -31,7 +32,8 @@ from kafkafast import clock
 from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
 from kafkafast.protocol import errors as E
 from kafkafast.records.batch import iter_entries, read_batch_header
-from kafkafast.records.model import ATTR_CONTROL
+from kafkafast.records.model import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from kafkafast.storage.txn_index import collect_aborted
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
@@ -78,6 +80,18 @@ def duration_ms(text: str) -> int | None:
         return None
     d, h, mi, s = (float(x) if x else 0.0 for x in m.groups())
     return int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
+
+
+def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
+    """Whether a batch's records are archived as they are passed, never delivered: a control
+    batch (a transaction marker), or with read_committed a batch of an aborted transaction
+    (`aborted`: (first offset, marker offset, producer id) of the aborted transactions in the range)."""
+    if header.attributes & ATTR_CONTROL:
+        return True
+    if not header.attributes & ATTR_TRANSACTIONAL:
+        return False
+    # An aborted transaction of this producer spanning the batch (from its first offset to its ABORT marker).
+    return any(pid == header.producer_id and first <= header.base_offset <= last for first, last, pid in aborted)
 
 
 class SharePartitionManager:
@@ -236,7 +250,8 @@ class SharePartitionManager:
         if sp.in_flight() >= self.max_locks and sp.next_candidate() == sp.end_offset:
             return b"", []
         upper = part.high_watermark
-        if (self.group_config(group_id, "share.isolation.level") or "read_uncommitted") == "read_committed":
+        committed = (self.group_config(group_id, "share.isolation.level") or "read_uncommitted") == "read_committed"
+        if committed:
             upper = min(upper, part.state.last_stable_offset)
         start = sp.next_candidate()
         if start is None or start >= upper:
@@ -246,12 +261,14 @@ class SharePartitionManager:
         if region is None or not len(region):
             return b"", []
         data = region.read()
+        aborted = sorted((a.first_offset, a.last_offset, a.producer_id) for a in collect_aborted(
+            part.log.reader.dir, part.log.reader.segment_bases(), start, upper)) if committed else []
         batches, spans = [], []
         for pos, size, magic in iter_entries(data):
             if magic != 2:
                 continue
             h = read_batch_header(data, pos)
-            batches.append((h.base_offset, h.last_offset, bool(h.attributes & ATTR_CONTROL)))
+            batches.append((h.base_offset, h.last_offset, _archived(h, aborted)))
             spans.append((pos, size))
         ranges, token, used = sp.acquire(member_id, batches, max_records, self.max_locks, start)
         if not ranges:
