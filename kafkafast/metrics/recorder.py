@@ -8,7 +8,8 @@ requests and out a client quota's throttle delay; a frame still in the kernel wh
 connection does not read, the backpressure of full queues, is not yet counted), and
 for Produce (records and batch bytes per topic, from the request's batch headers) and
 Fetch (bytes sent per topic, from the sendfile regions of the response) the per-topic
-traffic. Produce traffic is counted as received: the response is not decoded (that
+traffic; share group record events (acquired, redelivered, acknowledged by type, archived,
+lock timeouts) come from `broker.share.partition.observer`. Produce traffic is counted as received: the response is not decoded (that
 would double the cost of the hook), so a partition whose append failed still counts, and
 Kafka's FailedProduceRequestsPerSec is not served. It is inert (`active` False, nothing
 imported) until `enable` is called, before the workers are forked.
@@ -91,10 +92,37 @@ def enable(directory: str) -> None:
                            registry=None)
     _UNCLEAN = Counter("kafka_controller_controllerstats_uncleanleaderelections",
                        "Leaders elected from outside the ISR by this broker's controller", registry=None)
+    from kafkafast.broker.share import partition as share_partition
+
+    share_partition.observer = _share_event
+    _SHARE.clear()
+    for event, (name, doc) in SHARE_EVENTS.items():
+        counter = _SHARE.get(name)
+        if counter is None:
+            counter = _SHARE[name] = Counter(name, doc, ["type"] if event in ACK_TYPES else [], registry=None)
+        _SHARE[event] = counter.labels(ACK_TYPES[event]) if event in ACK_TYPES else counter
     _children.clear()
     _topic_metrics.clear()
     _auth_children.clear()
     active = True
+
+
+# Share group record events (kafkafast.broker.share.partition.observer) -> counter name and help.
+SHARE_EVENTS = {
+    "acquired": ("kafka_server_share_records_acquired", "Records acquired by share group members"),
+    "redelivered": ("kafka_server_share_records_redelivered", "Records acquired again after a release or lock timeout"),
+    "accepted": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "released": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "rejected": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "archived": ("kafka_server_share_records_archived", "Records archived at the delivery count limit or as gaps"),
+    "lock_timeouts": ("kafka_server_share_lock_timeouts", "Acquired records released because their lock expired"),
+}
+ACK_TYPES = {"accepted": "accept", "released": "release", "rejected": "reject"}
+_SHARE: dict[str, Any] = {}
+
+
+def _share_event(event: str, n: int) -> None:
+    _SHARE[event].inc(n)
 
 
 def _uncleanable(counts: dict[str, int]) -> None:

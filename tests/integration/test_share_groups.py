@@ -31,6 +31,8 @@ from kafkafast.protocol._generated.share_group_describe import ShareGroupDescrib
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
+from tests.integration.test_metrics import scrape, value
+from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
@@ -488,3 +490,68 @@ def test_read_committed_share_groups_never_deliver_aborted_records(sbroker, isol
     finally:
         c.close()
     assert set(got) == expected and max(got.values()) == 1
+
+
+def test_records_held_by_a_closed_consumer_go_to_another_at_once(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qx", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="60000")
+    values = produce(bs, "qx", 1, 10)
+    first = share_consumer(bs, group, "qx", **{"share.acknowledgement.mode": "explicit"})
+    held: set[bytes] = set()
+    try:
+        poll_until([first], lambda: bool(held), 20, lambda _c, m: held.add(m.value()))
+    finally:
+        first.close()  # never acknowledged: closing its share session releases them
+    assert held
+    started = time.monotonic()
+    second = share_consumer(bs, group, "qx")
+    got: dict[bytes, int] = {}
+    try:
+        poll_until([second], lambda: set(got) >= values, 20, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
+        second.poll(0.1)
+    finally:
+        second.close()
+    assert set(got) == values
+    assert {v: got[v] for v in held} == {v: 2 for v in held}
+    assert time.monotonic() - started < 30  # well before the 60 s lock would have expired
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_share_record_metrics_count_acquisitions_acknowledgements_and_archiving(broker_factory, workers):
+    mport = free_port()
+    b = broker_factory(workers=workers, settings={**SETTINGS, "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+    bs = b.bootstrap
+    create_topic(bs, "qm", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_delivery_count_limit="2")
+    produce(bs, "qm", 1, 9)
+    c = share_consumer(bs, group, "qm", **{"share.acknowledgement.mode": "explicit"})
+    kinds = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.REJECT, 2: AcknowledgeType.RELEASE}
+    deliveries: Counter = Counter()
+    try:
+        end = time.monotonic() + 20
+        # 3 accepted, 3 rejected, 3 released twice: redelivered once, then archived at the limit of 2.
+        while time.monotonic() < end and (len(deliveries) < 9 or sum(deliveries.values()) < 12):
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                deliveries[m.value()] += 1
+                c.acknowledge(m, kinds[int(m.value().split(b"-")[1]) % 3])
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert sum(deliveries.values()) == 12
+    deadline = time.monotonic() + 10
+    while True:  # the counters are written as the requests are answered
+        m = scrape(mport)
+        got = (value(m, "kafka_server_share_records_acquired_total"), value(m, "kafka_server_share_records_redelivered_total"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="accept"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="reject"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="release"),
+               value(m, "kafka_server_share_records_archived_total"))
+        if got == (12, 3, 3, 3, 3, 3) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got == (12, 3, 3, 3, 3, 3)

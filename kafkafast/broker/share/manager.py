@@ -113,7 +113,6 @@ class SharePartitionManager:
         self._waiters: set[asyncio.Future] = set()
         self._timers: set[Any] = set()
         self._loop: Any = None
-        self.metrics = {"acquired": 0, "acknowledged": 0, "released": 0, "archived": 0, "lock_timeouts": 0}
 
     def start(self, loop: Any) -> None:
         self._loop = loop
@@ -190,7 +189,6 @@ class SharePartitionManager:
                 log.warning("share group %s: %s-%d: persisting a release failed: %s", group_id, sp.topic,
                             sp.partition, exc)
         if released:
-            self.metrics["released"] += released
             self._wake()
 
     # -- sessions --------------------------------------------------------------------------------
@@ -225,20 +223,15 @@ class SharePartitionManager:
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
                     batches: list[tuple[int, int, list[int]]]) -> tuple[int, str | None]:
         sp = self.share_partition(group_id, topic, topic_id, part)
-        before = sp.counts()
+        released = [0]
         try:
-            sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id))
+            sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
             err: tuple[int, str | None] = (0, None)
         except InvalidRecordState as exc:
             err = (EC.INVALID_RECORD_STATE, str(exc))
         except E.KafkaError as exc:  # the state could not be persisted
             err = (exc.code, exc.message)
-        after = sp.counts()
-        accepted = sum(1 for f, l, types in batches for i in range(l - f + 1)
-                       if (types[0] if len(types) == 1 else types[i]) == 1)
-        self.metrics["acknowledged"] += accepted if not err[0] else 0
-        if after.get(0, 0) > before.get(0, 0):
-            self.metrics["released"] += after[0] - before[0]
+        if released[0]:
             self._wake()
         return err
 
@@ -274,7 +267,6 @@ class SharePartitionManager:
         if not ranges:
             return b"", []
         offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
-        self.metrics["acquired"] += len(offsets)
         self._lock(sp, member_id, token, offsets)
         return b"".join(data[spans[i][0]:spans[i][0] + spans[i][1]] for i in used), ranges
 
@@ -288,7 +280,6 @@ class SharePartitionManager:
                             sp.partition, exc)
                 released = 1
             if released:
-                self.metrics["lock_timeouts"] += released
                 self._wake()
         handle = clock.call_later(self._loop, self.lock_duration_ms(sp.group_id), expire)
         self._timers.add(handle)

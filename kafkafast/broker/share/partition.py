@@ -34,6 +34,16 @@ GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3  # acknowledge types on the wire
 
 StateBatch = tuple[int, int, int, int]  # first offset, last offset, delivery state, delivery count
 
+# Set by kafkafast.metrics when metrics are on: called with (event, records) for "acquired",
+# "redelivered" (acquired again), "accepted", "released", "rejected", "archived" (released or
+# timed out at the delivery count limit, or acknowledged as a gap) and "lock_timeouts".
+observer: Callable[[str, int], None] | None = None
+
+
+def _event(name: str, n: int) -> None:
+    if observer is not None and n:
+        observer(name, n)
+
 
 class InvalidRecordState(Exception):
     """An acknowledgement of records that are not acquired by this member."""
@@ -125,15 +135,20 @@ class SharePartition:
         if changed:
             self._advance()
             self._persist(changed)
+        if observer is not None:
+            _event("acquired", acquired)
+            _event("redelivered", sum(b - a + 1 for a, b, c in ranges if c > 1))
         return [(a, b, c) for a, b, c in ranges], token, used
 
     # -- release and acknowledgement --------------------------------------------------------
     def release_lock(self, member_id: str, token: int, offsets: Iterable[int], limit: int) -> int:
         """The lock of acquisition `token` expired: its records still acquired under it go back.
         Returns how many did."""
-        return self._release_all([off for off in offsets
-                                  if (rec := self.records.get(off)) is not None and rec[0] == ACQUIRED
-                                  and rec[3] == token and rec[2] == member_id], limit)
+        n = self._release_all([off for off in offsets
+                               if (rec := self.records.get(off)) is not None and rec[0] == ACQUIRED
+                               and rec[3] == token and rec[2] == member_id], limit)
+        _event("lock_timeouts", n)
+        return n
 
     def release_member(self, member_id: str, limit: int) -> int:
         """The member left (or closed its share session): everything it holds goes back."""
@@ -153,11 +168,14 @@ class SharePartition:
         rec[0] = ARCHIVED if rec[1] >= limit else AVAILABLE
         rec[2] = None
         rec[3] = 0
+        _event("archived" if rec[0] == ARCHIVED else "released", 1)
 
-    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], limit: int) -> None:
+    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], limit: int,
+                    released: list[int]) -> None:
         """Applies acknowledgement batches (first, last, types: one for the range or one per
-        offset). Raises InvalidRecordState, applying none of a batch that names a record not
-        acquired by the member (batches before it stay applied)."""
+        offset); `released[0]` counts the records made Available again. Raises InvalidRecordState,
+        applying none of a batch that names a record not acquired by the member (batches before
+        it stay applied)."""
         changed: list[int] = []
         try:
             for first, last, types in batches:
@@ -180,10 +198,13 @@ class SharePartition:
                         continue
                     if kind == ACCEPT:
                         rec[0], rec[2], rec[3] = ACKNOWLEDGED, None, 0
+                        _event("accepted", 1)
                     elif kind == RELEASE:
                         self._release(rec, limit)
+                        released[0] += rec[0] == AVAILABLE
                     else:
                         rec[0], rec[2], rec[3] = ARCHIVED, None, 0
+                        _event("rejected" if kind == REJECT else "archived", 1)
                     changed.append(off)
         finally:
             if changed:
@@ -225,9 +246,3 @@ class SharePartition:
     def _persist(self, offsets: list[int]) -> None:
         if self.persist is not None:
             self.persist(self, self.state_batches(offsets))
-
-    def counts(self) -> dict[int, int]:
-        out = {AVAILABLE: 0, ACQUIRED: 0, ACKNOWLEDGED: 0, ARCHIVED: 0}
-        for rec in self.records.values():
-            out[rec[0]] += 1
-        return out
