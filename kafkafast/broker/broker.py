@@ -90,6 +90,9 @@ class Partition:
 
 
 class Broker:
+    # API keys this kind of broker does not serve (neither advertised nor answered).
+    unserved_api_keys: frozenset[int] = frozenset()
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -108,8 +111,9 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
 
-        self.handlers = enabled_group_protocols(served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
-                                                config.get("group.coordinator.rebalance.protocols"))
+        self.handlers = {k: spec for k, spec in enabled_group_protocols(
+            served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
+            config.get("group.coordinator.rebalance.protocols")).items() if k not in self.unserved_api_keys}
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
         self.share: Any = None  # kafkafast.broker.share.coordinator.ShareCoordinator, made in start()

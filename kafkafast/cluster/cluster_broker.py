@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
+from kafkafast.broker.share import SHARE_API_KEYS
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -42,6 +43,9 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+    # Share groups need the share-partition state at each partition's leader and a share coordinator
+    # moving with its __share_group_state partition's leadership: not built yet in cluster mode.
+    unserved_api_keys = SHARE_API_KEYS
 
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)

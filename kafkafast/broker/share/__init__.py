@@ -1,1 +1,5 @@
 """Share groups (KIP-932, queues for Kafka): membership, share-partition state, its persistence."""
+
+# The share group APIs: heartbeat, describe, fetch, acknowledge, the share coordinator's
+# state APIs and the offsets APIs.
+SHARE_API_KEYS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
