@@ -555,3 +555,24 @@ def test_share_record_metrics_count_acquisitions_acknowledgements_and_archiving(
             break
         time.sleep(0.2)
     assert got == (12, 3, 3, 3, 3, 3)
+
+
+def test_a_member_that_stops_heartbeating_leaves_after_the_session_timeout(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qh", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_session_timeout_ms="6000", share_heartbeat_interval_ms="2000")
+    with RawClient(sbroker.port) as raw:
+        hb = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="quiet", member_epoch=0,
+                                                    subscribed_topic_names=["qh"]), 1)
+        assert (hb.error_code, hb.heartbeat_interval_ms) == (0, 2000)  # the group's override
+        joined = time.monotonic()
+        deadline = joined + 20
+        while time.monotonic() < deadline:
+            g = raw.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+            if not g.members:
+                break
+            time.sleep(0.2)
+        assert g.group_state == "Empty" and time.monotonic() - joined >= 5.5
+        gone = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="quiet", member_epoch=1), 1)
+        assert gone.error_code == EC.UNKNOWN_MEMBER_ID

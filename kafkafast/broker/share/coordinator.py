@@ -23,7 +23,7 @@ class ShareCoordinator:
         self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
         self.store = ShareStateStore(broker)
         self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
-        self.groups = ShareGroups(broker, self.partitions.member_gone)
+        self.groups = ShareGroups(broker, self.partitions.member_gone, self.configs.get)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

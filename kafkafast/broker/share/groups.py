@@ -17,7 +17,9 @@ goes to member j mod M, so every partition has one member and the members have a
 number of partitions. Topics are taken in name order and their partitions numbered across
 topics, so several topics spread the same way.
 
-Timers: each member's session (`group.share.session.timeout.ms`, reset by every heartbeat);
+Timers: each member's session (`group.share.session.timeout.ms`, per group
+`share.session.timeout.ms`, reset by every heartbeat; the heartbeat interval likewise,
+`group.share.heartbeat.interval.ms` / `share.heartbeat.interval.ms`);
 its expiry removes the member, bumps the group epoch and releases the records it had acquired
 (`on_member_gone`). States: Empty (no members), Stable, Dead (deleted).
 
@@ -101,7 +103,8 @@ def simple_assign(members: list[str], partitions: list[tuple[bytes, int]]) -> di
 class ShareGroups:
     """The share groups this process coordinates (see the module docstring)."""
 
-    def __init__(self, broker: Any, on_member_gone: Callable[[str, str], None]) -> None:
+    def __init__(self, broker: Any, on_member_gone: Callable[[str, str], None],
+                 group_config: Callable[[str, str], str | None]) -> None:
         self.broker = broker
         cfg = broker.config
         self.session_timeout_ms = cfg.get_int("group.share.session.timeout.ms")
@@ -115,6 +118,7 @@ class ShareGroups:
             raise ValueError("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
         self.groups: dict[str, ShareGroup] = {}
         self.on_member_gone = on_member_gone
+        self.group_config = group_config
         self._loop: Any = None
 
     def start(self, loop: Any) -> None:
@@ -195,7 +199,7 @@ class ShareGroups:
         member.member_epoch = group.assignment_epoch
         self._schedule_session(group, member)
         result = HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
-                                 heartbeat_interval_ms=self.heartbeat_interval_ms)
+                                 heartbeat_interval_ms=self._setting(group_id, "heartbeat.interval.ms"))
         if member.sent_epoch != member.member_epoch:
             result.assignment = member.assignment
             member.sent_epoch = member.member_epoch
@@ -243,7 +247,14 @@ class ShareGroups:
     def _schedule_session(self, group: ShareGroup, member: ShareMember) -> None:
         if member.timer is not None:
             member.timer.cancel()
-        member.timer = clock.call_later(self._loop, self.session_timeout_ms, self._expire, group, member)
+        member.timer = clock.call_later(self._loop, self._setting(group.group_id, "session.timeout.ms"), self._expire,
+                                        group, member)
+
+    def _setting(self, group_id: str, name: str) -> int:
+        """share.<name> of the group's configs, else the broker's group.share.<name>."""
+        value = self.group_config(group_id, f"share.{name}")
+        return int(value) if value else (self.session_timeout_ms if name == "session.timeout.ms"
+                                         else self.heartbeat_interval_ms)
 
     def _expire(self, group: ShareGroup, member: ShareMember) -> None:
         member.timer = None
