@@ -503,12 +503,13 @@ class WorkerBroker(Broker):
             self.refresh_topics()
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in FANOUT_KEYS and self.group_coordinator is not None:
+            if api_key in FANOUT_KEYS and api_key in self.handlers and self.group_coordinator is not None:
                 carry_principal(conn)  # the split requests are authorized as this client
                 parts = await maybe_fan_out(self, frame)
                 if parts is not None:
                     return parts
-            if api_key in GROUP_KEYS and self.group_coordinator is not None:
+            if api_key in GROUP_KEYS and api_key in self.handlers and self.group_coordinator is not None:
+                # (a key not served here is refused by this worker: forwarded, it would close the internal link)
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
