@@ -36,7 +36,7 @@ async def handle(broker, ctx, req: ShareAcknowledgeRequest, version: int) -> Sha
         if name is None:
             continue
         for p in t.partitions:
-            apply_acks(broker, req.group_id, req.member_id, name, tid, p.partition_index, p.acknowledgement_batches,
+            await apply_acks(broker, req.group_id, req.member_id, name, tid, p.partition_index, p.acknowledgement_batches,
                        answers)
     if req.share_session_epoch == FINAL_EPOCH:
         mgr.close_session(session)

@@ -19,7 +19,7 @@ import time
 
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.manager import FINAL_EPOCH, PartitionAnswer
-from kafkafast.broker.share.requests import (apply_acks, current_leader, local_partition, persisted, request_error,
+from kafkafast.broker.share.requests import (apply_acks, current_leader, loaded_partition, persisted, request_error,
                                              resolve)
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest, ShareFetchResponse
@@ -29,7 +29,7 @@ EC = E.ErrorCode
 DEFAULT_MAX_RECORDS = 500
 
 
-def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple[int, list]:
+async def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple[int, list]:
     """One acquisition pass over the session's partitions; (records acquired, partitions read)."""
     mgr = broker.share.partitions
     total, parts = 0, []
@@ -37,7 +37,7 @@ def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple[int, 
         answer = answers.setdefault((topic, p), PartitionAnswer(topic, tid, p))
         if answer.error or answer.records:
             continue
-        part, answer.error = local_partition(broker, topic, p)
+        part, answer.error = await loaded_partition(broker, req.group_id, topic, tid, p)
         if answer.error:
             continue
         parts.append(part)
@@ -107,7 +107,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
     except E.KafkaError as exc:
         return R(throttle_time_ms=0, error_code=exc.code, error_message=exc.message, responses=[], node_endpoints=[])
     for name, tid, p, batches in acks:
-        apply_acks(broker, req.group_id, req.member_id, name, tid, p, batches, answers)
+        await apply_acks(broker, req.group_id, req.member_id, name, tid, p, batches, answers)
     lock_ms = mgr.lock_duration_ms(req.group_id)
     if epoch == FINAL_EPOCH:
         mgr.close_session(session)
@@ -116,7 +116,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
     budget = [req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS, max(req.max_bytes, 1)]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     while True:
-        acquired, parts = _fetch_once(broker, req, session, answers, budget)
+        acquired, parts = await _fetch_once(broker, req, session, answers, budget)
         remaining = deadline - time.monotonic()
         if acquired or remaining <= 0 or not parts or any(a.error for a in answers.values()):
             break

@@ -143,19 +143,33 @@ class SharePartitionManager:
         return part.high_watermark
 
     # -- share-partitions ------------------------------------------------------------------------
-    def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
+    async def prepare(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> None:
+        """Loads the share-partition from its stored state (the share coordinator's, possibly on
+        another broker), or starts it where share.auto.offset.reset says, unless it is loaded at
+        the partition's current leader epoch (a leader elected again reads the state again)."""
         key = (group_id, topic, part.index)
         sp = self.partitions.get(key)
-        if sp is None:
-            saved = self.store.read(group_id, topic_id, part.index)
-            if saved is not None and saved.start_offset >= 0:
-                sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
-            else:
-                sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
-            sp.persist = self._persister(topic_id)
-            self.partitions[key] = sp
-            if saved is None or saved.start_offset < 0:
-                sp.persist(sp, [])
+        if sp is not None and sp.leader_epoch == part.leader_epoch:
+            return
+        saved = await self.store.fetch(group_id, topic_id, part.index)
+        sp = self.partitions.get(key)
+        if sp is not None and sp.leader_epoch == part.leader_epoch:
+            return  # loaded meanwhile by another request
+        if saved is not None and saved.start_offset >= 0:
+            sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
+        else:
+            sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
+        sp.leader_epoch = part.leader_epoch
+        sp.persist = self._persister(topic_id)
+        self.partitions[key] = sp
+        if saved is None or saved.start_offset < 0:
+            sp.persist(sp, [])
+
+    def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
+        """The share-partition `prepare` loaded (COORDINATOR_LOAD_IN_PROGRESS if it was not)."""
+        sp = self.partitions.get((group_id, topic, part.index))
+        if sp is None or sp.leader_epoch != part.leader_epoch:
+            raise E.CoordinatorLoadInProgressError(f"share-partition {topic}-{part.index} of {group_id} is not loaded")
         if sp.start_offset < part.log_start_offset:
             sp.reset_to(part.log_start_offset)
         return sp

@@ -51,7 +51,7 @@ class InvalidRecordState(Exception):
 
 class SharePartition:
     __slots__ = ("group_id", "topic", "partition", "start_offset", "end_offset", "records", "state_epoch",
-                 "persist", "_token")
+                 "leader_epoch", "persist", "_token")
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  batches: Iterable[StateBatch] = (), state_epoch: int = 0,
@@ -63,6 +63,7 @@ class SharePartition:
         self.end_offset = start_offset
         self.records: dict[int, list] = {}
         self.state_epoch = state_epoch
+        self.leader_epoch = 0  # the partition's leader epoch it was loaded at
         self.persist = persist
         self._token = 0
         for first, last, state, count in batches:

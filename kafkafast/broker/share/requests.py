@@ -43,12 +43,12 @@ def resolve(broker: Any, ctx: Any, topic_id: bytes, partitions: list[int],
     return None
 
 
-def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, topic_id: bytes, partition: int,
+async def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, topic_id: bytes, partition: int,
                batches: list[Any], answers: dict[tuple[str, int], PartitionAnswer]) -> None:
     """Applies one partition's acknowledgement batches; the result goes into its answer."""
     answer = answers.setdefault((topic, partition), PartitionAnswer(topic, topic_id, partition))
     answer.acked = True
-    part, answer.ack_error = local_partition(broker, topic, partition)
+    part, answer.ack_error = await loaded_partition(broker, group_id, topic, topic_id, partition)
     if answer.ack_error:
         return
     answer.ack_error, answer.ack_message = broker.share.partitions.acknowledge(
@@ -68,6 +68,17 @@ def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
     if part.state.offline:
         return part, EC.KAFKA_STORAGE_ERROR
     return part, 0
+
+
+async def loaded_partition(broker: Any, group_id: str, topic: str, topic_id: bytes, partition: int) -> tuple[Any, int]:
+    """`local_partition`, with the group's share-partition of it loaded (its error if that failed)."""
+    part, err = local_partition(broker, topic, partition)
+    if not err:
+        try:
+            await broker.share.partitions.prepare(group_id, topic, topic_id, part)
+        except E.KafkaError as exc:
+            err = exc.code
+    return part, err
 
 
 def current_leader(broker: Any, answer: PartitionAnswer, cls: Any) -> Any:

@@ -202,6 +202,10 @@ class ShareStateStore:
         ks = self.keys.get((group_id, topic_id, partition))
         return ks.state if ks is not None else None
 
+    async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+        """The stored state, for loading a share-partition (here: what `read` says)."""
+        return self.read(group_id, topic_id, partition)
+
     def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
               batches: list[StateBatch], full: list[StateBatch]) -> None:
         """Persists a share-partition's new state (see the module docstring); raises KafkaError
