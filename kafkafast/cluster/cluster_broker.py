@@ -19,7 +19,9 @@ import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
-from kafkafast.broker.share import SHARE_API_KEYS
+from kafkafast.broker.share import SHARE_OFFSETS_API_KEYS
+from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -29,6 +31,7 @@ from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.metrics import recorder
@@ -43,9 +46,9 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
-    # Share groups need the share-partition state at each partition's leader and a share coordinator
-    # moving with its __share_group_state partition's leadership: not built yet in cluster mode.
-    unserved_api_keys = SHARE_API_KEYS
+    # The share group offsets APIs read and change the state in the process coordinating the
+    # group; in a cluster it lives with each key's share coordinator: not served yet.
+    unserved_api_keys = SHARE_OFFSETS_API_KEYS
 
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
@@ -112,6 +115,7 @@ class ClusterBroker(Broker):
         from kafkafast.cluster.transactions import ClusterTxnCoordinator
 
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
+        self.share = ShareCoordinator(self, ClusterShareStateStore(self))  # started by Broker.start
         await super().start()
 
     async def on_listening(self) -> None:
@@ -377,9 +381,11 @@ class ClusterBroker(Broker):
             self._coordinator_partition(part, load=True)
 
     def _coordinator_partition(self, part: ClusterPartition, *, load: bool) -> None:
-        """Leadership of a `__consumer_offsets` or `__transaction_state` partition came or went:
-        its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or drops its state."""
-        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator}.get(part.topic)
+        """Leadership of a `__consumer_offsets`, `__transaction_state` or `__share_group_state`
+        partition came or went: its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or
+        drops its state."""
+        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator,
+                       STATE_TOPIC: self.share.store}.get(part.topic)
         if coordinator is not None:
             (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
 

@@ -12,8 +12,9 @@ or a release. MaxRecords bounds the records acquired (a batch in progress is fin
 MaxBytes the bytes read. Errors: INVALID_REQUEST (no group or member id),
 GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
-the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, and for
-acknowledgements INVALID_RECORD_STATE. The work is in `kafkafast/broker/share/manager.py`.
+the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's
+state cannot be read from its share coordinator: the client refreshes its metadata and fetches
+again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in `kafkafast/broker/share/manager.py`.
 """
 import time
 
@@ -27,6 +28,8 @@ from kafkafast.protocol._generated.share_fetch import ShareFetchRequest, ShareFe
 R = ShareFetchResponse
 EC = E.ErrorCode
 DEFAULT_MAX_RECORDS = 500
+# The share-partition's state cannot be read yet (its share coordinator is moving or loading).
+STATE_UNAVAILABLE = frozenset({EC.COORDINATOR_NOT_AVAILABLE, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR})
 
 
 async def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple[int, list]:
@@ -38,6 +41,8 @@ async def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple
         if answer.error or answer.records:
             continue
         part, answer.error = await loaded_partition(broker, req.group_id, topic, tid, p)
+        if answer.error in STATE_UNAVAILABLE:
+            answer.error = EC.NOT_LEADER_OR_FOLLOWER  # clients refresh metadata and fetch again
         if answer.error:
             continue
         parts.append(part)

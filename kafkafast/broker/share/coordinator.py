@@ -18,10 +18,10 @@ from kafkafast.broker.share.state_store import ShareStateStore
 
 
 class ShareCoordinator:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, store: ShareStateStore | None = None) -> None:
         self.broker = broker
         self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
-        self.store = ShareStateStore(broker)
+        self.store = store if store is not None else ShareStateStore(broker)  # cluster mode brings its own
         self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
         self.groups = ShareGroups(broker, self.partitions.member_gone, self.configs.get)
 
@@ -34,6 +34,7 @@ class ShareCoordinator:
     async def stop(self) -> None:
         self.groups.stop()
         self.partitions.stop()
+        await self.store.stop()
 
     def delete_group(self, group_id: str) -> int:
         err = self.groups.delete(group_id)

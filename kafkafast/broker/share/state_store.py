@@ -158,6 +158,9 @@ class ShareStateStore:
                     await self._load(part)
         self.loaded = True
 
+    async def stop(self) -> None:
+        """Nothing to release here (cluster mode closes its inter-broker connections)."""
+
     async def _load(self, part: Any) -> None:
         n = 0
         async for header, records in read_partition(part):
@@ -274,18 +277,19 @@ class ShareStateStore:
             self.broker.append(part, records)
         elif forward is not None:  # another worker owns the partition (shared append off or not ready)
             self.pending.append(forward(part, records, -1, WRITE_TIMEOUT_MS))
-        else:  # led by another broker: the cluster's share coordinator is not built yet
-            raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC}-{part.index} is not led by this broker")
+        else:
+            raise E.NotCoordinatorError(f"{STATE_TOPIC}-{part.index} is not written by this process")
 
     async def settled(self) -> int:
-        """Waits for the writes forwarded to other workers; the first error code, or NONE."""
+        """Waits for the writes that are not done yet (forwarded to another worker, sent to the share
+        coordinator, or waiting for the ISR); the first error code, or NONE."""
         pending, self.pending = self.pending, []
         error = 0
         for fut in pending:
             try:
-                res = await fut
-                error = error or res.error_code
-            except Exception as exc:  # the owner went away
-                log.warning("share state: a forwarded write failed: %s", exc)
+                res = await fut  # an error code, or a response part with one
+                error = error or (res if isinstance(res, int) else res.error_code)
+            except Exception as exc:  # the owner or the coordinator went away
+                log.warning("share state: a write failed: %s", exc)
                 error = error or E.ErrorCode.COORDINATOR_NOT_AVAILABLE
         return error
