@@ -46,8 +46,8 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
-    # The share group offsets APIs read and change the state in the process coordinating the
-    # group; in a cluster it lives with each key's share coordinator: not served yet.
+    # AlterShareGroupOffsets / DeleteShareGroupOffsets change the state in the process coordinating
+    # the group; in a cluster it lives with each key's share coordinator: not served yet.
     unserved_api_keys = SHARE_OFFSETS_API_KEYS
 
     def __init__(self, config: Any, **runtime: Any) -> None:

@@ -24,6 +24,7 @@ from kafkafast.protocol._generated.incremental_alter_configs import IncrementalA
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from tests.support.cli import kafkafast
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -140,3 +141,28 @@ def test_multi_worker_cluster_brokers_do_not_serve_the_share_apis(cluster):
     for _ in range(6):  # the broker goes on answering, on any worker
         with RawClient(port, timeout=30) as rc:
             assert rc.request(FindCoordinatorRequest(key="g1", key_type=0), 3).error_code in (0, 15)
+
+
+def test_share_groups_command_describes_a_group_across_the_cluster(share_cluster):
+    cluster = share_cluster
+    cluster.create_topic("cq-cli", 3, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for i in range(30):
+        p.produce("cq-cli", value=b"v", partition=i % 3)
+    assert p.flush(30) == 0
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe(["cq-cli"])
+    n = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and n < 30:
+            n += sum(1 for m in c.poll(0.5) if m.error() is None)
+        c.poll(0.5)  # accepts the last records
+        out = kafkafast("share-groups", "--bootstrap-server", cluster.bootstrap, "--describe", "--group", group)
+    finally:
+        c.close()
+    rows = [r.split() for r in out.stdout.splitlines()[1:] if r.strip()]
+    # The start offsets come from the share coordinators of the three keys (on several brokers).
+    assert sorted((r[1], r[2], r[3], r[4]) for r in rows) == [("cq-cli", str(p), "10", "0") for p in range(3)]

@@ -3,5 +3,5 @@
 # The share group APIs: heartbeat, describe, fetch, acknowledge, the share coordinator's
 # state APIs and the offsets APIs.
 SHARE_API_KEYS = frozenset({76, 77, 78, 79, 83, 84, 85, 86, 87, 90, 91, 92})
-# The offsets APIs read and change the state where the group is coordinated: one process's store.
-SHARE_OFFSETS_API_KEYS = frozenset({90, 91, 92})
+# The offsets APIs that change the state where the group is coordinated (one process's store).
+SHARE_OFFSETS_API_KEYS = frozenset({91, 92})
