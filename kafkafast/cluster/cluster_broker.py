@@ -66,6 +66,9 @@ class ClusterBroker(Broker):
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
         self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
 
+    def _make_share_store(self) -> ClusterShareStateStore:
+        return ClusterShareStateStore(self)
+
     def _make_node(self, config: Any) -> ClusterNode:
         return ClusterNode(config, self.log_dirs[0])
 
@@ -115,7 +118,7 @@ class ClusterBroker(Broker):
         from kafkafast.cluster.transactions import ClusterTxnCoordinator
 
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
-        self.share = ShareCoordinator(self, ClusterShareStateStore(self))  # started by Broker.start
+        self.share = ShareCoordinator(self, self._make_share_store())  # started by Broker.start
         await super().start()
 
     async def on_listening(self) -> None:

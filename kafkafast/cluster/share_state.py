@@ -14,9 +14,10 @@ ShareAcknowledge). Their state goes to the share coordinator: kept here when thi
 coordinates the key, else read with ReadShareGroupState (when the share-partition is loaded:
 on first use and whenever the partition's leader epoch moved) and written with
 WriteShareGroupState (the changed batches and the start offset; awaited before the request that
-changed them is answered), over one inter-broker connection per broker. So a new partition
-leader continues from the last acknowledged state, and a new share coordinator from what the
-ISR held.
+changed them is answered), over one inter-broker connection per broker (`cluster/peers.py`),
+or over the forwarding link to the worker owning the partition when this broker is the
+coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
+acknowledged state, and a new share coordinator from what the ISR held.
 """
 from __future__ import annotations
 
@@ -163,9 +164,27 @@ class ClusterShareStateStore(ShareStateStore):
     # -- inter-broker requests ----------------------------------------------------------------------
     async def _ask(self, key: Key, request: Any) -> Any:
         leader = self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key))
-        if leader < 0 or leader == self.broker.node_id:
+        if leader == self.broker.node_id:
+            return await self._ask_here(key, request)
+        if leader < 0:
             raise E.CoordinatorNotAvailableError(f"no share coordinator for {key[0]} yet")
         resp = await self.peers.send(leader, request, 0, APPEND_TIMEOUT_S + 5)
         if resp is None:
             raise E.CoordinatorNotAvailableError(f"broker {leader} is not known")
         return resp
+
+    async def _ask_here(self, key: Key, request: Any) -> Any:
+        """This broker leads the key's partition but has not loaded it yet (its LeaderAndIsr is being applied)."""
+        raise E.CoordinatorLoadInProgressError(f"share state of {key[0]} is loading")
+
+
+class ClusterWorkerShareStateStore(ClusterShareStateStore):
+    """In a multi-worker cluster broker: a `__share_group_state` partition is loaded and written by
+    the worker that owns it; the others (the group's worker, where its share-partitions live) send
+    it Read/WriteShareGroupState over the forwarding link, as they send other brokers."""
+
+    async def _ask_here(self, key: Key, request: Any) -> Any:
+        owner = self.broker.owner_of(STATE_TOPIC, self.partition_for(key))
+        if owner == self.broker.index:
+            return await super()._ask_here(key, request)
+        return await self.broker.forwarder.request(owner, request, 0)
