@@ -108,7 +108,7 @@ def test_a_broker_killed_loses_no_acknowledgement(share_cluster, victim):
     c.subscribe([topic])
     got: dict[bytes, int] = {}
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline and set(got) != odd:
             for m in c.poll(0.5):
                 if m.error() is None:

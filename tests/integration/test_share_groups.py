@@ -352,7 +352,7 @@ def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers
     c = share_consumer(bs, group, "qs")
     got: dict[bytes, int] = {}
     try:
-        poll_until([c], lambda: set(got) >= held, 30, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
+        poll_until([c], lambda: set(got) >= held, 60, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
         end = time.monotonic() + 2
         while time.monotonic() < end:  # nothing else comes
             for m in c.poll(0.2):
