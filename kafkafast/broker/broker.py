@@ -459,6 +459,10 @@ class Broker:
         """Whether this process appends to the partition (always, in one process)."""
         return True
 
+    def partition_loaded(self, part: Partition) -> bool:
+        """Whether the partition's records can be read here (its owner has loaded it; always, in one process)."""
+        return True
+
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
         """Whether a client's produce to `part` is appended by this process (else forwarded)."""
         return self.owns(part)

@@ -55,6 +55,7 @@ class ClusterShareStateStore(ShareStateStore):
         for t in self._tasks:
             t.cancel()
         self.peers.close()
+        await super().stop()
 
     def ensure_topic(self) -> None:
         if self.broker.topics.get(STATE_TOPIC) is None:

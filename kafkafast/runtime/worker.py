@@ -249,6 +249,10 @@ class WorkerBroker(Broker):
     def owns(self, part: Partition) -> bool:
         return getattr(part, "owner", self.index) == self.index
 
+    def partition_loaded(self, part: Partition) -> bool:
+        """Owned here, or its owner serves (it loaded and published its partitions before that)."""
+        return self.owns(part) or self.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
+
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
         meta = self.topics.get(topic)

@@ -21,7 +21,9 @@ before the answer. The first write of a share-partition and every
 (snapshot epoch + 1); the others are ShareUpdates holding every batch changed since the
 snapshot (cumulative), so the topic is compacted (`cleanup.policy=compact`): the latest
 snapshot and the latest update of a key are the state, whatever compaction removed.
-Loading (at start, before the share APIs answer): the records are replayed in offset order;
+Loading (at start, in the background: COORDINATOR_LOAD_IN_PROGRESS meanwhile, which ShareFetch
+answers as NOT_LEADER_OR_FOLLOWER): each partition, once its owner worker has loaded it, is
+replayed in offset order;
 an update applies to the snapshot of its snapshot epoch only (an older update, written before
 the latest snapshot, is skipped).
 
@@ -33,6 +35,7 @@ state of a group's share-partitions is written and served by the process coordin
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from typing import Any
@@ -56,6 +59,7 @@ STATE_TOPIC = "__share_group_state"
 SNAPSHOT_KEY, UPDATE_KEY = 0, 1
 VALUE_VERSION = 0
 WRITE_TIMEOUT_MS = 30000
+LOAD_POLL_S = 0.05  # while another worker still loads a partition this one replays
 Key = tuple[str, bytes, int]
 
 
@@ -127,6 +131,7 @@ class ShareStateStore:
         self.per_snapshot = cfg.get_int("share.coordinator.snapshot.update.records.per.snapshot")
         self.keys: dict[Key, _KeyState] = {}
         self.loaded = False
+        self._loading: asyncio.Task | None = None
         self.pending: list[Any] = []  # writes forwarded to the owner worker, not yet answered
 
     # -- placement ---------------------------------------------------------------------------
@@ -150,16 +155,24 @@ class ShareStateStore:
 
     # -- loading -----------------------------------------------------------------------------
     async def start(self) -> None:
+        self._loading = asyncio.get_running_loop().create_task(self._load_all())
+
+    async def _load_all(self) -> None:
+        """Replays every partition once its owner has loaded it (another worker may still be
+        recovering it: its published log end would not be the true one yet)."""
         meta = self.broker.topics.get(STATE_TOPIC)
         if meta is not None:
             for index in range(meta.partitions):
                 part = self.broker.get_partition(STATE_TOPIC, index)
+                while part is not None and not self.broker.partition_loaded(part):
+                    await asyncio.sleep(LOAD_POLL_S)
                 if part is not None:
                     await self._load(part)
         self.loaded = True
 
     async def stop(self) -> None:
-        """Nothing to release here (cluster mode closes its inter-broker connections)."""
+        if self._loading is not None:
+            self._loading.cancel()
 
     async def _load(self, part: Any) -> None:
         n = 0
@@ -206,7 +219,9 @@ class ShareStateStore:
         return ks.state if ks is not None else None
 
     async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
-        """The stored state, for loading a share-partition (here: what `read` says)."""
+        """The stored state, for loading a share-partition (here: what `read` says, once loaded)."""
+        if not self.loaded:
+            raise E.CoordinatorLoadInProgressError(f"{STATE_TOPIC} is being loaded")
         return self.read(group_id, topic_id, partition)
 
     def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
