@@ -25,6 +25,7 @@ from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.registry import load_handlers
+from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
 from kafkafast.metrics import recorder as request_metrics
@@ -115,6 +116,9 @@ class Partition:
 
 
 class Broker:
+    # API keys this kind of broker does not serve (neither advertised nor answered).
+    unserved_api_keys: frozenset[int] = frozenset()
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -134,10 +138,12 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
 
-        self.handlers = enabled_group_protocols(served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
-                                                config.get("group.coordinator.rebalance.protocols"))
+        self.handlers = {k: spec for k, spec in enabled_group_protocols(
+            served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
+            config.get("group.coordinator.rebalance.protocols")).items() if k not in self.unserved_api_keys}
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
+        self.share: Any = None  # kafkafast.broker.share.coordinator.ShareCoordinator, made in start()
         self.log_cleaner: Any = None  # kafkafast.storage.cleaner.LogCleaner, made in load()
         self.producer_ids: Any = None
         self._periodic_task: asyncio.Task | None = None
@@ -226,6 +232,10 @@ class Broker:
             self.txn_coordinator = TransactionCoordinator(self)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
+        if self.share is None and self.group_coordinator is not None:
+            self.share = ShareCoordinator(self)
+        if self.share is not None:
+            await self.share.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())
         for ext in self.extensions:
             if hasattr(ext, "start"):
@@ -248,6 +258,8 @@ class Broker:
                 await self._periodic_task
             except asyncio.CancelledError:
                 pass
+        if self.share is not None:
+            await self.share.stop()
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
@@ -508,6 +520,10 @@ class Broker:
 
     def owns(self, part: Partition) -> bool:
         """Whether this process appends to the partition (always, in one process)."""
+        return True
+
+    def partition_loaded(self, part: Partition) -> bool:
+        """Whether the partition's records can be read here (its owner has loaded it; always, in one process)."""
         return True
 
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:

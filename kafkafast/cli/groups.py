@@ -123,12 +123,18 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    return delete_groups(args, _group_ids, "consumer")
+
+
+def delete_groups(args: argparse.Namespace, group_ids: Any, kind: str) -> int:
+    """DeleteGroups for the groups `group_ids(admin, args)` names, reported as Kafka's tools do
+    (`kind`: "consumer" or "share")."""
     async def delete(admin: Any) -> dict[str, int]:
-        return await admin.delete_groups(await _group_ids(admin, args))
+        return await admin.delete_groups(await group_ids(admin, args))
 
     from kafkafast.protocol.errors import for_code
 
-    return report_each((code, f"Deletion of requested consumer groups ('{gid}') was successful.",
+    return report_each((code, f"Deletion of requested {kind} groups ('{gid}') was successful.",
                         f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}" if code else "")
                        for gid, code in run_admin(args, delete).items())
 

@@ -1,7 +1,7 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
     kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y] [--help-configs]
-    kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign-partitions|acls|bench|health|
+    kafkafast topics|groups|share-groups|configs|produce|consume|dump-log|cluster|reassign-partitions|acls|bench|health|
               log-dirs|broker-api-versions|get-offsets|delete-records|transactions|features ...
     kafkafast --version
 
@@ -27,7 +27,7 @@ COMMANDS = {
     "dump-log": "dump_log", "cluster": "cluster", "bench": "bench", "health": "health",
     "reassign": "reassign", "acls": "acls", "log-dirs": "log_dirs", "broker-api-versions": "broker_api_versions",
     "get-offsets": "get_offsets", "delete-records": "delete_records", "features": "features",
-    "transactions": "transactions",
+    "transactions": "transactions", "share-groups": "share_groups",
 }
 # other names of a command (Kafka's tool name without kafka- and .sh)
 ALIASES = {"reassign-partitions": "reassign"}

@@ -19,6 +19,9 @@ import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
+from kafkafast.broker.share import SHARE_OFFSETS_API_KEYS
+from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -30,6 +33,7 @@ from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
                                     ZkProducerIds, monotonic_ms)
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.config_def import RACK_AWARE_REPLICA_SELECTOR
@@ -45,6 +49,9 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+    # AlterShareGroupOffsets / DeleteShareGroupOffsets change the state in the process coordinating
+    # the group; in a cluster it lives with each key's share coordinator: not served yet.
+    unserved_api_keys = SHARE_OFFSETS_API_KEYS
 
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
@@ -65,6 +72,9 @@ class ClusterBroker(Broker):
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
         self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_REPLICA_SELECTOR
         self._reregistered_at = float("-inf")
+
+    def _make_share_store(self) -> ClusterShareStateStore:
+        return ClusterShareStateStore(self)
 
     def _make_node(self, config: Any) -> ClusterNode:
         return ClusterNode(config, self.log_dirs[0])
@@ -115,6 +125,7 @@ class ClusterBroker(Broker):
         from kafkafast.cluster.transactions import ClusterTxnCoordinator
 
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
+        self.share = ShareCoordinator(self, self._make_share_store())  # started by Broker.start
         await super().start()
 
     async def on_listening(self) -> None:
@@ -447,9 +458,11 @@ class ClusterBroker(Broker):
             self._coordinator_partition(part, load=True)
 
     def _coordinator_partition(self, part: ClusterPartition, *, load: bool) -> None:
-        """Leadership of a `__consumer_offsets` or `__transaction_state` partition came or went:
-        its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or drops its state."""
-        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator}.get(part.topic)
+        """Leadership of a `__consumer_offsets`, `__transaction_state` or `__share_group_state`
+        partition came or went: its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or
+        drops its state."""
+        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator,
+                       STATE_TOPIC: self.share.store}.get(part.topic)
         if coordinator is not None:
             (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
 

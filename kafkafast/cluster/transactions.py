@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from kafkafast.broker.txn_coordinator import TXN_TOPIC, TransactionCoordinator, TxnError, write_marker
-from kafkafast.client.connection import BrokerConnection
+from kafkafast.cluster.peers import PeerConnections
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
 
@@ -45,16 +45,13 @@ WRITE_TXN_MARKERS_VERSION = 1
 class ClusterTxnCoordinator(TransactionCoordinator):
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)
-        self._conns: dict[int, BrokerConnection] = {}
-        self._connecting: dict[int, asyncio.Lock] = {}
+        self.peers = PeerConnections(broker, "txn-markers")
         self._unloads: dict[int, int] = {}  # __transaction_state partition -> times its leadership went
         self.topic_known = False
 
     async def stop(self) -> None:
         await super().stop()
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+        self.peers.close()
 
     # -- the topic and who coordinates ----------------------------------------------------
     def ensure_topic(self) -> None:
@@ -177,40 +174,12 @@ class ClusterTxnCoordinator(TransactionCoordinator):
             return EC.LEADER_NOT_AVAILABLE
         if leader == broker.node_id:
             return EC.NOT_LEADER_OR_FOLLOWER  # the LeaderAndIsr that makes this broker leader is on its way
-        conn = await self._connection(leader)
-        if conn is None:
-            return EC.LEADER_NOT_AVAILABLE
         R = WriteTxnMarkersRequest
         req = R(markers=[R.WritableTxnMarker(
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
             coordinator_epoch=coordinator_epoch,
             topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[index])])])
-        try:
-            resp = await conn.send(req, version=WRITE_TXN_MARKERS_VERSION, timeout=APPEND_TIMEOUT_S + 5)
-        except BaseException:
-            conn.close()
-            self._conns.pop(leader, None)
-            raise
+        resp = await self.peers.send(leader, req, WRITE_TXN_MARKERS_VERSION, APPEND_TIMEOUT_S + 5)
+        if resp is None:
+            return EC.LEADER_NOT_AVAILABLE
         return resp.markers[0].topics[0].partitions[0].error_code
-
-    async def _connection(self, broker_id: int) -> BrokerConnection | None:
-        """This broker's connection to another's inter-broker listener (made again when its
-        endpoint changed or the connection closed)."""
-        async with self._connecting.setdefault(broker_id, asyncio.Lock()):
-            return await self._connect(broker_id)
-
-    async def _connect(self, broker_id: int) -> BrokerConnection | None:
-        b = self.broker.metadata.brokers.get(broker_id)
-        if b is None:
-            return None
-        conn = self._conns.get(broker_id)
-        if conn is not None and not conn.closed and (conn.host, conn.port) == (b.host, b.port):
-            return conn
-        if conn is not None:
-            conn.close()
-        node = self.broker.node
-        conn = await BrokerConnection(b.host, b.port, node_id=broker_id,
-                                      client_id=f"broker-{self.broker.node_id}-txn-markers",
-                                      security=node.inter_broker).connect()
-        self._conns[broker_id] = conn
-        return conn

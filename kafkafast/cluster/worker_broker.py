@@ -48,10 +48,14 @@ import time
 from typing import Any
 
 from kafkafast.broker.broker import now_ms
+from kafkafast.broker.share import SHARE_STATE_API_KEYS
+from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.cluster_broker import ClusterBroker
 from kafkafast.cluster.node import ClusterNode
 from kafkafast.cluster.partition import ClusterPartition
+from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
+from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
 from kafkafast.runtime.worker import RemoteLog, WorkerBroker
@@ -206,6 +210,23 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
 
     def _make_node(self, config: Any) -> ClusterNode:
         return WorkerClusterNode(config, self.log_dirs[0], self.table, self.index)
+
+    def _make_share_store(self) -> ClusterWorkerShareStateStore:
+        return ClusterWorkerShareStateStore(self)
+
+    def _group_owner(self, frame: Any, api_key: int) -> int | None:
+        """The share coordinator APIs go to the worker owning the key's `__share_group_state`
+        partition (it loaded them as its leader); the other group APIs to the group's worker."""
+        if api_key not in SHARE_STATE_API_KEYS:
+            return super()._group_owner(frame, api_key)
+        try:
+            _, req = api.decode_request(frame)
+            owners = {self.owner_of(STATE_TOPIC, self.share.store.partition_for((req.group_id, bytes(t.topic_id),
+                                                                                  p.partition)))
+                      for t in req.topics for p in t.partitions}
+        except Exception:
+            return None  # the normal path answers a malformed request
+        return owners.pop() if len(owners) == 1 else None
 
     def _runs_controller(self) -> bool:
         return self.index == 0

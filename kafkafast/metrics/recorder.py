@@ -27,7 +27,8 @@ Produce; those and offset out of range, fenced or unknown leader epoch for Fetch
 failure. For Produce (records and batch bytes per topic, from the request's batch headers)
 and Fetch (bytes sent per topic, from the sendfile regions of the response) the per-topic
 traffic: Produce traffic is counted as received (a partition whose append failed still
-counts). Nothing is recorded (`active` False, nothing imported) until `enable` is called,
+counts). Share group record events (acquired, redelivered, acknowledged by type, archived,
+lock timeouts) come from the share-partitions (`share_event`). Nothing is recorded (`active` False, nothing imported) until `enable` is called,
 before the workers are forked.
 """
 from __future__ import annotations
@@ -165,6 +166,12 @@ def enable(directory: str) -> None:
                          ["follower"], registry=None),
         named=Counter("kafkafast_fetch_session_incremental_partitions", "Partitions named by incremental fetch requests",
                       ["follower"], registry=None))
+    _SHARE.clear()
+    for event, (name, doc) in SHARE_EVENTS.items():
+        counter = _SHARE.get(name)
+        if counter is None:
+            counter = _SHARE[name] = Counter(name, doc, ["type"] if event in ACK_TYPES else [], registry=None)
+        _SHARE[event] = counter.labels(ACK_TYPES[event]) if event in ACK_TYPES else counter
     _children.clear()
     _topic_metrics.clear()
     _rate_metrics.clear()
@@ -210,6 +217,25 @@ async def remote(awaitable: Awaitable[T]) -> T:
         account = _remote.get()
         if account is not None:
             account[0] += clock() - t
+
+
+# Share group record events (kafkafast.broker.share.partition.observer) -> counter name and help.
+SHARE_EVENTS = {
+    "acquired": ("kafka_server_share_records_acquired", "Records acquired by share group members"),
+    "redelivered": ("kafka_server_share_records_redelivered", "Records acquired again after a release or lock timeout"),
+    "accepted": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "released": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "rejected": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
+    "archived": ("kafka_server_share_records_archived", "Records archived at the delivery count limit or as gaps"),
+    "lock_timeouts": ("kafka_server_share_lock_timeouts", "Acquired records released because their lock expired"),
+}
+ACK_TYPES = {"accepted": "accept", "released": "release", "rejected": "reject"}
+_SHARE: dict[str, Any] = {}
+
+
+def share_event(event: str, n: int) -> None:
+    """`n` records of a share-partition event (kafkafast/broker/share/partition.py)."""
+    _SHARE[event].inc(n)
 
 
 def _uncleanable(counts: dict[str, int]) -> None:

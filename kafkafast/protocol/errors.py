@@ -132,7 +132,12 @@ _TABLE: tuple[tuple[int, str, bool], ...] = (
     (117, "UNKNOWN_SUBSCRIPTION_ID", False),
     (118, "TELEMETRY_TOO_LARGE", False),
     (119, "INVALID_REGISTRATION", False),
+    (121, "INVALID_RECORD_STATE", False),
+    (122, "SHARE_SESSION_NOT_FOUND", True),
+    (123, "INVALID_SHARE_SESSION_EPOCH", True),
+    (124, "FENCED_STATE_EPOCH", False),
     (128, "INVALID_REGULAR_EXPRESSION", False),
+    (133, "SHARE_SESSION_LIMIT_REACHED", True),
 )
 
 ErrorCode = IntEnum("ErrorCode", [(name, code) for code, name, _ in _TABLE])  # type: ignore[misc]

@@ -7,8 +7,8 @@ forwarding link), and the answers merged in request order:
 
 - ListGroups (16), ListTransactions (66): asked of every worker; the lists are concatenated
   (each worker coordinates the transactional ids of its `__transaction_state` partitions).
-- DescribeGroups (15), DeleteGroups (42), ConsumerGroupDescribe (69), OffsetFetch v8+ with
-  several groups (9): the groups are split by owner.
+- DescribeGroups (15), DeleteGroups (42), ConsumerGroupDescribe (69), ShareGroupDescribe (77),
+  OffsetFetch v8+ with several groups (9): the groups are split by owner.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from kafkafast.protocol import api
 from kafkafast.security.context import FORWARDED_PRINCIPAL, trailer_bytes
 
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH, LIST_TRANSACTIONS = 16, 15, 42, 9, 66
-CONSUMER_GROUP_DESCRIBE = 69
+CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE = 69, 77
 LISTED = {LIST_GROUPS: "groups", LIST_TRANSACTIONS: "transaction_states"}  # asked of every worker
 FANOUT_KEYS = frozenset({LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_FETCH, LIST_TRANSACTIONS,
-                         CONSUMER_GROUP_DESCRIBE})
+                         CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE})
 
 
 def _groups_of(api_key: int, req: Any) -> list:
@@ -32,7 +32,7 @@ def _groups_of(api_key: int, req: Any) -> list:
         return list(req.groups or [])
     if api_key == DELETE_GROUPS:
         return list(req.groups_names or [])
-    if api_key == CONSUMER_GROUP_DESCRIBE:
+    if api_key in (CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE):
         return list(req.group_ids or [])
     return list(req.groups or [])  # OffsetFetch v8+
 
@@ -43,7 +43,7 @@ def _with_groups(api_key: int, req: Any, groups: list) -> Any:
         sub.groups = groups
     elif api_key == DELETE_GROUPS:
         sub.groups_names = groups
-    elif api_key == CONSUMER_GROUP_DESCRIBE:
+    elif api_key in (CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE):
         sub.group_ids = groups
     else:
         sub.groups = groups

@@ -69,7 +69,12 @@ from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E
 
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
               14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete",
-              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}
+              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
+              # Share groups: membership, sessions and share-partition state live with the group.
+              76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
+              83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
+              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
+              91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
@@ -99,9 +104,9 @@ def _group_ids(api_key: int, req: Any) -> list[str]:
         return list(req.groups or [])
     if api_key == 42:
         return list(req.groups_names or [])
-    if api_key == 69:
+    if api_key in (69, 77):
         return list(req.group_ids or [])
-    if api_key == 9 and getattr(req, "groups", None):
+    if api_key in (9, 90) and getattr(req, "groups", None):
         return [g.group_id for g in req.groups]
     gid = getattr(req, "group_id", None)
     return [gid] if gid is not None else []
@@ -264,6 +269,10 @@ class WorkerBroker(Broker):
 
     def owns(self, part: Partition) -> bool:
         return getattr(part, "owner", self.index) == self.index
+
+    def partition_loaded(self, part: Partition) -> bool:
+        """Owned here, or its owner serves (it loaded and published its partitions before that)."""
+        return self.owns(part) or self.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
 
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
@@ -521,12 +530,13 @@ class WorkerBroker(Broker):
             self.refresh_topics()
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in FANOUT_KEYS and self.group_coordinator is not None:
+            if api_key in FANOUT_KEYS and api_key in self.handlers and self.group_coordinator is not None:
                 carry_principal(conn)  # the split requests are authorized as this client
                 parts = await maybe_fan_out(self, frame)
                 if parts is not None:
                     return parts
-            if api_key in GROUP_KEYS and self.group_coordinator is not None:
+            if api_key in GROUP_KEYS and api_key in self.handlers and self.group_coordinator is not None:
+                # (a key not served here is refused by this worker: forwarded, it would close the internal link)
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))

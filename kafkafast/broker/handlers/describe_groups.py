@@ -7,7 +7,8 @@ described as Kafka 4.0 does: protocol type "consumer", its state (Empty, Assigni
 Reconciling, Stable), the assignor as the protocol, each member's subscription and
 current assignment in the consumer protocol's formats. v3+ authorized operations: not computed
 (INT32_MIN) unless asked, then the group operations (READ, DELETE, DESCRIBE) the principal's
-ACLs allow (all three without an authorizer).
+ACLs allow (all three without an authorizer). A share group answers GROUP_ID_NOT_FOUND (it is
+described by ShareGroupDescribe).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -25,6 +26,11 @@ async def handle(broker, ctx, req: DescribeGroupsRequest, version: int) -> Descr
             out.append(DescribeGroupsResponse.DescribedGroup(
                 error_code=30, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[],
                 authorized_operations=AUTH_OPS_UNSET))  # GROUP_AUTHORIZATION_FAILED
+            continue
+        if broker.share.groups.get(gid) is not None:  # as Kafka: DescribeGroups describes classic and consumer groups
+            out.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=69, group_id=gid, group_state="",
+                protocol_type="", protocol_data="", members=[], authorized_operations=AUTH_OPS_UNSET))  # GROUP_ID_NOT_FOUND
             continue
         s = broker.group_coordinator.describe_group(gid)
         out.append(DescribeGroupsResponse.DescribedGroup(

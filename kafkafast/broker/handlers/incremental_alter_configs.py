@@ -2,9 +2,11 @@
 
 Per topic config: SET (0), DELETE (1, back to the default), APPEND (2) and SUBTRACT (3)
 for list configs (cleanup.policy, log.cleanup.policy). Broker resources: the dynamic broker
-configs, as AlterConfigs (`alter_configs.alter_broker`) takes them."""
+configs, as AlterConfigs (`alter_configs.alter_broker`) takes them. Group resources (32): the
+share group configs (`broker/share/group_configs.py`; ALTER_CONFIGS on the group), SET and DELETE."""
 from kafkafast.broker.registry import handles
 from kafkafast.broker.handlers.alter_configs import BROKER, TOPIC, alter_broker, alter_topic, broker_scope
+from kafkafast.broker.share.group_configs import RESOURCE_GROUP
 from kafkafast.protocol._generated.incremental_alter_configs import (
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse)
 from kafkafast.protocol import errors as E
@@ -21,6 +23,12 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
     out = []
     for res in req.resources:
         try:
+            if res.resource_type == RESOURCE_GROUP:
+                require(broker, ctx, acl.ALTER_CONFIGS, acl.GROUP, res.resource_name)
+                broker.share.configs.alter(res.resource_name, [(c.name, c.config_operation, c.value)
+                                                               for c in res.configs], req.validate_only)
+                out.append(Resp(error_code=0, resource_type=res.resource_type, resource_name=res.resource_name))
+                continue
             require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC
                                                       else (acl.CLUSTER,)))
             if res.resource_type == BROKER:

@@ -4,7 +4,8 @@ Every group this coordinator holds (groups in partitions still loading are left 
 Kafka does). v4 filters by state names (KIP-518), v5 by group types (KIP-848: "classic",
 "consumer", "share"), both case-insensitively; an empty filter lists all. Groups of the
 consumer protocol (KIP-848) are listed with type "consumer", protocol type "consumer" and
-their state as Kafka names it (Empty, Assigning, Reconciling, Stable).
+their state as Kafka names it (Empty, Assigning, Reconciling, Stable); share groups (KIP-932)
+with type "share", protocol type "share" and state Empty or Stable.
 """
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.list_groups import ListGroupsRequest, ListGroupsResponse
@@ -18,6 +19,9 @@ async def handle(broker, ctx, req: ListGroupsRequest, version: int) -> ListGroup
     coordinator = broker.group_coordinator
     err = E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else 0
     groups = coordinator.list_groups(req.states_filter if version >= 4 else None)
+    wanted = {s.lower() for s in req.states_filter} if version >= 4 and req.states_filter else None
+    groups += [(g.group_id, "share", g.state, "share") for g in broker.share.groups.groups.values()
+               if not g.dead and (wanted is None or g.state.lower() in wanted)]
     if version >= 5 and req.types_filter:
         types = {t.lower() for t in req.types_filter}
         groups = [g for g in groups if g[3] in types]

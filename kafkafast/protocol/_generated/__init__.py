@@ -93,6 +93,9 @@ from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupS
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest, WriteShareGroupStateResponse
 from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
 from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse
+from kafkafast.protocol._generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
+from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
+from kafkafast.protocol._generated.delete_share_group_offsets import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 
 REQUESTS = {
     0: ProduceRequest,
@@ -183,6 +186,9 @@ REQUESTS = {
     85: WriteShareGroupStateRequest,
     86: DeleteShareGroupStateRequest,
     87: ReadShareGroupStateSummaryRequest,
+    90: DescribeShareGroupOffsetsRequest,
+    91: AlterShareGroupOffsetsRequest,
+    92: DeleteShareGroupOffsetsRequest,
 }
 RESPONSES = {
     0: ProduceResponse,
@@ -273,6 +279,9 @@ RESPONSES = {
     85: WriteShareGroupStateResponse,
     86: DeleteShareGroupStateResponse,
     87: ReadShareGroupStateSummaryResponse,
+    90: DescribeShareGroupOffsetsResponse,
+    91: AlterShareGroupOffsetsResponse,
+    92: DeleteShareGroupOffsetsResponse,
 }
 API_NAMES = {
     0: 'Produce',
@@ -363,6 +372,9 @@ API_NAMES = {
     85: 'WriteShareGroupState',
     86: 'DeleteShareGroupState',
     87: 'ReadShareGroupStateSummary',
+    90: 'DescribeShareGroupOffsets',
+    91: 'AlterShareGroupOffsets',
+    92: 'DeleteShareGroupOffsets',
 }
 LISTENERS = {
     0: ('zkBroker', 'broker'),
@@ -453,4 +465,7 @@ LISTENERS = {
     85: ('broker',),
     86: ('broker',),
     87: ('broker',),
+    90: ('broker',),
+    91: ('broker',),
+    92: ('broker',),
 }

@@ -186,7 +186,7 @@ class ShareAcknowledgeRequestAcknowledgeTopic:
 class ShareAcknowledgeRequest:
     API_KEY = 79
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     AcknowledgementBatch: "ClassVar[type[ShareAcknowledgeRequestAcknowledgementBatch]]"
     AcknowledgePartition: "ClassVar[type[ShareAcknowledgeRequestAcknowledgePartition]]"
@@ -460,7 +460,7 @@ class ShareAcknowledgeResponseNodeEndpoint:
 class ShareAcknowledgeResponse:
     API_KEY = 79
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     LeaderIdAndEpoch: "ClassVar[type[ShareAcknowledgeResponseLeaderIdAndEpoch]]"
     PartitionData: "ClassVar[type[ShareAcknowledgeResponsePartitionData]]"

@@ -95,7 +95,10 @@ class ShareFetchRequestFetchPartition:
         self._unknown_tags = None
         flexible = True
         self.partition_index = r.int32()
-        self.partition_max_bytes = r.int32()
+        if version <= 0:
+            self.partition_max_bytes = r.int32()
+        else:
+            self.partition_max_bytes = 0
         n = r.compact_array_length() if flexible else r.array_length()
         if n < 0:
             raise DecodeError('null array where not nullable')
@@ -118,7 +121,8 @@ class ShareFetchRequestFetchPartition:
     def encode(self, w, version):
         flexible = True
         w.int32(self.partition_index)
-        w.int32(self.partition_max_bytes)
+        if version <= 0:
+            w.int32(self.partition_max_bytes)
         v = self.acknowledgement_batches
         if v is None:
             w.compact_array_length(-1) if flexible else w.array_length(-1)
@@ -243,32 +247,34 @@ class ShareFetchRequestForgottenTopic:
 class ShareFetchRequest:
     API_KEY = 78
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     AcknowledgementBatch: "ClassVar[type[ShareFetchRequestAcknowledgementBatch]]"
     FetchPartition: "ClassVar[type[ShareFetchRequestFetchPartition]]"
     FetchTopic: "ClassVar[type[ShareFetchRequestFetchTopic]]"
     ForgottenTopic: "ClassVar[type[ShareFetchRequestForgottenTopic]]"
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data', '_unknown_tags',)
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'topics', 'forgotten_topics_data', '_unknown_tags',)
 
-    def __init__(self, group_id=None, member_id='', share_session_epoch=0, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, topics=_UNSET, forgotten_topics_data=_UNSET, _unknown_tags=None):
+    def __init__(self, group_id=None, member_id='', share_session_epoch=0, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, max_records=0, batch_size=0, topics=_UNSET, forgotten_topics_data=_UNSET, _unknown_tags=None):
         self.group_id = group_id
         self.member_id = member_id
         self.share_session_epoch = share_session_epoch
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
+        self.max_records = max_records
+        self.batch_size = batch_size
         self.topics = [] if topics is _UNSET else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is _UNSET else forgotten_topics_data
         self._unknown_tags = _unknown_tags
 
     def __repr__(self):
-        return f"ShareFetchRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, share_session_epoch={self.share_session_epoch!r}, max_wait_ms={self.max_wait_ms!r}, min_bytes={self.min_bytes!r}, max_bytes={self.max_bytes!r}, topics={self.topics!r}, forgotten_topics_data={self.forgotten_topics_data!r})"
+        return f"ShareFetchRequest(group_id={self.group_id!r}, member_id={self.member_id!r}, share_session_epoch={self.share_session_epoch!r}, max_wait_ms={self.max_wait_ms!r}, min_bytes={self.min_bytes!r}, max_bytes={self.max_bytes!r}, max_records={self.max_records!r}, batch_size={self.batch_size!r}, topics={self.topics!r}, forgotten_topics_data={self.forgotten_topics_data!r})"
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id) and _eq(self.share_session_epoch, other.share_session_epoch) and _eq(self.max_wait_ms, other.max_wait_ms) and _eq(self.min_bytes, other.min_bytes) and _eq(self.max_bytes, other.max_bytes) and _eq(self.topics, other.topics) and _eq(self.forgotten_topics_data, other.forgotten_topics_data)
+        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id) and _eq(self.share_session_epoch, other.share_session_epoch) and _eq(self.max_wait_ms, other.max_wait_ms) and _eq(self.min_bytes, other.min_bytes) and _eq(self.max_bytes, other.max_bytes) and _eq(self.max_records, other.max_records) and _eq(self.batch_size, other.batch_size) and _eq(self.topics, other.topics) and _eq(self.forgotten_topics_data, other.forgotten_topics_data)
 
     @classmethod
     def decode(cls, r, version):
@@ -281,6 +287,14 @@ class ShareFetchRequest:
         self.max_wait_ms = r.int32()
         self.min_bytes = r.int32()
         self.max_bytes = r.int32()
+        if version >= 1:
+            self.max_records = r.int32()
+        else:
+            self.max_records = 0
+        if version >= 1:
+            self.batch_size = r.int32()
+        else:
+            self.batch_size = 0
         n = r.compact_array_length() if flexible else r.array_length()
         if n < 0:
             raise DecodeError('null array where not nullable')
@@ -314,6 +328,10 @@ class ShareFetchRequest:
         w.int32(self.max_wait_ms)
         w.int32(self.min_bytes)
         w.int32(self.max_bytes)
+        if version >= 1:
+            w.int32(self.max_records)
+        if version >= 1:
+            w.int32(self.batch_size)
         v = self.topics
         if v is None:
             w.compact_array_length(-1) if flexible else w.array_length(-1)
@@ -613,30 +631,31 @@ class ShareFetchResponseNodeEndpoint:
 class ShareFetchResponse:
     API_KEY = 78
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     LeaderIdAndEpoch: "ClassVar[type[ShareFetchResponseLeaderIdAndEpoch]]"
     AcquiredRecords: "ClassVar[type[ShareFetchResponseAcquiredRecords]]"
     PartitionData: "ClassVar[type[ShareFetchResponsePartitionData]]"
     ShareFetchableTopicResponse: "ClassVar[type[ShareFetchResponseShareFetchableTopicResponse]]"
     NodeEndpoint: "ClassVar[type[ShareFetchResponseNodeEndpoint]]"
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints', '_unknown_tags',)
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints', '_unknown_tags',)
 
-    def __init__(self, throttle_time_ms=0, error_code=0, error_message=None, responses=_UNSET, node_endpoints=_UNSET, _unknown_tags=None):
+    def __init__(self, throttle_time_ms=0, error_code=0, error_message=None, acquisition_lock_timeout_ms=0, responses=_UNSET, node_endpoints=_UNSET, _unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
         self.responses = [] if responses is _UNSET else responses
         self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
         self._unknown_tags = _unknown_tags
 
     def __repr__(self):
-        return f"ShareFetchResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, responses={self.responses!r}, node_endpoints={self.node_endpoints!r})"
+        return f"ShareFetchResponse(throttle_time_ms={self.throttle_time_ms!r}, error_code={self.error_code!r}, error_message={self.error_message!r}, acquisition_lock_timeout_ms={self.acquisition_lock_timeout_ms!r}, responses={self.responses!r}, node_endpoints={self.node_endpoints!r})"
 
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return _eq(self.throttle_time_ms, other.throttle_time_ms) and _eq(self.error_code, other.error_code) and _eq(self.error_message, other.error_message) and _eq(self.responses, other.responses) and _eq(self.node_endpoints, other.node_endpoints)
+        return _eq(self.throttle_time_ms, other.throttle_time_ms) and _eq(self.error_code, other.error_code) and _eq(self.error_message, other.error_message) and _eq(self.acquisition_lock_timeout_ms, other.acquisition_lock_timeout_ms) and _eq(self.responses, other.responses) and _eq(self.node_endpoints, other.node_endpoints)
 
     @classmethod
     def decode(cls, r, version):
@@ -646,6 +665,10 @@ class ShareFetchResponse:
         self.throttle_time_ms = r.int32()
         self.error_code = r.int16()
         self.error_message = (r.compact_nullable_string() if flexible else r.nullable_string())
+        if version >= 1:
+            self.acquisition_lock_timeout_ms = r.int32()
+        else:
+            self.acquisition_lock_timeout_ms = 0
         n = r.compact_array_length() if flexible else r.array_length()
         if n < 0:
             raise DecodeError('null array where not nullable')
@@ -676,6 +699,8 @@ class ShareFetchResponse:
         w.int32(self.throttle_time_ms)
         w.int16(self.error_code)
         w.compact_nullable_string(self.error_message) if flexible else w.nullable_string(self.error_message)
+        if version >= 1:
+            w.int32(self.acquisition_lock_timeout_ms)
         v = self.responses
         if v is None:
             w.compact_array_length(-1) if flexible else w.array_length(-1)

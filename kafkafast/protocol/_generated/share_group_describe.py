@@ -17,7 +17,7 @@ def _eq(a, b):
 class ShareGroupDescribeRequest:
     API_KEY = 77
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     __slots__ = ('group_ids', 'include_authorized_operations', '_unknown_tags',)
 
@@ -334,7 +334,7 @@ class ShareGroupDescribeResponseDescribedGroup:
 class ShareGroupDescribeResponse:
     API_KEY = 77
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     TopicPartitions: "ClassVar[type[ShareGroupDescribeResponseTopicPartitions]]"
     Assignment: "ClassVar[type[ShareGroupDescribeResponseAssignment]]"

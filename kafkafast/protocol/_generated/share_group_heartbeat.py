@@ -17,7 +17,7 @@ def _eq(a, b):
 class ShareGroupHeartbeatRequest:
     API_KEY = 76
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     __slots__ = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names', '_unknown_tags',)
 
@@ -193,7 +193,7 @@ class ShareGroupHeartbeatResponseAssignment:
 class ShareGroupHeartbeatResponse:
     API_KEY = 76
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_VERSION = 0
     TopicPartitions: "ClassVar[type[ShareGroupHeartbeatResponseTopicPartitions]]"
     Assignment: "ClassVar[type[ShareGroupHeartbeatResponseAssignment]]"

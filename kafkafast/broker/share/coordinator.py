@@ -1,0 +1,49 @@
+"""The share group side of a broker: share groups (`groups.py`), the share-partitions of the
+partitions this process leads (`manager.py`), their state store and the group configs.
+
+Where the state lives: share group membership beside the group coordinator's groups (same
+placement: the group's `__consumer_offsets` partition), share-partition state in the process
+that appends to the partition (its owner worker; in one process, here), persisted in
+`__share_group_state` by the state store (`state_store.py`).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafkafast.broker.share.group_configs import GroupConfigs
+from kafkafast.broker.share.groups import ShareGroups
+from kafkafast.broker.share.manager import SharePartitionManager
+from kafkafast.broker.share.state_store import ShareStateStore
+
+
+class ShareCoordinator:
+    def __init__(self, broker: Any, store: ShareStateStore | None = None) -> None:
+        self.broker = broker
+        self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
+        self.store = store if store is not None else ShareStateStore(broker)  # cluster mode brings its own
+        self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
+        self.groups = ShareGroups(broker, self.partitions.member_gone, self.configs.get)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.groups.start(loop)
+        self.partitions.start(loop)
+        await self.store.start()
+
+    async def stop(self) -> None:
+        self.groups.stop()
+        self.partitions.stop()
+        await self.store.stop()
+
+    def delete_group(self, group_id: str) -> int:
+        err = self.groups.delete(group_id)
+        if not err:
+            self.partitions.forget_group(group_id)
+        return err
+
+    def forget_share_partition(self, group_id: str, topic_id: bytes, partition: int) -> None:
+        """The stored state changed under the share-partition (the share coordinator APIs): it is loaded again."""
+        meta = self.broker.topics.by_id.get(topic_id)
+        if meta is not None:
+            self.partitions.partitions.pop((group_id, meta.name, partition), None)

@@ -1,0 +1,283 @@
+"""Share groups (KIP-932): membership through ShareGroupHeartbeat, with server-side assignment.
+
+A share group's members subscribe by topic names and heartbeat with their member epoch, as
+Kafka 4.2 serves them (`GroupMetadataManager.shareGroupHeartbeat`): the member makes up its
+own member id (an empty one is INVALID_REQUEST), joins with epoch 0 and its subscribed topic
+names, leaves with epoch -1; any other epoch must be its current one (FENCED_MEMBER_EPOCH),
+an unknown member gets UNKNOWN_MEMBER_ID. A join, a leave, a new subscription or a changed
+partition count of a subscribed topic bumps the group epoch; the assignment is then computed
+again with the `simple` assignor and every member takes the new epoch at its next heartbeat,
+which carries its assignment. Nothing is revoked first: partitions are shared, so a member
+starts fetching a partition while others still do.
+
+The `simple` assignor (Kafka's `SimpleAssignor`, homogeneous case): with at least as many
+members as partitions, member i (in member id order) gets partition i mod P, so each partition
+is shared by about members/partitions members; with more partitions than members, partition j
+goes to member j mod M, so every partition has one member and the members have about the same
+number of partitions. Topics are taken in name order and their partitions numbered across
+topics, so several topics spread the same way.
+
+Timers: each member's session (`group.share.session.timeout.ms`, per group
+`share.session.timeout.ms`, reset by every heartbeat; the heartbeat interval likewise,
+`group.share.heartbeat.interval.ms` / `share.heartbeat.interval.ms`);
+its expiry removes the member, bumps the group epoch and releases the records it had acquired
+(`on_member_gone`). States: Empty (no members), Stable, Dead (deleted).
+
+Share groups live beside the group coordinator's classic and consumer groups, under the same
+placement (the group's `__consumer_offsets` partition decides the owner worker or broker), in
+a map of their own: a group id already used by a classic or consumer group gets
+GROUP_ID_NOT_FOUND here, as Kafka answers a heartbeat to a group of another type. Membership
+is kept in memory: after a restart members get UNKNOWN_MEMBER_ID and join again (the records'
+delivery state is durable, in `__share_group_state`: `broker/share/state_store.py`).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kafkafast import clock
+from kafkafast.broker.consumer_coordinator import HeartbeatResult
+from kafkafast.broker.groups.consumer_group import HeartbeatError
+from kafkafast.broker.groups.group import GroupState
+from kafkafast.broker.topics import INTERNAL_TOPICS
+from kafkafast.protocol import errors as E
+
+log = logging.getLogger("kafkafast.share")
+EC = E.ErrorCode
+LEAVE_EPOCH = -1
+EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
+ASSIGNOR = "simple"
+
+Assignment = dict[bytes, list[int]]  # topic id -> partitions
+
+
+@dataclass(slots=True)
+class ShareMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    rack_id: str | None = None
+    subscribed_topics: list[str] = field(default_factory=list)
+    member_epoch: int = 0
+    assignment: Assignment = field(default_factory=dict)
+    sent_epoch: int = -1  # the epoch whose assignment the member was last sent
+    timer: Any = None
+
+
+@dataclass(slots=True)
+class ShareGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ShareMember] = field(default_factory=dict)
+    topic_signature: tuple = ()  # (name, id, partitions) of the subscribed topics at the last assignment
+    dead: bool = False
+
+    @property
+    def state(self) -> str:
+        if self.dead:
+            return DEAD
+        return STABLE if self.members else EMPTY
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed_topics}
+
+
+def simple_assign(members: list[str], partitions: list[tuple[bytes, int]]) -> dict[str, Assignment]:
+    """The `simple` assignor for members with one subscription (see the module docstring)."""
+    out: dict[str, Assignment] = {m: {} for m in members}
+    if not members or not partitions:
+        return out
+    ordered = sorted(members)
+    if len(ordered) >= len(partitions):
+        for i, m in enumerate(ordered):
+            tid, p = partitions[i % len(partitions)]
+            out[m].setdefault(tid, []).append(p)
+    else:
+        for j, (tid, p) in enumerate(partitions):
+            out[ordered[j % len(ordered)]].setdefault(tid, []).append(p)
+    return out
+
+
+class ShareGroups:
+    """The share groups this process coordinates (see the module docstring)."""
+
+    def __init__(self, broker: Any, on_member_gone: Callable[[str, str], None],
+                 group_config: Callable[[str, str], str | None]) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.session_timeout_ms = cfg.get_int("group.share.session.timeout.ms")
+        self.heartbeat_interval_ms = cfg.get_int("group.share.heartbeat.interval.ms")
+        self.max_size = cfg.get_int("group.share.max.size")
+        for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+            lo, hi = cfg.get_int(f"group.share.min.{name}"), cfg.get_int(f"group.share.max.{name}")
+            if not lo <= cfg.get_int(f"group.share.{name}") <= hi:
+                raise ValueError(f"group.share.{name} must be within group.share.min.{name} and group.share.max.{name}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
+        self.groups: dict[str, ShareGroup] = {}
+        self.on_member_gone = on_member_gone
+        self.group_config = group_config
+        self._loop: Any = None
+
+    def start(self, loop: Any) -> None:
+        self._loop = loop
+
+    def stop(self) -> None:
+        for g in self.groups.values():
+            for m in g.members.values():
+                if m.timer is not None:
+                    m.timer.cancel()
+
+    # -- heartbeat ---------------------------------------------------------------------------
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                  topics: list[str] | None, client_id: str, client_host: str, status: int) -> HeartbeatResult:
+        try:
+            if not group_id:
+                raise HeartbeatError(EC.INVALID_REQUEST, "GroupId can't be empty.")
+            if not member_id:
+                raise HeartbeatError(EC.INVALID_REQUEST, "MemberId can't be empty.")
+            if rack_id == "":
+                raise HeartbeatError(EC.INVALID_REQUEST, "RackId can't be empty.")
+            if member_epoch == 0 and not topics:
+                raise HeartbeatError(EC.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+            if member_epoch < LEAVE_EPOCH:
+                raise HeartbeatError(EC.INVALID_REQUEST, "MemberEpoch is invalid.")
+            if status:
+                raise HeartbeatError(status)
+            if member_epoch == LEAVE_EPOCH:
+                return self._leave(group_id, member_id)
+            return self._heartbeat(group_id, member_id, member_epoch, rack_id, topics, client_id, client_host)
+        except HeartbeatError as exc:
+            return HeartbeatResult(exc.code, exc.message, member_epoch=0)
+
+    def _group(self, group_id: str, create: bool) -> ShareGroup:
+        group = self.groups.get(group_id)
+        if group is not None and not group.dead:
+            return group
+        other = self.broker.group_coordinator.groups.get(group_id)
+        if other is not None and not other.is_(GroupState.DEAD):
+            raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        if not create:
+            raise HeartbeatError(EC.GROUP_ID_NOT_FOUND, f"Share group {group_id} not found.")
+        group = self.groups[group_id] = ShareGroup(group_id)
+        return group
+
+    def _heartbeat(self, group_id: str, member_id: str, epoch: int, rack_id: str | None, topics: list[str] | None,
+                   client_id: str, client_host: str) -> HeartbeatResult:
+        group = self._group(group_id, create=epoch == 0)
+        member = group.members.get(member_id)
+        bump = False
+        if epoch == 0:
+            if member is None:
+                if len(group.members) >= self.max_size:
+                    raise HeartbeatError(EC.GROUP_MAX_SIZE_REACHED,
+                                         f"The share group has reached its maximum capacity of {self.max_size} members.")
+                member = group.members[member_id] = ShareMember(member_id, client_id, client_host)
+                bump = True
+            member.sent_epoch = -1  # a (re)join always gets its assignment
+        elif member is None:
+            raise HeartbeatError(EC.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+        elif epoch != member.member_epoch:
+            raise HeartbeatError(EC.FENCED_MEMBER_EPOCH,
+                                 f"The share group member has a smaller member epoch ({epoch}) than the one known "
+                                 f"by the group coordinator ({member.member_epoch}). The member must abandon all "
+                                 "its partitions and rejoin.")
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if topics is not None and sorted(topics) != sorted(member.subscribed_topics):
+            member.subscribed_topics = list(topics)
+            bump = True
+        signature = self._topic_signature(group)
+        if signature != group.topic_signature:
+            group.topic_signature = signature
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            self._assign(group)
+        member.member_epoch = group.assignment_epoch
+        self._schedule_session(group, member)
+        result = HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
+                                 heartbeat_interval_ms=self._setting(group_id, "heartbeat.interval.ms"))
+        if member.sent_epoch != member.member_epoch:
+            result.assignment = member.assignment
+            member.sent_epoch = member.member_epoch
+        return result
+
+    def _topic_signature(self, group: ShareGroup) -> tuple:
+        out = []
+        for name in sorted(group.subscribed_topics()):
+            meta = self.broker.topics.get(name)
+            if meta is not None and name not in INTERNAL_TOPICS:
+                out.append((name, meta.topic_id, meta.partitions))
+        return tuple(out)
+
+    def _assign(self, group: ShareGroup) -> None:
+        """A new target assignment at the group epoch. Members with the same subscription are
+        assigned together (the homogeneous case); different subscriptions each by their own."""
+        by_subscription: dict[tuple[str, ...], list[str]] = {}
+        for m in group.members.values():
+            by_subscription.setdefault(tuple(sorted(set(m.subscribed_topics))), []).append(m.member_id)
+        topics = {name: (tid, count) for name, tid, count in group.topic_signature}
+        for subscription, members in by_subscription.items():
+            partitions = [(topics[t][0], p) for t in subscription if t in topics for p in range(topics[t][1])]
+            for mid, assignment in simple_assign(members, partitions).items():
+                group.members[mid].assignment = {tid: sorted(ps) for tid, ps in assignment.items()}
+        group.assignment_epoch = group.group_epoch
+
+    def _leave(self, group_id: str, member_id: str) -> HeartbeatResult:
+        group = self._group(group_id, create=False)
+        member = group.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(EC.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+        self._remove(group, member)
+        return HeartbeatResult(member_id=member_id, member_epoch=LEAVE_EPOCH)
+
+    def _remove(self, group: ShareGroup, member: ShareMember) -> None:
+        if member.timer is not None:
+            member.timer.cancel()
+            member.timer = None
+        del group.members[member.member_id]
+        group.group_epoch += 1
+        group.topic_signature = self._topic_signature(group)
+        self._assign(group)
+        self.on_member_gone(group.group_id, member.member_id)
+
+    def _schedule_session(self, group: ShareGroup, member: ShareMember) -> None:
+        if member.timer is not None:
+            member.timer.cancel()
+        member.timer = clock.call_later(self._loop, self._setting(group.group_id, "session.timeout.ms"), self._expire,
+                                        group, member)
+
+    def _setting(self, group_id: str, name: str) -> int:
+        """share.<name> of the group's configs, else the broker's group.share.<name>."""
+        value = self.group_config(group_id, f"share.{name}")
+        return int(value) if value else (self.session_timeout_ms if name == "session.timeout.ms"
+                                         else self.heartbeat_interval_ms)
+
+    def _expire(self, group: ShareGroup, member: ShareMember) -> None:
+        member.timer = None
+        if group.members.get(member.member_id) is member:
+            log.info("share group %s: member %s session timed out", group.group_id, member.member_id)
+            self._remove(group, member)
+
+    # -- describe, list, delete --------------------------------------------------------------
+    def get(self, group_id: str) -> ShareGroup | None:
+        group = self.groups.get(group_id)
+        return None if group is None or group.dead else group
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.get(group_id)
+        return group is not None and member_id in group.members
+
+    def delete(self, group_id: str) -> int:
+        """DeleteGroups for a share group: only an empty one (NON_EMPTY_GROUP otherwise)."""
+        group = self.get(group_id)
+        if group is None:
+            return EC.GROUP_ID_NOT_FOUND
+        if group.members:
+            return EC.NON_EMPTY_GROUP
+        group.dead = True
+        del self.groups[group_id]
+        return 0

@@ -1,0 +1,318 @@
+"""The broker side of ShareFetch and ShareAcknowledge: share sessions, share-partitions and
+their acquisition locks, for the partitions this process leads.
+
+Data path of a ShareFetch (`fetch`): the share session is opened (epoch 0), checked and
+advanced (epoch N: it must be the session's next epoch, else INVALID_SHARE_SESSION_EPOCH;
+no session: SHARE_SESSION_NOT_FOUND) or closed (-1); the piggy-backed acknowledgements are
+applied; then for each partition of the session, its `SharePartition` (loaded on first use
+from the state store, or started where `share.auto.offset.reset` says) picks the first
+Available offset, the log is read from the batch holding it up to the high watermark (the
+last stable offset with `share.isolation.level=read_committed`, which also archives the
+batches of aborted transactions as they are passed), the batch headers are walked and whole
+batches acquired until MaxRecords; the answer carries the bytes of the
+batches that hold acquired records and the acquired ranges with their delivery counts, and
+a lock timer is started for them. With nothing acquired the fetch parks until an append to
+one of its partitions or a release in this manager wakes it, or MaxWaitMs passes.
+
+Settings: group.share.record.lock.duration.ms (within group.share.min/max.record.lock.
+duration.ms; per group `share.record.lock.duration.ms`), group.share.delivery.count.limit
+(per group `share.delivery.count.limit`), group.share.partition.max.record.locks, and the
+group configs share.auto.offset.reset (latest, earliest, by_duration:<ISO-8601 duration>) and
+share.isolation.level (`group_configs.py`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kafkafast import clock
+from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
+from kafkafast.protocol import errors as E
+from kafkafast.records.batch import iter_entries, read_batch_header
+from kafkafast.records.model import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from kafkafast.storage.txn_index import collect_aborted
+
+log = logging.getLogger("kafkafast.share")
+EC = E.ErrorCode
+FINAL_EPOCH = -1
+
+
+@dataclass(slots=True)
+class ShareSession:
+    group_id: str
+    member_id: str
+    epoch: int  # the epoch the next request must carry
+    partitions: dict[tuple[str, int], bytes] = field(default_factory=dict)  # (topic, partition) -> topic id
+
+
+@dataclass(slots=True)
+class PartitionAnswer:
+    """What one partition contributes to a ShareFetch / ShareAcknowledge answer."""
+    topic: str
+    topic_id: bytes
+    partition: int
+    error: int = 0
+    message: str | None = None
+    ack_error: int = 0
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+    acked: bool = False
+
+
+@dataclass(slots=True)
+class PersistedState:
+    start_offset: int
+    state_epoch: int
+    batches: list[StateBatch]
+
+
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration of days, hours, minutes, seconds (Java's Duration.parse subset) in ms."""
+    m = _DURATION.match(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        return None
+    d, h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+    return int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
+
+
+def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
+    """Whether a batch's records are archived as they are passed, never delivered: a control
+    batch (a transaction marker), or with read_committed a batch of an aborted transaction
+    (`aborted`: (first offset, marker offset, producer id) of the aborted transactions in the range)."""
+    if header.attributes & ATTR_CONTROL:
+        return True
+    if not header.attributes & ATTR_TRANSACTIONAL:
+        return False
+    # An aborted transaction of this producer spanning the batch (from its first offset to its ABORT marker).
+    return any(pid == header.producer_id and first <= header.base_offset <= last for first, last, pid in aborted)
+
+
+class SharePartitionManager:
+    def __init__(self, broker: Any, store: Any, group_config: Callable[[str, str], str | None]) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.lock_ms = cfg.get_int("group.share.record.lock.duration.ms")
+        self.min_lock_ms = cfg.get_int("group.share.min.record.lock.duration.ms")
+        self.max_lock_ms = cfg.get_int("group.share.max.record.lock.duration.ms")
+        if not self.min_lock_ms <= self.lock_ms <= self.max_lock_ms:
+            raise ValueError("group.share.record.lock.duration.ms must be within group.share.min.record.lock.duration.ms "
+                             "and group.share.max.record.lock.duration.ms")
+        self.delivery_limit = cfg.get_int("group.share.delivery.count.limit")
+        self.max_locks = cfg.get_int("group.share.partition.max.record.locks")
+        self.store = store
+        self.group_config = group_config
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._waiters: set[asyncio.Future] = set()
+        self._timers: set[Any] = set()
+        self._loop: Any = None
+
+    def start(self, loop: Any) -> None:
+        self._loop = loop
+
+    def stop(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        self._wake()
+
+    # -- settings per group --------------------------------------------------------------------
+    def lock_duration_ms(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.record.lock.duration.ms")
+        return int(value) if value else self.lock_ms
+
+    def delivery_count_limit(self, group_id: str) -> int:
+        value = self.group_config(group_id, "share.delivery.count.limit")
+        return int(value) if value else self.delivery_limit
+
+    def _initial_offset(self, group_id: str, part: Any) -> int:
+        reset = (self.group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
+        if reset == "earliest":
+            return part.log_start_offset
+        if reset.startswith("by_duration:"):
+            ms = duration_ms(reset.split(":", 1)[1]) or 0
+            found = part.log.reader.offset_for_timestamp(clock.now_ms() - ms)
+            return found[0] if found is not None else part.high_watermark
+        return part.high_watermark
+
+    # -- share-partitions ------------------------------------------------------------------------
+    async def prepare(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> None:
+        """Loads the share-partition from its stored state (the share coordinator's, possibly on
+        another broker), or starts it where share.auto.offset.reset says, unless it is loaded at
+        the partition's current leader epoch (a leader elected again reads the state again)."""
+        key = (group_id, topic, part.index)
+        sp = self.partitions.get(key)
+        if sp is not None and sp.leader_epoch == part.leader_epoch:
+            return
+        saved = await self.store.fetch(group_id, topic_id, part.index)
+        sp = self.partitions.get(key)
+        if sp is not None and sp.leader_epoch == part.leader_epoch:
+            return  # loaded meanwhile by another request
+        if saved is not None and saved.start_offset >= 0:
+            sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
+        else:
+            sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
+        sp.leader_epoch = part.leader_epoch
+        sp.persist = self._persister(topic_id)
+        self.partitions[key] = sp
+        if saved is None or saved.start_offset < 0:
+            sp.persist(sp, [])
+
+    def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
+        """The share-partition `prepare` loaded (COORDINATOR_LOAD_IN_PROGRESS if it was not)."""
+        sp = self.partitions.get((group_id, topic, part.index))
+        if sp is None or sp.leader_epoch != part.leader_epoch:
+            raise E.CoordinatorLoadInProgressError(f"share-partition {topic}-{part.index} of {group_id} is not loaded")
+        if sp.start_offset < part.log_start_offset:
+            sp.reset_to(part.log_start_offset)
+        return sp
+
+    def _persister(self, topic_id: bytes) -> Callable[[SharePartition, list[StateBatch]], None]:
+        def persist(sp: SharePartition, batches: list[StateBatch]) -> None:
+            self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, batches,
+                             sp.state_batches())
+        return persist
+
+    def forget_group(self, group_id: str) -> None:
+        """DeleteGroups: the group's share-partitions and their persisted state go."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+        self.store.delete_group(group_id)
+
+    def member_gone(self, group_id: str, member_id: str) -> None:
+        """The member left the group or its session expired: its records go back, its share session ends."""
+        self.sessions.pop((group_id, member_id), None)
+        self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
+
+    def _release_member(self, group_id: str, member_id: str, sps: list[SharePartition]) -> None:
+        limit = self.delivery_count_limit(group_id)
+        released = 0
+        for sp in sps:
+            try:
+                released += sp.release_member(member_id, limit)
+            except E.KafkaError as exc:
+                log.warning("share group %s: %s-%d: persisting a release failed: %s", group_id, sp.topic,
+                            sp.partition, exc)
+        if released:
+            self._wake()
+
+    # -- sessions --------------------------------------------------------------------------------
+    def session_for(self, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int, bytes]],
+                    forget: Iterable[tuple[str, int]]) -> ShareSession:
+        """The share session of the request (see the module docstring); raises KafkaError."""
+        key = (group_id, member_id)
+        if epoch == 0:
+            session = self.sessions[key] = ShareSession(group_id, member_id, 1)
+        else:
+            session = self.sessions.get(key)
+            if session is None:
+                raise E.ShareSessionNotFoundError(f"no share session for member {member_id}")
+            if epoch != FINAL_EPOCH:
+                if epoch != session.epoch:
+                    raise E.InvalidShareSessionEpochError(f"expected share session epoch {session.epoch}, got {epoch}")
+                session.epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1
+        for topic, p, tid in add:
+            session.partitions[(topic, p)] = tid
+        for topic, p in forget:
+            session.partitions.pop((topic, p), None)
+        return session
+
+    def close_session(self, session: ShareSession) -> None:
+        """Epoch -1: the session ends and the member's acquired records in it go back."""
+        self.sessions.pop((session.group_id, session.member_id), None)
+        self._release_member(session.group_id, session.member_id,
+                             [sp for tp in session.partitions
+                              if (sp := self.partitions.get((session.group_id, *tp))) is not None])
+
+    # -- acknowledgements ------------------------------------------------------------------------
+    def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
+                    batches: list[tuple[int, int, list[int]]]) -> tuple[int, str | None]:
+        sp = self.share_partition(group_id, topic, topic_id, part)
+        released = [0]
+        try:
+            sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
+            err: tuple[int, str | None] = (0, None)
+        except InvalidRecordState as exc:
+            err = (EC.INVALID_RECORD_STATE, str(exc))
+        except E.KafkaError as exc:  # the state could not be persisted
+            err = (exc.code, exc.message)
+        if released[0]:
+            self._wake()
+        return err
+
+    # -- acquisition -----------------------------------------------------------------------------
+    def acquire(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any, max_records: int,
+                max_bytes: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """Acquires records of one partition for the member; (batch bytes, acquired ranges)."""
+        sp = self.share_partition(group_id, topic, topic_id, part)
+        if sp.in_flight() >= self.max_locks and sp.next_candidate() == sp.end_offset:
+            return b"", []
+        upper = part.high_watermark
+        committed = (self.group_config(group_id, "share.isolation.level") or "read_uncommitted") == "read_committed"
+        if committed:
+            upper = min(upper, part.state.last_stable_offset)
+        start = sp.next_candidate()
+        if start is None or start >= upper:
+            return b"", []
+        result = part.log.reader.read(start, max(max_bytes, 1), upper_bound_offset=upper, min_one_batch=True)
+        region = result.region if result is not None else None
+        if region is None or not len(region):
+            return b"", []
+        data = region.read()
+        aborted = sorted((a.first_offset, a.last_offset, a.producer_id) for a in collect_aborted(
+            part.log.reader.dir, part.log.reader.segment_bases(), start, upper)) if committed else []
+        batches, spans = [], []
+        for pos, size, magic in iter_entries(data):
+            if magic != 2:
+                continue
+            h = read_batch_header(data, pos)
+            batches.append((h.base_offset, h.last_offset, _archived(h, aborted)))
+            spans.append((pos, size))
+        ranges, token, used = sp.acquire(member_id, batches, max_records, self.max_locks, start)
+        if not ranges:
+            return b"", []
+        offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
+        self._lock(sp, member_id, token, offsets)
+        return b"".join(data[spans[i][0]:spans[i][0] + spans[i][1]] for i in used), ranges
+
+    def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
+        def expire() -> None:
+            self._timers.discard(handle)
+            try:
+                released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+            except E.KafkaError as exc:  # released in memory, not persisted: a restart redelivers them anyway
+                log.warning("share group %s: %s-%d: persisting a lock timeout failed: %s", sp.group_id, sp.topic,
+                            sp.partition, exc)
+                released = 1
+            if released:
+                self._wake()
+        handle = clock.call_later(self._loop, self.lock_duration_ms(sp.group_id), expire)
+        self._timers.add(handle)
+
+    # -- waiting -----------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, parts: list[Any], timeout: float) -> None:
+        """Until an append to one of `parts` (the broker's wait, across workers too), a release
+        here, or `timeout` seconds."""
+        released = asyncio.get_running_loop().create_future()
+        self._waiters.add(released)
+        appended = asyncio.ensure_future(self.broker.wait_for_data(parts, timeout))
+        try:
+            await asyncio.wait({released, appended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            appended.cancel()
+            self._waiters.discard(released)

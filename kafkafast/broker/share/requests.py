@@ -1,0 +1,99 @@
+"""What ShareFetch and ShareAcknowledge have in common: checking the group and the member,
+resolving topic ids, READ on each topic, and applying acknowledgement batches."""
+from __future__ import annotations
+
+from typing import Any
+
+from kafkafast.broker.handlers.fetch import cluster_fetch_error
+from kafkafast.broker.share.manager import PartitionAnswer
+from kafkafast.protocol import errors as E
+from kafkafast.security import acl
+from kafkafast.security.context import denied
+
+EC = E.ErrorCode
+
+
+def request_error(broker: Any, ctx: Any, group_id: str | None, member_id: str | None) -> tuple[int, str | None]:
+    """The top-level error of a ShareFetch / ShareAcknowledge, or (0, None)."""
+    if not group_id:
+        return EC.INVALID_REQUEST, "GroupId must be non-empty."
+    if not member_id:
+        return EC.INVALID_REQUEST, "MemberId must be non-empty."
+    if denied(broker, ctx, acl.READ, acl.GROUP, group_id):
+        return EC.GROUP_AUTHORIZATION_FAILED, None
+    return 0, None
+
+
+def resolve(broker: Any, ctx: Any, topic_id: bytes, partitions: list[int],
+            answers: dict[tuple[str, int], PartitionAnswer]) -> str | None:
+    """The topic's name, or None after answering each of `partitions` with the topic's error
+    (UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED)."""
+    meta = broker.topics.by_id.get(topic_id)
+    if meta is None:
+        broker.refresh_topics()
+        meta = broker.topics.by_id.get(topic_id)
+    if meta is None:
+        err = EC.UNKNOWN_TOPIC_ID
+    elif denied(broker, ctx, acl.READ, acl.TOPIC, meta.name):
+        err = EC.TOPIC_AUTHORIZATION_FAILED
+    else:
+        return meta.name
+    for p in partitions:
+        answers[(topic_id.hex(), p)] = PartitionAnswer("", topic_id, p, error=err, ack_error=err)
+    return None
+
+
+async def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, topic_id: bytes, partition: int,
+               batches: list[Any], answers: dict[tuple[str, int], PartitionAnswer]) -> None:
+    """Applies one partition's acknowledgement batches; the result goes into its answer."""
+    answer = answers.setdefault((topic, partition), PartitionAnswer(topic, topic_id, partition))
+    answer.acked = True
+    part, answer.ack_error = await loaded_partition(broker, group_id, topic, topic_id, partition)
+    if answer.ack_error:
+        return
+    answer.ack_error, answer.ack_message = broker.share.partitions.acknowledge(
+        group_id, member_id, topic, topic_id, part,
+        [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches])
+
+
+def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
+    """(the partition, 0) when this broker serves its records (any worker reads any partition;
+    in cluster mode only its leader), else (None or it, the error)."""
+    part = broker.get_partition(topic, partition)
+    if part is None:
+        return None, EC.UNKNOWN_TOPIC_OR_PARTITION
+    not_leader = cluster_fetch_error(broker, part, -1)
+    if not_leader:
+        return part, not_leader
+    if part.state.offline:
+        return part, EC.KAFKA_STORAGE_ERROR
+    return part, 0
+
+
+async def loaded_partition(broker: Any, group_id: str, topic: str, topic_id: bytes, partition: int) -> tuple[Any, int]:
+    """`local_partition`, with the group's share-partition of it loaded (its error if that failed)."""
+    part, err = local_partition(broker, topic, partition)
+    if not err:
+        try:
+            await broker.share.partitions.prepare(group_id, topic, topic_id, part)
+        except E.KafkaError as exc:
+            err = exc.code
+    return part, err
+
+
+def current_leader(broker: Any, answer: PartitionAnswer, cls: Any) -> Any:
+    """The partition's LeaderIdAndEpoch for an answer (-1, -1 when the topic is unknown)."""
+    part = broker.get_partition(answer.topic, answer.partition) if answer.topic else None
+    if part is None:
+        return cls(leader_id=-1, leader_epoch=-1)
+    return cls(leader_id=broker.node_id, leader_epoch=part.leader_epoch)
+
+
+async def persisted(broker: Any, answers: dict[tuple[str, int], PartitionAnswer]) -> None:
+    """Waits for the state writes of this request that went to other workers; their error (if
+    any) becomes the acknowledgement error of the partitions acknowledged."""
+    err = await broker.share.store.settled()
+    if err:
+        for a in answers.values():
+            if a.acked and not a.ack_error:
+                a.ack_error = err

@@ -1,0 +1,310 @@
+"""The share coordinator's store: share-partition state in the internal topic `__share_group_state`.
+
+Records, in Kafka's formats (`kafkafast/protocol/schemas/share-coordinator/`), keyed by
+(group id, topic id, partition):
+
+    key version 0  ShareSnapshotKey -> ShareSnapshotValue: the whole state (snapshot epoch,
+                   state epoch, leader epoch, start offset, create/write time, state batches)
+    key version 1  ShareUpdateKey   -> ShareUpdateValue: snapshot epoch, leader epoch, start
+                   offset and the state batches changed since that snapshot
+    null value     the share-partition's state was deleted (DeleteGroups)
+
+A state batch is (first offset, last offset, delivery state 0 Available / 2 Acknowledged /
+4 Archived, delivery count); acquired records are written Available with their delivery
+count, so after a restart they are delivered again and the count goes on.
+
+Writing: every state change of a share-partition writes one record before the request that
+caused it is answered: appended at once when this process may append to the record's
+partition, else forwarded as a Produce to the worker that owns it and awaited (`settled`)
+before the answer. The first write of a share-partition and every
+`share.coordinator.snapshot.update.records.per.snapshot`-th after it is a ShareSnapshot
+(snapshot epoch + 1); the others are ShareUpdates holding every batch changed since the
+snapshot (cumulative), so the topic is compacted (`cleanup.policy=compact`): the latest
+snapshot and the latest update of a key are the state, whatever compaction removed.
+Loading (at start, in the background: COORDINATOR_LOAD_IN_PROGRESS meanwhile, which ShareFetch
+answers as NOT_LEADER_OR_FOLLOWER): each partition, once its owner worker has loaded it, is
+replayed in offset order;
+an update applies to the snapshot of its snapshot epoch only (an older update, written before
+the latest snapshot, is skipped).
+
+Placement: a key lives in partition abs(java hash("<group>:<topic id>:<partition>")) mod
+`share.coordinator.state.topic.num.partitions` (Kafka's coordinator key, the topic id in its
+base64 form). The topic (internal) is created on first use with that many partitions. The
+state of a group's share-partitions is written and served by the process coordinating the group
+(`coordinator_error`); every worker replays the whole topic at start.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from typing import Any
+
+from kafkafast import clock
+from kafkafast.broker.group_coordinator import java_string_hash, read_partition
+from kafkafast.broker.share.manager import PersistedState
+from kafkafast.broker.share.partition import StateBatch
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.coordinator_records import (
+    ShareSnapshotKey,
+    ShareSnapshotValue,
+    ShareUpdateKey,
+    ShareUpdateValue,
+)
+from kafkafast.protocol.primitives import Reader, Writer
+from kafkafast.records import BatchBuilder
+
+log = logging.getLogger("kafkafast.share")
+STATE_TOPIC = "__share_group_state"
+SNAPSHOT_KEY, UPDATE_KEY = 0, 1
+VALUE_VERSION = 0
+WRITE_TIMEOUT_MS = 30000
+LOAD_POLL_S = 0.05  # while another worker still loads a partition this one replays
+Key = tuple[str, bytes, int]
+
+
+def coordinator_key(group_id: str, topic_id: bytes, partition: int) -> str:
+    return f"{group_id}:{base64.urlsafe_b64encode(topic_id).decode().rstrip('=')}:{partition}"
+
+
+def _encode(version: int, struct: Any) -> bytes:
+    w = Writer()
+    w.int16(version)
+    struct.encode(w, version)
+    return w.getvalue()
+
+
+def state_key(kind: int, key: Key) -> bytes:
+    cls = ShareSnapshotKey if kind == SNAPSHOT_KEY else ShareUpdateKey
+    return _encode(kind, cls(group_id=key[0], topic_id=key[1], partition=key[2]))
+
+
+def snapshot_value(snapshot_epoch: int, state: PersistedState, created: int) -> bytes:
+    V = ShareSnapshotValue
+    return _encode(VALUE_VERSION, V(
+        snapshot_epoch=snapshot_epoch, state_epoch=state.state_epoch, leader_epoch=0, start_offset=state.start_offset,
+        create_timestamp=created, write_timestamp=clock.now_ms(),
+        state_batches=[V.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
+                       for a, b, s, c in state.batches]))
+
+
+def update_value(snapshot_epoch: int, start_offset: int, batches: list[StateBatch]) -> bytes:
+    V = ShareUpdateValue
+    return _encode(VALUE_VERSION, V(
+        snapshot_epoch=snapshot_epoch, leader_epoch=0, start_offset=start_offset,
+        state_batches=[V.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
+                       for a, b, s, c in batches]))
+
+
+def merge_batches(base: list[StateBatch], newer: list[StateBatch], start_offset: int) -> list[StateBatch]:
+    """`newer` over `base` (offset by offset), the offsets below `start_offset` left out."""
+    per: dict[int, tuple[int, int]] = {}
+    for batches in (base, newer):
+        for a, b, s, c in batches:
+            for off in range(max(a, start_offset), b + 1):
+                per[off] = (s, c)
+    out: list[list[int]] = []
+    for off in sorted(per):
+        s, c = per[off]
+        if out and out[-1][1] == off - 1 and out[-1][2] == s and out[-1][3] == c:
+            out[-1][1] = off
+        else:
+            out.append([off, off, s, c])
+    return [(a, b, s, c) for a, b, s, c in out]
+
+
+class _KeyState:
+    __slots__ = ("state", "snapshot_epoch", "updates", "changed", "created")
+
+    def __init__(self, state: PersistedState, snapshot_epoch: int, created: int) -> None:
+        self.state = state
+        self.snapshot_epoch = snapshot_epoch
+        self.updates = 0  # ShareUpdates written since the snapshot
+        self.changed: list[StateBatch] = []  # batches changed since the snapshot (what the next update holds)
+        self.created = created
+
+
+class ShareStateStore:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.per_snapshot = cfg.get_int("share.coordinator.snapshot.update.records.per.snapshot")
+        self.keys: dict[Key, _KeyState] = {}
+        self.loaded = False
+        self._loading: asyncio.Task | None = None
+        self.pending: list[Any] = []  # writes forwarded to the owner worker, not yet answered
+
+    # -- placement ---------------------------------------------------------------------------
+    def num_partitions(self) -> int:
+        meta = self.broker.topics.get(STATE_TOPIC)
+        return meta.partitions if meta is not None else self.broker.config.get_int(
+            "share.coordinator.state.topic.num.partitions")
+
+    def partition_for(self, key: Key) -> int:
+        return (java_string_hash(coordinator_key(*key)) & 0x7FFFFFFF) % self.num_partitions()
+
+    def ensure_topic(self) -> None:
+        if self.broker.topics.get(STATE_TOPIC) is None:
+            cfg = self.broker.config
+            try:
+                self.broker.create_topic(STATE_TOPIC, cfg.get_int("share.coordinator.state.topic.num.partitions"), {
+                    "cleanup.policy": "compact",
+                    "min.insync.replicas": cfg.get("share.coordinator.state.topic.min.isr")})
+            except E.TopicAlreadyExistsError:
+                self.broker.refresh_topics()
+
+    # -- loading -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loading = asyncio.get_running_loop().create_task(self._load_all())
+
+    async def _load_all(self) -> None:
+        """Replays every partition once its owner has loaded it (another worker may still be
+        recovering it: its published log end would not be the true one yet)."""
+        meta = self.broker.topics.get(STATE_TOPIC)
+        if meta is not None:
+            for index in range(meta.partitions):
+                part = self.broker.get_partition(STATE_TOPIC, index)
+                while part is not None and not self.broker.partition_loaded(part):
+                    await asyncio.sleep(LOAD_POLL_S)
+                if part is not None:
+                    await self._load(part)
+        self.loaded = True
+
+    async def stop(self) -> None:
+        if self._loading is not None:
+            self._loading.cancel()
+
+    async def _load(self, part: Any) -> None:
+        n = 0
+        async for header, records in read_partition(part):
+            if header.is_control:
+                continue
+            for rec in records:
+                self.replay(rec.key, rec.value)
+                n += 1
+        if n:
+            log.info("share state: replayed %d records of %s-%d", n, STATE_TOPIC, part.index)
+
+    def replay(self, key_bytes: Any, value_bytes: Any) -> None:
+        if key_bytes is None or len(key_bytes) < 2:
+            return
+        r = Reader(bytes(key_bytes))
+        kind = r.int16()
+        if kind not in (SNAPSHOT_KEY, UPDATE_KEY):
+            return
+        k = (ShareSnapshotKey if kind == SNAPSHOT_KEY else ShareUpdateKey).decode(r, kind)
+        key = (k.group_id, bytes(k.topic_id), k.partition)
+        if value_bytes is None:
+            self.keys.pop(key, None)
+            return
+        vr = Reader(bytes(value_bytes))
+        version = vr.int16()
+        if kind == SNAPSHOT_KEY:
+            v = ShareSnapshotValue.decode(vr, version)
+            batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in v.state_batches]
+            self.keys[key] = _KeyState(PersistedState(v.start_offset, v.state_epoch, batches), v.snapshot_epoch,
+                                       v.create_timestamp)
+            return
+        u = ShareUpdateValue.decode(vr, version)
+        ks = self.keys.get(key)
+        if ks is None or u.snapshot_epoch != ks.snapshot_epoch:
+            return  # written before the latest snapshot
+        batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in u.state_batches]
+        start = u.start_offset if u.start_offset >= 0 else ks.state.start_offset
+        ks.state = PersistedState(start, ks.state.state_epoch, merge_batches(ks.state.batches, batches, start))
+
+    # -- the manager's interface ----------------------------------------------------------------
+    def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+        ks = self.keys.get((group_id, topic_id, partition))
+        return ks.state if ks is not None else None
+
+    async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+        """The stored state, for loading a share-partition (here: what `read` says, once loaded)."""
+        if not self.loaded:
+            raise E.CoordinatorLoadInProgressError(f"{STATE_TOPIC} is being loaded")
+        return self.read(group_id, topic_id, partition)
+
+    def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
+              batches: list[StateBatch], full: list[StateBatch]) -> None:
+        """Persists a share-partition's new state (see the module docstring); raises KafkaError
+        when the record cannot be appended."""
+        key = (group_id, topic_id, partition)
+        ks = self.keys.get(key)
+        state = PersistedState(start_offset, state_epoch, full)
+        if ks is None or ks.updates + 1 >= self.per_snapshot:
+            epoch = ks.snapshot_epoch + 1 if ks is not None else 0
+            created = ks.created if ks is not None else clock.now_ms()
+            self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created))
+            self.keys[key] = _KeyState(state, epoch, created)
+            return
+        changed = merge_batches(ks.changed, batches, start_offset)
+        self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed))
+        ks.state, ks.changed, ks.updates = state, changed, ks.updates + 1
+
+    def delete_group(self, group_id: str) -> None:
+        for key in [k for k in self.keys if k[0] == group_id]:
+            self.delete(key)
+
+    # -- the share coordinator APIs (Read/Write/Initialize/DeleteShareGroupState, the summary) ------
+    def coordinator_error(self, key: Key) -> int:
+        """NONE, or why this process does not serve the key's state: the state of a group's
+        share-partitions is kept where the group is coordinated (NOT_COORDINATOR elsewhere)."""
+        if not key[0]:
+            return E.ErrorCode.INVALID_REQUEST
+        if not self.loaded:
+            return E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return self.broker.group_coordinator.status(key[0], "share_group_state")
+
+    def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
+        """WriteShareGroupState: `batches` over the stored state; FencedStateEpochError for an older state epoch."""
+        ks = self.keys.get(key)
+        if ks is not None and state_epoch < ks.state.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
+        start = start_offset if start_offset >= 0 else (ks.state.start_offset if ks is not None else 0)
+        full = merge_batches(ks.state.batches if ks is not None else [], batches, start)
+        self.write(*key, start, state_epoch, batches, full)
+
+    def initialize(self, key: Key, state_epoch: int, start_offset: int) -> None:
+        """InitializeShareGroupState: a new snapshot with no in-flight records."""
+        ks = self.keys.get(key)
+        if ks is not None and state_epoch < ks.state.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
+        epoch = ks.snapshot_epoch + 1 if ks is not None else 0
+        state = PersistedState(start_offset, state_epoch, [])
+        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms()))
+        self.keys[key] = _KeyState(state, epoch, clock.now_ms())
+
+    def delete(self, key: Key) -> None:
+        for kind in (SNAPSHOT_KEY, UPDATE_KEY):
+            self._append(key, state_key(kind, key), None)
+        self.keys.pop(key, None)
+
+    def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:
+        self.ensure_topic()
+        part = self.broker.get_partition(STATE_TOPIC, self.partition_for(key))
+        if part is None:
+            raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC} is not available")
+        builder = BatchBuilder()
+        builder.append(clock.now_ms(), key_bytes, value)
+        records = bytearray(builder.build())
+        forward = getattr(self.broker, "forward_produce", None)  # as the Produce handler finds it
+        if self.broker.appends_here(part, None):
+            self.broker.append(part, records)
+        elif forward is not None:  # another worker owns the partition (shared append off or not ready)
+            self.pending.append(forward(part, records, -1, WRITE_TIMEOUT_MS))
+        else:
+            raise E.NotCoordinatorError(f"{STATE_TOPIC}-{part.index} is not written by this process")
+
+    async def settled(self) -> int:
+        """Waits for the writes that are not done yet (forwarded to another worker, sent to the share
+        coordinator, or waiting for the ISR); the first error code, or NONE."""
+        pending, self.pending = self.pending, []
+        error = 0
+        for fut in pending:
+            try:
+                res = await fut  # an error code, or a response part with one
+                error = error or (res if isinstance(res, int) else res.error_code)
+            except Exception as exc:  # the owner or the coordinator went away
+                log.warning("share state: a write failed: %s", exc)
+                error = error or E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return error

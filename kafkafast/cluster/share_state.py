@@ -1,0 +1,191 @@
+"""The share coordinator in cluster mode (Kafka's ShareCoordinatorService over ZooKeeper-mode
+partition leadership).
+
+`__share_group_state` is a replicated internal topic, created on first use with
+share.coordinator.state.topic.num.partitions, .replication.factor and .min.isr. The share
+coordinator of a share-partition's state is the leader of the key's partition: becoming its
+leader replays the partition's ShareSnapshot/ShareUpdate records (COORDINATOR_LOAD_IN_PROGRESS
+meanwhile), losing it drops them (NOT_COORDINATOR). A state write is appended by the leader and
+answered once the ISR has it (acks=all; fewer in-sync replicas than min.isr, or a timeout:
+COORDINATOR_NOT_AVAILABLE).
+
+The share-partitions live at the data partition's leader (where clients send ShareFetch and
+ShareAcknowledge). Their state goes to the share coordinator: kept here when this broker
+coordinates the key, else read with ReadShareGroupState (when the share-partition is loaded:
+on first use and whenever the partition's leader epoch moved) and written with
+WriteShareGroupState (the changed batches and the start offset; awaited before the request that
+changed them is answered), over one inter-broker connection per broker (`cluster/peers.py`),
+or over the forwarding link to the worker owning the partition when this broker is the
+coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
+acknowledged state, and a new share coordinator from what the ISR held.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kafkafast.broker.group_coordinator import read_partition
+from kafkafast.broker.share.manager import PersistedState
+from kafkafast.broker.share.partition import StateBatch
+from kafkafast.broker.share.state_store import STATE_TOPIC, Key, ShareStateStore
+from kafkafast.cluster.peers import PeerConnections
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
+from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
+
+log = logging.getLogger("kafkafast.share")
+EC = E.ErrorCode
+APPEND_TIMEOUT_S = 30.0
+
+
+class ClusterShareStateStore(ShareStateStore):
+    def __init__(self, broker: Any) -> None:
+        super().__init__(broker)
+        self.led: set[int] = set()  # __share_group_state partitions led and loaded here
+        self.loading: set[int] = set()
+        self._unloads: dict[int, int] = {}
+        self._tasks: list[asyncio.Task] = []
+        self.peers = PeerConnections(broker, "share-state")
+
+    async def start(self) -> None:
+        self.loaded = True  # partitions load as their leadership comes (load_partition)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        self.peers.close()
+        await super().stop()
+
+    def ensure_topic(self) -> None:
+        if self.broker.topics.get(STATE_TOPIC) is None:
+            cfg = self.broker.config
+            try:
+                self.broker.create_topic(STATE_TOPIC, cfg.get_int("share.coordinator.state.topic.num.partitions"), {
+                    "cleanup.policy": "compact", "min.insync.replicas": cfg.get("share.coordinator.state.topic.min.isr")},
+                    replication_factor=cfg.get_int("share.coordinator.state.topic.replication.factor"))
+            except E.TopicAlreadyExistsError:
+                pass
+            except E.KafkaError as exc:
+                log.info("cannot create %s: %s", STATE_TOPIC, exc)
+                raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC}: {exc}") from exc
+
+    # -- leadership ---------------------------------------------------------------------------
+    def load_partition(self, index: int) -> None:
+        """This broker now leads `__share_group_state` partition `index`: replay it."""
+        self.loading.add(index)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.get_running_loop().create_task(self._load_index(index)))
+
+    async def _load_index(self, index: int) -> None:
+        unloads = self._unloads.get(index, 0)
+        part = self.broker.get_partition(STATE_TOPIC, index)
+        try:
+            if part is not None:
+                async for header, records in read_partition(part):
+                    if not header.is_control:
+                        for rec in records:
+                            self.replay(rec.key, rec.value)
+        finally:
+            if self._unloads.get(index, 0) == unloads:
+                self.loading.discard(index)
+                self.led.add(index)
+        log.info("share state: loaded %s-%d", STATE_TOPIC, index)
+
+    def unload_partition(self, index: int) -> None:
+        self._unloads[index] = self._unloads.get(index, 0) + 1
+        self.loading.discard(index)
+        self.led.discard(index)
+        for key in [k for k in self.keys if self.partition_for(k) == index]:
+            del self.keys[key]
+
+    def coordinator_error(self, key: Key) -> int:
+        if not key[0]:
+            return EC.INVALID_REQUEST
+        self.ensure_topic()
+        index = self.partition_for(key)
+        if index in self.loading:
+            return EC.COORDINATOR_LOAD_IN_PROGRESS
+        return 0 if index in self.led else EC.NOT_COORDINATOR
+
+    # -- the share-partitions' side -------------------------------------------------------------
+    async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+        key = (group_id, topic_id, partition)
+        err = self.coordinator_error(key)
+        if err == 0:
+            return self.read(*key)
+        if err != EC.NOT_COORDINATOR:
+            raise E.for_code(err)(f"share state of {group_id}")
+        R = ReadShareGroupStateRequest
+        resp = await self._ask(key, R(group_id=group_id, topics=[R.ReadStateData(
+            topic_id=topic_id, partitions=[R.PartitionData(partition=partition, leader_epoch=0)])]))
+        p = resp.results[0].partitions[0]
+        if p.error_code:
+            raise E.for_code(p.error_code)(p.error_message or f"share state of {group_id}")
+        if p.start_offset < 0:
+            return None
+        return PersistedState(p.start_offset, p.state_epoch, [(b.first_offset, b.last_offset, b.delivery_state,
+                                                               b.delivery_count) for b in p.state_batches])
+
+    def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
+              batches: list[StateBatch], full: list[StateBatch]) -> None:
+        key = (group_id, topic_id, partition)
+        if self.coordinator_error(key) == 0:
+            super().write(group_id, topic_id, partition, start_offset, state_epoch, batches, full)
+            return
+        W = WriteShareGroupStateRequest
+        req = W(group_id=group_id, topics=[W.WriteStateData(topic_id=topic_id, partitions=[W.PartitionData(
+            partition=partition, state_epoch=state_epoch, leader_epoch=0, start_offset=start_offset,
+            state_batches=[W.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
+                           for a, b, s, c in batches])])])
+        self.pending.append(asyncio.ensure_future(self._write_remote(key, req)))
+
+    async def _write_remote(self, key: Key, req: Any) -> Any:
+        resp = await self._ask(key, req)
+        return resp.results[0].partitions[0]
+
+    # -- the coordinator's side -------------------------------------------------------------------
+    def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:
+        part = self.broker.get_partition(STATE_TOPIC, self.partition_for(key))
+        if part is None or not getattr(part, "is_leader", False):
+            raise E.NotCoordinatorError(f"{STATE_TOPIC} partition of {key[0]} is not led here")
+        if len(part.isr) < self.broker.min_insync_replicas(part):
+            raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC}-{part.index}: fewer in-sync replicas than min.isr")
+        super()._append(key, key_bytes, value)
+        self.pending.append(asyncio.ensure_future(self._replicated(part, part.log.state.log_end_offset)))
+
+    async def _replicated(self, part: Any, end_offset: int) -> int:
+        code = await part.wait_for_hw(end_offset, APPEND_TIMEOUT_S)
+        if code == EC.NOT_LEADER_OR_FOLLOWER:
+            return EC.NOT_COORDINATOR
+        if code or len(part.isr) < self.broker.min_insync_replicas(part):
+            return EC.COORDINATOR_NOT_AVAILABLE
+        return 0
+
+    # -- inter-broker requests ----------------------------------------------------------------------
+    async def _ask(self, key: Key, request: Any) -> Any:
+        leader = self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key))
+        if leader == self.broker.node_id:
+            return await self._ask_here(key, request)
+        if leader < 0:
+            raise E.CoordinatorNotAvailableError(f"no share coordinator for {key[0]} yet")
+        resp = await self.peers.send(leader, request, 0, APPEND_TIMEOUT_S + 5)
+        if resp is None:
+            raise E.CoordinatorNotAvailableError(f"broker {leader} is not known")
+        return resp
+
+    async def _ask_here(self, key: Key, request: Any) -> Any:
+        """This broker leads the key's partition but has not loaded it yet (its LeaderAndIsr is being applied)."""
+        raise E.CoordinatorLoadInProgressError(f"share state of {key[0]} is loading")
+
+
+class ClusterWorkerShareStateStore(ClusterShareStateStore):
+    """In a multi-worker cluster broker: a `__share_group_state` partition is loaded and written by
+    the worker that owns it; the others (the group's worker, where its share-partitions live) send
+    it Read/WriteShareGroupState over the forwarding link, as they send other brokers."""
+
+    async def _ask_here(self, key: Key, request: Any) -> Any:
+        owner = self.broker.owner_of(STATE_TOPIC, self.partition_for(key))
+        if owner == self.broker.index:
+            return await super()._ask_here(key, request)
+        return await self.broker.forwarder.request(owner, request, 0)

@@ -1,0 +1,166 @@
+"""Share groups in a 3-broker ZooKeeper cluster with librdkafka's ShareConsumer: the
+share-partitions live at each partition's leader, their state with the share coordinator (the
+leader of the key's `__share_group_state` partition, replicated, acks=all); a partition leader
+or a share coordinator SIGKILLed loses no acknowledgement: the new leader reads the state from
+the (possibly new) coordinator, a new coordinator replays what its ISR held, and only what was
+not acknowledged is delivered again, with the delivery counts going on; with one process per
+broker and with two workers per broker (where the worker owning a `__share_group_state`
+partition is the coordinator and the group's worker asks it over the forwarding link).
+AlterShareGroupOffsets / DeleteShareGroupOffsets are left out in a cluster (not built yet): a
+request for one is refused like any unknown API by the worker that got it, never forwarded."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+
+from kafkafast.broker.group_coordinator import java_string_hash
+from kafkafast.broker.share import SHARE_API_KEYS, SHARE_OFFSETS_API_KEYS
+from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
+from kafkafast.protocol import api
+from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
+from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+from kafkafast.protocol._generated.metadata import MetadataRequest
+from tests.support.cli import kafkafast
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+SETTINGS = {
+    "group.share.record.lock.duration.ms": "3000", "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.session.timeout.ms": "6000", "group.share.min.session.timeout.ms": "6000",
+    "share.coordinator.state.topic.num.partitions": "3", "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+}
+QUIET = {"log_level": 0}
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "2-workers"])
+def share_cluster(tmp_path_factory, request):
+    c = KafkaCluster(tmp_path_factory.mktemp("share-cluster"), settings=SETTINGS, workers=request.param)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def state_partition(cluster, group: str, topic: str, partition: int) -> int:
+    """The `__share_group_state` partition of a share-partition's state (Kafka's placement)."""
+    with RawClient(next(iter(cluster.brokers.values())).port, timeout=30) as rc:
+        tid = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+    key = coordinator_key(group, bytes(tid), partition)
+    return (java_string_hash(key) & 0x7FFFFFFF) % int(SETTINGS["share.coordinator.state.topic.num.partitions"])
+
+
+def set_everywhere(cluster, group: str, **configs: str) -> None:
+    """Group configs on every broker (each keeps its own file: they are not in ZooKeeper yet)."""
+    req = IAC(resources=[IAC.AlterConfigsResource(resource_type=32, resource_name=group, configs=[
+        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items()])])
+    for b in cluster.brokers.values():
+        with RawClient(b.port, timeout=30) as rc:
+            assert rc.request(req, 1).responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("victim", ["partition-leader", "share-coordinator"])
+def test_a_broker_killed_loses_no_acknowledgement(share_cluster, victim):
+    cluster = share_cluster
+    topic = f"cq-{victim}"
+    cluster.create_topic(topic, 2, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    values = set()
+    for i in range(40):
+        v = f"r-{i}".encode()
+        values.add(v)
+        p.produce(topic, value=v, partition=i % 2)
+    assert p.flush(30) == 0
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", **QUIET})
+    c.subscribe([topic])
+    seen: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(seen) < 40:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                seen.add(m.value())  # even: accepted; odd: released, so delivered again later
+                c.acknowledge(m, AcknowledgeType.ACCEPT if int(m.value().split(b"-")[1]) % 2 == 0
+                              else AcknowledgeType.RELEASE)
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert seen == values
+    odd = {v for v in values if int(v.split(b"-")[1]) % 2}
+    if victim == "partition-leader":
+        killed, moved = cluster.leader(topic, 0), (topic, 0)
+    else:  # the leader of the __share_group_state partition holding partition 0's state
+        moved = (STATE_TOPIC, state_partition(cluster, group, topic, 0))
+        killed = cluster.leader(*moved)
+    cluster.brokers[killed].kill()
+    cluster.wait_for(lambda: cluster.leader(*moved) not in (-1, killed), 30, f"a new leader of {moved}")
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe([topic])
+    got: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and set(got) != odd:
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    got[m.value()] = m.delivery_count()
+        end = time.monotonic() + 2
+        while time.monotonic() < end:  # nothing else comes
+            for m in c.poll(0.3):
+                if m.error() is None:
+                    got[m.value()] = m.delivery_count()
+    finally:
+        c.close()
+        cluster.brokers[killed].start()
+    assert set(got) == odd
+    assert min(got.values()) >= 2
+
+
+def test_cluster_brokers_leave_out_only_the_offset_changing_apis(share_cluster):
+    cluster = share_cluster
+    for broker in cluster.brokers.values():
+        with RawClient(broker.port, timeout=30) as rc:
+            keys = {k.api_key for k in rc.request(ApiVersionsRequest(), 3).api_keys}
+        assert keys & SHARE_API_KEYS == SHARE_API_KEYS - SHARE_OFFSETS_API_KEYS
+    port = next(iter(cluster.brokers.values())).port
+    alter = AlterShareGroupOffsetsRequest(group_id="sg", topics=[])
+    with RawClient(port, timeout=30) as rc:
+        rc.send_raw(api.encode_request(alter, 0, 7, "raw"))
+        assert rc.recv_frame() is None  # closed, as for an unknown API key, by the worker that got it
+    for _ in range(6):  # the broker goes on answering, on any worker
+        with RawClient(port, timeout=30) as rc:
+            assert rc.request(FindCoordinatorRequest(key="g1", key_type=0), 3).error_code in (0, 15)
+
+
+def test_share_groups_command_describes_a_group_across_the_cluster(share_cluster):
+    cluster = share_cluster
+    cluster.create_topic("cq-cli", 3, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for i in range(30):
+        p.produce("cq-cli", value=b"v", partition=i % 3)
+    assert p.flush(30) == 0
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe(["cq-cli"])
+    n = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and n < 30:
+            n += sum(1 for m in c.poll(0.5) if m.error() is None)
+        c.poll(0.5)  # accepts the last records
+        out = kafkafast("share-groups", "--bootstrap-server", cluster.bootstrap, "--describe", "--group", group)
+    finally:
+        c.close()
+    rows = [r.split() for r in out.stdout.splitlines()[1:] if r.strip()]
+    # The start offsets come from the share coordinators of the three keys (on several brokers).
+    assert sorted((r[1], r[2], r[3], r[4]) for r in rows) == [("cq-cli", str(p), "10", "0") for p in range(3)]

@@ -1,0 +1,578 @@
+"""Share groups (KIP-932, queues for Kafka) against a real broker with librdkafka's share
+consumer (confluent-kafka's `ShareConsumer`): records of 2 partitions shared by 8 consumers,
+every record accepted exactly once, released records delivered again, a killed consumer's
+records redelivered after the acquisition lock, rejected records never again, archiving at the
+delivery count limit, no acknowledgement lost over a broker restart; and the admin side:
+ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, group configs,
+ApiVersions and the `--as-kafka` profiles, ACLs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                   ResourceType)
+
+from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
+from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
+from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+from kafkafast.protocol._generated.initialize_share_group_state import InitializeShareGroupStateRequest
+from kafkafast.protocol._generated.list_groups import ListGroupsRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
+from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
+from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
+from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
+from kafkafast.protocol.errors import ErrorCode as EC
+from tests.integration.test_metrics import scrape, value
+from tests.support.broker_process import free_port
+from tests.support.cli import kafkafast
+from tests.support.raw_client import RawClient
+
+LOCK_MS = 2000
+SETTINGS = {
+    "group.share.record.lock.duration.ms": str(LOCK_MS), "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.heartbeat.interval.ms": "1000", "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.session.timeout.ms": "6000", "group.share.min.session.timeout.ms": "6000",
+    "offsets.topic.num.partitions": "4",
+}
+QUIET = {"log_level": 0}
+
+
+@pytest.fixture
+def sbroker(broker_factory):
+    return broker_factory(settings=SETTINGS)
+
+
+@pytest.fixture(params=[0, 3], ids=["one-process", "3-workers"])
+def any_broker(request, broker_factory):
+    """A single-process broker and a 3-worker one: the share APIs go to the group's worker, which
+    reads every partition and writes its share state to `__share_group_state` partitions owned
+    by other workers."""
+    return broker_factory(workers=request.param, settings=SETTINGS)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(15)
+
+
+def set_group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(15)
+
+
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int) -> set[bytes]:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **QUIET})
+    values = set()
+    for part in range(partitions):
+        for i in range(per_partition):
+            v = f"{part}-{i}".encode()
+            values.add(v)
+            p.produce(topic, value=v, partition=part)
+    assert p.flush(20) == 0
+    return values
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **extra) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET, **extra})
+    c.subscribe([topic])
+    return c
+
+
+def poll_until(consumers, done, timeout: float, on_message) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done():
+        for c in consumers:
+            for msg in c.poll(0.1):
+                if msg.error() is None:
+                    on_message(c, msg)
+
+
+def new_group() -> str:
+    return f"sg-{uuid.uuid4().hex[:8]}"
+
+
+def test_eight_consumers_over_two_partitions_accept_every_record_exactly_once(any_broker):
+    bs = any_broker.bootstrap
+    create_topic(bs, "q8", 2)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    consumers = [share_consumer(bs, group, "q8") for _ in range(8)]
+    seen: Counter = Counter()
+    by_consumer: Counter = Counter()
+    values: set[bytes] = set()
+    producer = Producer({"bootstrap.servers": bs, **QUIET})
+
+    def on(c, msg):
+        seen[msg.value()] += 1
+        by_consumer[id(c)] += 1
+
+    try:
+        deadline = time.monotonic() + 60
+        rounds = 0
+        while (len(by_consumer) < 8 or set(seen) != values) and time.monotonic() < deadline:
+            if len(by_consumer) < 8 or rounds < 5:  # small batches over time: each goes to whoever fetches first
+                for part in range(2):
+                    for i in range(5):
+                        v = f"{rounds}-{part}-{i}".encode()
+                        values.add(v)
+                        producer.produce("q8", value=v, partition=part)
+                producer.flush(10)
+                rounds += 1
+            order = consumers[rounds % 8:] + consumers[:rounds % 8]
+            for c in order:
+                for msg in c.poll(0.05):
+                    if msg.error() is None:
+                        on(c, msg)
+        for c in consumers:  # implicit mode: the last poll's records are accepted on close
+            c.poll(0.05)
+    finally:
+        for c in consumers:
+            c.close()
+    assert set(seen) == values
+    assert len(by_consumer) == 8, f"only {len(by_consumer)} of 8 consumers received records"
+    assert all(n == 1 for n in seen.values()), [v for v, n in seen.items() if n > 1][:5]
+
+
+def test_released_records_come_back_and_rejected_ones_never(any_broker):
+    bs = any_broker.bootstrap
+    create_topic(bs, "qr", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    values = produce(bs, "qr", 1, 20)
+    c = share_consumer(bs, group, "qr", **{"share.acknowledgement.mode": "explicit"})
+    deliveries: Counter = Counter()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(deliveries) < 20:
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                v = m.value()
+                deliveries[v] += 1
+                n = int(v.split(b"-")[1])
+                if n % 3 == 0 and deliveries[v] == 1:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                elif n % 3 == 1:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync()
+        # The released ones come back (delivery 2), then are accepted; the rejected ones never do.
+        deadline = time.monotonic() + 20
+        released = {v for v in values if int(v.split(b"-")[1]) % 3 == 0}
+        while time.monotonic() < deadline and any(deliveries[v] < 2 for v in released):
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                deliveries[m.value()] += 1
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync()
+        end = time.monotonic() + 3 * LOCK_MS / 1000  # well past any lock: nothing else comes back
+        while time.monotonic() < end:
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                deliveries[m.value()] += 1
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert set(deliveries) == values
+    assert {v: deliveries[v] for v in released} == {v: 2 for v in released}
+    assert all(deliveries[v] == 1 for v in values - released)
+
+
+def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker, tmp_path):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qk", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    values = produce(bs, "qk", 1, 30)
+    # A consumer in another process acquires records and is killed without acknowledging them.
+    script = tmp_path / "holder.py"
+    script.write_text(
+        "import sys, time\n"
+        "from confluent_kafka import ShareConsumer\n"
+        f"c = ShareConsumer({{'bootstrap.servers': '{bs}', 'group.id': '{group}', 'log_level': 0,"
+        " 'share.acknowledgement.mode': 'explicit'})\n"
+        "c.subscribe(['qk'])\n"
+        "n = 0\n"
+        "while n == 0:\n"
+        "    n = len([m for m in c.poll(0.5) if m.error() is None])\n"
+        "print(n, flush=True)\n"
+        "time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        held = int(holder.stdout.readline())
+        assert held > 0
+        holder.kill()
+        holder.wait(10)
+        taken_at = time.monotonic()
+        c = share_consumer(bs, group, "qk")
+        got: Counter = Counter()
+        try:
+            poll_until([c], lambda: set(got) >= values, 30, lambda _c, m: got.update([m.value()]))
+            c.poll(0.1)
+        finally:
+            c.close()
+        assert set(got) == values
+        assert time.monotonic() - taken_at >= LOCK_MS / 1000 * 0.9  # the locks had to expire first
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_a_record_released_up_to_the_delivery_count_limit_is_archived(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qd", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_delivery_count_limit="3")
+    produce(bs, "qd", 1, 1)
+    c = share_consumer(bs, group, "qd", **{"share.acknowledgement.mode": "explicit"})
+    deliveries = 0
+    try:
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                deliveries += 1
+                c.acknowledge(m, AcknowledgeType.RELEASE)
+            if msgs:
+                c.commit_sync()
+            if deliveries >= 3:
+                break
+        quiet_until = time.monotonic() + 2 * LOCK_MS / 1000
+        while time.monotonic() < quiet_until:
+            for m in c.poll(0.2):
+                if m.error() is None:
+                    deliveries += 1
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+    finally:
+        c.close()
+    assert deliveries == 3
+
+
+def test_share_groups_are_described_listed_and_deleted_as_kafka_does(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qa", 3)
+    group = new_group()
+    with RawClient(sbroker.port) as raw:
+        tid = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="qa")]), 12).topics[0].topic_id
+        hb = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m1", member_epoch=0,
+                                                    subscribed_topic_names=["qa"]), 1)
+        assert (hb.error_code, hb.member_epoch) == (0, 1)
+        assert [(t.topic_id, t.partitions) for t in hb.assignment.topic_partitions] == [(tid, [0, 1, 2])]
+        hb2 = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=0,
+                                                     subscribed_topic_names=["qa"]), 1)
+        assert hb2.member_epoch == 2  # spread: more partitions than members
+        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m1", member_epoch=1), 1)
+        assert again.member_epoch == 2
+        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 2]
+        stale = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=1), 1)
+        assert stale.error_code == EC.FENCED_MEMBER_EPOCH
+        empty = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="", member_epoch=0,
+                                                       subscribed_topic_names=["qa"]), 1)
+        assert empty.error_code == EC.INVALID_REQUEST
+        desc = raw.request(ShareGroupDescribeRequest(group_ids=[group, "nope"]), 1).groups
+        assert (desc[0].error_code, desc[0].group_state, desc[0].group_epoch, desc[0].assignor_name) == (0, "Stable", 2, "simple")
+        assert sorted(m.member_id for m in desc[0].members) == ["m1", "m2"]
+        assert desc[0].members[0].assignment.topic_partitions[0].topic_name == "qa"
+        assert desc[1].error_code == EC.GROUP_ID_NOT_FOUND
+        listed = raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups
+        assert [(g.group_id, g.group_type, g.protocol_type, g.group_state) for g in listed] == [(group, "share", "share", "Stable")]
+        assert raw.request(DescribeGroupsRequest(groups=[group]), 5).groups[0].error_code == EC.GROUP_ID_NOT_FOUND
+        assert raw.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0].error_code == EC.NON_EMPTY_GROUP
+        for m in ("m1", "m2"):
+            raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=m, member_epoch=-1), 1)
+        assert raw.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0].error_code == 0
+        assert raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups == []
+        # The share APIs at the versions Kafka 4.1 made stable.
+        keys = {k.api_key: (k.min_version, k.max_version) for k in raw.request(ApiVersionsRequest(), 3).api_keys}
+        assert {k: keys.get(k) for k in (76, 77, 78, 79)} == {76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1)}
+
+
+@pytest.mark.parametrize("release,served", [("4.0", False), ("4.2", True)])
+def test_kafka_profiles_before_4_1_do_not_advertise_share_groups(broker_factory, release, served):
+    b = broker_factory(settings={"kafkafast.as.kafka": release})
+    with RawClient(b.port) as raw:
+        keys = {k.api_key for k in raw.request(ApiVersionsRequest(), 3).api_keys}
+    assert all((k in keys) == served for k in (76, 77, 78, 79))
+
+
+@pytest.mark.parametrize("stop,workers", [("graceful", 0), ("sigkill", 0), ("sigkill", 3)])
+def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers):
+    # A snapshot every 3 records: the state comes back from snapshots and the updates after them.
+    b = broker_factory(workers=workers,
+                       settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
+    bs = b.bootstrap
+    create_topic(bs, "qs", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    values = produce(bs, "qs", 1, 30)
+    c = share_consumer(bs, group, "qs", **{"share.acknowledgement.mode": "explicit"})
+    accepted, rejected, held = set(), set(), set()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(accepted | rejected | held) < 30:
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:  # accept, reject or hold each record; several commits, so several state records
+                n = int(m.value().split(b"-")[1])
+                if n % 3 == 0:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted.add(m.value())
+                elif n % 3 == 1:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                    rejected.add(m.value())
+                else:
+                    held.add(m.value())  # released: delivered again after the restart, as the second time
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert accepted | rejected | held == values
+    if stop == "graceful":
+        b.restart()
+    else:
+        b.kill()
+        b.start()
+    c = share_consumer(bs, group, "qs")
+    got: dict[bytes, int] = {}
+    try:
+        poll_until([c], lambda: set(got) >= held, 60, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
+        end = time.monotonic() + 2
+        while time.monotonic() < end:  # nothing else comes
+            for m in c.poll(0.2):
+                if m.error() is None:
+                    got[m.value()] = m.delivery_count()
+    finally:
+        c.close()
+    assert set(got) == held
+    assert min(got.values()) >= 2  # the delivery count survived the restart
+
+
+def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_state(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qc", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qc", 1, 10)
+    c = share_consumer(bs, group, "qc", **{"share.acknowledgement.mode": "explicit"})
+    n = 0
+    try:
+        deadline = time.monotonic() + 20
+        while n < 10 and time.monotonic() < deadline:
+            for m in c.poll(0.2):
+                if m.error() is None:  # accept 0-3, reject 4, accept the rest
+                    c.acknowledge(m, AcknowledgeType.REJECT if m.offset() == 4 else AcknowledgeType.ACCEPT)
+                    n += 1
+            c.commit_sync()
+    finally:
+        c.close()
+    with RawClient(sbroker.port) as raw:
+        tid = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="qc")]), 12).topics[0].topic_id
+        RS = ReadShareGroupStateRequest
+        read = RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[RS.PartitionData(partition=0)])])
+        state = raw.request(read, 0).results[0].partitions[0]
+        assert (state.error_code, state.start_offset, state.state_batches) == (0, 10, [])
+        W = WriteShareGroupStateRequest
+        write = W(group_id=group, topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+            partition=0, state_epoch=-5, leader_epoch=0, start_offset=3, state_batches=[])])])
+        assert raw.request(write, 0).results[0].partitions[0].error_code == EC.FENCED_STATE_EPOCH
+        IS = InitializeShareGroupStateRequest
+        init = IS(group_id=group, topics=[IS.InitializeStateData(topic_id=tid, partitions=[
+            IS.PartitionData(partition=0, state_epoch=1, start_offset=6)])])
+        assert raw.request(init, 0).results[0].partitions[0].error_code == 0
+        summary = raw.request(ReadShareGroupStateSummaryRequest(group_id=group, topics=[
+            ReadShareGroupStateSummaryRequest.ReadStateSummaryData(topic_id=tid, partitions=[
+                ReadShareGroupStateSummaryRequest.PartitionData(partition=0)])]), 0).results[0].partitions[0]
+        assert (summary.state_epoch, summary.start_offset) == (1, 6)
+    # The share-partition starts again at offset 6.
+    c = share_consumer(bs, group, "qc")
+    got: set[int] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 4, 20, lambda _c, m: got.add(m.offset()))
+        c.poll(0.1)
+    finally:
+        c.close()
+    assert got == {6, 7, 8, 9}
+    with RawClient(sbroker.port) as raw:
+        DS = DeleteShareGroupStateRequest
+        assert raw.request(DS(group_id=group, topics=[DS.DeleteStateData(topic_id=tid, partitions=[
+            DS.PartitionData(partition=0)])]), 0).results[0].partitions[0].error_code == 0
+        assert raw.request(read, 0).results[0].partitions[0].start_offset == -1
+
+
+def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qcli", 2)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qcli", 2, 5)
+    c = share_consumer(bs, group, "qcli")
+    got: set[bytes] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 10, 20, lambda _c, m: got.add(m.value()))
+        c.poll(0.1)  # accepts the last records (implicit mode)
+        b = ["--bootstrap-server", bs]
+        assert kafkafast("share-groups", *b, "--list").stdout.split() == [group]
+        members = kafkafast("share-groups", *b, "--describe", "--group", group, "--members").stdout.splitlines()
+        assert members[0].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        assert members[1].split()[0] == group and members[1].split()[4] == "2"
+        state = kafkafast("share-groups", *b, "--describe", "--group", group, "--state").stdout.splitlines()
+        assert state[1].split()[0] == group and state[1].split()[-2:] == ["Stable", "1"]
+        busy = kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-earliest",
+                         "--execute", check=False)
+        assert busy.returncode != 0 and "is not empty" in busy.stderr + busy.stdout
+    finally:
+        c.close()
+    offsets = kafkafast("share-groups", *b, "--describe", "--group", group).stdout.splitlines()
+    assert offsets[0] == f"Share group '{group}' has no active members."
+    assert offsets[1].split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    assert [r.split()[1:] for r in offsets[2:4]] == [["qcli", "0", "5", "0"], ["qcli", "1", "5", "0"]]
+    dry = kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-offset", "2")
+    assert "dry run" in dry.stdout
+    kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", "qcli", "--to-offset", "2", "--execute")
+    offsets = kafkafast("share-groups", *b, "--describe", "--group", group).stdout.splitlines()
+    assert [r.split()[1:] for r in offsets[2:4]] == [["qcli", "0", "2", "3"], ["qcli", "1", "2", "3"]]
+    # The group reads again from offset 2.
+    c = share_consumer(bs, group, "qcli")
+    again: set[tuple[int, int]] = set()
+    try:
+        poll_until([c], lambda: len(again) >= 6, 20, lambda _c, m: again.add((m.partition(), m.offset())))
+        c.poll(0.1)
+    finally:
+        c.close()
+    assert again == {(p, o) for p in (0, 1) for o in (2, 3, 4)}
+    deleted = kafkafast("share-groups", *b, "--delete-offsets", "--group", group, "--topic", "qcli").stdout
+    assert deleted.split()[:3] == ["TOPIC", "PARTITION", "STATUS"] and deleted.count("Successful") == 2
+    assert kafkafast("share-groups", *b, "--delete", "--group", group).stdout.strip() == \
+        f"Deletion of requested share groups ('{group}') was successful."
+    assert kafkafast("share-groups", *b, "--list").stdout.split() == []
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_share_groups_never_deliver_aborted_records(sbroker, isolation):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qt", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_isolation_level=isolation)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": f"tx-{group}", **QUIET})
+    p.init_transactions(15)
+    for name, commit in (("a", True), ("b", False), ("c", True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce("qt", value=f"{name}{i}".encode(), partition=0)
+        p.flush(10)
+        (p.commit_transaction if commit else p.abort_transaction)(15)
+    expected = {f"{n}{i}".encode() for n in ("a", "c") + (("b",) if isolation == "read_uncommitted" else ())
+                for i in range(3)}
+    c = share_consumer(bs, group, "qt")
+    got: Counter = Counter()
+    try:
+        poll_until([c], lambda: set(got) >= expected, 20, lambda _c, m: got.update([m.value()]))
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            got.update(m.value() for m in c.poll(0.2) if m.error() is None)
+    finally:
+        c.close()
+    assert set(got) == expected and max(got.values()) == 1
+
+
+def test_records_held_by_a_closed_consumer_go_to_another_at_once(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qx", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_record_lock_duration_ms="60000")
+    values = produce(bs, "qx", 1, 10)
+    first = share_consumer(bs, group, "qx", **{"share.acknowledgement.mode": "explicit"})
+    held: set[bytes] = set()
+    try:
+        poll_until([first], lambda: bool(held), 20, lambda _c, m: held.add(m.value()))
+    finally:
+        first.close()  # never acknowledged: closing its share session releases them
+    assert held
+    started = time.monotonic()
+    second = share_consumer(bs, group, "qx")
+    got: dict[bytes, int] = {}
+    try:
+        poll_until([second], lambda: set(got) >= values, 20, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
+        second.poll(0.1)
+    finally:
+        second.close()
+    assert set(got) == values
+    assert {v: got[v] for v in held} == {v: 2 for v in held}
+    assert time.monotonic() - started < 30  # well before the 60 s lock would have expired
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_share_record_metrics_count_acquisitions_acknowledgements_and_archiving(broker_factory, workers):
+    mport = free_port()
+    b = broker_factory(workers=workers, settings={**SETTINGS, "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+    bs = b.bootstrap
+    create_topic(bs, "qm", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest", share_delivery_count_limit="2")
+    produce(bs, "qm", 1, 9)
+    c = share_consumer(bs, group, "qm", **{"share.acknowledgement.mode": "explicit"})
+    kinds = {0: AcknowledgeType.ACCEPT, 1: AcknowledgeType.REJECT, 2: AcknowledgeType.RELEASE}
+    deliveries: Counter = Counter()
+    try:
+        end = time.monotonic() + 20
+        # 3 accepted, 3 rejected, 3 released twice: redelivered once, then archived at the limit of 2.
+        while time.monotonic() < end and (len(deliveries) < 9 or sum(deliveries.values()) < 12):
+            msgs = [m for m in c.poll(0.2) if m.error() is None]
+            for m in msgs:
+                deliveries[m.value()] += 1
+                c.acknowledge(m, kinds[int(m.value().split(b"-")[1]) % 3])
+            if msgs:
+                c.commit_sync()
+    finally:
+        c.close()
+    assert sum(deliveries.values()) == 12
+    deadline = time.monotonic() + 10
+    while True:  # the counters are written as the requests are answered
+        m = scrape(mport)
+        got = (value(m, "kafka_server_share_records_acquired_total"), value(m, "kafka_server_share_records_redelivered_total"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="accept"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="reject"),
+               value(m, "kafka_server_share_records_acknowledged_total", type="release"),
+               value(m, "kafka_server_share_records_archived_total"))
+        if got == (12, 3, 3, 3, 3, 3) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert got == (12, 3, 3, 3, 3, 3)
+
+
+def test_a_member_that_stops_heartbeating_leaves_after_the_session_timeout(sbroker):
+    bs = sbroker.bootstrap
+    create_topic(bs, "qh", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_session_timeout_ms="6000", share_heartbeat_interval_ms="2000")
+    with RawClient(sbroker.port) as raw:
+        hb = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="quiet", member_epoch=0,
+                                                    subscribed_topic_names=["qh"]), 1)
+        assert (hb.error_code, hb.heartbeat_interval_ms) == (0, 2000)  # the group's override
+        joined = time.monotonic()
+        deadline = joined + 20
+        while time.monotonic() < deadline:
+            g = raw.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+            if not g.members:
+                break
+            time.sleep(0.2)
+        assert g.group_state == "Empty" and time.monotonic() - joined >= 5.5
+        gone = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="quiet", member_epoch=1), 1)
+        assert gone.error_code == EC.UNKNOWN_MEMBER_ID
