@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkafast.broker.handlers.fetch import cluster_fetch_error
 from kafkafast.broker.share.manager import PartitionAnswer
 from kafkafast.protocol import errors as E
 from kafkafast.security import acl
@@ -62,7 +61,7 @@ def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
     part = broker.get_partition(topic, partition)
     if part is None:
         return None, EC.UNKNOWN_TOPIC_OR_PARTITION
-    not_leader = cluster_fetch_error(broker, part, -1)
+    not_leader = broker.fetch_error(part, -1)
     if not_leader:
         return part, not_leader
     if part.state.offline:
