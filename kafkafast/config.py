@@ -1,183 +1,35 @@
 """Broker configuration: Kafka's property names and defaults.
 
-`BrokerConfig.load(path, overrides)` reads a Java-style properties file (`key=value`,
-`#`/`!` comments, `:` separators, backslash line continuations) and applies `--set key=value`
-overrides. Unknown keys are kept (and logged once) as Kafka does. Broker-level log settings
+`BrokerConfig.load(path, overrides)` reads a properties file with java.util.Properties'
+rules (`parse_properties`) and applies `--set key=value` overrides. Every value is parsed and
+validated against the table of known configs (`kafkafast.config_def.BROKER_CONFIGS`, Kafka's
+ConfigDef): a bad one raises ConfigError `Invalid value X for configuration Y: reason`. An
+unknown key is kept and logged at WARN once, as Kafka does. Broker-level log settings
 map to the topic-level names the storage layer uses (`log.segment.bytes` ->
 `segment.bytes`, ...), the same mapping Kafka applies to topics without overrides.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
+
+from kafkafast.config_def import BROKER_CONFIGS, LONG_MAX, PASSWORD, SECURITY_PROTOCOLS, ConfigError, is_known
 
 log = logging.getLogger("kafkafast.config")
 
-LONG_MAX = 9223372036854775807
 # Default ratio of message.max.decompressed.bytes to message.max.bytes (a topic's
 # max.message.bytes where it is larger): room for what real producers compress (text and
 # JSON 5-20x), far below what a compression bomb expands to (1000x and more).
 DECOMPRESSED_PER_MESSAGE_BYTES = 64
 
-DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"  # Kafka's
+DEFAULT_PROTOCOL_MAP = BROKER_CONFIGS["listener.security.protocol.map"].default or ""  # Kafka's
 
-# name -> default (as a string, None meaning "not set")
-DEFAULTS: dict[str, str | None] = {
-    "node.id": None,
-    "broker.id": "0",
-    "listeners": "PLAINTEXT://127.0.0.1:9092",
-    "advertised.listeners": None,
-    "listener.security.protocol.map": DEFAULT_PROTOCOL_MAP,
-    "log.dirs": None,
-    "log.dir": "/tmp/kafka-logs",
-    "num.partitions": "1",
-    "default.replication.factor": "1",
-    "auto.create.topics.enable": "true",
-    "delete.topic.enable": "true",
-    "message.max.bytes": "1048588",
-    # Bound on the records of one compressed batch once decompressed (produce validation and
-    # the log cleaner); unset: DECOMPRESSED_PER_MESSAGE_BYTES x the batch size bound in use.
-    "message.max.decompressed.bytes": None,
-    "socket.request.max.bytes": "104857600",
-    "log.segment.bytes": "1073741824",
-    "log.roll.ms": None,
-    "log.roll.hours": "168",
-    "log.retention.ms": None,
-    "log.retention.minutes": None,
-    "log.retention.hours": "168",
-    "log.retention.bytes": "-1",
-    "log.retention.check.interval.ms": "300000",
-    "log.flush.interval.messages": str(LONG_MAX),
-    "log.flush.interval.ms": None,
-    "log.flush.scheduler.interval.ms": str(LONG_MAX),
-    "log.flush.offset.checkpoint.interval.ms": "60000",
-    "log.flush.start.offset.checkpoint.interval.ms": "60000",
-    "log.index.interval.bytes": "4096",
-    "log.index.size.max.bytes": "10485760",
-    "log.cleanup.policy": "delete",
-    "log.message.timestamp.type": "CreateTime",
-    "log.message.format.version": "3.0-IV1",  # deprecated, accepted and ignored as in Kafka 3.x
-    "log.message.downconversion.enable": "true",
-    "log.cleaner.enable": "true",
-    "log.cleaner.delete.retention.ms": "86400000",
-    "log.cleaner.min.cleanable.ratio": "0.5",
-    "log.cleaner.min.compaction.lag.ms": "0",
-    "log.cleaner.backoff.ms": "15000",
-    "log.cleaner.io.max.bytes.per.second": "1.7976931348623157E308",  # Kafka's Double.MaxValue: unthrottled
-    "log.cleaner.dedupe.buffer.size": "134217728",  # bounds the keys of one cleaning (storage/cleaner.py)
-    "log.segment.delete.delay.ms": "60000",
-    "min.insync.replicas": "1",
-    "compression.type": "producer",
-    "offsets.topic.num.partitions": "50",
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.segment.bytes": "104857600",
-    "offsets.retention.minutes": "10080",
-    "offsets.retention.check.interval.ms": "600000",
-    "offsets.load.buffer.size": "5242880",
-    "offsets.commit.timeout.ms": "5000",
-    "group.initial.rebalance.delay.ms": "3000",
-    "group.min.session.timeout.ms": "6000",
-    "group.max.session.timeout.ms": "1800000",
-    "group.max.size": "2147483647",
-    # The consumer group protocol (KIP-848), Kafka 4.0's names and defaults.
-    "group.coordinator.rebalance.protocols": "classic,consumer",
-    "group.consumer.session.timeout.ms": "45000",
-    "group.consumer.min.session.timeout.ms": "45000",
-    "group.consumer.max.session.timeout.ms": "60000",
-    "group.consumer.heartbeat.interval.ms": "5000",
-    "group.consumer.min.heartbeat.interval.ms": "5000",
-    "group.consumer.max.heartbeat.interval.ms": "15000",
-    "group.consumer.max.size": "2147483647",
-    "group.consumer.assignors": "uniform,range",
-    "group.consumer.migration.policy": "bidirectional",
-    "transactional.id.expiration.ms": "604800000",
-    "transaction.state.log.num.partitions": "50",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.segment.bytes": "104857600",
-    "transaction.max.timeout.ms": "900000",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
-    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
-    "producer.id.expiration.ms": "86400000",
-    "zookeeper.connect": None,
-    "zookeeper.session.timeout.ms": "18000",
-    "zookeeper.connection.timeout.ms": None,
-    "broker.id.generation.enable": "true",
-    "reserved.broker.max.id": "1000",
-    "broker.rack": None,
-    "replica.lag.time.max.ms": "30000",
-    "replica.fetch.wait.max.ms": "500",
-    "replica.fetch.min.bytes": "1",
-    "replica.fetch.max.bytes": "1048576",
-    "replica.fetch.response.max.bytes": "10485760",
-    "replica.fetch.backoff.ms": "1000",
-    "replica.socket.timeout.ms": "30000",
-    "num.replica.fetchers": "1",
-    "unclean.leader.election.enable": "false",
-    "controller.socket.timeout.ms": "30000",
-    # -- rolling operations (cluster/controller.py, cluster/cluster_broker.py) --
-    "controlled.shutdown.enable": "true",
-    "controlled.shutdown.max.retries": "3",
-    "controlled.shutdown.retry.backoff.ms": "5000",
-    "auto.leader.rebalance.enable": "true",
-    "leader.imbalance.per.broker.percentage": "10",
-    "leader.imbalance.check.interval.seconds": "300",
-    "leader.replication.throttled.rate": "9223372036854775807",
-    "follower.replication.throttled.rate": "9223372036854775807",
-    # -- end rolling operations --
-    "inter.broker.listener.name": None,
-    "security.inter.broker.protocol": "PLAINTEXT",
-    "cluster.id": None,
-    "num.workers": None,
-    # Worker processes append a produce for a partition another worker owns themselves,
-    # through shared memory (docs/ARCHITECTURE.md, "Shared append"); false: forward it.
-    "kafkafast.produce.shared.append": "true",
-    # The same in cluster mode (zookeeper.connect, --workers N) for partitions this broker
-    # leads; follower appends take the same lock, the owner keeps the high watermark. Off by
-    # default: faster at acks=1, not yet shown to be at acks=all (perf/results/cluster_shared_append.md).
-    "kafkafast.produce.shared.append.cluster": "false",
-    # -- security (kafkafast/security, kafkafast/runtime/limits.py) --
-    "inter.broker.listener.name": None,
-    "security.inter.broker.protocol": "PLAINTEXT",
-    "ssl.keystore.type": "PEM",
-    "ssl.keystore.location": None,
-    "ssl.keystore.password": None,
-    "ssl.keystore.key": None,
-    "ssl.keystore.certificate.chain": None,
-    "ssl.key.password": None,
-    "ssl.truststore.type": "PEM",
-    "ssl.truststore.location": None,
-    "ssl.truststore.password": None,
-    "ssl.truststore.certificates": None,
-    "ssl.client.auth": "none",
-    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
-    "ssl.cipher.suites": None,
-    "ssl.endpoint.identification.algorithm": "https",
-    "ssl.principal.mapping.rules": "DEFAULT",
-    "ssl.allow.dn.changes": "false",  # may a dynamic key store change the certificate's subject
-    "ssl.allow.san.changes": "false",  # ... or its subject alternative names
-    "sasl.enabled.mechanisms": "GSSAPI",
-    "sasl.jaas.config": None,
-    "sasl.mechanism.inter.broker.protocol": "GSSAPI",
-    "connections.max.reauth.ms": "0",
-    "connection.failed.authentication.delay.ms": "100",
-    "authorizer.class.name": "",
-    "super.users": None,
-    "allow.everyone.if.no.acl.found": "false",
-    "max.connections": "2147483647",
-    "max.connections.per.ip": "2147483647",
-    "max.connections.per.ip.overrides": "",
-    "connections.max.idle.ms": "600000",
-    "queued.max.requests": "500",
-    "queued.max.request.bytes": "-1",
-    # broker-wide limit counters (kafkafast/runtime/limits.py, shared_counters.py)
-    "kafkafast.max.pending.connections": "512",
-    "kafkafast.connection.setup.timeout.ms": "10000",
-    "kafkafast.shm.ip.entries": "8192",
-    "kafkafast.shm.quota.entities": "1024",
-}
+# name -> default (as a string, None meaning "not set"), from the table of known configs
+DEFAULTS: dict[str, str | None] = {name: key.default for name, key in BROKER_CONFIGS.items()}
 
 # broker property -> topic-level property (Kafka's LogConfig synonyms)
 TOPIC_SYNONYMS: dict[str, str] = {
@@ -211,35 +63,85 @@ def max_decompressed_bytes(setting: str | None, max_message_bytes: int) -> int:
     return DECOMPRESSED_PER_MESSAGE_BYTES * max_message_bytes
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java .properties subset: comments, `=`/`:` separators, line continuations."""
+_BLANK = " \t\f"  # java.util.Properties' white space
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
+    """java.util.Properties.load's rules: `#`/`!` comment lines (only where a line starts),
+    `=`, `:` or white space between key and value, a line ending in an odd number of
+    backslashes continued on the next (its leading white space dropped), and the escapes
+    `\\t \\n \\r \\f \\uXXXX` (any other escaped character stands for itself)."""
     props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
+    parts = re.split(r"(\r\n|\r|\n)", text)
+    lines, breaks = parts[0::2], parts[1::2]
+    i = 0
+    while i < len(lines):
+        number, line = i + 1, lines[i].lstrip(_BLANK)
+        i += 1
+        if not line or line[0] in "#!":
             continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending += line[:-1]
+        at_end = False  # a backslash (and one line break char) ends the text: Java keeps the line, even empty
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1]
+            at_end = i == len(lines) or (i == len(lines) - 1 and not lines[i] and breaks[i - 1] != "\r\n")
+            if i < len(lines):
+                more = lines[i].lstrip(_BLANK)
+                i += 1
+                # nothing read yet: still a new line to Java, so `#`/`!` starts a comment there
+                line += "" if not line and more[:1] in ("#", "!") else more
+        if not line and not at_end:  # a lone backslash continued by a blank line: no entry
             continue
-        line = pending + line
-        pending = ""
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            key, value = line.strip(), ""
-        else:
-            key, value = line[:sep].strip(), line[sep + 1 :].strip()
-        props[key] = value
+        key, value = _split_entry(line)
+        try:
+            props[_unescape(key)] = _unescape(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source} line {number}: {exc}") from None
     return props
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    """The key ends at the first unescaped `=`, `:` or white space; then white space, at most
+    one `=`/`:`, white space; the rest is the value."""
+    pos, n = 0, len(line)
+    while pos < n and line[pos] not in "=:" + _BLANK:
+        pos += 2 if line[pos] == "\\" else 1
+    key, pos = line[:pos], min(pos, n)
+    has_sep = pos < n and line[pos] in "=:"
+    pos += 1 if has_sep else 0
+    while pos < n and (line[pos] in _BLANK or (not has_sep and line[pos] in "=:")):
+        has_sep = has_sep or line[pos] in "=:"
+        pos += 1
+    return key, line[pos:]
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, pos = [], 0
+    while pos < len(text):
+        c = text[pos]
+        pos += 1
+        if c != "\\" or pos == len(text):
+            out.append(c if c != "\\" else "")
+            continue
+        c = text[pos]
+        pos += 1
+        if c == "u":
+            digits = text[pos:pos + 4]
+            if not re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
+                raise ValueError("Malformed \\uxxxx encoding.")
+            out.append(chr(int(digits, 16)))
+            pos += 4
+        else:
+            out.append(_ESCAPES.get(c, c))
+    text = "".join(out)
+    # two \\uXXXX escapes of a surrogate pair are one character, as in Java's UTF-16 strings
+    return text.encode("utf-16", "surrogatepass").decode("utf-16")
 
 
 # Kafka's listener grammar: NAME://host:port, an IPv6 host in brackets, an empty host for all interfaces
 LISTENER_RE = re.compile(r"^([A-Za-z0-9_.-]+)://\[?([0-9A-Za-z%._:-]*?)\]?:([0-9]+)$")
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-class ConfigError(ValueError):
-    """A setting the broker cannot start with; the message names the setting."""
 
 
 @dataclass(frozen=True)
@@ -297,14 +199,17 @@ class BrokerConfig:
     @classmethod
     def load(cls, path: str | None = None, overrides: dict[str, str] | None = None) -> "BrokerConfig":
         props = dict(DEFAULTS)
+        supplied: dict[str, str] = {}
         if path:
             with open(path, encoding="utf-8") as fh:
-                props.update(parse_properties(fh.read()))
-        if overrides:
-            props.update(overrides)
-        for key in props:
-            if key not in DEFAULTS and not key.startswith("listener.name."):
-                log.info("config %s is not used by kafkafast (kept)", key)
+                supplied.update(parse_properties(fh.read(), path))
+        supplied.update(overrides or {})
+        for key, value in supplied.items():
+            spec = BROKER_CONFIGS.get(key)
+            # ConfigDef trims every value but a password's
+            props[key] = value if spec is not None and spec.type == PASSWORD else value.strip()
+            if not is_known(key):
+                log.warning("The configuration '%s' was supplied but isn't a known config.", key)
         cfg = cls(props)
         cfg.validate()
         return cfg
@@ -320,24 +225,16 @@ class BrokerConfig:
         return int(v)
 
     def get_bool(self, key: str) -> bool:
+        """A boolean config (validated at load: only true/false, in any case)."""
         return str(self.props.get(key)).strip().lower() == "true"
 
     def validate(self) -> None:
-        for key in ("num.partitions", "message.max.bytes", "socket.request.max.bytes", "log.segment.bytes",
-                    "log.index.interval.bytes", "offsets.topic.num.partitions"):
-            try:
-                value = self.get_int(key)
-            except ValueError:
-                raise ConfigError(f"{key} must be an integer, got {self.props.get(key)!r}") from None
-            if value <= 0:
-                raise ConfigError(f"{key} must be positive")
-        v = self.props.get("message.max.decompressed.bytes")
-        if v is not None and int(v) <= 0:
-            raise ConfigError("message.max.decompressed.bytes must be positive")
-        for key in ("log.retention.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
-                    "log.flush.start.offset.checkpoint.interval.ms"):
-            if self.get_int(key) <= 0:
-                raise ConfigError(f"{key} must be positive")
+        """Every known config's value parsed as its type and checked by its validator
+        (ConfigError with Kafka's message); the listeners parsed."""
+        for key, value in self.props.items():
+            spec = BROKER_CONFIGS.get(key)
+            if spec is not None:
+                spec.parse(value)
         self._check_listeners()
 
     def _check_listeners(self) -> None:
@@ -367,6 +264,28 @@ class BrokerConfig:
     def log_dirs(self) -> list[str]:
         v = self.props.get("log.dirs") or self.props.get("log.dir") or "/tmp/kafka-logs"
         return [os.path.abspath(d.strip()) for d in v.split(",") if d.strip()]
+
+    def check_log_dirs(self) -> None:
+        """Creates the log dirs and checks each holds a file, as Kafka's LogManager does at
+        start. One that fails is taken offline by the broker (logged here); the broker cannot
+        start when the first (it holds meta.properties and the topic metadata) or every one fails."""
+        failed: dict[str, str] = {}
+        for d in self.log_dirs:
+            try:
+                if os.path.exists(d) and not os.path.isdir(d):
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                os.makedirs(d, exist_ok=True)
+                fd, probe = tempfile.mkstemp(prefix=".kafkafast-probe-", dir=d)
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as exc:
+                failed[d] = exc.strerror or str(exc)
+                log.error("log dir %s cannot be used: %s", d, failed[d])
+        if self.log_dirs[0] in failed or len(failed) == len(self.log_dirs):
+            key = "log.dirs" if self.props.get("log.dirs") else "log.dir"
+            first = next(iter(failed))
+            raise ConfigError(f"Invalid value {self.props.get(key)} for configuration {key}: "
+                              f"{first}: {failed[first]}")
 
     def protocol_map(self) -> dict[str, str]:
         return parse_protocol_map(self.props.get("listener.security.protocol.map") or DEFAULT_PROTOCOL_MAP)

@@ -25,6 +25,7 @@ from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.errors import CloseConnection  # also kafkafast.broker.broker.CloseConnection, as before
@@ -513,6 +514,8 @@ class Broker:
         ctx = RequestContext(header, api_version, header.client_id, conn, internal)
         if internal or not self.quotas.active():
             response = await spec.func(self, ctx, request, api_version)
+            if request_metrics.active and not internal and api_key <= 1:  # Produce, Fetch
+                request_metrics.answered(api_key, request, response)
             if response is None:
                 return None
             return api.encode_response(api_key, api_version, correlation_id, response)
@@ -527,6 +530,8 @@ class Broker:
         handler_ms = [0.0]
         with measured_handler_time(handler_ms):
             response = await spec.func(self, ctx, request, api_version)
+        if request_metrics.active and api_key <= 1:  # Produce, Fetch
+            request_metrics.answered(api_key, request, response)
         parts = None if response is None else api.encode_response(api_key, api_version, correlation_id, response)
         consumer_fetch = api_key == 1 and parts is not None and fetch_replica_id(request, api_version) < 0
         throttle = self.quotas.throttle_request(api_key, ctx, len(frame),

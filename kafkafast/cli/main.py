@@ -1,6 +1,6 @@
 """`kafkafast` command line: one entry point, one module per command in kafkafast/cli/.
 
-    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y]
+    kafkafast broker [-c server.properties] [--set key=value ...] [--workers N] [--as-kafka X.Y] [--help-configs]
     kafkafast topics|groups|configs|produce|consume|dump-log|cluster|reassign|acls|bench|health ...
 
 The broker's properties file uses Kafka's names (listeners, log.dirs, num.partitions,
@@ -15,6 +15,7 @@ import os
 import sys
 
 from kafkafast.config import BrokerConfig, ConfigError
+from kafkafast.config_def import help_text
 
 # command name -> module in kafkafast.cli with add_parser(subparsers) and run(args) -> exit code
 COMMANDS = {
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--log-level", default="INFO")
     b.add_argument("--as-kafka", metavar="X.Y", help="serve only the API versions Kafka X.Y served "
                                                      "(property kafkafast.as.kafka)")
+    b.add_argument("--help-configs", action="store_true",
+                   help="print every broker config: documentation, type and default, and exit")
     import importlib
 
     modules = {name: importlib.import_module(f"kafkafast.cli.{mod}") for name, mod in COMMANDS.items()}
@@ -57,49 +60,64 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     if args.command == "broker":
-        overrides = parse_sets(args.set)
-        if args.as_kafka:
-            from kafkafast.broker.kafka_releases import release_versions
-
+        if args.help_configs:
             try:
-                release_versions(args.as_kafka)
-            except ValueError as exc:
-                raise SystemExit(f"--as-kafka: {exc}") from None
-            overrides["kafkafast.as.kafka"] = args.as_kafka
+                print(help_text())
+            except BrokenPipeError:  # `--help-configs | head`
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         try:
-            config = BrokerConfig.load(args.config, overrides)
-        except (ConfigError, OSError) as exc:
-            print(f"kafkafast: cannot start: {exc}", file=sys.stderr)
-            return 1
-        workers = args.workers
-        if workers is None and config.get("num.workers") is not None:
-            workers = int(config.get("num.workers"))
-        if workers is None:
-            import os
-
-            workers = os.cpu_count() or 1
-        from kafkafast.metrics.server import start_for_broker
-        from kafkafast.runtime.server import ListenerError, run_server
-
-        metrics = start_for_broker(config, workers)  # before the fork: workers inherit recording
-        try:
-            try:
-                from kafkafast.runtime.supervisor import run_supervisor
-            except ImportError:
-                run_supervisor = None
-            if workers and run_supervisor is not None:
-                return run_supervisor(config, workers)
-            return run_server(config)
-        except ListenerError as exc:
-            print(f"kafkafast: cannot start: {exc.strerror}", file=sys.stderr)
-            return 1
+            return run_broker(args)
         except ConfigError as exc:
             print(f"kafkafast: cannot start: {exc}", file=sys.stderr)
             return 1
-        finally:
-            if metrics is not None:
-                metrics.close()
     return 2
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    """The broker until it stops; ConfigError when it cannot start (a bad value, an unusable
+    log dir, the metrics port taken, ZooKeeper unreachable)."""
+    overrides = parse_sets(args.set)
+    if args.as_kafka:
+        from kafkafast.broker.kafka_releases import release_versions
+
+        try:
+            release_versions(args.as_kafka)
+        except ValueError as exc:
+            raise SystemExit(f"--as-kafka: {exc}") from None
+        overrides["kafkafast.as.kafka"] = args.as_kafka
+    try:
+        config = BrokerConfig.load(args.config, overrides)
+    except OSError as exc:
+        raise ConfigError(f"{args.config}: {exc.strerror}") from None
+    config.check_log_dirs()
+    workers, num_workers = args.workers, config.get("num.workers")
+    if workers is None and num_workers is not None:
+        workers = int(num_workers)
+    if workers is None:
+        workers = os.cpu_count() or 1
+    from kafkafast.metrics.server import start_for_broker
+    from kafkafast.runtime.server import ListenerError, run_server
+
+    try:
+        metrics = start_for_broker(config, workers)  # before the fork: workers inherit recording
+    except OSError as exc:
+        host = config.get("metrics.host")
+        raise ConfigError(f"Invalid value {config.get('metrics.port')} for configuration metrics.port: "
+                          f"cannot listen on {host}:{config.get('metrics.port')}: {exc.strerror}") from None
+    try:
+        try:
+            from kafkafast.runtime.supervisor import run_supervisor
+        except ImportError:
+            run_supervisor = None
+        if workers and run_supervisor is not None:
+            return run_supervisor(config, workers)
+        return run_server(config)
+    except ListenerError as exc:
+        raise ConfigError(exc.strerror) from None
+    finally:
+        if metrics is not None:
+            metrics.close()
 
 
 def run_command(module: object, args: argparse.Namespace) -> int:

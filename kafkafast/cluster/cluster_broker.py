@@ -26,7 +26,7 @@ from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
-from kafkafast.cluster.node import ClusterNode, ZkProducerIds
+from kafkafast.cluster.node import BrokerIdInUseError, ClusterNode, ZkProducerIds
 from kafkafast.cluster.partition import ClusterPartition, FollowerState
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
@@ -58,6 +58,8 @@ class ClusterBroker(Broker):
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
         self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
+        self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
+        self._reregistered_at = float("-inf")
 
     def _make_node(self, config: Any) -> ClusterNode:
         return ClusterNode(config, self.log_dirs[0])
@@ -490,8 +492,11 @@ class ClusterBroker(Broker):
             resp = await conn.send(req, version=ALTER_PARTITION_VERSION, timeout=10.0)
             if resp.error_code:
                 log.info("AlterPartition for %s-%d: error %d", part.topic, part.index, resp.error_code)
+                if resp.error_code == EC.STALE_BROKER_EPOCH:
+                    await self._on_stale_broker_epoch(req.broker_epoch)
                 await asyncio.sleep(0.5)
                 return
+            self._stale_epoch_since = None
             pd = resp.topics[0].partitions[0]
             if pd.error_code:
                 log.info("AlterPartition for %s-%d refused: error %d", part.topic, part.index, pd.error_code)
@@ -517,6 +522,42 @@ class ClusterBroker(Broker):
             if part.alter_in_flight is new_isr:
                 part.alter_in_flight = None
             part.maybe_increment_hw(self.node_id)
+
+    async def _on_stale_broker_epoch(self, epoch: int) -> None:
+        """The controller refused this broker's epoch. When ZooKeeper's registration is not the
+        one of that epoch (it was lost, or made by a session whose epoch the broker does not
+        carry), or the refusals go on for longer than a session timeout, the broker registers
+        again: retrying the same request would be refused forever. A registration the
+        controller has not read yet, or one a new session is about to make, is waited for."""
+        now = asyncio.get_running_loop().time()
+        if epoch != self.node.broker_epoch or now - self._reregistered_at < self.node.session_timeout_s:
+            return  # registered again since (or being registered): the next request carries the new epoch
+        if self._stale_epoch_since is None:
+            self._stale_epoch_since = now
+        try:
+            registered = await asyncio.to_thread(self.node.registration_epoch)
+        except Exception as exc:
+            log.info("broker %d: cannot read its registration: %r", self.node_id, exc)
+            return
+        if registered in (epoch, -1) and now - self._stale_epoch_since < self.node.session_timeout_s:
+            return  # the controller has not read the registration yet, or a new session is making it
+        log.warning("broker %d: AlterPartition refused with STALE_BROKER_EPOCH for epoch %d (registration's "
+                    "epoch %d); registering again", self.node_id, epoch, registered)
+        self._stale_epoch_since = None
+        self._reregistered_at = now
+        self._request_reregistration()
+
+    def _request_reregistration(self) -> None:
+        """Registers this broker again (a new broker epoch), in the session that holds the
+        registration."""
+        assert self.loop is not None
+        self.loop.create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            await asyncio.to_thread(self.node.reregister)
+        except (Exception, BrokerIdInUseError) as exc:
+            log.error("registering broker %d again failed: %r", self.node_id, exc)
 
     async def _reread_partition_state(self, part: ClusterPartition) -> None:
         """The state znode moved on without this leader hearing of it (an AlterPartition whose

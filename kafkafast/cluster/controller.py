@@ -9,8 +9,8 @@ State machine of a partition (kept in `/brokers/topics/<t>/partitions/<p>/state`
 
     NonExistent --topic created--> New --first live replica leads, ISR = live replicas--> Online
     Online --leader's broker dies--> elect from the live ISR (assignment order) --> Online
-                                  \-> none live: leader -1, ISR keeps its last member --> Offline
-    Offline --an ISR member returns (or any live replica, with unclean election)--> Online
+                                  \-> none live: leader -1, ISR = [its last member] --> Offline
+    Offline --that last ISR member returns (or any live replica, with unclean election)--> Online
     Online --a follower's broker dies--> ISR minus that broker --> Online
     Online --AlterPartition from the leader (ISR shrink/expand, same leader epoch)--> Online
 
@@ -19,6 +19,10 @@ ZooKeeper multi-op that first checks `/controller_epoch`'s version (a deposed co
 writes fail) and then sets the state znode at its expected version. After a change the
 controller sends LeaderAndIsr to the partition's live replicas and UpdateMetadata to every
 live broker.
+
+When this broker's ZooKeeper session expires, the queued events are dropped (requests among
+them answered NOT_CONTROLLER at once) and the controller resigns; an event cut short by the
+expiry is logged as INFO, not as an error. The new session runs for controller again.
 """
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ import queue
 import threading
 from typing import Any, Callable
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, RolledBackError,
+                              SessionExpiredError)
 
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.channel import ControllerChannel
@@ -50,6 +55,16 @@ NO_LEADER = -1
 LEADER_DURING_DELETE = -2
 
 TP = tuple[str, int]
+
+# Requests from brokers and clients, by event kind: the answer made of an error code (the
+# reply callback is the event's last element). Any other event is the controller's own.
+REQUEST_ERRORS: dict[str, Callable[[int], Any]] = {
+    "alter_partition": lambda code: AlterPartitionResponse(error_code=code, topics=[]),
+    "controlled_shutdown": lambda code: ControlledShutdownResponse(error_code=code),
+    "list_reassignments": lambda code: (code, {}),
+    "alter_reassignments": lambda code: AlterPartitionReassignmentsResponse(error_code=code),
+    "elect_leaders": lambda code: ElectLeadersResponse(error_code=code),
+}
 
 
 class ControllerMoved(Exception):
@@ -108,6 +123,7 @@ class Controller:
         return lambda _ev: self.put(*event)
 
     def _run(self) -> None:
+        EC = E.ErrorCode
         while True:
             event = self.events.get()
             kind = event[0]
@@ -115,25 +131,70 @@ class Controller:
                 self._resign()
                 return
             if self._stopped:
+                self._answer(event, EC.NOT_CONTROLLER)
                 continue
             try:
                 getattr(self, "_on_" + kind)(*event[1:])
             except ControllerMoved:
                 log.warning("controller %d: another controller was elected; resigning", self.broker_id)
                 self._resign()
+                self._answer(event, EC.NOT_CONTROLLER)
                 self.put("elect")
+            except (SessionExpiredError, ConnectionLoss) as exc:
+                self._interrupted(event, exc)
             except Exception:
                 log.exception("controller event %s failed", kind)
-                if kind == "alter_partition":
-                    event[2](AlterPartitionResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR, topics=[]))
-                elif kind == "controlled_shutdown":
-                    event[3](ControlledShutdownResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
-                elif kind == "list_reassignments":
-                    event[2]((E.ErrorCode.UNKNOWN_SERVER_ERROR, {}))
-                elif kind == "alter_reassignments":
-                    event[2](AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
-                elif kind == "elect_leaders":
-                    event[3](ElectLeadersResponse(error_code=E.ErrorCode.UNKNOWN_SERVER_ERROR))
+                self._answer(event, EC.UNKNOWN_SERVER_ERROR)
+
+    @staticmethod
+    def _answer(event: tuple, code: int) -> None:
+        """Answers a request event with an error (a no-op for the controller's own events;
+        a second answer to a request already answered is ignored by its caller)."""
+        make = REQUEST_ERRORS.get(event[0])
+        if make is not None:
+            event[-1](make(code))
+
+    def _interrupted(self, event: tuple, exc: Exception) -> None:
+        """An event cut short by ZooKeeper: expected when a session ends, so logged as INFO.
+        A request is answered NOT_CONTROLLER at once (the broker asks again, of whichever
+        controller there is then). After an expired session the new one starts over
+        (`session_reset` reads everything again), so the event is dropped; after a lost
+        connection in the same session it runs again (kazoo holds its requests until the
+        connection is back), so the watch it was setting is not lost."""
+        kind = event[0]
+        if isinstance(exc, ConnectionLoss) and kind not in REQUEST_ERRORS:
+            log.info("controller event %s interrupted by a lost ZooKeeper connection; queued again", kind)
+            self.put(*event)
+            return
+        log.info("controller event %s interrupted: ZooKeeper %s%s", kind,
+                 "connection lost" if isinstance(exc, ConnectionLoss) else "session expired",
+                 "; answered NOT_CONTROLLER" if kind in REQUEST_ERRORS else "")
+        self._answer(event, E.ErrorCode.NOT_CONTROLLER)
+
+    def session_expired(self) -> None:
+        """Kazoo's thread, the session is gone (Kafka's `Expire` event, which clears the
+        queue): queued events are dropped, requests among them answered NOT_CONTROLLER at
+        once, and the controller resigns; the broker's new session runs for controller again."""
+        if self._stopped:
+            return
+        dropped = []
+        while True:
+            try:
+                dropped.append(self.events.get_nowait())
+            except queue.Empty:
+                break
+        for event in dropped:
+            if event[0] == "shutdown":
+                self.events.put(event)
+            else:
+                self._answer(event, E.ErrorCode.NOT_CONTROLLER)
+        answered = sum(e[0] in REQUEST_ERRORS for e in dropped)
+        log.info("controller %d: ZooKeeper session expired; %d queued events dropped (%d requests answered "
+                 "NOT_CONTROLLER)", self.broker_id, len(dropped), answered)
+        self.put("session_expired")
+
+    def _on_session_expired(self) -> None:
+        self._resign()
 
     # -- election ------------------------------------------------------------------------------
     def _on_elect(self) -> None:
@@ -321,13 +382,23 @@ class Controller:
                         tp[0], tp[1], leader, list(state.isr))
         else:
             leader = NO_LEADER
-            isr = tuple(state.isr)
-            for r in sorted(dead):  # removed one by one; the last member stays (Kafka's rule)
-                if r in isr and len(isr) > 1:
-                    isr = tuple(i for i in isr if i != r)
+            isr = self._last_isr_member(state, dead)
             if state.leader == NO_LEADER and isr == state.isr:
                 return None
         return Z.LeaderIsr(leader, state.leader_epoch + 1, isr, self.epoch, state.zk_version)
+
+    def _last_isr_member(self, state: Z.LeaderIsr, dead: set[int]) -> tuple[int, ...]:
+        """The ISR of a partition going offline (no live ISR member): its gone members leave it
+        one by one and the last one stays (Kafka's rule), so that only that replica, which
+        surely has every committed record, may lead it again without an unclean election.
+        Members that died together (or while there was no controller) leave in id order, the
+        leader last: it holds everything the ISR acknowledged, and what it took at acks=1."""
+        isr = tuple(state.isr)
+        gone = sorted((r for r in isr if r in dead or r not in self.brokers), key=lambda r: (r == state.leader, r))
+        for r in gone:
+            if len(isr) > 1:
+                isr = tuple(i for i in isr if i != r)
+        return isr
 
     def _elect_offline(self, dead: set[int]) -> set[TP]:
         changed = set()

@@ -18,7 +18,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.assignment import assign_replicas
-from kafkafast.config import parse_properties
+from kafkafast.config import ConfigError, parse_properties
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.security.client import InterBrokerSecurity
 
@@ -29,12 +30,30 @@ class InconsistentClusterIdError(SystemExit):
     pass
 
 
+class BrokerIdInUseError(SystemExit):
+    """Another session holds `/brokers/ids/<id>` past the wait for an old registration."""
+
+
+REREGISTER_BACKOFF_S = 1.0
+
+
 def split_connect(connect: str) -> tuple[str, str]:
     """`host:port,host:port/chroot` -> (hosts, chroot or "")."""
     i = connect.find("/")
     if i < 0:
         return connect, ""
     return connect[:i], connect[i:].rstrip("/")
+
+
+class TimedKazooClient(KazooClient):
+    """A kazoo client whose requests go into the metrics, from queued to answered (Kafka's
+    ZooKeeperRequestLatencyMs; the answer is seen on kazoo's completion thread)."""
+
+    def _call(self, request: Any, async_object: Any) -> Any:
+        if request_metrics.active:
+            started = request_metrics.clock()
+            async_object.rawlink(lambda _: request_metrics.zookeeper_request((request_metrics.clock() - started) * 1000.0))
+        return super()._call(request, async_object)
 
 
 class ClusterNode:
@@ -57,6 +76,10 @@ class ClusterNode:
         self.controller: Any = None
         self.on_session_reset: Callable[[], None] | None = None
         self._lost = False
+        self.holds_registration = False  # this session registered the broker: it registers again after expiry
+        self._register_lock = threading.RLock()  # one registration at a time: re-registration, reregister()
+        self._sessions = 0  # sessions made after an expiry: a re-registration retries only for the newest
+        self._closed = False
         self._pid_lock = threading.Lock()
         self._pid_next = 0
         self._pid_end = 0
@@ -65,38 +88,68 @@ class ClusterNode:
     def connect(self) -> None:
         if self.chroot:
             root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
-            root.start(timeout=self.connection_timeout_s)
+            self._start(root)
             try:
                 root.ensure_path(self.chroot)
             finally:
                 root.stop()
                 root.close()
-        self.zk = KazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
-        self.zk.start(timeout=self.connection_timeout_s)
+        self.zk = TimedKazooClient(hosts=self.hosts + self.chroot, timeout=self.session_timeout_s)
+        self._start(self.zk)
         self.zk.add_listener(self._state_listener)
         for path in Z.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
+
+    def _start(self, client: KazooClient) -> None:
+        """A session within zookeeper.connection.timeout.ms, or ConfigError: the broker cannot start."""
+        try:
+            client.start(timeout=self.connection_timeout_s)
+        except client.handler.timeout_exception:
+            raise ConfigError(f"Invalid value {self.hosts + self.chroot} for configuration zookeeper.connect: "
+                              f"no ZooKeeper session within {self.connection_timeout_s * 1000:.0f} ms "
+                              "(zookeeper.connection.timeout.ms)") from None
 
     def _state_listener(self, state: str) -> None:
         if state == KazooState.LOST:
             self._lost = True
             log.warning("ZooKeeper session lost")
+            if self.controller is not None:
+                self.controller.session_expired()
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
-            threading.Thread(target=self._reestablish, name="zk-reregister", daemon=True).start()
+            self._sessions += 1
+            threading.Thread(target=self._reestablish, args=(self._sessions,), name="zk-reregister",
+                             daemon=True).start()
 
-    def _reestablish(self) -> None:
-        """A new session after expiry: register again and run for controller again."""
-        try:
-            self.register()
-        except Exception:
-            log.exception("re-registration failed")
+    def _reestablish(self, session: int) -> None:
+        """A new session after expiry. The session that held the broker's registration
+        registers again (retried until it succeeds, the session is lost again or the broker
+        stops) and runs for controller again; any other session of the broker (the other
+        workers') registers nothing, so the registration and its epoch stay worker 0's."""
+        assert self.zk is not None
+        log.info("new ZooKeeper session 0x%x%s", self.zk.client_id[0],
+                 "" if self.holds_registration else " (the broker's registration is another session's)")
+        if not self.holds_registration or not self._register_until_done(session):
+            return
         if self.controller is not None:
             self.controller.put("session_reset")
         if self.on_session_reset is not None:
             self.on_session_reset()
 
+    def _register_until_done(self, session: int) -> bool:
+        """True once registered; False when the broker stops or a newer session took over."""
+        while not self._closed and session == self._sessions:
+            try:
+                self.register()
+                return True
+            except (Exception, BrokerIdInUseError) as exc:
+                log.error("registering broker %d again failed (%s); retrying in %.0f s", self.broker_id, exc,
+                          REREGISTER_BACKOFF_S)
+                time.sleep(REREGISTER_BACKOFF_S)
+        return False
+
     def close(self) -> None:
+        self._closed = True
         if self.controller is not None:
             self.controller.stop()
         if self.zk is not None:
@@ -173,22 +226,41 @@ class ClusterNode:
         previous, killed process is waited out (it disappears when that session expires)."""
         assert self.zk is not None
         path = Z.broker_path(self.broker_id)
-        deadline = time.monotonic() + self.session_timeout_s * 2 + 5
-        while True:
-            try:
-                self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
-                break
-            except NodeExistsError:
-                stat = self.zk.exists(path)
-                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+        with self._register_lock:
+            deadline = time.monotonic() + self.session_timeout_s * 2 + 5
+            while True:
+                try:
+                    self.zk.create(path, self.broker_info().to_json(), ephemeral=True, makepath=True)
                     break
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"broker id {self.broker_id} is registered by another live broker")
-                log.info("waiting for the old registration of broker %d to expire", self.broker_id)
-                time.sleep(0.5)
-        stat = self.zk.exists(path)
-        self.broker_epoch = stat.czxid if stat else -1
+                except NodeExistsError:
+                    stat = self.zk.exists(path)
+                    if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                        break
+                    if time.monotonic() > deadline:
+                        raise BrokerIdInUseError(f"broker id {self.broker_id} is registered by another live broker")
+                    log.info("waiting for the old registration of broker %d to expire", self.broker_id)
+                    time.sleep(0.5)
+            stat = self.zk.exists(path)
+            self.broker_epoch = stat.czxid if stat else -1
+            self.holds_registration = True
         log.info("registered broker %d in ZooKeeper (epoch %d)", self.broker_id, self.broker_epoch)
+
+    def reregister(self) -> None:
+        """Deletes this broker's registration and makes it again in this session (a new broker
+        epoch: the controller treats the broker as restarted and sends it every replica's state)."""
+        assert self.zk is not None
+        with self._register_lock:
+            try:
+                self.zk.delete(Z.broker_path(self.broker_id))
+            except NoNodeError:
+                pass
+            self.register()
+
+    def registration_epoch(self) -> int:
+        """The broker epoch (czxid) of `/brokers/ids/<id>` as ZooKeeper has it, -1 when absent."""
+        assert self.zk is not None
+        stat = self.zk.exists(Z.broker_path(self.broker_id))
+        return stat.czxid if stat is not None else -1
 
     # -- reads used by the admin paths ---------------------------------------------------------
     def live_brokers(self) -> dict[int, str | None]:

@@ -36,6 +36,7 @@ from typing import Any
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.handlers.produce import transactional_refused
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorResponse
@@ -123,12 +124,13 @@ async def produce(broker: Any, ctx: Any, req: Any, version: int) -> Any:
             if acks == -1:
                 waits.append((tr, len(out) - 1, part, res.last_offset + 1))
     for tr, i, part, answer in forwarded:
-        resp = tr.partition_responses[i] = await answer
+        resp = tr.partition_responses[i] = await request_metrics.remote(answer)
         if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
             waits.append((tr, i, part, part.log.state.log_end_offset))
     if waits:
         timeout = max(req.timeout_ms, 0) / 1000.0
-        codes = await asyncio.gather(*(part.wait_for_hw(offset, timeout) for _, _, part, offset in waits))
+        codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout)
+                                                                for _, _, part, offset in waits)))
         for (tr, i, part, _), code in zip(waits, codes):
             if code == 0 and len(part.isr) < broker.min_insync_replicas(part):
                 code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND

@@ -15,9 +15,12 @@ controller sends one request at a time per broker, so every worker applies them 
 same order). AlterPartition (and ControlledShutdown) are forwarded to worker 0, where the
 controller runs.
 
+After a session expiry only worker 0's new session registers the broker again (the
+others' register nothing), so the broker epoch in shared memory is the registration's.
 A replaced worker (its predecessor died) knows no replica state: it asks worker 0, through
 the shared-memory header and worker 0's wake-up pipe, to register the broker again (delete
-and re-create `/brokers/ids/<id>` in the same session). The controller sees a new broker
+and re-create `/brokers/ids/<id>` in the same session); so does a worker whose AlterPartition
+the controller keeps refusing with STALE_BROKER_EPOCH. The controller sees a new broker
 epoch, as for a restarted broker: leaderships move to other ISR members and every worker
 gets LeaderAndIsr for all of the broker's replicas and a full UpdateMetadata.
 
@@ -43,8 +46,6 @@ import logging
 import os
 import time
 from typing import Any
-
-from kazoo.exceptions import NoNodeError
 
 from kafkafast.broker.broker import now_ms
 from kafkafast.cluster import zk_data as Z
@@ -89,14 +90,6 @@ class WorkerClusterNode(ClusterNode):
     def broker_epoch(self, value: int) -> None:
         if self.index == 0:
             self.table.set_header_word(shm.H_BROKER_EPOCH, value)
-
-    def reregister(self) -> None:
-        assert self.zk is not None
-        try:
-            self.zk.delete(Z.broker_path(self.broker_id))
-        except NoNodeError:
-            pass
-        self.register()
 
     def establish_identity(self, configured_cluster_id: str | None) -> tuple[str, int]:
         if self.index == 0:
@@ -209,8 +202,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         if self.incarnation > 1 and self.index != 0:
             log.warning("worker %d replaced: registering broker %d again to receive its replica states",
                         self.index, self.node_id)
-            self.table.set_header_word(shm.H_REREGISTER, 1)
-            self._poke(0)
+            self._request_reregistration()
 
     async def before_stop(self) -> None:
         """SIGTERM, before any worker stops serving. Worker 0 (the registration's holder) runs
@@ -240,11 +232,13 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
-    async def _reregister(self) -> None:
-        try:
-            await asyncio.to_thread(self.node.reregister)  # type: ignore[attr-defined]
-        except Exception:
-            log.exception("registering broker %d again failed", self.node_id)
+    def _request_reregistration(self) -> None:
+        """Worker 0 holds the registration: another worker asks it through the header word."""
+        if self.index == 0:
+            super()._request_reregistration()
+            return
+        self.table.set_header_word(shm.H_REREGISTER, 1)
+        self._poke(0)
 
     # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
     def owns(self, part: Any) -> bool:
@@ -417,7 +411,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         super().on_wake_pipe(fd)
         if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and self.node.controller is not None:
             self.table.set_header_word(shm.H_REREGISTER, 0)
-            asyncio.get_running_loop().create_task(self._reregister())
+            self._request_reregistration()
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)

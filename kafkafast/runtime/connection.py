@@ -326,7 +326,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 arrived = self.arrivals.popleft() if self.arrivals else None
                 self._dequeued(frame)
                 self.busy = True
-                started = request_metrics.clock()
+                started = request_metrics.begin() if request_metrics.active else 0.0
                 try:
                     parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
@@ -345,14 +345,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
                 finally:
                     self.busy = False
+                handled = request_metrics.clock()
                 if parts is not None and not self.closing:
                     await self._send(parts)
+                sent = request_metrics.clock()
                 if self.throttled_until:  # a client quota was exceeded: read nothing until then
                     delay, self.throttled_until = self.throttled_until - time.monotonic(), 0.0
                     if delay > 0:
                         await asyncio.sleep(delay)
                 if request_metrics.active:
-                    request_metrics.observe(frame, parts, started, arrived)
+                    request_metrics.observe(frame, parts, started, arrived, handled, sent)
                     if (not self._auth_counted and self.session is not None and self.session.authenticated
                             and self.listener.sasl):
                         self._count_authentication(True)  # a SASL exchange just ended

@@ -94,10 +94,22 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancels what still runs (a start that failed half-way leaves tasks behind), lets the
+    cancellations finish and closes the loop: no "Task was destroyed but it is pending!"."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
 def run_server(config: BrokerConfig) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(serve_forever(config))
     finally:
-        loop.close()
+        close_loop(loop)

@@ -26,6 +26,9 @@ and waits for signals. A worker that dies is forked again at once with the same 
 (so the same partitions and sockets) and `clean=False`; one that keeps dying (more than
 CRASH_LOOP_LIMIT times in CRASH_LOOP_WINDOW) is forked again after a growing delay while
 the others keep serving; the supervisor gives up only when every worker keeps dying.
+A worker whose first start is refused (`EXIT_CANNOT_START`: a ConfigError such as no
+ZooKeeper session) is not replaced: the supervisor stops the others and raises that
+ConfigError, which `kafkafast broker` prints as its one `cannot start` line.
 SIGTERM/SIGINT: forwarded to every worker; each stops accepting, finishes what is in
 flight, flushes and checkpoints; when all exited 0 within `SHUTDOWN_TIMEOUT` the
 supervisor writes the clean-shutdown markers and exits 0 (a worker still running then is
@@ -45,10 +48,11 @@ import sys
 import tempfile
 import time
 
-from kafkafast.config import BrokerConfig
+from kafkafast.config import BrokerConfig, ConfigError
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
-from kafkafast.runtime.worker import EXIT_STATE_UNWRITTEN
+from kafkafast.runtime.worker import CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
@@ -173,6 +177,7 @@ class Supervisor:
                         os.close(r)
                 from kafkafast.runtime.worker import run_worker
 
+                request_metrics.in_worker(i)
                 code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
@@ -186,6 +191,7 @@ class Supervisor:
                 sys.stderr.flush()
                 os._exit(code)
         self.pids[pid] = i
+        request_metrics.spawned(pid, i)
         log.info("worker %d started: pid %d (incarnation %d)", i, pid, self.incarnation[i])
 
     def reap(self) -> list[tuple[int, int]]:
@@ -224,6 +230,10 @@ class Supervisor:
                     code = os.waitstatus_to_exitcode(status)
                     self.table.clear_worker_waiters(i)  # type: ignore[union-attr]
                     self.counters.clear_worker(i)  # type: ignore[union-attr]
+                    if code == EXIT_CANNOT_START:  # its first start refused: so would every other's
+                        self.shutdown()
+                        with open(os.path.join(self.run_dir, CANNOT_START_FILE), encoding="utf-8") as fh:
+                            raise ConfigError(fh.read())
                     if not self.schedule_replacement(i, code):
                         self.shutdown()
                         return 1
@@ -279,7 +289,8 @@ class Supervisor:
                                 "the next start recovers its partitions", i)
                 elif code != 0:
                     ok = False
-                    log.warning("worker %d exited with %s during shutdown", i, code)
+                    if code != EXIT_CANNOT_START:  # that one is reported by the caller
+                        log.warning("worker %d exited with %s during shutdown", i, code)
             if self.pids:
                 signal.sigtimedwait({signal.SIGCHLD}, 0.05)
         if self.pids:

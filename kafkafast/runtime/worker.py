@@ -46,7 +46,7 @@ from typing import Any, Iterable
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
-from kafkafast.config import BrokerConfig
+from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.records.model import ATTR_TRANSACTIONAL
@@ -54,7 +54,7 @@ from kafkafast.runtime import shm
 from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
 from kafkafast.security.context import carry_principal, principal_trailer
-from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
 from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
 from kafkafast.storage.partition_state import PartitionState
@@ -74,6 +74,10 @@ TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn
             65: "DescribeTransactions"}
 SHUTDOWN_GRACE = 6.0
 EXIT_STATE_UNWRITTEN = 3
+# A first start refused (a ConfigError: ZooKeeper unreachable, ...): the reason is in
+# <run dir>/CANNOT_START_FILE and the supervisor stops the broker instead of respawning.
+EXIT_CANNOT_START = 4
+CANNOT_START_FILE = "cannot-start"
 """Exit status of a worker that stopped cleanly but could not write all its state (a full
 disk: a producer snapshot, a checkpoint): its logs are flushed, the next start recovers."""
 
@@ -672,7 +676,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stats_dir = os.environ.get("KAFKAFAST_SENDFILE_STATS")
     if stats_dir:
         _install_sendfile_stats(stats_dir)
-    from kafkafast.runtime.server import new_event_loop
+    from kafkafast.runtime.server import close_loop, new_event_loop
 
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
@@ -701,11 +705,17 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         profiler.enable()
     try:
         return loop.run_until_complete(_serve(broker, listen_socks, listener_specs, internal_sock, wake_r, stop))
+    except ConfigError as exc:  # e.g. ZooKeeper unreachable: the supervisor reports it once
+        if incarnation > 1:
+            log.error("worker %d cannot start: %s", index, exc)
+            return 1
+        write_atomically(os.path.join(run_dir, CANNOT_START_FILE), str(exc))
+        return EXIT_CANNOT_START
     except Exception:
         log.exception("worker %d failed", index)
         return 1
     finally:
-        loop.close()
+        close_loop(loop)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(os.path.join(profile_dir, f"worker-{index}-{os.getpid()}.prof"))

@@ -7,11 +7,17 @@ import os
 import signal
 import time
 
+from kafkafast.protocol import api
+from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
 from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.update_metadata import UpdateMetadataRequest
+from tests.cluster.test_isr import _produce_raw, _read
+from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
 STALE_CONTROLLER_EPOCH = 11
+NOT_CONTROLLER = 41
 
 
 def test_brokers_register_with_kafkas_v5_json(cluster):
@@ -114,6 +120,51 @@ def test_session_loss_moves_leadership_and_the_broker_rejoins(cluster):
     cluster.wait_for(lambda: all(victim_id in cluster.partition_state("session", p)["isr"] for p in range(3)), 40,
                      "the broker back in every ISR")
     assert cluster.leader("session", 0) != victim_id
+
+
+def test_a_controller_whose_session_expired_answers_a_queued_alter_partition_at_once_and_logs_no_error(cluster):
+    """An AlterPartition waiting at a controller (SIGSTOPped) past its session: on waking, the
+    queued events are dropped as expected (INFO lines, no ERROR traceback) and the request
+    is answered NOT_CONTROLLER at once, not left to the asker's request timeout."""
+    c = cluster
+    ctrl = c.controller_id()
+    leader, follower = [b for b in sorted(c.brokers) if b != ctrl]
+    topic = "expired-controller"
+    c.create_topic(topic, 1, 3, assignment=[[leader, follower, ctrl]])
+    zk = c.zk()
+    data, stat = zk.get(f"/brokers/topics/{topic}/partitions/0/state")
+    R = AlterPartitionRequest
+    req = R(broker_id=leader, broker_epoch=zk.exists(f"/brokers/ids/{leader}").czxid, topics=[R.TopicData(
+        topic_name=topic, partitions=[R.PartitionData(
+            partition_index=0, leader_epoch=json.loads(data)["leader_epoch"], new_isr=[leader, follower],
+            leader_recovery_state=0, partition_epoch=stat.version)])])
+    victim = c.brokers[ctrl]
+    mark = victim.log_path.stat().st_size
+    os.kill(victim.proc.pid, signal.SIGSTOP)
+    rc = RawClient(victim.port, timeout=30)  # the kernel takes the connection and the request meanwhile
+    try:
+        rc.send_raw(api.encode_request(req, 1, 7, "alter-partition-test"))
+        c.wait_for(lambda: ctrl not in c.registered(), 6 + 10, "the stopped controller's session expiry")
+        c.wait_for(lambda: c.controller_id() not in (-1, ctrl), 15, "another controller")
+    finally:
+        os.kill(victim.proc.pid, signal.SIGCONT)
+    woke = time.monotonic()
+    try:
+        frame = rc.recv_frame()
+    finally:
+        rc.close()
+    waited = time.monotonic() - woke
+    assert frame is not None
+    correlation, resp = api.decode_response(56, 1, frame)
+    assert (correlation, resp.error_code) == (7, NOT_CONTROLLER)
+    assert waited < 5, f"answered after {waited:.1f} s"
+    c.wait_for(lambda: ctrl in c.registered(), 30, "the old controller registered again")
+    c.wait_for(lambda: sorted(c.isr(topic, 0)) == sorted([leader, follower, ctrl]), 30, "it rejoined the ISR")
+    with open(victim.log_path, "rb") as fh:
+        fh.seek(mark)
+        lines = fh.read().decode(errors="replace").splitlines()
+    assert [line for line in lines if " ERROR " in line or "Traceback" in line] == []
+    assert any("INFO kafkafast.controller: controller %d: ZooKeeper session expired" % ctrl in line for line in lines)
 
 
 def test_a_log_dir_of_another_cluster_refuses_to_start(cluster, tmp_path):
@@ -339,3 +390,44 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_apply_on_every_broker(clus
     close_all(eventually_open_until_refused(b2.port, 6, 6))  # the cap is gone again
     cluster.wait_for(lambda: _topic_config_on(b2.port, "dynamic", "retention.ms")[1] == 5, 15,
                      "the default back on broker 2")
+
+
+def _known_leader(port: int, topic: str) -> int | None:
+    """The partition's leader as the broker's metadata has it (None: the broker does not know
+    the topic yet, i.e. has not had the controller's UpdateMetadata)."""
+    with RawClient(port) as rc:
+        t = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                       allow_auto_topic_creation=False), 9).topics[0]
+    return t.partitions[0].leader_id if t.error_code == 0 and t.partitions else None
+
+
+def test_an_offline_partition_keeps_only_its_last_isr_member_and_only_that_replica_leads_it_again(tmp_path):
+    """Kafka's rule: a partition whose ISR members all died keeps leader -1 and the last ISR
+    member, so that without unclean election only the replica that surely has everything
+    leads it again. Here the leader and its in-sync follower die with the controller (no
+    controller sees them go); the leader had taken a record at acks=1 the follower never got."""
+    with KafkaCluster(tmp_path) as c:  # a cluster of its own: every broker stops
+        leader, follower, other = 1, 2, 3
+        topic = "last-isr"
+        c.create_topic(topic, 1, 2, assignment=[[leader, follower]])
+        assert _produce_raw(c.brokers[leader].port, topic, [b"committed"]) == (0, 0)
+        os.killpg(c.brokers[follower].proc.pid, signal.SIGSTOP)  # in the ISR, but it fetches nothing more
+        assert _produce_raw(c.brokers[leader].port, topic, [b"only-on-the-leader"], acks=1) == (0, 1)
+        for b in c.brokers.values():
+            b.kill()
+        c.wait_for(lambda: c.registered() == [], 6 + 15, "every broker's session expired")
+        assert sorted(c.isr(topic, 0)) == [leader, follower]  # nobody was left to change it
+        c.brokers[other].start(timeout=60)  # the new controller: neither ISR member is alive
+        c.wait_for(lambda: c.leader(topic, 0) == -1, 30, "the partition offline")
+        assert c.isr(topic, 0) == [leader]  # the former leader is the last member
+
+        c.brokers[follower].start(timeout=60)
+        # once it knows the topic, the controller has decided about it: no leader
+        assert c.wait_for(lambda: (known := _known_leader(c.brokers[follower].port, topic)) is not None and [known],
+                          30, "the follower's UpdateMetadata") == [-1]
+        assert (c.leader(topic, 0), c.isr(topic, 0)) == (-1, [leader])
+
+        c.brokers[leader].start(timeout=60)
+        c.wait_for(lambda: c.leader(topic, 0) == leader, 30, "the last ISR member leading")
+        c.wait_for(lambda: sorted(c.isr(topic, 0)) == [leader, follower], 30, "the follower back in the ISR")
+        assert [v for _, v in _read(c.bootstrap, topic)] == [b"committed", b"only-on-the-leader"]

@@ -13,10 +13,8 @@ from kafkafast.protocol._generated.find_coordinator import FindCoordinatorReques
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
 from kafkafast.protocol.errors import ErrorCode as EC
-from kafkafast.testing.control import PROPERTY
-from kafkafast.testing.scripting import Faults
 from tests.integration.test_kafkajs import needs_kafkajs, run_kafkajs
-from tests.support.cluster import KafkaCluster
+from tests.support.cluster import FaultyCluster
 from tests.support.raw_client import RawClient
 
 TXN_SETTINGS = {
@@ -27,18 +25,6 @@ TXN_SETTINGS = {
 }
 # partition p led by broker p + 1: every transaction has partitions on all three brokers
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
-
-
-class FaultyCluster(KafkaCluster):
-    """Brokers that take faults from a test-control dir each (kafkafast.testing)."""
-
-    def broker_settings(self, broker_id: int) -> dict[str, str]:
-        control = self.root / f"control-{broker_id}"
-        control.mkdir(parents=True, exist_ok=True)
-        return {**super().broker_settings(broker_id), PROPERTY: str(control)}
-
-    def faults(self, broker_id: int) -> Faults:
-        return Faults(str(self.root / f"control-{broker_id}"))
 
 
 def _cluster(tmp_path_factory, workers: int):

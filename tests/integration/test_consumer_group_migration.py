@@ -328,8 +328,9 @@ def test_a_silent_classic_member_of_a_consumer_group_expires(broker_factory):
 
 
 def test_an_unknown_migration_policy_stops_the_broker_at_start(broker_factory):
-    with pytest.raises(RuntimeError, match="group.consumer.migration.policy must be one of disabled, upgrade, "
-                                           "downgrade, bidirectional"):
+    with pytest.raises(RuntimeError, match=r"cannot start: Invalid value sideways for configuration "
+                                           r"group.consumer.migration.policy: String must be one of \(case "
+                                           r"insensitive\): disabled, upgrade, downgrade, bidirectional"):
         broker_factory(settings={"group.consumer.migration.policy": "sideways"})
 
 

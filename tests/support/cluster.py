@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkafast.testing.cluster import ZooKeeperView
+from kafkafast.testing.control import PROPERTY
+from kafkafast.testing.scripting import Faults
 from tests.support.broker_process import BrokerProcess
 from tests.support.zookeeper_process import ZooKeeperProcess
 
@@ -170,6 +172,18 @@ class KafkaCluster(ZooKeeperView):
 
     def _has_leader(self, topic: str, partition: int) -> bool:
         return self.leader(topic, partition) >= 0
+
+
+class FaultyCluster(KafkaCluster):
+    """Brokers that take faults from a test-control dir each (kafkafast.testing)."""
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        control = self.root / f"control-{broker_id}"
+        control.mkdir(parents=True, exist_ok=True)
+        return {**super().broker_settings(broker_id), PROPERTY: str(control)}
+
+    def faults(self, broker_id: int) -> Faults:
+        return Faults(str(self.root / f"control-{broker_id}"))
 
 
 def group_coordinator(cluster: Any, group: str) -> int:

@@ -15,12 +15,12 @@ ROOT = Path(__file__).resolve().parents[2] / "kafkafast"
 
 # Lowest first; a package may import only from its own rank or below.
 LAYERS = [
-    {"kafkafast", "_native", "protocol", "native", "clock", "config"},
+    {"kafkafast", "_native", "protocol", "native", "clock", "config", "config_def"},
     {"records"},
     {"client", "storage"},
     {"security"},
-    {"broker"},
     {"metrics"},
+    {"broker"},
     {"runtime"},
     {"cluster"},
     {"cli"},

@@ -9,12 +9,14 @@ DYNAMIC_DEFAULT_BROKER_CONFIG and the lower layers as synonyms, the dynamically 
 ones not read-only; for the empty name (the cluster-wide default resource) only the dynamic
 cluster-wide defaults, as Kafka answers. A secret (Kafka's PASSWORD-type configs:
 `security/tls.py: is_sensitive`, e.g. ssl.key.password, sasl.jaas.config) is answered as
-Kafka does: sensitive, with a null value, in its synonyms too.
+Kafka does: sensitive, with a null value, in its synonyms too. A broker config's type (v3+)
+and documentation (when asked) come from the table of known configs (`kafkafast/config_def.py`).
 """
 from dataclasses import dataclass
 
 from kafkafast.broker.registry import handles
 from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
+from kafkafast.config_def import BROKER_CONFIGS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kafkafast.protocol import errors as E
 from kafkafast.storage.config import TOPIC_ALIASES, TOPIC_CONFIG_DEFAULTS
@@ -25,6 +27,9 @@ from kafkafast.security.tls import is_sensitive
 TOPIC, BROKER = 2, 4
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 2, 3, 4, 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 6, 7, 9
+# Kafka's ConfigType codes by ConfigDef type name (broker configs: the type in their table)
+_WIRE_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
+               "PASSWORD": 9}
 _TYPES = {
     "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING, "message.timestamp.type": TYPE_STRING,
     "min.cleanable.dirty.ratio": TYPE_DOUBLE, "max.message.bytes": TYPE_INT, "segment.bytes": TYPE_INT,
@@ -50,11 +55,19 @@ def config_type(name: str, value: str | None) -> int:
         return TYPE_PASSWORD
     if name in _TYPES:
         return _TYPES[name]
+    if name in BROKER_CONFIGS:
+        return _WIRE_TYPES[BROKER_CONFIGS[name].type]
     if value in ("true", "false"):
         return TYPE_BOOLEAN
     if name.endswith((".ms", ".bytes", ".messages")):
         return TYPE_LONG
     return TYPE_STRING
+
+
+def broker_doc(resource_type: int, name: str) -> str | None:
+    """A broker config's documentation, from the table `--help-configs` prints."""
+    key = BROKER_CONFIGS.get(name) if resource_type == BROKER else None
+    return key.doc if key is not None else None
 
 
 def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
@@ -144,7 +157,7 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
                          synonyms=([Synonym(name=y.name, value=None, source=y.source) for y in e.synonyms]
                                    if is_sensitive(e.name) else e.synonyms) if req.include_synonyms else [],
                          config_type=config_type(e.name, e.value),
-                         documentation=None)
+                         documentation=broker_doc(res.resource_type, e.name) if req.include_documentation else None)
                    for e in entries]
         results.append(Result(error_code=0, error_message=None, resource_type=res.resource_type,
                               resource_name=res.resource_name, configs=configs))

@@ -33,6 +33,7 @@ import time
 
 from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
 from kafkafast.security.context import fetch_denied
@@ -243,7 +244,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         if not live:
             break
         with parked():  # not handler time for request_percentage quotas
-            await broker.wait_for_data(live, remaining)
+            await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
             responses, total = _read_all(broker, req, version, plan)
             break

@@ -32,6 +32,7 @@ compacted topic are validated as the append validates them, then decoded (decomp
 when compressed); other topics' batches stay opaque.
 """
 from kafkafast.broker.registry import handles
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
 from kafkafast.records import validate_compressed_records
@@ -180,7 +181,7 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
                 record_errors=[], error_message=None))
     for tr, i, aw in pending:  # forwarded appends answer with a ready PartitionProduceResponse
-        tr.partition_responses[i] = await aw
+        tr.partition_responses[i] = await request_metrics.remote(aw)
     if acks == 0:
         return None
     return ProduceResponse(responses=responses, throttle_time_ms=0)
