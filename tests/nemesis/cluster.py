@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
 from kafkafast.cluster.local import ZooKeeperServer
 from kafkafast.testing.broker_process import die_with_parent, kill_group
 from kafkafast.testing.cluster import ZooKeeperView
@@ -161,15 +164,11 @@ class NemesisCluster(ZooKeeperView):
 
     def _view_zk(self) -> Any:
         if self._client is None:
-            from kazoo.client import KazooClient
-
             self._client = KazooClient(hosts=self.zookeeper.connect + CHROOT, timeout=10)
             self._client.start(timeout=20)
         return self._client
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str]) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=config)],
                                       operation_timeout=30)

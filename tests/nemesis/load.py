@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Consumer, Producer, TopicPartition
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -27,10 +29,14 @@ class ReadBack:
 
 
 def producer_config(bootstrap: str, acks: str) -> dict[str, Any]:
-    """acks=all: the idempotent producer; acks=1: a plain producer with librdkafka's retries."""
+    """acks=all: the idempotent producer; acks=1: a plain producer with librdkafka's retries.
+    librdkafka's own request and socket timeouts (30 s, 60 s): shorter ones would make the
+    client drop a connection to a paused or isolated leader, and with it the requests a
+    deposed leader would otherwise acknowledge, hiding what an ordinary client sees. The
+    metadata refresh is every 2 s (default 5 min) so that a client learns of a new leader
+    without an error from the old one; a record not acknowledged in 40 s is given up."""
     base = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 40000,
-            "request.timeout.ms": 10000, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
-            "socket.timeout.ms": 10000}
+            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000}
     if acks == "all":
         return {**base, "acks": "all", "enable.idempotence": True}
     return {**base, "acks": "1", "enable.idempotence": False}
@@ -38,8 +44,6 @@ def producer_config(bootstrap: str, acks: str) -> dict[str, Any]:
 
 class LoadProducer:
     def __init__(self, name: str, bootstrap: str, topic: str, partitions: int, acks: str, rate: float) -> None:
-        from confluent_kafka import Producer
-
         self.name, self.topic, self.partitions, self.rate = name, topic, partitions, rate
         self.acks: list[Ack] = []
         self.errors: list[str] = []
@@ -90,8 +94,6 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0
     """Every record of every partition, from offset 0 to the high watermark (read_committed is
     irrelevant: no transactions). A partition that stops short of its high watermark within
     `timeout` (errors, or no progress) is recorded as unreadable from the next offset."""
-    from confluent_kafka import Consumer, TopicPartition
-
     out = ReadBack()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "nemesis-readback", "enable.auto.commit": False,
                          "auto.offset.reset": "error", "enable.partition.eof": True,
@@ -128,8 +130,6 @@ def read_back(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0
 
 def probe_reads(bootstrap: str, topic: str, partitions: int, timeout: float = 10.0) -> bool:
     """Every non-empty partition answers a fetch from offset 0 with a record (no error)."""
-    from confluent_kafka import Consumer, TopicPartition
-
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "nemesis-probe", "enable.auto.commit": False,
                          "socket.timeout.ms": 5000})
     try:

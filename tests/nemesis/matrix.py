@@ -21,7 +21,7 @@ from tests.nemesis.netns import Namespace
 from tests.nemesis.run import REPO, run_in_namespace
 from tests.nemesis.scenarios import SCENARIOS
 
-COLUMNS = ("scenario", "acks", "workers", "seed", "acked", "lost", "unreadable", "duplicates", "divergent",
+COLUMNS = ("scenario", "acks", "workers", "seed", "acked", "not acked", "lost", "unreadable", "duplicates", "divergent",
            "misplaced", "out of order", "max unavailable s", "heal s")
 
 
@@ -30,7 +30,8 @@ def row(r: dict) -> list[str]:
         return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), "run failed: " + r["error"][:80]] + \
             [""] * (len(COLUMNS) - 5)
     v = r["verdict"]
-    return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), str(v["acked"]), str(v["lost"]),
+    return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), str(v["acked"]), str(v["delivery_errors"] + r["unflushed"]),
+            str(v["lost"]),
             str(v["unreadable"]), str(v["duplicates"]), str(v["divergent"]), str(v["misplaced"]),
             str(v["out_of_order"]), str(v["max_unavailable_s"]),
             str(r["heal_s"]) if r["healed"] else "NOT healed"]

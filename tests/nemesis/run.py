@@ -25,7 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.nemesis.cluster import NemesisCluster
+from tests.nemesis.history import check
+from tests.nemesis.load import LoadProducer, probe_reads, read_back
 from tests.nemesis.netns import Namespace
+from tests.nemesis.scenarios import SCENARIOS, SHORT, TOPIC, Nemesis, Timing
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
@@ -51,8 +55,6 @@ def _state(cluster, topic: str, partition: int) -> dict | None:
 def heal_state(cluster, topic: str) -> dict:
     """What healing waits for: every broker registered, every partition's ISR full, every
     partition answering a read from offset 0 (`healed` is all three)."""
-    from tests.nemesis.load import probe_reads
-
     state = {"registered": cluster.registered(),
              "partitions": {p: _state(cluster, topic, p) for p in range(PARTITIONS)}}
     full = (len(state["registered"]) == len(cluster.brokers)
@@ -68,11 +70,6 @@ def healed(cluster, topic: str) -> bool:
 
 def run(scenario: str, acks: str, workers: int, seed: int, timing, root: Path, warmup_s: float,
         tail_s: float) -> dict:
-    from tests.nemesis.cluster import NemesisCluster
-    from tests.nemesis.history import check
-    from tests.nemesis.load import LoadProducer, read_back
-    from tests.nemesis.scenarios import SCENARIOS, TOPIC, Nemesis
-
     started = time.monotonic()
     cluster = NemesisCluster(root, workers=workers)
     producers: list = []
@@ -150,8 +147,6 @@ def run_in_namespace(ns: Namespace, scenario: str, acks: str, workers: int, seed
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tests.nemesis.scenarios import SCENARIOS, SHORT, Timing
-
     ap = argparse.ArgumentParser(description="one nemesis run, inside the namespace (see tests/nemesis)")
     ap.add_argument("--scenario", choices=sorted(SCENARIOS), required=True)
     ap.add_argument("--acks", choices=["all", "1"], required=True)
