@@ -98,7 +98,9 @@ class NamespaceBroker:
                "--set", f"listeners=PLAINTEXT://{self.bootstrap}", "--set", f"log.dirs={self.data_dir}"]
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
-        env = dict(os.environ, HOME=str(self.data_dir), PYTHONDONTWRITEBYTECODE="1",
+        tmp = self.data_dir.parent / f"broker-{self.id}-tmp"  # the supervisor's run dir: removed with the run's
+        tmp.mkdir(exist_ok=True)
+        env = dict(os.environ, HOME=str(self.data_dir), TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -147,7 +149,20 @@ class NemesisCluster(ZooKeeperView):
             b.start()
         self.wait_for(lambda: len(self.registered()) == len(self.brokers) and self.controller() > 0, 60,
                       "every broker registered and a controller elected")
+        self.wait_for(self.metadata_ready, 60, "every broker's Metadata naming the controller and all brokers")
         return self
+
+    def metadata_ready(self) -> bool:
+        """Every broker got the controller's UpdateMetadata (until then Metadata answers
+        controller -1 and librdkafka's admin client waits for a controller, up to its timeout)."""
+        for b in self.brokers.values():
+            try:
+                md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=5)
+            except Exception:
+                return False
+            if md.controller_id < 0 or len(md.brokers) != len(self.brokers):
+                return False
+        return True
 
     def close(self) -> None:
         if self._client is not None:

@@ -27,7 +27,7 @@ COLUMNS = ("scenario", "acks", "workers", "seed", "acked", "not acked", "lost", 
 
 def row(r: dict) -> list[str]:
     if "error" in r:
-        return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), "run failed: " + r["error"][:80]] + \
+        return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), "run failed: " + r["error"].splitlines()[-3][:80]] + \
             [""] * (len(COLUMNS) - 5)
     v = r["verdict"]
     return [r["scenario"], r["acks"], str(r["workers"]), str(r["seed"]), str(v["acked"]), str(v["delivery_errors"] + r["unflushed"]),
@@ -38,6 +38,9 @@ def row(r: dict) -> list[str]:
 
 
 def table(results: list[dict]) -> str:
+    """One row per run, by workers, then acks (all first), then scenario."""
+    order = list(SCENARIOS)
+    results = sorted(results, key=lambda r: (r["workers"], r["acks"] != "all", order.index(r["scenario"])))
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r)) + " |" for r in results]
     return "\n".join(lines)

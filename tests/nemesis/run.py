@@ -29,7 +29,7 @@ from tests.nemesis.cluster import NemesisCluster
 from tests.nemesis.history import check
 from tests.nemesis.load import LoadProducer, probe_reads, read_back
 from tests.nemesis.netns import Namespace
-from tests.nemesis.scenarios import SCENARIOS, SHORT, TOPIC, Nemesis, Timing
+from tests.nemesis.scenarios import SCENARIOS, SHORT, TOPIC, TOPIC_CONFIGS, Nemesis, Timing
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
@@ -75,7 +75,7 @@ def run(scenario: str, acks: str, workers: int, seed: int, timing, root: Path, w
     producers: list = []
     try:
         cluster.start()
-        cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+        cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2", **TOPIC_CONFIGS.get(scenario, {})})
         setup_s = time.monotonic() - started
         producers = [LoadProducer(f"p{i}", cluster.bootstrap, TOPIC, PARTITIONS, acks, RATE / 2).start()
                      for i in range(2)]
@@ -122,7 +122,8 @@ def run_in_namespace(ns: Namespace, scenario: str, acks: str, workers: int, seed
     """Runs one scenario inside the (created) namespace `ns`, then SIGKILLs whatever of it
     is still running there and removes the fault rules, whatever happens. The run's files
     (broker and ZooKeeper logs, the verdict) go to a temporary directory removed afterwards
-    unless the run failed, or to `keep`."""
+    unless the run failed, did not heal or broke an acks=all guarantee (then the result
+    names it under "logs"), or to `keep`."""
     root = Path(tempfile.mkdtemp(prefix="kf-nemesis-")) if keep is None else keep
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)  # the brokers run as their own uids
@@ -137,8 +138,14 @@ def run_in_namespace(ns: Namespace, scenario: str, acks: str, workers: int, seed
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"nemesis run {scenario}/acks={acks}/workers={workers} failed ({proc.returncode}):\n"
                                f"{proc.stderr[-4000:]}\nlogs in {root}")
-        failed = False
-        return json.loads(out.read_text())
+        result = json.loads(out.read_text())
+        v = result["verdict"]
+        # a run that did not heal, or lost or bent an acks=all record, keeps its logs
+        failed = not result["healed"] or (acks == "all" and (v["lost"] or v["unreadable"] or v["duplicates"]
+                                                              or v["divergent"] or v["misplaced"]))
+        if failed:
+            result["logs"] = str(root)
+        return result
     finally:
         ns.kill_all()
         ns.heal()

@@ -62,14 +62,16 @@ class Nemesis:
         self.note(f"SIGCONT broker {broker}")
 
     def isolate(self, broker: int) -> None:
-        self.note(f"isolate broker {broker} from ZooKeeper and the brokers (clients still reach it)")
+        self.note(f"isolate broker {broker} from ZooKeeper and the brokers (clients still reach it; "
+                  f"controller {self.cluster.controller()})")
         netns.cut([netns.broker_address(broker)], [netns.ZOOKEEPER_ADDRESS] + self._others(broker))
         time.sleep(self.timing.cut_s)
         netns.heal()
         self.note("healed")
 
     def cut_from_brokers(self, broker: int) -> None:
-        self.note(f"cut broker {broker} from the other brokers (ZooKeeper and clients still reach it)")
+        self.note(f"cut broker {broker} from the other brokers (ZooKeeper and clients still reach it; "
+                  f"controller {self.cluster.controller()})")
         netns.cut([netns.broker_address(broker)], self._others(broker))
         time.sleep(self.timing.cut_s)
         netns.heal()
@@ -102,6 +104,28 @@ class Nemesis:
         controller = self.cluster.wait_for(lambda: max(self.cluster.controller(), 0), 60, "a controller")
         self.kill(controller)
 
+    def followers_then_leader_kill(self) -> None:
+        """Kafka's documented unclean-election sequence: both followers of partition 0 die
+        (its ISR shrinks to the leader, which goes on taking acks=1 writes; acks=all ones are
+        refused under min.insync.replicas=2), then the leader dies, then the followers come
+        back before it. Without unclean election the partition waits for its last leader and
+        nothing is lost; with it (`unclean-election`) a follower leads and what only the
+        last leader had is gone."""
+        leader = self.leader()
+        followers = [i for i in self.cluster.brokers if i != leader]
+        for f in followers:
+            self.note(f"SIGKILL broker {f} (follower)")
+            self.cluster.brokers[f].kill()
+        time.sleep(self.timing.down_s)
+        self.note(f"SIGKILL broker {leader} (leader, ISR {self.cluster.isr(TOPIC, 0)})")
+        self.cluster.brokers[leader].kill()
+        for f in followers:
+            self.cluster.brokers[f].start()
+            self.note(f"broker {f} restarted")
+        time.sleep(self.timing.down_s)
+        self.cluster.brokers[leader].start()
+        self.note(f"broker {leader} restarted")
+
     def mix(self) -> None:
         """`mix_faults` faults drawn from the others, each on the leader of a random partition
         or a random broker, with a random gap between them (the seed decides everything)."""
@@ -129,4 +153,8 @@ SCENARIOS = {
     "zookeeper-pause": Nemesis.zookeeper_pause,
     "controller-kill": Nemesis.controller_kill,
     "mix": Nemesis.mix,
+    "followers-then-leader-kill": Nemesis.followers_then_leader_kill,
+    "unclean-election": Nemesis.followers_then_leader_kill,
 }
+# topic configs a scenario runs with (besides min.insync.replicas=2)
+TOPIC_CONFIGS = {"unclean-election": {"unclean.leader.election.enable": "true"}}
