@@ -1,6 +1,7 @@
 """The CI variant of the nemesis suite (issue 28 §4): a short seeded mix of two faults per
 run, acks=all with the idempotent producer, one run with `--workers 0` and one with
-`--workers 2`, about four minutes in all with the set-up. Every acknowledged record must be
+`--workers 2`: about 40 s each with the set-up (74 s for both on the shared 2-core machine),
+bounded by 115 s each so that the file stays within four minutes. Every acknowledged record must be
 read back exactly once at the offset it was acknowledged at, and every run must heal on its
 own. The longer matrix (every scenario x acks=all/1 x workers 0/2) runs by hand:
 `python -m tests.nemesis.matrix` (docs/TESTING.md).
@@ -39,7 +40,7 @@ def namespace():
 # then a leader SIGSTOPped past its session; 7 -> an isolation, then a SIGKILLed broker
 @pytest.mark.parametrize("workers, seed", [(0, 13), (2, 7)], ids=["workers0", "workers2"])
 def test_acks_all_loses_nothing_under_a_fault_mix_and_heals(namespace, workers, seed):
-    result = run_in_namespace(namespace, "mix", "all", workers, seed, short=True, timeout=170)
+    result = run_in_namespace(namespace, "mix", "all", workers, seed, short=True, timeout=115)
     v = result["verdict"]
     summary = json.dumps({k: result[k] for k in ("events", "heal_s", "read_errors", "unreadable_from")} | v)
     assert v["acked"] > 5000, summary
