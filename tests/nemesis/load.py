@@ -83,9 +83,13 @@ class LoadProducer:
         self.thread.start()
         return self
 
+    def halt(self) -> None:
+        """Stops producing (no flush)."""
+        self._stop.set()
+
     def stop(self, flush_timeout: float) -> int:
         """Stops producing; the number of records still undelivered after the flush."""
-        self._stop.set()
+        self.halt()
         self.thread.join(10)
         return self.producer.flush(flush_timeout)
 

@@ -45,14 +45,14 @@ def _broker_log_errors(root: Path) -> dict[str, int]:
     return counts
 
 
-def _state(cluster, topic: str, partition: int) -> dict | None:
+def _state(cluster: NemesisCluster, topic: str, partition: int) -> dict | None:
     try:
         return cluster.partition_state(topic, partition)
     except Exception:  # ZooKeeper unreachable, or no state yet
         return None
 
 
-def heal_state(cluster, topic: str) -> dict:
+def heal_state(cluster: NemesisCluster, topic: str) -> dict:
     """What healing waits for: every broker registered, every partition's ISR full, every
     partition answering a read from offset 0 (`healed` is all three)."""
     state = {"registered": cluster.registered(),
@@ -64,15 +64,15 @@ def heal_state(cluster, topic: str) -> dict:
     return state
 
 
-def healed(cluster, topic: str) -> bool:
+def healed(cluster: NemesisCluster, topic: str) -> bool:
     return heal_state(cluster, topic)["healed"]
 
 
-def run(scenario: str, acks: str, workers: int, seed: int, timing, root: Path, warmup_s: float,
+def run(scenario: str, acks: str, workers: int, seed: int, timing: Timing, root: Path, warmup_s: float,
         tail_s: float, heal_timeout_s: float = HEAL_TIMEOUT_S) -> dict:
     started = time.monotonic()
     cluster = NemesisCluster(root, workers=workers)
-    producers: list = []
+    producers: list[LoadProducer] = []
     try:
         cluster.start()
         cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2", **TOPIC_CONFIGS.get(scenario, {})})
@@ -113,7 +113,7 @@ def run(scenario: str, acks: str, workers: int, seed: int, timing, root: Path, w
                 "broker_log_errors": _broker_log_errors(root), "wall_s": round(time.monotonic() - started, 1)}
     finally:
         for p in producers:
-            p._stop.set()
+            p.halt()
         cluster.close()
 
 
