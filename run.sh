@@ -61,6 +61,7 @@ install_debian() {
     ldconfig -p 2>/dev/null | grep -c 'libatomic\.so\.1' >/dev/null || need+=(libatomic1)  # the pure twin of the shared-append lock word calls libatomic
     command -v kcat >/dev/null || need+=(kcat)  # librdkafka 2.0's CLI (tests/integration/test_client_matrix.py)
     command -v node >/dev/null || need+=(nodejs)  # KafkaJS (tests/js): an independent client as a compatibility peer
+    [ -x /usr/sbin/iptables ] || need+=(iptables)  # faults inside a network namespace (tests/nemesis/)
     if [ ${#need[@]} -gt 0 ]; then
       echo "run.sh: installing Debian packages: ${need[*]}"
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
