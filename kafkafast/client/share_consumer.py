@@ -44,7 +44,9 @@ from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartb
 log = logging.getLogger("kafkafast.client.share")
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 SHARE_VERSION = 1
-REJOIN = {E.ErrorCode.UNKNOWN_MEMBER_ID, E.ErrorCode.FENCED_MEMBER_EPOCH}
+# Error codes (plain ints: the type checker cannot see the members of the functional ErrorCode enum)
+UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 25, 110, 122, 123
+REJOIN = {UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH}
 
 
 class IllegalStateError(Exception):
@@ -210,7 +212,7 @@ class AIOShareConsumer:
             if session is None or session.epoch == 0 or node < 0:
                 for tp in tps:
                     if self._pending.pop(tp, None):
-                        results[tp] = E.ShareSessionNotFoundError("no share session with the partition's leader")
+                        results[tp] = E.for_code(SHARE_SESSION_NOT_FOUND)("no share session with the partition's leader")
                 continue
             topics: dict[str, list] = {}
             for tp in tps:
@@ -299,7 +301,7 @@ class AIOShareConsumer:
         conn = await self.cluster.connection(node)
         resp = await conn.send(req, version=SHARE_VERSION, timeout=(wait_ms + self.cluster.request_timeout_ms) / 1000.0)
         if resp.error_code:
-            if resp.error_code in (E.ErrorCode.SHARE_SESSION_NOT_FOUND, E.ErrorCode.INVALID_SHARE_SESSION_EPOCH):
+            if resp.error_code in (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH):
                 session.epoch = 0  # open a new session next time
             log.info("share fetch from node %d: %s", node, E.for_code(resp.error_code).__name__)
             return []
