@@ -15,7 +15,12 @@ no longer fetches, and the leader answers only partitions with records or a new 
 watermark; an unknown session or a wrong epoch (the leader restarted or evicted it, a
 reconnection reached another worker) or a failed request starts a full session again. It appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
-end). Errors back the partition off for replica.fetch.backoff.ms; a leader change
+end). A leader that does not answer a request within half of replica.lag.time.max.ms (past the
+fetch's own long-poll wait; replica.socket.timeout.ms if that is shorter), or a connection that
+is not made within it, is given up on: the connection is closed and made again. A follower that
+waits longer falls out of the ISR anyway, and after a network cut the requests sent during it are
+lost packets that only TCP's retransmission back-off would bring back, seconds after the cut
+healed. Errors back the partition off for replica.fetch.backoff.ms; a leader change
 comes as a LeaderAndIsr request that moves the partition to another fetcher. Throttled
 replicas (`throttle.py`) are left out of the requests while the broker's
 follower.replication.throttled.rate is used up.
@@ -68,6 +73,8 @@ class ReplicaFetcher:
         self.response_max_bytes = cfg.get_int("replica.fetch.response.max.bytes")
         self.backoff_s = cfg.get_int("replica.fetch.backoff.ms") / 1000.0
         self.timeout_s = cfg.get_int("replica.socket.timeout.ms") / 1000.0
+        # how long the leader may stay silent beyond a fetch's long poll (module docstring)
+        self.liveness_s = max(0.5, min(self.timeout_s, cfg.get_int("replica.lag.time.max.ms") / 2000.0))
         self.partitions: dict[TP, FetchState] = {}
         self.conn: BrokerConnection | None = None
         self.session = SessionRequests()  # KIP-227: a steady fetch names only partitions whose offset moved
@@ -94,7 +101,8 @@ class ReplicaFetcher:
         if self.conn is None or self.conn.closed:
             self.conn = await BrokerConnection(
                 self.host, self.port, node_id=self.leader_id, client_id=f"broker-{self.broker.node_id}-fetcher",
-                request_timeout_ms=int(self.timeout_s * 1000), security=self.broker.node.inter_broker).connect()
+                request_timeout_ms=int(self.liveness_s * 1000), security=self.broker.node.inter_broker
+            ).connect(timeout=self.liveness_s)
         return self.conn
 
     async def _run(self) -> None:
@@ -146,7 +154,7 @@ class ReplicaFetcher:
             return
         req = R(replica_id=self.broker.node_id, topics=[R.OffsetForLeaderTopic(topic=t, partitions=ps)
                                                           for t, ps in topics.items()])
-        resp = await conn.send(req, version=OFFSET_FOR_LEADER_EPOCH_VERSION, timeout=self.timeout_s)
+        resp = await conn.send(req, version=OFFSET_FOR_LEADER_EPOCH_VERSION, timeout=self.liveness_s)
         now = time.monotonic()
         for tr in resp.topics:
             for pr in tr.partitions:
@@ -214,7 +222,7 @@ class ReplicaFetcher:
         req = F(replica_id=self.broker.node_id, max_wait_ms=self.wait_ms, min_bytes=self.min_bytes,
                 max_bytes=self.response_max_bytes, isolation_level=0, session_id=session_id, session_epoch=epoch,
                 topics=topics, forgotten_topics_data=forgotten, rack_id="")
-        resp = await conn.send(req, version=FETCH_VERSION, timeout=self.timeout_s + self.wait_ms / 1000.0)
+        resp = await conn.send(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
         self.session.answered(resp.error_code, resp.session_id)
         if resp.error_code in SESSION_ERRORS:  # the next request is full: a new session
             log.info("fetcher for leader %d: %s; starting a new fetch session", self.leader_id,
