@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from perf.brokers import REPO, Kafkafast
 from perf.run import machine, run_load
@@ -156,14 +157,18 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perf.worker_scaling")
-    ap.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated")
-    ap.add_argument("--count", type=int, default=300_000, help="records per measurement")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warmup", type=float, default=1.0, help="seconds of unthrottled produce before the count")
+def run_trees(prog: str, argv: list[str] | None, measure_fn: Any, markdown_fn: Any, *, workers: str,
+              count: int, count_help: str, repeats: int) -> int:
+    """The command line of a run comparing code trees (this one and `--tree`s): worker counts,
+    records, repeats and warm-up for `measure_fn(trees, workers, count, repeats, warmup)`, whose
+    results `markdown_fn` turns into the table printed and written beside `--out`'s JSON."""
+    ap = argparse.ArgumentParser(prog=f"python -m {prog}")
     ap.add_argument("--tree", action="append", default=[],
                     help="another code tree (Cython twins built) to measure beside this one; repeatable")
+    ap.add_argument("--workers", default=workers, help="worker counts, comma-separated")
+    ap.add_argument("--count", type=int, default=count, help=count_help)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds of unthrottled produce before the count")
     ap.add_argument("--out", default=None, help="JSON path; the markdown table goes beside it (.md)")
     ap.add_argument("--note", default="", help="a sentence printed under the title (what the trees are)")
     args = ap.parse_args(argv)
@@ -174,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         if not (t / "kafkafast" / "__init__.py").exists():
             ap.error(f"{t} is not a kafkafast code tree")
     t0 = time.time()
-    res = measure(trees, [int(w) for w in args.workers.split(",")], args.count, args.repeats, args.warmup)
-    res["command"] = "python -m perf.worker_scaling " + shlex.join(argv if argv is not None else sys.argv[1:])
+    res = measure_fn(trees, [int(w) for w in args.workers.split(",")], args.count, args.repeats, args.warmup)
+    res["command"] = f"python -m {prog} " + shlex.join(argv if argv is not None else sys.argv[1:])
     res["machine"] = machine()
     res["note"] = args.note
     res["wall_s"] = round(time.time() - t0, 1)
-    md = markdown(res)
+    md = markdown_fn(res)
     print(md)
     if args.out:
         out = Path(args.out)
@@ -188,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         out.with_suffix(".md").write_text(md)
     return 0
 
+
+def main(argv: list[str] | None = None) -> int:
+    return run_trees("perf.worker_scaling", argv, measure, markdown, workers="1,2,4,8", count=300_000,
+                     count_help="records per measurement", repeats=3)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -51,6 +51,12 @@ class RequestContext:
     conn: Any = None  # the connection object (peer address, internal flag)
     internal: bool = False  # forwarded by another worker: handle locally, never forward again
 
+    @property
+    def listener_name(self) -> str | None:
+        """The name of the listener the request came in on (None: an internal connection)."""
+        listener = getattr(self.conn, "listener", None)
+        return listener.name if listener is not None else None
+
 
 def now_ms() -> int:
     return clock.now_ms()
@@ -69,6 +75,11 @@ class Partition:
     async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
         """0 once the high watermark reaches `offset`: at once for a lone replica."""
         return 0
+
+    @property
+    def in_sync_count(self) -> int:
+        """How many replicas are in sync: a lone replica is its own ISR."""
+        return 1
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         self.topic = topic
@@ -480,9 +491,14 @@ class Broker:
         """Bytes read for a follower (the leader's replication throttle); none here."""
 
     def isr_error(self, part: Partition) -> int:
-        """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0:
-        a lone replica is its whole ISR (cluster_broker.py counts a replicated partition's)."""
-        return 0
+        """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0
+        (as in Kafka, a lone replica under a topic's min.insync.replicas=2 takes no acks=all write)."""
+        return E.ErrorCode.NOT_ENOUGH_REPLICAS if part.in_sync_count < part.log.config.min_insync_replicas else 0
+
+    def leadership_fence(self, part: Partition) -> str | None:
+        """Why this broker cannot confirm now that it still leads `part` (then it appends nothing
+        for clients), or None: a lone broker always can (cluster_broker.py: a cut-off leader)."""
+        return None
 
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists in the cluster (here: on this broker)."""

@@ -317,9 +317,6 @@ class ClusterBroker(Broker):
     def min_insync_replicas(self, part: Any) -> int:
         return part.log.config.min_insync_replicas
 
-    def isr_error(self, part: Any) -> int:
-        return EC.NOT_ENOUGH_REPLICAS if len(part.isr) < self.min_insync_replicas(part) else 0
-
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists anywhere in the cluster, not only here."""
         return index in self.metadata.partitions.get(topic, {})

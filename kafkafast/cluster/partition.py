@@ -53,6 +53,10 @@ class ClusterPartition(Partition):
         self.confirmed_session = -1  # the session generation in which a LeaderAndIsr last named this replica's role
         self.fenced: str | None = None  # why appends are refused now (logged when it changes)
 
+    @property
+    def in_sync_count(self) -> int:
+        return len(self.isr)
+
     def apply_state(self, ps: Any, *, is_leader: bool) -> None:
         """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
         self.is_leader = is_leader

@@ -9,7 +9,6 @@ from typing import Any
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
-from kafkafast.cluster.requests import client_listener
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
@@ -110,7 +109,7 @@ class ZkControl:
             return -1, "", -1, err, None
         p = (broker.group_coordinator if key_type == 0 else broker.txn_coordinator).partition_for(key)
         b = broker.metadata.brokers.get(broker.metadata.leader_of(topic, p))
-        ep = b.endpoint(client_listener(ctx)) if b is not None else None
+        ep = b.endpoint(ctx.listener_name) if b is not None else None
         if b is None or ep is None:
             return -1, "", -1, E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         return b.broker_id, ep[0], ep[1], 0, None
@@ -163,4 +162,4 @@ class ZkControl:
         return (b.host, b.port, b.rack) if b is not None else None
 
     def brokers_for(self, ctx: Any) -> list[tuple[int, str, int, str | None]]:
-        return list(self.broker.metadata.brokers_on(client_listener(ctx)))
+        return list(self.broker.metadata.brokers_on(ctx.listener_name))

@@ -32,9 +32,8 @@ RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 REMAINING = {
     "cycles": {
         ("kafkafast.cluster.worker_broker", "kafkafast.runtime.worker"),
-        ("kafkafast.broker.handlers.produce", "kafkafast.cluster.requests"),
     },
-    "upward": {("broker", "cluster"), ("runtime", "cluster")},
+    "upward": {("runtime", "cluster")},
 }
 
 

@@ -31,10 +31,13 @@ batch and why), so clients fail exactly those records. For this the batches of a
 compacted topic are validated as the append validates them, then decoded (decompressed
 when compressed); other topics' batches stay opaque.
 """
+import asyncio
+
 from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
+from kafkafast.protocol.errors import CloseConnection
 from kafkafast.records import validate_compressed_records
 from kafkafast.records.batch import decode_batch, validate_batches
 from kafkafast.security import acl
@@ -89,9 +92,8 @@ def upconverted(broker, part, pd, version: int):
 
 
 def checked_records(broker, part, topic: str, pd):
-    """The record checks made before a leader's append, shared with cluster mode's produce
-    path (kafkafast/cluster/requests.py): compressed batches validated as a stream, keyless
-    records refused in compacted topics. An error response, or None."""
+    """The record checks made before a leader's append: compressed batches validated as a
+    stream, keyless records refused in compacted topics. An error response, or None."""
     try:
         max_batch = part.log.config.max_message_bytes
         validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
@@ -114,75 +116,122 @@ def _invalid_records(index: int, errors: list):
 
 @handles(ProduceRequest, 0, 11)
 async def handle(broker, ctx, req: ProduceRequest, version: int):
-    if getattr(broker, "cluster", None) is not None:  # leader checks, acks=all replication: kafkafast/cluster
-        for topic in req.topic_data if version <= 2 else ():
-            for pd in topic.partition_data:
-                part = broker.get_partition(topic.name, pd.index)
-                if part is not None and upconverted(broker, part, pd, version) is not None:
-                    pd.records = b""  # refused: the cluster path answers INVALID_RECORD (empty set)
-        from kafkafast.cluster.requests import produce as cluster_produce
-
-        return await cluster_produce(broker, ctx, req, version)
     acks = req.acks
     responses = []
-    forward = getattr(broker, "forward_produce", None)
-    pending = []  # (topic response, index in partition list, awaitable) for forwarded partitions
+    hinted: set[int] = set()  # leaders named in NOT_LEADER_OR_FOLLOWER answers (v10+)
+    waits = []  # (topic response, index, partition, offset the high watermark must reach): acks=all
+    forwarded = []  # (topic response, index, partition, the owner worker's answer)
     for topic in req.topic_data:
         tr = TopicResp(name=topic.name, partition_responses=[])
         responses.append(tr)
+        out = tr.partition_responses
         for pd in topic.partition_data:
             if acks not in (-1, 0, 1):
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_REQUIRED_ACKS))
+                out.append(_error(pd.index, E.ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
             if req.transactional_id is not None and transactional_refused(broker, ctx, req.transactional_id):
-                tr.partition_responses.append(_error(pd.index, transactional_refused(broker, ctx,
-                                                                                     req.transactional_id)))
+                out.append(_error(pd.index, transactional_refused(broker, ctx, req.transactional_id)))
                 continue
             if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                out.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             part = broker.get_partition(topic.name, pd.index)
-            if part is None:
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            if part is None or not part.is_leader:
+                out.append(_not_here(broker, topic.name, pd.index, part, version, hinted))
                 continue
             code = part.unavailable_error()
             if code:  # loading at its owner (not forwarded to wait there), or offline: this partition only
-                tr.partition_responses.append(_error(pd.index, code, f"{topic.name}-{pd.index} is "
-                                                     + ("loading" if part.loading else "offline")))
+                out.append(_error(pd.index, code, f"{topic.name}-{pd.index} is "
+                                  + ("loading" if part.loading else "offline")))
                 continue
             if pd.records is None or len(pd.records) == 0:
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.INVALID_RECORD, "empty record set"))
+                out.append(_error(pd.index, E.ErrorCode.INVALID_RECORD, "empty record set"))
                 continue
             refused = upconverted(broker, part, pd, version)
             if refused is not None:
-                tr.partition_responses.append(refused)
+                out.append(refused)
                 continue
-            if forward is not None and not ctx.internal and not broker.appends_here(part, req.transactional_id):
-                tr.partition_responses.append(None)
-                pending.append((tr, len(tr.partition_responses) - 1, forward(part, pd.records, acks, req.timeout_ms)))
+            fenced = broker.leadership_fence(part)  # (a forwarded produce too: the owner checks again)
+            if fenced is not None:
+                out.append(_error(pd.index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER, fenced))
+                continue
+            if acks == -1 and broker.isr_error(part):
+                out.append(_error(pd.index, E.ErrorCode.NOT_ENOUGH_REPLICAS, _isr_message(broker, part)))
+                continue
+            if not ctx.internal and not broker.appends_here(part, req.transactional_id):
+                # appended by the owner worker, which answers after its append: acks=all waits here
+                out.append(None)
+                forwarded.append((tr, len(out) - 1, part, broker.forward_produce(
+                    part, pd.records, 0 if acks == 0 else 1, req.timeout_ms)))
                 continue
             refused = checked_records(broker, part, topic.name, pd)
             if refused is not None:
-                tr.partition_responses.append(refused)
+                out.append(refused)
                 continue
             try:
                 res = broker.append(part, pd.records)
             except E.UnsupportedForMessageFormatError as exc:  # v0/v1 message sets are not converted
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
+                out.append(_error(pd.index, E.ErrorCode.UNSUPPORTED_VERSION, exc.message))
                 continue
             except E.KafkaError as exc:
-                tr.partition_responses.append(_error(pd.index, exc.code, exc.message))
+                out.append(_error(pd.index, exc.code, exc.message))
                 continue
             except OSError as exc:
-                tr.partition_responses.append(_error(pd.index, E.ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
+                out.append(_error(pd.index, E.ErrorCode.KAFKA_STORAGE_ERROR, str(exc)))
                 continue
-            tr.partition_responses.append(PartResp(
-                index=pd.index, error_code=0, base_offset=res.base_offset,
-                log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
-                record_errors=[], error_message=None))
-    for tr, i, aw in pending:  # forwarded appends answer with a ready PartitionProduceResponse
-        tr.partition_responses[i] = await request_metrics.remote(aw)
+            out.append(PartResp(index=pd.index, error_code=0, base_offset=res.base_offset,
+                                log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
+                                record_errors=[], error_message=None))
+            if acks == -1:
+                waits.append((tr, len(out) - 1, part, res.last_offset + 1))
+    for tr, i, part, answer in forwarded:  # a ready PartitionProduceResponse from the owner
+        resp = tr.partition_responses[i] = await request_metrics.remote(answer)
+        if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
+            waits.append((tr, i, part, part.log.state.log_end_offset))
+    if waits:
+        await _wait_for_replication(broker, waits, max(req.timeout_ms, 0) / 1000.0)
     if acks == 0:
+        if ctx.listener_name is not None and any(r is not None and r.error_code for tr in responses
+                                                    for r in tr.partition_responses):
+            # Kafka closes the connection: an acks=0 producer learns of an error only that way,
+            # and refreshes its metadata (a fenced or deposed leader's clients move on)
+            raise CloseConnection("acks=0 produce refused: " + ", ".join(
+                f"{tr.name}-{r.index} error {r.error_code}" for tr in responses for r in tr.partition_responses
+                if r is not None and r.error_code))
         return None
-    return ProduceResponse(responses=responses, throttle_time_ms=0)
+    endpoints = [ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
+                 for i, h, p, r in broker.control.brokers_for(ctx) if i in hinted] if hinted else []
+    return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
+
+
+def _not_here(broker, topic: str, index: int, part, version: int, hinted: set[int]):
+    """The answer for a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER when the
+    cluster has it (v10+: with the leader it knows of, KIP-951), else UNKNOWN_TOPIC_OR_PARTITION."""
+    if part is None and not broker.partition_exists(topic, index):
+        return _error(index, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    refused = _error(index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    leader = broker.control.leader_of(topic, index) if version >= 10 else None
+    if leader is not None:
+        refused.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+        hinted.add(leader[0])
+    return refused
+
+
+def _isr_message(broker, part) -> str:
+    return (f"{part.in_sync_count} in-sync replica(s) of {part.topic}-{part.index}, fewer than its "
+            f"min.insync.replicas={part.log.config.min_insync_replicas}")
+
+
+async def _wait_for_replication(broker, waits: list, timeout_s: float) -> None:
+    """acks=all: each appended partition answers once its high watermark passes the batch (at
+    once for a lone replica): REQUEST_TIMED_OUT after the request's timeout,
+    NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    when the ISR fell below min.insync.replicas."""
+    codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout_s)
+                                                          for _, _, part, offset in waits)))
+    for (tr, i, part, _), code in zip(waits, codes):
+        if code == 0 and broker.isr_error(part):
+            code = E.ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if code:
+            tr.partition_responses[i] = _error(tr.partition_responses[i].index, code)
 
