@@ -6,6 +6,9 @@ import os
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.targets import MODES, Target
+from tests.support.tools import CI, HOW_TO_GET
+from tests.support.zookeeper_process import zookeeper_available
 
 
 @pytest.fixture
@@ -44,6 +47,42 @@ def module_broker(tmp_path_factory):
     b = BrokerProcess(tmp_path_factory.mktemp("module-broker") / "data").start()
     yield b
     b.kill()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "in_cluster_only(**params): of a test taking the `kafka` fixture, run "
+                            "against the cluster only the parametrisations whose values are listed "
+                            "(e.g. codec=['none', 'lz4']); the single node runs all")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselects the `in_cluster_only` parametrisations left out on the cluster."""
+    keep, drop = [], []
+    for item in items:
+        marker = item.get_closest_marker("in_cluster_only")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if marker is not None and params.get("kafka") == "cluster" and any(
+                params.get(name) not in values for name, values in marker.kwargs.items()):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="module", params=MODES)
+def kafka(request, tmp_path_factory) -> Target:
+    """For feature tests whose behaviour is the same on a single node and in a cluster (issue 24):
+    each such test runs against a single node and against a 3-broker ZooKeeper cluster (topics
+    with replication factor 3), one of each per module (tests/support/targets.py)."""
+    if request.param == "cluster" and not zookeeper_available() and not CI:  # pragma: no cover
+        pytest.skip(HOW_TO_GET["zookeeper"])
+    target = Target(request.param, tmp_path_factory.mktemp(f"kafka-{request.param}"))
+    try:
+        yield target.start()
+    finally:
+        target.close()
 
 
 __all__ = ["free_port"]

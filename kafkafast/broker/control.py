@@ -14,8 +14,10 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 """
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
@@ -50,6 +52,22 @@ def _elections_on_one_broker(broker: Any, req: Any) -> ElectLeadersResponse:
             error_code=E.ErrorCode.ELECTION_NOT_NEEDED if meta is not None and 0 <= p < meta.partitions
             else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in t.partitions]))
     return ElectLeadersResponse(error_code=0, replica_election_results=results)
+
+
+async def until_in_image(control: Any, done: Callable[[str], bool], names: list[str], timeout_ms: int) -> set[str]:
+    """Waits, at most `timeout_ms`, until `done(name)` holds in the metadata image for every
+    name (as Kafka answers CreateTopics once the new partitions have leaders and DeleteTopics
+    once the topic is gone from the answering broker's metadata, so a client that acts on the
+    answer finds the change in place); the names for which it still does not hold. A lone
+    broker's image changes with the request; a cluster broker's with the controller's
+    UpdateMetadata a moment later."""
+    deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+    while True:
+        control.refresh()
+        waiting = {n for n in names if not done(n)}
+        if not waiting or time.monotonic() >= deadline:
+            return waiting
+        await asyncio.sleep(0.02)
 
 
 @dataclass(frozen=True, slots=True)

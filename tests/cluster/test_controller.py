@@ -218,6 +218,37 @@ def test_create_partitions_configs_and_delete_topics_across_the_cluster(cluster)
     cluster.wait_for(lambda: "admin" not in third.list_topics(timeout=10).topics, 15, "the topic gone from metadata")
 
 
+def test_create_and_delete_topics_answer_once_the_answering_brokers_metadata_shows_it(cluster):
+    """As Kafka: CreateTopics answers once every new partition has a leader in the answering
+    broker's metadata, DeleteTopics once the topic is gone from it (so a client acting on the answer
+    finds the change), each bounded by the request's timeout_ms; timeout_ms 0 answers at once."""
+    from kafkafast.protocol._generated.create_topics import CreateTopicsRequest as C
+    from kafkafast.protocol._generated.delete_topics import DeleteTopicsRequest as D
+
+    def metadata(port: int, topic: str):
+        with RawClient(port) as rc:
+            return rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                              allow_auto_topic_creation=False), 9).topics[0]
+
+    for via in (1, 2, 3):
+        port, topic = cluster.brokers[via].port, f"answered-{via}"
+        with RawClient(port) as rc:
+            created = rc.request(C(topics=[C.CreatableTopic(name=topic, num_partitions=6, replication_factor=3,
+                                                             assignments=[], configs=[])], timeout_ms=30000), 4)
+        assert created.topics[0].error_code == 0
+        md = metadata(port, topic)  # at once, on the broker that answered
+        assert md.error_code == 0 and len(md.partitions) == 6 and all(p.leader_id > 0 for p in md.partitions)
+        with RawClient(port) as rc:
+            deleted = rc.request(D(topic_names=[topic], timeout_ms=30000), 4)
+        assert deleted.responses[0].error_code == 0
+        assert metadata(port, topic).error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION at once
+    with RawClient(cluster.brokers[1].port) as rc:  # timeout_ms 0: no wait, the creation goes on
+        assert rc.request(C(topics=[C.CreatableTopic(name="unwaited", num_partitions=1, replication_factor=3,
+                                                     assignments=[], configs=[])], timeout_ms=0), 4
+                          ).topics[0].error_code == 0
+    cluster.wait_for(lambda: cluster.leader("unwaited") > 0, 15, "a leader of the topic created without waiting")
+
+
 def test_broker_id_generation_through_brokers_seqid(cluster, tmp_path):
     from tests.support.broker_process import BrokerProcess
 

@@ -1,7 +1,9 @@
 """Real Kafka clients, each with its default configuration (idempotence included where the
 client turns it on), create a topic, produce 100,000 records with keys, values and headers
 (once per compression codec), read them back with assign() and compare every record,
-list offsets, and delete the topic."""
+list offsets, and delete the topic: on a single node with every codec, and on a 3-broker
+cluster (replication factor 3) with none and lz4 (the codecs are the storage's business, the
+same code in both modes)."""
 from __future__ import annotations
 
 import asyncio
@@ -38,13 +40,15 @@ def check(produced: dict[tuple[int, int], int], consumed: dict[tuple[int, int], 
 
 # ---------------------------------------------------------------------------- confluent-kafka
 @pytest.mark.parametrize("codec", CODECS)
-def test_confluent_kafka_round_trip(broker, codec):
+@pytest.mark.in_cluster_only(codec=["none", "lz4"])
+def test_confluent_kafka_round_trip(kafka, codec):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"ck-{codec}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(15)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, kafka.replication_factor)])[topic].result(15)
+    kafka.wait_for_leaders(topic, PARTITIONS)
     produced: dict[tuple[int, int], int] = {}
     errors = []
 
@@ -54,7 +58,7 @@ def test_confluent_kafka_round_trip(broker, codec):
         else:
             produced[(msg.partition(), msg.offset())] = i
 
-    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": codec, "linger.ms": 5})
     for i in range(N):
         key, value, headers, ts = record(i)
         while True:
@@ -68,7 +72,7 @@ def test_confluent_kafka_round_trip(broker, codec):
     assert p.flush(60) == 0
     assert not errors
 
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, i, 0) for i in range(PARTITIONS)])
     consumed = {}
     deadline = time.monotonic() + 120
@@ -94,14 +98,16 @@ def test_confluent_kafka_round_trip(broker, codec):
 
 # ---------------------------------------------------------------------------- kafka-python
 @pytest.mark.parametrize("codec", CODECS)
-def test_kafka_python_round_trip(broker, codec):
+@pytest.mark.in_cluster_only(codec=["none", "lz4"])
+def test_kafka_python_round_trip(kafka, codec):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
     topic = f"kp-{codec}"
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    p = KafkaProducer(bootstrap_servers=broker.bootstrap, compression_type=None if codec == "none" else codec,
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    admin.create_topics([NewTopic(topic, PARTITIONS, kafka.replication_factor)])
+    kafka.wait_for_leaders(topic, PARTITIONS)
+    p = KafkaProducer(bootstrap_servers=kafka.bootstrap, compression_type=None if codec == "none" else codec,
                       linger_ms=5)
     futures = []
     for i in range(N):
@@ -115,7 +121,7 @@ def test_kafka_python_round_trip(broker, codec):
     p.close()
 
     tps = [TopicPartition(topic, i) for i in range(PARTITIONS)]
-    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False, group_id=None)
+    c = KafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False, group_id=None)
     c.assign(tps)
     c.seek_to_beginning()
     consumed = {}
@@ -141,18 +147,21 @@ def test_kafka_python_round_trip(broker, codec):
 
 # ---------------------------------------------------------------------------- aiokafka
 @pytest.mark.parametrize("codec", CODECS)
-def test_aiokafka_round_trip(broker, codec):
-    asyncio.run(_aiokafka_round_trip(broker.bootstrap, codec))
+@pytest.mark.in_cluster_only(codec=["none", "lz4"])
+def test_aiokafka_round_trip(kafka, codec):
+    asyncio.run(_aiokafka_round_trip(kafka, codec))
 
 
-async def _aiokafka_round_trip(bootstrap: str, codec: str) -> None:
+async def _aiokafka_round_trip(kafka, codec: str) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     topic = f"aio-{codec}"
+    bootstrap = kafka.bootstrap
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
-    await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    await admin.create_topics([NewTopic(topic, PARTITIONS, kafka.replication_factor)])
+    await asyncio.to_thread(kafka.wait_for_leaders, topic, PARTITIONS)
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, compression_type=None if codec == "none" else codec,
                          linger_ms=5)
     await p.start()

@@ -6,7 +6,12 @@ replication factor above the live brokers is INVALID_REPLICATION_FACTOR, a manua
 naming an unknown broker INVALID_REPLICA_ASSIGNMENT (a single node: only itself). Configs are
 validated (INVALID_CONFIG); `validate_only` checks without creating. v5+ answers with the
 partition count, replication factor and the topic's effective configs; v7 with the topic id.
+As in Kafka, the answer waits (up to the request's timeout_ms; none when it is 0 or less, or for
+`validate_only`) until every new partition has a leader in this broker's metadata (a cluster
+broker learns it from the controller): REQUEST_TIMED_OUT for a topic without them then, which
+stays created.
 """
+from kafkafast.broker.control import until_in_image
 from kafkafast.broker.registry import handles
 from kafkafast.broker.handlers.describe_configs import topic_config_entries
 from kafkafast.protocol._generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -66,4 +71,15 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
                               is_sensitive=False) for e in topic_config_entries(broker, meta, 1)]
         out.append(Result(name=t.name, topic_id=meta.topic_id, error_code=0, error_message=None,
                           num_partitions=partitions, replication_factor=rf, configs=cfgs))
+    created = [r.name for r in out if r.error_code == 0]
+    if created and req.timeout_ms > 0 and not req.validate_only:
+        control = broker.control
+
+        def led(name: str) -> bool:
+            views = control.partitions_of(name)
+            return bool(views) and all(v.leader >= 0 for v in views)
+
+        for r in out:
+            if r.name in await until_in_image(control, led, created, req.timeout_ms):
+                r.error_code, r.error_message = E.ErrorCode.REQUEST_TIMED_OUT, "the topic's partitions have no leader yet"
     return CreateTopicsResponse(throttle_time_ms=0, topics=out)

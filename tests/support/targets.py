@@ -1,0 +1,113 @@
+"""The brokers a feature test runs against when its behaviour is the same in both modes (issue
+24): a single node, and a 3-broker ZooKeeper cluster whose topics have replication factor 3.
+The `kafka` fixture (tests/conftest.py) gives one of each per test module; a test asks the
+target, never the mode, for what differs: the replication factor of the topics it creates, and
+which broker to send a raw request to."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
+from tests.integration.test_bad_input import create_topic
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+MODES = ["single-node", "cluster"]
+# what the feature tests need of either (transactions and groups on small internal topics,
+# quick aborts of timed-out transactions); the cluster adds tests/support/cluster.py's timeouts
+SETTINGS = {
+    "transaction.state.log.num.partitions": "3",
+    "offsets.topic.num.partitions": "6",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+}
+CLUSTER_SETTINGS = {"transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
+                    "default.replication.factor": "3"}
+
+
+class Target:
+    """A running single node or cluster: `bootstrap`, `replication_factor` for new topics,
+    `create_topic`, and the port of the broker that answers for a partition or a coordinator key."""
+
+    def __init__(self, mode: str, root: Path) -> None:
+        self.mode = mode
+        self.node: BrokerProcess | None = None
+        self.cluster: KafkaCluster | None = None
+        if mode == "cluster":
+            self.cluster = KafkaCluster(root, settings={**SETTINGS, **CLUSTER_SETTINGS})
+            self.replication_factor = 3
+        else:
+            self.node = BrokerProcess(root / "data", settings=SETTINGS)
+            self.replication_factor = 1
+
+    def start(self) -> "Target":
+        if self.cluster is not None:
+            self.cluster.start()
+        else:
+            self.node.start()  # type: ignore[union-attr]
+        return self
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+        else:
+            self.node.kill()  # type: ignore[union-attr]
+
+    def __repr__(self) -> str:
+        return f"<{self.mode} at {self.bootstrap}>"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap if self.cluster is not None else self.node.bootstrap  # type: ignore[union-attr]
+
+    def ports(self) -> dict[int, int]:
+        """Broker id -> port (a single node: its one port, under id -1)."""
+        if self.cluster is not None:
+            return {i: b.port for i, b in self.cluster.brokers.items()}
+        return {-1: self.node.port}  # type: ignore[union-attr]
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
+        """Created with the target's replication factor; returns once every partition has a
+        leader (and, in the cluster, every replica in sync)."""
+        if self.cluster is not None:
+            self.cluster.create_topic(name, partitions, self.replication_factor, configs)
+            return
+        assert create_topic(self.node.port, name, partitions, configs).error_code == 0  # type: ignore[union-attr]
+
+    def wait_for_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
+        """Until Metadata from every broker names a leader for each partition (a topic a client's
+        admin created: the cluster elects its leaders a moment later)."""
+        def ready() -> bool:
+            for port in self.ports().values():
+                with RawClient(port) as rc:
+                    md = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                                    allow_auto_topic_creation=False), 9)
+                parts = md.topics[0].partitions if md.topics and md.topics[0].error_code == 0 else []
+                if len(parts) != partitions or any(p.leader_id < 0 for p in parts):
+                    return False
+            return True
+
+        KafkaCluster.wait_for(ready, timeout, f"leaders of {topic}")
+
+    def leader_port(self, topic: str, partition: int) -> int:
+        if self.cluster is None:
+            return self.node.port  # type: ignore[union-attr]
+        leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
+                                       f"a leader of {topic}-{partition}")
+        return self.cluster.brokers[leader].port
+
+    def coordinator_port(self, key: str, key_type: int = 0) -> int:
+        """The port of the broker coordinating a group (key_type 0) or transactional id (1)."""
+        if self.cluster is None:
+            return self.node.port  # type: ignore[union-attr]
+        ports = self.ports()
+
+        def found() -> Any:
+            with RawClient(next(iter(ports.values()))) as rc:
+                resp = rc.request(FindCoordinatorRequest(key=key, key_type=key_type), 2)
+            return ports.get(resp.node_id) if resp.error_code == 0 else None
+
+        return KafkaCluster.wait_for(found, 30, f"the coordinator of {key}")
