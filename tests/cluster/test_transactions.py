@@ -1,9 +1,9 @@
 """Transactions in cluster mode: a replicated `__transaction_state` whose partition leaders
 coordinate, markers sent to partition leaders on other brokers, read_committed across
-leader changes, the coordinator's broker SIGKILLed mid-transaction."""
+leader changes, the coordinator's broker SIGKILLed mid-transaction. (The clients' transactions,
+the same in both modes, run on a single node and a cluster in tests/integration/test_transactions.py.)"""
 from __future__ import annotations
 
-import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -13,7 +13,7 @@ from kafkafast.protocol._generated.find_coordinator import FindCoordinatorReques
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
 from kafkafast.protocol.errors import ErrorCode as EC
-from tests.integration.test_kafkajs import needs_kafkajs, run_kafkajs
+from tests.integration.test_transactions import read_partitions
 from tests.support.cluster import FaultyCluster
 from tests.support.raw_client import RawClient
 
@@ -77,26 +77,7 @@ def transaction(p: Producer, topic: str, prefix: bytes, *, commit: bool = True) 
 
 def read_all(cluster, topic: str, isolation: str, expect: int, timeout: float = 60.0,
              partitions: int = 3) -> list[bytes]:
-    """The values of every partition a consumer with that isolation level gets (more than
-    `expect` show up too: it keeps reading for a second once it has that many)."""
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
-                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    idle_until = None
-    try:
-        while time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                if m.error() is None:
-                    out.append(m.value())
-            if len(out) >= expect:
-                idle_until = idle_until or time.monotonic() + 1.0
-                if time.monotonic() > idle_until:
-                    break
-    finally:
-        c.close()
-    return out
+    return read_partitions(cluster.bootstrap, topic, isolation, expect, partitions, timeout)
 
 
 def stable_offsets(cluster, topic: str, partitions: int = 3) -> list[tuple[int, int]]:
@@ -267,133 +248,6 @@ def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
         assert len(read_all(c, "tx-pending", "read_committed", 33)) == 33
     finally:
         c.brokers[coordinator].start(timeout=60)
-
-
-def test_kafkafast_client_transactions(txn_cluster):
-    """kafkafast's own transactional producer against the cluster: the coordinator found through
-    FindCoordinator key type 1, records on three leaders, offsets sent to the transaction."""
-    from kafkafast.client import TopicPartition as KfTopicPartition
-    from kafkafast.client.sync import KafkaProducer
-
-    c = txn_cluster
-    c.create_topic("tx-kf", 3, 3, assignment=ASSIGNMENT)
-    p = KafkaProducer(c.bootstrap, transactional_id="kf-tx")
-    try:
-        p.init_transactions()
-        committed = []
-        for t, commit in enumerate((True, False, True)):
-            values = [b"kf%d-%02d" % (t, i) for i in range(30)]
-            p.begin_transaction()
-            for i, v in enumerate(values):
-                p.send("tx-kf", v, partition=i % 3)
-            p.send_offsets_to_transaction({KfTopicPartition("tx-kf", 0): 50 + t}, "kf-tx-group")
-            if commit:
-                p.commit_transaction()
-                committed += values
-            else:
-                p.abort_transaction()
-    finally:
-        p.close()
-    assert sorted(read_all(c, "tx-kf", "read_committed", 60)) == sorted(committed)
-    assert len(read_all(c, "tx-kf", "read_uncommitted", 90)) == 90
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kf-tx-group"})
-    assert cons.committed([TopicPartition("tx-kf", 0)], 30)[0].offset == 52
-    cons.close()
-
-
-def test_kafka_python_transactions(txn_cluster):
-    """kafka-python's transactional producer against the cluster: committed and aborted
-    transactions over partitions led by the three brokers, offsets sent to the transactions;
-    read_committed consumers (librdkafka's and kafka-python's) see the committed records only."""
-    from kafka import KafkaConsumer, KafkaProducer
-    from kafka import TopicPartition as KpTopicPartition
-    from kafka.structs import OffsetAndMetadata
-
-    c = txn_cluster
-    c.create_topic("tx-kp", 3, 3, assignment=ASSIGNMENT)
-    assert {c.leader("tx-kp", q) for q in range(3)} == {1, 2, 3}
-    p = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="kp-tx", linger_ms=5)
-    committed: list[list[bytes]] = [[], [], []]
-    try:
-        p.init_transactions()
-        for t, commit in enumerate((True, False, True, False)):
-            values = [b"kp%d-%02d" % (t, i) for i in range(30)]
-            p.begin_transaction()
-            for i, v in enumerate(values):
-                p.send("tx-kp", value=v, partition=i % 3)
-            p.send_offsets_to_transaction({KpTopicPartition("tx-kp", 0): OffsetAndMetadata(70 + t, "", -1)},
-                                          "kp-tx-group")
-            p.flush(60)  # the aborted records reach the log too
-            if commit:
-                p.commit_transaction()
-                for i, v in enumerate(values):
-                    committed[i % 3].append(v)
-            else:
-                p.abort_transaction()
-    finally:
-        p.close()
-    everything = sum(committed, [])
-    assert sorted(read_all(c, "tx-kp", "read_committed", len(everything))) == sorted(everything)
-    assert len(read_all(c, "tx-kp", "read_uncommitted", 120)) == 120
-    kc = KafkaConsumer(bootstrap_servers=c.bootstrap, isolation_level="read_committed", enable_auto_commit=False)
-    parts = [KpTopicPartition("tx-kp", q) for q in range(3)]
-    kc.assign(parts)
-    kc.seek_to_beginning(*parts)
-    ends = [hw for hw, _ in stable_offsets(c, "tx-kp")]
-    seen: list[list[bytes]] = [[], [], []]
-    deadline = time.monotonic() + 60
-    while [kc.position(tp) for tp in parts] != ends and time.monotonic() < deadline:
-        for tp, records in kc.poll(500).items():
-            seen[tp.partition] += [r.value for r in records]
-    assert [kc.position(tp) for tp in parts] == ends  # past the last (aborted) transaction and its markers
-    kc.close()
-    assert seen == committed  # each partition's committed records once, in order
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kp-tx-group"})
-    assert cons.committed([TopicPartition("tx-kp", 0)], 30)[0].offset == 72  # t2 committed, t3 aborted
-    cons.close()
-    for hw, lso in stable_offsets(c, "tx-kp"):
-        assert lso == hw
-
-
-@needs_kafkajs
-def test_kafkajs_transactions(txn_cluster):
-    """KafkaJS's transactional producer against the cluster (tests/js/kafkajs_transactions.js):
-    its coordinator found by FindCoordinator, partitions led by two brokers, offsets sent to a
-    transaction, a zombie fenced; read_committed sees each committed record once, in order."""
-    c = txn_cluster
-    c.create_topic("kjs-tx", 2, 3, assignment=ASSIGNMENT[:2])
-    c.create_topic("kjs-tx-in", 1, 3, assignment=ASSIGNMENT[2:])
-    out = run_kafkajs("kafkajs_transactions.js", "produce", c.bootstrap)
-    assert out["fenced"] == "INVALID_PRODUCER_EPOCH"
-    committed = [v.encode() for _, v in out["committed"]]
-    seen = read_all(c, "kjs-tx", "read_committed", len(committed), partitions=2)
-    assert sorted(seen) == sorted(committed)
-    for p in (0, 1):  # each partition's records in the order they were sent
-        mine = {v.encode() for q, v in out["committed"] if q == p}
-        assert [v for v in seen if v in mine] == [v.encode() for q, v in out["committed"] if q == p]
-    assert len(read_all(c, "kjs-tx", "read_uncommitted", 124, partitions=2)) == 124  # 82 committed, 40 aborted, 2 zombie
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kjs-tx-group"})
-    assert cons.committed([TopicPartition("kjs-tx-in", 0)], 30)[0].offset == 102  # not the aborted 104
-    cons.close()
-    for hw, lso in stable_offsets(c, "kjs-tx", 2):
-        assert lso == hw
-
-
-def test_timed_out_transaction_is_aborted_on_every_leader(txn_cluster):
-    """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
-    reach the leaders on the other brokers, the LSO moves on, the producer is fenced."""
-    c = txn_cluster
-    c.create_topic("tx-timeout", 3, 3, assignment=ASSIGNMENT)
-    p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "sleepy", "linger.ms": 5,
-                  "transaction.timeout.ms": 3000, "message.timeout.ms": 3000})
-    p.init_transactions(60)
-    committed = transaction(p, "tx-timeout", b"ok")
-    p.begin_transaction()
-    send(p, "tx-timeout", [b"late-%02d" % i for i in range(30)])
-    c.wait_for(lambda: all(lso == hw for hw, lso in stable_offsets(c, "tx-timeout")), 30, "the LSO past the abort")
-    assert sorted(read_all(c, "tx-timeout", "read_committed", 30)) == sorted(committed)
-    with pytest.raises(KafkaException):
-        p.commit_transaction(30)
 
 
 @pytest.fixture(scope="module")

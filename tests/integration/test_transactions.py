@@ -164,25 +164,57 @@ def test_zombie_is_fenced_and_its_writes_never_visible(txn_broker):
             ("zombie", "CompleteCommit")]
 
 
-def test_timed_out_transaction_is_aborted_and_the_lso_moves_on(txn_broker):
+def test_timed_out_transaction_is_aborted_and_the_lso_moves_on(kafka):
+    """The coordinator aborts a transaction open past its transaction.timeout.ms: ABORT markers
+    reach every partition's leader (in the cluster, on other brokers than the coordinator's), the
+    last stable offset moves on, read_committed sees the committed records only, and the producer
+    is fenced."""
     from confluent_kafka import KafkaException, Producer
 
-    bs = txn_broker.bootstrap_servers
-    stuck = Producer({"bootstrap.servers": bs, "transactional.id": "slow", "transaction.timeout.ms": 1500})
+    bs = kafka.bootstrap
+    kafka.create_topic("timeout-out", 3)
+    stuck = Producer({"bootstrap.servers": bs, "transactional.id": "slow", "transaction.timeout.ms": 2000,
+                      "linger.ms": 5, "message.timeout.ms": 2000})
     stuck.init_transactions(30)
     stuck.begin_transaction()
-    stuck.produce("timeout-out", value=b"never", partition=0)
+    committed = [b"ok-%02d" % i for i in range(30)]
+    for i, v in enumerate(committed):
+        stuck.produce("timeout-out", value=v, partition=i % 3)
+    stuck.commit_transaction(30)
+    stuck.begin_transaction()
+    for i in range(30):
+        stuck.produce("timeout-out", value=b"never-%02d" % i, partition=i % 3)
     stuck.flush(30)
-    plain = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
-    plain.produce("timeout-out", value=b"after", partition=0)
-    plain.flush(30)
+    coordinator = kafka.coordinator_port("slow", 1)
     deadline = time.monotonic() + 30
-    while describe_txn(txn_broker.port, "slow").transaction_state != "CompleteAbort":
-        assert time.monotonic() < deadline, describe_txn(txn_broker.port, "slow")
+    while describe_txn(coordinator, "slow").transaction_state != "CompleteAbort":
+        assert time.monotonic() < deadline, describe_txn(coordinator, "slow")
         time.sleep(0.2)
-    assert [v for _, v in read_all(bs, "timeout-out", "read_committed", 1)] == [b"after"]
+    deadline = time.monotonic() + 30
+    while not all(lso == hw for hw, lso in stable_offsets(kafka, "timeout-out", 3)):
+        assert time.monotonic() < deadline, stable_offsets(kafka, "timeout-out", 3)
+        time.sleep(0.2)
+    got = sum((read_all(bs, "timeout-out", "read_committed", 10, partition=p) for p in range(3)), [])
+    assert sorted(v for _, v in got) == sorted(committed)
     with pytest.raises(KafkaException):
         stuck.commit_transaction(10)
+
+
+def stable_offsets(kafka, topic: str, partitions: int) -> list[tuple[int, int]]:
+    """(high watermark, last stable offset) of each partition, asked of its leader."""
+    from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+
+    out = []
+    for p in range(partitions):
+        ends = []
+        for isolation in (0, 1):
+            T = ListOffsetsRequest.ListOffsetsTopic
+            req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[T(name=topic, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=-1)])])
+            with RawClient(kafka.leader_port(topic, p)) as rc:
+                ends.append(rc.request(req, 4).topics[0].partitions[0].offset)
+        out.append((ends[0], ends[1]))
+    return out
 
 
 def test_offsets_in_a_transaction_are_visible_only_on_commit(txn_broker):
@@ -396,31 +428,152 @@ def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
         b.kill()
 
 
-@needs_kafkajs
-@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
-def test_kafkajs_transactional_producer(txn_broker):
-    """KafkaJS's transactional producer (its own InitProducerId, AddPartitionsToTxn,
-    AddOffsetsToTxn, TxnOffsetCommit and EndTxn): committed records visible once each in order to
-    read_committed, aborted ones only to read_uncommitted, the committed transaction's offsets
-    the group's and the aborted one's not."""
+def read_partitions(bootstrap: str, topic: str, isolation: str, expect: int, partitions: int = 3,
+                    timeout: float = 60.0) -> list[bytes]:
+    """The values of every partition a consumer with that isolation level gets (more than
+    `expect` show up too: it keeps reading for a second once it has that many)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    bs = txn_broker.bootstrap_servers
-    out = run_kafkajs("kafkajs_transactions.js", "produce", bs)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    idle_until = None
+    try:
+        while time.monotonic() < deadline:
+            out += [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
+            if len(out) >= expect:
+                idle_until = idle_until or time.monotonic() + 1.0
+                if time.monotonic() > idle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def test_kafkafast_client_transactions(kafka):
+    """kafkafast's own transactional producer: the coordinator found through FindCoordinator key
+    type 1, records on three partitions (in the cluster, three leaders), offsets sent to the transaction."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kafkafast.client import TopicPartition as KfTopicPartition
+    from kafkafast.client.sync import KafkaProducer
+
+    c = kafka
+    c.create_topic("tx-kf", 3)
+    p = KafkaProducer(c.bootstrap, transactional_id="kf-tx")
+    try:
+        p.init_transactions()
+        committed = []
+        for t, commit in enumerate((True, False, True)):
+            values = [b"kf%d-%02d" % (t, i) for i in range(30)]
+            p.begin_transaction()
+            for i, v in enumerate(values):
+                p.send("tx-kf", v, partition=i % 3)
+            p.send_offsets_to_transaction({KfTopicPartition("tx-kf", 0): 50 + t}, "kf-tx-group")
+            if commit:
+                p.commit_transaction()
+                committed += values
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    assert sorted(read_partitions(c.bootstrap, "tx-kf", "read_committed", 60)) == sorted(committed)
+    assert len(read_partitions(c.bootstrap, "tx-kf", "read_uncommitted", 90)) == 90
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kf-tx-group"})
+    assert cons.committed([TopicPartition("tx-kf", 0)], 30)[0].offset == 52
+    cons.close()
+
+
+def test_kafka_python_transactions(kafka):
+    """kafka-python's transactional producer: committed and aborted transactions over three
+    partitions (in the cluster, led by the three brokers), offsets sent to the transactions;
+    read_committed consumers (librdkafka's and kafka-python's) see the committed records only."""
+    from confluent_kafka import Consumer, TopicPartition
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    c = kafka
+    c.create_topic("tx-kp", 3)
+    p = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="kp-tx", linger_ms=5)
+    committed: list[list[bytes]] = [[], [], []]
+    try:
+        p.init_transactions()
+        for t, commit in enumerate((True, False, True, False)):
+            values = [b"kp%d-%02d" % (t, i) for i in range(30)]
+            p.begin_transaction()
+            for i, v in enumerate(values):
+                p.send("tx-kp", value=v, partition=i % 3)
+            p.send_offsets_to_transaction({KpTopicPartition("tx-kp", 0): OffsetAndMetadata(70 + t, "", -1)},
+                                          "kp-tx-group")
+            p.flush(60)  # the aborted records reach the log too
+            if commit:
+                p.commit_transaction()
+                for i, v in enumerate(values):
+                    committed[i % 3].append(v)
+            else:
+                p.abort_transaction()
+    finally:
+        p.close()
+    everything = sum(committed, [])
+    assert sorted(read_partitions(c.bootstrap, "tx-kp", "read_committed", len(everything))) == sorted(everything)
+    assert len(read_partitions(c.bootstrap, "tx-kp", "read_uncommitted", 120)) == 120
+    kc = KafkaConsumer(bootstrap_servers=c.bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+    parts = [KpTopicPartition("tx-kp", q) for q in range(3)]
+    kc.assign(parts)
+    kc.seek_to_beginning(*parts)
+    ends = [hw for hw, _ in stable_offsets(c, "tx-kp", 3)]
+    seen: list[list[bytes]] = [[], [], []]
+    deadline = time.monotonic() + 60
+    while [kc.position(tp) for tp in parts] != ends and time.monotonic() < deadline:
+        for tp, records in kc.poll(500).items():
+            seen[tp.partition] += [r.value for r in records]
+    assert [kc.position(tp) for tp in parts] == ends  # past the last (aborted) transaction and its markers
+    kc.close()
+    assert seen == committed  # each partition's committed records once, in order
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "kp-tx-group"})
+    assert cons.committed([TopicPartition("tx-kp", 0)], 30)[0].offset == 72  # t2 committed, t3 aborted
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-kp", 3):
+        assert lso == hw
+
+
+def check_kafkajs_transactions(bootstrap: str, coordinator_port) -> None:
+    """KafkaJS's transactional producer (its own InitProducerId, AddPartitionsToTxn,
+    AddOffsetsToTxn, TxnOffsetCommit and EndTxn; tests/js/kafkajs_transactions.js): committed
+    records visible once each in order to read_committed, aborted ones only to read_uncommitted,
+    a zombie fenced, the committed transaction's offsets the group's and the aborted one's not."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    out = run_kafkajs("kafkajs_transactions.js", "produce", bootstrap)
     assert len(out["committed"]) == 82 and len(out["aborted"]) == 40
     assert out["fenced"] == "INVALID_PRODUCER_EPOCH"  # EndTxn v0/v1 predate PRODUCER_FENCED (KIP-588)
     for p in (0, 1):
         committed = [v.encode() for q, v in out["committed"] if q == p]
         aborted = [v.encode() for q, v in out["aborted"] + out["zombie"] if q == p]
         assert committed[-1] == b"after-%d" % p
-        assert [v for _, v in read_all(bs, "kjs-tx", "read_committed", len(committed), partition=p)] == committed
-        everything = [v for _, v in read_all(bs, "kjs-tx", "read_uncommitted", 62, partition=p)]
+        assert [v for _, v in read_all(bootstrap, "kjs-tx", "read_committed", len(committed), partition=p)] == committed
+        everything = [v for _, v in read_all(bootstrap, "kjs-tx", "read_uncommitted", 62, partition=p)]
         assert sorted(everything) == sorted(committed + aborted)  # the zombie's aborted by the fencing
     assert out["offsets"] == {"2": "102", "4": "104"}
-    c = Consumer({"bootstrap.servers": bs, "group.id": "kjs-tx-group"})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kjs-tx-group"})
     assert c.committed([TopicPartition("kjs-tx-in", 0)], 30)[0].offset == 102  # t2 committed, t4 aborted
     c.close()
-    assert describe_txn(txn_broker.port, "kjs-txn").transaction_state == "CompleteCommit"
+    assert describe_txn(coordinator_port(), "kjs-txn").transaction_state == "CompleteCommit"
+
+
+@needs_kafkajs
+def test_kafkajs_transactional_producer(kafka):
+    kafka.create_topic("kjs-tx", 2)  # (in the cluster: partitions led by two brokers)
+    kafka.create_topic("kjs-tx-in", 1)
+    check_kafkajs_transactions(kafka.bootstrap, lambda: kafka.coordinator_port("kjs-txn", 1))
+
+
+@needs_kafkajs
+@pytest.mark.parametrize("txn_broker", [2], indirect=True, ids=["workers-2"])
+def test_kafkajs_transactional_producer_on_worker_processes(txn_broker):
+    check_kafkajs_transactions(txn_broker.bootstrap_servers, lambda: txn_broker.port)
 
 
 @needs_kafkajs
