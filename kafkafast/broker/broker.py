@@ -127,9 +127,6 @@ class Partition:
 
 
 class Broker:
-    # API keys this kind of broker does not serve (neither advertised nor answered).
-    unserved_api_keys: frozenset[int] = frozenset()
-
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -151,7 +148,7 @@ class Broker:
 
         self.handlers = {k: spec for k, spec in enabled_group_protocols(
             served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
-            config.get("group.coordinator.rebalance.protocols")).items() if k not in self.unserved_api_keys}
+            config.get("group.coordinator.rebalance.protocols")).items()}
         self.group_coordinator: Any = None  # set by the groups layer when present
         self.txn_coordinator: Any = None  # kafkafast.broker.txn_coordinator, made in start()
         self.share: Any = None  # kafkafast.broker.share.coordinator.ShareCoordinator, made in start()

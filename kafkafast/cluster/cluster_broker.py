@@ -19,7 +19,6 @@ import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
-from kafkafast.broker.share import SHARE_OFFSETS_API_KEYS
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
@@ -49,9 +48,6 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
-    # AlterShareGroupOffsets / DeleteShareGroupOffsets change the state in the process coordinating
-    # the group; in a cluster it lives with each key's share coordinator: not served yet.
-    unserved_api_keys = SHARE_OFFSETS_API_KEYS
 
     def __init__(self, config: Any, **runtime: Any) -> None:
         super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)

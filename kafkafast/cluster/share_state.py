@@ -17,7 +17,9 @@ WriteShareGroupState (the changed batches and the start offset; awaited before t
 changed them is answered), over one inter-broker connection per broker (`cluster/peers.py`),
 or over the forwarding link to the worker owning the partition when this broker is the
 coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
-acknowledged state, and a new share coordinator from what the ISR held.
+acknowledged state, and a new share coordinator from what the ISR held. The group's coordinator
+changes the state for AlterShareGroupOffsets / DeleteShareGroupOffsets the same way: here, or
+with InitializeShareGroupState / DeleteShareGroupState to the key's share coordinator.
 """
 from __future__ import annotations
 
@@ -31,12 +33,20 @@ from kafkafast.broker.share.partition import StateBatch
 from kafkafast.broker.share.state_store import STATE_TOPIC, Key, ShareStateStore
 from kafkafast.cluster.peers import PeerConnections
 from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
+from kafkafast.protocol._generated.initialize_share_group_state import InitializeShareGroupStateRequest
 from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
 APPEND_TIMEOUT_S = 30.0
+
+
+def _raise_for(result: Any, key: Key) -> None:
+    """The KafkaError of a share coordinator API's partition result, if it has one."""
+    if result.error_code:
+        raise E.for_code(result.error_code)(result.error_message or f"share state of {key[0]}")
 
 
 class ClusterShareStateStore(ShareStateStore):
@@ -120,8 +130,7 @@ class ClusterShareStateStore(ShareStateStore):
         resp = await self._ask(key, R(group_id=group_id, topics=[R.ReadStateData(
             topic_id=topic_id, partitions=[R.PartitionData(partition=partition, leader_epoch=0)])]))
         p = resp.results[0].partitions[0]
-        if p.error_code:
-            raise E.for_code(p.error_code)(p.error_message or f"share state of {group_id}")
+        _raise_for(p, key)
         if p.start_offset < 0:
             return None
         return PersistedState(p.start_offset, p.state_epoch, [(b.first_offset, b.last_offset, b.delivery_state,
@@ -143,6 +152,24 @@ class ClusterShareStateStore(ShareStateStore):
     async def _write_remote(self, key: Key, req: Any) -> Any:
         resp = await self._ask(key, req)
         return resp.results[0].partitions[0]
+
+    async def _initialize_at_coordinator(self, key: Key, state_epoch: int, start_offset: int) -> None:
+        if self.coordinator_error(key) == 0:
+            await super()._initialize_at_coordinator(key, state_epoch, start_offset)
+            return
+        I = InitializeShareGroupStateRequest
+        resp = await self._ask(key, I(group_id=key[0], topics=[I.InitializeStateData(topic_id=key[1], partitions=[
+            I.PartitionData(partition=key[2], state_epoch=state_epoch, start_offset=start_offset)])]))
+        _raise_for(resp.results[0].partitions[0], key)
+
+    async def _delete_at_coordinator(self, key: Key) -> None:
+        if self.coordinator_error(key) == 0:
+            await super()._delete_at_coordinator(key)
+            return
+        D = DeleteShareGroupStateRequest
+        resp = await self._ask(key, D(group_id=key[0], topics=[D.DeleteStateData(topic_id=key[1], partitions=[
+            D.PartitionData(partition=key[2])])]))
+        _raise_for(resp.results[0].partitions[0], key)
 
     # -- the coordinator's side -------------------------------------------------------------------
     def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:

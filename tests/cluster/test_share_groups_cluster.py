@@ -6,8 +6,9 @@ the (possibly new) coordinator, a new coordinator replays what its ISR held, and
 not acknowledged is delivered again, with the delivery counts going on; with one process per
 broker and with two workers per broker (where the worker owning a `__share_group_state`
 partition is the coordinator and the group's worker asks it over the forwarding link).
-AlterShareGroupOffsets / DeleteShareGroupOffsets are left out in a cluster (not built yet): a
-request for one is refused like any unknown API by the worker that got it, never forwarded."""
+AlterShareGroupOffsets / DeleteShareGroupOffsets (kafka-share-groups.sh --reset-offsets /
+--delete-offsets) are served by the group's coordinator and written by each key's share
+coordinator."""
 from __future__ import annotations
 
 import time
@@ -17,16 +18,16 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 
 from kafkafast.broker.group_coordinator import java_string_hash
-from kafkafast.broker.share import SHARE_API_KEYS, SHARE_OFFSETS_API_KEYS
+from kafkafast.broker.share import SHARE_API_KEYS
 from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
-from kafkafast.protocol import api
+from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
-from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
+from kafkafast.protocol._generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from tests.support.cli import kafkafast
-from tests.support.cluster import KafkaCluster
+from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
 
 SETTINGS = {
@@ -37,6 +38,7 @@ SETTINGS = {
     "share.coordinator.state.topic.min.isr": "2",
 }
 QUIET = {"log_level": 0}
+EC = E.ErrorCode
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "2-workers"])
@@ -125,20 +127,102 @@ def test_a_broker_killed_loses_no_acknowledgement(share_cluster, victim):
     assert min(got.values()) >= 2
 
 
-def test_cluster_brokers_leave_out_only_the_offset_changing_apis(share_cluster):
-    cluster = share_cluster
-    for broker in cluster.brokers.values():
+def test_cluster_brokers_advertise_every_share_api(share_cluster):
+    for broker in share_cluster.brokers.values():
         with RawClient(broker.port, timeout=30) as rc:
             keys = {k.api_key for k in rc.request(ApiVersionsRequest(), 3).api_keys}
-        assert keys & SHARE_API_KEYS == SHARE_API_KEYS - SHARE_OFFSETS_API_KEYS
-    port = next(iter(cluster.brokers.values())).port
-    alter = AlterShareGroupOffsetsRequest(group_id="sg", topics=[])
-    with RawClient(port, timeout=30) as rc:
-        rc.send_raw(api.encode_request(alter, 0, 7, "raw"))
-        assert rc.recv_frame() is None  # closed, as for an unknown API key, by the worker that got it
-    for _ in range(6):  # the broker goes on answering, on any worker
-        with RawClient(port, timeout=30) as rc:
-            assert rc.request(FindCoordinatorRequest(key="g1", key_type=0), 3).error_code in (0, 15)
+        assert keys >= SHARE_API_KEYS  # AlterShareGroupOffsets / DeleteShareGroupOffsets (91, 92) too
+
+
+def at_group_coordinator(cluster, group: str, request, version: int, ok=lambda resp: True):
+    """The answer of the group's coordinator to `request` (asked again until `ok` says it is one)."""
+    def ask():
+        node = group_coordinator(cluster, group)
+        if node < 0:
+            return None
+        try:
+            with RawClient(cluster.brokers[node].port, timeout=30) as rc:
+                resp = rc.request(request, version)
+        except OSError:  # a killed broker, still named until another leads the group's partition
+            return None
+        return resp if ok(resp) else None
+    return cluster.wait_for(ask, 30, f"an answer of {group}'s coordinator")
+
+
+def start_offsets(cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """DescribeShareGroupOffsets at the group's coordinator: partition -> start offset (-1: no state)."""
+    Q = DescribeShareGroupOffsetsRequest
+    req = Q(groups=[Q.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
+        Q.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=list(range(partitions)))])])
+    g = at_group_coordinator(cluster, group, req, 0, lambda r: r.groups[0].error_code == 0 and not any(
+        p.error_code for t in r.groups[0].topics for p in t.partitions)).groups[0]
+    return {p.partition_index: p.start_offset for t in g.topics for p in t.partitions}
+
+
+def test_share_group_offsets_reset_and_deleted_across_the_cluster(share_cluster):
+    """kafka-share-groups.sh --reset-offsets / --delete-offsets and AlterShareGroupOffsets against
+    the cluster: the group's coordinator refuses a group with members, writes the new start
+    offsets to each key's share coordinator, and a new consumer gets exactly the records from
+    there (the partition leaders load the new state; then also after that share coordinator
+    died: its successor has them); after --delete-offsets the group has no state for the topic."""
+    cluster = share_cluster
+    topic = "cq-reset"
+    cluster.create_topic(topic, 2, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    for i in range(6):
+        p.produce(topic, value=f"r-{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    A = AlterShareGroupOffsetsRequest
+    alter = A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
+        A.AlterShareGroupOffsetsRequestPartition(partition_index=i, start_offset=0) for i in range(2)])])
+    b = ["--bootstrap-server", cluster.bootstrap]
+
+    def consume(until: set[tuple[int, int]], *, alter_while_member: bool = False) -> list[tuple[int, int]]:
+        c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+        c.subscribe([topic])
+        got: list[tuple[int, int]] = []
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and set(got) < until:
+                got += [(m.partition(), m.offset()) for m in c.poll(0.5) if m.error() is None]
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:  # accepts the last records; nothing else comes
+                got += [(m.partition(), m.offset()) for m in c.poll(0.3) if m.error() is None]
+            if alter_while_member:  # the group has a member: it cannot be changed
+                resp = at_group_coordinator(cluster, group, alter, 0)
+                assert [q.error_code for q in resp.responses[0].partitions] == [EC.NON_EMPTY_GROUP] * 2
+        finally:
+            c.close()
+        return got
+
+    everything = {(q, o) for q in (0, 1) for o in range(3)}
+    assert sorted(consume(everything, alter_while_member=True)) == sorted(everything)
+    other = next(n for n in cluster.brokers if n != group_coordinator(cluster, group))
+    with RawClient(cluster.brokers[other].port, timeout=30) as rc:  # only the group's coordinator serves it
+        assert [q.error_code for q in rc.request(alter, 0).responses[0].partitions] == [EC.NOT_COORDINATOR] * 2
+    kafkafast("share-groups", *b, "--reset-offsets", "--group", group, "--topic", topic, "--to-offset", "1",
+              "--execute")
+    assert start_offsets(cluster, group, topic, 2) == {0: 1, 1: 1}
+    assert sorted(consume({(q, o) for q in (0, 1) for o in (1, 2)})) == [(q, o) for q in (0, 1) for o in (1, 2)]
+    for q in alter.topics[0].partitions:
+        q.start_offset = 2
+    resp = at_group_coordinator(cluster, group, alter, 0)
+    assert [q.error_code for q in resp.responses[0].partitions] == [0, 0]
+    moved = (STATE_TOPIC, state_partition(cluster, group, topic, 0))  # holds partition 0's new start offset
+    killed = cluster.leader(*moved)
+    cluster.brokers[killed].kill()
+    try:
+        cluster.wait_for(lambda: cluster.leader(*moved) not in (-1, killed) and all(
+            killed not in cluster.isr(topic, q) for q in (0, 1)), 30, f"a new leader of {moved}, smaller ISRs")
+        # (a record may come twice: a partition's leader epoch moving under an acquisition reloads it)
+        assert set(consume({(0, 2), (1, 2)})) == {(0, 2), (1, 2)}
+        deleted = kafkafast("share-groups", *b, "--delete-offsets", "--group", group, "--topic", topic).stdout
+        assert deleted.count("Successful") == 2
+        assert start_offsets(cluster, group, topic, 2) == {0: -1, 1: -1}
+    finally:
+        cluster.brokers[killed].start()
 
 
 def test_share_groups_command_describes_a_group_across_the_cluster(share_cluster):

@@ -1,9 +1,12 @@
 """AlterShareGroupOffsets (key 91), version 0: sets the start offset of share-partitions of an
-empty share group (kafka-share-groups.sh --reset-offsets): their state starts again there with
-a new state epoch and no records in flight. READ on the group (GROUP_AUTHORIZATION_FAILED) and
-on each topic (TOPIC_AUTHORIZATION_FAILED); NON_EMPTY_GROUP while the group has members;
+empty share group (kafka-share-groups.sh --reset-offsets), served by the group's coordinator
+(NOT_COORDINATOR elsewhere): their state starts again there with the next state epoch and no
+records in flight, written by each key's share coordinator (in a cluster, possibly another
+broker: InitializeShareGroupState) before the answer; the partition's leader loads it when a
+share session opens there. READ on the group (GROUP_AUTHORIZATION_FAILED) and on each topic
+(TOPIC_AUTHORIZATION_FAILED); NON_EMPTY_GROUP while the group has members;
 UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist; an offset outside the log
-answers OFFSET_OUT_OF_RANGE.
+answers OFFSET_OUT_OF_RANGE (checked where this broker leads the partition).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.offsets import group_error
@@ -16,16 +19,15 @@ R = AlterShareGroupOffsetsResponse
 EC = E.ErrorCode
 
 
-def _alter(broker, group_id: str, meta, p: int, offset: int) -> tuple[int, str | None]:
-    part = broker.get_partition(meta.name, p)
-    if part is None:
+async def _alter(broker, group_id: str, meta, p: int, offset: int) -> tuple[int, str | None]:
+    if not 0 <= p < meta.partitions:
         return EC.UNKNOWN_TOPIC_OR_PARTITION, None
-    if not part.log_start_offset <= offset <= part.high_watermark:
+    part = broker.get_partition(meta.name, p)
+    if part is not None and not broker.fetch_error(part, -1) and not (
+            part.log_start_offset <= offset <= part.high_watermark):
         return EC.OFFSET_OUT_OF_RANGE, f"{offset} is outside [{part.log_start_offset}, {part.high_watermark}]"
-    store = broker.share.store
-    current = store.read(group_id, meta.topic_id, p)
     try:
-        store.initialize((group_id, meta.topic_id, p), current.state_epoch + 1 if current is not None else 0, offset)
+        await broker.share.store.reset((group_id, meta.topic_id, p), offset)
     except E.KafkaError as exc:
         return exc.code, exc.message
     broker.share.forget_share_partition(group_id, meta.topic_id, p)
@@ -42,8 +44,8 @@ async def handle(broker, ctx, req: AlterShareGroupOffsetsRequest, version: int) 
                                    else EC.UNKNOWN_TOPIC_OR_PARTITION if meta is None else 0))
         parts = []
         for p in t.partitions:
-            err, msg = (topic_err, None) if topic_err else _alter(broker, req.group_id, meta, p.partition_index,
-                                                                   p.start_offset)
+            err, msg = (topic_err, None) if topic_err else await _alter(broker, req.group_id, meta,
+                                                                         p.partition_index, p.start_offset)
             parts.append(R.AlterShareGroupOffsetsResponsePartition(partition_index=p.partition_index, error_code=err,
                                                                    error_message=msg))
         out.append(R.AlterShareGroupOffsetsResponseTopic(topic_name=t.topic_name,

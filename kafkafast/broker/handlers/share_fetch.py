@@ -32,15 +32,17 @@ DEFAULT_MAX_RECORDS = 500
 STATE_UNAVAILABLE = frozenset({EC.COORDINATOR_NOT_AVAILABLE, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR})
 
 
-async def _fetch_once(broker, req, session, answers, budget: list[int]) -> tuple[int, list]:
-    """One acquisition pass over the session's partitions; (records acquired, partitions read)."""
+async def _fetch_once(broker, req, session, answers, budget: list[int], verify: bool) -> tuple[int, list]:
+    """One acquisition pass over the session's partitions; (records acquired, partitions read).
+    `verify` (the pass opening a share session): each share-partition's stored state is read
+    again (changed by AlterShareGroupOffsets / DeleteShareGroupOffsets while the group was empty)."""
     mgr = broker.share.partitions
     total, parts = 0, []
     for (topic, p), tid in list(session.partitions.items()):
         answer = answers.setdefault((topic, p), PartitionAnswer(topic, tid, p))
         if answer.error or answer.records:
             continue
-        part, answer.error = await loaded_partition(broker, req.group_id, topic, tid, p)
+        part, answer.error = await loaded_partition(broker, req.group_id, topic, tid, p, verify)
         if answer.error in STATE_UNAVAILABLE:
             answer.error = EC.NOT_LEADER_OR_FOLLOWER  # clients refresh metadata and fetch again
         if answer.error:
@@ -120,8 +122,10 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         return _response(broker, answers, False, lock_ms)
     budget = [req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS, max(req.max_bytes, 1)]
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
+    verify = epoch == 0
     while True:
-        acquired, parts = await _fetch_once(broker, req, session, answers, budget)
+        acquired, parts = await _fetch_once(broker, req, session, answers, budget, verify)
+        verify = False
         remaining = deadline - time.monotonic()
         if acquired or remaining <= 0 or not parts or any(a.error for a in answers.values()):
             break

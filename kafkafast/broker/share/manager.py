@@ -94,6 +94,12 @@ def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
     return any(pid == header.producer_id and first <= header.base_offset <= last for first, last, pid in aborted)
 
 
+def _replaced(sp: SharePartition, saved: PersistedState | None) -> bool:
+    """Whether the stored state is no longer the loaded share-partition's: a new state epoch, or
+    gone (unless its first write is still on its way: records are acquired from it)."""
+    return saved.state_epoch != sp.state_epoch if saved is not None else not sp.holds_acquired()
+
+
 class SharePartitionManager:
     def __init__(self, broker: Any, store: Any, group_config: Callable[[str, str], str | None]) -> None:
         self.broker = broker
@@ -143,18 +149,21 @@ class SharePartitionManager:
         return part.high_watermark
 
     # -- share-partitions ------------------------------------------------------------------------
-    async def prepare(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> None:
+    async def prepare(self, group_id: str, topic: str, topic_id: bytes, part: Any, *, verify: bool = False) -> None:
         """Loads the share-partition from its stored state (the share coordinator's, possibly on
         another broker), or starts it where share.auto.offset.reset says, unless it is loaded at
-        the partition's current leader epoch (a leader elected again reads the state again)."""
+        the partition's current leader epoch (a leader elected again reads the state again).
+        `verify` (a share session opens): the stored state is read even so, and loaded again if
+        AlterShareGroupOffsets gave it a new state epoch or DeleteShareGroupOffsets removed it
+        (both only while the group is empty, so no live member holds its records)."""
         key = (group_id, topic, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch:
+        if sp is not None and sp.leader_epoch == part.leader_epoch and not verify:
             return
         saved = await self.store.fetch(group_id, topic_id, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch:
-            return  # loaded meanwhile by another request
+        if sp is not None and sp.leader_epoch == part.leader_epoch and not (verify and _replaced(sp, saved)):
+            return  # loaded (meanwhile by another request), and the stored state is still its own
         if saved is not None and saved.start_offset >= 0:
             sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
         else:

@@ -30,7 +30,8 @@ def group_error(broker: Any, ctx: Any, group_id: str, operation: int, api: str, 
 
 
 def stored_topics(broker: Any, group_id: str) -> dict[str, list[int]]:
-    """Topic name -> partitions the group has share-partition state for."""
+    """Topic name -> partitions the group has share-partition state for in this process's store
+    (in a cluster: only the keys whose share coordinator is this broker)."""
     out: dict[str, list[int]] = {}
     for (g, tid, p) in broker.share.store.keys:
         meta = broker.topics.by_id.get(tid)

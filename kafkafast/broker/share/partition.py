@@ -82,6 +82,9 @@ class SharePartition:
                 return off
         return self.end_offset
 
+    def holds_acquired(self) -> bool:
+        return any(rec[0] == ACQUIRED for rec in self.records.values())
+
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 

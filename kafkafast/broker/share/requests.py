@@ -69,12 +69,14 @@ def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
     return part, 0
 
 
-async def loaded_partition(broker: Any, group_id: str, topic: str, topic_id: bytes, partition: int) -> tuple[Any, int]:
-    """`local_partition`, with the group's share-partition of it loaded (its error if that failed)."""
+async def loaded_partition(broker: Any, group_id: str, topic: str, topic_id: bytes, partition: int,
+                           verify: bool = False) -> tuple[Any, int]:
+    """`local_partition`, with the group's share-partition of it loaded (its error if that failed;
+    `verify`: see `SharePartitionManager.prepare`)."""
     part, err = local_partition(broker, topic, partition)
     if not err:
         try:
-            await broker.share.partitions.prepare(group_id, topic, topic_id, part)
+            await broker.share.partitions.prepare(group_id, topic, topic_id, part, verify=verify)
         except E.KafkaError as exc:
             err = exc.code
     return part, err

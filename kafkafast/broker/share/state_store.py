@@ -279,6 +279,26 @@ class ShareStateStore:
             self._append(key, state_key(kind, key), None)
         self.keys.pop(key, None)
 
+    # -- AlterShareGroupOffsets / DeleteShareGroupOffsets (at the group's coordinator) ------------
+    async def reset(self, key: Key, start_offset: int) -> None:
+        """The key's state starts again at `start_offset`, with the next state epoch and nothing in
+        flight (a share-partition loaded with the older epoch is fenced); raises KafkaError."""
+        current = await self.fetch(*key)
+        await self._initialize_at_coordinator(key, current.state_epoch + 1 if current is not None else 0, start_offset)
+
+    async def remove(self, key: Key) -> bool:
+        """The key's state goes (False when it has none); raises KafkaError."""
+        if await self.fetch(*key) is None:
+            return False
+        await self._delete_at_coordinator(key)
+        return True
+
+    async def _initialize_at_coordinator(self, key: Key, state_epoch: int, start_offset: int) -> None:
+        self.initialize(key, state_epoch, start_offset)  # here: the process coordinating the group
+
+    async def _delete_at_coordinator(self, key: Key) -> None:
+        self.delete(key)
+
     def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:
         self.ensure_topic()
         part = self.broker.get_partition(STATE_TOPIC, self.partition_for(key))
