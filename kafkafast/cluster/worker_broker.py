@@ -203,6 +203,14 @@ class ClusterWorkerPartition(ClusterPartition):
 
 
 class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
+    hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
+
+    @staticmethod
+    def shared_append_enabled(config: Any) -> bool:
+        """Shared append in cluster mode only with its own setting too (not yet the default)."""
+        return config.get_bool("kafkafast.produce.shared.append") and config.get_bool(
+            "kafkafast.produce.shared.append.cluster")
+
     def __init__(self, config: Any, **runtime: Any) -> None:
         self._topic_ids: dict[str, bytes] = {}
         self._replicas_now: set[int] = set()

@@ -248,10 +248,7 @@ class WorkerBroker(Broker):
         self.wake_fds = wake_fds  # write ends, one per worker
         self.run_dir = run_dir
         self.forwarder = Forwarder(run_dir, index)
-        # Shared append: single node; in cluster mode only with its own setting (cluster/worker_broker.py).
-        self.clustered = bool(config.get("zookeeper.connect"))
-        self.shared_append = config.get_bool("kafkafast.produce.shared.append") and (
-            not self.clustered or config.get_bool("kafkafast.produce.shared.append.cluster"))
+        self.shared_append = self.shared_append_enabled(config)
         self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
                                            table=table, state_factory=self._state_for,
                                            shared_factory=self._shared_for if self.shared_append else None,
@@ -259,6 +256,15 @@ class WorkerBroker(Broker):
         self._seen_generation = -1
         self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
         self.wakeups_sent = 0
+
+    # A lone replica's high watermark is its log end, published with each append (a replicated
+    # partition's is the owner's replica bookkeeping's: cluster/worker_broker.py).
+    hw_follows_end = True
+
+    @staticmethod
+    def shared_append_enabled(config: Any) -> bool:
+        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
+        return config.get_bool("kafkafast.produce.shared.append")
 
     # -- ownership ----------------------------------------------------------------------
     def owner_of(self, topic: str, partition: int) -> int:
@@ -286,7 +292,7 @@ class WorkerBroker(Broker):
         t = self.table
         sh = SharedAppend(AppendLock(t, slot, self.incarnation), t.q, t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8,
                           t.slot_word_offset(slot, shm.S_SHARED) // 8, t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
-        sh.hw_follows_end = not self.clustered  # cluster mode: the owner's replica bookkeeping publishes it
+        sh.hw_follows_end = self.hw_follows_end
         return sh
 
     def _state_for(self, topic: str, partition: int) -> Any:
