@@ -97,9 +97,11 @@ def drain(consumers: list[Consumer], records: dict, want: int, timeout: float = 
     assert len(records) >= want, f"consumed {len(records)} of {want}: {sorted(records)}"
 
 
-def test_librdkafka_consumer_protocol_rebalances_commits_and_resumes_beside_a_classic_group(cbroker):
-    bs = cbroker.bootstrap
-    create_topics(bs, {"kip848": 6, "classic848": 3})
+def test_librdkafka_consumer_protocol_rebalances_commits_and_resumes_beside_a_classic_group(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    bs = kafka.bootstrap
+    kafka.create_topic("kip848", 6)
+    kafka.create_topic("classic848", 3)
     produce(bs, "kip848", 6, 10)
     produce(bs, "classic848", 3, 5, tag="c")
     classic = Consumer({"bootstrap.servers": bs, "group.id": "classic-side", "auto.offset.reset": "earliest",

@@ -1,6 +1,6 @@
 """Consumer groups with real clients (confluent-kafka, kafka-python, aiokafka) against a real
-kafkafast broker: complete and disjoint assignments through joins and leaves, every
-assignor, exactly-once consumption across rebalances with synchronous commits, eviction
+kafkafast broker: complete and disjoint assignments through joins and leaves (on a single node
+and a 3-broker cluster, the `kafka` fixture), every assignor, exactly-once consumption across rebalances with synchronous commits, eviction
 of a SIGKILLed member, committed offsets across broker restarts and crashes."""
 from __future__ import annotations
 
@@ -174,9 +174,14 @@ def wait_for_complete_assignment(members: list[Member], timeout: float = 40.0, s
     raise AssertionError(f"no complete disjoint assignment: {[sorted(m.assignment) for m in members]}")
 
 
-def run_join_and_leave(bootstrap: str, kinds: list[str], assignor: str = "range") -> None:
+def run_join_and_leave(bootstrap: str, kinds: list[str], assignor: str = "range", target=None) -> None:
+    """Three members of `kinds`, then a fourth joins, then the first leaves; a `target` (the
+    `kafka` fixture) creates the topic with its replication factor."""
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+    if target is None:
+        create_topic(bootstrap, topic)
+    else:
+        target.create_topic(topic, PARTITIONS)
     members = [KINDS[k](bootstrap, group, topic, assignor=assignor) for k in kinds[:3]]
     for m in members:
         m.start()
@@ -199,14 +204,14 @@ def run_join_and_leave(bootstrap: str, kinds: list[str], assignor: str = "range"
             m.closed.wait(30)
 
 
-@pytest.mark.parametrize("kinds", [
-    ["confluent"] * 4,
-    ["kafka-python"] * 4,
-    ["aiokafka"] * 4,
-    ["confluent", "kafka-python", "aiokafka", "confluent"],
-], ids=["confluent", "kafka-python", "aiokafka", "mixed"])
-def test_three_consumers_share_twelve_partitions_through_join_and_leave(group_broker, kinds):
-    run_join_and_leave(group_broker.bootstrap, kinds)
+MIXED = ["confluent", "kafka-python", "aiokafka", "confluent"]
+
+
+@pytest.mark.parametrize("kinds", [["confluent"] * 4, ["kafka-python"] * 4, ["aiokafka"] * 4, MIXED],
+                         ids=["confluent", "kafka-python", "aiokafka", "mixed"])
+@pytest.mark.in_cluster_only(kinds=[MIXED])
+def test_three_consumers_share_twelve_partitions_through_join_and_leave(kafka, kinds):
+    run_join_and_leave(kafka.bootstrap, kinds, target=kafka)
 
 
 @pytest.mark.parametrize("assignor", ["roundrobin", "cooperative-sticky"])

@@ -22,7 +22,11 @@ SETTINGS = {
     "transaction.state.log.num.partitions": "3",
     "offsets.topic.num.partitions": "6",
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    # KIP-848 groups: librdkafka gives each heartbeat the interval as its request timeout
+    "group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000", "group.consumer.min.session.timeout.ms": "6000",
 }
 CLUSTER_SETTINGS = {"transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
                     "default.replication.factor": "3"}
