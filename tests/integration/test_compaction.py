@@ -58,15 +58,18 @@ def produce(bootstrap: str, topic: str, records, offsets: dict | None = None) ->
     assert p.flush(60) == 0
 
 
-def test_compaction_keeps_latest_value_per_key_at_original_offset_and_drops_tombstones(broker_factory):
+def test_compaction_keeps_latest_value_per_key_at_original_offset_and_drops_tombstones(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture: every replica cleans its own
+    log; reads go to the leader)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    b = broker_factory(settings=SETTINGS)
+    b = kafka
     topic = "compacted"
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config={
+    admin.create_topics([NewTopic(topic, 1, kafka.replication_factor, config={
         "cleanup.policy": "compact", "segment.bytes": "262144", "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": "3000"})])[topic].result(15)
+    kafka.wait_for_leaders(topic, 1)
     latest: dict[bytes, tuple[int, bytes]] = {}
     produce(b.bootstrap, topic, ((b"key-%d" % (i % KEYS), b"value-%d" % i) for i in range(UPDATES)), latest)
     # Distinct-key filler rolls the segment holding the last updates so that it gets cleaned.

@@ -24,6 +24,7 @@ SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "log.cleaner.enable": "true", "log.cleaner.backoff.ms": "100",
     # KIP-848 groups: librdkafka gives each heartbeat the interval as its request timeout
     "group.consumer.heartbeat.interval.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "1000",
     "group.consumer.session.timeout.ms": "6000", "group.consumer.min.session.timeout.ms": "6000",
