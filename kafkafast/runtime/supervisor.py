@@ -120,11 +120,7 @@ class Supervisor:
             import kafkafast.cluster.worker_broker  # noqa: F401  (kazoo sessions start in the workers)
         load_handlers()
         try:
-            import kafkafast.broker.group_coordinator  # noqa: F401
-        except ImportError:
-            pass
-        try:
-            import uvloop  # noqa: F401
+            import uvloop  # noqa: F401  (optional: the workers run on it; loaded before the fork)
         except ImportError:  # pragma: no cover
             pass
 
