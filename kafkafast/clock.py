@@ -96,7 +96,7 @@ def call_later(loop: Any, delay_ms: float, callback: Callable[..., Any], *args: 
 
 async def sleep(delay_ms: float) -> None:
     """`asyncio.sleep` in clock milliseconds."""
-    import asyncio
+    import asyncio  # deferred: kafkafast.testing imports this module and starts light
 
     if _manual is None:
         await asyncio.sleep(max(delay_ms, 0) / 1000.0)

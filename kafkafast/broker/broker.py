@@ -13,6 +13,7 @@ appends to which partition and forwards appends it does not own; reads are alway
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import time
@@ -24,15 +25,21 @@ from kafkafast import clock
 from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.fetch_sessions import FetchSessionCache
+from kafkafast.broker.group_coordinator import GroupCoordinator
+from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
+                                                    unsupported_version_response)
+from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
-from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig
+from kafkafast.broker.txn_coordinator import TransactionCoordinator
+from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig, parse_properties
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.errors import CloseConnection  # also kafkafast.broker.broker.CloseConnection, as before
 from kafkafast.protocol.primitives import DecodeError
+from kafkafast.storage.cleaner import LogCleaner
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
 from kafkafast.broker.dynamic_configs import CLEANER_CONFIGS, CONNECTION_CONFIGS, DynamicConfigs, cleaner_io_rate
@@ -144,8 +151,6 @@ class Broker:
         self.log_manager = LogManager(self.log_dirs, self.default_log_config, **self.log_manager_settings())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
-        from kafkafast.broker.handlers.api_versions import PROFILE_PROPERTY, enabled_group_protocols, served_handlers
-
         self.handlers = {k: spec for k, spec in enabled_group_protocols(
             served_handlers(load_handlers(), config.get(PROFILE_PROPERTY)),
             config.get("group.coordinator.rebalance.protocols")).items()}
@@ -173,14 +178,10 @@ class Broker:
     def _load_cluster_id(self) -> str:
         path = os.path.join(self.log_dirs[0], "meta.properties")
         if os.path.exists(path):
-            from kafkafast.config import parse_properties
-
             with open(path, encoding="utf-8") as fh:
                 props = parse_properties(fh.read())
             if props.get("cluster.id"):
                 return props["cluster.id"]
-        import base64
-
         cid = self.config.get("cluster.id") or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(f"version=0\ncluster.id={cid}\nbroker.id={self.node_id}\nnode.id={self.node_id}\n")
@@ -188,8 +189,6 @@ class Broker:
 
     def load(self) -> None:
         """Synchronous start-up: topics, logs (recovery), partitions."""
-        from kafkafast.broker.producer_ids import ProducerIdAllocator
-
         self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
         self.topics.load()
         # A partition of these not found on disk while a log dir is offline is offline too
@@ -214,8 +213,6 @@ class Broker:
     def new_log_cleaner(self) -> Any:
         """The log cleaner, with the dynamic cleaner configs in force (`apply_dynamic_configs`
         changes them later)."""
-        from kafkafast.storage.cleaner import LogCleaner
-
         cleaner = LogCleaner(self.log_dirs, enabled=self.config.get_bool("log.cleaner.enable"),
                              max_decompressed=self.config.get("message.max.decompressed.bytes"))
         self._reconfigure_cleaner(cleaner)
@@ -235,8 +232,6 @@ class Broker:
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
         if self.txn_coordinator is None and self.group_coordinator is not None:  # (cluster_broker.py makes its own)
-            from kafkafast.broker.txn_coordinator import TransactionCoordinator
-
             self.txn_coordinator = TransactionCoordinator(self)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
@@ -250,10 +245,6 @@ class Broker:
                 ext.start()
 
     def _attach_group_coordinator(self) -> None:
-        try:
-            from kafkafast.broker.group_coordinator import GroupCoordinator
-        except ImportError:
-            return
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
@@ -574,8 +565,6 @@ class Broker:
             raise CloseConnection(f"unknown API key {api_key}")
         if not spec.min_version <= api_version <= spec.max_version:
             if api_key == api.API_VERSIONS_KEY:
-                from kafkafast.broker.handlers.api_versions import unsupported_version_response
-
                 return api.encode_response(api_key, 0, correlation_id, unsupported_version_response(self))
             raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
         try:

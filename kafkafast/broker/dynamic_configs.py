@@ -38,6 +38,7 @@ from kafkafast.config import TOPIC_SYNONYMS
 from kafkafast.protocol import errors as E
 from kafkafast.security.tls import STORE_CONFIGS, listener_store_config, reconfigured_context, with_dynamic_stores
 from kafkafast.storage.cleaner import MAP_ENTRY_BYTES
+from kafkafast.storage.config import LogConfig
 
 STORE_FILE = "__kafkafast_dynamic_configs.json"
 RELOAD_INTERVAL = 0.5
@@ -308,8 +309,6 @@ def check_dynamic_broker_configs(configs: dict[str, str], scope: str) -> None:
     """InvalidRequestError naming what cannot be changed at run time (or not cluster-wide: scope
     ""), InvalidConfigError for a bad value (a log default checked as the topic config it is the
     default of)."""
-    from kafkafast.storage.config import LogConfig
-
     static = sorted(n for n in configs if not is_dynamic_broker_config(n) and n not in STORE_CONFIGS)
     if static:
         why = sorted({NO_COUNTERPART[n] for n in static if n in NO_COUNTERPART})

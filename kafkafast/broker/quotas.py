@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Iterator
 
+from kafkafast.security.context import identity
+
 PRODUCE, FETCH = 0, 1
 LOCAL_SENSORS = 4096  # entities measured per worker at most (when the shared table is full)
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = "producer_byte_rate", "consumer_byte_rate", \
@@ -91,8 +93,6 @@ class Rate:
 
 
 def _user(ctx: Any) -> str:
-    from kafkafast.security.context import identity
-
     who = identity(ctx)
     if who is None:
         return "ANONYMOUS"

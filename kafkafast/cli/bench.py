@@ -20,7 +20,12 @@ import uuid
 from typing import Any, Callable
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, normalize_bootstrap,
-                                  parser_for, print_json, print_table, run_admin)
+                                  parser_for, print_json, print_table, run_admin, settings_for)
+from kafkafast.client.cluster import TopicPartition
+from kafkafast.client.consumer import AIOConsumer
+from kafkafast.client.producer import AIOProducer
+from kafkafast.client.sync import KafkaConsumer, KafkaProducer
+from kafkafast.protocol.errors import KafkaError
 
 NAME = "bench"
 MAX_SAMPLES = 500_000
@@ -73,7 +78,7 @@ def _use_confluent(choice: str) -> bool:
     if choice == "kafkafast":
         return False
     try:
-        import confluent_kafka  # noqa: F401
+        import confluent_kafka  # noqa: F401  (deferred: optional, heavy)
         return True
     except ImportError:
         if choice == "confluent":
@@ -83,7 +88,7 @@ def _use_confluent(choice: str) -> bool:
 
 def _confluent_errors() -> tuple[type[BaseException], ...]:
     try:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException  # deferred: optional, heavy (librdkafka)
     except ImportError:
         return ()
     return (KafkaException,)
@@ -266,7 +271,7 @@ def bench_produce(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
     props = _props(args, "producer")
     prog = Progress(n, args.reporting_interval, live)
     if _use_confluent(args.client):
-        from confluent_kafka import Producer
+        from confluent_kafka import Producer  # deferred: optional, heavy (librdkafka)
 
         p = Producer({"bootstrap.servers": bootstrap, **props})
         prog.started = time.monotonic()
@@ -295,11 +300,6 @@ def bench_produce(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
             prog.tick()
         client = "confluent-kafka"
     else:
-        from kafkafast.cli.common import settings_for
-        from kafkafast.client.producer import AIOProducer
-        from kafkafast.client.sync import KafkaProducer
-        from kafkafast.protocol.errors import KafkaError
-
         kp = KafkaProducer(bootstrap, **settings_for(AIOProducer, props))
         prog.started = time.monotonic()  # connected: measure sending, not start-up
         try:
@@ -339,7 +339,7 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
     stats = ConsumerStats(args, prog)
     reset = "latest" if args.from_latest else "earliest"
     if _use_confluent(args.client):
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer  # deferred: optional, heavy (librdkafka)
 
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": args.group or f"perf-consumer-{uuid.uuid4().hex[:8]}",
                       "auto.offset.reset": reset, "enable.auto.commit": False, **props})
@@ -359,10 +359,6 @@ def bench_consume(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[
             c.close()
         client = "confluent-kafka"
     else:
-        from kafkafast.cli.common import settings_for
-        from kafkafast.client.consumer import AIOConsumer
-        from kafkafast.client.sync import KafkaConsumer
-
         settings = settings_for(AIOConsumer, props)
         settings["auto_offset_reset"] = reset
         settings["enable_auto_commit"] = False
@@ -406,8 +402,8 @@ def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str,
     pprops = {"acks": "all", "linger.ms": "0", **_props(args, "producer")}
     cprops = _props(args, "consumer")
     if _use_confluent(args.client):
-        from confluent_kafka import Consumer, Producer
-        from confluent_kafka import TopicPartition as CTP
+        from confluent_kafka import Consumer, Producer  # deferred: optional, heavy (librdkafka)
+        from confluent_kafka import TopicPartition as CTP  # deferred: optional, heavy (librdkafka)
 
         p = Producer({"bootstrap.servers": bootstrap, **pprops})
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:8]}",
@@ -430,12 +426,6 @@ def bench_e2e(args: argparse.Namespace, bootstrap: str, live: bool) -> dict[str,
             c.close()
         client = "confluent-kafka"
     else:
-        from kafkafast.cli.common import settings_for
-        from kafkafast.client.cluster import TopicPartition
-        from kafkafast.client.consumer import AIOConsumer
-        from kafkafast.client.producer import AIOProducer
-        from kafkafast.client.sync import KafkaConsumer, KafkaProducer
-
         kp = KafkaProducer(bootstrap, **settings_for(AIOProducer, pprops))
         kc = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100, **settings_for(AIOConsumer, cprops))
         try:

@@ -12,8 +12,10 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from kafkafast.client.admin import AdminClient
 from kafkafast.config import parse_properties
 from kafkafast.protocol.errors import for_code
+from kafkafast.security.client import ClientSecurity
 
 T = TypeVar("T")
 
@@ -133,8 +135,6 @@ def client_security(props: dict[str, str]) -> Any:
     """The TLS context and SASL login of `security.protocol` & co., None for PLAINTEXT."""
     if props.get("security.protocol", "PLAINTEXT").upper() == "PLAINTEXT":
         return None
-    from kafkafast.security.client import ClientSecurity
-
     try:
         return ClientSecurity(props)
     except (ValueError, OSError) as exc:
@@ -196,8 +196,6 @@ def admin_settings(props: dict[str, str]) -> dict[str, Any]:
 
 def run_admin(args: argparse.Namespace, fn: Callable[[Any], Awaitable[T]]) -> T:
     """Runs `fn(admin)` with an AdminClient for --bootstrap-server/--command-config."""
-    from kafkafast.client.admin import AdminClient
-
     props = load_client_properties(getattr(args, "command_config", None), secure_ok=True)
     security = client_security(props)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse_kv, parser_for, print_json,
                                   print_table, run_admin)
+from kafkafast.client.admin import SCRAM_MECHANISMS, SOURCE_DEFAULT, SOURCE_NAMES, SOURCE_STATIC_BROKER
 
 NAME = "configs"
 ENTITY_TYPES = {"topics": 2, "brokers": 4}
@@ -67,8 +68,6 @@ def _entity(args: argparse.Namespace) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafkafast.client.admin import SOURCE_DEFAULT, SOURCE_NAMES, SOURCE_STATIC_BROKER
-
     if args.entity_type in QUOTA_ENTITIES:
         return _quota_entity(args)
     rtype, name = _entity(args)
@@ -116,8 +115,6 @@ def java_double(value: float) -> str:
 
 
 def _scram_upserts(sets: dict[str, str]) -> dict[int, tuple[int, bytes]]:
-    from kafkafast.client.admin import SCRAM_MECHANISMS
-
     out = {}
     for mech, text in sets.items():
         m = re.fullmatch(r"(?:iterations=(-?[0-9]*),)?password=(.*)", text, re.S)
@@ -133,8 +130,6 @@ def _scram_upserts(sets: dict[str, str]) -> dict[int, tuple[int, bytes]]:
 
 def _quota_entity(args: argparse.Namespace) -> int:
     """kafka-configs.sh --entity-type users|clients: client quotas, and users' SCRAM credentials."""
-    from kafkafast.client.admin import SCRAM_MECHANISMS
-
     kind = QUOTA_ENTITIES[args.entity_type]
     name = None if args.entity_default else args.entity_name
     entity = {kind: name}

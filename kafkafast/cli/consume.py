@@ -15,6 +15,10 @@ from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, parse_kv, parser_for,
                                   settings_for)
+from kafkafast.cli.groups import parse_datetime
+from kafkafast.client.cluster import TopicPartition
+from kafkafast.client.consumer import AIOConsumer
+from kafkafast.client.sync import KafkaConsumer
 
 NAME = "consume"
 
@@ -111,10 +115,6 @@ class Formatter:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafkafast.client.cluster import TopicPartition
-    from kafkafast.client.consumer import AIOConsumer
-    from kafkafast.client.sync import KafkaConsumer
-
     if args.offset is not None and args.partition is None:
         raise CommandError("--offset needs --partition")
     if args.group and args.partition is not None:
@@ -138,8 +138,6 @@ def run(args: argparse.Namespace) -> int:
             for tp in tps:  # let the initial position reset finish first, so it cannot undo a seek
                 consumer.position(tp)
             if args.from_datetime:
-                from kafkafast.cli.groups import parse_datetime
-
                 ts = parse_datetime(args.from_datetime)
                 found = consumer.offsets_for_times({tp: ts for tp in tps})
                 ends = consumer.end_offsets(tps)
@@ -191,8 +189,6 @@ def _loop(consumer: Any, fmt: Formatter, args: argparse.Namespace) -> int:
             break
     out.flush()
     if args.group and done:
-        from kafkafast.client.cluster import TopicPartition
-
         consumer.commit({TopicPartition(*tp): off for tp, off in done.items()})
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0

@@ -17,6 +17,8 @@ from typing import Any
 
 from kafkafast.cli.common import CommandError, parser_for, print_json
 from kafkafast.cli.coordinator_decoders import offsets_record, transaction_log_record
+from kafkafast.records.batch import batch_crc_ok, decode_batch, read_batch_header
+from kafkafast.records.model import BATCH_HEADER_SIZE
 
 NAME = "dump-log"
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -71,9 +73,6 @@ def _text(b: bytes | None) -> str:
 def iter_segment(buf: Any, limit: int | None = None) -> Any:
     """(position, BatchHeader or None, error) per batch of a segment's bytes; a batch that
     is cut off or impossible yields (position, None, reason) and ends the walk."""
-    from kafkafast.records.batch import read_batch_header
-    from kafkafast.records.model import BATCH_HEADER_SIZE
-
     n = len(buf) if limit is None else min(len(buf), limit)
     pos = 0
     while pos < n:
@@ -96,8 +95,6 @@ def iter_segment(buf: Any, limit: int | None = None) -> Any:
 
 
 def dump_segment(path: str, args: argparse.Namespace, out: list[str], problems: Problems, doc: dict) -> None:
-    from kafkafast.records.batch import batch_crc_ok, decode_batch
-
     decoder = (offsets_record if args.offsets_decoder
                else transaction_log_record if args.transaction_log_decoder else None)
     buf, mm = _open_ro(path)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
+import time
 from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, java_exception, parser_for, print_json,
                                   print_table, report_each, run_admin)
-from kafkafast.protocol.errors import KafkaError
+from kafkafast.client.cluster import TopicPartition
+from kafkafast.protocol.errors import KafkaError, for_code
 
 NAME = "groups"
 
@@ -132,8 +135,6 @@ def delete_groups(args: argparse.Namespace, group_ids: Any, kind: str) -> int:
     async def delete(admin: Any) -> dict[str, int]:
         return await admin.delete_groups(await group_ids(admin, args))
 
-    from kafkafast.protocol.errors import for_code
-
     return report_each((code, f"Deletion of requested {kind} groups ('{gid}') was successful.",
                         f"Error: deletion of group '{gid}' failed: {for_code(code).__name__}" if code else "")
                        for gid, code in run_admin(args, delete).items())
@@ -153,8 +154,6 @@ DELETE_OFFSETS_ERRORS = {
 def _delete_offsets(args: argparse.Namespace) -> int:
     """OffsetDelete (kafka-consumer-groups.sh --delete-offsets): the group's committed offsets
     of the partitions named (all of a topic given without partitions)."""
-    from kafkafast.protocol.errors import for_code
-
     if len(args.group) != 1 or not args.topic:
         raise CommandError("--delete-offsets needs one --group and at least one --topic")
     group = args.group[0]
@@ -211,8 +210,6 @@ def parse_datetime(text: str) -> int:
 
 def parse_duration(text: str) -> int:
     """Milliseconds of an ISO-8601 duration PnDTnHnMnS (Kafka's --by-duration)."""
-    import re
-
     m = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", text.strip().upper())
     if not m or text.strip().upper() in ("P", "PT"):
         raise CommandError(f"--by-duration: cannot parse {text!r} (expected PnDTnHnMnS)")
@@ -221,10 +218,6 @@ def parse_duration(text: str) -> int:
 
 
 def _reset(args: argparse.Namespace) -> int:
-    import time
-
-    from kafkafast.client.cluster import TopicPartition
-
     if not (args.topic or args.all_topics):
         raise CommandError("--reset-offsets needs --topic or --all-topics")
     if not any(x is not None and x is not False for x in (args.to_earliest, args.to_latest, args.to_current,

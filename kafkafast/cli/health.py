@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from kafkafast.cli.common import add_bootstrap, admin_settings, load_client_properties, parser_for
+from kafkafast.client.admin import AdminClient
 
 NAME = "health"
 
@@ -26,8 +27,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafkafast.client.admin import AdminClient
-
     props = load_client_properties(args.command_config)
     settings = admin_settings(props)
     settings["request_timeout_ms"] = int(args.timeout * 1000)

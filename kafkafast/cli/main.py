@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 
+from kafkafast.broker.kafka_releases import release_versions
 from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.config_def import help_text
 
@@ -96,8 +97,6 @@ def run_broker(args: argparse.Namespace) -> int:
     log dir, the metrics port taken, ZooKeeper unreachable)."""
     overrides = parse_sets(args.set)
     if args.as_kafka:
-        from kafkafast.broker.kafka_releases import release_versions
-
         try:
             release_versions(args.as_kafka)
         except ValueError as exc:
@@ -113,8 +112,8 @@ def run_broker(args: argparse.Namespace) -> int:
         workers = int(num_workers)
     if workers is None:
         workers = os.cpu_count() or 1
-    from kafkafast.metrics.server import start_for_broker
-    from kafkafast.runtime.server import ListenerError, run_server
+    from kafkafast.metrics.server import start_for_broker  # deferred: the broker's modules load only for `broker`
+    from kafkafast.runtime.server import ListenerError, run_server  # deferred: as above
 
     try:
         metrics = start_for_broker(config, workers)  # before the fork: workers inherit recording
@@ -124,7 +123,7 @@ def run_broker(args: argparse.Namespace) -> int:
                           f"cannot listen on {host}:{config.get('metrics.port')}: {exc.strerror}") from None
     try:
         try:
-            from kafkafast.runtime.supervisor import run_supervisor
+            from kafkafast.runtime.supervisor import run_supervisor  # deferred: as above
         except ImportError:
             run_supervisor = None
         if workers and run_supervisor is not None:
@@ -149,8 +148,8 @@ def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argp
 
 def run_command(module: object, args: argparse.Namespace) -> int:
     """Runs a client command: its errors become one line on stderr and exit code 1."""
-    from kafkafast.cli.common import CommandError, normalize_bootstrap, unreachable
-    from kafkafast.protocol.errors import KafkaError, NetworkError
+    from kafkafast.cli.common import CommandError, normalize_bootstrap, unreachable  # deferred: light start
+    from kafkafast.protocol.errors import KafkaError, NetworkError  # deferred: light start
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

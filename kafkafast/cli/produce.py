@@ -12,6 +12,9 @@ from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, merged_client_properties, parse_kv, parser_for,
                                   settings_for)
+from kafkafast.client.producer import AIOProducer
+from kafkafast.client.sync import KafkaProducer
+from kafkafast.protocol.errors import KafkaError
 
 NAME = "produce"
 
@@ -66,10 +69,6 @@ def parse_line(line: str, props: dict[str, str]) -> tuple[bytes | None, bytes | 
 
 
 def run(args: argparse.Namespace) -> int:
-    from kafkafast.client.producer import AIOProducer
-    from kafkafast.client.sync import KafkaProducer
-    from kafkafast.protocol.errors import KafkaError
-
     props = parse_kv(args.property, "--property")
     client_props = merged_client_properties(args.command_config, args.producer_config, args.producer_property)
     if args.compression:

@@ -23,6 +23,8 @@ import json
 from typing import Any
 
 from kafkafast.cli.common import CommandError, add_bootstrap, parser_for, run_admin
+from kafkafast.client.admin import RESOURCE_BROKER, RESOURCE_TOPIC
+from kafkafast.cluster.assignment import assign_replicas
 from kafkafast.protocol.errors import ErrorCode, KafkaError, for_code
 
 NAME = "reassign"
@@ -117,8 +119,6 @@ def _ids(ids: list[int]) -> str:
 
 
 async def _generate(admin: Any, args: argparse.Namespace) -> int:
-    from kafkafast.cluster.assignment import assign_replicas
-
     doc = _load(args.topics_to_move_json_file, "--topics-to-move-json-file")
     if not args.broker_list:
         raise CommandError("--generate needs --broker-list")
@@ -174,8 +174,6 @@ async def _set_throttle(admin: Any, plan: dict[tuple[str, int], list[int]],
                         current: dict[tuple[str, int], list[int]], rate: int) -> None:
     """As Kafka's tool: leaders throttle the moving partitions' current replicas, followers
     the new ones; the rate goes to every broker involved."""
-    from kafkafast.client.admin import RESOURCE_BROKER, RESOURCE_TOPIC
-
     leader: dict[str, set[str]] = {}
     follower: dict[str, set[str]] = {}
     for (t, p), target in plan.items():
@@ -217,8 +215,6 @@ async def _verify(admin: Any, plan: dict[tuple[str, int], list[int]]) -> int:
 
 
 async def _clear_throttle(admin: Any, topics: set[str]) -> None:
-    from kafkafast.client.admin import RESOURCE_BROKER, RESOURCE_TOPIC
-
     for t in sorted(topics):
         await admin.alter_configs(RESOURCE_TOPIC, t, delete_configs=list(THROTTLE_TOPIC_KEYS))
     for b, *_ in (await admin.describe_cluster()).brokers:

@@ -8,6 +8,7 @@ from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse_kv, parser_for, print_json,
                                   run_admin)
+from kafkafast.client.admin import RESOURCE_TOPIC, SOURCE_DYNAMIC_TOPIC
 
 NAME = "topics"
 
@@ -102,8 +103,6 @@ def _matches(name: str, pattern: str | None) -> bool:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    from kafkafast.client.admin import RESOURCE_TOPIC, SOURCE_DYNAMIC_TOPIC
-
     async def describe(admin: Any) -> tuple[list[Any], dict]:
         topics = [d for d in await admin.describe_topics(include_internal=not args.exclude_internal)
                   if _matches(d.name, args.topic)]

@@ -12,9 +12,11 @@ this client's producer and consumer never send pick their version here (`ADMIN_V
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import time
+import uuid as _uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -766,9 +768,6 @@ class AdminClient:
 
 def uuid_of(raw: Any) -> str:
     """A topic id as Kafka's tools print it (base64url without padding)."""
-    import base64
-    import uuid as _uuid
-
     b = raw.bytes if isinstance(raw, _uuid.UUID) else bytes(raw)
     if not any(b):
         return ""

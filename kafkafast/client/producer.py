@@ -27,6 +27,7 @@ from kafkafast.client.cluster import Cluster, TopicPartition
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.client.partitioner import Partitioner, PartitionFn
 from kafkafast.client.records import RecordMetadata
+from kafkafast.client.transactions import TransactionManager
 from kafkafast.protocol import _generated as gen
 from kafkafast.protocol.errors import (
     DuplicateSequenceNumberError,
@@ -202,8 +203,6 @@ class AIOProducer:
         self.acc.wakeup = self.wakeup
         self.cluster.on_update.append(self._on_metadata)
         if self.transactional_id is not None:
-            from kafkafast.client.transactions import TransactionManager
-
             self.acc.transactional = True
             self.txn = TransactionManager(self, self.transactional_id, self.transaction_timeout_ms)
         elif self.idempotent:

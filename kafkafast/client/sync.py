@@ -11,8 +11,10 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, TypeVar
 
 from kafkafast.client.admin import create_topics_sync, delete_topics_sync, describe_configs_sync
-from kafkafast.client.producer import DeliveryFuture
+from kafkafast.client.consumer import AIOConsumer
+from kafkafast.client.producer import AIOProducer, DeliveryFuture
 from kafkafast.client.lowlevel import fetch_range_sync, list_offsets_sync, partitions_for_sync, topics_sync
+from kafkafast.protocol.errors import RequestTimedOutError
 
 T = TypeVar("T")
 
@@ -24,7 +26,7 @@ class LoopThread:
         loop: asyncio.AbstractEventLoop | None = None
         if use_uvloop:
             try:
-                import uvloop
+                import uvloop  # deferred: optional (use_uvloop), asyncio's loop otherwise
                 loop = uvloop.new_event_loop()
             except ImportError:
                 loop = None
@@ -70,8 +72,6 @@ class KafkaProducer:
     Takes the keyword settings of `AIOProducer`."""
 
     def __init__(self, bootstrap_servers: str | list[str], **settings: Any) -> None:
-        from kafkafast.client.producer import AIOProducer
-
         # The standard library's loop, not uvloop: its socket writes release the GIL, so the
         # caller goes on appending while a finished batch is copied into the kernel (uvloop
         # copies holding the GIL, which stalls the caller for the length of every write).
@@ -96,7 +96,6 @@ class KafkaProducer:
             while res is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    from kafkafast.protocol.errors import RequestTimedOutError
                     raise RequestTimedOutError("buffer.memory full")
                 acc.wait_memory_blocking(min(left, 0.1))
                 res = self._p.append(topic, value, key, headers, partition, timestamp_ms, n)
@@ -144,8 +143,6 @@ class KafkaConsumer:
     """Blocking consumer over `AIOConsumer` (same keyword settings) on a private loop thread."""
 
     def __init__(self, *topics: str, bootstrap_servers: str | list[str], **settings: Any) -> None:
-        from kafkafast.client.consumer import AIOConsumer
-
         # The standard library's loop here too: it receives with the GIL released, so the
         # caller works through the last poll's records while the next answer comes in.
         self._lt = LoopThread("kafkafast-consumer", use_uvloop=False)

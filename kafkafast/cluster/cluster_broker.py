@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
+from kafkafast.broker.follower_state import FollowerState
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
@@ -26,12 +27,13 @@ from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
+from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
                                     ZkProducerIds, monotonic_ms)
-from kafkafast.cluster.partition import ClusterPartition, FollowerState
+from kafkafast.cluster.partition import ClusterPartition
 from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
@@ -39,6 +41,8 @@ from kafkafast.config_def import RACK_AWARE_REPLICA_SELECTOR
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest
+from kafkafast.security.context import security_of
 from kafkafast.storage.config import LogConfig
 
 log = logging.getLogger("kafkafast.replica_manager")
@@ -101,8 +105,6 @@ class ClusterBroker(Broker):
         self.apply_dynamic_configs()  # before the logs open with the topic defaults
         # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
         # (security/zk_stores.py)
-        from kafkafast.security.context import security_of
-
         security_of(self)
         self.producer_ids = ZkProducerIds(self.node)
         self.log_manager.load_all(self._config_for_topic)
@@ -118,8 +120,6 @@ class ClusterBroker(Broker):
         await asyncio.to_thread(self.load)
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
         self.fetchers = FetcherManager(self)
-        from kafkafast.cluster.transactions import ClusterTxnCoordinator
-
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
         self.share = ShareCoordinator(self, self._make_share_store())  # started by Broker.start
         await super().start()
@@ -678,8 +678,6 @@ class ClusterBroker(Broker):
         for the LeaderAndIsr that makes it follower. True when no leadership is left."""
         if not self.config.get_bool("controlled.shutdown.enable") or self.node.zk is None:
             return False
-        from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest
-
         retries = max(self.config.get_int("controlled.shutdown.max.retries"), 1)
         backoff = self.config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0
         for attempt in range(1, retries + 1):

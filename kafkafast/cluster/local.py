@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,8 +32,6 @@ JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-simple", "netty-handl
 
 def zookeeper_available() -> bool:
     """Whether Debian's zookeeper package and a java runtime are installed."""
-    import shutil
-
     return os.path.exists("/usr/share/java/zookeeper.jar") and shutil.which("java") is not None
 
 
@@ -144,10 +143,10 @@ def pick_ports(first: int, count: int, avoid: set[int] | None = None) -> list[in
 
 def metadata_brokers(port: int, timeout: float = 2.0) -> tuple[set[int], int]:
     """The broker ids and the controller id a broker's Metadata answer names."""
-    # Imported here: the protocol modules take 0.3 s to import, and the test harness imports this
+    # Deferred: the protocol modules take 0.3 s to import, and kafkafast.testing imports this
     # module (ZooKeeperServer, recv_exact) on its way to the first broker start.
-    from kafkafast.protocol import api
-    from kafkafast.protocol._generated.metadata import MetadataRequest
+    from kafkafast.protocol import api  # deferred: 0.3 s, see above
+    from kafkafast.protocol._generated.metadata import MetadataRequest  # deferred: see above
 
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(api.encode_request(MetadataRequest(topics=[]), 1, 1, "kafkafast-cluster-local"))

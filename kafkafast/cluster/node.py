@@ -7,10 +7,12 @@ to the controller's queue or to the broker's event loop (`call_soon_threadsafe`)
 """
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
@@ -22,6 +24,7 @@ from kafkafast.config import ConfigError, parse_properties
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.security.client import InterBrokerSecurity
+from kafkafast.security.listeners import listener_specs
 
 log = logging.getLogger("kafkafast.cluster")
 
@@ -249,9 +252,6 @@ class ClusterNode:
             data, _ = self.zk.get(Z.CLUSTER_ID)
             cluster_id = Z.loads(data)["id"]
         except NoNodeError:
-            import base64
-            import uuid
-
             proposed = configured_cluster_id or meta.get("cluster.id") or \
                 base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             try:
@@ -287,8 +287,6 @@ class ClusterNode:
 
     def broker_info(self) -> Z.BrokerInfo:
         """Every listener's advertised endpoint and its security protocol (Kafka's v5 JSON)."""
-        from kafkafast.security.listeners import listener_specs
-
         specs = listener_specs(self.config.props)
         eps = tuple((s.name, *s.endpoint()) for s in specs)
         protocols = tuple((s.name, s.protocol) for s in specs)

@@ -13,25 +13,7 @@ import asyncio
 from typing import Any
 
 from kafkafast.broker.broker import Partition
-
-
-class FollowerState:
-    __slots__ = ("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms")
-
-    def __init__(self, now_ms: int) -> None:
-        self.leo = -1
-        self.last_fetch_ms = now_ms
-        self.leo_at_last_fetch = -1
-        self.last_caught_up_ms = now_ms
-
-    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
-        if fetch_offset >= leader_leo:
-            self.last_caught_up_ms = now_ms
-        elif fetch_offset >= self.leo_at_last_fetch >= 0:
-            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
-        self.leo = fetch_offset
-        self.last_fetch_ms = now_ms
-        self.leo_at_last_fetch = leader_leo
+from kafkafast.broker.follower_state import FollowerState
 
 
 class ClusterPartition(Partition):

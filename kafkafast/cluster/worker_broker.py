@@ -58,23 +58,16 @@ from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
-from kafkafast.runtime.worker import RemoteLog, WorkerBroker
+from kafkafast.runtime.worker import RemoteLog, WorkerBroker, controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
+from kafkafast.storage.config import LogConfig
+from kafkafast.storage.partition_state import PartitionState
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
 CONTROLLER_REQUESTS = frozenset({4, 5, 6})  # LeaderAndIsr, StopReplica, UpdateMetadata: every worker applies them
 TO_CONTROLLER = frozenset({7, 43, 45, 46, 56})  # ControlledShutdown, ElectLeaders, Alter/ListPartitionReassignments, AlterPartition: worker 0 runs the controller
 IDENTITY_WAIT_S = 120.0
-
-
-def controlled_shutdown_budget(config: Any) -> float:
-    """Seconds a broker's controlled shutdown may take (Kafka's retries x backoff, plus the
-    wait for the LeaderAndIsr and one slow request); 0 when it is off or not in cluster mode."""
-    if not config.get("zookeeper.connect") or not config.get_bool("controlled.shutdown.enable"):
-        return 0.0
-    retries = max(config.get_int("controlled.shutdown.max.retries"), 1)
-    return retries * config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0 + 15.0
 
 
 class WorkerClusterNode(ClusterNode):
@@ -298,8 +291,6 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
     def _state_for(self, topic: str, partition: int) -> Any:
         topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
         if topic_id is None:
-            from kafkafast.storage.partition_state import PartitionState
-
             return PartitionState()  # a leftover of a deleted topic
         self._topic_ids[topic] = topic_id
         slot = self.table.allocate(topic_id, partition, self.owner_of(topic, partition))
@@ -385,8 +376,6 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                                                                                   ClusterWorkerPartition):
             slot = self.table.allocate(topic_id, ps.partition_index, owner)
             configs = await asyncio.to_thread(self.node.topic_configs, topic)
-            from kafkafast.storage.config import LogConfig
-
             cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
             part = ClusterWorkerPartition(topic, ps.partition_index,
                                           RemoteLog(self.log_dirs, topic, ps.partition_index, self.table.state(slot), cfg),

@@ -41,6 +41,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from kafkafast.protocol import _generated as gen
+from kafkafast.protocol import api
+from kafkafast.protocol.primitives import FileRegion
+from kafkafast.records.batch import iter_entries
+from kafkafast.storage import cleaner as storage_cleaner, log as storage_log
+
 T = TypeVar("T")
 
 active = False
@@ -104,11 +110,9 @@ def enable(directory: str) -> None:
     global active, _REQUESTS, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS, _UNCLEAN
     global _FLUSH_TIME, _ZK_LATENCY, _AUTH_OK, _AUTH_FAILED, _UNCLEANABLE
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-    from prometheus_client import Counter, Gauge, Histogram, values
+    from prometheus_client import Counter, Gauge, Histogram, values  # deferred: reads the env set above
 
     values.ValueClass = values.MultiProcessValue()  # in case prometheus_client was imported before
-    from kafkafast.protocol import _generated as gen
-
     _NAMES.update(gen.API_NAMES)
     _REQUESTS = Counter("kafka_network_requestmetrics_requests", "Requests answered, by API and version",
                         ["request", "version"], registry=None)
@@ -132,8 +136,6 @@ def enable(directory: str) -> None:
     _UNCLEANABLE = Gauge("kafka_log_logcleanermanager_uncleanable_partitions_count",
                          "Partitions the log cleaner skips (a batch it cannot decode), per log dir",
                          ["logDirectory"], multiprocess_mode="livesum", registry=None)
-    from kafkafast.storage import cleaner as storage_cleaner, log as storage_log
-
     storage_log.flush_observer = _FLUSH_TIME.observe
     storage_cleaner.uncleanable_observer = _uncleanable
     _MESSAGES_IN = Counter("kafka_server_brokertopicmetrics_messagesin", "Records received in produce requests", ["topic"], registry=None)
@@ -416,9 +418,6 @@ def _rates(api_key: int, topic: str) -> tuple[Any, Any]:
 
 
 def _produce(frame: Any) -> None:
-    from kafkafast.protocol import api
-    from kafkafast.records.batch import iter_entries
-
     _, req = api.decode_request(frame)
     for t in req.topic_data:
         count = size = 0
@@ -440,8 +439,6 @@ def _produce(frame: Any) -> None:
 
 
 def _fetch(parts: list) -> None:
-    from kafkafast.protocol.primitives import FileRegion
-
     for part in parts:
         if isinstance(part, FileRegion) and part.length:
             topic = topic_of_fd(part.fd)

@@ -17,10 +17,12 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from kafkafast.metrics import recorder
+from kafkafast.metrics.state import BrokerState
 
 log = logging.getLogger("kafkafast.metrics")
 
@@ -57,8 +59,6 @@ class WorkerMetrics:
         self._snapshots: deque[tuple[float, dict[tuple, list[float]]]] = deque()
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.multiprocess import MultiProcessCollector
-
         # A process creating its file (at its first request) leaves it empty for an
         # instant; such a file holds nothing yet and cannot be parsed, so it is skipped.
         files = []
@@ -185,10 +185,6 @@ def start_for_broker(config: Any, workers: int) -> MetricsEndpoint | None:
         return None
     directory = tempfile.mkdtemp(prefix=f"kafkafast-metrics-{os.getpid()}-")  # the pid: see testing's cleanup
     recorder.enable(directory)
-    from prometheus_client import CollectorRegistry
-
-    from kafkafast.metrics.state import BrokerState
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerMetrics(directory))
     state = BrokerState(config, workers=workers)

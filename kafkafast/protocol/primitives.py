@@ -7,6 +7,7 @@ so that a Fetch response can be sent with `os.sendfile` without reading the reco
 """
 from __future__ import annotations
 
+import os
 import struct
 import uuid as _uuid
 from dataclasses import dataclass
@@ -39,8 +40,6 @@ class FileRegion:
 
     def read(self) -> bytes:
         """The region's bytes (for transports that cannot sendfile, and for tests)."""
-        import os
-
         return os.pread(self.fd, self.length, self.offset)
 
 

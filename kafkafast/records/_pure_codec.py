@@ -22,6 +22,7 @@ from kafkafast.protocol.errors import (
     UnsupportedForMessageFormatError,
 )
 from kafkafast.protocol.primitives import DecodeError
+from kafkafast.records.compression import compress
 from kafkafast.records.model import BatchHeader, Record
 
 Buffer = bytes | bytearray | memoryview
@@ -671,8 +672,6 @@ class BatchBuilder:
         """The complete batch, CRC included. An empty builder gives an empty batch (count 0)."""
         records: bytes | bytearray = self._buf
         if self.compression != 0:
-            from kafkafast.records.compression import compress
-
             records = compress(self.compression, bytes(self._buf))
         size = HEADER_SIZE + len(records)
         out = bytearray(size)

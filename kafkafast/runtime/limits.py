@@ -51,7 +51,9 @@ from typing import Any, Callable
 
 from kafkafast.broker.dynamic_configs import parse_overrides
 from kafkafast.metrics import recorder as request_metrics
+from kafkafast.runtime.connection import KafkaConnection
 from kafkafast.runtime.shared_counters import ADMITTED, IP_REFUSED, IP_UNTRACKED, MAX_LISTENERS, WAIT, ip_key
+from kafkafast.security.tls import server_context, store_stamp, with_dynamic_stores
 
 LISTEN_BACKLOG = 1024  # each worker's listen() backlog (runtime/listening.py binds, the Acceptor listens)
 
@@ -109,8 +111,6 @@ class ConnectionLimits:
         self.setup_closed = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
-        from kafkafast.runtime.connection import KafkaConnection
-
         KafkaConnection.queue_limits = (int(get("queued.max.requests") or 500),
                                         int(get("queued.max.request.bytes") or -1))
 
@@ -299,8 +299,6 @@ class Acceptor:
         """Serves new connections with the listener's stores as this broker's dynamic configs
         now set them (`security/tls.py`), if they or their files changed; a store that no
         longer loads leaves the current context in place."""
-        from kafkafast.security.tls import server_context, store_stamp, with_dynamic_stores
-
         spec = with_dynamic_stores(self.spec, dynamic)
         stamp = store_stamp(spec)
         if stamp == self.tls_stamp:

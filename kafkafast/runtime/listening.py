@@ -18,7 +18,15 @@ import socket
 from typing import Any
 
 from kafkafast.config import ConfigError
+from kafkafast.metrics import recorder as request_metrics
+from kafkafast.runtime.connection import KafkaConnection
+from kafkafast.runtime.limits import Acceptor, ConnectionLimits
+from kafkafast.runtime.shared_counters import SharedCounters
+from kafkafast.security.acl import AUTHORIZER_CLASSES
+from kafkafast.security.jaas import jaas_for
 from kafkafast.security.listeners import ListenerSpec, listener_specs
+from kafkafast.security.sasl import enabled_mechanisms
+from kafkafast.security.tls import PrincipalMapper, server_context
 
 
 class ListenerError(OSError):
@@ -100,11 +108,6 @@ def bind_listeners(config: Any, copies: int = 1, *, reuse_port: bool = False
 
 def validate_security(specs: list[ListenerSpec]) -> None:
     """Fails start-up (ValueError) on a listener whose TLS or SASL settings cannot work."""
-    from kafkafast.security.acl import AUTHORIZER_CLASSES
-    from kafkafast.security.jaas import jaas_for
-    from kafkafast.security.sasl import enabled_mechanisms
-    from kafkafast.security.tls import PrincipalMapper, server_context
-
     cls = (specs[0].props.get("authorizer.class.name") or "").strip() if specs else ""
     if cls and cls not in AUTHORIZER_CLASSES:
         raise ValueError(f"authorizer.class.name={cls} is not supported (use one of {', '.join(AUTHORIZER_CLASSES)})")
@@ -121,12 +124,6 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
                           tracker: set) -> tuple[list[Any], Any]:
     """Starts accepting on every listener (`limits.Acceptor`: connection limits counted in
     `broker.counters`, the area shared by all workers); returns (acceptors, limits)."""
-    from kafkafast.metrics import recorder as request_metrics
-    from kafkafast.runtime.connection import KafkaConnection
-    from kafkafast.runtime.limits import Acceptor, ConnectionLimits
-    from kafkafast.runtime.shared_counters import SharedCounters
-    from kafkafast.security.tls import server_context
-
     max_req = broker.config.get_int("socket.request.max.bytes")
     if getattr(broker, "counters", None) is None:  # a single-process broker: its own area, no lock
         broker.counters = SharedCounters.for_config(broker.config, 1, None)

@@ -59,7 +59,7 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if config.get("zookeeper.connect"):  # cluster mode (ZooKeeper): kafkafast/cluster
-        from kafkafast.cluster.cluster_broker import ClusterBroker
+        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: cluster mode only (kazoo)
 
         broker: Broker = ClusterBroker(config)
     else:
@@ -87,7 +87,7 @@ async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
-        import uvloop
+        import uvloop  # deferred: optional, asyncio's loop otherwise
 
         return uvloop.new_event_loop()
     except ImportError:  # pragma: no cover - uvloop is a declared dependency

@@ -94,9 +94,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import zlib
 from contextlib import AbstractContextManager
 from typing import Any, Iterator
 
+from kafkafast.broker.follower_state import FollowerState
 from kafkafast.runtime.file_lock import ProcessFileLock
 
 from kafkafast.storage.partition_state import FIELDS
@@ -149,8 +151,6 @@ def process_running(pid: int) -> bool:
 def owner_for(topic: str, partition: int, workers: int) -> int:
     """The worker that appends to a partition: consecutive partitions of a topic go to
     consecutive workers, starting at a worker chosen by the topic name."""
-    import zlib
-
     return (zlib.crc32(topic.encode()) + partition) % workers
 
 
@@ -187,7 +187,7 @@ for _i, _name in enumerate(FIELDS):
 
 
 class SlotFollower:
-    """A follower's fetch state in a slot (`cluster.partition.FollowerState`'s attributes), so
+    """A follower's fetch state in a slot (`broker.follower_state.FollowerState`'s attributes), so
     the worker that serves the follower's Fetch records it and the owner reads it."""
 
     __slots__ = ("_q", "_b")
@@ -203,8 +203,6 @@ class SlotFollower:
         self.last_caught_up_ms = now_ms
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
-        from kafkafast.cluster.partition import FollowerState
-
         FollowerState.on_fetch(self, fetch_offset, leader_leo, now_ms)  # type: ignore[arg-type]
 
 

@@ -47,12 +47,16 @@ import socket
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
+from kafkafast.broker.broker import Broker
+from kafkafast.broker.registry import load_handlers
 from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
-from kafkafast.runtime.worker import CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN
+from kafkafast.runtime.worker import (CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN,
+                                      controlled_shutdown_budget, run_worker)
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
@@ -87,10 +91,6 @@ class Supervisor:
 
     def _controlled_shutdown_budget(self) -> float:
         """Cluster mode: the workers first wait for the controlled shutdown (leaderships moved)."""
-        if not self.config.get("zookeeper.connect"):
-            return 0.0
-        from kafkafast.cluster.worker_broker import controlled_shutdown_budget
-
         return controlled_shutdown_budget(self.config)
 
     # -- set-up -------------------------------------------------------------------------
@@ -116,27 +116,16 @@ class Supervisor:
         if not self.config.get("zookeeper.connect"):  # in cluster mode the cluster id is ZooKeeper's
             self._ensure_cluster_id()
         # Everything a worker imports, imported once here: forks start serving at once.
-        import kafkafast.runtime.worker  # noqa: F401
         if self.config.get("zookeeper.connect"):
             import kafkafast.cluster.worker_broker  # noqa: F401  (kazoo sessions start in the workers)
-        from kafkafast.broker.registry import load_handlers
-
         load_handlers()
         try:
-            import kafkafast.broker.group_coordinator  # noqa: F401
-        except ImportError:
-            pass
-        try:
-            import uvloop  # noqa: F401
+            import uvloop  # noqa: F401  (optional: the workers run on it; loaded before the fork)
         except ImportError:  # pragma: no cover
             pass
 
     def _ensure_cluster_id(self) -> None:
         """meta.properties (cluster id) is written once here, not raced by N workers."""
-        from types import SimpleNamespace
-
-        from kafkafast.broker.broker import Broker
-
         Broker._load_cluster_id(SimpleNamespace(log_dirs=self.config.log_dirs, config=self.config,  # type: ignore[arg-type]
                                                 node_id=self.config.node_id))
 
@@ -175,8 +164,6 @@ class Supervisor:
                 for j, (r, _) in enumerate(self.pipes):
                     if j != i:
                         os.close(r)
-                from kafkafast.runtime.worker import run_worker
-
                 request_metrics.in_worker(i)
                 code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,

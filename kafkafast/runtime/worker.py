@@ -50,10 +50,14 @@ from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
+from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
 from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
 from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder, InternalConnection
+from kafkafast.runtime.listening import serve_listeners
+from kafkafast.runtime.server import close_loop, new_event_loop
 from kafkafast.security.context import carry_principal, principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
 from kafkafast.storage.log import Log
@@ -465,8 +469,6 @@ class WorkerBroker(Broker):
         if self.owns(part) or internal:
             await super().delete_records(part, offset, internal=internal)
             return
-        from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
-
         T = DeleteRecordsRequest.DeleteRecordsTopic
         P = DeleteRecordsRequest.DeleteRecordsPartition
         req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
@@ -567,8 +569,6 @@ class WorkerBroker(Broker):
     async def forward_marker(self, part: Any, producer_id: int, producer_epoch: int, commit: bool,
                              coordinator_epoch: int) -> int:
         """A transaction marker for a partition another worker owns: WriteTxnMarkers to it."""
-        from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
-
         M = WriteTxnMarkersRequest.WritableTxnMarker
         req = WriteTxnMarkersRequest(markers=[M(
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
@@ -611,10 +611,19 @@ def _install_sendfile_stats(directory: str) -> None:
     os.sendfile = counting_sendfile  # type: ignore[assignment]
 
 
+def controlled_shutdown_budget(config: Any) -> float:
+    """Seconds a broker's controlled shutdown may take (Kafka's retries x backoff, plus the
+    wait for the LeaderAndIsr and one slow request); 0 when it is off or not in cluster mode."""
+    if not config.get("zookeeper.connect") or not config.get_bool("controlled.shutdown.enable"):
+        return 0.0
+    retries = max(config.get_int("controlled.shutdown.max.retries"), 1)
+    return retries * config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0 + 15.0
+
+
 def _set_parent_death_signal() -> None:
     """If the supervisor dies (SIGKILL), workers get SIGTERM instead of living on."""
     try:
-        import ctypes
+        import ctypes  # deferred: loads libc only in a worker, after the fork
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -624,8 +633,6 @@ def _set_parent_death_signal() -> None:
 
 async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listener_specs: list,
                  internal_sock: socket.socket, wake_r: int, stop: asyncio.Event) -> int:
-    from kafkafast.runtime.listening import serve_listeners
-
     loop = asyncio.get_running_loop()
     # Unblocked only now: uvloop loses a signal that arrives before its loop runs, and a
     # SIGTERM sent while this worker starts must still stop it.
@@ -695,8 +702,6 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stats_dir = os.environ.get("KAFKAFAST_SENDFILE_STATS")
     if stats_dir:
         _install_sendfile_stats(stats_dir)
-    from kafkafast.runtime.server import close_loop, new_event_loop
-
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     stop = asyncio.Event()
@@ -704,7 +709,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
         loop.add_signal_handler(sig, stop.set)
     broker_class: type[WorkerBroker] = WorkerBroker
     if config.get("zookeeper.connect"):  # cluster mode: replication over these workers
-        from kafkafast.cluster.worker_broker import ClusterWorkerBroker
+        from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: the REMAINING cycle
 
         broker_class = ClusterWorkerBroker
     broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
@@ -716,7 +721,7 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
     profiler = None
     if profile_dir:
-        import cProfile
+        import cProfile  # deferred: profiling only, when KAFKAFAST_PROFILE is set
 
         # KAFKAFAST_PROFILE_CPU=1: CPU time (process_time), not wall time, which on a shared
         # machine charges other processes' time slices to whatever function was running

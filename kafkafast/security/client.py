@@ -22,8 +22,11 @@ import ssl
 import time
 from typing import Any
 
+from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
+from kafkafast.protocol._generated.sasl_handshake import SaslHandshakeRequest
 from kafkafast.protocol.errors import SaslAuthenticationFailedError
-from kafkafast.security.jaas import jaas_for
+from kafkafast.security.jaas import jaas_for, parse_jaas
+from kafkafast.security.listeners import listener_specs
 from kafkafast.security.scram import MECHANISMS
 from kafkafast.security.tls import PROTOCOL_VERSIONS, _pem_file
 
@@ -130,8 +133,6 @@ class InterBrokerSecurity:
     entry. Built once at start, so a missing setting stops the broker with a clear message."""
 
     def __init__(self, props: dict) -> None:
-        from kafkafast.security.listeners import listener_specs
-
         specs = {s.name: s for s in listener_specs(props)}
         name = (props.get("inter.broker.listener.name") or props.get("security.inter.broker.protocol")
                 or "PLAINTEXT").upper()
@@ -168,9 +169,6 @@ def _sasl_exchange(mechanism: str, username: str, password: str) -> Any:
 
 
 def _sasl_exchange_with(mechanism: str, client: Any, who: str) -> Any:
-    from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
-    from kafkafast.protocol._generated.sasl_handshake import SaslHandshakeRequest
-
     answer = yield SaslHandshakeRequest(mechanism=mechanism), 1
     if answer.error_code:
         raise SaslClientError(f"SaslHandshake {mechanism}: error {answer.error_code} "
@@ -312,8 +310,6 @@ class ClientSecurity:
     interface as InterBrokerSecurity, for BrokerConnection."""
 
     def __init__(self, props: dict) -> None:
-        from kafkafast.security.jaas import parse_jaas
-
         protocol = (props.get("security.protocol") or "PLAINTEXT").upper()
         if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
             raise ValueError(f"security.protocol={protocol}: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")

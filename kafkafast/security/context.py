@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from kafkafast.protocol import errors as E
 from kafkafast.security import acl
 from kafkafast.security.sasl import ANONYMOUS
 from kafkafast.security.scram import ScramStore
@@ -32,7 +33,7 @@ class Security:
             raise ValueError(f"authorizer.class.name={cls} is not supported (use one of "
                              f"{', '.join(acl.AUTHORIZER_CLASSES)})")
         if zk is not None:
-            from kafkafast.security.zk_stores import ZkAclStore, ZkScramStore
+            from kafkafast.security.zk_stores import ZkAclStore, ZkScramStore  # deferred: cluster mode only (kazoo)
         self.authorizer = acl.AclAuthorizer(
             log_dir, super_users=config.get("super.users"),
             allow_if_no_acl=str(config.get("allow.everyone.if.no.acl.found")).lower() == "true",
@@ -153,8 +154,6 @@ def require(broker: Any, ctx: Any, operation: int, resource_type: int, name: str
     """Raises the KafkaError of `denied` (for handlers that answer errors from an except clause)."""
     code = denied(broker, ctx, operation, resource_type, name)
     if code:
-        from kafkafast.protocol import errors as E
-
         raise E.for_code(code)()
 
 

@@ -66,6 +66,7 @@ fetch therefore never wait for a cleaning, only for the swap (renames and an fsy
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -593,8 +594,6 @@ class LogCleaner:
         """Several worker processes each clean the partitions they own and share one file
         per log dir: under an flock, keep the other entries of partitions that still exist
         and replace this process's."""
-        import fcntl
-
         path = os.path.join(log_dir, CLEANER_CHECKPOINT)
         with open(path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

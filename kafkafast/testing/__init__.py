@@ -59,7 +59,7 @@ def cluster(directory: str | None = None, **options: Any) -> Iterator[KafkaTestC
 @contextlib.asynccontextmanager
 async def async_broker(directory: str | None = None, **options: Any) -> AsyncIterator[KafkaTestBroker]:
     """`broker()` for asyncio code: start and stop run in a thread, the loop keeps running."""
-    import asyncio
+    import asyncio  # deferred: kafkafast.testing starts light
 
     with contextlib.ExitStack() as stack:
         root = directory or stack.enter_context(tempfile.TemporaryDirectory(prefix="kafkafast-test-"))

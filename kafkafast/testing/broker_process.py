@@ -19,6 +19,7 @@ switches the default. perf/testing_startup.py measures both.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from kafkafast import clock
+import kafkafast
+from kafkafast.broker.kafka_releases import release_versions
 from kafkafast.cluster.local import recv_exact as _recv
 from kafkafast.testing.control import CLOCK, PROPERTY
 from kafkafast.testing.scripting import Faults, ManualClock
@@ -70,8 +73,6 @@ def default_spawn() -> str:
 
 def _pythonpath() -> dict[str, str]:
     """The environment for a broker: this kafkafast importable first, whatever the cwd."""
-    import kafkafast
-
     here = str(Path(kafkafast.__file__).resolve().parents[1])
     rest = os.environ.get("PYTHONPATH")
     return dict(os.environ, PYTHONPATH=here + (os.pathsep + rest if rest else ""))
@@ -91,8 +92,8 @@ class ForkServer:
         # This process's side of a broker start, imported while the fork server imports the
         # broker: the protocol codecs the readiness check (Metadata) and create_topic use take
         # 0.3 s to import, which the first start would otherwise add to the fork server's.
-        from kafkafast.protocol import api  # noqa: F401
-        from kafkafast.protocol._generated import create_topics, metadata  # noqa: F401
+        from kafkafast.protocol import api  # noqa: F401  (warmed now, see above)
+        from kafkafast.protocol._generated import create_topics, metadata  # noqa: F401  (as above)
 
         hello = self.proc.stdout.readline()  # type: ignore[union-attr]
         if not hello:
@@ -129,8 +130,6 @@ class ForkServer:
             return cls._instance
 
     def call(self, command: dict[str, Any]) -> dict[str, Any]:
-        import json
-
         with self.lock:
             self.proc.stdin.write(json.dumps(command) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
@@ -178,7 +177,7 @@ def _die_with_parent_thread() -> Any:
 
 def die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the test process dies."""
-    import ctypes
+    import ctypes  # deferred: loads libc, only in a broker's child
 
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -202,8 +201,6 @@ class KafkaTestBroker:
         self.log_path = self.root / "broker.log"
         self.workers = workers
         if as_kafka is not None:
-            from kafkafast.broker.kafka_releases import release_versions
-
             release_versions(as_kafka)  # ValueError for a release we have no table for
         self.as_kafka = as_kafka
         self.settings = {**TEST_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
@@ -309,7 +306,7 @@ class KafkaTestBroker:
 
     # -- requests ---------------------------------------------------------------------------
     def _request(self, request: Any, version: int, timeout: float = 10.0) -> Any:
-        from kafkafast.protocol import api
+        from kafkafast.protocol import api  # deferred: 0.3 s to import
 
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
             s.sendall(api.encode_request(request, version, 1, "kafkafast-testing"))
@@ -319,8 +316,8 @@ class KafkaTestBroker:
     def _answers_metadata(self) -> bool:
         """Whether *this* broker answers Metadata on our port: the cluster id it answers
         with is the one it wrote into our data directory (not some other process's)."""
-        from kafkafast.config import parse_properties
-        from kafkafast.protocol._generated.metadata import MetadataRequest
+        from kafkafast.config import parse_properties  # deferred: kafkafast.testing starts light
+        from kafkafast.protocol._generated.metadata import MetadataRequest  # deferred: 0.3 s to import
 
         try:
             with open(self.data_dir / "meta.properties", encoding="utf-8") as fh:
@@ -331,8 +328,8 @@ class KafkaTestBroker:
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, Any] | None = None) -> None:
         """Creates a topic (CreateTopics, as an admin client would); raises the Kafka error."""
-        from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
-        from kafkafast.protocol.errors import raise_for_code
+        from kafkafast.protocol._generated.create_topics import CreateTopicsRequest  # deferred: 0.3 s to import
+        from kafkafast.protocol.errors import raise_for_code  # deferred: kafkafast.testing starts light
 
         T = CreateTopicsRequest.CreatableTopic
         C = CreateTopicsRequest.CreatableTopicConfig
@@ -347,9 +344,9 @@ class KafkaTestBroker:
         """Every record the log holds for the topic (or one partition), read from the
         segment files (complete batches only; control records left out), ordered by
         partition, then offset."""
-        from kafkafast.records import iter_record_batches, scan_valid_prefix
-        from kafkafast.storage.log_manager import parse_partition_dir
-        from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name
+        from kafkafast.records import iter_record_batches, scan_valid_prefix  # deferred: kafkafast.testing starts light
+        from kafkafast.storage.log_manager import parse_partition_dir  # deferred: kafkafast.testing starts light
+        from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name  # deferred: kafkafast.testing starts light
 
         out: list[LogRecord] = []
         if not self.data_dir.is_dir():
@@ -373,7 +370,7 @@ class KafkaTestBroker:
 
     def segment_files(self, topic: str, partition: int = 0) -> list[str]:
         """The partition's segment file names (`.log`), oldest first."""
-        from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name
+        from kafkafast.storage.segment import LOG_SUFFIX, parse_segment_name  # deferred: kafkafast.testing starts light
 
         path = self.data_dir / f"{topic}-{partition}"
         if not path.is_dir():

@@ -189,7 +189,7 @@ class KafkaTestCluster(ZooKeeperView):
     def zk(self) -> Any:
         """A kazoo client on the cluster's chroot (closed by `stop()`)."""
         if self._zk is None:
-            from kazoo.client import KazooClient
+            from kazoo.client import KazooClient  # deferred: optional, only for a cluster
 
             client = KazooClient(hosts=self.zookeeper_connect, timeout=10)
             client.start(timeout=20)
@@ -209,8 +209,8 @@ class KafkaTestCluster(ZooKeeperView):
         waits until every partition has a leader and all its replicas in the ISR.
         `partitions` defaults to the brokers' num.partitions (1 unless `settings` change it),
         `replication_factor` to default.replication.factor (min(3, number of brokers))."""
-        from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
-        from kafkafast.protocol.errors import raise_for_code
+        from kafkafast.protocol._generated.create_topics import CreateTopicsRequest  # deferred: 0.3 s to import
+        from kafkafast.protocol.errors import raise_for_code  # deferred: kafkafast.testing starts light
 
         rf = replication_factor or int(self.settings["default.replication.factor"])
         partitions = partitions or int(self.settings.get("num.partitions", 1))

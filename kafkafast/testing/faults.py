@@ -34,6 +34,11 @@ import time
 from typing import Any
 
 from kafkafast import clock
+from kafkafast.protocol import _generated as gen
+from kafkafast.protocol import api
+from kafkafast.protocol.errors import CloseConnection
+from kafkafast.protocol.primitives import FileRegion
+from kafkafast.storage import log_manager, segment
 from kafkafast.testing.control import ControlFiles
 
 log = logging.getLogger("kafkafast.testing")
@@ -63,8 +68,6 @@ _UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1,
 
 def error_injectable(api_key: int) -> bool:
     """Whether `error` rules can answer this API (it has an error code somewhere to set)."""
-    from kafkafast.protocol import _generated as gen
-
     resp = gen.RESPONSES.get(api_key)
     return resp is not None and (api_key in PARTITIONED or api_key in (METADATA, FIND_COORDINATOR)
                                  or "error_code" in _fields(resp))
@@ -91,8 +94,6 @@ class TestControl:
         self._task: asyncio.Task | None = None
         if os.path.exists(self.files.clock_path):
             clock.use_manual_clock(self.files.clock_path)
-        from kafkafast.storage import log_manager, segment
-
         segment.write_fault = self._disk_fault
         log_manager.load_fault = self._hold_load
 
@@ -198,8 +199,6 @@ class TestControl:
         self.refresh()
         if not self._by_api or len(frame) < 8:
             return await broker.handle_frame(frame, conn)
-        from kafkafast.protocol import api
-
         api_key, version, correlation_id = api.peek_api(frame)
         rules = self._by_api.get(api_key)
         if not rules or api_key not in broker.handlers or \
@@ -217,8 +216,6 @@ class TestControl:
                 if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
                     if api_key == PRODUCE and request.acks == 0:
                         # Kafka closes an acks=0 producer's connection on an error: its only signal.
-                        from kafkafast.protocol.errors import CloseConnection
-
                         raise CloseConnection("injected produce error with acks=0")
                     response = await self._error_answer(api_key, header, request, rule, conn)
                     return None if response is None else api.encode_response(api_key, version, correlation_id,
@@ -234,8 +231,6 @@ class TestControl:
             if rule["kind"] == "delay":
                 await asyncio.sleep(rule["delay_ms"] / 1000.0)
             else:
-                from kafkafast.protocol.errors import CloseConnection
-
                 raise CloseConnection(f"dropped the answer to api {api_key} (injected by the test)")
         return parts
 
@@ -270,10 +265,6 @@ class TestControl:
             await asyncio.sleep(TICK_S)
 
     async def _error_answer(self, api_key: int, header: Any, request: Any, rule: dict, conn: Any) -> Any:
-        from kafkafast.protocol import _generated as gen
-        from kafkafast.protocol import api
-        from kafkafast.protocol.primitives import FileRegion
-
         broker = self.broker
         code = rule["error_code"]
         version = header.request_api_version

@@ -24,14 +24,27 @@ import os
 import signal
 import sys
 import time
+import traceback
+
+# Everything a broker imports, imported once here (this module runs only as the fork server's
+# __main__): each forked broker starts with them loaded.
+import uvloop  # noqa: F401
+
+import kafkafast.broker.broker  # noqa: F401
+import kafkafast.broker.group_coordinator  # noqa: F401
+import kafkafast.broker.registry as registry
+import kafkafast.runtime.server  # noqa: F401
+import kafkafast.runtime.supervisor  # noqa: F401
+import kafkafast.runtime.worker  # noqa: F401
+import kafkafast.testing.faults  # noqa: F401
+from kafkafast.cli.main import main
+from kafkafast.testing.broker_process import die_with_parent
 
 
 def _child(argv: list[str], log_path: str) -> None:
     """In the forked child: become what `kafkafast broker ...` would be, then exit."""
     code = 1
     try:
-        from kafkafast.testing.broker_process import die_with_parent
-
         os.setsid()
         die_with_parent()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
@@ -43,16 +56,12 @@ def _child(argv: list[str], log_path: str) -> None:
         os.dup2(log, 2)
         os.close(devnull)
         os.close(log)
-        from kafkafast.cli.main import main
-
         code = main(argv) or 0
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -65,17 +74,6 @@ def _exit_code(status: int) -> int:
 
 
 def serve() -> None:
-    # Everything a broker imports, imported once here.
-    import kafkafast.broker.broker  # noqa: F401
-    import kafkafast.broker.group_coordinator  # noqa: F401
-    import kafkafast.broker.registry as registry
-    import kafkafast.cli.main  # noqa: F401
-    import kafkafast.runtime.server  # noqa: F401
-    import kafkafast.runtime.supervisor  # noqa: F401
-    import kafkafast.runtime.worker  # noqa: F401
-    import kafkafast.testing.faults  # noqa: F401
-    import uvloop  # noqa: F401
-
     registry.load_handlers()
     reply = sys.stdout
     print(json.dumps({"ready": os.getpid()}), file=reply, flush=True)

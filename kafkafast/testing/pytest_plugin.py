@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import pytest
 
 from kafkafast.testing.broker_process import ForkServer, KafkaTestBroker, default_spawn
+from kafkafast.testing.cluster import KafkaTestCluster, ZooKeeperUnavailable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,8 +83,6 @@ def kafka_broker_session(_kafka_session_broker: KafkaTestBroker) -> Iterator[Kaf
 
 @pytest.fixture
 def kafka_cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
-    from kafkafast.testing.cluster import KafkaTestCluster, ZooKeeperUnavailable
-
     try:
         cluster = KafkaTestCluster(tmp_path / "kafka-cluster", **_options(request, "kafka_cluster"))
     except ZooKeeperUnavailable as exc:

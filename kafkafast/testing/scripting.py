@@ -16,7 +16,7 @@ def api_key(api: int | str) -> int:
     """An API key from its number or its name ("Produce", "produce", "FindCoordinator")."""
     if isinstance(api, int):
         return api
-    from kafkafast.protocol import _generated as gen
+    from kafkafast.protocol import _generated as gen  # deferred: 0.3 s to import
 
     wanted = api.replace("_", "").lower()
     for key, cls in gen.REQUESTS.items():
@@ -29,7 +29,7 @@ def error_code(code: int | str) -> int:
     """An error code from its number or its Kafka name ("NOT_LEADER_OR_FOLLOWER")."""
     if isinstance(code, int):
         return code
-    from kafkafast.protocol.errors import ErrorCode
+    from kafkafast.protocol.errors import ErrorCode  # deferred: kafkafast.testing starts light
 
     try:
         return int(getattr(ErrorCode, code.upper()))
@@ -51,7 +51,7 @@ class Faults:
               partition: int | None = None) -> int:
         """Answer the next `count` requests of `api` with error `code` (for Produce, Fetch,
         ListOffsets, OffsetCommit and Metadata: only the matching topic/partition)."""
-        from kafkafast.testing.faults import error_injectable, partitioned
+        from kafkafast.testing.faults import error_injectable, partitioned  # deferred: imports the protocol (0.3 s)
 
         key = api_key(api)
         if not error_injectable(key):

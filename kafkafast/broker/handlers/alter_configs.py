@@ -9,6 +9,7 @@ applied to every topic without its own override; any other broker config answers
 INVALID_REQUEST ("Cannot update these configs dynamically"). In cluster mode they live in
 ZooKeeper (`kafkafast/cluster/dynamic_configs.py`) and any broker changes the cluster-wide
 default or the entry of any live broker."""
+from kafkafast.broker.dynamic_configs import check_dynamic_broker_configs, check_listener_stores
 from kafkafast.broker.registry import handles
 from kafkafast.protocol._generated.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from kafkafast.protocol import errors as E
@@ -35,8 +36,6 @@ def broker_scope(broker, name: str) -> str:
 
 def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:
     """Replaces the dynamic configs of the broker resource `name`."""
-    from kafkafast.broker.dynamic_configs import check_dynamic_broker_configs, check_listener_stores
-
     scope = broker_scope(broker, name)
     check_dynamic_broker_configs(configs, scope)
     check_listener_stores(broker, scope, configs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kafkafast.broker.kafka_releases import release_versions
 from kafkafast.broker.registry import HandlerSpec, handles
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafkafast.protocol.errors import UnsupportedVersionError
@@ -27,8 +28,6 @@ def served_handlers(handlers: dict[int, HandlerSpec], as_kafka: str | None) -> d
     """The handlers a broker serves: all of them, or narrowed to a Kafka release's versions."""
     if not as_kafka:
         return dict(handlers)
-    from kafkafast.broker.kafka_releases import release_versions
-
     release = release_versions(as_kafka)
     out = {}
     for key, spec in handlers.items():

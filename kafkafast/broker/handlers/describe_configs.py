@@ -14,6 +14,7 @@ and documentation (when asked) come from the table of known configs (`kafkafast/
 """
 from dataclasses import dataclass
 
+from kafkafast.broker.dynamic_configs import ACCEPTED_WITHOUT_USE, is_dynamic_broker_config
 from kafkafast.broker.registry import handles
 from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
 from kafkafast.config_def import BROKER_CONFIGS
@@ -100,8 +101,6 @@ def topic_config_entries(broker, meta, version: int) -> list[ConfigEntry]:
 
 
 def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
-    from kafkafast.broker.dynamic_configs import ACCEPTED_WITHOUT_USE, is_dynamic_broker_config
-
     dynamic = getattr(broker, "dynamic", None)
     default_dyn = dynamic.broker_configs("") if dynamic is not None else {}
     if resource_name == "":

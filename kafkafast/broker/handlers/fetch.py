@@ -33,6 +33,7 @@ NOT_LEADER_OR_FOLLOWER.
 """
 import asyncio
 import logging
+import os
 import time
 
 from kafkafast.broker.quotas import parked
@@ -40,6 +41,7 @@ from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
+from kafkafast.records.convert import downconvert_batch
 from kafkafast.security.context import fetch_denied
 from kafkafast.storage.txn_index import collect_aborted
 
@@ -173,10 +175,6 @@ def down_converted(part, region, magic: int, fetch_offset: int, limit: int, firs
     batch at a time; stops before the output passes `limit` (for the `first` partition of
     the response its first message set goes whole whatever its size).
     UnsupportedVersionError when the topic refuses down-conversion."""
-    import os
-
-    from kafkafast.records.convert import downconvert_batch
-
     if not part.log.config.message_downconversion_enable:
         raise E.UnsupportedVersionError(f"{part.topic}: message.downconversion.enable is false")
     out = bytearray()

@@ -40,6 +40,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.records import validate_compressed_records
 from kafkafast.records.batch import decode_batch, validate_batches
+from kafkafast.records.convert import upconvert
 from kafkafast.security import acl
 from kafkafast.security.context import denied
 
@@ -82,8 +83,6 @@ def upconverted(broker, part, pd, version: int):
     the legacy message set is refused, else None."""
     if version > 2 or pd.records is None or len(pd.records) == 0:
         return None
-    from kafkafast.records.convert import upconvert
-
     try:
         pd.records = upconvert(pd.records, broker.config.max_decompressed_bytes(part.log.config.max_message_bytes))
     except E.KafkaError as exc:
