@@ -43,7 +43,7 @@ from kafkafast.storage.cleaner import LogCleaner
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
 from kafkafast.broker.dynamic_configs import CLEANER_CONFIGS, CONNECTION_CONFIGS, DynamicConfigs, cleaner_io_rate
-from kafkafast.broker.quotas import QuotaManager, measured_handler_time
+from kafkafast.broker.quotas import SHARE_FETCH, QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
 
@@ -585,8 +585,9 @@ class Broker:
     async def _handle_with_quotas(self, spec: Any, ctx: RequestContext, request: Any, frame: Any,
                                   correlation_id: int) -> list | None:
         """A request of a client that quotas may throttle (`broker/quotas.py`): its handler
-        time, request bytes (Produce) or response bytes (consumer Fetch) are recorded; over a
-        quota the response carries throttle_time_ms and the connection is muted that long."""
+        time, request bytes (Produce) or response bytes (consumer Fetch, ShareFetch) are
+        recorded; over a quota the response carries throttle_time_ms and the connection is
+        muted that long."""
         api_key, api_version = spec.api_key, ctx.api_version
         handler_ms = [0.0]
         with measured_handler_time(handler_ms):
@@ -594,15 +595,22 @@ class Broker:
         if request_metrics.active and api_key <= 1:  # Produce, Fetch
             request_metrics.answered(api_key, request, response)
         parts = None if response is None else api.encode_response(api_key, api_version, correlation_id, response)
-        consumer_fetch = api_key == 1 and parts is not None and fetch_replica_id(request, api_version) < 0
+        consumer_fetch = parts is not None and (api_key == SHARE_FETCH or (
+            api_key == 1 and fetch_replica_id(request, api_version) < 0))
         throttle = self.quotas.throttle_request(api_key, ctx, len(frame),
                                                 sum(len(p) for p in parts) if consumer_fetch else 0, handler_ms[0])
+        return self.throttled(ctx, throttle, correlation_id, response, parts)
+
+    def throttled(self, ctx: RequestContext, throttle: int, correlation_id: int, response: Any,
+                  parts: list | None) -> list | None:
+        """The answer of a request `throttle` ms over a quota: the connection muted that long
+        and the response's throttle_time_ms raised to it."""
         if throttle > 0:
             if ctx.conn is not None:
                 ctx.conn.throttled_until = time.monotonic() + throttle / 1000.0
             if parts is not None and getattr(response, "throttle_time_ms", None) is not None:
                 response.throttle_time_ms = max(response.throttle_time_ms, throttle)
-                parts = api.encode_response(api_key, api_version, correlation_id, response)
+                parts = api.encode_response(ctx.header.request_api_key, ctx.api_version, correlation_id, response)
         return parts
 
 

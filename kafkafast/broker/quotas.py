@@ -1,9 +1,11 @@
 """Client quotas enforced by throttling, as Kafka's ClientQuotaManager does.
 
 Three quotas, set with AlterClientQuotas (`dynamic_configs.py`): `producer_byte_rate`
-(bytes/s of Produce requests), `consumer_byte_rate` (bytes/s of Fetch responses to
-consumers) and `request_percentage` (handler time, in percent of one thread: 100 = one
-second per second; a Fetch's wait for data is not counted). The quota of a request is the most specific entry that sets the key,
+(bytes/s of Produce requests), `consumer_byte_rate` (bytes/s of the responses to consumers'
+Fetch requests and to ShareFetch requests, which Kafka's fetch quota manager counts alike)
+and `request_percentage` (handler time of any request, ShareAcknowledge's too, in percent of
+one thread: 100 = one second per second; the wait of a Fetch or ShareFetch for data is not
+counted). The quota of a request is the most specific entry that sets the key,
 in Kafka's order: user+client-id, user+default client-id, user, default user+client-id,
 default user+default client-id, default user, client-id, default client-id. The user is
 the authenticated principal's name (ANONYMOUS without authentication).
@@ -21,7 +23,10 @@ is full (entities that recorded within the last quota.window.num windows hold ev
 an entity may take) is an entity measured per worker. A request that takes the rate above the
 quota is answered at once, with throttle_time_ms = (rate - quota) / quota * window, and the
 connection then reads no further request for that long (the channel is muted, KIP-219);
-the throttle is at most the whole window. No quota configured: nothing is measured.
+the throttle is at most the whole window. With `--workers N` a ShareFetch forwarded to the
+group's worker is counted by the worker holding the client's connection (its response bytes;
+the owner sees an internal request, so forwarded requests count for no handler time). No
+quota configured: nothing is measured.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from typing import Any, Iterator
 
 from kafkafast.security.context import identity
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 LOCAL_SENSORS = 4096  # entities measured per worker at most (when the shared table is full)
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = "producer_byte_rate", "consumer_byte_rate", \
     "request_percentage"
@@ -177,6 +182,6 @@ class QuotaManager:
         throttle = self.record(REQUEST_PERCENTAGE, ctx, handler_ms)
         if api_key == PRODUCE:
             throttle = max(throttle, self.record(PRODUCER_BYTE_RATE, ctx, request_bytes))
-        elif api_key == FETCH and response_bytes:
+        elif api_key in (FETCH, SHARE_FETCH) and response_bytes:
             throttle = max(throttle, self.record(CONSUMER_BYTE_RATE, ctx, response_bytes))
         return throttle

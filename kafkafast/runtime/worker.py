@@ -43,8 +43,9 @@ import time
 import uuid
 from typing import Any, Iterable
 
-from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition
+from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
+from kafkafast.broker.quotas import SHARE_FETCH
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.config import BrokerConfig, ConfigError
@@ -547,12 +548,27 @@ class WorkerBroker(Broker):
                 # (a key not served here is refused by this worker: forwarded, it would close the internal link)
                 owner = self._group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
+                    if api_key == SHARE_FETCH and self.quotas.active():
+                        return await self._forward_share_fetch(owner, frame, conn)
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
             if api_key in TXN_KEYS and self.txn_coordinator is not None:
                 owner = self._txn_owner(frame, api_key)
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await super().handle_frame(frame, conn, internal=internal)
+
+    async def _forward_share_fetch(self, owner: int, frame: Any, conn: Any) -> list | None:
+        """A client's ShareFetch answered by the group's worker, its response bytes counted
+        against consumer_byte_rate here, where the client's connection is (the owner handles
+        an internal request, which quotas do not see)."""
+        header, _ = api.decode_request(frame)  # before forwarding: that swaps the correlation id
+        parts = await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        ctx = RequestContext(header, header.request_api_version, header.client_id, conn)
+        throttle = self.quotas.throttle_request(SHARE_FETCH, ctx, len(frame), sum(len(p) for p in parts), 0.0)
+        if throttle <= 0:
+            return parts
+        _, response = api.decode_response(SHARE_FETCH, ctx.api_version, memoryview(b"".join(parts))[4:])
+        return self.throttled(ctx, throttle, header.correlation_id, response, parts)
 
     def _txn_owner(self, frame: Any, api_key: int) -> int | None:
         try:

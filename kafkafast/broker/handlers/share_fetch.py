@@ -18,6 +18,7 @@ again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The 
 """
 import time
 
+from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.manager import FINAL_EPOCH, PartitionAnswer
 from kafkafast.broker.share.requests import (apply_acks, current_leader, loaded_partition, persisted, request_error,
@@ -129,7 +130,8 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         remaining = deadline - time.monotonic()
         if acquired or remaining <= 0 or not parts or any(a.error for a in answers.values()):
             break
-        await mgr.wait(parts, remaining)
+        with parked():  # not handler time for request_percentage quotas
+            await mgr.wait(parts, remaining)
         if mgr.sessions.get((req.group_id, req.member_id)) is not session:
             break  # closed meanwhile (the member left)
     await persisted(broker, answers)
