@@ -288,7 +288,7 @@ class ClusterBroker(Broker):
         word = self.node.session_word
         if not word & SESSION_CONNECTED:
             reason = "its ZooKeeper session is suspended or lost"
-        elif part.confirmed_session != word >> 2 or not word & SESSION_REGISTERED:
+        elif not word & SESSION_REGISTERED or part.confirmed_epoch != self.node.broker_epoch:
             reason = "its ZooKeeper session expired since the controller last named it leader"
         elif monotonic_ms() >= self.node.lease_end_ms:
             reason = "ZooKeeper has not answered within the leadership lease"
@@ -393,18 +393,26 @@ class ClusterBroker(Broker):
         for leader in req.live_leaders:
             self.leader_endpoints[leader.broker_id] = (leader.host_name, leader.port)
         results = []
+        # the registration the controller addressed this to: its roles are confirmed for that one
+        # (sent before this broker learnt its own new epoch: it counts once it has)
+        epoch = req.broker_epoch if req.broker_epoch >= 0 else self.node.broker_epoch
         for ts in req.topic_states:
             for ps in ts.partition_states:
-                code = await self._apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps)
+                code = await self._apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps, epoch)
                 results.append((ts.topic_name, bytes(ts.topic_id), ps.partition_index, code))
         return 0, results
 
-    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any) -> int:
+    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         tp = (topic, ps.partition_index)
         part = self.partitions.get(tp)
         if isinstance(part, ClusterPartition) and part.partition_epoch >= 0:
             if ps.leader_epoch < part.leader_epoch or (ps.leader_epoch == part.leader_epoch
                                                        and ps.partition_epoch <= part.partition_epoch):
+                if ps.leader_epoch == part.leader_epoch and ps.leader == part.leader_id:
+                    # nothing new to apply (Kafka answers it so), but the controller of this
+                    # registration names the same role: the role is confirmed (a new controller, or
+                    # a re-registration after which no leader changed, sends only such states)
+                    part.confirmed_epoch = broker_epoch
                 return EC.STALE_CONTROLLER_EPOCH
         if self.node_id not in ps.replicas:
             return EC.UNKNOWN_TOPIC_OR_PARTITION
@@ -421,8 +429,7 @@ class ClusterBroker(Broker):
             self._become_leader(part, ps)
         else:
             self._become_follower(part, ps)
-        word = self.node.session_word  # a LeaderAndIsr of the registration's session confirms the role
-        self.partitions[tp].confirmed_session = word >> 2 if word & SESSION_REGISTERED else -1  # type: ignore
+        self.partitions[tp].confirmed_epoch = broker_epoch  # type: ignore[attr-defined]
         return 0
 
     def _become_leader(self, part: ClusterPartition, ps: Any) -> None:

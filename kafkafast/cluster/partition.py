@@ -18,7 +18,7 @@ from kafkafast.broker.follower_state import FollowerState
 
 class ClusterPartition(Partition):
     __slots__ = ("topic_id", "leader_id", "isr", "replicas", "partition_epoch", "is_leader", "followers",
-                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_session", "fenced")
+                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_epoch", "fenced")
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         super().__init__(topic, index, log_)
@@ -32,7 +32,7 @@ class ClusterPartition(Partition):
         self.alter_in_flight: list[int] | None = None
         self.epoch_start_offset = 0
         self.hw_waiters: list[tuple[int, asyncio.Future]] = []
-        self.confirmed_session = -1  # the session generation in which a LeaderAndIsr last named this replica's role
+        self.confirmed_epoch = -1  # the broker epoch (registration) a LeaderAndIsr naming this replica's role was sent to
         self.fenced: str | None = None  # why appends are refused now (logged when it changes)
 
     @property

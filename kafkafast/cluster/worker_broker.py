@@ -368,7 +368,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                         log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
         return await super().handle_frame(frame, conn, internal=internal)
 
-    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any) -> int:
+    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         self._topic_ids[topic] = topic_id
         tp = (topic, ps.partition_index)
         owner = self.owner_of(topic, ps.partition_index)
@@ -382,7 +382,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                                           slot, owner, self)
             part.topic_id = topic_id
             self.partitions[tp] = part
-        return await super()._apply_partition_state(topic, topic_id, ps)
+        return await super()._apply_partition_state(topic, topic_id, ps, broker_epoch)
 
     def _wrap(self, part: Any) -> Any:
         """The owner's ClusterPartition made by ClusterBroker, as a ClusterWorkerPartition."""

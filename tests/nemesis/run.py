@@ -7,7 +7,8 @@ matrix) creates the namespace, runs this module inside it and removes it again;
   2. two producers write about 250 records/s in all; after a warm-up the scenario injects
      its fault(s) and ends them;
   3. healing: the time from the end of the last fault until every broker is registered,
-     every partition has 3 in-sync replicas and every partition answers a read from offset 0;
+     every partition has 3 in-sync replicas, every partition answers a read from offset 0 and
+     has acknowledged a write of the load since the fault ended;
   4. the load runs a few seconds more, stops, and flushes; everything is read back and the
      history checked (`history.py`); the verdict is written as JSON.
 """
@@ -68,6 +69,13 @@ def healed(cluster: NemesisCluster, topic: str) -> bool:
     return heal_state(cluster, topic)["healed"]
 
 
+def writes_resumed(producers: list[LoadProducer], since: float) -> bool:
+    """Every partition has acknowledged a record of the load since `since` (a cluster whose
+    replicas are in sync and readable but whose leaders refuse every write has not healed)."""
+    written = {a.partition for p in producers for a in list(p.acks) if a.at > since}
+    return written >= set(range(PARTITIONS))
+
+
 def run(scenario: str, acks: str, workers: int, seed: int, timing: Timing, root: Path, warmup_s: float,
         tail_s: float, heal_timeout_s: float = HEAL_TIMEOUT_S) -> dict:
     started = time.monotonic()
@@ -86,11 +94,12 @@ def run(scenario: str, acks: str, workers: int, seed: int, timing: Timing, root:
         fault_end = time.monotonic()
         heal_s = None
         while time.monotonic() - fault_end < heal_timeout_s:
-            if healed(cluster, TOPIC):
+            if writes_resumed(producers, fault_end) and healed(cluster, TOPIC):
                 heal_s = round(time.monotonic() - fault_end, 1)
                 break
             time.sleep(0.5)
-        nemesis.note(f"healed after {heal_s} s" if heal_s is not None else f"NOT healed: {heal_state(cluster, TOPIC)}")
+        nemesis.note(f"healed after {heal_s} s" if heal_s is not None else
+                     f"NOT healed: {heal_state(cluster, TOPIC)}; writes resumed: {writes_resumed(producers, fault_end)}")
         time.sleep(tail_s)
         load_end = time.monotonic()
         unflushed = sum(p.stop(45) for p in producers)
