@@ -9,13 +9,18 @@ import sys
 from tests.support.broker_process import REPO
 
 
-def test_worker_scaling_tiny_run_writes_a_table_per_tree_and_worker_count(tmp_path):
-    out = tmp_path / "scaling.json"
-    proc = subprocess.run([sys.executable, "-m", "perf.worker_scaling", "--workers", "1,2", "--count", "2000",
+def tiny_run(module: str, workers: str, out) -> dict:
+    """`python -m perf.<module>` with 2,000 records, one repeat, this tree beside itself; its JSON."""
+    proc = subprocess.run([sys.executable, "-m", f"perf.{module}", "--workers", workers, "--count", "2000",
                            "--repeats", "1", "--warmup", "0", "--tree", str(REPO), "--out", str(out)],
                           cwd=str(REPO), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_worker_scaling_tiny_run_writes_a_table_per_tree_and_worker_count(tmp_path):
+    out = tmp_path / "scaling.json"
+    res = tiny_run("worker_scaling", "1,2", out)
     assert [t["label"] for t in res["trees"]] == ["A", "B"]
     for tree in res["trees"]:
         assert set(tree["rows"]) == {"1", "2"}
@@ -35,11 +40,7 @@ def test_one_broker_before_and_after_tiny_run_measures_every_load_on_both_trees(
     """perf.one_broker (issue 24's before/after check): every load on every tree and worker
     count, the consume reading back exactly what the acks=all produce stored."""
     out = tmp_path / "one_broker.json"
-    proc = subprocess.run([sys.executable, "-m", "perf.one_broker", "--workers", "1", "--count", "2000",
-                           "--repeats", "1", "--warmup", "0", "--tree", str(REPO), "--out", str(out)],
-                          cwd=str(REPO), capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res = tiny_run("one_broker", "1", out)
     assert [t["label"] for t in res["trees"]] == ["A", "B"]
     assert [r["load"] for r in res["rows"]] == ["produce 1 KiB acks=all", "consume 1 KiB", "produce 100 B acks=1"]
     for row in res["rows"]:
