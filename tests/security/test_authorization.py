@@ -326,6 +326,29 @@ def test_acl_changes_reach_every_worker(tmp_path):
         broker.kill()
 
 
+def test_an_unauthenticated_clients_group_requests_are_authorized_on_every_worker(tmp_path):
+    """A PLAINTEXT client is User:ANONYMOUS: its group requests, forwarded to the worker owning
+    each group, are authorized there as ANONYMOUS too (a forwarded request without a principal
+    would be trusted as internal)."""
+    from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
+    from kafkafast.protocol._generated.join_group import JoinGroupRequest
+
+    broker, _ = start(tmp_path / "data", workers=2, extra={"super.users": "User:admin"})
+    groups = [f"anon-{i}" for i in range(8)]  # (owned by either worker)
+    try:
+        with RawClient(broker.port) as c:
+            for g in groups:
+                resp = c.request(JoinGroupRequest(group_id=g, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                                  member_id="", group_instance_id=None, protocol_type="consumer",
+                                                  protocols=[JoinGroupRequest.JoinGroupRequestProtocol(
+                                                      name="range", metadata=b"")]), 5)
+                assert resp.error_code == 30, g  # GROUP_AUTHORIZATION_FAILED
+            described = c.request(DescribeGroupsRequest(groups=groups, include_authorized_operations=False), 5)
+            assert [(g.group_id, g.error_code) for g in described.groups] == [(g, 30) for g in groups]
+    finally:
+        broker.kill()
+
+
 def test_offset_fetch_needs_group_and_topic_describe(env):
     from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest
 
