@@ -59,14 +59,17 @@ def check(acks: Iterable[Ack], read: ReadBack, *, delivery_errors: int = 0, load
 
     by_offset: dict[tuple[int, int], set[str]] = defaultdict(set)
     for a in acks:
-        by_offset[(a.partition, a.offset)].add(a.value)
+        if a.offset is not None:  # (a delivery report may come without an offset: librdkafka's
+            by_offset[(a.partition, a.offset)].add(a.value)  # OFFSET_INVALID, e.g. for a retried batch)
         if a.value in where:
-            if (a.partition, a.offset) not in where[a.value]:
+            placed = (a.partition, a.offset) in where[a.value] if a.offset is not None else \
+                any(p == a.partition for p, _ in where[a.value])
+            if not placed:
                 v.misplaced += 1
                 ex["misplaced"].append(f"{a.value} acked p{a.partition}@{a.offset}, read at {where[a.value]}")
             continue
         stop = read.unreadable_from.get(a.partition)
-        if stop is not None and a.offset >= stop:
+        if stop is not None and a.offset is not None and a.offset >= stop:
             v.unreadable += 1
             ex["unreadable"].append(f"{a.value} p{a.partition}@{a.offset} (read stopped at {stop})")
         else:

@@ -33,3 +33,13 @@ def test_a_clean_history_has_no_anomaly():
     v = check(acks, read, load_start=0.0, load_end=5.0)
     assert (v.lost, v.unreadable, v.duplicates, v.divergent, v.misplaced, v.out_of_order) == (0, 0, 0, 0, 0, 0)
     assert v.unavailable_windows == []
+
+
+def test_an_ack_without_an_offset_is_placed_by_its_partition():
+    """librdkafka may report a delivery without an offset (OFFSET_INVALID): read once in its
+    partition it is no anomaly; read in another partition it is misplaced; not read, lost."""
+    acks = [Ack("p0-00000000", 0, None, 1.0), Ack("p0-00000001", 1, None, 1.1), Ack("p0-00000002", 1, None, 1.2)]
+    read = ReadBack(records={0: [(0, "p0-00000000"), (1, "p0-00000001")], 1: []},
+                    high_watermarks={0: 2, 1: 0}, unreadable_from={1: 0})
+    v = check(acks, read, load_start=0.0, load_end=2.0)
+    assert (v.misplaced, v.lost, v.unreadable, v.divergent, v.duplicates) == (1, 1, 0, 0, 0)
