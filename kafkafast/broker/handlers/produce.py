@@ -120,6 +120,7 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
     hinted: set[int] = set()  # leaders named in NOT_LEADER_OR_FOLLOWER answers (v10+)
     waits = []  # (topic response, index, partition, offset the high watermark must reach): acks=all
     forwarded = []  # (topic response, index, partition, the owner worker's answer)
+    txn_refused = transactional_refused(broker, ctx, req.transactional_id) if req.transactional_id is not None else 0
     for topic in req.topic_data:
         tr = TopicResp(name=topic.name, partition_responses=[])
         responses.append(tr)
@@ -128,8 +129,8 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if acks not in (-1, 0, 1):
                 out.append(_error(pd.index, E.ErrorCode.INVALID_REQUIRED_ACKS))
                 continue
-            if req.transactional_id is not None and transactional_refused(broker, ctx, req.transactional_id):
-                out.append(_error(pd.index, transactional_refused(broker, ctx, req.transactional_id)))
+            if txn_refused:
+                out.append(_error(pd.index, txn_refused))
                 continue
             if denied(broker, ctx, acl.WRITE, acl.TOPIC, topic.name):
                 out.append(_error(pd.index, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED))
