@@ -115,7 +115,9 @@ def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data
                                           FetchRequest.FetchPartition(partition=0, fetch_offset=0,
                                                                       partition_max_bytes=1 << 20)])],
                                       forgotten_topics_data=[], rack_id=""), 12)
-        assert idle.throttle_time_ms == 0  # 1.5 s parked, not 150 times the quota
+        # Parked time counted would be 150 times the quota: the cap, 11 s. The fetch's own handler time
+        # is a few ms, more on a loaded machine (wall time, other connections' work included).
+        assert idle.throttle_time_ms < 3000
         throttles = []  # until the first throttle: a fast machine spends well under 10 ms on 300 of them
         for _ in range(5000):
             throttles.append(c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False),
