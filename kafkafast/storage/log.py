@@ -359,23 +359,32 @@ class Log:
 
     def _repair_after_dead_holder(self) -> None:
         """The lock's previous holder died holding it: nothing it wrote beyond the published
-        state may stay. Segment files past the published active one (a roll in progress) go;
-        the active `.log` is cut at the committed size (and at the end of its last whole
-        batch; the log end follows that batch: the holder may have died between publishing
-        the size and the log end); each index file keeps only the published entries
-        (rewritten by rename, as readers map it), after which every process reopens."""
+        state may stay. Segment files past the published active one (a roll in progress,
+        whether or not it had made the segments version odd yet) go; the active `.log` is
+        cut at the committed size (and at the end of its last whole batch; the log end
+        follows that batch: the holder may have died between publishing the size and the
+        log end); each index file keeps only the published entries (rewritten by rename, as
+        readers map it), after which every process reopens."""
         sh = self._shared
         assert sh is not None
         st = self.state
         sh.q[sh.takeovers_at] += 1
         active_base = st.active_base_offset
+        # A roll creates the new segment's files before it makes the version odd, so a holder
+        # that died in between left them behind an even version. Kept, the empty segment would
+        # end up inside the log: the next appender writes the offsets from its base into the
+        # active segment, and once a later roll publishes a segment past it, every process
+        # lists the empty one as the segment holding those offsets (a fetch there skips to
+        # the next segment: a gap).
+        unpublished = {b for b in (parse_segment_name(n) for n in os.listdir(self.dir))
+                       if b is not None and b > active_base}
+        for b in unpublished:
+            for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                _unlink(os.path.join(self.dir, segment_name(b) + ext))
         if st.segments_version & 1:
-            for name in os.listdir(self.dir):
-                b = parse_segment_name(name)
-                if b is not None and b > active_base:
-                    for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                        _unlink(os.path.join(self.dir, segment_name(b) + ext))
             st.segments_version += 1
+        elif unpublished:
+            st.segments_version += 2  # stays even: readers that listed them re-list
         stem = os.path.join(self.dir, segment_name(active_base))
         fd = os.open(stem + LOG_SUFFIX, os.O_RDWR)
         try:
@@ -745,6 +754,8 @@ class Log:
     def _roll(self, new_base: int) -> LogSegment:
         old = self._segments[-1]
         old.on_become_inactive()
+        # Created before the version turns odd: a holder dying here leaves files past the
+        # published active segment, which the repair (`_repair_after_dead_holder`) removes.
         new = LogSegment.create(self.dir, new_base, self.config)
         st = self.state
         st.segments_version += 1

@@ -158,7 +158,8 @@ class LogContents:
 
 def read_partition(data_dir: Path, topic: str) -> LogContents:
     """Every segment of partition 0, checked: each file is whole batches with good CRCs (no
-    torn or trailing bytes), named by its first offset, and offsets run on without a gap."""
+    torn or trailing bytes), named by its first offset, none empty but the last, and offsets
+    run on without a gap."""
     seg_dir = data_dir / f"{topic}-0"
     segments = sorted(seg_dir.glob("*.log"))
     assert segments, f"no segment in {seg_dir}"
@@ -171,6 +172,9 @@ def read_partition(data_dir: Path, topic: str) -> LogContents:
         size += len(data)
         valid, found = scan_valid_prefix(data)
         assert valid == len(data), f"{seg.name}: only {valid} of {len(data)} bytes are whole batches with good CRCs"
+        # an empty segment before the last one (an unpublished roll left behind) would
+        # answer a fetch of the offsets from its base with the next segment's batches
+        assert found or seg == segments[-1], f"{seg.name}: an empty segment inside the log"
         if found:
             assert found[0][1].base_offset == int(seg.stem), f"{seg.name} starts at {found[0][1].base_offset}"
         for pos, _h in found:

@@ -19,6 +19,7 @@ from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.storage import LogConfig, segment
 from kafkafast.storage.log import Log
 from kafkafast.storage.offset_index import ENTRY as OFFSET_ENTRY
+from kafkafast.storage.reader import LogReader
 from kafkafast.storage.segment import read_header_at
 from kafkafast.storage.shared_append import SharedAppend
 
@@ -209,3 +210,52 @@ def test_periodic_flush_skips_the_lock_until_another_process_rolls(tmp_path):
     other.close(clean=False)
     owner.close()
     assert len(check_files(p.dir)) == other.log_end_offset
+
+
+@pytest.mark.parametrize("holder_twin,next_twin", [("cython", "pure"), ("pure", "cython")])
+def test_a_holder_killed_while_creating_a_new_segment_leaves_no_segment_behind(tmp_path, holder_twin, next_twin):
+    """A roll creates the new segment's files before it publishes the roll (the segments
+    version turns odd only after). A holder killed in between leaves them behind an even
+    version: the next appender's repair removes them, and a reader that listed them re-lists,
+    so the offsets the next appender writes into the old segment are read from there (an
+    empty segment left at that base would be taken for theirs: a fetch there would skip to
+    the next segment, a gap) and the log's segments stay contiguous."""
+    p = Partition(tmp_path, **{"segment.bytes": "3000", "index.interval.bytes": "100"})
+    owner = p.open_owner(next_twin)
+    now = int(time.time() * 1000)
+    for n in range(3):
+        owner.append(batch(b"before-%d" % n), 0, now_ms=now)  # offsets 0-8, about 2100 bytes
+    st = p.table.state(p.slot)
+    version = st.segments_version
+    pid = os.fork()
+    if pid == 0:  # a worker that attaches and dies right after creating the segment its batch rolls to
+        p.register(1)
+        lg = p.attach(holder_twin)
+        create = segment.LogSegment.create
+
+        def create_then_die(*args, **kwargs):
+            create(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        segment.LogSegment.create = create_then_die
+        lg.append(batch(b"lost", size=500), 0, now_ms=now)  # does not fit: rolls at offset 9
+        os._exit(3)  # not reached
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert os.path.exists(os.path.join(p.dir, "%020d.log" % 9))  # the unpublished segment's files
+    assert st.segments_version == version and st.active_base_offset == 0 and st.log_end_offset == 9
+    reader = LogReader(p.dir, st, topic="t", partition=0)  # a fetching worker's view, listed now
+    assert reader.segment_bases() == [0, 9]
+    r = owner.append(batch(b"after", size=50), 0, now_ms=now)  # fits the old segment: offsets 9-11
+    assert r.base_offset == 9 and p.takeovers == 1 and st.active_base_offset == 0
+    assert not [n for n in os.listdir(p.dir) if n.startswith("%020d." % 9)]
+    assert reader.read(9, 1 << 20).first_batch_offset == 9
+    r = owner.append(batch(b"next", size=500), 0, now_ms=now)  # does not fit: rolls at offset 12
+    assert r.base_offset == 12 and st.active_base_offset == 12
+    assert reader.segment_bases() == [0, 12]
+    assert reader.read(9, 1 << 20).first_batch_offset == 9
+    assert reader.read(12, 1 << 20).first_batch_offset == 12
+    reader.close()
+    owner.close()
+    values = check_files(p.dir)  # contiguous segments: none starts inside another's offsets
+    assert [v.split(b"-")[0] for v in values] == [b"before"] * 9 + [b"after"] * 3 + [b"next"] * 3
