@@ -86,12 +86,14 @@ class GroupConfigs:
     def get(self, group_id: str, name: str) -> str | None:
         return self.of(group_id).get(name)
 
+    def default(self, name: str) -> str:
+        """A group config's value where the group has none of its own."""
+        return str(self.cfg.get_int(BROKER_DEFAULTS[name])) if name in BROKER_DEFAULTS else DEFAULTS[name]
+
     def effective(self, group_id: str) -> list[tuple[str, str, bool]]:
         """(name, value, the group's own) of every group config: DescribeConfigs."""
         own = self.of(group_id)
-        return [(name, own[name], True) if name in own
-                else (name, str(self.cfg.get_int(BROKER_DEFAULTS[name])) if name in BROKER_DEFAULTS else DEFAULTS[name], False)
-                for name in NAMES]
+        return [(name, own[name], True) if name in own else (name, self.default(name), False) for name in NAMES]
 
     async def alter(self, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
         """IncrementalAlterConfigs operations (name, op: 0 set, 1 delete, value) on one group."""
