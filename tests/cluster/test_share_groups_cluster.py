@@ -12,6 +12,7 @@ coordinator. Group configs set through any broker are kept in ZooKeeper and in f
 broker."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -289,7 +290,7 @@ def test_a_group_config_set_through_any_broker_is_in_force_on_every_broker(share
     cluster = share_cluster
     topic = "cq-group-configs"
     cluster.create_topic(topic, 1, 3)
-    group = f"csg-{uuid.uuid4().hex[:8]}"
+    group = f"csg/{uuid.uuid4().hex[:8]}"  # a '/' in a group id: URL-encoded in its znode's name
     coordinator = cluster.wait_for(lambda: [n for n in [group_coordinator(cluster, group)] if n > 0], 30,
                                    f"{group}'s coordinator")[0]
     via = next(n for n in cluster.brokers if n not in (coordinator, cluster.leader(topic, 0)))
@@ -304,6 +305,8 @@ def test_a_group_config_set_through_any_broker_is_in_force_on_every_broker(share
     earliest = {"share.auto.offset.reset": ("earliest", GROUP_CONFIG),
                 "share.record.lock.duration.ms": (SETTINGS["group.share.record.lock.duration.ms"], DEFAULT_CONFIG)}
     described_everywhere(cluster, group, earliest, f"{group}'s share.auto.offset.reset=earliest at every broker")
+    stored = cluster.zk().get("/config/groups/" + group.replace("/", "%2F"))[0]  # Kafka's ZooKeeper layout
+    assert json.loads(stored) == {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
     cluster.brokers[via].restart()
     cluster.wait_for(lambda: all(described_group_configs(cluster.brokers[via].port, group)[n] == v
                                  for n, v in earliest.items() for _ in range(4)), 30,
