@@ -30,6 +30,7 @@ from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.fetcher import FetcherManager
+from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
                                     ZkProducerIds, monotonic_ms)
@@ -121,7 +122,9 @@ class ClusterBroker(Broker):
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
         self.fetchers = FetcherManager(self)
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
-        self.share = ShareCoordinator(self, self._make_share_store())  # started by Broker.start
+        group_configs = ZkGroupConfigs(self.config)  # read after load() took the notifications seen so far
+        await asyncio.to_thread(group_configs.attach, self.node)
+        self.share = ShareCoordinator(self, self._make_share_store(), group_configs)  # started by Broker.start
         await super().start()
 
     async def on_listening(self) -> None:
@@ -138,8 +141,8 @@ class ClusterBroker(Broker):
         self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
     def _on_config_changes(self, children: list[str]) -> None:
-        """Kazoo's thread: a topic's configs or dynamic broker configs changed somewhere;
-        reload them on the loop."""
+        """Kazoo's thread: a topic's configs, dynamic broker configs, client quotas or a group's
+        configs changed somewhere; reload them on the loop."""
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
 
@@ -164,6 +167,15 @@ class ClusterBroker(Broker):
                     log.warning("client quotas not reloaded (%s): %r", child, exc)
                 else:
                     log.info("client quotas reloaded (%s: %s)", child, entity)
+                continue
+            if entity.startswith("groups/"):  # a group's configs changed somewhere
+                group_id = Z.group_of_config_entity(entity[len("groups/"):])
+                try:
+                    await asyncio.to_thread(self.share.configs.reload, group_id)
+                except Exception as exc:
+                    log.warning("group %s: configs not reloaded (%s): %r", group_id, child, exc)
+                else:
+                    log.info("group %s: configs reloaded (%s)", group_id, child)
                 continue
             scope = self.dynamic.entity_scope(entity)
             if scope is not None:  # this broker's dynamic configs or the cluster-wide ones

@@ -524,6 +524,39 @@ class ClusterNode:
         root, _, name = path.partition("/")
         self._write_config(f"/config/{path}", {k: repr(float(v)) for k, v in values.items()}, root, name)
 
+    def group_configs_at(self, group_id: str) -> tuple[dict[str, str], int]:
+        """A group's configs in /config/groups with the zxid of the entry's last change."""
+        return self._read_config_at(Z.group_config_path(group_id))
+
+    def groups_with_configs(self) -> list[str]:
+        """The ids of the groups with an entry in /config/groups."""
+        assert self.zk is not None
+        try:
+            return [Z.group_of_config_entity(n) for n in self.zk.get_children(Z.CONFIG_GROUPS)]
+        except NoNodeError:
+            return []
+
+    def change_group_configs(self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        """A group's configs replaced by `change` of them, written at the znode's version (read and
+        changed again after another broker's write), then announced."""
+        assert self.zk is not None
+        path = Z.group_config_path(group_id)
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, Z.entity_config_json(change({})), makepath=True)
+                    break
+                except NodeExistsError:
+                    continue
+            try:
+                self.zk.set(path, Z.entity_config_json(change(Z.parse_entity_config(data))), version=stat.version)
+                break
+            except (BadVersionError, NoNodeError):
+                continue
+        self._announce_config_change("groups", Z.group_config_entity(group_id))
+
     def _write_config(self, path: str, configs: dict[str, str], entity_type: str, name: str) -> None:
         """Kafka's `AdminZkClient.changeEntityConfig`: the entity's whole config, then a
         sequential change notification naming it, which every broker's watch picks up."""
@@ -535,6 +568,10 @@ class ClusterNode:
                 self.zk.create(path, Z.entity_config_json(configs), makepath=True)
             except NodeExistsError:
                 self.zk.set(path, Z.entity_config_json(configs))
+        self._announce_config_change(entity_type, name)
+
+    def _announce_config_change(self, entity_type: str, name: str) -> None:
+        assert self.zk is not None
         self.zk.create(f"{Z.CONFIG_CHANGES}/config_change_", Z.config_change_json(name, entity_type), sequence=True,
                        makepath=True)
 

@@ -15,8 +15,13 @@ writes them, so Kafka's ZooKeeper tooling reads a kafkafast cluster and vice ver
     /config/topics/<t>                            {"version":1,"config":{...}}
     /config/brokers/<id>                          {"version":1,"config":{...}}: dynamic broker configs
     /config/brokers/<default>                     the same, cluster-wide defaults (AlterConfigs on broker "")
-    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<t>"}, "brokers/<id>"
-                                                  or "brokers/<default>"
+    /config/users/<user>, /config/users/<user>/clients/<client id>, /config/clients/<client id>,
+    /config/ips/<ip>                              {"version":1,"config":{...}}: client quotas (and users'
+                                                  SCRAM credentials), names URL-encoded, <default> for all
+    /config/groups/<group id>                     {"version":1,"config":{...}}: group configs (share.*),
+                                                  the group id URL-encoded
+    /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/<t>"}, "brokers/<id>",
+                                                  "brokers/<default>", "users/<user>", ..., "groups/<group id>"
     /admin/delete_topics/<t>                      (empty)
     /latest_producer_id_block                     {"version":1,"broker":N,
                                                    "block_start":"S","block_end":"E"}
@@ -38,6 +43,7 @@ BROKER_SEQID = "/brokers/seqid"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_GROUPS = "/config/groups"
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide broker defaults
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
@@ -225,6 +231,22 @@ def broker_config_entity(scope: str) -> str:
 
 def broker_config_path(scope: str) -> str:
     return f"{CONFIG_BROKERS}/{broker_config_entity(scope)}"
+
+
+def group_config_entity(group_id: str) -> str:
+    """The /config/groups child of a group: its id URL-encoded, as Kafka's Sanitizer writes entity
+    names (an id may hold '/'); "." and ".." spelt %2E, which a znode name cannot be."""
+    name = quote(group_id, safe="")
+    return name.replace(".", "%2E") if name in (".", "..") else name
+
+
+def group_config_path(group_id: str) -> str:
+    return f"{CONFIG_GROUPS}/{group_config_entity(group_id)}"
+
+
+def group_of_config_entity(name: str) -> str:
+    """The inverse of `group_config_entity`."""
+    return unquote(name)
 
 
 QUOTA_ROOTS = {"user": "users", "client-id": "clients", "ip": "ips"}

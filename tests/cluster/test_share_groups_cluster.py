@@ -8,9 +8,11 @@ broker and with two workers per broker (where the worker owning a `__share_group
 partition is the coordinator and the group's worker asks it over the forwarding link).
 AlterShareGroupOffsets / DeleteShareGroupOffsets (kafka-share-groups.sh --reset-offsets /
 --delete-offsets) are served by the group's coordinator and written by each key's share
-coordinator."""
+coordinator. Group configs set through any broker are kept in ZooKeeper and in force on every
+broker."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -23,6 +25,7 @@ from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from kafkafast.protocol._generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
 from kafkafast.protocol._generated.metadata import MetadataRequest
@@ -39,6 +42,7 @@ SETTINGS = {
 }
 QUIET = {"log_level": 0}
 EC = E.ErrorCode
+GROUP_CONFIG, DEFAULT_CONFIG = 8, 5  # DescribeConfigs' config sources
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "2-workers"])
@@ -58,13 +62,40 @@ def state_partition(cluster, group: str, topic: str, partition: int) -> int:
     return (java_string_hash(key) & 0x7FFFFFFF) % int(SETTINGS["share.coordinator.state.topic.num.partitions"])
 
 
-def set_everywhere(cluster, group: str, **configs: str) -> None:
-    """Group configs on every broker (each keeps its own file: they are not in ZooKeeper yet)."""
+def alter_group_configs(port: int, group: str, **configs: str | None) -> None:
+    """IncrementalAlterConfigs of a group through one broker: SET, or DELETE where None."""
     req = IAC(resources=[IAC.AlterConfigsResource(resource_type=32, resource_name=group, configs=[
-        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v) for k, v in configs.items()])])
-    for b in cluster.brokers.values():
-        with RawClient(b.port, timeout=30) as rc:
-            assert rc.request(req, 1).responses[0].error_code == 0
+        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0 if v is not None else 1, value=v)
+        for k, v in configs.items()])])
+    with RawClient(port, timeout=30) as rc:
+        assert rc.request(req, 1).responses[0].error_code == 0
+
+
+def described_group_configs(port: int, group: str) -> dict[str, tuple[str, int]]:
+    """DescribeConfigs of a group at one broker: name -> (value, config source)."""
+    req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=32, resource_name=group, configuration_keys=None)])
+    with RawClient(port, timeout=30) as rc:
+        res = rc.request(req, 4).results[0]
+    assert res.error_code == 0, res.error_message
+    return {c.name: (c.value, c.config_source) for c in res.configs}
+
+
+def described_everywhere(cluster, group: str, expected: dict[str, tuple[str, int]], what: str) -> None:
+    """Until DescribeConfigs of the group at every broker (on several connections: with workers,
+    at several of them) answers `expected` for its names."""
+    def everywhere() -> bool:
+        return all({n: described_group_configs(b.port, group).get(n) for n in expected} == expected
+                   for b in cluster.brokers.values() for _ in range(4))
+    cluster.wait_for(everywhere, 30, what)
+
+
+def set_everywhere(cluster, group: str, **configs: str) -> None:
+    """Group configs set through one broker, once every broker has them (ZooKeeper's
+    /config/groups, announced to all)."""
+    alter_group_configs(next(iter(cluster.brokers.values())).port, group, **configs)
+    described_everywhere(cluster, group, {k.replace("_", "."): (v, GROUP_CONFIG) for k, v in configs.items()},
+                         f"{group}'s configs at every broker")
 
 
 @pytest.mark.parametrize("victim", ["partition-leader", "share-coordinator"])
@@ -248,3 +279,49 @@ def test_share_groups_command_describes_a_group_across_the_cluster(share_cluster
     rows = [r.split() for r in out.stdout.splitlines()[1:] if r.strip()]
     # The start offsets come from the share coordinators of the three keys (on several brokers).
     assert sorted((r[1], r[2], r[3], r[4]) for r in rows) == [("cq-cli", str(p), "10", "0") for p in range(3)]
+
+
+def test_a_group_config_set_through_any_broker_is_in_force_on_every_broker(share_cluster):
+    """share.auto.offset.reset=earliest set through a broker that is neither the group's
+    coordinator nor the partition's leader: every broker (every worker) describes it, also one
+    restarted since (read from ZooKeeper when it starts), and a share consumer of the fresh group
+    gets the records produced before it joined (with the default 'latest', none); deleted through
+    another broker, every broker describes the default again."""
+    cluster = share_cluster
+    topic = "cq-group-configs"
+    cluster.create_topic(topic, 1, 3)
+    group = f"csg/{uuid.uuid4().hex[:8]}"  # a '/' in a group id: URL-encoded in its znode's name
+    coordinator = cluster.wait_for(lambda: [n for n in [group_coordinator(cluster, group)] if n > 0], 30,
+                                   f"{group}'s coordinator")[0]
+    via = next(n for n in cluster.brokers if n not in (coordinator, cluster.leader(topic, 0)))
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    values = {f"r-{i}".encode() for i in range(5)}
+    for v in values:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+    assert described_group_configs(cluster.brokers[via].port, group)["share.auto.offset.reset"] == (
+        "latest", DEFAULT_CONFIG)
+    alter_group_configs(cluster.brokers[via].port, group, share_auto_offset_reset="earliest")
+    earliest = {"share.auto.offset.reset": ("earliest", GROUP_CONFIG),
+                "share.record.lock.duration.ms": (SETTINGS["group.share.record.lock.duration.ms"], DEFAULT_CONFIG)}
+    described_everywhere(cluster, group, earliest, f"{group}'s share.auto.offset.reset=earliest at every broker")
+    stored = cluster.zk().get("/config/groups/" + group.replace("/", "%2F"))[0]  # Kafka's ZooKeeper layout
+    assert json.loads(stored) == {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}
+    cluster.brokers[via].restart()
+    cluster.wait_for(lambda: all(described_group_configs(cluster.brokers[via].port, group)[n] == v
+                                 for n, v in earliest.items() for _ in range(4)), 30,
+                     f"broker {via} describing {group}'s configs after its restart")
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe([topic])
+    got: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and got != values:
+            got |= {m.value() for m in c.poll(0.5) if m.error() is None}
+    finally:
+        c.close()
+    assert got == values
+    other = next(n for n in cluster.brokers if n != via)
+    alter_group_configs(cluster.brokers[other].port, group, share_auto_offset_reset=None)
+    described_everywhere(cluster, group, {"share.auto.offset.reset": ("latest", DEFAULT_CONFIG)},
+                         f"{group}'s share.auto.offset.reset back to the default at every broker")

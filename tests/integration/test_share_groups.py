@@ -15,12 +15,13 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
-                                   ResourceType)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
+                                   NewTopic, ResourceType)
 
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
 from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
+from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from kafkafast.protocol._generated.describe_groups import DescribeGroupsRequest
 from kafkafast.protocol._generated.initialize_share_group_state import InitializeShareGroupStateRequest
 from kafkafast.protocol._generated.list_groups import ListGroupsRequest
@@ -576,3 +577,35 @@ def test_a_member_that_stops_heartbeating_leaves_after_the_session_timeout(sbrok
         assert g.group_state == "Empty" and time.monotonic() - joined >= 5.5
         gone = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="quiet", member_epoch=1), 1)
         assert gone.error_code == EC.UNKNOWN_MEMBER_ID
+
+
+def test_group_configs_are_described_as_kafka_4_does(sbroker):
+    """DescribeConfigs of a group (librdkafka's admin client): every share group config, the
+    group's own as GROUP_CONFIG, the others as DEFAULT_CONFIG with the broker's group.share.*
+    value or Kafka's default; a delete takes the group's own away again; an empty group name is
+    INVALID_REQUEST (Kafka's 'Group name must not be empty')."""
+    admin = AdminClient({"bootstrap.servers": sbroker.bootstrap, **QUIET})
+    group = new_group()
+
+    def described() -> dict[str, tuple[str, ConfigSource]]:
+        res = ConfigResource(ResourceType.GROUP, group)
+        return {n: (e.value, ConfigSource(e.source)) for n, e in admin.describe_configs([res])[res].result(15).items()}
+
+    defaults = {"share.auto.offset.reset": ("latest", ConfigSource.DEFAULT_CONFIG),
+                "share.isolation.level": ("read_uncommitted", ConfigSource.DEFAULT_CONFIG),
+                "share.record.lock.duration.ms": (str(LOCK_MS), ConfigSource.DEFAULT_CONFIG),
+                "share.delivery.count.limit": ("5", ConfigSource.DEFAULT_CONFIG),
+                "share.session.timeout.ms": ("6000", ConfigSource.DEFAULT_CONFIG),
+                "share.heartbeat.interval.ms": ("1000", ConfigSource.DEFAULT_CONFIG)}
+    assert described() == defaults
+    set_group_configs(sbroker.bootstrap, group, share_auto_offset_reset="earliest", share_delivery_count_limit="3")
+    assert described() == {**defaults, "share.auto.offset.reset": ("earliest", ConfigSource.GROUP_CONFIG),
+                           "share.delivery.count.limit": ("3", ConfigSource.GROUP_CONFIG)}
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.delivery.count.limit", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(15)
+    assert described() == {**defaults, "share.auto.offset.reset": ("earliest", ConfigSource.GROUP_CONFIG)}
+    empty = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=32, resource_name="", configuration_keys=None)])  # librdkafka refuses to send it
+    with RawClient(sbroker.port) as raw:
+        assert raw.request(empty, 4).results[0].error_code == EC.INVALID_REQUEST

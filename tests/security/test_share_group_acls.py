@@ -1,11 +1,12 @@
 """Share groups under the ACL authorizer, as Kafka checks them: ShareGroupHeartbeat needs READ on
 the group and DESCRIBE on the subscribed topics, ShareFetch / ShareAcknowledge READ on the group
 and READ on each topic, ShareGroupDescribe DESCRIBE on the group, and the group configs
-ALTER_CONFIGS on the group."""
+ALTER_CONFIGS on the group (DescribeConfigs DESCRIBE_CONFIGS, which ALTER_CONFIGS implies)."""
 from __future__ import annotations
 
 import pytest
 
+from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest
@@ -36,10 +37,15 @@ def test_share_group_apis_need_read_on_the_group_and_the_topic(tmp_path):
             alter = IAC(resources=[IAC.AlterConfigsResource(resource_type=32, resource_name="workers", configs=[
                 IAC.AlterableConfig(name="share.auto.offset.reset", config_operation=0, value="earliest")])])
             assert c.request(alter, 1).responses[0].error_code == EC.GROUP_AUTHORIZATION_FAILED
+            describe = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=32, resource_name="workers", configuration_keys=["share.auto.offset.reset"])])
+            assert c.request(describe, 4).results[0].error_code == EC.GROUP_AUTHORIZATION_FAILED
             assert c.request(ShareGroupDescribeRequest(group_ids=["workers"]), 1).groups[0].error_code == \
                 EC.GROUP_AUTHORIZATION_FAILED
             grant(port, acl("GROUP", "workers", "User:bob", "READ"), acl("GROUP", "workers", "User:bob", "ALTER_CONFIGS"))
             assert c.request(alter, 1).responses[0].error_code == 0
+            assert [(r.error_code, [(e.name, e.value) for e in r.configs]) for r in c.request(describe, 4).results] == [
+                (0, [("share.auto.offset.reset", "earliest")])]
             assert c.request(hb, 1).error_code == EC.TOPIC_AUTHORIZATION_FAILED
             grant(port, acl("TOPIC", "jobs", "User:bob", "DESCRIBE"))
             assert c.request(hb, 1).error_code == 0

@@ -11,11 +11,16 @@ cluster-wide defaults, as Kafka answers. A secret (Kafka's PASSWORD-type configs
 `security/tls.py: is_sensitive`, e.g. ssl.key.password, sasl.jaas.config) is answered as
 Kafka does: sensitive, with a null value, in its synonyms too. A broker config's type (v3+)
 and documentation (when asked) come from the table of known configs (`kafkafast/config_def.py`).
+Groups (type 32; DESCRIBE_CONFIGS on the group): the share group configs
+(`broker/share/group_configs.py`), GROUP_CONFIG for the group's own, DEFAULT_CONFIG (the
+broker's group.share.* setting or Kafka's default) otherwise, as Kafka 4 answers; an empty
+name is INVALID_REQUEST.
 """
 from dataclasses import dataclass
 
 from kafkafast.broker.dynamic_configs import ACCEPTED_WITHOUT_USE, is_dynamic_broker_config
 from kafkafast.broker.registry import handles
+from kafkafast.broker.share.group_configs import RESOURCE_GROUP
 from kafkafast.config import DEFAULTS, TOPIC_SYNONYMS
 from kafkafast.config_def import BROKER_CONFIGS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
@@ -27,6 +32,7 @@ from kafkafast.security.tls import is_sensitive
 
 TOPIC, BROKER = 2, 4
 SRC_TOPIC, SRC_DYNAMIC_BROKER, SRC_DYNAMIC_DEFAULT, SRC_STATIC_BROKER, SRC_DEFAULT = 1, 2, 3, 4, 5
+SRC_GROUP = 8
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 6, 7, 9
 # Kafka's ConfigType codes by ConfigDef type name (broker configs: the type in their table)
 _WIRE_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
@@ -35,6 +41,8 @@ _TYPES = {
     "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING, "message.timestamp.type": TYPE_STRING,
     "min.cleanable.dirty.ratio": TYPE_DOUBLE, "max.message.bytes": TYPE_INT, "segment.bytes": TYPE_INT,
     "segment.index.bytes": TYPE_INT, "index.interval.bytes": TYPE_INT, "min.insync.replicas": TYPE_INT,
+    "share.record.lock.duration.ms": TYPE_INT, "share.delivery.count.limit": TYPE_INT,
+    "share.session.timeout.ms": TYPE_INT, "share.heartbeat.interval.ms": TYPE_INT,
 }
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -125,6 +133,16 @@ def broker_config_entries(broker, resource_name: str = "") -> list[ConfigEntry]:
     return out
 
 
+def group_config_entries(broker, group_id: str) -> list[ConfigEntry]:
+    if not group_id:
+        raise E.InvalidRequestError("Group name must not be empty")
+    out = []
+    for name, value, own in broker.share.configs.effective(group_id):
+        source = SRC_GROUP if own else SRC_DEFAULT
+        out.append(ConfigEntry(name, value, False, source, [Synonym(name=name, value=value, source=source)]))
+    return out
+
+
 @handles(DescribeConfigsRequest, 0, 4)
 async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> DescribeConfigsResponse:
     broker.refresh_topics()
@@ -143,6 +161,9 @@ async def handle(broker, ctx, req: DescribeConfigsRequest, version: int) -> Desc
                     raise E.InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
                                                 f"but received {res.resource_name}")
                 entries = broker_config_entries(broker, res.resource_name)
+            elif res.resource_type == RESOURCE_GROUP:
+                require(broker, ctx, acl.DESCRIBE_CONFIGS, acl.GROUP, res.resource_name)
+                entries = group_config_entries(broker, res.resource_name)
             else:
                 raise E.InvalidRequestError(f"unsupported resource type {res.resource_type}")
         except E.KafkaError as exc:

@@ -25,8 +25,8 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
         try:
             if res.resource_type == RESOURCE_GROUP:
                 require(broker, ctx, acl.ALTER_CONFIGS, acl.GROUP, res.resource_name)
-                broker.share.configs.alter(res.resource_name, [(c.name, c.config_operation, c.value)
-                                                               for c in res.configs], req.validate_only)
+                await broker.share.configs.alter(res.resource_name, [(c.name, c.config_operation, c.value)
+                                                                     for c in res.configs], req.validate_only)
                 out.append(Resp(error_code=0, resource_type=res.resource_type, resource_name=res.resource_name))
                 continue
             require(broker, ctx, acl.ALTER_CONFIGS, *((acl.TOPIC, res.resource_name) if res.resource_type == TOPIC

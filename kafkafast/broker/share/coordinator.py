@@ -1,5 +1,6 @@
 """The share group side of a broker: share groups (`groups.py`), the share-partitions of the
-partitions this process leads (`manager.py`), their state store and the group configs.
+partitions this process leads (`manager.py`), their state store and the group configs
+(`group_configs.py`).
 
 Where the state lives: share group membership beside the group coordinator's groups (same
 placement: the group's `__consumer_offsets` partition), share-partition state in the process
@@ -11,17 +12,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kafkafast.broker.share.group_configs import GroupConfigs
+from kafkafast.broker.share.group_configs import FileGroupConfigs, GroupConfigs
 from kafkafast.broker.share.groups import ShareGroups
 from kafkafast.broker.share.manager import SharePartitionManager
 from kafkafast.broker.share.state_store import ShareStateStore
 
 
 class ShareCoordinator:
-    def __init__(self, broker: Any, store: ShareStateStore | None = None) -> None:
+    def __init__(self, broker: Any, store: ShareStateStore | None = None, configs: GroupConfigs | None = None) -> None:
         self.broker = broker
-        self.configs = GroupConfigs(broker.log_dirs[0], broker.config)
-        self.store = store if store is not None else ShareStateStore(broker)  # cluster mode brings its own
+        # cluster mode brings its own state store and group configs
+        self.configs = configs if configs is not None else FileGroupConfigs(broker.log_dirs[0], broker.config)
+        self.store = store if store is not None else ShareStateStore(broker)
         self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
         self.groups = ShareGroups(broker, self.partitions.member_gone, self.configs.get)
 

@@ -3,10 +3,15 @@ group ones Kafka 4.2 defines: share.auto.offset.reset (latest, earliest, by_dura
 duration>), share.isolation.level (read_uncommitted, read_committed), share.record.lock.duration.ms,
 share.delivery.count.limit, share.session.timeout.ms and share.heartbeat.interval.ms.
 
-File: `<first log dir>/__kafkafast_group_configs.json`, {group id: {name: value}}, replaced
-atomically (write to a temporary file, rename) under an flock of `.lock` beside it, and
-re-read by every process when its modification time changed, so every worker of a broker sees
-a change at its next request.
+`GroupConfigs` checks a change (INVALID_CONFIG, INVALID_REQUEST) and answers the values in
+effect; where they are kept is the store's, chosen by the broker class:
+- `FileGroupConfigs` (a single node, and each of its workers):
+  `<first log dir>/__kafkafast_group_configs.json`, {group id: {name: value}}, replaced
+  atomically (write to a temporary file, rename) under an flock of `.lock` beside it, and
+  re-read by every process when its modification time changed, so every worker of a broker sees
+  a change at its next request.
+- `ZkGroupConfigs` (`cluster/group_configs.py`): ZooKeeper's `/config/groups/<group id>`, read
+  by every broker of the cluster.
 """
 from __future__ import annotations
 
@@ -20,6 +25,14 @@ from kafkafast.protocol import errors as E
 
 FILE = "__kafkafast_group_configs.json"
 RESOURCE_GROUP = 32
+NAMES = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
+         "share.delivery.count.limit", "share.session.timeout.ms", "share.heartbeat.interval.ms")
+# the broker config each group config overrides; the other two default to Kafka's values
+BROKER_DEFAULTS = {"share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+                   "share.delivery.count.limit": "group.share.delivery.count.limit",
+                   "share.session.timeout.ms": "group.share.session.timeout.ms",
+                   "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms"}
+DEFAULTS = {"share.auto.offset.reset": "latest", "share.isolation.level": "read_uncommitted"}
 
 
 def _validate(name: str, value: str, cfg: Any) -> None:
@@ -32,30 +45,76 @@ def _validate(name: str, value: str, cfg: Any) -> None:
         if value.strip().lower() in ("read_uncommitted", "read_committed"):
             return
         raise E.InvalidConfigError(f"Invalid value {value} for configuration share.isolation.level")
-    bounds = {"share.record.lock.duration.ms": "group.share.{}.record.lock.duration.ms",
-              "share.delivery.count.limit": "group.share.{}.delivery.count.limit",
-              "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
-              "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms"}
-    if name not in bounds:
+    if name not in BROKER_DEFAULTS:
         raise E.InvalidConfigError(f"Unknown group config name: {name}")
     try:
         n = int(value)
     except ValueError:
         raise E.InvalidConfigError(f"Invalid value {value} for configuration {name}: Not a number of type INT") from None
-    lo, hi = cfg.get_int(bounds[name].format("min")), cfg.get_int(bounds[name].format("max"))
+    setting = BROKER_DEFAULTS[name][len("group.share."):]
+    lo, hi = cfg.get_int(f"group.share.min.{setting}"), cfg.get_int(f"group.share.max.{setting}")
     if not lo <= n <= hi:
         raise E.InvalidConfigError(f"Invalid value {value} for configuration {name}: "
-                                          f"Value must be in the range [{lo}, {hi}]")
+                                   f"Value must be in the range [{lo}, {hi}]")
 
 
-NAMES = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
-         "share.delivery.count.limit", "share.session.timeout.ms", "share.heartbeat.interval.ms")
+def changed(configs: dict[str, str], ops: list[tuple[str, int, str | None]]) -> dict[str, str]:
+    """A group's configs after `ops` (already checked)."""
+    out = dict(configs)
+    for name, op, value in ops:
+        if op == 0:
+            out[name] = value or ""
+        else:
+            out.pop(name, None)
+    return out
 
 
 class GroupConfigs:
-    def __init__(self, log_dir: str, broker_config: Any) -> None:
-        self.path = os.path.join(log_dir, FILE)
+    """The checks and the values in effect; a store keeps them (`of`, `write`)."""
+
+    def __init__(self, broker_config: Any) -> None:
         self.cfg = broker_config
+
+    def of(self, group_id: str) -> dict[str, str]:
+        """The group's own configs (not the defaults)."""
+        raise NotImplementedError
+
+    async def write(self, group_id: str, ops: list[tuple[str, int, str | None]]) -> None:
+        """Keeps checked `ops`, in force here when it returns."""
+        raise NotImplementedError
+
+    def get(self, group_id: str, name: str) -> str | None:
+        return self.of(group_id).get(name)
+
+    def default(self, name: str) -> str:
+        """A group config's value where the group has none of its own."""
+        return str(self.cfg.get_int(BROKER_DEFAULTS[name])) if name in BROKER_DEFAULTS else DEFAULTS[name]
+
+    def effective(self, group_id: str) -> list[tuple[str, str, bool]]:
+        """(name, value, the group's own) of every group config: DescribeConfigs."""
+        own = self.of(group_id)
+        return [(name, own[name], True) if name in own else (name, self.default(name), False) for name in NAMES]
+
+    async def alter(self, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
+        """IncrementalAlterConfigs operations (name, op: 0 set, 1 delete, value) on one group."""
+        if not group_id:
+            raise E.InvalidRequestError("Default group resources are not allowed.")
+        for name, op, value in ops:
+            if op == 0:
+                _validate(name, value or "", self.cfg)
+            elif op == 1:
+                if name not in NAMES:
+                    raise E.InvalidConfigError(f"Unknown group config name: {name}")
+            else:
+                raise E.InvalidRequestError(f"operation {op} is not valid for group configs")
+        if not validate_only:
+            await self.write(group_id, ops)
+
+
+class FileGroupConfigs(GroupConfigs):
+    def __init__(self, log_dir: str, broker_config: Any) -> None:
+        super().__init__(broker_config)
+        self.path = os.path.join(log_dir, FILE)
         self._mtime = -1.0
         self.configs: dict[str, dict[str, str]] = {}
 
@@ -70,39 +129,21 @@ class GroupConfigs:
                 self.configs = json.load(fh)
             self._mtime = mtime
 
-    def get(self, group_id: str, name: str) -> str | None:
-        self._refresh()
-        return self.configs.get(group_id, {}).get(name)
-
     def of(self, group_id: str) -> dict[str, str]:
         self._refresh()
         return dict(self.configs.get(group_id, {}))
 
-    def alter(self, group_id: str, ops: list[tuple[str, int, str | None]], validate_only: bool) -> None:
-        """IncrementalAlterConfigs operations (name, op: 0 set, 1 delete, value) on one group."""
-        for name, op, value in ops:
-            if op == 0:
-                _validate(name, value or "", self.cfg)
-            elif op == 1:
-                if name not in NAMES:
-                    raise E.InvalidConfigError(f"Unknown group config name: {name}")
-            else:
-                raise E.InvalidRequestError(f"operation {op} is not valid for group configs")
-        if validate_only:
-            return
+    async def write(self, group_id: str, ops: list[tuple[str, int, str | None]]) -> None:
         lock = os.open(self.path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self._mtime = -1.0
             self._refresh()
-            entry = self.configs.setdefault(group_id, {})
-            for name, op, value in ops:
-                if op == 0:
-                    entry[name] = value or ""
-                else:
-                    entry.pop(name, None)
-            if not entry:
-                del self.configs[group_id]
+            entry = changed(self.configs.get(group_id, {}), ops)
+            if entry:
+                self.configs[group_id] = entry
+            else:
+                self.configs.pop(group_id, None)
             tmp = self.path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(self.configs, fh)
