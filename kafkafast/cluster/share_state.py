@@ -147,7 +147,7 @@ class ClusterShareStateStore(ShareStateStore):
             partition=partition, state_epoch=state_epoch, leader_epoch=0, start_offset=start_offset,
             state_batches=[W.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
                            for a, b, s, c in batches])])])
-        self.pending.append(asyncio.ensure_future(self._write_remote(key, req)))
+        self.pending.append((key, asyncio.ensure_future(self._write_remote(key, req))))
 
     async def _write_remote(self, key: Key, req: Any) -> Any:
         resp = await self._ask(key, req)
@@ -179,7 +179,7 @@ class ClusterShareStateStore(ShareStateStore):
         if len(part.isr) < self.broker.min_insync_replicas(part):
             raise E.CoordinatorNotAvailableError(f"{STATE_TOPIC}-{part.index}: fewer in-sync replicas than min.isr")
         super()._append(key, key_bytes, value)
-        self.pending.append(asyncio.ensure_future(self._replicated(part, part.log.state.log_end_offset)))
+        self.pending.append((key, asyncio.ensure_future(self._replicated(part, part.log.state.log_end_offset))))
 
     async def _replicated(self, part: Any, end_offset: int) -> int:
         code = await part.wait_for_hw(end_offset, APPEND_TIMEOUT_S)

@@ -18,6 +18,8 @@ from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewTopic, ResourceType)
 
+from kafkafast.broker.group_coordinator import java_string_hash
+from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
 from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
@@ -32,6 +34,8 @@ from kafkafast.protocol._generated.share_group_describe import ShareGroupDescrib
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
+from kafkafast.runtime.shm import owner_for
+from kafkafast.testing import KafkaTestBroker
 from tests.integration.test_metrics import scrape, value
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
@@ -313,23 +317,17 @@ def test_kafka_profiles_before_4_1_do_not_advertise_share_groups(broker_factory,
     assert all((k in keys) == served for k in (76, 77, 78, 79))
 
 
-@pytest.mark.parametrize("stop,workers", [("graceful", 0), ("sigkill", 0), ("sigkill", 3)])
-def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers):
-    # A snapshot every 3 records: the state comes back from snapshots and the updates after them.
-    b = broker_factory(workers=workers,
-                       settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
-    bs = b.bootstrap
-    create_topic(bs, "qs", 1)
-    group = new_group()
-    set_group_configs(bs, group, share_auto_offset_reset="earliest")
-    values = produce(bs, "qs", 1, 30)
-    c = share_consumer(bs, group, "qs", **{"share.acknowledgement.mode": "explicit"})
+def ack_by_thirds(bootstrap: str, group: str, topic: str, values: set[bytes]) -> set[bytes]:
+    """One explicit-mode share consumer accepts, rejects or releases each record by its number
+    mod 3 (commit_sync after each poll: several acknowledgements, so several state records);
+    the released ones."""
+    c = share_consumer(bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"})
     accepted, rejected, held = set(), set(), set()
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(accepted | rejected | held) < 30:
+        while time.monotonic() < deadline and len(accepted | rejected | held) < len(values):
             msgs = [m for m in c.poll(0.2) if m.error() is None]
-            for m in msgs:  # accept, reject or hold each record; several commits, so several state records
+            for m in msgs:
                 n = int(m.value().split(b"-")[1])
                 if n % 3 == 0:
                     c.acknowledge(m, AcknowledgeType.ACCEPT)
@@ -338,19 +336,20 @@ def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers
                     c.acknowledge(m, AcknowledgeType.REJECT)
                     rejected.add(m.value())
                 else:
-                    held.add(m.value())  # released: delivered again after the restart, as the second time
+                    held.add(m.value())  # released: delivered again after a restart, as the second time
                     c.acknowledge(m, AcknowledgeType.RELEASE)
             if msgs:
                 c.commit_sync()
     finally:
         c.close()
     assert accepted | rejected | held == values
-    if stop == "graceful":
-        b.restart()
-    else:
-        b.kill()
-        b.start()
-    c = share_consumer(bs, group, "qs")
+    return held
+
+
+def assert_only_redelivered(bootstrap: str, group: str, topic: str, held: set[bytes]) -> None:
+    """A new consumer of the group gets the released records again, with their delivery count
+    gone on, and nothing else."""
+    c = share_consumer(bootstrap, group, topic)
     got: dict[bytes, int] = {}
     try:
         poll_until([c], lambda: set(got) >= held, 60, lambda _c, m: got.__setitem__(m.value(), m.delivery_count()))
@@ -363,6 +362,59 @@ def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers
         c.close()
     assert set(got) == held
     assert min(got.values()) >= 2  # the delivery count survived the restart
+
+
+@pytest.mark.parametrize("stop,workers", [("graceful", 0), ("sigkill", 0), ("sigkill", 3)])
+def test_a_broker_restart_loses_no_acknowledgement(broker_factory, stop, workers):
+    # A snapshot every 3 records: the state comes back from snapshots and the updates after them.
+    b = broker_factory(workers=workers,
+                       settings={**SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3"})
+    bs = b.bootstrap
+    create_topic(bs, "qs", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    held = ack_by_thirds(bs, group, "qs", produce(bs, "qs", 1, 30))
+    if stop == "graceful":
+        b.restart()
+    else:
+        b.kill()
+        b.start()
+    assert_only_redelivered(bs, group, "qs", held)
+
+
+def test_state_written_through_the_owner_worker_survives_a_restart_and_a_failed_write(tmp_path):
+    """The group's worker forwards its share state to the worker owning the key's
+    `__share_group_state` partition (shared append off): those writes are not refused for the
+    topic's min.insync.replicas=2 (Kafka's default; Kafka's coordinators append with acks=1),
+    and after one of them failed (the first, the share-partition's snapshot: a disk error) the
+    next is a whole snapshot, so the updates after it are not lost with it at the restart."""
+    b = KafkaTestBroker(tmp_path / "b", workers=3, settings={
+        **SETTINGS, "share.coordinator.snapshot.update.records.per.snapshot": "3",
+        "share.coordinator.state.topic.num.partitions": "6", "kafkafast.produce.shared.append": "false"})
+    b.start()
+    try:
+        bs = b.bootstrap_servers
+        create_topic(bs, "qw", 1)
+        with RawClient(b.port) as raw:
+            tid = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="qw")]), 12).topics[0].topic_id
+        # A group coordinated by another worker than the one owning its state's partition.
+        for _ in range(100):
+            group = new_group()
+            offsets = (java_string_hash(group) & 0x7FFFFFFF) % int(SETTINGS["offsets.topic.num.partitions"])
+            state = (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % 6
+            if owner_for("__consumer_offsets", offsets, 3) != owner_for(STATE_TOPIC, state, 3):
+                break
+        else:
+            raise AssertionError("no group found whose state partition another worker owns")
+        set_group_configs(bs, group, share_auto_offset_reset="earliest")
+        values = produce(bs, "qw", 1, 30)
+        b.faults.disk_error(STATE_TOPIC, state)
+        held = ack_by_thirds(bs, group, "qw", values)
+        assert b.faults.active() == []  # the first state write failed
+        b.restart(clean=False)
+        assert_only_redelivered(bs, group, "qw", held)
+    finally:
+        b.kill()
 
 
 def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_state(sbroker):

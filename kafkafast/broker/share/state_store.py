@@ -15,8 +15,11 @@ count, so after a restart they are delivered again and the count goes on.
 
 Writing: every state change of a share-partition writes one record before the request that
 caused it is answered: appended at once when this process may append to the record's
-partition, else forwarded as a Produce to the worker that owns it and awaited (`settled`)
-before the answer. The first write of a share-partition and every
+partition, else forwarded as a Produce to the worker that owns it (acks=1, as Kafka's
+coordinators append: the partition's min.insync.replicas refuses only acks=all producers, and
+a single node's append is the whole write) and awaited (`settled`) before the answer. A write
+that failed there leaves the log behind this store's view, so the key's next write is a
+ShareSnapshot (the whole state) whatever the count. The first write of a share-partition and every
 `share.coordinator.snapshot.update.records.per.snapshot`-th after it is a ShareSnapshot
 (snapshot epoch + 1); the others are ShareUpdates holding every batch changed since the
 snapshot (cumulative), so the topic is compacted (`cleanup.policy=compact`): the latest
@@ -114,7 +117,7 @@ def merge_batches(base: list[StateBatch], newer: list[StateBatch], start_offset:
 
 
 class _KeyState:
-    __slots__ = ("state", "snapshot_epoch", "updates", "changed", "created")
+    __slots__ = ("state", "snapshot_epoch", "updates", "changed", "created", "unwritten")
 
     def __init__(self, state: PersistedState, snapshot_epoch: int, created: int) -> None:
         self.state = state
@@ -122,6 +125,7 @@ class _KeyState:
         self.updates = 0  # ShareUpdates written since the snapshot
         self.changed: list[StateBatch] = []  # batches changed since the snapshot (what the next update holds)
         self.created = created
+        self.unwritten = False  # a write of it failed after this view took it in: the next one is a snapshot
 
 
 class ShareStateStore:
@@ -132,7 +136,7 @@ class ShareStateStore:
         self.keys: dict[Key, _KeyState] = {}
         self.loaded = False
         self._loading: asyncio.Task | None = None
-        self.pending: list[Any] = []  # writes forwarded to the owner worker, not yet answered
+        self.pending: list[tuple[Key, Any]] = []  # (key, writes not done yet: forwarded to the owner worker, ...)
 
     # -- placement ---------------------------------------------------------------------------
     def num_partitions(self) -> int:
@@ -231,7 +235,7 @@ class ShareStateStore:
         key = (group_id, topic_id, partition)
         ks = self.keys.get(key)
         state = PersistedState(start_offset, state_epoch, full)
-        if ks is None or ks.updates + 1 >= self.per_snapshot:
+        if ks is None or ks.unwritten or ks.updates + 1 >= self.per_snapshot:
             epoch = ks.snapshot_epoch + 1 if ks is not None else 0
             created = ks.created if ks is not None else clock.now_ms()
             self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created))
@@ -311,20 +315,27 @@ class ShareStateStore:
         if self.broker.appends_here(part, None):
             self.broker.append(part, records)
         elif forward is not None:  # another worker owns the partition (shared append off or not ready)
-            self.pending.append(forward(part, records, -1, WRITE_TIMEOUT_MS))
+            self.pending.append((key, forward(part, records, 1, WRITE_TIMEOUT_MS)))
         else:
             raise E.NotCoordinatorError(f"{STATE_TOPIC}-{part.index} is not written by this process")
 
     async def settled(self) -> int:
-        """Waits for the writes that are not done yet (forwarded to another worker, sent to the share
-        coordinator, or waiting for the ISR); the first error code, or NONE."""
-        pending, self.pending = self.pending, []
+        """Waits for every write not done yet (forwarded to another worker, sent to the share
+        coordinator, or waiting for the ISR), those another request also waits for included (it
+        may be answered first, not before them); the first error code, or NONE. The key of a
+        failed write is written whole next time."""
         error = 0
-        for fut in pending:
+        for key, fut in list(self.pending):
             try:
                 res = await fut  # an error code, or a response part with one
-                error = error or (res if isinstance(res, int) else res.error_code)
+                code = res if isinstance(res, int) else res.error_code
             except Exception as exc:  # the owner or the coordinator went away
                 log.warning("share state: a write failed: %s", exc)
-                error = error or E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+                code = E.ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if code:
+                ks = self.keys.get(key)
+                if ks is not None:
+                    ks.unwritten = True
+            error = error or code
+        self.pending = [(key, fut) for key, fut in self.pending if not fut.done()]
         return error
