@@ -19,7 +19,10 @@ or over the forwarding link to the worker owning the partition when this broker 
 coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
 acknowledged state, and a new share coordinator from what the ISR held. The group's coordinator
 changes the state for AlterShareGroupOffsets / DeleteShareGroupOffsets the same way: here, or
-with InitializeShareGroupState / DeleteShareGroupState to the key's share coordinator.
+with InitializeShareGroupState / DeleteShareGroupState to the key's share coordinator; and
+DeleteGroups of an empty share group deletes its state at every share coordinator (one
+DeleteShareGroupState per `__share_group_state` partition, naming every partition of every
+topic: only keys with state get tombstones) before the group goes.
 """
 from __future__ import annotations
 
@@ -163,13 +166,48 @@ class ClusterShareStateStore(ShareStateStore):
         _raise_for(resp.results[0].partitions[0], key)
 
     async def _delete_at_coordinator(self, key: Key) -> None:
-        if self.coordinator_error(key) == 0:
-            await super()._delete_at_coordinator(key)
+        await self._delete_keys([key])
+
+    async def delete_group(self, group_id: str) -> None:
+        """The group's state at every share coordinator: the keys of every partition of every
+        topic (the group coordinator does not know which ones the group used; a coordinator
+        without state for a key has nothing to delete), one DeleteShareGroupState per
+        `__share_group_state` partition, at once; raises the first KafkaError."""
+        if self.broker.topics.get(STATE_TOPIC) is None:
             return
+        per_index: dict[int, list[Key]] = {}
+        for meta in list(self.broker.topics.by_id.values()):
+            if not meta.is_internal:
+                for p in range(meta.partitions):
+                    key = (group_id, meta.topic_id, p)
+                    per_index.setdefault(self.partition_for(key), []).append(key)
+        done = await asyncio.gather(*(self._delete_keys(keys) for keys in per_index.values()), return_exceptions=True)
+        for exc in done:
+            if isinstance(exc, E.KafkaError):
+                raise exc
+            if isinstance(exc, BaseException):  # the coordinator went away
+                raise E.CoordinatorNotAvailableError(f"deleting the share state of {group_id}: {exc}") from exc
+        await self.raise_unsettled(f"deleting the share-partition state of {group_id}")
+
+    async def _delete_keys(self, keys: list[Key]) -> None:
+        """Deletes the state of `keys` (all in one `__share_group_state` partition) at their
+        share coordinator: here, or with DeleteShareGroupState."""
+        err = self.coordinator_error(keys[0])
+        if err == 0:
+            for key in keys:
+                self.delete(key)
+            return
+        if err != EC.NOT_COORDINATOR:
+            raise E.for_code(err)(f"share state of {keys[0][0]}")
+        per_topic: dict[bytes, list[int]] = {}
+        for _, tid, p in keys:
+            per_topic.setdefault(tid, []).append(p)
         D = DeleteShareGroupStateRequest
-        resp = await self._ask(key, D(group_id=key[0], topics=[D.DeleteStateData(topic_id=key[1], partitions=[
-            D.PartitionData(partition=key[2])])]))
-        _raise_for(resp.results[0].partitions[0], key)
+        resp = await self._ask(keys[0], D(group_id=keys[0][0], topics=[D.DeleteStateData(
+            topic_id=tid, partitions=[D.PartitionData(partition=p) for p in ps]) for tid, ps in per_topic.items()]))
+        for result in resp.results:
+            for p in result.partitions:
+                _raise_for(p, keys[0])
 
     # -- the coordinator's side -------------------------------------------------------------------
     def _append(self, key: Key, key_bytes: bytes, value: bytes | None) -> None:

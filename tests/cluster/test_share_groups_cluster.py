@@ -8,7 +8,8 @@ broker and with two workers per broker (where the worker owning a `__share_group
 partition is the coordinator and the group's worker asks it over the forwarding link).
 AlterShareGroupOffsets / DeleteShareGroupOffsets (kafka-share-groups.sh --reset-offsets /
 --delete-offsets) are served by the group's coordinator and written by each key's share
-coordinator. Group configs set through any broker are kept in ZooKeeper and in force on every
+coordinator; DeleteGroups of an empty share group deletes its state at every share coordinator.
+Group configs set through any broker are kept in ZooKeeper and in force on every
 broker."""
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from kafkafast.protocol._generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
 from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from tests.support.cli import kafkafast
 from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
@@ -96,6 +99,20 @@ def set_everywhere(cluster, group: str, **configs: str) -> None:
     alter_group_configs(next(iter(cluster.brokers.values())).port, group, **configs)
     described_everywhere(cluster, group, {k.replace("_", "."): (v, GROUP_CONFIG) for k, v in configs.items()},
                          f"{group}'s configs at every broker")
+
+
+def records_for_a_new_group(cluster, topic: str, partitions: int, count: int) -> tuple[str, list[bytes]]:
+    """A new topic with `count` records r-0, r-1, ... (r-i in partition i mod `partitions`) and a
+    new share group id reading from the earliest offset; (group id, the records' values)."""
+    cluster.create_topic(topic, partitions, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    values = [f"r-{i}".encode() for i in range(count)]
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=i % partitions)
+    assert p.flush(30) == 0
+    return group, values
 
 
 @pytest.mark.parametrize("victim", ["partition-leader", "share-coordinator"])
@@ -198,13 +215,7 @@ def test_share_group_offsets_reset_and_deleted_across_the_cluster(share_cluster)
     died: its successor has them); after --delete-offsets the group has no state for the topic."""
     cluster = share_cluster
     topic = "cq-reset"
-    cluster.create_topic(topic, 2, 3)
-    group = f"csg-{uuid.uuid4().hex[:8]}"
-    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
-    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
-    for i in range(6):
-        p.produce(topic, value=f"r-{i}".encode(), partition=i % 2)
-    assert p.flush(30) == 0
+    group, _ = records_for_a_new_group(cluster, topic, 2, 6)
     A = AlterShareGroupOffsetsRequest
     alter = A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
         A.AlterShareGroupOffsetsRequestPartition(partition_index=i, start_offset=0) for i in range(2)])])
@@ -254,6 +265,74 @@ def test_share_group_offsets_reset_and_deleted_across_the_cluster(share_cluster)
         assert start_offsets(cluster, group, topic, 2) == {0: -1, 1: -1}
     finally:
         cluster.brokers[killed].start()
+
+
+def accept_everything(cluster, group: str, topic: str, values: set[bytes]) -> dict[bytes, int]:
+    """A share consumer of `group` that accepts every record it gets until it has `values` and
+    nothing more comes; value -> delivery count."""
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", **QUIET})
+    c.subscribe([topic])
+    got: dict[bytes, int] = {}
+    try:
+        deadline = time.monotonic() + 60
+        quiet_until = None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            msgs = [m for m in c.poll(0.3) if m.error() is None]
+            for m in msgs:
+                got[m.value()] = m.delivery_count()
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync()
+            if quiet_until is None and set(got) >= values:
+                quiet_until = time.monotonic() + 1.5  # nothing else comes
+    finally:
+        c.close()
+    return got
+
+
+def test_deleting_a_share_group_deletes_its_state_at_every_share_coordinator(share_cluster):
+    """DeleteGroups of an empty share group (kafkafast share-groups --delete) at its coordinator
+    deletes the state of its share-partitions at every share coordinator, on other brokers too
+    (DeleteShareGroupState), with tombstones in `__share_group_state`: a new consumer of the same
+    group id starts where share.auto.offset.reset says and gets every record again, delivered
+    once; so also after a share coordinator's broker restarted (the brokers leading its
+    `__share_group_state` partitions meanwhile replayed them, deletion included). With a member
+    the group is not deleted (NON_EMPTY_GROUP)."""
+    cluster = share_cluster
+    topic = "cq-delete"
+    group, produced = records_for_a_new_group(cluster, topic, 6, 30)
+    values = set(produced)
+    assert accept_everything(cluster, group, topic, values) == dict.fromkeys(values, 1)
+    coordinator = group_coordinator(cluster, group)
+    share_coordinators = {cluster.leader(STATE_TOPIC, state_partition(cluster, group, topic, q)) for q in range(6)}
+    elsewhere = share_coordinators - {coordinator}
+    assert elsewhere, f"every share-partition's state is at the group's coordinator {coordinator}"
+
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe([topic])
+    try:
+        described = ShareGroupDescribeRequest(group_ids=[group])
+        cluster.wait_for(lambda: not c.poll(0.2) and at_group_coordinator(  # (acknowledged: nothing comes)
+            cluster, group, described, 1).groups[0].members, 30, f"a member in {group}")
+        resp = at_group_coordinator(cluster, group, DeleteGroupsRequest(groups_names=[group]), 2)
+        assert resp.results[0].error_code == EC.NON_EMPTY_GROUP
+    finally:
+        c.close()
+
+    def delete() -> None:
+        out = kafkafast("share-groups", "--bootstrap-server", cluster.bootstrap, "--delete", "--group", group).stdout
+        assert out.strip() == f"Deletion of requested share groups ('{group}') was successful."
+
+    delete()
+    assert accept_everything(cluster, group, topic, values) == dict.fromkeys(values, 1)
+    delete()
+    restarted = min(elsewhere)
+    cluster.brokers[restarted].restart()
+    cluster.wait_for(lambda: all(cluster.leader(topic, q) >= 0 for q in range(6)) and all(
+        cluster.leader(STATE_TOPIC, i) >= 0 for i in range(int(SETTINGS["share.coordinator.state.topic.num.partitions"]))),
+        30, f"leaders of {topic} and {STATE_TOPIC} after broker {restarted} restarted")
+    assert accept_everything(cluster, group, topic, values) == dict.fromkeys(values, 1)
 
 
 def test_share_groups_command_describes_a_group_across_the_cluster(share_cluster):

@@ -16,6 +16,7 @@ from kafkafast.broker.share.group_configs import FileGroupConfigs, GroupConfigs
 from kafkafast.broker.share.groups import ShareGroups
 from kafkafast.broker.share.manager import SharePartitionManager
 from kafkafast.broker.share.state_store import ShareStateStore
+from kafkafast.protocol import errors as E
 
 
 class ShareCoordinator:
@@ -38,8 +39,18 @@ class ShareCoordinator:
         self.partitions.stop()
         await self.store.stop()
 
-    def delete_group(self, group_id: str) -> int:
-        err = self.groups.delete(group_id)
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of a share group, as Kafka's group coordinator does it: an empty group's
+        share-partition state is deleted at every share coordinator first, then the group goes
+        (kept when the state could not be deleted: that error is the answer)."""
+        err = self.groups.deletable(group_id)
+        if err:
+            return err
+        try:
+            await self.store.delete_group(group_id)
+        except E.KafkaError as exc:
+            return exc.code
+        err = self.groups.delete(group_id)  # (a member may have joined meanwhile: NON_EMPTY_GROUP)
         if not err:
             self.partitions.forget_group(group_id)
         return err

@@ -271,13 +271,19 @@ class ShareGroups:
         group = self.get(group_id)
         return group is not None and member_id in group.members
 
-    def delete(self, group_id: str) -> int:
-        """DeleteGroups for a share group: only an empty one (NON_EMPTY_GROUP otherwise)."""
+    def deletable(self, group_id: str) -> int:
+        """NONE for an empty share group; GROUP_ID_NOT_FOUND, or NON_EMPTY_GROUP while it has members."""
         group = self.get(group_id)
         if group is None:
             return EC.GROUP_ID_NOT_FOUND
-        if group.members:
-            return EC.NON_EMPTY_GROUP
+        return EC.NON_EMPTY_GROUP if group.members else 0
+
+    def delete(self, group_id: str) -> int:
+        """DeleteGroups for a share group: only an empty one (`deletable`)."""
+        err = self.deletable(group_id)
+        if err:
+            return err
+        group = self.groups[group_id]
         group.dead = True
         del self.groups[group_id]
         return 0

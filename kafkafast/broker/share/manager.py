@@ -190,12 +190,14 @@ class SharePartitionManager:
         return persist
 
     def forget_group(self, group_id: str) -> None:
-        """DeleteGroups: the group's share-partitions and their persisted state go."""
+        """DeleteGroups (the state store deleted their persisted state): the group's
+        share-partitions and share sessions here go. Elsewhere (other partition leaders) a
+        share-partition loads its state again when a share session opens: none, so it starts
+        where share.auto.offset.reset says."""
         for key in [k for k in self.partitions if k[0] == group_id]:
             del self.partitions[key]
         for key in [k for k in self.sessions if k[0] == group_id]:
             del self.sessions[key]
-        self.store.delete_group(group_id)
 
     def member_gone(self, group_id: str, member_id: str) -> None:
         """The member left the group or its session expired: its records go back, its share session ends."""

@@ -245,9 +245,13 @@ class ShareStateStore:
         self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed))
         ks.state, ks.changed, ks.updates = state, changed, ks.updates + 1
 
-    def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups of a share group: the state of each of its share-partitions goes, written
+        before the group is removed (here the process coordinating the group keeps all of it);
+        raises KafkaError."""
         for key in [k for k in self.keys if k[0] == group_id]:
             self.delete(key)
+        await self.raise_unsettled(f"deleting the share-partition state of {group_id}")
 
     # -- the share coordinator APIs (Read/Write/Initialize/DeleteShareGroupState, the summary) ------
     def coordinator_error(self, key: Key) -> int:
@@ -279,6 +283,10 @@ class ShareStateStore:
         self.keys[key] = _KeyState(state, epoch, clock.now_ms())
 
     def delete(self, key: Key) -> None:
+        """DeleteShareGroupState: tombstones for the key's records (none for a key without state,
+        as Kafka's share coordinator answers it)."""
+        if key not in self.keys:
+            return
         for kind in (SNAPSHOT_KEY, UPDATE_KEY):
             self._append(key, state_key(kind, key), None)
         self.keys.pop(key, None)
@@ -318,6 +326,12 @@ class ShareStateStore:
             self.pending.append((key, forward(part, records, 1, WRITE_TIMEOUT_MS)))
         else:
             raise E.NotCoordinatorError(f"{STATE_TOPIC}-{part.index} is not written by this process")
+
+    async def raise_unsettled(self, what: str) -> None:
+        """`settled`, raising the KafkaError of its error code."""
+        err = await self.settled()
+        if err:
+            raise E.for_code(err)(what)
 
     async def settled(self) -> int:
         """Waits for every write not done yet (forwarded to another worker, sent to the share
