@@ -1,4 +1,4 @@
-"""`kafkafast configs`: kafka-configs.sh — describe and alter topic and broker configs.
+"""`kafkafast configs`: kafka-configs.sh — describe and alter topic, broker and group configs.
 
 Configs are altered with IncrementalAlterConfigs (SET / DELETE). Topic configs live in the
 broker's topic file (in ZooKeeper in cluster mode); broker configs Kafka changes at run time
@@ -6,7 +6,11 @@ broker's topic file (in ZooKeeper in cluster mode); broker configs Kafka changes
 (`--entity-name ID`, sent to that broker) or the cluster-wide default (`--entity-default`
 or an empty name), kept in the log dir (in ZooKeeper in cluster mode); --describe shows
 every config with its source, the others are read-only and --alter of them answers the
-broker's INVALID_REQUEST."""
+broker's INVALID_REQUEST. Group configs (`--entity-type groups`, resource type GROUP: the share
+group ones, share.auto.offset.reset and the like) are described as Kafka 4's kafka-configs.sh
+prints them: "Dynamic configs for group G are:" (with --all "All configs ...") and a line
+"  name=value sensitive=false synonyms={SOURCE:name=value}" per config, the group's own
+ones only without --all; every group in ListGroups without --entity-name."""
 from __future__ import annotations
 
 import argparse
@@ -15,10 +19,11 @@ from typing import Any
 
 from kafkafast.cli.common import (CommandError, add_bootstrap, add_output, parse_kv, parser_for, print_json,
                                   print_table, run_admin)
-from kafkafast.client.admin import SCRAM_MECHANISMS, SOURCE_DEFAULT, SOURCE_NAMES, SOURCE_STATIC_BROKER
+from kafkafast.client.admin import SCRAM_MECHANISMS, SOURCE_DEFAULT, SOURCE_GROUP, SOURCE_NAMES, SOURCE_STATIC_BROKER
 
 NAME = "configs"
-ENTITY_TYPES = {"topics": 2, "brokers": 4}
+ENTITY_TYPES = {"topics": 2, "brokers": 4, "groups": 32}
+RESOURCE_GROUP = ENTITY_TYPES["groups"]
 # client quota entities (DescribeClientQuotas / AlterClientQuotas; users also have SCRAM credentials)
 QUOTA_ENTITIES = {"users": "user", "clients": "client-id"}
 QUOTA_KEYS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate"}
@@ -30,16 +35,19 @@ def add_parser(sub: Any) -> None:
         "kafkafast configs --bootstrap-server 127.0.0.1:9092 --entity-type topics --entity-name events "
         "--alter --add-config retention.ms=3600000,cleanup.policy=[compact,delete]",
         "kafkafast configs --bootstrap-server 127.0.0.1:9092 --entity-type brokers --entity-name 0 --describe --all",
+        "kafkafast configs --bootstrap-server 127.0.0.1:9092 --entity-type groups --entity-name workers "
+        "--alter --add-config share.auto.offset.reset=earliest",
     ])
     add_bootstrap(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
     p.add_argument("--entity-type", choices=sorted([*ENTITY_TYPES, *QUOTA_ENTITIES]),
-                   help="topics, brokers, users (quotas and SCRAM credentials) or clients (quotas)")
-    p.add_argument("--entity-name", help="topic name, broker id, user principal or client id")
+                   help="topics, brokers, groups, users (quotas and SCRAM credentials) or clients (quotas)")
+    p.add_argument("--entity-name", help="topic name, broker id, group id, user principal or client id")
     p.add_argument("--topic", help="same as --entity-type topics --entity-name TOPIC")
     p.add_argument("--broker", help="same as --entity-type brokers --entity-name ID")
+    p.add_argument("--group", help="same as --entity-type groups --entity-name GROUP")
     p.add_argument("--entity-default", action="store_true",
                    help="brokers: the cluster-wide default (dynamic configs of every broker without its own); "
                         "users/clients: the default quota")
@@ -56,6 +64,8 @@ def _entity(args: argparse.Namespace) -> tuple[int, str]:
         return ENTITY_TYPES["topics"], args.topic
     if args.broker is not None:
         return ENTITY_TYPES["brokers"], args.broker
+    if args.group is not None:
+        return RESOURCE_GROUP, args.group
     if args.entity_default:
         if args.entity_type != "brokers" or args.entity_name is not None:
             raise CommandError("--entity-default goes with --entity-type brokers and no --entity-name")
@@ -64,6 +74,8 @@ def _entity(args: argparse.Namespace) -> tuple[int, str]:
         raise CommandError("--entity-type (or --topic / --broker) is required")
     if args.entity_name is None and args.entity_type == "topics":
         raise CommandError("--entity-name is required for topics")
+    if args.entity_name is None and args.entity_type == "groups" and args.alter:
+        raise CommandError("--entity-name (or --group) is required to alter group configs")
     return ENTITY_TYPES[args.entity_type], args.entity_name or ""
 
 
@@ -71,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.entity_type in QUOTA_ENTITIES:
         return _quota_entity(args)
     rtype, name = _entity(args)
-    kind = "topic" if rtype == 2 else "broker"
+    kind = {2: "topic", 4: "broker", RESOURCE_GROUP: "group"}[rtype]
     if args.alter:
         sets = parse_kv(args.add_config, "--add-config", comma_list=True)
         deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
@@ -83,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         run_admin(args, alter)
         print(f"Completed updating config for {kind} {name or '<default>'}.")
         return 0
+    if rtype == RESOURCE_GROUP:
+        return _describe_groups(args, name)
 
     async def describe(admin: Any) -> list[Any]:
         target = name
@@ -103,6 +117,33 @@ def run(args: argparse.Namespace) -> int:
     print_table(["NAME", "VALUE", "SOURCE"], [(e.name, "(sensitive)" if e.sensitive else e.value,
                                                 SOURCE_NAMES.get(e.source, e.source)) for e in shown])
     return 0
+
+
+def _describe_groups(args: argparse.Namespace, name: str) -> int:
+    """kafka-configs.sh --describe --entity-type groups: each group's configs (its own, or with
+    --all every one) with their synonyms, in Kafka's text."""
+    async def describe(admin: Any) -> dict[str, list[Any]]:
+        groups = [name] if name else [g.group_id for g in await admin.list_groups()]
+        found = await admin.describe_config_entries([(RESOURCE_GROUP, g) for g in groups], synonyms=True)
+        return {g: [e for e in found[(RESOURCE_GROUP, g)] if args.all or e.source == SOURCE_GROUP] for g in groups}
+
+    described = run_admin(args, describe)
+    if args.output == "json":
+        print_json({g: [{"name": e.name, "value": e.value, "source": SOURCE_NAMES.get(e.source),
+                         "read_only": e.read_only, "sensitive": e.sensitive} for e in entries]
+                    for g, entries in described.items()})
+        return 0
+    for group, entries in described.items():
+        print(f"{'All' if args.all else 'Dynamic'} configs for group {group} are:")
+        for e in entries:
+            synonyms = ", ".join(f"{SOURCE_NAMES.get(src, 'UNKNOWN')}:{n}={_java(v)}" for src, n, v in e.synonyms)
+            print(f"  {e.name}={_java(e.value)} sensitive={str(e.sensitive).lower()} synonyms={{{synonyms}}}")
+    return 0
+
+
+def _java(value: str | None) -> str:
+    """A value as Java's string concatenation writes it (null for none)."""
+    return "null" if value is None else value
 
 
 def java_double(value: float) -> str:

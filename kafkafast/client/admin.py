@@ -76,8 +76,10 @@ def admin_version(conn: BrokerConnection, api_key: int) -> int:
 # DescribeConfigs config_source values
 SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER = 1, 2, 3
 SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 4, 5
+SOURCE_GROUP = 8
 SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class ConfigEntry:
     source: int
     read_only: bool
     sensitive: bool
+    synonyms: tuple[tuple[int, str, str | None], ...] = ()  # (source, name, value), when asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,10 +280,11 @@ class AdminClient:
         entries = await self.describe_config_entries(resources, keys)
         return {res: {e.name: e.value for e in es} for res, es in entries.items()}
 
-    async def describe_config_entries(self, resources: Iterable[tuple[int, str]], keys: list[str] | None = None
-                                      ) -> dict[tuple[int, str], list[ConfigEntry]]:
+    async def describe_config_entries(self, resources: Iterable[tuple[int, str]], keys: list[str] | None = None,
+                                      *, synonyms: bool = False) -> dict[tuple[int, str], list[ConfigEntry]]:
         """Every config (or `keys`) of each resource with its source (SOURCE_*), read-only
-        and sensitive flags, as DescribeConfigs v1+ gives them, sorted by name."""
+        and sensitive flags (and with `synonyms` its synonyms), as DescribeConfigs v1+ gives
+        them, sorted by name."""
         R = gen.DescribeConfigsRequest.DescribeConfigsResource
         by_node: dict[Any, list[tuple[int, str]]] = {}
         for t, n in resources:
@@ -289,12 +293,13 @@ class AdminClient:
         for conn, group in by_node.items():
             resp = await conn.send(gen.DescribeConfigsRequest(
                 resources=[R(resource_type=t, resource_name=n, configuration_keys=keys) for t, n in group],
-                include_synonyms=False, include_documentation=False))
+                include_synonyms=synonyms, include_documentation=False))
             for r in resp.results:
                 if r.error_code:
                     raise for_code(r.error_code)(f"describe configs {r.resource_name!r}: {r.error_message or ''}")
                 out[(r.resource_type, r.resource_name)] = sorted(
-                    (ConfigEntry(c.name, c.value, c.config_source, bool(c.read_only), bool(c.is_sensitive))
+                    (ConfigEntry(c.name, c.value, c.config_source, bool(c.read_only), bool(c.is_sensitive),
+                                 tuple((y.source, y.name, y.value) for y in c.synonyms or ()))
                      for c in r.configs), key=lambda e: e.name)
         return out
 

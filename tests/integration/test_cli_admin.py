@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 
+from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
+from tests.support.raw_client import RawClient
 
 
 def test_topics_create_list_describe_alter_delete(module_broker):
@@ -68,6 +70,42 @@ def test_configs_alter_and_describe_topic_and_broker(module_broker):
     kafkafast("configs", *b, "--broker", "0", "--alter", "--delete-config", "log.retention.ms")
     broker = kafkafast("configs", *b, "--entity-type", "brokers", "--entity-name", "0", "--describe").stdout
     assert "86400001" not in broker
+
+
+def test_configs_alter_and_describe_group_configs_as_kafka_configs_does(module_broker):
+    """kafka-configs.sh --entity-type groups (Kafka 4): IncrementalAlterConfigs / DescribeConfigs of
+    resource type GROUP, described in Kafka's text with each config's synonyms."""
+    b = ["--bootstrap-server", module_broker.bootstrap]
+    group = "cfg-workers"
+    out = kafkafast("configs", *b, "--entity-type", "groups", "--entity-name", group, "--alter",
+                    "--add-config", "share.auto.offset.reset=earliest,share.delivery.count.limit=3")
+    assert out.stdout == f"Completed updating config for group {group}.\n"
+    req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=32, resource_name=group, configuration_keys=["share.auto.offset.reset"])])
+    with RawClient(module_broker.port) as rc:  # the broker keeps it
+        assert [(c.name, c.value) for c in rc.request(req, 4).results[0].configs] == [
+            ("share.auto.offset.reset", "earliest")]
+    assert kafkafast("configs", *b, "--entity-type", "groups", "--entity-name", group, "--describe").stdout == (
+        f"Dynamic configs for group {group} are:\n"
+        "  share.auto.offset.reset=earliest sensitive=false "
+        "synonyms={DYNAMIC_GROUP_CONFIG:share.auto.offset.reset=earliest}\n"
+        "  share.delivery.count.limit=3 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:share.delivery.count.limit=3}\n")
+    every = kafkafast("configs", *b, "--group", group, "--describe", "--all").stdout.splitlines()
+    assert every[0] == f"All configs for group {group} are:"
+    assert "  share.isolation.level=read_uncommitted sensitive=false " \
+           "synonyms={DEFAULT_CONFIG:share.isolation.level=read_uncommitted}" in every
+    assert "  share.auto.offset.reset=earliest sensitive=false " \
+           "synonyms={DYNAMIC_GROUP_CONFIG:share.auto.offset.reset=earliest}" in every
+    bad = kafkafast("configs", *b, "--group", group, "--alter", "--add-config", "share.auto.offset.reset=soon",
+                    check=False)
+    assert bad.returncode == 1 and "InvalidConfigError" in bad.stderr and "Traceback" not in bad.stderr
+    nameless = kafkafast("configs", *b, "--entity-type", "groups", "--alter", "--add-config",
+                         "share.auto.offset.reset=latest", check=False)
+    assert nameless.returncode != 0 and "--entity-name" in nameless.stderr
+    kafkafast("configs", *b, "--group", group, "--alter", "--delete-config",
+              "share.auto.offset.reset,share.delivery.count.limit")
+    assert kafkafast("configs", *b, "--entity-type", "groups", "--entity-name", group, "--describe").stdout == (
+        f"Dynamic configs for group {group} are:\n")
 
 
 def test_cluster_shows_broker_controller_and_cluster_id(module_broker):
