@@ -34,8 +34,12 @@ The configurations alternate within each repeat (the order rotating per repeat),
 shared machine's drift hits all alike; each cell is the median (and range) of the repeats,
 and share(4)/classic(4) is also taken within each repeat. Broker CPU (user+sys of the broker
 process over the window) per GB read; client CPU (all consumer processes) as cores busy.
-Redeliveries (records delivered more than once) and the spread of records over the members
-are counted, so a run that lost or repeated records shows.
+Records are counted once each by (partition, offset), in every process and over the group:
+`redelivered` counts records a share consumer received with a delivery count above 1
+(acquired before, by it or another member, and released), `duplicates` records the
+application saw more than once, `incomplete` runs that did not get every record within
+`--timeout`; with the spread of records over the members, a run that lost or repeated
+records shows.
 """
 from __future__ import annotations
 
@@ -115,7 +119,8 @@ def _consume(conn, counter, crossed, kind: str, bootstrap: str, topic: str, grou
         c.subscribe([topic])  # librdkafka starts fetching (acquiring) once subscribed: not before the clock
     else:
         c.resume(assigned)
-    n = nbytes = errors = deliveries = 0
+    n = nbytes = errors = redelivered = 0
+    seen: set[tuple[int, int]] = set()  # (partition, offset): a record delivered twice counts once
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + timeout_s
     while True:
@@ -125,26 +130,29 @@ def _consume(conn, counter, crossed, kind: str, bootstrap: str, topic: str, grou
         if batch:
             # C-level passes over the batch: the client's own per-record cost stays small
             bad = len(list(filter(None, map(Message.error, batch))))
-            good = len(batch) - bad
-            n += good
-            errors += bad
+            if bad:
+                errors += bad
+                batch = [m for m in batch if m.error() is None]
+            before = len(seen)
+            seen.update(zip(map(Message.partition, batch), map(Message.offset, batch)))
+            new = len(seen) - before
+            n += len(batch)
             nbytes += sum(map(len, batch))
-            if share and not bad:
-                deliveries += sum(map(Message.delivery_count, batch))
-            samples.append((now, good))
+            if share:  # acquired (and released) before: by this member or another
+                redelivered += len(batch) - list(map(Message.delivery_count, batch)).count(1)
+            samples.append((now, new))
             with counter.get_lock():
-                counter.value += good
+                counter.value += new
                 total = counter.value
                 if total >= expect and not crossed.value:
                     crossed.value = now
         if total >= expect or now > deadline:
             break
     cpu = _cpu() - cpu0
-    conn.send(("done", {"records": n, "bytes": nbytes, "errors": errors,
-                        "redelivered": deliveries - n if share and not errors else 0,
+    conn.send(("done", {"records": n, "bytes": nbytes, "errors": errors, "redelivered": redelivered,
                         "client_cpu_s": cpu, "samples": samples}))
     c.close()  # share: accepts the last poll's records and leaves the group
-    conn.send(("closed",))
+    conn.send(("closed", seen))
 
 
 class Pool:
@@ -219,16 +227,22 @@ def run_once(pool: Pool, b: Kafkafast, kind: str, members: int, topic: str, expe
     t_go = time.monotonic()
     for conn in conns:
         conn.send("go")
+    while not pool.crossed.value and time.monotonic() < t_go + timeout_s:
+        time.sleep(0.005)
+    broker_cpu = b.cpu_seconds() - cpu0  # over the window: to the poll that brought the last record
+    cpu_window = time.monotonic() - t_go
     results = []
     for conn in conns:
         while (msg := _recv(conn, "done", timeout_s + 30))[0] != "done":
             pass  # a late ("ready", n) of a classic member
         results.append(msg[1])
-    broker_cpu = b.cpu_seconds() - cpu0
+    seen: set[tuple[int, int]] = set()
     for conn in conns:
-        while _recv(conn, "close", 60)[0] != "closed":
+        while (msg := _recv(conn, "close", 60))[0] != "closed":
             pass
-    received = sum(r["records"] for r in results)
+        seen |= msg[1]
+    received = len(seen)  # distinct records
+    delivered = sum(r["records"] for r in results)
     t_end = pool.crossed.value or time.monotonic()
     seconds = t_end - t_go
     samples = sorted(s for r in results for s in r["samples"])
@@ -237,10 +251,11 @@ def run_once(pool: Pool, b: Kafkafast, kind: str, members: int, topic: str, expe
     per_member = sorted(r["records"] for r in results)
     return {"kind": kind, "members": members, "record_bytes": size, "expect": expect, "received": received,
             "complete": received >= expect, "errors": sum(r["errors"] for r in results),
-            "redelivered": sum(r["redelivered"] for r in results), "seconds": seconds,
-            "records_per_s": received / seconds, "MB_per_s": sum(r["bytes"] for r in results) / seconds / 1e6,
+            "duplicates": delivered - received, "redelivered": sum(r["redelivered"] for r in results),
+            "seconds": seconds, "records_per_s": received / seconds, "MB_per_s": received * size / seconds / 1e6,
             "steady_records_per_s": steady, "steady_MB_per_s": steady * size / 1e6,
             "broker_cpu_s_per_GB": broker_cpu / max(received * size / 1e9, 1e-12),
+            "broker_cores_busy": broker_cpu / cpu_window,
             "client_cores_busy": client_cpu / seconds, "members_min_records": per_member[0],
             "members_max_records": per_member[-1], "members_with_records": sum(1 for x in per_member if x)}
 
@@ -313,7 +328,7 @@ def measure(records: int, sizes: list[int], repeats: int, workers: int, timeout_
                                 f"{r['records_per_s']:.0f} rec/s end to end, {r['steady_records_per_s']:.0f} steady, "
                                 f"{r['MB_per_s']:.1f} MB/s, broker {r['broker_cpu_s_per_GB']:.1f} CPU-s/GB, "
                                 f"clients {r['client_cores_busy']:.2f} cores, members {r['members_min_records']}-"
-                                f"{r['members_max_records']}, redelivered {r['redelivered']}"
+                                f"{r['members_max_records']}, redelivered {r['redelivered']}, duplicates {r['duplicates']}"
                                 + ("" if r["complete"] else f", INCOMPLETE {r['received']}/{records}"))
                 command = b.describe()
             finally:
@@ -339,9 +354,10 @@ def summarize(runs: list[dict], sizes: list[int]) -> list[dict]:
                 continue
             row = {"record_bytes": size, "kind": kind, "members": members, "runs": len(rs),
                    "incomplete": sum(not r["complete"] for r in rs), "redelivered": sum(r["redelivered"] for r in rs),
+                   "duplicates": sum(r["duplicates"] for r in rs),
                    "errors": sum(r["errors"] for r in rs)}
             for key in ("records_per_s", "MB_per_s", "steady_records_per_s", "steady_MB_per_s",
-                        "broker_cpu_s_per_GB", "client_cores_busy"):
+                        "broker_cpu_s_per_GB", "broker_cores_busy", "client_cores_busy"):
                 row[key] = _stat([r[key] for r in rs])
             row["members_with_records_min"] = min(r["members_with_records"] for r in rs)
             rows.append(row)
@@ -382,18 +398,22 @@ def markdown(res: dict) -> str:
              "acknowledgement: every record accepted), `classic N` = N confluent-kafka Consumers subscribed in a "
              "consumer group. One process per consumer. Group join outside the window (see the script's "
              "docstring). `end to end`: records / (start -> last record); `steady`: between 10% and 90% of the "
-             f"records. Median (min–max) of {res['repeats']} repeats, configurations alternating within each repeat.", "",
+             f"records. Median (min–max) of {res['repeats']} repeats, configurations alternating within each repeat. "
+             "Cores busy: CPU-seconds over the window; the broker is one event loop per process, so a one-process "
+             "broker near 1.0 is broker-bound, and consumers near 1.0 on this 2-core machine are client-bound. "
+             "Where the broker's time goes in share fetches: `perf/results/share_groups_profile.md` "
+             "(`--profile-broker`).", "",
              "| size | group | members | records/s end to end | MB/s | records/s steady | MB/s steady | "
-             "broker CPU-s/GB | client cores busy | members with records | redelivered | incomplete |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | redelivered | duplicates | incomplete |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
         if "ratio" in r:
             continue
         lines.append(f"| {r['record_bytes']} | {r['kind']} | {r['members']} | {_cell(r['records_per_s'], '.0f')} | "
                      f"{r['MB_per_s']['median']:.1f} | {_cell(r['steady_records_per_s'], '.0f')} | "
                      f"{r['steady_MB_per_s']['median']:.1f} | {r['broker_cpu_s_per_GB']['median']:.1f} | "
-                     f"{r['client_cores_busy']['median']:.2f} | {r['members_with_records_min']} | "
-                     f"{r['redelivered']} | {r['incomplete']} |")
+                     f"{r['broker_cores_busy']['median']:.2f} | {r['client_cores_busy']['median']:.2f} | "
+                     f"{r['members_with_records_min']} | {r['redelivered']} | {r['duplicates']} | {r['incomplete']} |")
     lines += ["", "## Against the goal (share(4) >= 0.7 x classic(4) records/s; share grows past the partition count)", "",
               "| size | ratio (same repeat) | end to end | steady | goal | met |", "|---:|---|---:|---:|---:|---|"]
     for r in res["rows"]:
