@@ -19,12 +19,13 @@ confluent-kafka producer). Then every configuration reads the whole topic with a
 
 Every consumer runs in its own process (a pool of 16 spawned once): a process per consumer
 keeps each client's Python work (the Message objects of every poll) off the others' GIL, as
-one application instance per consumer would. The group join is kept out of the timed window
-where the protocol allows it: classic members pause their partitions in the assignment
-callback and the clock starts when all 4 partitions are assigned; share consumers subscribe
-before the clock starts (librdkafka joins in its background thread) but fetch only once
-polled. Each process adds the records of every poll to a shared counter; the window ends
-when the counter reaches the topic's record count. Two rates per run:
+one application instance per consumer would. Classic members join before the clock starts:
+they pause their partitions in the assignment callback and the clock starts once all 4
+partitions are assigned. Share consumers subscribe when the clock starts, so their join
+(one heartbeat; there is no rebalance barrier) is inside the window: librdkafka starts
+fetching, i.e. acquiring records, as soon as it is subscribed, before any poll. Each process
+adds the distinct records of every poll to a shared counter; the window ends when the
+counter reaches the topic's record count. Two rates per run:
 
 * `end to end`: records / (start signal -> last record received);
 * `steady`: the records received between 10% and 90% of the total, over that time (no
@@ -396,8 +397,8 @@ def markdown(res: dict) -> str:
              f"A topic of {res['partitions']} partitions per record size, preloaded with {res['records']:,} records; "
              "each run reads all of it with a fresh group: `share N` = N confluent-kafka ShareConsumers (implicit "
              "acknowledgement: every record accepted), `classic N` = N confluent-kafka Consumers subscribed in a "
-             "consumer group. One process per consumer. Group join outside the window (see the script's "
-             "docstring). `end to end`: records / (start -> last record); `steady`: between 10% and 90% of the "
+             "consumer group. One process per consumer. Classic members join before the window, share consumers "
+             "at its start (see the script's docstring). `end to end`: records / (start -> last record); `steady`: between 10% and 90% of the "
              f"records. Median (min–max) of {res['repeats']} repeats, configurations alternating within each repeat. "
              "Cores busy: CPU-seconds over the window; the broker is one event loop per process, so a one-process "
              "broker near 1.0 is broker-bound, and consumers near 1.0 on this 2-core machine are client-bound. "
