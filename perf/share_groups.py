@@ -387,7 +387,8 @@ def markdown(res: dict) -> str:
     lines = ["# Share groups vs a classic consumer group: consume throughput (issue 27)", "",
              f"Command: `{res['command']}` ({res['wall_s']:.0f} s). Broker: kafkafast "
              f"({res['workers'] or 'one'} worker process{'es' if res['workers'] else ''}), `{res['broker_command']}`; "
-             f"tree {res['tree']['branch']} at {res['tree']['commit']}{' (uncommitted changes)' if res['tree']['dirty'] else ''}, "
+             f"tree {res['tree']['branch']} at {res['tree']['commit']}"
+             f"{' (uncommitted changes)' if res['tree']['dirty'] else ''}, "
              f"compiled twins: {', '.join(res['tree']['native_modules']) or 'none'}.", "",
              f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {m.get('memory_GB', '?')} GiB, Python "
              f"{m.get('python', '?')}, confluent-kafka {m.get('confluent_kafka', '?')}. The machine is shared with "
@@ -398,14 +399,16 @@ def markdown(res: dict) -> str:
              "each run reads all of it with a fresh group: `share N` = N confluent-kafka ShareConsumers (implicit "
              "acknowledgement: every record accepted), `classic N` = N confluent-kafka Consumers subscribed in a "
              "consumer group. One process per consumer. Classic members join before the window, share consumers "
-             "at its start (see the script's docstring). `end to end`: records / (start -> last record); `steady`: between 10% and 90% of the "
+             "at its start (see the script's docstring). `end to end`: records / (start -> last record); "
+             "`steady`: between 10% and 90% of the "
              f"records. Median (min–max) of {res['repeats']} repeats, configurations alternating within each repeat. "
              "Cores busy: CPU-seconds over the window; the broker is one event loop per process, so a one-process "
              "broker near 1.0 is broker-bound, and consumers near 1.0 on this 2-core machine are client-bound. "
              "Where the broker's time goes in share fetches: `perf/results/share_groups_profile.md` "
              "(`--profile-broker`).", "",
              "| size | group | members | records/s end to end | MB/s | records/s steady | MB/s steady | "
-             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | redelivered | duplicates | incomplete |",
+             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | redelivered | "
+             "duplicates | incomplete |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
         if "ratio" in r:
@@ -425,8 +428,8 @@ def markdown(res: dict) -> str:
         lines.append(f"| {r['record_bytes']} | {r['kind']} | {_cell(r['ratio'], '.2f')} | "
                      f"{_cell(r['steady_ratio'], '.2f')} | {GOAL if goal else '-'} | {met} |")
     for size in res["sizes"]:
-        s4 = next((r for r in res["rows"] if r["record_bytes"] == size and r["kind"] == "share" and r["members"] == 4), None)
-        s16 = next((r for r in res["rows"] if r["record_bytes"] == size and r["kind"] == "share" and r["members"] == 16), None)
+        share = {r["members"]: r for r in res["rows"] if r["record_bytes"] == size and r["kind"] == "share"}
+        s4, s16 = share.get(4), share.get(16)
         if s4 and s16:
             g = s16["records_per_s"]["median"] / s4["records_per_s"]["median"]
             lines.append(f"\n{size} B: share(16)/share(4) = {g:.2f} end to end, "
