@@ -1,0 +1,473 @@
+"""Share-group consume throughput (KIP-932, issue 27) beside a classic consumer group, in one run.
+
+    python -m perf.share_groups [--records 500000] [--sizes 100,1024] [--repeats 3] [--workers 0]
+                                [--out perf/results/share_groups.json]
+    python -m perf.share_groups --smoke       # a few thousand records, seconds; the tests run it
+    python -m perf.share_groups --profile-broker /tmp/broker.prof --sizes 1024 --repeats 1
+                                              # the broker (one process) under cProfile
+
+Starts kafkafast (one process by default; this checkout, with its Cython twins if built) and
+preloads one topic of 4 partitions per record size with `--records` records (spread evenly,
+confluent-kafka producer). Then every configuration reads the whole topic with a fresh group:
+
+* `share N` (N = 1, 4, 16): N confluent-kafka `ShareConsumer`s (librdkafka's share consumer) in
+  one share group, `share.auto.offset.reset=earliest`, implicit acknowledgement: the records of
+  each poll are accepted with the next poll (piggy-backed on ShareFetch), so every record is
+  acknowledged (the last poll's records by close(), after the timed window);
+* `classic N` (N = 1, 4): N confluent-kafka `Consumer`s subscribed in one consumer group
+  (auto.offset.reset=earliest, librdkafka's defaults otherwise, auto commit on).
+
+Every consumer runs in its own process (a pool of 16 spawned once): a process per consumer
+keeps each client's Python work (the Message objects of every poll) off the others' GIL, as
+one application instance per consumer would. Classic members join before the clock starts:
+they pause their partitions in the assignment callback and the clock starts once all 4
+partitions are assigned. Share consumers subscribe when the clock starts, so their join
+(one heartbeat; there is no rebalance barrier) is inside the window: librdkafka starts
+fetching, i.e. acquiring records, as soon as it is subscribed, before any poll. Each process
+adds the distinct records of every poll to a shared counter; the window ends when the
+counter reaches the topic's record count. Two rates per run:
+
+* `end to end`: records / (start signal -> last record received);
+* `steady`: the records received between 10% and 90% of the total, over that time (no
+  start-up, no tail: what a long-running group sustains).
+
+The configurations alternate within each repeat (the order rotating per repeat), so the
+shared machine's drift hits all alike; each cell is the median (and range) of the repeats,
+and share(4)/classic(4) is also taken within each repeat. Broker CPU (user+sys of the broker
+process over the window) per GB read; client CPU (all consumer processes) as cores busy.
+Records are counted once each by (partition, offset), in every process and over the group:
+`redelivered` counts records a share consumer received with a delivery count above 1
+(acquired before, by it or another member, and released), `duplicates` records the
+application saw more than once, `incomplete` runs that did not get every record within
+`--timeout`; with the spread of records over the members, a run that lost or repeated
+records shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from multiprocessing import get_context
+from pathlib import Path
+
+from perf.brokers import Kafkafast
+from perf.run import machine, run_load
+from perf.worker_scaling import describe_tree
+
+REPO = Path(__file__).resolve().parents[1]
+PARTITIONS = 4
+CONFIGS = (("classic", 1), ("share", 1), ("classic", 4), ("share", 4), ("share", 16))
+GOAL = 0.7  # issue 27: share(4) >= 0.7 x classic(4) records/s
+POLL_S = 0.2
+QUIET = {"log_level": 0}
+
+
+# -- one consumer process -----------------------------------------------------------------------
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)  # every thread of the process, librdkafka's too
+    return r.ru_utime + r.ru_stime
+
+
+def _member(conn, counter, crossed) -> None:
+    """A consumer process of the pool: runs one group membership per command until told to stop."""
+    while (cmd := conn.recv()) is not None:
+        _consume(conn, counter, crossed, **cmd)
+
+
+def _consume(conn, counter, crossed, kind: str, bootstrap: str, topic: str, group: str, expect: int,
+             timeout_s: float) -> None:
+    """Joins `group`, reports ("ready", partitions assigned), waits for "go", then reads until the
+    shared counter reaches `expect`; sends ("done", result) before closing, then ("closed",)."""
+    from confluent_kafka import Consumer, Message, ShareConsumer
+
+    share = kind == "share"
+    assigned: list = []
+    if share:
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET})
+        conn.send(("ready", 0))  # share: the assignment comes with the first heartbeat, after subscribe()
+
+        def fetch():
+            return c.poll(POLL_S)
+    else:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest", **QUIET})
+
+        def on_assign(cons, parts) -> None:
+            cons.assign(parts)
+            cons.pause(parts)  # nothing is fetched before the clock starts
+            assigned[:] = parts
+            conn.send(("ready", len(parts)))
+
+        def on_revoke(cons, parts) -> None:
+            assigned.clear()
+            conn.send(("ready", 0))
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        while not conn.poll(0):  # the join runs in the client's poll
+            c.poll(0.05)
+
+        def fetch():
+            return c.consume(num_messages=10_000, timeout=POLL_S)
+    assert conn.recv() == "go"
+    cpu0 = _cpu()
+    if share:
+        c.subscribe([topic])  # librdkafka starts fetching (acquiring) once subscribed: not before the clock
+    else:
+        c.resume(assigned)
+    n = nbytes = errors = redelivered = 0
+    seen: set[tuple[int, int]] = set()  # (partition, offset): a record delivered twice counts once
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batch = fetch()
+        now = time.monotonic()
+        total = counter.value
+        if batch:
+            # C-level passes over the batch: the client's own per-record cost stays small
+            bad = len(list(filter(None, map(Message.error, batch))))
+            if bad:
+                errors += bad
+                batch = [m for m in batch if m.error() is None]
+            before = len(seen)
+            seen.update(zip(map(Message.partition, batch), map(Message.offset, batch)))
+            new = len(seen) - before
+            n += len(batch)
+            nbytes += sum(map(len, batch))
+            if share:  # acquired (and released) before: by this member or another
+                redelivered += len(batch) - list(map(Message.delivery_count, batch)).count(1)
+            samples.append((now, new))
+            with counter.get_lock():
+                counter.value += new
+                total = counter.value
+                if total >= expect and not crossed.value:
+                    crossed.value = now
+        if total >= expect or now > deadline:
+            break
+    cpu = _cpu() - cpu0
+    conn.send(("done", {"records": n, "bytes": nbytes, "errors": errors, "redelivered": redelivered,
+                        "client_cpu_s": cpu, "samples": samples}))
+    c.close()  # share: accepts the last poll's records and leaves the group
+    conn.send(("closed", seen))
+
+
+class Pool:
+    """Consumer processes, spawned once (spawn: no librdkafka thread is inherited)."""
+
+    def __init__(self, size: int) -> None:
+        ctx = get_context("spawn")
+        self.counter = ctx.Value("q", 0)
+        self.crossed = ctx.Value("d", 0.0)
+        self.conns = []
+        self.procs = []
+        for _ in range(size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_member, args=(child, self.counter, self.crossed), daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+
+
+# -- one measurement ------------------------------------------------------------------------------
+
+def _recv(conn, kind: str, timeout: float) -> tuple:
+    if not conn.poll(timeout):
+        raise RuntimeError(f"a consumer process did not answer ({kind}) within {timeout:.0f} s")
+    return conn.recv()
+
+
+def set_share_offset_reset(bootstrap: str, group: str) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
+def run_once(pool: Pool, b: Kafkafast, kind: str, members: int, topic: str, expect: int, size: int,
+             timeout_s: float) -> dict:
+    """One read of the whole topic by a fresh group of `members` consumers of `kind`."""
+    group = f"{kind}-{members}-{uuid.uuid4().hex[:8]}"
+    if kind == "share":
+        set_share_offset_reset(b.bootstrap, group)
+    pool.counter.value = 0
+    pool.crossed.value = 0.0
+    conns = pool.conns[:members]
+    for conn in conns:
+        conn.send({"kind": kind, "bootstrap": b.bootstrap, "topic": topic, "group": group, "expect": expect,
+                   "timeout_s": timeout_s})
+    have: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    # classic: every member assigned (4 partitions in all, none idle while partitions remain)
+    while not (len(have) == members and sum(have.values()) == PARTITIONS
+               and all(have.values()) or kind == "share" and len(have) == members):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{kind} {members}: the group did not form ({have})")
+        for i, conn in enumerate(conns):
+            while conn.poll(0.01):
+                have[i] = conn.recv()[1]
+    cpu0 = b.cpu_seconds()
+    t_go = time.monotonic()
+    for conn in conns:
+        conn.send("go")
+    while not pool.crossed.value and time.monotonic() < t_go + timeout_s:
+        time.sleep(0.005)
+    broker_cpu = b.cpu_seconds() - cpu0  # over the window: to the poll that brought the last record
+    cpu_window = time.monotonic() - t_go
+    results = []
+    for conn in conns:
+        while (msg := _recv(conn, "done", timeout_s + 30))[0] != "done":
+            pass  # a late ("ready", n) of a classic member
+        results.append(msg[1])
+    seen: set[tuple[int, int]] = set()
+    for conn in conns:
+        while (msg := _recv(conn, "close", 60))[0] != "closed":
+            pass
+        seen |= msg[1]
+    received = len(seen)  # distinct records
+    delivered = sum(r["records"] for r in results)
+    t_end = pool.crossed.value or time.monotonic()
+    seconds = t_end - t_go
+    samples = sorted(s for r in results for s in r["samples"])
+    steady = _steady_rate(samples, received)
+    client_cpu = sum(r["client_cpu_s"] for r in results)
+    per_member = sorted(r["records"] for r in results)
+    return {"kind": kind, "members": members, "record_bytes": size, "expect": expect, "received": received,
+            "complete": received >= expect, "errors": sum(r["errors"] for r in results),
+            "duplicates": delivered - received, "redelivered": sum(r["redelivered"] for r in results),
+            "seconds": seconds, "records_per_s": received / seconds, "MB_per_s": received * size / seconds / 1e6,
+            "steady_records_per_s": steady, "steady_MB_per_s": steady * size / 1e6,
+            "broker_cpu_s_per_GB": broker_cpu / max(received * size / 1e9, 1e-12),
+            "broker_cores_busy": broker_cpu / cpu_window,
+            "client_cores_busy": client_cpu / seconds, "members_min_records": per_member[0],
+            "members_max_records": per_member[-1], "members_with_records": sum(1 for x in per_member if x)}
+
+
+def _steady_rate(samples: list[tuple[float, int]], total: int) -> float:
+    """Records/s between the polls that took the total past 10% and past 90%."""
+    cum = 0
+    t10 = t90 = None
+    c10 = c90 = 0
+    for t, k in samples:
+        cum += k
+        if t10 is None and cum >= 0.1 * total:
+            t10, c10 = t, cum
+        if cum >= 0.9 * total:
+            t90, c90 = t, cum
+            break
+    if t10 is None or t90 is None or t90 <= t10:
+        return float("nan")
+    return (c90 - c10) / (t90 - t10)
+
+
+class ProfiledKafkafast(Kafkafast):
+    """kafkafast (one process) run under cProfile, its profile written to `out` when it stops."""
+
+    def __init__(self, workdir: Path, out: Path) -> None:
+        super().__init__(workdir, 0)
+        self.out = out
+
+    def command(self) -> list[str]:
+        cmd = super().command()  # [python, -m, kafkafast.cli.main, ...]
+        return [cmd[0], "-m", "cProfile", "-o", str(self.out)] + cmd[1:]
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+def preload(b: Kafkafast, topic: str, records: int, size: int) -> None:
+    b.create_topic(topic, PARTITIONS)
+    res = run_load("produce", [{"bootstrap": b.bootstrap, "topic": topic, "size": size, "acks": "1",
+                                "count": records, "round_robin": PARTITIONS}])[0]
+    if res["acked"] != records:
+        raise RuntimeError(f"preloading {topic}: {res['acked']} of {records} records acknowledged")
+
+
+def measure(records: int, sizes: list[int], repeats: int, workers: int, timeout_s: float,
+            log=print, profile: Path | None = None) -> dict:
+    runs: list[dict] = []
+    load_start = os.getloadavg()
+    t0 = time.monotonic()
+    pool = Pool(max(m for _, m in CONFIGS))
+    try:
+        with tempfile.TemporaryDirectory(prefix="kafkafast-share-bench-") as tmp:
+            b = ProfiledKafkafast(Path(tmp), profile) if profile else Kafkafast(Path(tmp), workers)
+            b.start(timeout=60)
+            try:
+                topics = {size: f"share-bench-{size}" for size in sizes}
+                for size, topic in topics.items():
+                    preload(b, topic, records, size)
+                warm = "share-bench-warm"
+                preload(b, warm, min(records, 20_000), 100)
+                for kind, members in (("classic", 4), ("share", 4)):  # internal topics, code paths, page cache
+                    run_once(pool, b, kind, members, warm, min(records, 20_000), 100, timeout_s)
+                for rep in range(repeats):
+                    order = list(CONFIGS[rep % len(CONFIGS):] + CONFIGS[:rep % len(CONFIGS)])
+                    for size in sizes:
+                        for kind, members in order:
+                            r = run_once(pool, b, kind, members, topics[size], records, size, timeout_s)
+                            r["repeat"] = rep
+                            runs.append(r)
+                            log(f"repeat {rep + 1}/{repeats} {size} B {kind} {members}: "
+                                f"{r['records_per_s']:.0f} rec/s end to end, {r['steady_records_per_s']:.0f} steady, "
+                                f"{r['MB_per_s']:.1f} MB/s, broker {r['broker_cpu_s_per_GB']:.1f} CPU-s/GB, "
+                                f"clients {r['client_cores_busy']:.2f} cores, members {r['members_min_records']}-"
+                                f"{r['members_max_records']}, redelivered {r['redelivered']}, duplicates {r['duplicates']}"
+                                + ("" if r["complete"] else f", INCOMPLETE {r['received']}/{records}"))
+                command = b.describe()
+            finally:
+                b.stop()
+    finally:
+        pool.close()
+    return {"records": records, "sizes": sizes, "repeats": repeats, "workers": workers, "partitions": PARTITIONS,
+            "broker_command": command, "machine": machine(), "tree": describe_tree(REPO),
+            "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "wall_s": time.monotonic() - t0,
+            "rows": summarize(runs, sizes), "runs": runs}
+
+
+def _stat(vals: list[float]) -> dict:
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+
+
+def summarize(runs: list[dict], sizes: list[int]) -> list[dict]:
+    rows = []
+    for size in sizes:
+        for kind, members in CONFIGS:
+            rs = [r for r in runs if r["record_bytes"] == size and r["kind"] == kind and r["members"] == members]
+            if not rs:
+                continue
+            row = {"record_bytes": size, "kind": kind, "members": members, "runs": len(rs),
+                   "incomplete": sum(not r["complete"] for r in rs), "redelivered": sum(r["redelivered"] for r in rs),
+                   "duplicates": sum(r["duplicates"] for r in rs),
+                   "errors": sum(r["errors"] for r in rs)}
+            for key in ("records_per_s", "MB_per_s", "steady_records_per_s", "steady_MB_per_s",
+                        "broker_cpu_s_per_GB", "broker_cores_busy", "client_cores_busy"):
+                row[key] = _stat([r[key] for r in rs])
+            row["members_with_records_min"] = min(r["members_with_records"] for r in rs)
+            rows.append(row)
+        # within each repeat: share(N) over classic(4), end to end and steady
+        for members in (4, 16):
+            ratios, steady = [], []
+            for rep in sorted({r["repeat"] for r in runs}):
+                pick = {(r["kind"], r["members"]): r for r in runs if r["record_bytes"] == size and r["repeat"] == rep}
+                if ("share", members) in pick and ("classic", 4) in pick:
+                    ratios.append(pick[("share", members)]["records_per_s"] / pick[("classic", 4)]["records_per_s"])
+                    steady.append(pick[("share", members)]["steady_records_per_s"]
+                                  / pick[("classic", 4)]["steady_records_per_s"])
+            if ratios:
+                rows.append({"record_bytes": size, "kind": f"share({members})/classic(4)", "ratio": _stat(ratios),
+                             "steady_ratio": _stat(steady)})
+    return rows
+
+
+def _cell(s: dict, fmt: str) -> str:
+    return f"{s['median']:{fmt}} ({s['min']:{fmt}}–{s['max']:{fmt}})"
+
+
+def markdown(res: dict) -> str:
+    m = res["machine"]
+    la0, la1 = res["loadavg_start"], res["loadavg_end"]
+    lines = ["# Share groups vs a classic consumer group: consume throughput (issue 27)", "",
+             f"Command: `{res['command']}` ({res['wall_s']:.0f} s). Broker: kafkafast "
+             f"({res['workers'] or 'one'} worker process{'es' if res['workers'] else ''}), `{res['broker_command']}`; "
+             f"tree {res['tree']['branch']} at {res['tree']['commit']}"
+             f"{' (uncommitted changes)' if res['tree']['dirty'] else ''}, "
+             f"compiled twins: {', '.join(res['tree']['native_modules']) or 'none'}.", "",
+             f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {m.get('memory_GB', '?')} GiB, Python "
+             f"{m.get('python', '?')}, confluent-kafka {m.get('confluent_kafka', '?')}. The machine is shared with "
+             f"other work: load average (1/5/15 min) {' / '.join(f'{x:.2f}' for x in la0)} at the start, "
+             f"{' / '.join(f'{x:.2f}' for x in la1)} at the end, on 2 cores, while the broker and up to 16 "
+             "consumer processes also run on them. Compare within the table; absolute numbers are low.", "",
+             f"A topic of {res['partitions']} partitions per record size, preloaded with {res['records']:,} records; "
+             "each run reads all of it with a fresh group: `share N` = N confluent-kafka ShareConsumers (implicit "
+             "acknowledgement: every record accepted), `classic N` = N confluent-kafka Consumers subscribed in a "
+             "consumer group. One process per consumer. Classic members join before the window, share consumers "
+             "at its start (see the script's docstring). `end to end`: records / (start -> last record); "
+             "`steady`: between 10% and 90% of the "
+             f"records. Median (min–max) of {res['repeats']} repeats, configurations alternating within each repeat. "
+             "Cores busy: CPU-seconds over the window; the broker is one event loop per process, so a one-process "
+             "broker near 1.0 is broker-bound, and consumers near 1.0 on this 2-core machine are client-bound. "
+             "Where the broker's time goes in share fetches: `perf/results/share_groups_profile.md` "
+             "(`--profile-broker`).", "",
+             "| size | group | members | records/s end to end | MB/s | records/s steady | MB/s steady | "
+             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | redelivered | "
+             "duplicates | incomplete |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["rows"]:
+        if "ratio" in r:
+            continue
+        lines.append(f"| {r['record_bytes']} | {r['kind']} | {r['members']} | {_cell(r['records_per_s'], '.0f')} | "
+                     f"{r['MB_per_s']['median']:.1f} | {_cell(r['steady_records_per_s'], '.0f')} | "
+                     f"{r['steady_MB_per_s']['median']:.1f} | {r['broker_cpu_s_per_GB']['median']:.1f} | "
+                     f"{r['broker_cores_busy']['median']:.2f} | {r['client_cores_busy']['median']:.2f} | "
+                     f"{r['members_with_records_min']} | {r['redelivered']} | {r['duplicates']} | {r['incomplete']} |")
+    lines += ["", "## Against the goal (share(4) >= 0.7 x classic(4) records/s; share grows past the partition count)", "",
+              "| size | ratio (same repeat) | end to end | steady | goal | met |", "|---:|---|---:|---:|---:|---|"]
+    for r in res["rows"]:
+        if "ratio" not in r:
+            continue
+        goal = r["kind"].startswith("share(4)")
+        met = "" if not goal else ("yes" if r["ratio"]["median"] >= GOAL else "**no**")
+        lines.append(f"| {r['record_bytes']} | {r['kind']} | {_cell(r['ratio'], '.2f')} | "
+                     f"{_cell(r['steady_ratio'], '.2f')} | {GOAL if goal else '-'} | {met} |")
+    for size in res["sizes"]:
+        share = {r["members"]: r for r in res["rows"] if r["record_bytes"] == size and r["kind"] == "share"}
+        s4, s16 = share.get(4), share.get(16)
+        if s4 and s16:
+            g = s16["records_per_s"]["median"] / s4["records_per_s"]["median"]
+            lines.append(f"\n{size} B: share(16)/share(4) = {g:.2f} end to end, "
+                         f"{s16['steady_records_per_s']['median'] / s4['steady_records_per_s']['median']:.2f} steady "
+                         f"({'grows' if g > 1.05 else 'does not grow'} past the partition count).")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.share_groups")
+    ap.add_argument("--records", type=int, default=500_000, help="records per topic (each run reads them all)")
+    ap.add_argument("--sizes", default="100,1024", help="record sizes in bytes, comma separated")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=0, help="kafkafast --workers (0: one process)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a run may take at most")
+    ap.add_argument("--smoke", action="store_true", help="3,000 records of 100 B, one repeat (seconds)")
+    ap.add_argument("--out", default=None, help="write the results here (.json and .md beside it)")
+    ap.add_argument("--profile-broker", type=Path, default=None,
+                    help="run the broker (one process) under cProfile and write its profile here")
+    args = ap.parse_args(argv)
+    if args.profile_broker and args.workers:
+        ap.error("--profile-broker profiles a one-process broker (--workers 0)")
+    if args.smoke:
+        args.records, args.sizes, args.repeats, args.timeout = 3000, "100", 1, 60.0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    res = measure(args.records, sizes, args.repeats, args.workers, args.timeout,
+                  log=lambda line: print(line, file=sys.stderr, flush=True), profile=args.profile_broker)
+    res["command"] = ("python -m perf.share_groups" + (" --smoke" if args.smoke else
+                      f" --records {args.records} --sizes {args.sizes} --repeats {args.repeats}")
+                      + (f" --workers {args.workers}" if args.workers else "") + (f" --out {args.out}" if args.out else ""))
+    md = markdown(res)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+        out.with_suffix(".md").write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

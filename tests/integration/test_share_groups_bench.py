@@ -1,0 +1,26 @@
+"""perf/share_groups.py runs end to end in its smoke size (seconds): a broker it starts, every
+share and classic configuration reading the whole preloaded topic, the reports written. No
+speed is asserted."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perf import share_groups
+
+
+@pytest.mark.timeout(240)
+def test_share_groups_bench_smoke_reads_every_record_in_every_configuration(tmp_path):
+    out = tmp_path / "share_groups"
+    assert share_groups.main(["--smoke", "--out", str(out)]) == 0  # consumer processes spawned, a broker started
+    res = json.loads(out.with_suffix(".json").read_text())
+    runs = {(r["kind"], r["members"]): r for r in res["runs"]}
+    assert set(runs) == {("classic", 1), ("classic", 4), ("share", 1), ("share", 4), ("share", 16)}
+    for r in runs.values():  # every record of the topic read, none with an error
+        assert r["complete"] and r["received"] >= r["expect"] == 3000 and r["errors"] == 0, r
+    assert runs[("classic", 4)]["members_with_records"] == 4  # one partition each: the group formed before the clock
+    ratios = {r["kind"] for r in res["rows"] if "ratio" in r}
+    assert ratios == {"share(4)/classic(4)", "share(16)/classic(4)"}
+    table = out.with_suffix(".md").read_text()
+    assert "| 100 | share | 16 |" in table and "| 100 | classic | 4 |" in table and "share(16)/share(4)" in table
