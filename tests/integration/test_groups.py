@@ -114,10 +114,16 @@ class KafkaPythonMember(Member):
         from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
         assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
-        c = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, group_id=self.group,
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group,
                           session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500, auto_offset_reset="earliest",
                           enable_auto_commit=False, partition_assignment_strategy=[assignors[self.assignor]],
                           metadata_max_age_ms=2000)
+        # Subscribed once its metadata has the topic: a kafka-python 3.0.12 leader that assigned
+        # without it (and so rejoined at once) was seen to hang in its client, no SyncGroup result
+        # handled and no heartbeat sent, until its session expired (the broker then carries on
+        # without it: a client defect, seen with kafkafast before and after issue 24 alike)
+        c.partitions_for_topic(self.topic)
+        c.subscribe([self.topic])
         try:
             while not self.stopping.is_set():
                 for tp, msgs in c.poll(timeout_ms=100).items():
