@@ -30,10 +30,12 @@ from kafkafast.protocol._generated.list_groups import ListGroupsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
 from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
+from kafkafast.protocol._generated.share_fetch import ShareFetchRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
+from kafkafast.records import iter_record_batches
 from kafkafast.runtime.shm import owner_for
 from kafkafast.testing import KafkaTestBroker
 from tests.integration.test_metrics import scrape, value
@@ -543,6 +545,50 @@ def test_read_committed_share_groups_never_deliver_aborted_records(sbroker, isol
     finally:
         c.close()
     assert set(got) == expected and max(got.values()) == 1
+
+
+def bytes_read(pid: int) -> int:
+    """What the process has read so far (read, pread, sendfile: /proc/<pid>/io `rchar`)."""
+    with open(f"/proc/{pid}/io") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("rchar:"))
+
+
+def test_a_share_fetch_reads_about_what_it_acquires_whatever_its_max_bytes(sbroker):
+    """A ShareFetch with a MaxBytes of 64 MB and MaxRecords 10 over a 12 MB backlog of 64 KB
+    batches acquires one batch, and the broker reads about that much of its log, not the
+    backlog (it used to read MaxBytes of it into memory and walk every batch header)."""
+    bs = sbroker.bootstrap
+    create_topic(bs, "qbig", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": bs, "linger.ms": 20, "batch.size": 65536, **QUIET})
+    for i in range(12_000):
+        p.produce("qbig", value=b"%08d" % i + b"x" * 1016, partition=0)
+    assert p.flush(30) == 0
+    with RawClient(sbroker.port, timeout=30) as c:
+        meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="qbig")]), 12)
+        tid = meta.topics[0].topic_id
+        assert c.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m", member_epoch=0,
+                                                    subscribed_topic_names=["qbig"]), 1).error_code == 0
+
+        def fetch(epoch: int):
+            return c.request(ShareFetchRequest(
+                group_id=group, member_id="m", share_session_epoch=epoch, max_wait_ms=5000, min_bytes=1,
+                max_bytes=64 << 20, max_records=10, batch_size=10, topics=[ShareFetchRequest.FetchTopic(
+                    topic_id=tid, partitions=[ShareFetchRequest.FetchPartition(partition_index=0)])]), 1)
+
+        first = fetch(0)  # opens the share session and loads the share-partition
+        before = bytes_read(sbroker.proc.pid)
+        second = fetch(1)
+        read = bytes_read(sbroker.proc.pid) - before
+    held = first.responses[0].partitions[0].acquired_records[-1].last_offset
+    part = second.responses[0].partitions[0]
+    (ranges,) = [(r.first_offset, r.last_offset) for r in part.acquired_records]
+    batches = list(iter_record_batches(part.records))
+    assert ranges[0] == held + 1 and 10 <= ranges[1] - ranges[0] + 1 < 200  # one whole batch of about 60
+    assert [r.offset for _, rs in batches for r in rs] == list(range(ranges[0], ranges[1] + 1))
+    assert [r.value[:8] for _, rs in batches for r in rs] == [b"%08d" % o for o in range(ranges[0], ranges[1] + 1)]
+    assert read < 1 << 20, f"{read} bytes read for {len(part.records)} bytes acquired"
 
 
 def test_records_held_by_a_closed_consumer_go_to_another_at_once(sbroker):

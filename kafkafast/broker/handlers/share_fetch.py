@@ -9,7 +9,7 @@ how). Each partition answers the bytes of the whole batches holding the records 
 the acquired ranges with their delivery counts, and its current leader; the top level the
 acquisition lock duration. Nothing acquired: the request waits up to MaxWaitMs for an append
 or a release. MaxRecords bounds the records acquired (a batch in progress is finished);
-MaxBytes the bytes read. Errors: INVALID_REQUEST (no group or member id),
+MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member id),
 GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
 the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's

@@ -6,12 +6,14 @@ advanced (epoch N: it must be the session's next epoch, else INVALID_SHARE_SESSI
 no session: SHARE_SESSION_NOT_FOUND) or closed (-1); the piggy-backed acknowledgements are
 applied; then for each partition of the session, its `SharePartition` (loaded on first use
 from the state store, or started where `share.auto.offset.reset` says) picks the first
-Available offset, the log is read from the batch holding it up to the high watermark (the
-last stable offset with `share.isolation.level=read_committed`, which also archives the
-batches of aborted transactions as they are passed), the batch headers are walked and whole
-batches acquired until MaxRecords; the answer carries the bytes of the
-batches that hold acquired records and the acquired ranges with their delivery counts, and
-a lock timer is started for them. With nothing acquired the fetch parks until an append to
+Available offset, the log's batches from the one holding it (up to MaxBytes, one segment,
+below the high watermark, or the last stable offset with `share.isolation.level=read_committed`,
+which also archives the batches of aborted transactions as they are passed) are walked and
+whole batches acquired until MaxRecords or the record-lock limit; their headers are read as the
+walk goes (`LogBatches`, 64 KiB at a time), so the bytes read follow what is acquired, not the
+client's MaxBytes. The answer carries the batches that hold acquired records (a file region sent
+with sendfile when they are adjacent, as Fetch answers) and the acquired ranges with their
+delivery counts, and a lock timer is started for them. With nothing acquired the fetch parks until an append to
 one of its partitions or a release in this manager wakes it, or MaxWaitMs passes.
 
 Settings: group.share.record.lock.duration.ms (within group.share.min/max.record.lock.
@@ -24,20 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from kafkafast import clock
 from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
 from kafkafast.protocol import errors as E
-from kafkafast.records.batch import iter_entries, read_batch_header
-from kafkafast.records.model import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from kafkafast.protocol.primitives import FileRegion
+from kafkafast.records.batch import read_batch_header
+from kafkafast.records.model import ATTR_CONTROL, ATTR_TRANSACTIONAL, BATCH_HEADER_SIZE, BATCH_LENGTH_OVERHEAD
 from kafkafast.storage.txn_index import collect_aborted
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
 FINAL_EPOCH = -1
+HEADER_READ = 64 * 1024  # bytes read at a time while walking the batch headers of a share acquisition
+_ENTRY_LENGTH = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -58,7 +65,7 @@ class PartitionAnswer:
     message: str | None = None
     ack_error: int = 0
     ack_message: str | None = None
-    records: bytes = b""
+    records: bytes | FileRegion = b""
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
     acked: bool = False
 
@@ -98,6 +105,56 @@ def _replaced(sp: SharePartition, saved: PersistedState | None) -> bool:
     """Whether the stored state is no longer the loaded share-partition's: a new state epoch, or
     gone (unless its first write is still on its way: records are acquired from it)."""
     return saved.state_epoch != sp.state_epoch if saved is not None else not sp.holds_acquired()
+
+
+class LogBatches:
+    """The batches of a log region (whole batches of one segment, as the reader answers a fetch)
+    as `SharePartition.acquire` takes them: (base offset, last offset, archived as passed), v2
+    batches only. The headers are read as the walk goes, HEADER_READ bytes at a time from the
+    batch reached, so an acquisition reads about what it acquires whatever MaxBytes the client
+    sent; a batch's records are never read here (`answer` sends them from the file)."""
+
+    __slots__ = ("fd", "pos", "end", "aborted", "spans", "bytes_read", "_buf", "_at")
+
+    def __init__(self, region: FileRegion, aborted: list[tuple[int, int, int]]) -> None:
+        self.fd, self.pos, self.end = region.fd, region.offset, region.offset + region.length
+        self.aborted = aborted
+        self.spans: list[tuple[int, int]] = []  # (file position, size) of each batch taken
+        self.bytes_read = 0
+        self._buf = b""
+        self._at = self.pos  # the file position of _buf
+
+    def __iter__(self) -> Any:
+        while self.end - self.pos >= 17:  # an entry's offset, length and magic
+            rel = self.pos - self._at
+            if len(self._buf) - rel < min(BATCH_HEADER_SIZE, self.end - self.pos):
+                self._buf = os.pread(self.fd, min(HEADER_READ, self.end - self.pos), self.pos)
+                self.bytes_read += len(self._buf)
+                self._at, rel = self.pos, 0
+                if len(self._buf) < 17:
+                    return  # the file is shorter than the region (truncated meanwhile)
+            length = _ENTRY_LENGTH.unpack_from(self._buf, rel + 8)[0]
+            if length < 0:
+                raise E.CorruptMessageError(f"negative entry length {length} at {self.pos}")
+            size = length + BATCH_LENGTH_OVERHEAD
+            if size > self.end - self.pos:
+                return
+            pos, self.pos = self.pos, self.pos + size
+            if self._buf[rel + 16] != 2:
+                continue  # a legacy (v0/v1) entry: never delivered to share consumers
+            if len(self._buf) - rel < BATCH_HEADER_SIZE:
+                return
+            h = read_batch_header(self._buf, rel)
+            self.spans.append((pos, size))
+            yield h.base_offset, h.last_offset, _archived(h, self.aborted)
+
+    def answer(self, used: list[int]) -> bytes | FileRegion:
+        """The bytes of the batches taken at the indexes `used`: a file region (sent with
+        sendfile) when they are adjacent in the file, else read and joined."""
+        first, last = self.spans[used[0]], self.spans[used[-1]]
+        if last[0] + last[1] - first[0] == sum(self.spans[i][1] for i in used):
+            return FileRegion(self.fd, first[0], last[0] + last[1] - first[0])
+        return b"".join(os.pread(self.fd, self.spans[i][1], self.spans[i][0]) for i in used)
 
 
 class SharePartitionManager:
@@ -278,22 +335,15 @@ class SharePartitionManager:
         region = result.region if result is not None else None
         if region is None or not len(region):
             return b"", []
-        data = region.read()
         aborted = sorted((a.first_offset, a.last_offset, a.producer_id) for a in collect_aborted(
             part.log.reader.dir, part.log.reader.segment_bases(), start, upper)) if committed else []
-        batches, spans = [], []
-        for pos, size, magic in iter_entries(data):
-            if magic != 2:
-                continue
-            h = read_batch_header(data, pos)
-            batches.append((h.base_offset, h.last_offset, _archived(h, aborted)))
-            spans.append((pos, size))
-        ranges, token, used = sp.acquire(member_id, batches, max_records, self.max_locks, start)
+        walk = LogBatches(region, aborted)
+        ranges, token, used = sp.acquire(member_id, walk, max_records, self.max_locks, start)
         if not ranges:
             return b"", []
         offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
         self._lock(sp, member_id, token, offsets)
-        return b"".join(data[spans[i][0]:spans[i][0] + spans[i][1]] for i in used), ranges
+        return walk.answer(used), ranges
 
     def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
         def expire() -> None:

@@ -88,12 +88,14 @@ class SharePartition:
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
 
-    def acquire(self, member_id: str, batches: list[tuple[int, int, bool]], max_records: int, max_locks: int,
+    def acquire(self, member_id: str, batches: Iterable[tuple[int, int, bool]], max_records: int, max_locks: int,
                 first_offset: int) -> tuple[list[tuple[int, int, int]], int, list[int]]:
         """Acquires records of the log's `batches` ((base offset, last offset, is control), from
         the one holding `first_offset` on) for `member_id`. Returns the acquired ranges
         ((first, last, delivery count), contiguous and of one delivery count), the lock token,
-        and the indexes of the batches that hold acquired records."""
+        and the indexes of the batches that hold acquired records. `batches` is taken lazily:
+        no batch is taken after `max_records` are acquired or once the record-lock limit stops
+        the acquisition (later batches could add nothing), so a caller may read the log as it goes."""
         self._token += 1
         token = self._token
         ranges: list[list[int]] = []
@@ -101,9 +103,14 @@ class SharePartition:
         acquired = 0
         expected = first_offset
         changed: list[int] = []
-        for i, (base, last, control) in enumerate(batches):
-            if acquired >= max_records:
+        walk = iter(batches)
+        i = -1
+        while acquired < max_records:
+            batch = next(walk, None)
+            if batch is None:
                 break
+            i += 1
+            base, last, control = batch
             took = False
             for off in range(max(expected, self.end_offset), base):  # missing from the log: archived
                 if self.in_flight() >= max_locks:
@@ -135,6 +142,8 @@ class SharePartition:
             if took:
                 used.append(i)
             expected = last + 1
+            if self.end_offset <= last:
+                break  # the record-lock limit stopped it inside this batch: later batches add nothing
         if changed:
             self._advance()
             self._persist(changed)
