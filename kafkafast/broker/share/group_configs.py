@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from abc import ABC, abstractmethod
 from typing import Any
 
 from kafkafast.broker.share.manager import duration_ms
@@ -69,19 +70,19 @@ def changed(configs: dict[str, str], ops: list[tuple[str, int, str | None]]) -> 
     return out
 
 
-class GroupConfigs:
+class GroupConfigs(ABC):
     """The checks and the values in effect; a store keeps them (`of`, `write`)."""
 
     def __init__(self, broker_config: Any) -> None:
         self.cfg = broker_config
 
+    @abstractmethod
     def of(self, group_id: str) -> dict[str, str]:
         """The group's own configs (not the defaults)."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def write(self, group_id: str, ops: list[tuple[str, int, str | None]]) -> None:
         """Keeps checked `ops`, in force here when it returns."""
-        raise NotImplementedError
 
     def get(self, group_id: str, name: str) -> str | None:
         return self.of(group_id).get(name)
