@@ -149,6 +149,12 @@ class KafkaCluster(ZooKeeperView):
         partitions = len(assignment) if assignment else partitions
         req = C(topics=[topic], timeout_ms=30000, validate_only=False)
 
+        # a broker an earlier test killed and started again may answer while its old registration
+        # is still there, and register again only once that expired: every running broker
+        # registered, and INVALID_REPLICATION_FACTOR (too few registered just then) tried again
+        running = {i for i, b in self.brokers.items() if b.proc is not None and b.proc.poll() is None}
+        self.wait_for(lambda: running <= set(self.registered()), 60, f"brokers {sorted(running)} registered")
+
         def created() -> bool:
             for b in self.brokers.values():
                 if b.proc is None or b.proc.poll() is not None:
@@ -160,7 +166,8 @@ class KafkaCluster(ZooKeeperView):
                     continue
                 if code in (0, 36):  # created, or by an earlier attempt (TOPIC_ALREADY_EXISTS)
                     return True
-                assert code in (7, 8, 41), f"CreateTopics: error {code}"  # REQUEST_TIMED_OUT, BROKER/NOT_CONTROLLER: again
+                # REQUEST_TIMED_OUT, INVALID_REPLICATION_FACTOR, BROKER/NOT_CONTROLLER: again
+                assert code in (7, 8, 38, 41), f"CreateTopics: error {code}"
             return False
 
         self.wait_for(created, 60, f"topic {name} created")
