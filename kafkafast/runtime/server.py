@@ -52,18 +52,15 @@ class Server:
         await self.broker.stop()
 
 
-async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
+async def serve_forever(config: BrokerConfig, broker_class: type[Broker] = Broker, *, ready: Any = None) -> int:
+    """`broker_class`: the control plane's broker (`Broker`, or cluster mode's `ClusterBroker`,
+    chosen by the command line: the runtime does not know the control planes)."""
     specs, socks, locks = bind_listeners(config)  # taken now, listened on once started
     stop = asyncio.Event()  # a SIGTERM while the logs load stops the broker cleanly too
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if config.get("zookeeper.connect"):  # cluster mode (ZooKeeper): kafkafast/cluster
-        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: cluster mode only (kazoo)
-
-        broker: Broker = ClusterBroker(config)
-    else:
-        broker = Broker(config)
+    broker = broker_class(config)
     await broker.start()
     server = Server(broker, specs, socks[0])
     if not stop.is_set():
@@ -106,10 +103,10 @@ def close_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
-def run_server(config: BrokerConfig) -> int:
+def run_server(config: BrokerConfig, broker_class: type[Broker] = Broker) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(serve_forever(config))
+        return loop.run_until_complete(serve_forever(config, broker_class))
     finally:
         close_loop(loop)

@@ -28,7 +28,8 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   compares it with the generation this worker has loaded and reloads topics if needed.
 
 In cluster mode (`zookeeper.connect`) each worker is a `cluster.worker_broker.ClusterWorkerBroker`:
-the same ownership, with replication on top.
+the same ownership, with replication on top. The command line chooses the class and hands it
+to `run_worker` (this package imports nothing of kafkafast/cluster).
 """
 from __future__ import annotations
 
@@ -705,11 +706,13 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 
-def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
+def run_worker(config: BrokerConfig, broker_class: type[WorkerBroker] = WorkerBroker, *, index: int,
+               incarnation: int, table: shm.PartitionTable,
                listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
                wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool, counters: Any = None) -> int:
-    """The worker's main, called in the child right after the fork."""
+    """The worker's main, called in the child right after the fork. `broker_class`: the
+    control plane's worker broker (`WorkerBroker`, or cluster mode's), chosen by the command line."""
     _set_parent_death_signal()
     table.after_fork()
     table.clear_worker_waiters(index)
@@ -723,11 +726,6 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker_class: type[WorkerBroker] = WorkerBroker
-    if config.get("zookeeper.connect"):  # cluster mode: replication over these workers
-        from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: the REMAINING cycle
-
-        broker_class = ClusterWorkerBroker
     broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                           run_dir=run_dir, clean=clean)
     if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
