@@ -244,6 +244,13 @@ class Broker:
             if hasattr(ext, "start"):
                 ext.start()
 
+    async def on_listening(self) -> None:
+        """Called by the runtime once the listeners accept connections (a cluster broker registers)."""
+
+    async def before_stop(self) -> None:
+        """Called by the runtime on SIGTERM while every listener still serves (a cluster broker
+        moves its leaderships away first: the controlled shutdown)."""
+
     def _attach_group_coordinator(self) -> None:
         self.group_coordinator = GroupCoordinator(self)
 

@@ -690,6 +690,9 @@ class ClusterBroker(Broker):
         return await asyncio.wait_for(fut, 30.0)
 
     # -- controlled shutdown (before the listeners close) ----------------------------------------
+    async def before_stop(self) -> None:
+        await self.controlled_shutdown()
+
     async def controlled_shutdown(self) -> bool:
         """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)
         to move this broker's leaderships away, up to controlled.shutdown.max.retries times

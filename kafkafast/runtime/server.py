@@ -65,17 +65,14 @@ async def serve_forever(config: BrokerConfig, broker_class: type[Broker] = Broke
     server = Server(broker, specs, socks[0])
     if not stop.is_set():
         await server.start()
-        on_listening = getattr(broker, "on_listening", None)  # cluster mode: register in ZooKeeper now
-        if on_listening is not None:
-            await on_listening()
+        await broker.on_listening()  # cluster mode: registers in ZooKeeper now
         log.info("kafkafast broker %d listening on %s, data in %s", broker.node_id,
                  ", ".join(f"{s.name} ({s.protocol}) {s.host}:{s.port}" for s in specs), ",".join(config.log_dirs))
         if ready is not None:
             ready(specs[0].port)
         await stop.wait()
     log.info("shutting down")
-    if hasattr(broker, "controlled_shutdown"):  # cluster mode: leaderships move while still serving
-        await broker.controlled_shutdown()
+    await broker.before_stop()  # cluster mode: leaderships move while still serving
     await server.stop()
     for lock in locks:
         lock.close()

@@ -667,15 +667,12 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
     table = broker.table
     table.set_worker_word(broker.index, shm.W_READY, 1)
-    on_listening = getattr(broker, "on_listening", None)  # cluster mode: register (worker 0) once serving
-    if on_listening is not None and not stop.is_set():
-        await on_listening()
+    if not stop.is_set():
+        await broker.on_listening()  # cluster mode: worker 0 registers once serving
     await stop.wait()
-    before_stop = getattr(broker, "before_stop", None)
-    if before_stop is not None:
-        # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
-        # worker's partitions) while every worker still serves; the others wait for it
-        await before_stop()
+    # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
+    # worker's partitions) while every worker still serves; the others wait for it
+    await broker.before_stop()
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
     table.set_worker_word(broker.index, shm.W_READY, 0)
