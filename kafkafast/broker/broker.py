@@ -26,6 +26,7 @@ from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.group_coordinator import GroupCoordinator
+from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
                                                     unsupported_version_response)
 from kafkafast.broker.producer_ids import ProducerIdAllocator
@@ -134,8 +135,9 @@ class Partition:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, placement: Placement | None = None) -> None:
         self.config = config
+        self.placement: Placement = placement or LocalPlacement()  # where partitions live: one process or N
         self.node_id = config.node_id
         self.log_dirs = config.log_dirs
         os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
