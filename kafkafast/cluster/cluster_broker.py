@@ -55,7 +55,7 @@ class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
 
     def __init__(self, config: Any, **runtime: Any) -> None:
-        super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
+        super().__init__(config, **runtime)  # runtime: a worker's placement and start (runtime/worker.py)
         self.node = self._make_node(config)
         self.cluster = self.node
         self.control = ZkControl(self)

@@ -60,7 +60,6 @@ from kafkafast.runtime import shm
 from kafkafast.runtime.worker import RemoteLog, WorkerBroker, controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
 from kafkafast.storage.config import LogConfig
-from kafkafast.storage.partition_state import PartitionState
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
@@ -282,23 +281,13 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         index = self.placement.index
         return getattr(part, "owner", index) == index and bool(getattr(part, "is_leader", False))
 
-    def _state_for(self, topic: str, partition: int) -> Any:
+    def _topic_id_of(self, topic: str) -> bytes | None:
+        """From LeaderAndIsr, UpdateMetadata or the topic's znode (the slots of a shared-append
+        handle, `kafkafast.produce.shared.append.cluster`, too)."""
         topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is None:
-            return PartitionState()  # a leftover of a deleted topic
-        self._topic_ids[topic] = topic_id
-        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
-        self.placement.table.set_incarnation(slot, self.placement.incarnation)
-        return self.placement.table.state(slot)
-
-    def _shared_for(self, topic: str, partition: int) -> Any:
-        """The owner's shared-append handle (with `kafkafast.produce.shared.append.cluster`)."""
-        topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is None:
-            return None
-        self._topic_ids[topic] = topic_id
-        return self._shared_of_slot(self.placement.table.allocate(topic_id, partition,
-                                                                  self.placement.owner_of(topic, partition)))
+        if topic_id is not None:
+            self._topic_ids[topic] = topic_id
+        return topic_id
 
     # -- shared append of a leader's client produce by any worker --------------------------------
     def appends_here(self, part: Any, transactional_id: str | None) -> bool:
@@ -485,7 +474,3 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         await super()._send_alter_partition(part, new_isr, epoch)
         if isinstance(part, ClusterWorkerPartition) and part.is_leader:
             self.placement.table.set_isr(part.slot, part.isr)
-
-    # -- produce: a non-owner forwards with acks=1 and waits for the high watermark itself --------
-    async def append_remote(self, part: ClusterWorkerPartition, records: Any, timeout_ms: int) -> Any:
-        return await self.forward_produce(part, records, 1, timeout_ms)

@@ -276,12 +276,17 @@ class WorkerBroker(Broker):
         return self.owns(part) or \
             self.placement.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
 
+    def _topic_id_of(self, topic: str) -> bytes | None:
+        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
+        meta = self.topics.get(topic)
+        return None if meta is None else meta.topic_id
+
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
-        meta = self.topics.get(topic)
-        if meta is None:
+        topic_id = self._topic_id_of(topic)
+        if topic_id is None:
             return None
-        slot = self.placement.table.allocate(meta.topic_id, partition, self.placement.owner_of(topic, partition))
+        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
         return self._shared_of_slot(slot)
 
     def _shared_of_slot(self, slot: int) -> SharedAppend:
@@ -293,10 +298,10 @@ class WorkerBroker(Broker):
         return sh
 
     def _state_for(self, topic: str, partition: int) -> Any:
-        meta = self.topics.get(topic)
-        if meta is None:
+        topic_id = self._topic_id_of(topic)
+        if topic_id is None:
             return PartitionState()  # a leftover directory of a deleted topic
-        slot = self.placement.table.allocate(meta.topic_id, partition, self.placement.owner_of(topic, partition))
+        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
         self.placement.table.set_incarnation(slot, self.placement.incarnation)
         return self.placement.table.state(slot)
 
