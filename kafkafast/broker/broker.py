@@ -26,6 +26,7 @@ from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.group_coordinator import GroupCoordinator
+from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
                                                     unsupported_version_response)
 from kafkafast.broker.producer_ids import ProducerIdAllocator
@@ -134,8 +135,9 @@ class Partition:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, placement: Placement | None = None) -> None:
         self.config = config
+        self.placement: Placement = placement or LocalPlacement()  # where partitions live: one process or N
         self.node_id = config.node_id
         self.log_dirs = config.log_dirs
         os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
@@ -243,6 +245,13 @@ class Broker:
         for ext in self.extensions:
             if hasattr(ext, "start"):
                 ext.start()
+
+    async def on_listening(self) -> None:
+        """Called by the runtime once the listeners accept connections (a cluster broker registers)."""
+
+    async def before_stop(self) -> None:
+        """Called by the runtime on SIGTERM while every listener still serves (a cluster broker
+        moves its leaderships away first: the controlled shutdown)."""
 
     def _attach_group_coordinator(self) -> None:
         self.group_coordinator = GroupCoordinator(self)

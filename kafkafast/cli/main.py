@@ -127,13 +127,34 @@ def run_broker(args: argparse.Namespace) -> int:
         except ImportError:
             run_supervisor = None
         if workers and run_supervisor is not None:
-            return run_supervisor(config, workers)
-        return run_server(config)
+            return run_supervisor(config, workers, broker_class(config, workers=True))
+        return run_server(config, broker_class(config, workers=False))
     except ListenerError as exc:
         raise ConfigError(exc.strerror) from None
     finally:
         if metrics is not None:
             metrics.close()
+
+
+def broker_class(config: BrokerConfig, *, workers: bool) -> type:
+    """The broker class, chosen by the control plane alone: ZooKeeper's (`zookeeper.connect`,
+    kafkafast/cluster) or the local one, each in its one-process or worker-process form. The
+    runtime that runs it (kafkafast/runtime) imports nothing of kafkafast/cluster."""
+    if config.get("zookeeper.connect"):
+        if workers:
+            from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: cluster mode only (kazoo)
+
+            return ClusterWorkerBroker
+        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: as above
+
+        return ClusterBroker
+    if workers:
+        from kafkafast.runtime.worker import WorkerBroker  # deferred: the broker's modules load only for `broker`
+
+        return WorkerBroker
+    from kafkafast.broker.broker import Broker  # deferred: as above
+
+    return Broker
 
 
 def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:

@@ -55,7 +55,7 @@ class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
 
     def __init__(self, config: Any, **runtime: Any) -> None:
-        super().__init__(config, **runtime)  # runtime: the worker's arguments (cluster/worker_broker.py)
+        super().__init__(config, **runtime)  # runtime: a worker's placement and start (runtime/worker.py)
         self.node = self._make_node(config)
         self.cluster = self.node
         self.control = ZkControl(self)
@@ -690,6 +690,9 @@ class ClusterBroker(Broker):
         return await asyncio.wait_for(fut, 30.0)
 
     # -- controlled shutdown (before the listeners close) ----------------------------------------
+    async def before_stop(self) -> None:
+        await self.controlled_shutdown()
+
     async def controlled_shutdown(self) -> bool:
         """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)
         to move this broker's leaderships away, up to controlled.shutdown.max.retries times

@@ -250,7 +250,7 @@ class ClusterWorkerShareStateStore(ClusterShareStateStore):
     it Read/WriteShareGroupState over the forwarding link, as they send other brokers."""
 
     async def _ask_here(self, key: Key, request: Any) -> Any:
-        owner = self.broker.owner_of(STATE_TOPIC, self.partition_for(key))
-        if owner == self.broker.index:
+        owner = self.broker.placement.owner_of(STATE_TOPIC, self.partition_for(key))
+        if owner == self.broker.placement.index:
             return await super()._ask_here(key, request)
-        return await self.broker.forwarder.request(owner, request, 0)
+        return await self.broker.placement.forwarder.request(owner, request, 0)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Any
 
@@ -61,7 +60,6 @@ from kafkafast.runtime import shm
 from kafkafast.runtime.worker import RemoteLog, WorkerBroker, controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
 from kafkafast.storage.config import LogConfig
-from kafkafast.storage.partition_state import PartitionState
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
@@ -146,20 +144,20 @@ class ClusterWorkerPartition(ClusterPartition):
 
     @property
     def local(self) -> bool:
-        return self.owner == self.broker.index
+        return self.owner == self.broker.placement.index
 
     # The ISR: the owner keeps it and publishes it in the slot; the others read the slot.
     @property  # type: ignore[override]
     def isr(self) -> list[int]:
         if self.local:
             return ClusterPartition.isr.__get__(self)  # type: ignore[attr-defined]
-        return self.broker.table.isr(self.slot)
+        return self.broker.placement.table.isr(self.slot)
 
     @isr.setter
     def isr(self, members: list[int]) -> None:
         ClusterPartition.isr.__set__(self, members)  # type: ignore[attr-defined]
         if self.local and getattr(self, "is_leader", False):
-            self.broker.table.set_isr(self.slot, members)
+            self.broker.placement.table.set_isr(self.slot, members)
 
     @property
     def high_watermark(self) -> int:
@@ -210,7 +208,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         super().__init__(config, **runtime)
 
     def _make_node(self, config: Any) -> ClusterNode:
-        return WorkerClusterNode(config, self.log_dirs[0], self.table, self.index)
+        return WorkerClusterNode(config, self.log_dirs[0], self.placement.table, self.placement.index)
 
     def _make_share_store(self) -> ClusterWorkerShareStateStore:
         return ClusterWorkerShareStateStore(self)
@@ -222,30 +220,31 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             return super()._group_owner(frame, api_key)
         try:
             _, req = api.decode_request(frame)
-            owners = {self.owner_of(STATE_TOPIC, self.share.store.partition_for((req.group_id, bytes(t.topic_id),
-                                                                                  p.partition)))
+            partition_for = self.share.store.partition_for
+            owners = {self.placement.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id),
+                                                                          p.partition)))
                       for t in req.topics for p in t.partitions}
         except Exception:
             return None  # the normal path answers a malformed request
         return owners.pop() if len(owners) == 1 else None
 
     def _runs_controller(self) -> bool:
-        return self.index == 0
+        return self.placement.index == 0
 
     def _new_follower(self, part: Any, replica_id: int, now: int) -> Any:
-        f = self.table.follower(part.slot, replica_id, claim_keeping=self._replicas_now)
+        f = self.placement.table.follower(part.slot, replica_id, claim_keeping=self._replicas_now)
         if f is None:  # more followers than a slot holds: this one's position stays local
             return super()._new_follower(part, replica_id, now)
         f.reset(now)
         return f
 
     async def start(self) -> None:
-        if self.index == 0:
-            self.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
+        if self.placement.index == 0:
+            self.placement.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
         await super().start()
-        if self.incarnation > 1 and self.index != 0:
+        if self.placement.incarnation > 1 and self.placement.index != 0:
             log.warning("worker %d replaced: registering broker %d again to receive its replica states",
-                        self.index, self.node_id)
+                        self.placement.index, self.node_id)
             self._request_reregistration()
 
     async def before_stop(self) -> None:
@@ -257,66 +256,51 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         forwarded requests and the LeaderAndIsr fan-out until then (or until the controlled
         shutdown's time is up), so no worker closes the log of a partition the broker still
         leads."""
-        if self.index == 0:
+        if self.placement.index == 0:
             await self.controlled_shutdown()
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + controlled_shutdown_budget(self.config)
-        while self.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
+        while self.placement.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         led = sorted(tp for tp, p in self.partitions.items()
                      if isinstance(p, ClusterWorkerPartition) and p.local and p.is_leader and len(p.replicas) > 1)
         log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
-                 self.index, len(led), f": {led[:5]}" if led else "")
-
-    def _poke(self, worker: int) -> None:
-        self.wakeups_sent += 1
-        try:
-            os.write(self.wake_fds[worker], b"\x01")
-        except BlockingIOError:
-            pass  # the pipe is full of wake-ups already
+                 self.placement.index, len(led), f": {led[:5]}" if led else "")
 
     def _request_reregistration(self) -> None:
         """Worker 0 holds the registration: another worker asks it through the header word."""
-        if self.index == 0:
+        if self.placement.index == 0:
             super()._request_reregistration()
             return
-        self.table.set_header_word(shm.H_REREGISTER, 1)
-        self._poke(0)
+        self.placement.table.set_header_word(shm.H_REREGISTER, 1)
+        self.placement.poke(0)
 
     # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
     def owns(self, part: Any) -> bool:
-        return getattr(part, "owner", self.index) == self.index and bool(getattr(part, "is_leader", False))
+        index = self.placement.index
+        return getattr(part, "owner", index) == index and bool(getattr(part, "is_leader", False))
 
-    def _state_for(self, topic: str, partition: int) -> Any:
+    def _topic_id_of(self, topic: str) -> bytes | None:
+        """From LeaderAndIsr, UpdateMetadata or the topic's znode (the slots of a shared-append
+        handle, `kafkafast.produce.shared.append.cluster`, too)."""
         topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is None:
-            return PartitionState()  # a leftover of a deleted topic
-        self._topic_ids[topic] = topic_id
-        slot = self.table.allocate(topic_id, partition, self.owner_of(topic, partition))
-        self.table.set_incarnation(slot, self.incarnation)
-        return self.table.state(slot)
-
-    def _shared_for(self, topic: str, partition: int) -> Any:
-        """The owner's shared-append handle (with `kafkafast.produce.shared.append.cluster`)."""
-        topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is None:
-            return None
-        self._topic_ids[topic] = topic_id
-        return self._shared_of_slot(self.table.allocate(topic_id, partition, self.owner_of(topic, partition)))
+        if topic_id is not None:
+            self._topic_ids[topic] = topic_id
+        return topic_id
 
     # -- shared append of a leader's client produce by any worker --------------------------------
     def appends_here(self, part: Any, transactional_id: str | None) -> bool:
         if not isinstance(part, ClusterWorkerPartition) or part.local:
             return True
         return (self.shared_append and part.is_leader and transactional_id is None
-                and self.table.leading_epoch(part.slot) == part.leader_epoch
+                and self.placement.table.leading_epoch(part.slot) == part.leader_epoch
                 and super().appends_here(part, transactional_id))
 
     def shared_writer(self, part: Any) -> Any:
         lg = super().shared_writer(part)
         if lg.shared.guard is None:
-            slot, table = part.slot, self.table
+            slot, table = part.slot, self.placement.table
 
             def guard(epoch: int) -> None:  # under the append lock
                 if table.leading_epoch(slot) != epoch:
@@ -339,7 +323,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         part.wake()  # fetches parked here
         self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
-        self._poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
+        self.placement.poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
         self.check_fence(part)  # as in ClusterBroker.append: written, never acknowledged
         return result
 
@@ -355,13 +339,13 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in TO_CONTROLLER and self.index != 0:
-                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in TO_CONTROLLER and self.placement.index != 0:
+                return await self.placement.forwarder.frame(0, principal_trailer(frame, conn))
             if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
-                others = [w for w in range(self.workers) if w != self.index]
+                others = [w for w in range(self.placement.workers) if w != self.placement.index]
                 copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
                 answers = await asyncio.gather(
-                    *(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
+                    *(self.placement.forwarder.frame(w, c) for w, c in zip(others, copies)),
                     return_exceptions=True)
                 for w, a in zip(others, answers):
                     if isinstance(a, BaseException):
@@ -371,14 +355,15 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
     async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         self._topic_ids[topic] = topic_id
         tp = (topic, ps.partition_index)
-        owner = self.owner_of(topic, ps.partition_index)
-        if owner != self.index and self.node_id in ps.replicas and not isinstance(self.partitions.get(tp),
+        owner = self.placement.owner_of(topic, ps.partition_index)
+        if owner != self.placement.index and self.node_id in ps.replicas and not isinstance(self.partitions.get(tp),
                                                                                   ClusterWorkerPartition):
-            slot = self.table.allocate(topic_id, ps.partition_index, owner)
+            slot = self.placement.table.allocate(topic_id, ps.partition_index, owner)
             configs = await asyncio.to_thread(self.node.topic_configs, topic)
             cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
             part = ClusterWorkerPartition(topic, ps.partition_index,
-                                          RemoteLog(self.log_dirs, topic, ps.partition_index, self.table.state(slot), cfg),
+                                          RemoteLog(self.log_dirs, topic, ps.partition_index,
+                                                    self.placement.table.state(slot), cfg),
                                           slot, owner, self)
             part.topic_id = topic_id
             self.partitions[tp] = part
@@ -389,8 +374,8 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         if isinstance(part, ClusterWorkerPartition):
             return part
         tp = (part.topic, part.index)
-        slot = self.table.allocate(part.topic_id, part.index, self.index)
-        new = ClusterWorkerPartition(part.topic, part.index, part.log, slot, self.index, self)
+        slot = self.placement.table.allocate(part.topic_id, part.index, self.placement.index)
+        new = ClusterWorkerPartition(part.topic, part.index, part.log, slot, self.placement.index, self)
         new.topic_id = part.topic_id
         self.partitions[tp] = new
         return new
@@ -407,8 +392,8 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         if self.shared_append:
             part.log.catch_up()  # other workers' appends of an earlier leadership
         super()._become_leader(part, ps)
-        self.table.set_isr(part.slot, part.isr)
-        self.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
+        self.placement.table.set_isr(part.slot, part.isr)
+        self.placement.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
 
     def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
         part = self._wrap(part)
@@ -417,7 +402,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
             part.wake()
             return
-        self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
+        self.placement.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
         if self.shared_append:
             part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
         super()._become_follower(part, ps)
@@ -429,8 +414,8 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             if tp in self.partitions or not isinstance(part, ClusterWorkerPartition):
                 continue
             if part.local:
-                self.table.set_leading_epoch(part.slot, -1)
-                self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
+                self.placement.table.set_leading_epoch(part.slot, -1)
+                self.placement.table.release(part.slot)  # the topic is gone; a re-created one has a new id
             else:
                 self._close_shared_log(part)
                 part.log.close()
@@ -439,7 +424,7 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
     # -- follower positions and the high watermark through the slot -----------------------------
     def follower_state(self, part: Any, replica_id: int) -> Any:
         if isinstance(part, ClusterWorkerPartition) and not part.local:
-            return self.table.follower(part.slot, replica_id)  # the owner's record, in the slot
+            return self.placement.table.follower(part.slot, replica_id)  # the owner's record, in the slot
         return super().follower_state(part, replica_id)
 
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
@@ -448,16 +433,17 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             return
         if not part.is_leader:
             return
-        f = self.table.follower(part.slot, replica_id)
+        f = self.placement.table.follower(part.slot, replica_id)
         if f is None:
             return
         f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
-        self._poke(part.owner)  # the owner recomputes the high watermark and the ISR
+        self.placement.poke(part.owner)  # the owner recomputes the high watermark and the ISR
 
     def on_wake_pipe(self, fd: int) -> None:
         super().on_wake_pipe(fd)
-        if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and self.node.controller is not None:
-            self.table.set_header_word(shm.H_REREGISTER, 0)
+        if (self.placement.index == 0 and self.placement.table.header_word(shm.H_REREGISTER)
+                and self.node.controller is not None):
+            self.placement.table.set_header_word(shm.H_REREGISTER, 0)
             self._request_reregistration()
         for part in list(self.partitions.values()):
             if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
@@ -487,8 +473,4 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
     async def _send_alter_partition(self, part: Any, new_isr: list[int], epoch: int) -> None:
         await super()._send_alter_partition(part, new_isr, epoch)
         if isinstance(part, ClusterWorkerPartition) and part.is_leader:
-            self.table.set_isr(part.slot, part.isr)
-
-    # -- produce: a non-owner forwards with acks=1 and waits for the high watermark itself --------
-    async def append_remote(self, part: ClusterWorkerPartition, records: Any, timeout_ms: int) -> Any:
-        return await self.forward_produce(part, records, 1, timeout_ms)
+            self.placement.table.set_isr(part.slot, part.isr)

@@ -61,11 +61,12 @@ def _answers_of(api_key: int, resp: Any) -> list:
 
 
 async def _ask(broker: Any, owner: int, header: Any, req: Any, version: int) -> Any:
-    if owner == broker.index:
+    if owner == broker.placement.index:
         spec = broker.handlers[req.API_KEY]
         ctx = RequestContext(header, version, header.client_id, None, True)
         return await spec.func(broker, ctx, req, version)
-    return await broker.forwarder.request(owner, req, version, trailer=trailer_bytes(FORWARDED_PRINCIPAL.get()))
+    return await broker.placement.forwarder.request(owner, req, version,
+                                                    trailer=trailer_bytes(FORWARDED_PRINCIPAL.get()))
 
 
 async def maybe_fan_out(broker: Any, frame: Any) -> list | None:
@@ -78,7 +79,7 @@ async def maybe_fan_out(broker: Any, frame: Any) -> list | None:
     except Exception:
         return None  # the normal path answers (or closes on) a malformed request
     if api_key in LISTED:
-        workers = range(broker.workers)
+        workers = range(broker.placement.workers)
         answers = await asyncio.gather(*(_ask(broker, w, header, req, version) for w in workers))
         merged = answers[0]
         field = LISTED[api_key]
@@ -91,7 +92,7 @@ async def maybe_fan_out(broker: Any, frame: Any) -> list | None:
     owner_of = {}
     for g in groups:
         gid = _group_id(api_key, g)
-        owner_of[gid] = broker.owner_of("__consumer_offsets", broker.group_coordinator.partition_for(gid))
+        owner_of[gid] = broker.placement.owner_of("__consumer_offsets", broker.group_coordinator.partition_for(gid))
     owners = sorted(set(owner_of.values()))
     if len(owners) <= 1:
         return None

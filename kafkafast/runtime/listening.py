@@ -127,7 +127,7 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
     max_req = broker.config.get_int("socket.request.max.bytes")
     if getattr(broker, "counters", None) is None:  # a single-process broker: its own area, no lock
         broker.counters = SharedCounters.for_config(broker.config, 1, None)
-    limits = ConnectionLimits(broker.config, broker.counters, getattr(broker, "index", 0), specs)
+    limits = ConnectionLimits(broker.config, broker.counters, broker.placement.index, specs)
     if hasattr(broker, "effective_connection_configs"):  # dynamic connection quotas (single node)
         limits.reconfigure(broker.effective_connection_configs())
         broker.limits = limits

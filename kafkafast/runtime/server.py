@@ -52,33 +52,27 @@ class Server:
         await self.broker.stop()
 
 
-async def serve_forever(config: BrokerConfig, *, ready: Any = None) -> int:
+async def serve_forever(config: BrokerConfig, broker_class: type[Broker] = Broker, *, ready: Any = None) -> int:
+    """`broker_class`: the control plane's broker (`Broker`, or cluster mode's `ClusterBroker`,
+    chosen by the command line: the runtime does not know the control planes)."""
     specs, socks, locks = bind_listeners(config)  # taken now, listened on once started
     stop = asyncio.Event()  # a SIGTERM while the logs load stops the broker cleanly too
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if config.get("zookeeper.connect"):  # cluster mode (ZooKeeper): kafkafast/cluster
-        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: cluster mode only (kazoo)
-
-        broker: Broker = ClusterBroker(config)
-    else:
-        broker = Broker(config)
+    broker = broker_class(config)
     await broker.start()
     server = Server(broker, specs, socks[0])
     if not stop.is_set():
         await server.start()
-        on_listening = getattr(broker, "on_listening", None)  # cluster mode: register in ZooKeeper now
-        if on_listening is not None:
-            await on_listening()
+        await broker.on_listening()  # cluster mode: registers in ZooKeeper now
         log.info("kafkafast broker %d listening on %s, data in %s", broker.node_id,
                  ", ".join(f"{s.name} ({s.protocol}) {s.host}:{s.port}" for s in specs), ",".join(config.log_dirs))
         if ready is not None:
             ready(specs[0].port)
         await stop.wait()
     log.info("shutting down")
-    if hasattr(broker, "controlled_shutdown"):  # cluster mode: leaderships move while still serving
-        await broker.controlled_shutdown()
+    await broker.before_stop()  # cluster mode: leaderships move while still serving
     await server.stop()
     for lock in locks:
         lock.close()
@@ -106,10 +100,10 @@ def close_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
-def run_server(config: BrokerConfig) -> int:
+def run_server(config: BrokerConfig, broker_class: type[Broker] = Broker) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(serve_forever(config))
+        return loop.run_until_complete(serve_forever(config, broker_class))
     finally:
         close_loop(loop)

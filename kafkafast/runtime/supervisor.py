@@ -56,7 +56,7 @@ from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
 from kafkafast.runtime.worker import (CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN,
-                                      controlled_shutdown_budget, run_worker)
+                                      WorkerBroker, controlled_shutdown_budget, run_worker)
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
@@ -71,8 +71,9 @@ RESPAWN_BACKOFF_MAX = 30.0
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig, workers: int) -> None:
+    def __init__(self, config: BrokerConfig, workers: int, broker_class: type[WorkerBroker] = WorkerBroker) -> None:
         self.config = config
+        self.broker_class = broker_class  # each worker's broker: the control plane's choice (the command line's)
         self.n = workers
         self.pids: dict[int, int] = {}  # pid -> worker index
         self.incarnation = [0] * workers
@@ -115,9 +116,8 @@ class Supervisor:
         self.clean_start = self._take_clean_markers()
         if not self.config.get("zookeeper.connect"):  # in cluster mode the cluster id is ZooKeeper's
             self._ensure_cluster_id()
-        # Everything a worker imports, imported once here: forks start serving at once.
-        if self.config.get("zookeeper.connect"):
-            import kafkafast.cluster.worker_broker  # noqa: F401  (kazoo sessions start in the workers)
+        # Everything a worker imports, imported once here: forks start serving at once (the
+        # broker class, cluster mode's too, came imported from the command line).
         load_handlers()
         try:
             import uvloop  # noqa: F401  (optional: the workers run on it; loaded before the fork)
@@ -165,7 +165,8 @@ class Supervisor:
                     if j != i:
                         os.close(r)
                 request_metrics.in_worker(i)
-                code = run_worker(self.config, index=i, incarnation=self.incarnation[i], table=self.table,
+                code = run_worker(self.config, self.broker_class, index=i, incarnation=self.incarnation[i],
+                                  table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
                                   wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
@@ -303,5 +304,5 @@ class Supervisor:
         return 0
 
 
-def run_supervisor(config: BrokerConfig, workers: int) -> int:
-    return Supervisor(config, workers).run()
+def run_supervisor(config: BrokerConfig, workers: int, broker_class: type[WorkerBroker] = WorkerBroker) -> int:
+    return Supervisor(config, workers, broker_class).run()

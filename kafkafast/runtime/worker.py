@@ -3,9 +3,10 @@
 Everything here starts after the fork (`run_worker`): the uvloop event loop, the Broker,
 the logs this worker owns, its servers on the inherited listening sockets.
 
-Ownership: `shm.owner_for(topic, partition, N)` names the one worker that holds the
-partition's `Log` writer; the supervisor never changes it, so a respawned worker takes
-over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` in:
+Ownership (the broker's `placement`, `runtime/placement.py:WorkerPlacement`):
+`shm.owner_for(topic, partition, N)` names the one worker that holds the partition's `Log`
+writer; the supervisor never changes it, so a respawned worker takes over exactly its
+predecessor's partitions. `WorkerBroker` differs from `Broker` in:
 
 * logs: `OwnedLogManager` opens only owned partitions (recovering them after a crash:
   the replacement of a SIGKILLed worker runs the recovery scan for its partitions),
@@ -28,7 +29,8 @@ over exactly its predecessor's partitions. `WorkerBroker` differs from `Broker` 
   compares it with the generation this worker has loaded and reloads topics if needed.
 
 In cluster mode (`zookeeper.connect`) each worker is a `cluster.worker_broker.ClusterWorkerBroker`:
-the same ownership, with replication on top.
+the same ownership, with replication on top. The command line chooses the class and hands it
+to `run_worker` (this package imports nothing of kafkafast/cluster).
 """
 from __future__ import annotations
 
@@ -56,8 +58,9 @@ from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersReque
 from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
 from kafkafast.runtime.append_lock import AppendLock
-from kafkafast.runtime.forwarding import Forwarder, InternalConnection
+from kafkafast.runtime.forwarding import InternalConnection
 from kafkafast.runtime.listening import serve_listeners
+from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.server import close_loop, new_event_loop
 from kafkafast.security.context import carry_principal, principal_trailer
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
@@ -241,26 +244,19 @@ class WorkerPartition(Partition):
 
 
 class WorkerBroker(Broker):
-    def __init__(self, config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
-                 wake_fds: list[int], run_dir: str, clean: bool) -> None:
-        super().__init__(config)
-        self.index = index
-        self.incarnation = incarnation
-        self.table = table
-        self.workers = table.workers
+    placement: WorkerPlacement
+
+    def __init__(self, config: BrokerConfig, *, placement: WorkerPlacement, clean: bool) -> None:
+        super().__init__(config, placement)
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
-                                                shard=index, shards=self.workers)
-        self.wake_fds = wake_fds  # write ends, one per worker
-        self.run_dir = run_dir
-        self.forwarder = Forwarder(run_dir, index)
+                                                shard=placement.index, shards=placement.workers)
         self.shared_append = self.shared_append_enabled(config)
-        self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=self.owns_key, clean=clean,
-                                           table=table, state_factory=self._state_for,
+        self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=placement.owns_key,
+                                           clean=clean, table=placement.table, state_factory=self._state_for,
                                            shared_factory=self._shared_for if self.shared_append else None,
                                            **self.log_manager_settings())
         self._seen_generation = -1
         self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
-        self.wakeups_sent = 0
 
     # A lone replica's high watermark is its log end, published with each append (a replicated
     # partition's is the owner's replica bookkeeping's: cluster/worker_broker.py).
@@ -272,45 +268,46 @@ class WorkerBroker(Broker):
         return config.get_bool("kafkafast.produce.shared.append")
 
     # -- ownership ----------------------------------------------------------------------
-    def owner_of(self, topic: str, partition: int) -> int:
-        return shm.owner_for(topic, partition, self.workers)
-
-    def owns_key(self, topic: str, partition: int) -> bool:
-        return self.owner_of(topic, partition) == self.index
-
     def owns(self, part: Partition) -> bool:
-        return getattr(part, "owner", self.index) == self.index
+        return getattr(part, "owner", self.placement.index) == self.placement.index
 
     def partition_loaded(self, part: Partition) -> bool:
         """Owned here, or its owner serves (it loaded and published its partitions before that)."""
-        return self.owns(part) or self.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
+        return self.owns(part) or \
+            self.placement.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
+
+    def _topic_id_of(self, topic: str) -> bytes | None:
+        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
+        meta = self.topics.get(topic)
+        return None if meta is None else meta.topic_id
 
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
-        meta = self.topics.get(topic)
-        if meta is None:
+        topic_id = self._topic_id_of(topic)
+        if topic_id is None:
             return None
-        slot = self.table.allocate(meta.topic_id, partition, self.owner_of(topic, partition))
+        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
         return self._shared_of_slot(slot)
 
     def _shared_of_slot(self, slot: int) -> SharedAppend:
-        t = self.table
-        sh = SharedAppend(AppendLock(t, slot, self.incarnation), t.q, t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8,
-                          t.slot_word_offset(slot, shm.S_SHARED) // 8, t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
+        t = self.placement.table
+        sh = SharedAppend(AppendLock(t, slot, self.placement.incarnation), t.q,
+                          t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8, t.slot_word_offset(slot, shm.S_SHARED) // 8,
+                          t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
         sh.hw_follows_end = self.hw_follows_end
         return sh
 
     def _state_for(self, topic: str, partition: int) -> Any:
-        meta = self.topics.get(topic)
-        if meta is None:
+        topic_id = self._topic_id_of(topic)
+        if topic_id is None:
             return PartitionState()  # a leftover directory of a deleted topic
-        slot = self.table.allocate(meta.topic_id, partition, self.owner_of(topic, partition))
-        self.table.set_incarnation(slot, self.incarnation)
-        return self.table.state(slot)
+        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
+        self.placement.table.set_incarnation(slot, self.placement.incarnation)
+        return self.placement.table.state(slot)
 
     # -- lifecycle ----------------------------------------------------------------------
     def load(self) -> None:
-        self._seen_generation = self.table.metadata_generation
+        self._seen_generation = self.placement.table.metadata_generation
         t0 = time.monotonic()
         super().load()  # topics, owned logs (OwnedLogManager), partitions (_open_topic), cleaner
         live = self.topics.topics
@@ -320,10 +317,11 @@ class WorkerBroker(Broker):
                 log.info("removing %s-%d: its topic no longer exists", lg.topic, lg.partition)
                 self.log_manager.forget(lg.topic, lg.partition)
         scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
-        self.table.set_worker_word(self.index, shm.W_RECOVERED, len(scanned))
-        self.table.set_worker_word(self.index, shm.W_LOADED, 1)  # its slots hold published state from now on
+        self.placement.table.set_worker_word(self.placement.index, shm.W_RECOVERED, len(scanned))
+        # its slots hold published state from now on
+        self.placement.table.set_worker_word(self.placement.index, shm.W_LOADED, 1)
         log.info("worker %d (incarnation %d): %d owned partitions loaded in %.2fs; recovery scan of %d bytes "
-                 "in %d partitions", self.index, self.incarnation, len(self.log_manager.all_logs()),
+                 "in %d partitions", self.placement.index, self.placement.incarnation, len(self.log_manager.all_logs()),
                  time.monotonic() - t0, sum(scanned.values()), len(scanned))
 
     def _configs_for(self, topic: str) -> Any:
@@ -332,10 +330,10 @@ class WorkerBroker(Broker):
 
     async def stop(self) -> None:
         for p in self._parked.values():
-            self.table.set_waiting(p.slot, self.index, False)
+            self.placement.table.set_waiting(p.slot, self.placement.index, False)
         self._parked.clear()
         await super().stop()
-        self.forwarder.close()
+        self.placement.forwarder.close()
         for p in self.partitions.values():
             if isinstance(p.log, RemoteLog):
                 p.log.close()
@@ -360,16 +358,16 @@ class WorkerBroker(Broker):
             key = (meta.name, i)
             if key in self.partitions:
                 continue
-            owner = self.owner_of(meta.name, i)
-            slot = self.table.allocate(meta.topic_id, i, owner)
-            if owner == self.index:
+            owner = self.placement.owner_of(meta.name, i)
+            slot = self.placement.table.allocate(meta.topic_id, i, owner)
+            if owner == self.placement.index:
                 lg = self.log_manager.get(meta.name, i)
                 if lg is None:
-                    self.table.set_incarnation(slot, self.incarnation)
+                    self.placement.table.set_incarnation(slot, self.placement.incarnation)
                     lg = self.log_manager.create(meta.name, i, cfg)
             else:
-                lg = RemoteLog(self.log_dirs, meta.name, i, self.table.state(slot), cfg)
-            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.table,
+                lg = RemoteLog(self.log_dirs, meta.name, i, self.placement.table.state(slot), cfg)
+            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.placement.table,
                                                    known_at_load=not self.started)
 
     def _drop(self, key: tuple[str, int]) -> None:
@@ -384,7 +382,7 @@ class WorkerBroker(Broker):
             self.log_manager.forget(*key)
 
     def refresh_topics(self) -> None:
-        self._seen_generation = self.table.metadata_generation
+        self._seen_generation = self.placement.table.metadata_generation
         self.topics.load()
         if self.topics.generation != self._topics_applied:
             self._apply_topics()
@@ -410,9 +408,9 @@ class WorkerBroker(Broker):
                 raise E.UnknownTopicOrPartitionError()
         for i in range(meta.partitions):
             self._drop((name, i))
-            slot = self.table.find(meta.topic_id, i)
+            slot = self.placement.table.find(meta.topic_id, i)
             if slot >= 0:
-                self.table.release(slot)
+                self.placement.table.release(slot)
             # The owner (if another worker) drops its writer when it sees the new
             # generation; the files go now so a re-created topic starts empty.
             for d in self.log_dirs:
@@ -423,7 +421,7 @@ class WorkerBroker(Broker):
         self.notify_metadata_changed()
 
     def notify_metadata_changed(self) -> None:
-        self._seen_generation = self.table.bump_metadata_generation()
+        self._seen_generation = self.placement.table.bump_metadata_generation()
 
     # -- data path ----------------------------------------------------------------------
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
@@ -436,7 +434,7 @@ class WorkerBroker(Broker):
         if not self.shared_append:
             return False
         slot = part.slot  # type: ignore[attr-defined]
-        return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
+        return self.placement.table.q[self.placement.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
 
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
         if self.owns(part) or not self.shared_append:
@@ -445,7 +443,7 @@ class WorkerBroker(Broker):
         if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
             part.shared_txn_logged = True  # type: ignore[attr-defined]
             log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
-                     self.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
+                     self.placement.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
         return res
 
     def shared_writer(self, part: Any) -> Log:
@@ -454,17 +452,17 @@ class WorkerBroker(Broker):
         if lg is None:
             try:
                 lg = Log.attach(partition_dir(self.log_dirs, part.topic, part.index), part.topic, part.index,
-                                part.log.config, self.table.state(part.slot),  # type: ignore[attr-defined]
+                                part.log.config, self.placement.table.state(part.slot),  # type: ignore[attr-defined]
                                 self._shared_of_slot(part.slot))  # type: ignore[attr-defined]
             except OSError as exc:
                 raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
             part.shared_log = lg  # type: ignore[attr-defined]
-            log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.index, part.topic,
-                     part.index, part.owner)  # type: ignore[attr-defined]
+            log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.placement.index,
+                     part.topic, part.index, part.owner)  # type: ignore[attr-defined]
         return lg
 
     def forward_produce(self, part: WorkerPartition, records: Any, acks: int, timeout_ms: int) -> Any:
-        return self.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
+        return self.placement.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
 
     async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
         if self.owns(part) or internal:
@@ -474,21 +472,13 @@ class WorkerBroker(Broker):
         P = DeleteRecordsRequest.DeleteRecordsPartition
         req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
                                    timeout_ms=30000)
-        resp = await self.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
+        resp = await self.placement.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
         code = resp.topics[0].partitions[0].error_code
         if code:
             E.raise_for_code(code)
 
     def on_append(self, part: Partition) -> None:
-        waiters = self.table.waiters(part.slot)  # type: ignore[attr-defined]
-        if not waiters.count(0) == len(waiters):
-            for w, flag in enumerate(waiters):
-                if flag and w != self.index:
-                    self.wakeups_sent += 1
-                    try:
-                        os.write(self.wake_fds[w], b"\x01")
-                    except BlockingIOError:
-                        pass  # the pipe is full of wake-ups already
+        self.placement.wake_others_parked_on(part.slot)  # type: ignore[attr-defined]
 
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -497,7 +487,7 @@ class WorkerBroker(Broker):
         for p in parts:
             p.waiters.add(fut)
             if p.parked == 0:
-                self.table.set_waiting(p.slot, self.index, True)
+                self.placement.table.set_waiting(p.slot, self.placement.index, True)
                 self._parked[p.slot] = p
             p.parked += 1
         try:
@@ -512,7 +502,7 @@ class WorkerBroker(Broker):
                 p.waiters.discard(fut)
                 p.parked -= 1
                 if p.parked == 0:
-                    self.table.set_waiting(p.slot, self.index, False)
+                    self.placement.table.set_waiting(p.slot, self.placement.index, False)
                     self._parked.pop(p.slot, None)
 
     def on_wake_pipe(self, fd: int) -> None:
@@ -531,11 +521,11 @@ class WorkerBroker(Broker):
 
     def _moved(self, part: Any) -> bool:
         """Whether what a parked request waits for changed since it looked: the high watermark."""
-        return self.table.high_watermark(part.slot) != part.seen_hw
+        return self.placement.table.high_watermark(part.slot) != part.seen_hw
 
     # -- dispatch -----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
-        if self.table.metadata_generation != self._seen_generation:
+        if self.placement.table.metadata_generation != self._seen_generation:
             self.refresh_topics()
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
@@ -547,14 +537,14 @@ class WorkerBroker(Broker):
             if api_key in GROUP_KEYS and api_key in self.handlers and self.group_coordinator is not None:
                 # (a key not served here is refused by this worker: forwarded, it would close the internal link)
                 owner = self._group_owner(frame, api_key)
-                if owner is not None and owner != self.index:
+                if owner is not None and owner != self.placement.index:
                     if api_key == SHARE_FETCH and self.quotas.active():
                         return await self._forward_share_fetch(owner, frame, conn)
-                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+                    return await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
             if api_key in TXN_KEYS and self.txn_coordinator is not None:
                 owner = self._txn_owner(frame, api_key)
-                if owner is not None and owner != self.index:
-                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+                if owner is not None and owner != self.placement.index:
+                    return await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
         return await super().handle_frame(frame, conn, internal=internal)
 
     async def _forward_share_fetch(self, owner: int, frame: Any, conn: Any) -> list | None:
@@ -562,7 +552,7 @@ class WorkerBroker(Broker):
         against consumer_byte_rate here, where the client's connection is (the owner handles
         an internal request, which quotas do not see)."""
         header, _ = api.decode_request(frame)  # before forwarding: that swaps the correlation id
-        parts = await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        parts = await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
         ctx = RequestContext(header, header.request_api_version, header.client_id, conn)
         throttle = self.quotas.throttle_request(SHARE_FETCH, ctx, len(frame), sum(len(p) for p in parts), 0.0)
         if throttle <= 0:
@@ -579,7 +569,7 @@ class WorkerBroker(Broker):
         if not tids:
             return None
         self.txn_coordinator.ensure_topic()
-        owners = {self.owner_of(TXN_TOPIC, self.txn_coordinator.partition_for(t)) for t in tids}
+        owners = {self.placement.owner_of(TXN_TOPIC, self.txn_coordinator.partition_for(t)) for t in tids}
         return owners.pop() if len(owners) == 1 else None
 
     async def forward_marker(self, part: Any, producer_id: int, producer_epoch: int, commit: bool,
@@ -590,7 +580,7 @@ class WorkerBroker(Broker):
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
             coordinator_epoch=coordinator_epoch,
             topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=part.topic, partition_indexes=[part.index])])])
-        resp = await self.forwarder.request(part.owner, req, 1)
+        resp = await self.placement.forwarder.request(part.owner, req, 1)
         return resp.markers[0].topics[0].partitions[0].error_code
 
     def _group_owner(self, frame: Any, api_key: int) -> int | None:
@@ -601,7 +591,7 @@ class WorkerBroker(Broker):
         gids = _group_ids(api_key, req)
         if not gids:
             return None
-        owners = {self.owner_of(OFFSETS_TOPIC, self.group_coordinator.partition_for(g)) for g in gids}
+        owners = {self.placement.owner_of(OFFSETS_TOPIC, self.group_coordinator.partition_for(g)) for g in gids}
         return owners.pop() if len(owners) == 1 else None
 
 
@@ -664,20 +654,17 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
                                                sock=internal_sock)
     loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
-    table = broker.table
-    table.set_worker_word(broker.index, shm.W_READY, 1)
-    on_listening = getattr(broker, "on_listening", None)  # cluster mode: register (worker 0) once serving
-    if on_listening is not None and not stop.is_set():
-        await on_listening()
+    table = broker.placement.table
+    table.set_worker_word(broker.placement.index, shm.W_READY, 1)
+    if not stop.is_set():
+        await broker.on_listening()  # cluster mode: worker 0 registers once serving
     await stop.wait()
-    before_stop = getattr(broker, "before_stop", None)
-    if before_stop is not None:
-        # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
-        # worker's partitions) while every worker still serves; the others wait for it
-        await before_stop()
+    # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
+    # worker's partitions) while every worker still serves; the others wait for it
+    await broker.before_stop()
     # Graceful: stop accepting clients, let their requests finish (forwards to other
     # workers included), then stop taking forwarded requests, then flush and close logs.
-    table.set_worker_word(broker.index, shm.W_READY, 0)
+    table.set_worker_word(broker.placement.index, shm.W_READY, 0)
     for srv in ext_servers:
         srv.close()
     if limits is not None:
@@ -705,11 +692,13 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 
-def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm.PartitionTable,
+def run_worker(config: BrokerConfig, broker_class: type[WorkerBroker] = WorkerBroker, *, index: int,
+               incarnation: int, table: shm.PartitionTable,
                listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
                wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool, counters: Any = None) -> int:
-    """The worker's main, called in the child right after the fork."""
+    """The worker's main, called in the child right after the fork. `broker_class`: the
+    control plane's worker broker (`WorkerBroker`, or cluster mode's), chosen by the command line."""
     _set_parent_death_signal()
     table.after_fork()
     table.clear_worker_waiters(index)
@@ -723,13 +712,8 @@ def run_worker(config: BrokerConfig, *, index: int, incarnation: int, table: shm
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker_class: type[WorkerBroker] = WorkerBroker
-    if config.get("zookeeper.connect"):  # cluster mode: replication over these workers
-        from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: the REMAINING cycle
-
-        broker_class = ClusterWorkerBroker
-    broker = broker_class(config, index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
-                          run_dir=run_dir, clean=clean)
+    placement = WorkerPlacement(index=index, incarnation=incarnation, table=table, wake_fds=wake_fds, run_dir=run_dir)
+    broker = broker_class(config, placement=placement, clean=clean)
     if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
         counters.after_fork()
         broker.counters = counters

@@ -139,7 +139,7 @@ class TestControl:
     def _carry_out(self, rule: dict) -> None:
         kind = rule["kind"]
         if kind == "kill_worker":
-            if getattr(self.broker, "index", None) == rule["worker"] and self.files.use(rule["id"]):
+            if self.broker.placement.index == rule["worker"] and self.files.use(rule["id"]):
                 log.warning("test control: worker %d kills itself", rule["worker"])
                 os.kill(os.getpid(), signal.SIGKILL)
             return
