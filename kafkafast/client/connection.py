@@ -99,22 +99,23 @@ _SCRATCH = 4 * _SMALL_FRAME
 
 class ReceiveBuffer:
     """One buffer that a connection's large frames are received into, reused from frame to frame
-    (a replica fetcher's: one Fetch in flight, whose answer is used up before the next request).
+    (a replica fetcher's: one Fetch in flight, whose answer is used up before the next arrives).
 
-    `frame(size)` returns a view of `size` bytes of it, valid until the next call. The buffer
-    grows to the largest frame seen (allocated, and so zero-filled, only then, never per frame);
-    a frame larger than `cap` gets a buffer of its own. Every `SHRINK_WINDOW` frames, a buffer
-    more than four times the largest frame of that window is given back, replaced by one twice
-    that size, so one burst does not pin its memory for the connection's life.
+    `frame(size)` returns a view of `size` bytes of it. The buffer is allocated (and so
+    zero-filled) only when it must grow, never per frame, and not reused while a view of the
+    previous frame is still alive (a frame kept longer costs an allocation, never its bytes).
+    A frame larger than `cap` gets a buffer of its own. Every `SHRINK_WINDOW` frames, a buffer
+    more than four times the largest frame of that window is replaced by one twice that size,
+    so one burst does not pin its memory for the connection's life.
     """
 
     SHRINK_WINDOW = 256
-    __slots__ = ("cap", "_buf", "_view", "_count", "_window_max")
+    __slots__ = ("cap", "allocations", "_buf", "_count", "_window_max")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
+        self.allocations = 0  # buffers made (the test of reuse)
         self._buf = bytearray()
-        self._view = memoryview(self._buf)
         self._count = 0
         self._window_max = 0
 
@@ -124,22 +125,33 @@ class ReceiveBuffer:
 
     def frame(self, size: int) -> memoryview:
         if size > self.cap:
+            self.allocations += 1
             return memoryview(bytearray(size))
         if size > self._window_max:
             self._window_max = size
         self._count += 1
+        buf = self._buf
+        want = len(buf)
         if self._count >= self.SHRINK_WINDOW:
-            if len(self._buf) > 4 * self._window_max:
-                self._replace(2 * self._window_max)
+            if want > 4 * self._window_max:
+                want = 2 * self._window_max
             self._count = self._window_max = 0
-        if size > len(self._buf):
-            self._replace(min(self.cap, max(size, 2 * len(self._buf))))
-        return self._view[:size]
+        if size > want:
+            want = min(self.cap, max(size, 2 * want))
+        if want != len(buf) or not _unviewed(buf):
+            buf = self._buf = bytearray(want)
+            self.allocations += 1
+        return memoryview(buf)[:size]
 
-    def _replace(self, size: int) -> None:
-        self._view.release()  # views handed out earlier keep the old buffer alive as long as they live
-        self._buf = bytearray(size)
-        self._view = memoryview(self._buf)
+
+def _unviewed(buf: bytearray) -> bool:
+    """No view of `buf` is alive (resizing a bytearray fails while one is)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    buf.pop()
+    return True
 
 
 class _FrameProtocol(asyncio.BufferedProtocol):
