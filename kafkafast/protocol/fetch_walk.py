@@ -21,11 +21,14 @@ Lengths are checked against the bytes that arrived (`Reader`); a malformed answe
 """
 from __future__ import annotations
 
+import struct
 from typing import Iterator
 
 from kafkafast.protocol.primitives import DecodeError, Reader
 
 FETCH_WALK_VERSION = 12
+# partition_index, error_code, high_watermark, last_stable_offset, log_start_offset: read at once
+_PARTITION_HEAD = struct.Struct(">ihqqq")
 
 
 class FetchedPartition:
@@ -66,11 +69,8 @@ class FetchAnswer:
         for _ in range(r.compact_array_length()):
             topic = r.compact_string()
             for _ in range(r.compact_array_length()):
-                partition = r.int32()
-                error_code = r.int16()
-                high_watermark = r.int64()
-                last_stable_offset = r.int64()
-                log_start_offset = r.int64()
+                partition, error_code, high_watermark, last_stable_offset, log_start_offset = \
+                    _PARTITION_HEAD.unpack_from(r.buf, r._take(_PARTITION_HEAD.size))
                 n = r.compact_array_length()
                 aborted = None if n < 0 else [(r.int64(), r.int64()) for _ in range(n)]
                 r.int32()  # preferred_read_replica: consumers only (KIP-392)
