@@ -40,12 +40,21 @@ TWINS = [{}, {"KAFKAFAST_PURE": "1"}]
 
 @pytest.fixture(scope="module", params=TWINS, ids=["compiled", "pure"])
 def cluster(tmp_path_factory, request):
+    if not request.param:
+        compiled_built()
     c = KafkaCluster(tmp_path_factory.mktemp("follower-append"), env=request.param,
                      settings={"replica.fetch.max.bytes": str(FETCH_MAX)})
     try:
         yield c.start()
     finally:
         c.close()
+
+
+def compiled_built() -> None:
+    try:
+        native.load_compiled("records")
+    except ImportError:
+        pytest.skip("compiled twins not built (python3 setup.py build_ext --inplace)")
 
 
 def batch_of_size(size: int, seq: int) -> bytes:
@@ -145,10 +154,9 @@ def test_followers_append_fetch_answers_into_byte_identical_segment_files(cluste
 @pytest.fixture(params=["compiled", "pure"])
 def twin_scan(request, monkeypatch):
     """The log's batch scan from the compiled twin or from the pure one."""
-    try:
-        module = native.load_compiled("records") if request.param == "compiled" else native.load_pure("records")
-    except ImportError:
-        pytest.skip("compiled twins not built (python3 setup.py build_ext --inplace)")
+    if request.param == "compiled":
+        compiled_built()
+    module = native.load_compiled("records") if request.param == "compiled" else native.load_pure("records")
     monkeypatch.setattr(log_module, "scan_valid_prefix", module.scan_valid_prefix)
 
 
