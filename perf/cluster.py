@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kafkafast.cluster.local import ZooKeeperServer
@@ -75,21 +77,29 @@ def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespa
     return rows
 
 
-def cluster_rows(root: Path, workers: int, name: str, args: argparse.Namespace,
-                 settings: dict[str, str] | None = None) -> list[dict]:
+@contextmanager
+def three_brokers(root: Path, workers: int = 0, settings: dict[str, str] | None = None,
+                  tree: Path | None = None) -> Iterator[list[Kafkafast]]:
+    """ZooKeeper and brokers 1-3 (from `tree`, default this checkout), registered; stopped after."""
     zk = ZooKeeperServer(root / "zookeeper", free_port()).start()
     brokers = [Kafkafast(root / f"broker-{i}", workers, {
         "broker.id": str(i), "zookeeper.connect": f"{zk.connect}/kafka", "offsets.topic.replication.factor": "3",
-        "log.cleaner.enable": "false", **(settings or {})}) for i in (1, 2, 3)]
+        "log.cleaner.enable": "false", **(settings or {})}, tree=tree) for i in (1, 2, 3)]
     try:
         for b in brokers:
             b.start(timeout=60)
         time.sleep(3)  # registrations and the controller's first UpdateMetadata
-        return measure(name, brokers, 3, args)
+        yield brokers
     finally:
         for b in brokers:
             b.stop()
         zk.kill()
+
+
+def cluster_rows(root: Path, workers: int, name: str, args: argparse.Namespace,
+                 settings: dict[str, str] | None = None) -> list[dict]:
+    with three_brokers(root, workers, settings) as brokers:
+        return measure(name, brokers, 3, args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,25 +97,83 @@ _SMALL_FRAME = 64 * 1024
 _SCRATCH = 4 * _SMALL_FRAME
 
 
+class ReceiveBuffer:
+    """One buffer that a connection's large frames are received into, reused from frame to frame
+    (a replica fetcher's: one Fetch in flight, whose answer is used up before the next arrives).
+
+    `frame(size)` returns a view of `size` bytes of it. The buffer is allocated (and so
+    zero-filled) only when it must grow, never per frame, and not reused while a view of the
+    previous frame is still alive (a frame kept longer costs an allocation, never its bytes).
+    A frame larger than `cap` gets a buffer of its own. Every `SHRINK_WINDOW` frames, a buffer
+    more than four times the largest frame of that window is replaced by one twice that size,
+    so one burst does not pin its memory for the connection's life.
+    """
+
+    SHRINK_WINDOW = 256
+    __slots__ = ("cap", "allocations", "_buf", "_count", "_window_max")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.allocations = 0  # buffers made (the test of reuse)
+        self._buf = bytearray()
+        self._count = 0
+        self._window_max = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self._buf)
+
+    def frame(self, size: int) -> memoryview:
+        if size > self.cap:
+            self.allocations += 1
+            return memoryview(bytearray(size))
+        if size > self._window_max:
+            self._window_max = size
+        self._count += 1
+        buf = self._buf
+        want = len(buf)
+        if self._count >= self.SHRINK_WINDOW:
+            if want > 4 * self._window_max:
+                want = 2 * self._window_max
+            self._count = self._window_max = 0
+        if size > want:
+            want = min(self.cap, max(size, 2 * want))
+        if want != len(buf) or not _unviewed(buf):
+            buf = self._buf = bytearray(want)
+            self.allocations += 1
+        return memoryview(buf)[:size]
+
+
+def _unviewed(buf: bytearray) -> bool:
+    """No view of `buf` is alive (resizing a bytearray fails while one is)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    buf.pop()
+    return True
+
+
 class _FrameProtocol(asyncio.BufferedProtocol):
     """Reads size-prefixed frames and hands each to the connection.
 
     The transport receives into `_scratch`, where small frames are cut out as bytes; once
     a frame's size prefix says it is larger than `_SMALL_FRAME`, the rest of it is received
-    directly into a bytearray of exactly its size, which is handed over as it is (a fetch
-    answer's record bytes are then copied only when records are decoded).
+    directly into a buffer of its size, which is handed over as it is: a bytearray of its own,
+    or a view of the connection's `ReceiveBuffer` when it has one (no allocation per frame).
     """
 
-    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "transport")
+    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "transport")
 
-    def __init__(self, conn: BrokerConnection) -> None:
+    def __init__(self, conn: BrokerConnection, reuse: ReceiveBuffer | None = None) -> None:
         self._conn = conn
         self._scratch = bytearray(_SCRATCH)
         self._view = memoryview(self._scratch)
         self._start = 0  # unconsumed bytes of _scratch: [_start, _end)
         self._end = 0
-        self._frame: bytearray | None = None  # a large frame being received, _got bytes so far
+        self._frame: bytearray | memoryview | None = None  # a large frame being received, _got bytes so far
         self._got = 0
+        self._reuse = reuse
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -130,6 +188,9 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._scratch[:n] = self._view[self._start:self._end]
             self._start, self._end = 0, n
         return self._view[self._end:]
+
+    def _large(self, size: int) -> bytearray | memoryview:
+        return bytearray(size) if self._reuse is None else self._reuse.frame(size)
 
     def buffer_updated(self, nbytes: int) -> None:
         frame = self._frame
@@ -149,9 +210,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 have = self._end - start - 4
                 if have >= size:  # whole, already here
                     self._start = start + 4 + size
-                    conn._on_frame(bytearray(view[start + 4:start + 4 + size]))
+                    whole = self._large(size)
+                    whole[:] = view[start + 4:start + 4 + size]
+                    conn._on_frame(whole)
                     continue
-                frame = bytearray(size)
+                frame = self._large(size)
                 frame[:have] = view[start + 4:self._end]
                 self._frame, self._got = frame, have
                 self._start = self._end = 0
@@ -180,8 +243,12 @@ class BrokerConnection:
         max_in_flight: int = 5,
         request_timeout_ms: int = 30000,
         security: Any = None,
+        receive_buffer: ReceiveBuffer | None = None,
     ) -> None:
         self.host = host
+        # large answers received into this reused buffer (each valid until the next): for a caller
+        # with one request in flight that is done with an answer before it sends the next
+        self.receive_buffer = receive_buffer
         # TLS context and SASL exchange (kafkafast.security.client.InterBrokerSecurity), or None
         self.security = security
         self.port = port
@@ -213,7 +280,7 @@ class BrokerConnection:
         try:
             tls = self.security.ssl_context if self.security is not None else None
             transport, protocol = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _FrameProtocol(self), self.host, self.port, ssl=tls,
+                self.loop.create_connection(lambda: _FrameProtocol(self, self.receive_buffer), self.host, self.port, ssl=tls,
                                             server_hostname=self.host if tls is not None else None),
                 timeout or self.request_timeout,
             )
@@ -285,6 +352,18 @@ class BrokerConnection:
         Raises the typed error of a top-level failure only for transport problems
         (`NetworkError`); error codes inside the body are the caller's to interpret.
         """
+        if version is None:
+            version = self.version(request.API_KEY)
+        if not expect_response:
+            self.send_oneway(request, version)
+            return None
+        frame = await self.send_frame(request, version=version, timeout=timeout)
+        return decode_response(request.API_KEY, version, frame)[1]
+
+    async def send_frame(self, request: Any, *, version: int | None = None,
+                         timeout: float | None = None) -> bytes | bytearray | memoryview:
+        """Sends `request` and returns its answer's frame undecoded (correlation id first; with
+        a `receive_buffer`, a large one is a view valid until the next answer arrives)."""
         if self.closed:
             raise NetworkError(f"connection to {self.host}:{self.port} is closed")
         api_key = request.API_KEY
@@ -292,19 +371,13 @@ class BrokerConnection:
             version = self.version(api_key)
         slots = self._slots
         assert slots is not None
-        if not expect_response:
-            self._write(encode_request_parts(request, version, self._take_id(), self.client_id))
-            return None
         await slots.acquire()
         try:
             if self.closed:
                 raise NetworkError(f"connection to {self.host}:{self.port} is closed")
-            fut = self._start(request, api_key, version, timeout)
-            frame = await fut
+            return await self._start(request, api_key, version, timeout)
         finally:
             slots.release()
-        correlation_id, body = decode_response(api_key, version, frame)
-        return body
 
     def send_nowait(self, request: Any, version: int | None = None) -> asyncio.Future:
         """Writes `request` now, ignoring the in-flight limit; the future gets the raw frame.
@@ -353,7 +426,7 @@ class BrokerConnection:
         for part in parts:  # write() sends at once when it can; writelines() may join the parts first
             transport.write(part)
 
-    def _on_frame(self, frame: bytes | bytearray) -> None:
+    def _on_frame(self, frame: bytes | bytearray | memoryview) -> None:
         cid = _SIZE.unpack_from(frame, 0)[0]
         entry = self._pending.pop(cid, None)
         if entry is None:
@@ -396,4 +469,4 @@ class BrokerConnection:
         return decode_response(api_key, version, frame)[1]
 
 
-__all__ = ["BrokerConnection", "CLIENT_VERSIONS"]
+__all__ = ["BrokerConnection", "CLIENT_VERSIONS", "ReceiveBuffer"]

@@ -15,7 +15,12 @@ no longer fetches, and the leader answers only partitions with records or a new 
 watermark; an unknown session or a wrong epoch (the leader restarted or evicted it, a
 reconnection reached another worker) or a failed request starts a full session again. It appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
-end). A leader that does not answer a request within half of replica.lag.time.max.ms (past the
+end). The answer is received into the fetcher's `ReceiveBuffer` (one buffer reused for every
+answer, never allocated or zero-filled per answer: the fetcher has one request in flight and is
+done with an answer before it sends the next), walked in place (`protocol/fetch_walk.py`: only
+the fields used here, no generated objects), and each partition's records are appended from a
+view of that buffer (`Log.append_as_follower`: one CRC and header pass, one `os.pwrite`; a
+batch cut off by the fetch size is dropped and fetched again from the new log end). A leader that does not answer a request within half of replica.lag.time.max.ms (past the
 fetch's own long-poll wait; replica.socket.timeout.ms if that is shorter), or a connection that
 is not made within it, is given up on: the connection is closed and made again. A follower that
 waits longer falls out of the ISR anyway, and after a network cut the requests sent during it are
@@ -34,15 +39,16 @@ import zlib
 from typing import Any
 
 from kafkafast.broker.fetch_sessions import SessionRequests
-from kafkafast.client.connection import BrokerConnection
+from kafkafast.client.connection import BrokerConnection, ReceiveBuffer
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+from kafkafast.protocol.fetch_walk import FETCH_WALK_VERSION, FetchAnswer
 
 log = logging.getLogger("kafkafast.replica_fetcher")
 TP = tuple[str, int]
-FETCH_VERSION = 12
+FETCH_VERSION = FETCH_WALK_VERSION
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
@@ -77,6 +83,9 @@ class ReplicaFetcher:
         self.liveness_s = max(0.5, min(self.timeout_s, cfg.get_int("replica.lag.time.max.ms") / 2000.0))
         self.partitions: dict[TP, FetchState] = {}
         self.conn: BrokerConnection | None = None
+        # Fetch answers land here, reused across answers and connections (module docstring)
+        # (an answer may pass replica.fetch.response.max.bytes by one partition's first batch, KIP-74)
+        self.receive_buffer = ReceiveBuffer(cap=self.response_max_bytes + self.max_bytes)
         self.session = SessionRequests()  # KIP-227: a steady fetch names only partitions whose offset moved
         self.changed = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -101,8 +110,8 @@ class ReplicaFetcher:
         if self.conn is None or self.conn.closed:
             self.conn = await BrokerConnection(
                 self.host, self.port, node_id=self.leader_id, client_id=f"broker-{self.broker.node_id}-fetcher",
-                request_timeout_ms=int(self.liveness_s * 1000), security=self.broker.node.inter_broker
-            ).connect(timeout=self.liveness_s)
+                request_timeout_ms=int(self.liveness_s * 1000), security=self.broker.node.inter_broker,
+                receive_buffer=self.receive_buffer).connect(timeout=self.liveness_s)
         return self.conn
 
     async def _run(self) -> None:
@@ -222,7 +231,8 @@ class ReplicaFetcher:
         req = F(replica_id=self.broker.node_id, max_wait_ms=self.wait_ms, min_bytes=self.min_bytes,
                 max_bytes=self.response_max_bytes, isolation_level=0, session_id=session_id, session_epoch=epoch,
                 topics=topics, forgotten_topics_data=forgotten, rack_id="")
-        resp = await conn.send(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
+        frame = await conn.send_frame(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
+        resp = FetchAnswer(frame)
         self.session.answered(resp.error_code, resp.session_id)
         if resp.error_code in SESSION_ERRORS:  # the next request is full: a new session
             log.info("fetcher for leader %d: %s; starting a new fetch session", self.leader_id,
@@ -232,40 +242,38 @@ class ReplicaFetcher:
             raise E.for_code(resp.error_code)()
         now = time.monotonic()
         now_ms = int(time.time() * 1000)
-        for tr in resp.responses:
-            for pd in tr.partitions:
-                tp = (tr.topic, pd.partition_index)
-                s = self._unchanged(tp, sent.get(tp))
-                if s is None:
-                    continue
-                lg = s.part.log
-                if lg.log_end_offset != sent[tp][2]:
-                    continue
-                if pd.error_code == E.ErrorCode.OFFSET_OUT_OF_RANGE:
+        for pd in resp.partitions():
+            tp = (pd.topic, pd.partition)
+            s = self._unchanged(tp, sent.get(tp))
+            if s is None:
+                continue
+            lg = s.part.log
+            if lg.log_end_offset != sent[tp][2]:
+                continue
+            if pd.error_code == E.ErrorCode.OFFSET_OUT_OF_RANGE:
+                s.truncating = True
+                s.delay_until = now + self.backoff_s
+                continue
+            if pd.error_code:
+                s.delay_until = now + self.backoff_s
+                continue
+            records = pd.records
+            if records is not None and len(records):
+                if tp in is_throttled and quota is not None:
+                    quota.record(len(records))
+                try:
+                    lg.append_as_follower(records, now_ms=now_ms)
+                except E.KafkaError as exc:
+                    log.warning("%s-%d: follower append failed: %s", tp[0], tp[1], exc)
                     s.truncating = True
                     s.delay_until = now + self.backoff_s
                     continue
-                if pd.error_code:
-                    s.delay_until = now + self.backoff_s
-                    continue
-                records = pd.records
-                if records is not None and len(records):
-                    if tp in is_throttled and quota is not None:
-                        quota.record(len(records))
-                    try:
-                        lg.append_as_follower(records if isinstance(records, (bytes, bytearray)) else bytes(records),
-                                              now_ms=now_ms)
-                    except E.KafkaError as exc:
-                        log.warning("%s-%d: follower append failed: %s", tp[0], tp[1], exc)
-                        s.truncating = True
-                        s.delay_until = now + self.backoff_s
-                        continue
-                st = lg.state
-                hw = min(pd.high_watermark, lg.log_end_offset)
-                if hw != st.high_watermark:
-                    st.high_watermark = hw
-                    st.last_stable_offset = lg.last_stable_offset(hw)
-                s.part.wake()
+            st = lg.state
+            hw = min(pd.high_watermark, lg.log_end_offset)
+            if hw != st.high_watermark:
+                st.high_watermark = hw
+                st.last_stable_offset = lg.last_stable_offset(hw)
+            s.part.wake()
 
 
 class FetcherManager:

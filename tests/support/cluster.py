@@ -33,8 +33,9 @@ TEST_SETTINGS = {
 
 class KafkaCluster(ZooKeeperView):
     def __init__(self, root: Path, *, size: int = 3, settings: dict[str, str] | None = None,
-                 workers: int = 0) -> None:
+                 workers: int = 0, env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
+        self.env = dict(env or {})  # for every broker process (e.g. KAFKAFAST_PURE=1: the pure twins)
         self.zookeeper = ZooKeeperProcess(self.root / "zookeeper")
         self.settings = {**TEST_SETTINGS, **(settings or {})}
         self.size = size
@@ -65,7 +66,7 @@ class KafkaCluster(ZooKeeperView):
         self.before_brokers()
         for i in range(1, self.size + 1):
             self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", port=self.broker_port(i), workers=self.workers,
-                                            settings=self.broker_settings(i))
+                                            settings=self.broker_settings(i), env=self.env)
         for b in self.brokers.values():
             b.start(timeout=60)
         self.wait_for(lambda: len(self.registered()) == self.size and self.controller_id() > 0, 60,

@@ -1,0 +1,129 @@
+"""Follower CPU per GB: three kafkafast brokers (ZooKeeper mode), one topic of replication
+factor 3 whose partitions all have broker 1 as leader, so brokers 2 and 3 only fetch and
+append. Two code trees compared in one run, rounds alternated (issue 25's follower path).
+
+    python -m perf.follower_cpu --before /path/to/other/tree [--rounds 3] [--duration 5]
+
+Each round and tree: a fresh cluster, then two measurements of an unthrottled
+confluent-kafka producer of 1 KiB records with acks=1 for `duration` s (`perf.load produce`):
+
+* catch-up: the followers are SIGSTOPped while the leader takes the load, then resumed; their
+  CPU from the resume until their segment files are as long as the leader's. Both trees
+  fetch the same backlog in the same full answers (replica.fetch.max.bytes per partition),
+  so this isolates the cost of receiving and appending an answer.
+* concurrent: the followers fetch while the load runs; their CPU from before the load until
+  caught up. How many bytes an answer carries then depends on how far behind a follower
+  runs, which the machine's other load decides, so this one is noisy.
+
+Reported: each follower's CPU seconds per GB it appended (and the leader's, concurrent).
+Every process shares the machine's cores: compare the two trees of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from perf.brokers import REPO, Kafkafast
+from perf.cluster import PARTITIONS, SIZE, load, three_brokers
+
+TOPIC = "follow"
+
+
+def log_bytes(b: Kafkafast) -> int:
+    return sum(p.stat().st_size for p in b.data.glob(f"{TOPIC}-*/*.log"))
+
+
+def create_topic(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replica_assignment=[[1, 2, 3]] * PARTITIONS)])[TOPIC].result(30)
+    for _ in range(150):
+        md = admin.list_topics(TOPIC, timeout=5).topics.get(TOPIC)
+        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and \
+                all(p.leader == 1 and len(p.isrs) == 3 for p in md.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"topic {TOPIC} not ready")
+
+
+def caught_up(brokers: list[Kafkafast]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        target = log_bytes(brokers[0])
+        if all(log_bytes(b) == target for b in brokers[1:]):
+            return
+        time.sleep(0.02)
+    raise RuntimeError("followers did not catch up")
+
+
+def produce(bootstrap: str, duration: float) -> dict:
+    return load("produce", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": "1",
+                            "warmup_s": 0, "duration_s": duration, "round_robin": PARTITIONS})
+
+
+def one_round(root: Path, tree: Path, duration: float) -> dict:
+    with three_brokers(root, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        create_topic(bootstrap)
+        followers = brokers[1:]
+        for b in followers:
+            os.killpg(b.proc.pid, signal.SIGSTOP)
+        try:
+            start = log_bytes(brokers[0])
+            produce(bootstrap, duration)
+            gb = (log_bytes(brokers[0]) - start) / 1e9
+            cpu0 = [b.cpu_seconds() for b in followers]
+        finally:
+            for b in followers:
+                os.killpg(b.proc.pid, signal.SIGCONT)
+        caught_up(brokers)
+        catch_up = [(b.cpu_seconds() - c) / gb for b, c in zip(followers, cpu0)]
+        start = log_bytes(brokers[0])
+        cpu0 = [b.cpu_seconds() for b in brokers]
+        tp = produce(bootstrap, duration)
+        caught_up(brokers)
+        gb = (log_bytes(brokers[0]) - start) / 1e9
+        cpu = [(b.cpu_seconds() - c) / gb for b, c in zip(brokers, cpu0)]
+        return {"tree": str(tree), "catch_up_cpu_s_per_gb": catch_up, "concurrent_gb": gb,
+                "concurrent_mb_per_s": tp["bytes"] / tp["seconds"] / 1e6,
+                "concurrent_leader_cpu_s_per_gb": cpu[0], "concurrent_follower_cpu_s_per_gb": cpu[1:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.follower_cpu")
+    ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=5.0)
+    args = ap.parse_args(argv)
+    trees = {"before": Path(args.before).resolve(), "after": REPO}
+    root = Path(tempfile.mkdtemp(prefix="kafkafast-follower-cpu-"))
+    rows: dict[str, list[dict]] = {"before": [], "after": []}
+    try:
+        for r in range(args.rounds):
+            order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+            for name in order:
+                row = one_round(root / f"{name}-{r}", trees[name], args.duration)
+                rows[name].append(row)
+                print(json.dumps({"setup": name, "round": r, **row}), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for name, rs in rows.items():
+        print(f"{name}: " + "; ".join(
+            f"{what} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for what, v in (
+                ("catch-up follower CPU-s/GB", [y for x in rs for y in x["catch_up_cpu_s_per_gb"]]),
+                ("concurrent follower CPU-s/GB", [y for x in rs for y in x["concurrent_follower_cpu_s_per_gb"]]),
+                ("concurrent leader CPU-s/GB", [x["concurrent_leader_cpu_s_per_gb"] for x in rs]),
+                ("concurrent MB/s", [x["concurrent_mb_per_s"] for x in rs]))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
