@@ -5,6 +5,7 @@ target, never the mode, for what differs: the replication factor of the topics i
 which broker to send a raw request to."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,16 @@ class Target:
     """A running single node or cluster: `bootstrap`, `replication_factor` for new topics,
     `create_topic`, and the port of the broker that answers for a partition or a coordinator key."""
 
-    def __init__(self, mode: str, root: Path) -> None:
+    def __init__(self, mode: str, root: Path, settings: dict[str, str] | None = None) -> None:
+        """`settings`: what a test module adds to SETTINGS (the `kafka_settings` fixture)."""
         self.mode = mode
         self.node: BrokerProcess | None = None
         self.cluster: KafkaCluster | None = None
         if mode == "cluster":
-            self.cluster = KafkaCluster(root, settings={**SETTINGS, **CLUSTER_SETTINGS})
+            self.cluster = KafkaCluster(root, settings={**SETTINGS, **CLUSTER_SETTINGS, **(settings or {})})
             self.replication_factor = 3
         else:
-            self.node = BrokerProcess(root / "data", settings=SETTINGS)
+            self.node = BrokerProcess(root / "data", settings={**SETTINGS, **(settings or {})})
             self.replication_factor = 1
 
     def start(self) -> "Target":
@@ -54,6 +56,29 @@ class Target:
         else:
             self.node.start()  # type: ignore[union-attr]
         return self
+
+    def restart(self) -> None:
+        """Every broker stopped and started again on its data, one at a time (a cluster keeps
+        serving); returns once every broker answers Metadata with all of them."""
+        if self.cluster is None:
+            self.node.restart()  # type: ignore[union-attr]
+            return
+        c = self.cluster
+        for b in c.brokers.values():
+            b.restart()
+            # back in every ISR before the next one stops, so no partition goes offline
+            c.wait_for(lambda: len(c.registered()) == c.size and c.metadata_ready() and self._in_sync(), 60,
+                       "the restarted broker registered and in sync")
+
+    def _in_sync(self) -> bool:
+        """Every partition's ISR holds all its replicas."""
+        zk = self.cluster._zk()  # type: ignore[union-attr]
+        for topic in zk.get_children("/brokers/topics"):
+            replicas = json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
+            if any(sorted(self.cluster.isr(topic, int(p))) != sorted(r)  # type: ignore[union-attr]
+                   for p, r in replicas.items()):
+                return False
+        return True
 
     def close(self) -> None:
         if self.cluster is not None:
@@ -103,6 +128,14 @@ class Target:
         leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
                                        f"a leader of {topic}-{partition}")
         return self.cluster.brokers[leader].port
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """The directory of the partition's leader replica."""
+        if self.cluster is None:
+            return self.node.data_dir / f"{topic}-{partition}"  # type: ignore[union-attr]
+        leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
+                                       f"a leader of {topic}-{partition}")
+        return self.cluster.brokers[leader].data_dir / f"{topic}-{partition}"
 
     def coordinator_port(self, key: str, key_type: int = 0) -> int:
         """The port of the broker coordinating a group (key_type 0) or transactional id (1)."""
