@@ -22,16 +22,20 @@ PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secre
 JAAS = PLAIN_JAAS[:-1] + ' user_eve="eve-secret";'  # eve never gets an ACL
 
 
+# with a SASL_PLAINTEXT listener besides PLAINTEXT
+SETTINGS = {
+    "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    # the PLAINTEXT listener is the operators' (and a cluster's brokers') back door here
+    "super.users": "User:admin;User:ANONYMOUS",
+    "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
+}
+
+
 def start(base, workers=0, extra=None) -> tuple[BrokerProcess, int]:
     sasl = free_port()
     plain = free_port()
-    settings = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",  # the PLAINTEXT listener is the operators' back door here
-        "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
-    }
+    settings = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}", **SETTINGS}
     settings.update(extra or {})
     return BrokerProcess(base, port=plain, workers=workers, settings=settings).start(), sasl
 

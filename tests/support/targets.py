@@ -12,7 +12,7 @@ from typing import Any
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from tests.integration.test_bad_input import create_topic
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -34,20 +34,48 @@ CLUSTER_SETTINGS = {"transaction.state.log.replication.factor": "3", "transactio
                     "default.replication.factor": "3"}
 
 
+def listener_ports(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: free_port() for name in ("PLAINTEXT", *names)}
+
+
+def listeners_setting(ports: dict[str, int]) -> dict[str, str]:
+    return {"listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())} if len(ports) > 1 \
+        else {}
+
+
+class ListenersCluster(KafkaCluster):
+    """A cluster whose brokers have listeners besides PLAINTEXT (their inter-broker one)."""
+
+    def __init__(self, root: Path, settings: dict[str, str], listeners: tuple[str, ...]) -> None:
+        super().__init__(root, settings=settings)
+        self.listener_ports = {i: listener_ports(listeners) for i in range(1, self.size + 1)}
+
+    def broker_port(self, broker_id: int) -> int:
+        return self.listener_ports[broker_id]["PLAINTEXT"]
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        return {**super().broker_settings(broker_id), **listeners_setting(self.listener_ports[broker_id])}
+
+
 class Target:
     """A running single node or cluster: `bootstrap`, `replication_factor` for new topics,
     `create_topic`, and the port of the broker that answers for a partition or a coordinator key."""
 
-    def __init__(self, mode: str, root: Path, settings: dict[str, str] | None = None) -> None:
-        """`settings`: what a test module adds to SETTINGS (the `kafka_settings` fixture)."""
+    def __init__(self, mode: str, root: Path, settings: dict[str, str] | None = None,
+                 listeners: tuple[str, ...] = ()) -> None:
+        """`settings`: what a test module adds to SETTINGS (the `kafka_settings` fixture);
+        `listeners`: listener names each broker has besides PLAINTEXT (`kafka_listeners`)."""
         self.mode = mode
         self.node: BrokerProcess | None = None
         self.cluster: KafkaCluster | None = None
         if mode == "cluster":
-            self.cluster = KafkaCluster(root, settings={**SETTINGS, **CLUSTER_SETTINGS, **(settings or {})})
+            self.cluster = ListenersCluster(root, {**SETTINGS, **CLUSTER_SETTINGS, **(settings or {})}, listeners)
+            self.listener_ports = self.cluster.listener_ports
             self.replication_factor = 3
         else:
-            self.node = BrokerProcess(root / "data", settings={**SETTINGS, **(settings or {})})
+            self.listener_ports = {-1: listener_ports(listeners)}
+            self.node = BrokerProcess(root / "data", port=self.listener_ports[-1]["PLAINTEXT"], settings={
+                **SETTINGS, **(settings or {}), **listeners_setting(self.listener_ports[-1])})
             self.replication_factor = 1
 
     def start(self) -> "Target":
@@ -92,6 +120,12 @@ class Target:
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap if self.cluster is not None else self.node.bootstrap  # type: ignore[union-attr]
+
+    wait_for = staticmethod(KafkaCluster.wait_for)  # (condition, timeout, what): polls until it holds
+
+    def listener_port(self, name: str) -> int:
+        """A broker's port on listener `name` (a client bootstrapping there learns the others')."""
+        return next(iter(self.listener_ports.values()))[name]
 
     def ports(self) -> dict[int, int]:
         """Broker id -> port (a single node: its one port, under id -1)."""
