@@ -1,8 +1,8 @@
 """The brokers a feature test runs against when its behaviour is the same in both modes (issue
 24): a single node, and a 3-broker ZooKeeper cluster whose topics have replication factor 3.
 The `kafka` fixture (tests/conftest.py) gives one of each per test module; a test asks the
-target, never the mode, for what differs: the replication factor of the topics it creates, and
-which broker to send a raw request to."""
+target, never the mode, for what differs: the replication factor of the topics it creates,
+which broker to send a raw request to, where the leader's replica lives."""
 from __future__ import annotations
 
 import json
