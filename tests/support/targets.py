@@ -6,6 +6,7 @@ which broker to send a raw request to, where the leader's replica lives."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +87,18 @@ class Target:
         return self
 
     def restart(self) -> None:
-        """Every broker stopped and started again on its data, one at a time (a cluster keeps
-        serving); returns once every broker answers Metadata with all of them."""
+        """Every broker stopped (SIGTERM, all at once) and started again on its data; returns
+        once every broker answers Metadata with all of them and every replica is in sync."""
         if self.cluster is None:
             self.node.restart()  # type: ignore[union-attr]
             return
         c = self.cluster
+        with ThreadPoolExecutor(c.size) as pool:
+            list(pool.map(lambda b: b.stop(), c.brokers.values()))
         for b in c.brokers.values():
-            b.restart()
-            # back in every ISR before the next one stops, so no partition goes offline
-            c.wait_for(lambda: len(c.registered()) == c.size and c.metadata_ready() and self._in_sync(), 60,
-                       "the restarted broker registered and in sync")
+            b.start(timeout=60)
+        c.wait_for(lambda: len(c.registered()) == c.size and c.metadata_ready() and self._in_sync(), 60,
+                   "the restarted brokers registered and in sync")
 
     def _in_sync(self) -> bool:
         """Every partition's ISR holds all its replicas."""
