@@ -158,12 +158,12 @@ class Target:
 
         KafkaCluster.wait_for(ready, timeout, f"leaders of {topic}")
 
-    def leader_port(self, topic: str, partition: int) -> int:
+    def leader_port(self, topic: str, partition: int, listener: str = "PLAINTEXT") -> int:
         if self.cluster is None:
-            return self.node.port  # type: ignore[union-attr]
+            return self.listener_ports[-1][listener]
         leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
                                        f"a leader of {topic}-{partition}")
-        return self.cluster.brokers[leader].port
+        return self.listener_ports[leader][listener]
 
     def partition_dir(self, topic: str, partition: int) -> Path:
         """The directory of the partition's leader replica."""
@@ -173,14 +173,14 @@ class Target:
                                        f"a leader of {topic}-{partition}")
         return self.cluster.brokers[leader].data_dir / f"{topic}-{partition}"
 
-    def coordinator_port(self, key: str, key_type: int = 0) -> int:
+    def coordinator_port(self, key: str, key_type: int = 0, listener: str = "PLAINTEXT") -> int:
         """The port of the broker coordinating a group (key_type 0) or transactional id (1)."""
         if self.cluster is None:
-            return self.node.port  # type: ignore[union-attr]
-        ports = self.ports()
+            return self.listener_ports[-1][listener]
+        ports = {i: p[listener] for i, p in self.listener_ports.items()}
 
         def found() -> Any:
-            with RawClient(next(iter(ports.values()))) as rc:
+            with RawClient(self.listener_port("PLAINTEXT")) as rc:
                 resp = rc.request(FindCoordinatorRequest(key=key, key_type=key_type), 2)
             return ports.get(resp.node_id) if resp.error_code == 0 else None
 
