@@ -71,14 +71,29 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+@pytest.fixture(scope="module")
+def kafka_settings() -> dict[str, str]:
+    """Broker settings a test module's `kafka` targets take besides tests/support/targets.py's
+    (a module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def kafka_listeners() -> tuple[str, ...]:
+    """Listeners (names, e.g. SASL_PLAINTEXT) a test module's `kafka` brokers have besides
+    PLAINTEXT, on free ports: `kafka.listener_port(name)` (a module overrides this fixture)."""
+    return ()
+
+
 @pytest.fixture(scope="module", params=MODES)
-def kafka(request, tmp_path_factory) -> Target:
+def kafka(request, tmp_path_factory, kafka_settings, kafka_listeners) -> Target:
     """For feature tests whose behaviour is the same on a single node and in a cluster (issue 24):
     each such test runs against a single node and against a 3-broker ZooKeeper cluster (topics
     with replication factor 3), one of each per module (tests/support/targets.py)."""
     if request.param == "cluster" and not zookeeper_available() and not CI:  # pragma: no cover
         pytest.skip(HOW_TO_GET["zookeeper"])
-    target = Target(request.param, tmp_path_factory.mktemp(f"kafka-{request.param}"))
+    target = Target(request.param, tmp_path_factory.mktemp(f"kafka-{request.param}"), kafka_settings,
+                    kafka_listeners)
     try:
         yield target.start()
     finally:

@@ -269,38 +269,6 @@ def test_broker_id_generation_through_brokers_seqid(cluster, tmp_path):
     cluster.wait_for(lambda: cluster.registered() == [1, 2, 3], 15, "back to three brokers")
 
 
-def test_a_leader_refuses_undecodable_and_keyless_batches_as_a_single_node_does(cluster):
-    """Cluster mode's produce path makes the single node's record checks: a gzip batch whose
-    payload does not decompress is CORRUPT_MESSAGE and a keyless record in a compacted topic
-    INVALID_RECORD; nothing of either is stored, and a good batch after them gets offset 0."""
-    from kafkafast.protocol._generated.produce import ProduceRequest
-    from kafkafast.records import encode_batch
-    from tests.support import hostile_batches as hb
-
-    cluster.create_topic("poison", 1, 3, {"cleanup.policy": "compact"})
-    port = cluster.brokers[cluster.leader("poison", 0)].port
-
-    def produce(records: bytes) -> int:
-        req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
-            ProduceRequest.TopicProduceData(name="poison", partition_data=[
-                ProduceRequest.PartitionProduceData(index=0, records=records)])])
-        with RawClient(port, timeout=30) as rc:
-            return rc.request(req, 9).responses[0].partition_responses[0].error_code
-
-    now = int(time.time() * 1000)
-    assert produce(hb.garbage(hb.CODECS["gzip"])) == 2  # CORRUPT_MESSAGE
-    assert produce(encode_batch([(now, None, b"no key", [])])) == 87  # INVALID_RECORD
-    assert produce(encode_batch([(now, b"k", b"v", [])])) == 0
-    assert cluster.partition_state("poison", 0)["leader"] >= 0
-    with RawClient(port, timeout=30) as rc:
-        from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
-
-        lo = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name="poison", partitions=[ListOffsetsRequest.ListOffsetsPartition(
-                partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
-        assert rc.request(lo, 5).topics[0].partitions[0].offset == 1  # only the good batch is in the log
-
-
 def _topic_config_on(port: int, topic: str, name: str) -> tuple[str, int]:
     """(value, source) of a topic's config as one broker reports it (a client would ask any
     broker; the test asks each)."""

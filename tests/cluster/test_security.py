@@ -311,41 +311,6 @@ def test_brokers_replicate_with_a_scram_inter_broker_login_from_zookeeper(tmp_pa
         assert consume_all(c.plaintext(3 - leader), "scram-replicated", 50) == sent
 
 
-def test_acls_cli_over_sasl_ssl_on_one_broker_is_enforced_by_another(secure, tmp_path):
-    """`kafkafast acls` connects over SASL_SSL (truststore, PLAIN login of a super user) to one
-    broker; the ACL lands in ZooKeeper and the partition's leader, another broker, enforces
-    it; --list through a third answers it; --remove lifts it."""
-    from confluent_kafka import KafkaError
-
-    from tests.support.cli import kafkafast
-
-    secure.create_topic("cli-guarded", 1, 3)
-    leader = secure.leader("cli-guarded", 0)
-    via, third = [i for i in sorted(secure.ports) if i != leader]
-    props = tmp_path / "broker-admin.properties"
-    props.write_text(f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={secure.pki.ca}\n"
-                     "sasl.mechanism=PLAIN\nsasl.jaas.config=" + BROKER_JAAS.split(" user_broker")[0] + ";\n")
-
-    def acls(broker_id: int, *args: str, check: bool = True):
-        return kafkafast("acls", "--bootstrap-server", f"127.0.0.1:{secure.ports[broker_id][1]}",
-                         "--command-config", str(props), *args, check=check)
-
-    assert _produce_error(secure.plaintext(leader), "cli-guarded") is None
-    acls(via, "--add", "--deny-principal", "User:ANONYMOUS", "--operation", "Write", "--topic", "cli-guarded")
-    zk = secure.zk()
-    assert json.loads(zk.get("/kafka-acl/Topic/cli-guarded")[0])["acls"] == [
-        {"principal": "User:ANONYMOUS", "permissionType": "Deny", "operation": "Write", "host": "*"}]
-    secure.wait_for(lambda: _produce_error(secure.plaintext(leader), "cli-guarded")
-                    == KafkaError.TOPIC_AUTHORIZATION_FAILED, 20, "the ACL enforced by the partition leader")
-    listed = secure.wait_for(lambda: (lambda out: out if "cli-guarded" in out else None)(
-        acls(third, "--list", "--topic", "cli-guarded").stdout), 20, "the ACL listed by a third broker")
-    assert "(principal=User:ANONYMOUS, host=*, operation=WRITE, permissionType=DENY)" in listed
-    acls(via, "--remove", "--force", "--topic", "cli-guarded")
-    assert zk.exists("/kafka-acl/Topic/cli-guarded") is None
-    secure.wait_for(lambda: _produce_error(secure.plaintext(leader), "cli-guarded") is None, 20,
-                    "the removal seen by the leader")
-
-
 def test_a_brokers_inter_broker_certificate_rotates_at_run_time_and_only_through_that_broker(secure, tmp_path):
     """The key store of broker 2's SASL_SSL inter-broker listener is replaced at run time (kept in
     ZooKeeper at /config/brokers/2); replication goes on over it; broker 1 refuses to alter broker

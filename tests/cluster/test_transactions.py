@@ -1,12 +1,13 @@
 """Transactions in cluster mode: a replicated `__transaction_state` whose partition leaders
 coordinate, markers sent to partition leaders on other brokers, read_committed across
 leader changes, the coordinator's broker SIGKILLed mid-transaction. (The clients' transactions,
-the same in both modes, run on a single node and a cluster in tests/integration/test_transactions.py.)"""
+the same in both modes, run on a single node and a cluster in tests/integration/test_transactions.py:
+commit, abort, offsets in transactions, read_committed, fencing, timeouts.)"""
 from __future__ import annotations
 
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
@@ -106,51 +107,6 @@ def producer_states(cluster, topic: str, partition: int) -> dict[int, tuple[int,
             name=topic, partition_indexes=[partition])]), 0).topics[0].partitions[0]
     assert part.error_code == 0
     return {s.producer_id: (s.producer_epoch, s.coordinator_epoch) for s in part.active_producers}
-
-
-def test_commit_abort_read_committed_and_fencing_across_brokers(txn_cluster):
-    c = txn_cluster
-    c.create_topic("tx-out", 3, 3, assignment=ASSIGNMENT)
-    c.create_topic("tx-in", 3, 3, assignment=ASSIGNMENT)
-    assert {c.leader("tx-out", p) for p in range(3)} == {1, 2, 3}
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "txn-group", "enable.auto.commit": False})
-    p = producer(c, "cluster-tx")
-    assert txn_coordinator(c, "cluster-tx") in (1, 2, 3)
-    committed, aborted = [], []
-    for t in range(6):
-        values = [b"t%d-%02d" % (t, i) for i in range(30)]
-        p.begin_transaction()
-        send(p, "tx-out", values)
-        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 100 + t)], cons.consumer_group_metadata(), 30)
-        if t % 3 == 1:
-            p.abort_transaction(60)
-            aborted += values
-        else:
-            p.commit_transaction(60)
-            committed += values
-    # the zombie: a second instance fences the first; nothing the first writes later becomes visible
-    p2 = producer(c, "cluster-tx")
-    p.begin_transaction()
-    with pytest.raises(KafkaException) as fenced:
-        p.produce("tx-out", value=b"zombie", partition=0)
-        p.flush(10)
-        p.commit_transaction(30)
-    assert fenced.value.args[0].fatal() and "fenced" in str(fenced.value).lower()
-    p2.begin_transaction()
-    send(p2, "tx-out", [b"p2-%02d" % i for i in range(9)])
-    p2.commit_transaction(60)
-    committed += [b"p2-%02d" % i for i in range(9)]
-
-    seen = read_all(c, "tx-out", "read_committed", len(committed))
-    assert sorted(seen) == sorted(committed)  # each committed record once, no aborted one, no zombie
-    everything = read_all(c, "tx-out", "read_uncommitted", len(committed) + len(aborted))
-    assert set(aborted) <= set(everything) and set(committed) <= set(everything)
-    # offsets committed in the transactions: the last committed one (t=5: 105), not the aborted t=4
-    got = cons.committed([TopicPartition("tx-in", 0)], 30)
-    assert got[0].offset == 105
-    cons.close()
-    for hw, lso in stable_offsets(c, "tx-out"):
-        assert lso == hw  # no transaction left open (the zombie's was aborted by the fencing)
 
 
 def test_coordinator_broker_killed_mid_transaction(txn_cluster):

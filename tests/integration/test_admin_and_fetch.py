@@ -1,7 +1,8 @@
 """Admin APIs through a real client (confluent-kafka's AdminClient), DeleteRecords,
 retention through the broker, and long-poll fetches that wake when data arrives.
 
-Retention and checkpoints follow their interval settings (log.retention.check.interval.ms,
+Topic configs, DeleteRecords and size retention run on a single node and a 3-broker cluster (the
+`kafka` fixture, one of each for the module). Retention and checkpoints follow their interval settings (log.retention.check.interval.ms,
 log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.interval.ms;
 as Kafka: every interval, the first run min(interval, 30 s) after start)."""
 from __future__ import annotations
@@ -18,6 +19,11 @@ from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.raw_client import RawClient
+
+
+@pytest.fixture(scope="module")
+def kafka_settings() -> dict[str, str]:
+    return {"log.retention.check.interval.ms": "200"}
 
 
 def produce_n(bootstrap, topic, n, partition=0, size=100):
@@ -51,9 +57,9 @@ def segments_within(partition_dir, max_bytes, timeout):
         time.sleep(0.1)
 
 
-def test_describe_and_alter_topic_configs(broker):
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic("cfg", 1, 1, config={"retention.ms": "12345"})])["cfg"].result(10)
+def test_describe_and_alter_topic_configs(kafka):
+    kafka.create_topic("cfg", 1, {"retention.ms": "12345"})
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, "cfg")
     configs = admin.describe_configs([res])[res].result(10)
     assert configs["retention.ms"].value == "12345"
@@ -76,9 +82,9 @@ def test_describe_and_alter_topic_configs(broker):
         raise AssertionError("negative segment.bytes was accepted")
     except Exception as exc:  # KafkaException with INVALID_CONFIG
         assert "INVALID_CONFIG" in str(exc) or "InvalidConfig" in str(exc) or "Invalid" in str(exc)
-    # survives a restart
-    broker.restart()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # survives a restart of every broker
+    kafka.restart()
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     configs = list(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cfg")]).values())[0].result(10)
     assert configs["cleanup.policy"].value == "compact"
 
@@ -101,16 +107,16 @@ def test_create_partitions_and_describe_cluster(broker):
     assert [n.id for n in desc.nodes] == [0] and desc.controller.id == 0 and desc.cluster_id
 
 
-def test_delete_records_moves_log_start_offset(broker_factory):
-    b = broker_factory(settings={"log.segment.bytes": "4096", "log.segment.delete.delay.ms": "0"})
+def test_delete_records_moves_log_start_offset(kafka):
+    b = kafka
+    b.create_topic("dr", 1, {"segment.bytes": "4096", "file.delete.delay.ms": "0"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic("dr", 1, 1)])["dr"].result(10)
     produce_n(b.bootstrap, "dr", 200)
     result = admin.delete_records([TopicPartition("dr", 0, 150)])
     low = list(result.values())[0].result(10)
     assert low.low_watermark == 150
-    assert offsets(b.port, "dr", -2).offset == 150
-    with RawClient(b.port) as c:
+    assert offsets(b.leader_port("dr", 0), "dr", -2).offset == 150
+    with RawClient(b.leader_port("dr", 0)) as c:
         req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
             FetchRequest.FetchTopic(topic="dr", partitions=[FetchRequest.FetchPartition(
                 partition=0, fetch_offset=10, partition_max_bytes=1 << 20, current_leader_epoch=-1)])])
@@ -126,16 +132,20 @@ def test_delete_records_moves_log_start_offset(broker_factory):
     assert got == [b"%06d" % i for i in range(150, 200)]
 
 
-def test_size_retention_deletes_oldest_segments(broker_factory):
-    b = broker_factory(settings={"log.segment.bytes": "2048", "log.retention.bytes": "8192",
-                                 "log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic("ret", 1, 1)])["ret"].result(10)
-    time.sleep(1)  # retention must keep running every 200 ms, not only once at start
+def test_size_retention_deletes_oldest_segments(kafka):
+    """The leader's log (a cluster's followers apply retention to their own)."""
+    b = kafka
+    b.create_topic("ret", 1, {"segment.bytes": "2048", "retention.bytes": "8192", "file.delete.delay.ms": "0"})
+    time.sleep(1)  # retention (log.retention.check.interval.ms=200) must keep running, not only once at start
     produce_n(b.bootstrap, "ret", 400)
-    segs = segments_within(b.data_dir / "ret-0", 8192 + 2048 * 2, timeout=15)
-    start = offsets(b.port, "ret", -2).offset
-    assert start > 0 and offsets(b.port, "ret", -1).offset == 400
+    port = b.leader_port("ret", 0)
+    deadline = time.monotonic() + 15
+    while True:  # a cluster's leader deletes below its high watermark, which follows the followers: passes on
+        segs = segments_within(b.partition_dir("ret", 0), 8192 + 2048 * 2, timeout=15)
+        start = offsets(port, "ret", -2).offset
+        if int(min(segs).stem) == start or time.monotonic() > deadline:
+            break
+    assert start > 0 and offsets(port, "ret", -1).offset == 400
     assert int(min(segs).stem) == start
     assert sum(segs.values()) <= 8192 + 2048 * 2
 

@@ -1,7 +1,8 @@
 """A compacted topic takes only keyed records: a record set with keyless records is refused
 whole with INVALID_RECORD and record_errors naming each keyless record (Produce v8+), as
 Kafka's log validator does; compressed batches are looked into; keyed records, and keyless
-ones in a delete-policy topic, are appended as usual."""
+ones in a delete-policy topic, are appended as usual. A corrupt batch and a client's keyless record
+meet the same checks on a single node and a 3-broker cluster's leader (the `kafka` fixture)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ from kafkafast.protocol.errors import ErrorCode
 from kafkafast.records import encode_batch
 from kafkafast.records.model import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD
 from tests.integration.test_bad_input import create_topic, latest_offset, produce
+from tests.support import hostile_batches as hb
 
 T0 = 1_700_000_000_000
 COMPACT = {"cleanup.policy": "compact"}
@@ -48,22 +50,23 @@ def test_keyless_records_in_a_delete_policy_topic_are_accepted(broker):
     assert (res.error_code, res.base_offset) == (0, 0)
 
 
-def test_corrupt_batch_in_a_compacted_topic_is_corrupt_message(broker):
-    assert create_topic(broker.port, "compacted", configs=COMPACT).error_code == 0
+def test_corrupt_batch_in_a_compacted_topic_is_corrupt_message(kafka):
+    kafka.create_topic("compacted", 1, COMPACT)
+    port = kafka.leader_port("compacted", 0)
     bad = bytearray(batch([None, b"k"]))
     bad[-1] ^= 0xFF  # breaks the CRC
-    assert produce(broker.port, "compacted", bytes(bad)).error_code == ErrorCode.CORRUPT_MESSAGE
-    assert latest_offset(broker.port, "compacted").offset == 0
+    assert produce(port, "compacted", bytes(bad)).error_code == ErrorCode.CORRUPT_MESSAGE
+    # a correct CRC over a gzip payload that does not decompress
+    assert produce(port, "compacted", hb.garbage(CODEC_GZIP)).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert latest_offset(port, "compacted").offset == 0
 
 
-def test_confluent_kafka_fails_the_keyless_records_only(broker):
+def test_confluent_kafka_fails_the_keyless_records_only(kafka):
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic("ck-compacted", 1, 1, config=COMPACT)])["ck-compacted"].result(15)
+    kafka.create_topic("ck-compacted", 1, COMPACT)
     reports: list = []
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "retries": 0})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0, "retries": 0})
 
     def report(err, msg):
         reports.append((msg.key(), err.name() if err else None, msg.offset()))

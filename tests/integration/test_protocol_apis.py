@@ -1,5 +1,7 @@
 """The APIs and versions added for protocol coverage, called with what they are for: real
-admin clients where they speak the API (confluent-kafka), raw requests for the rest."""
+admin clients where they speak the API (confluent-kafka), raw requests for the rest. The client
+quotas' store (a file, or ZooKeeper) is checked on a single node and a 3-broker cluster (the
+`kafka` fixture)."""
 from __future__ import annotations
 
 import uuid
@@ -212,7 +214,7 @@ def test_dynamic_broker_configs_persist_and_apply(broker):
     assert [(e.name, e.value, e.config_source) for e in desc.results[0].configs] == [("log.retention.ms", "7200000", 3)]
 
 
-def test_client_quotas_are_stored_described_and_validated(broker):
+def test_client_quotas_are_stored_described_and_validated(kafka):
     from kafkafast.protocol._generated.alter_client_quotas import AlterClientQuotasRequest as AQ
     from kafkafast.protocol._generated.describe_client_quotas import DescribeClientQuotasRequest as DQ
 
@@ -220,7 +222,8 @@ def test_client_quotas_are_stored_described_and_validated(broker):
         return AQ.EntryData(entity=[AQ.EntityData(entity_type=t, entity_name=n) for t, n in entity],
                             ops=[AQ.OpData(key=k, value=v or 0.0, remove=v is None) for k, v in ops.items()])
 
-    with RawClient(broker.port) as c:
+    port = kafka.listener_port("PLAINTEXT")  # (a cluster's other brokers take it from ZooKeeper)
+    with RawClient(port) as c:
         resp = c.request(AQ(entries=[
             entry([("user", "alice")], producer_byte_rate=1048576.0),
             entry([("user", "alice"), ("client-id", None)], consumer_byte_rate=2048.0),
@@ -246,8 +249,8 @@ def test_client_quotas_are_stored_described_and_validated(broker):
         assert describe([("user", 0, "carol")]) == []
         c.request(AQ(entries=[entry([("user", "alice")], producer_byte_rate=None)]), 1)
         assert describe([("user", 0, "alice")], strict=True) == []
-    broker.restart()
-    with RawClient(broker.port) as c:
+    kafka.restart()
+    with RawClient(port) as c:
         r = c.request(DQ(components=[], strict=False), 0)
     assert len(r.entries) == 2  # persisted: alice + default client-id, and the default client-id alone
 

@@ -1,7 +1,7 @@
 """Client quotas enforced by throttling: a producer whose client-id has a 1 MB/s
 producer_byte_rate quota is held to it within 10% over 20 s, while a producer without a
 quota running at the same time is not held to it; a consumer's fetch quota throttles its
-reads and reports throttle_time_ms."""
+reads and reports throttle_time_ms (on a single node and a 3-broker cluster, the `kafka` fixture)."""
 from __future__ import annotations
 
 import threading
@@ -10,6 +10,7 @@ import time
 import pytest
 
 from kafkafast.protocol._generated.alter_client_quotas import AlterClientQuotasRequest as AQ
+from kafkafast.protocol._generated.describe_client_quotas import DescribeClientQuotasRequest as DQ
 from tests.support.raw_client import RawClient
 
 ck = pytest.importorskip("confluent_kafka")
@@ -21,10 +22,21 @@ VALUE = b"q" * 10_000
 
 
 def set_quota(port: int, client_id: str, key: str, value: float) -> None:
+    """Set through the broker at `port`, returns once that broker describes it (a cluster's
+    brokers take it from ZooKeeper a moment later)."""
     with RawClient(port) as c:
         resp = c.request(AQ(entries=[AQ.EntryData(entity=[AQ.EntityData(entity_type="client-id", entity_name=client_id)],
                                                   ops=[AQ.OpData(key=key, value=value)])]), 1)
     assert resp.entries[0].error_code == 0
+    deadline = time.monotonic() + 15
+    while True:
+        with RawClient(port) as c:
+            resp = c.request(DQ(components=[DQ.ComponentData(entity_type="client-id", match_type=0, match=client_id)],
+                                strict=False), 1)
+        if (key, value) in [(v.key, v.value) for e in resp.entries or [] for v in e.values]:
+            return
+        assert time.monotonic() < deadline, f"{key}={value} of {client_id} not described"
+        time.sleep(0.1)
 
 
 def run_producer(bootstrap: str, client_id: str, topic: str, stop: float, out: dict, throttles: list) -> None:
@@ -73,17 +85,17 @@ def test_producer_byte_rate_quota_holds_one_client_and_not_another(broker):
     assert fast_rate > 2 * QUOTA, fast_rate  # not held to the other client's quota
 
 
-def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(broker):
+def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(kafka):
     from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
     from kafkafast.protocol._generated.fetch import FetchRequest
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic("quota-read", 1, 1)])["quota-read"].result(10)
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    kafka.create_topic("quota-read", 1)
+    p = ck.Producer({"bootstrap.servers": kafka.bootstrap})
     for _ in range(100):
         p.produce("quota-read", VALUE, partition=0)
     assert p.flush(20) == 0
-    set_quota(broker.port, "raw-test", "consumer_byte_rate", 200_000)  # RawClient's client id
+    leader = kafka.leader_port("quota-read", 0)
+    set_quota(leader, "raw-test", "consumer_byte_rate", 200_000)  # RawClient's client id
 
     def fetch(c):
         return c.request(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 21, session_epoch=-1,
@@ -92,7 +104,7 @@ def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(broke
                                                                       partition_max_bytes=1 << 21)])],
                                       forgotten_topics_data=[], rack_id=""), 12)
 
-    with RawClient(broker.port) as c:
+    with RawClient(leader) as c:
         first = fetch(c)
         assert len(first.responses[0].partitions[0].records) > 900_000
         # ~1 MB against 200 kB/s over a 1 s window: (5 - 1) * 1 s, give or take the clock

@@ -452,6 +452,66 @@ def read_partitions(bootstrap: str, topic: str, isolation: str, expect: int, par
     return out
 
 
+def test_confluent_kafka_transactions_commit_abort_and_fence_a_zombie(kafka):
+    """librdkafka's transactional producer over three partitions (in the cluster, led by the three
+    brokers): committed and aborted transactions with offsets sent to them, then a second instance
+    fences the first; read_committed sees each committed record once, no aborted one and nothing
+    of the zombie's; no transaction is left open."""
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    c = kafka
+    c.create_topic("tx-out", 3)
+    c.create_topic("tx-in", 3)
+
+    def producer() -> Producer:
+        p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "ck-tx", "linger.ms": 5,
+                      "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+        p.init_transactions(60)
+        return p
+
+    def send(p: Producer, values: list[bytes]) -> None:
+        for i, v in enumerate(values):
+            p.produce("tx-out", value=v, partition=i % 3)
+        assert p.flush(60) == 0
+
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "ck-tx-group", "enable.auto.commit": False})
+    p = producer()
+    committed, aborted = [], []
+    for t in range(6):
+        values = [b"t%d-%02d" % (t, i) for i in range(30)]
+        p.begin_transaction()
+        send(p, values)
+        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 100 + t)], cons.consumer_group_metadata(), 30)
+        if t % 3 == 1:
+            p.abort_transaction(60)
+            aborted += values
+        else:
+            p.commit_transaction(60)
+            committed += values
+    # the zombie: a second instance fences the first; nothing the first writes later becomes visible
+    p2 = producer()
+    p.begin_transaction()
+    with pytest.raises(KafkaException) as fenced:
+        p.produce("tx-out", value=b"zombie", partition=0)
+        p.flush(10)
+        p.commit_transaction(30)
+    assert fenced.value.args[0].fatal() and "fenced" in str(fenced.value).lower()
+    p2.begin_transaction()
+    send(p2, [b"p2-%02d" % i for i in range(9)])
+    p2.commit_transaction(60)
+    committed += [b"p2-%02d" % i for i in range(9)]
+
+    seen = read_partitions(c.bootstrap, "tx-out", "read_committed", len(committed))
+    assert sorted(seen) == sorted(committed)  # each committed record once, no aborted one, no zombie
+    everything = read_partitions(c.bootstrap, "tx-out", "read_uncommitted", len(committed) + len(aborted))
+    assert set(aborted) <= set(everything) and set(committed) <= set(everything)
+    # offsets committed in the transactions: the last committed one (t=5: 105), not the aborted t=4
+    assert cons.committed([TopicPartition("tx-in", 0)], 30)[0].offset == 105
+    cons.close()
+    for hw, lso in stable_offsets(c, "tx-out", 3):
+        assert lso == hw  # no transaction left open (the zombie's was aborted by the fencing)
+
+
 def test_kafkafast_client_transactions(kafka):
     """kafkafast's own transactional producer: the coordinator found through FindCoordinator key
     type 1, records on three partitions (in the cluster, three leaders), offsets sent to the transaction."""

@@ -1,14 +1,16 @@
 """The ACL authorizer end to end: every API answers Kafka's authorization error without
 the ACL and succeeds with it; PREFIXED and LITERAL patterns, DENY over ALLOW, super users,
 Metadata hiding what a principal may not describe, follower fetches refused to clients,
-ACLs managed through CreateAcls/DescribeAcls/DeleteAcls by a real admin client, and
-changes seen by every worker of a multi-process broker."""
+ACLs managed through CreateAcls/DescribeAcls/DeleteAcls by a real admin client (on a single
+node and a 3-broker cluster, the `kafka` fixture), and changes seen by every worker of a
+multi-process broker."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
+from kafkafast.protocol._generated.describe_acls import DescribeAclsRequest
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.sasl_authenticate import SaslAuthenticateRequest
@@ -22,16 +24,20 @@ PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secre
 JAAS = PLAIN_JAAS[:-1] + ' user_eve="eve-secret";'  # eve never gets an ACL
 
 
+# with a SASL_PLAINTEXT listener besides PLAINTEXT
+SETTINGS = {
+    "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    # the PLAINTEXT listener is the operators' (and a cluster's brokers') back door here
+    "super.users": "User:admin;User:ANONYMOUS",
+    "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
+}
+
+
 def start(base, workers=0, extra=None) -> tuple[BrokerProcess, int]:
     sasl = free_port()
     plain = free_port()
-    settings = {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",  # the PLAINTEXT listener is the operators' back door here
-        "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
-    }
+    settings = {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}", **SETTINGS}
     settings.update(extra or {})
     return BrokerProcess(base, port=plain, workers=workers, settings=settings).start(), sasl
 
@@ -64,6 +70,25 @@ def acl(rtype: str, name: str, principal: str, op: str, *, pattern: str = "LITER
 def grant(port: int, *bindings) -> None:
     for fut in admin(port, "admin").create_acls(list(bindings)).values():
         fut.result(30)
+    settled(port)
+
+
+def settled(port: int) -> None:
+    """Until every broker (as Metadata through `port` lists them) describes the same ACLs: the
+    broker that took a change has it at once, a cluster's others take it from ZooKeeper."""
+    everything = DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                     principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    with login(port, "admin") as c:
+        ports = [b.port for b in c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers]
+
+    def described(p: int) -> tuple:
+        with login(p, "admin") as c:
+            return tuple(sorted(repr(r) for r in c.request(everything, 1).resources))
+
+    deadline = time.monotonic() + 20
+    while len({described(p) for p in ports}) > 1:
+        assert time.monotonic() < deadline, "the brokers describe different ACLs"
+        time.sleep(0.1)
 
 
 def produce_error(port: int, user: str, topic: str):
@@ -111,23 +136,30 @@ def login(port: int, user: str) -> RawClient:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    broker, port = start(tmp_path_factory.mktemp("acl") / "data")
-    a = admin(port, "admin")
-    from confluent_kafka.admin import NewTopic
+def kafka_settings() -> dict[str, str]:
+    return SETTINGS
 
-    for fut in a.create_topics([NewTopic(t, 1, 1) for t in ("orders", "alice-private", "shared")]).values():
-        fut.result(30)
+
+@pytest.fixture(scope="module")
+def kafka_listeners() -> tuple[str, ...]:
+    return ("SASL_PLAINTEXT",)
+
+
+@pytest.fixture(scope="module")
+def env(kafka):
+    """(the `kafka` target, a broker's SASL_PLAINTEXT port) with three seeded topics."""
     import confluent_kafka as ck
 
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    port = kafka.listener_port("SASL_PLAINTEXT")
+    for t in ("orders", "alice-private", "shared"):
+        kafka.create_topic(t, 1)
+    p = ck.Producer({"bootstrap.servers": kafka.bootstrap})
     for t in ("orders", "alice-private", "shared"):
         p.produce(t, b"seed-" + t.encode())
     assert p.flush(20) == 0
     grant(port, acl("GROUP", "unused", "User:*", "READ"))  # librdkafka looks up its group's coordinator
-    yield broker, port
+    yield kafka, port
     _ADMINS.clear()
-    broker.kill()
 
 
 def test_produce_needs_write(env):
@@ -194,7 +226,8 @@ def test_describe_and_alter_configs(env):
     with pytest.raises(Exception) as info:
         admin(port, "alice").alter_configs([res2])[res2].result(30)
     assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value)
-    broker_res = ConfigResource(ResourceType.BROKER, "0")
+    broker_id = min(admin(port, "admin").list_topics(timeout=20).brokers)  # (librdkafka sends it to that broker)
+    broker_res = ConfigResource(ResourceType.BROKER, str(broker_id))
     with pytest.raises(Exception) as info:
         admin(port, "alice").describe_configs([broker_res])[broker_res].result(30)
     assert "CLUSTER_AUTHORIZATION_FAILED" in str(info.value)
@@ -206,14 +239,15 @@ def test_list_offsets_needs_describe_and_delete_records_needs_delete(env):
 
     from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 
-    _, port = env
+    kafka, port = env
+    leader = kafka.leader_port("orders", 0, "SASL_PLAINTEXT")
     req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
         name="orders", partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
                                                                            timestamp=-1)])])
-    with login(port, "alice") as c:
+    with login(leader, "alice") as c:
         assert c.request(req, 5).topics[0].partitions[0].error_code == 29  # TOPIC_AUTHORIZATION_FAILED
     grant(port, acl("TOPIC", "orders", "User:alice", "DESCRIBE"))
-    with login(port, "alice") as c:
+    with login(leader, "alice") as c:
         assert c.request(req, 5).topics[0].partitions[0].error_code == 0
     tp = ck.TopicPartition("orders", 0, 1)
     latest = admin(port, "alice").list_offsets({ck.TopicPartition("orders", 0): OffsetSpec.latest()})[
@@ -245,11 +279,11 @@ def test_metadata_lists_only_describable_topics_and_does_not_auto_create(env):
 
 
 def test_fetch_with_a_replica_id_is_refused_to_clients(env):
-    _, port = env
+    kafka, port = env
     grant(port, acl("TOPIC", "shared", "User:alice", "READ"))
     P = FetchRequest.FetchPartition
     for replica_id, expected in ((-1, 0), (0, 29)):
-        with login(port, "alice") as c:
+        with login(kafka.leader_port("shared", 0, "SASL_PLAINTEXT"), "alice") as c:
             req = FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
                                isolation_level=0, session_id=0, session_epoch=-1,
                                topics=[FetchRequest.FetchTopic(topic="shared", partitions=[
@@ -279,6 +313,7 @@ def test_acls_described_and_deleted_by_admin_client(env):
         assert (resp.error_code, resp.resources) == (31, [])  # CLUSTER_AUTHORIZATION_FAILED
     deleted = admin(port, "admin").delete_acls([flt])[flt].result(30)
     assert [b.name for b in deleted] == ["temp-"]
+    settled(port)
     assert admin(port, "admin").describe_acls(flt).result(30) == []
 
 
@@ -352,16 +387,17 @@ def test_an_unauthenticated_clients_group_requests_are_authorized_on_every_worke
 def test_offset_fetch_needs_group_and_topic_describe(env):
     from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest
 
-    _, port = env
+    kafka, port = env
+    coordinator = kafka.coordinator_port("carols", 0, "SASL_PLAINTEXT")
     T = OffsetFetchRequest.OffsetFetchRequestTopic
     req = OffsetFetchRequest(group_id="carols", topics=[T(name="orders", partition_indexes=[0])],
                              require_stable=False)
-    with login(port, "bob") as c:
+    with login(coordinator, "bob") as c:
         resp = c.request(req, 7)
         assert resp.error_code == 30 and resp.topics == []  # GROUP_AUTHORIZATION_FAILED
     grant(port, acl("GROUP", "carols", "User:bob", "DESCRIBE"), acl("TOPIC", "shared", "User:bob", "DESCRIBE"))
     req.topics = [T(name="alice-private", partition_indexes=[0]), T(name="shared", partition_indexes=[0])]
-    with login(port, "bob") as c:
+    with login(coordinator, "bob") as c:
         resp = c.request(req, 7)
         assert resp.error_code == 0
         assert [(t.name, t.partitions[0].error_code, t.partitions[0].committed_offset) for t in resp.topics] == [
@@ -373,15 +409,15 @@ def test_consumer_group_regex_matches_only_describable_topics(env):
     name, and a regex resolved only to the topics the member may describe. Its topics, group
     and ACLs carry a prefix no other test of the module uses (the regex is matched against
     whole names), so what bob may describe among them is exactly what is granted here."""
-    from confluent_kafka.admin import NewTopic
-
     from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest as HB
     from kafkafast.protocol._generated.metadata import MetadataRequest as MR
 
-    _, port = env
+    kafka, port = env
     topics = {"rx848-open": 2, "rx848-pre-a": 1, "rx848-pre-b": 1, "rx848-hidden": 1}
-    for fut in admin(port, "admin").create_topics([NewTopic(t, n, 1) for t, n in topics.items()]).values():
-        fut.result(30)
+    for t, n in topics.items():
+        kafka.create_topic(t, n)
+        kafka.wait_for_leaders(t, n)  # in every broker's metadata, the coordinator's too
+    coordinator = kafka.coordinator_port("rx848-group", 0, "SASL_PLAINTEXT")
     grant(port, acl("GROUP", "rx848-group", "User:bob", "READ"),
           acl("TOPIC", "rx848-open", "User:bob", "DESCRIBE"),  # LITERAL
           acl("TOPIC", "rx848-pre-", "User:bob", "DESCRIBE", pattern="PREFIXED"),
@@ -394,7 +430,7 @@ def test_consumer_group_regex_matches_only_describable_topics(env):
         return c.request(HB(group_id="rx848-group", member_id=member, member_epoch=0, rebalance_timeout_ms=5000,
                             subscribed_topic_names=names, subscribed_topic_regex=regex, topic_partitions=[]), 1)
 
-    with login(port, "bob") as c:
+    with login(coordinator, "bob") as c:
         for names in (["rx848-open", "rx848-hidden"], ["rx848-pre-a", "rx848-pre-b"]):
             assert heartbeat(c, "b1", names).error_code == 29  # TOPIC_AUTHORIZATION_FAILED
         r = heartbeat(c, "b2", [], "rx848-.*")
@@ -402,7 +438,7 @@ def test_consumer_group_regex_matches_only_describable_topics(env):
         # all four match; bob may describe rx848-open and rx848-pre-a only
         assert {bytes(t.topic_id): sorted(t.partitions) for t in r.assignment.topic_partitions} == {
             ids["rx848-open"]: [0, 1], ids["rx848-pre-a"]: [0]}
-    with login(port, "admin") as c:  # the admin's own member of the group sees everything it matches
+    with login(coordinator, "admin") as c:  # the admin's own member of the group sees everything it matches
         r = heartbeat(c, "a1", [], "rx848-(hidden|pre-b)")
         assert r.error_code == 0
         assert {bytes(t.topic_id) for t in r.assignment.topic_partitions} == {ids["rx848-hidden"], ids["rx848-pre-b"]}

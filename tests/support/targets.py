@@ -1,17 +1,19 @@
 """The brokers a feature test runs against when its behaviour is the same in both modes (issue
 24): a single node, and a 3-broker ZooKeeper cluster whose topics have replication factor 3.
 The `kafka` fixture (tests/conftest.py) gives one of each per test module; a test asks the
-target, never the mode, for what differs: the replication factor of the topics it creates, and
-which broker to send a raw request to."""
+target, never the mode, for what differs: the replication factor of the topics it creates,
+which broker to send a raw request to, where the leader's replica lives."""
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from tests.integration.test_bad_input import create_topic
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -33,19 +35,48 @@ CLUSTER_SETTINGS = {"transaction.state.log.replication.factor": "3", "transactio
                     "default.replication.factor": "3"}
 
 
+def listener_ports(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: free_port() for name in ("PLAINTEXT", *names)}
+
+
+def listeners_setting(ports: dict[str, int]) -> dict[str, str]:
+    return {"listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())} if len(ports) > 1 \
+        else {}
+
+
+class ListenersCluster(KafkaCluster):
+    """A cluster whose brokers have listeners besides PLAINTEXT (their inter-broker one)."""
+
+    def __init__(self, root: Path, settings: dict[str, str], listeners: tuple[str, ...]) -> None:
+        super().__init__(root, settings=settings)
+        self.listener_ports = {i: listener_ports(listeners) for i in range(1, self.size + 1)}
+
+    def broker_port(self, broker_id: int) -> int:
+        return self.listener_ports[broker_id]["PLAINTEXT"]
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        return {**super().broker_settings(broker_id), **listeners_setting(self.listener_ports[broker_id])}
+
+
 class Target:
     """A running single node or cluster: `bootstrap`, `replication_factor` for new topics,
     `create_topic`, and the port of the broker that answers for a partition or a coordinator key."""
 
-    def __init__(self, mode: str, root: Path) -> None:
+    def __init__(self, mode: str, root: Path, settings: dict[str, str] | None = None,
+                 listeners: tuple[str, ...] = ()) -> None:
+        """`settings`: what a test module adds to SETTINGS (the `kafka_settings` fixture);
+        `listeners`: listener names each broker has besides PLAINTEXT (`kafka_listeners`)."""
         self.mode = mode
         self.node: BrokerProcess | None = None
         self.cluster: KafkaCluster | None = None
         if mode == "cluster":
-            self.cluster = KafkaCluster(root, settings={**SETTINGS, **CLUSTER_SETTINGS})
+            self.cluster = ListenersCluster(root, {**SETTINGS, **CLUSTER_SETTINGS, **(settings or {})}, listeners)
+            self.listener_ports = self.cluster.listener_ports
             self.replication_factor = 3
         else:
-            self.node = BrokerProcess(root / "data", settings=SETTINGS)
+            self.listener_ports = {-1: listener_ports(listeners)}
+            self.node = BrokerProcess(root / "data", port=self.listener_ports[-1]["PLAINTEXT"], settings={
+                **SETTINGS, **(settings or {}), **listeners_setting(self.listener_ports[-1])})
             self.replication_factor = 1
 
     def start(self) -> "Target":
@@ -54,6 +85,30 @@ class Target:
         else:
             self.node.start()  # type: ignore[union-attr]
         return self
+
+    def restart(self) -> None:
+        """Every broker stopped (SIGTERM, all at once) and started again on its data; returns
+        once every broker answers Metadata with all of them and every replica is in sync."""
+        if self.cluster is None:
+            self.node.restart()  # type: ignore[union-attr]
+            return
+        c = self.cluster
+        with ThreadPoolExecutor(c.size) as pool:
+            list(pool.map(lambda b: b.stop(), c.brokers.values()))
+        for b in c.brokers.values():
+            b.start(timeout=60)
+        c.wait_for(lambda: len(c.registered()) == c.size and c.metadata_ready() and self._in_sync(), 60,
+                   "the restarted brokers registered and in sync")
+
+    def _in_sync(self) -> bool:
+        """Every partition's ISR holds all its replicas."""
+        zk = self.cluster._zk()  # type: ignore[union-attr]
+        for topic in zk.get_children("/brokers/topics"):
+            replicas = json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
+            if any(sorted(self.cluster.isr(topic, int(p))) != sorted(r)  # type: ignore[union-attr]
+                   for p, r in replicas.items()):
+                return False
+        return True
 
     def close(self) -> None:
         if self.cluster is not None:
@@ -67,6 +122,12 @@ class Target:
     @property
     def bootstrap(self) -> str:
         return self.cluster.bootstrap if self.cluster is not None else self.node.bootstrap  # type: ignore[union-attr]
+
+    wait_for = staticmethod(KafkaCluster.wait_for)  # (condition, timeout, what): polls until it holds
+
+    def listener_port(self, name: str) -> int:
+        """A broker's port on listener `name` (a client bootstrapping there learns the others')."""
+        return next(iter(self.listener_ports.values()))[name]
 
     def ports(self) -> dict[int, int]:
         """Broker id -> port (a single node: its one port, under id -1)."""
@@ -97,21 +158,29 @@ class Target:
 
         KafkaCluster.wait_for(ready, timeout, f"leaders of {topic}")
 
-    def leader_port(self, topic: str, partition: int) -> int:
+    def leader_port(self, topic: str, partition: int, listener: str = "PLAINTEXT") -> int:
         if self.cluster is None:
-            return self.node.port  # type: ignore[union-attr]
+            return self.listener_ports[-1][listener]
         leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
                                        f"a leader of {topic}-{partition}")
-        return self.cluster.brokers[leader].port
+        return self.listener_ports[leader][listener]
 
-    def coordinator_port(self, key: str, key_type: int = 0) -> int:
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """The directory of the partition's leader replica."""
+        if self.cluster is None:
+            return self.node.data_dir / f"{topic}-{partition}"  # type: ignore[union-attr]
+        leader = self.cluster.wait_for(lambda: max(self.cluster.leader(topic, partition), 0), 30,  # type: ignore
+                                       f"a leader of {topic}-{partition}")
+        return self.cluster.brokers[leader].data_dir / f"{topic}-{partition}"
+
+    def coordinator_port(self, key: str, key_type: int = 0, listener: str = "PLAINTEXT") -> int:
         """The port of the broker coordinating a group (key_type 0) or transactional id (1)."""
         if self.cluster is None:
-            return self.node.port  # type: ignore[union-attr]
-        ports = self.ports()
+            return self.listener_ports[-1][listener]
+        ports = {i: p[listener] for i, p in self.listener_ports.items()}
 
         def found() -> Any:
-            with RawClient(next(iter(ports.values()))) as rc:
+            with RawClient(self.listener_port("PLAINTEXT")) as rc:
                 resp = rc.request(FindCoordinatorRequest(key=key, key_type=key_type), 2)
             return ports.get(resp.node_id) if resp.error_code == 0 else None
 
