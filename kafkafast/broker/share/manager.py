@@ -341,15 +341,14 @@ class SharePartitionManager:
         ranges, token, used = sp.acquire(member_id, walk, max_records, self.max_locks, start)
         if not ranges:
             return b"", []
-        offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
-        self._lock(sp, member_id, token, offsets)
+        self._lock(sp, member_id, token, ranges)
         return walk.answer(used), ranges
 
-    def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
+    def _lock(self, sp: SharePartition, member_id: str, token: int, ranges: list[tuple[int, int, int]]) -> None:
         def expire() -> None:
             self._timers.discard(handle)
             try:
-                released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+                released = sp.release_lock(member_id, token, ranges, self.delivery_count_limit(sp.group_id))
             except E.KafkaError as exc:  # released in memory, not persisted: a restart redelivers them anyway
                 log.warning("share group %s: %s-%d: persisting a lock timeout failed: %s", sp.group_id, sp.topic,
                             sp.partition, exc)

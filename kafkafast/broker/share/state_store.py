@@ -46,7 +46,7 @@ from typing import Any
 from kafkafast import clock
 from kafkafast.broker.group_coordinator import java_string_hash, read_partition
 from kafkafast.broker.share.manager import PersistedState
-from kafkafast.broker.share.partition import StateBatch
+from kafkafast.broker.share.partition import StateBatch, overlay
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import (
     ShareSnapshotKey,
@@ -97,23 +97,6 @@ def update_value(snapshot_epoch: int, start_offset: int, batches: list[StateBatc
         snapshot_epoch=snapshot_epoch, leader_epoch=0, start_offset=start_offset,
         state_batches=[V.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
                        for a, b, s, c in batches]))
-
-
-def merge_batches(base: list[StateBatch], newer: list[StateBatch], start_offset: int) -> list[StateBatch]:
-    """`newer` over `base` (offset by offset), the offsets below `start_offset` left out."""
-    per: dict[int, tuple[int, int]] = {}
-    for batches in (base, newer):
-        for a, b, s, c in batches:
-            for off in range(max(a, start_offset), b + 1):
-                per[off] = (s, c)
-    out: list[list[int]] = []
-    for off in sorted(per):
-        s, c = per[off]
-        if out and out[-1][1] == off - 1 and out[-1][2] == s and out[-1][3] == c:
-            out[-1][1] = off
-        else:
-            out.append([off, off, s, c])
-    return [(a, b, s, c) for a, b, s, c in out]
 
 
 class _KeyState:
@@ -215,7 +198,7 @@ class ShareStateStore:
             return  # written before the latest snapshot
         batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in u.state_batches]
         start = u.start_offset if u.start_offset >= 0 else ks.state.start_offset
-        ks.state = PersistedState(start, ks.state.state_epoch, merge_batches(ks.state.batches, batches, start))
+        ks.state = PersistedState(start, ks.state.state_epoch, overlay(ks.state.batches, batches, start))
 
     # -- the manager's interface ----------------------------------------------------------------
     def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
@@ -241,7 +224,7 @@ class ShareStateStore:
             self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created))
             self.keys[key] = _KeyState(state, epoch, created)
             return
-        changed = merge_batches(ks.changed, batches, start_offset)
+        changed = overlay(ks.changed, batches, start_offset)
         self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed))
         ks.state, ks.changed, ks.updates = state, changed, ks.updates + 1
 
@@ -269,7 +252,7 @@ class ShareStateStore:
         if ks is not None and state_epoch < ks.state.state_epoch:
             raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
         start = start_offset if start_offset >= 0 else (ks.state.start_offset if ks is not None else 0)
-        full = merge_batches(ks.state.batches if ks is not None else [], batches, start)
+        full = overlay(ks.state.batches if ks is not None else [], batches, start)
         self.write(*key, start, state_epoch, batches, full)
 
     def initialize(self, key: Key, state_epoch: int, start_offset: int) -> None:
