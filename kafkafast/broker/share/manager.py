@@ -242,8 +242,7 @@ class SharePartitionManager:
 
     def _persister(self, topic_id: bytes) -> Callable[[SharePartition, list[StateBatch]], None]:
         def persist(sp: SharePartition, batches: list[StateBatch]) -> None:
-            self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, batches,
-                             sp.state_batches())
+            self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, batches)
         return persist
 
     def forget_group(self, group_id: str) -> None:
