@@ -19,9 +19,9 @@ are acknowledged or archived the SPSO moves past them and they leave the in-flig
 
 Only the member that acquired a record may acknowledge it (else INVALID_RECORD_STATE, and
 nothing of that acknowledgement batch is applied). State changes are handed to `persist` as
-state batches (first offset, last offset, delivery state, delivery count) of the offsets that
-changed, acquired records written as Available, so a restart redelivers what was acquired and
-not acknowledged.
+the offset ranges that changed; `state_batches` gives their state batches (first offset, last
+offset, delivery state, delivery count), acquired records written as Available, so a restart
+redelivers what was acquired and not acknowledged.
 
 The in-flight map is a list of `InFlight` ranges, sorted and contiguous from the SPSO to the
 SPEO, each of one state, delivery count, member and lock: an acquired log batch is one range,
@@ -121,7 +121,7 @@ class SharePartition:
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  batches: Iterable[StateBatch] = (), state_epoch: int = 0,
-                 persist: Callable[["SharePartition", list[StateBatch]], None] | None = None) -> None:
+                 persist: Callable[["SharePartition", list[tuple[int, int]]], None] | None = None) -> None:
         self.group_id = group_id
         self.topic = topic
         self.partition = partition
@@ -398,4 +398,4 @@ class SharePartition:
 
     def _persist(self, spans: list[tuple[int, int]]) -> None:
         if self.persist is not None:
-            self.persist(self, self.state_batches(spans))
+            self.persist(self, spans)
