@@ -2,7 +2,9 @@
 consumer (confluent-kafka's `ShareConsumer`): records of 2 partitions shared by 8 consumers,
 every record accepted exactly once, released records delivered again, a killed consumer's
 records redelivered after the acquisition lock, rejected records never again, archiving at the
-delivery count limit, no acknowledgement lost over a broker restart; and the admin side:
+delivery count limit, no acknowledgement lost over a broker restart; a batch acknowledged
+offset by offset, and the state records (snapshot, then one update of the changed ranges per
+ShareFetch); and the admin side:
 ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, group configs,
 ApiVersions and the `--as-kafka` profiles, ACLs."""
 from __future__ import annotations
@@ -750,17 +752,22 @@ class RawShareMember:
             time.sleep(0.05)
 
 
-def one_batch_group(broker: Any, topic: str, n: int) -> tuple[str, bytes]:
-    """A topic of one partition holding `n` records in one batch (offsets 0..n-1) and a new
-    share group reading it from the earliest offset: (group, topic id)."""
-    create_topic(broker.bootstrap, topic, 1)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 200, **QUIET})
-    for i in range(n):
+def produce_batch(bootstrap: str, topic: str, values: range) -> None:
+    """Records of the given numbers to partition 0, in one batch."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200, **QUIET})
+    for i in values:
         p.produce(topic, value=b"%d" % i, partition=0)
     assert p.flush(20) == 0
+
+
+def one_batch_group(bootstrap: str, port: int, topic: str, n: int) -> tuple[str, bytes]:
+    """A topic of one partition holding `n` records in one batch (offsets 0..n-1) and a new
+    share group reading it from the earliest offset: (group, topic id)."""
+    create_topic(bootstrap, topic, 1)
+    produce_batch(bootstrap, topic, range(n))
     group = new_group()
-    set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest")
-    return group, topic_id(broker.port, topic)
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    return group, topic_id(port, topic)
 
 
 def acquired(part: Any) -> list[tuple[int, int, int]]:
@@ -824,7 +831,7 @@ def test_a_batch_acknowledged_offset_by_offset_redelivers_only_its_released_reco
     """One acquired batch of 10 records, its even offsets accepted and its odd ones released in
     one acknowledgement: the odd ones come again (delivery count 2), the even ones never; an
     offset accepted already cannot be acknowledged again."""
-    group, tid = one_batch_group(sbroker, "qsplit", 10)
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qsplit", 10)
     with RawClient(sbroker.port, timeout=30) as raw:
         m = RawShareMember(raw, group, "qsplit", tid)
         assert acquired(m.first_fetch()) == [(0, 9, 1)]
@@ -844,7 +851,7 @@ def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_aft
     the latest snapshot and the latest update alone are the state, also for an update written
     after a restart (it holds what the updates before the restart changed)."""
     b = broker_factory(settings=SETTINGS)
-    group, tid = one_batch_group(b, "qlog", 10)
+    group, tid = one_batch_group(b.bootstrap, b.port, "qlog", 10)
     with RawClient(b.port, timeout=30) as raw:
         m = RawShareMember(raw, group, "qlog", tid)
         assert acquired(m.first_fetch()) == [(0, 9, 1)]
@@ -865,3 +872,31 @@ def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_aft
     kind, update = records[-1]
     assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
     assert (update.start_offset, batches_of(update)) == (0, stored)
+
+
+def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_held(tmp_path):
+    """A ShareFetch's acknowledgements and its acquisition are written in one state record:
+    when that write fails (a disk error on the `__share_group_state` partition) both answer
+    the error and no records are handed out; the records it acquired come again once their
+    lock expires."""
+    b = KafkaTestBroker(tmp_path / "b", settings=SETTINGS)
+    b.start()
+    try:
+        group, tid = one_batch_group(b.bootstrap_servers, b.port, "qfail", 10)
+        produce_batch(b.bootstrap_servers, "qfail", range(10, 20))
+        with RawClient(b.port, timeout=30) as raw:
+            m = RawShareMember(raw, group, "qfail", tid)
+            assert acquired(m.first_fetch()) == [(0, 19, 1)]
+            produce_batch(b.bootstrap_servers, "qfail", range(20, 30))
+            with RawClient(b.port) as meta:
+                parts = len(meta.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+                    name=STATE_TOPIC)]), 12).topics[0].partitions)
+            b.faults.disk_error(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % parts)
+            failed = m.fetch([(0, 19, [1])])
+            assert b.faults.active() == []
+            assert (failed.acknowledge_error_code, failed.error_code) == (EC.KAFKA_STORAGE_ERROR,) * 2
+            assert (failed.acquired_records, len(failed.records or b"")) == ([], 0)
+            again = m.fetch(wait_ms=3 * LOCK_MS)  # records 20-29 come back after the lock
+            assert acquired(again) == [(20, 29, 2)]
+    finally:
+        b.kill()
