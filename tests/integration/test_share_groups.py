@@ -736,7 +736,8 @@ class RawShareMember:
             group_id=self.group, member_id=self.member, share_session_epoch=self.epoch, max_wait_ms=wait_ms,
             min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[F.FetchTopic(
                 topic_id=self.tid, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
-                    F.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=t) for a, b, t in acks])])]), 1)
+                    F.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=t)
+                    for a, b, t in acks])])]), 1)
         self.epoch += 1
         assert resp.error_code == 0, resp
         return resp.responses[0].partitions[0]
@@ -776,7 +777,8 @@ def acquired(part: Any) -> list[tuple[int, int, int]]:
 
 def topic_id(port: int, topic: str) -> bytes:
     with RawClient(port) as raw:
-        return raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id
+        meta = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+    return meta.topics[0].topic_id
 
 
 def read_state(port: int, group: str, tid: bytes) -> tuple[int, list[tuple[int, int, int, int]]]:
@@ -786,7 +788,7 @@ def read_state(port: int, group: str, tid: bytes) -> tuple[int, list[tuple[int, 
         p = raw.request(RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[
             RS.PartitionData(partition=0)])]), 0).results[0].partitions[0]
     assert p.error_code == 0
-    return p.start_offset, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in p.state_batches]
+    return p.start_offset, batches_of(p)
 
 
 def state_log(port: int, group: str, tid: bytes) -> list[tuple[str, Any]]:

@@ -1,22 +1,23 @@
 """ShareFetch (key 78), version 1: records of a share group's partitions, each acquired by
 this member for the acquisition lock duration (KIP-932, Kafka 4.1+).
 
-The share session (ShareSessionEpoch: 0 opens it with the request's partitions, N continues
-it adding the request's partitions and dropping ForgottenTopicsData, -1 closes it and releases
-what the member still holds) decides which partitions are fetched; acknowledgements
-piggy-backed on the request are applied first (each partition's AcknowledgeErrorCode says
-how). The state changes of the acknowledgements and of the acquisition that follows are
-written once per partition (`HeldWrites`), before the request parks or is answered; a write
-that fails is the partition's error (and its acknowledgement error). Each partition answers the bytes of the whole batches holding the records it acquired,
-the acquired ranges with their delivery counts, and its current leader; the top level the
-acquisition lock duration. Nothing acquired: the request waits up to MaxWaitMs for an append
-or a release. MaxRecords bounds the records acquired (a batch in progress is finished);
-MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member id),
-GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
+The share session (ShareSessionEpoch: 0 opens it with the request's partitions, N continues it
+adding the request's partitions and dropping ForgottenTopicsData, -1 closes it and releases what
+the member still holds) decides which partitions are fetched; acknowledgements piggy-backed on
+the request are applied first (each partition's AcknowledgeErrorCode says how). The state
+changes of the acknowledgements and of the acquisition that follows are written once per
+partition (`HeldWrites`), before the request parks or is answered; a write that fails is the
+partition's error (and its acknowledgement error). Each partition answers the bytes of the whole
+batches holding the records it acquired, the acquired ranges with their delivery counts, and its
+current leader; the top level the acquisition lock duration. Nothing acquired: the request waits
+up to MaxWaitMs for an append or a release. MaxRecords bounds the records acquired (a batch in
+progress is finished); MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member
+id), GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
 the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's
 state cannot be read from its share coordinator: the client refreshes its metadata and fetches
-again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in `kafkafast/broker/share/manager.py`.
+again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in
+`kafkafast/broker/share/manager.py`.
 """
 import time
 

@@ -345,7 +345,8 @@ class SharePartitionManager:
 
     # -- acknowledgements ------------------------------------------------------------------------
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
-                    batches: list[tuple[int, int, list[int]]], held: HeldWrites | None = None) -> tuple[int, str | None]:
+                    batches: list[tuple[int, int, list[int]]],
+                    held: HeldWrites | None = None) -> tuple[int, str | None]:
         """Applies a partition's acknowledgement batches; (error code, message). The state
         write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
@@ -364,7 +365,8 @@ class SharePartitionManager:
 
     # -- acquisition -----------------------------------------------------------------------------
     def acquire(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any, max_records: int,
-                max_bytes: int, held: HeldWrites | None = None) -> tuple[bytes | FileRegion, list[tuple[int, int, int]]]:
+                max_bytes: int,
+                held: HeldWrites | None = None) -> tuple[bytes | FileRegion, list[tuple[int, int, int]]]:
         """Acquires records of one partition for the member; (batch bytes, acquired ranges). The
         state write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)

@@ -98,7 +98,8 @@ class InFlight:
 
     def __init__(self, first: int, last: int, state: int, count: int, member: str | None = None,
                  token: int = 0) -> None:
-        self.first, self.last, self.state, self.count, self.member, self.token = first, last, state, count, member, token
+        self.first, self.last, self.state, self.count = first, last, state, count
+        self.member, self.token = member, token
 
     def __repr__(self) -> str:
         return f"InFlight({self.first}-{self.last}, state={self.state}, count={self.count}, member={self.member!r})"
@@ -363,7 +364,8 @@ class SharePartition:
                 (max(e.first, a) for e in self._overlapping(a, b) if e.state != ACQUIRED or e.member != member_id),
                 None)
             if bad is not None:
-                raise InvalidRecordState(f"offset {bad} of {self.topic}-{self.partition} is not acquired by this member")
+                raise InvalidRecordState(f"offset {bad} of {self.topic}-{self.partition} is not acquired "
+                                         "by this member")
             runs.append((a, b, kind))
         return runs
 
