@@ -388,15 +388,10 @@ class SharePartition:
         self.end_offset = max(self.end_offset, offset)
         self._persist([])
 
-    def state_batches(self, spans: Iterable[tuple[int, int]] | None = None) -> list[StateBatch]:
-        """The in-flight records (or those of the offset ranges `spans`) as state batches,
-        acquired ones as Available."""
-        if spans is None:
-            parts: Iterable[StateBatch] = ((e.first, e.last, e.persisted_state(), e.count) for e in self.inflight)
-        else:
-            parts = [(max(a, e.first), min(b, e.last), e.persisted_state(), e.count)
-                     for a, b in sorted(spans) for e in self._overlapping(a, b)]
-        return overlay((), parts, self.start_offset)
+    def state_batches(self, spans: Iterable[tuple[int, int]]) -> list[StateBatch]:
+        """The in-flight records of the offset ranges `spans` as state batches, acquired ones as Available."""
+        return overlay((), [(max(a, e.first), min(b, e.last), e.persisted_state(), e.count)
+                            for a, b in sorted(spans) for e in self._overlapping(a, b)], self.start_offset)
 
     def _persist(self, spans: list[tuple[int, int]]) -> None:
         if self.persist is not None:
