@@ -140,10 +140,10 @@ class ClusterShareStateStore(ShareStateStore):
                                                                b.delivery_count) for b in p.state_batches])
 
     def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
-              batches: list[StateBatch], full: list[StateBatch]) -> None:
+              batches: list[StateBatch]) -> None:
         key = (group_id, topic_id, partition)
         if self.coordinator_error(key) == 0:
-            super().write(group_id, topic_id, partition, start_offset, state_epoch, batches, full)
+            super().write(group_id, topic_id, partition, start_offset, state_epoch, batches)
             return
         W = WriteShareGroupStateRequest
         req = W(group_id=group_id, topics=[W.WriteStateData(topic_id=topic_id, partitions=[W.PartitionData(

@@ -2,7 +2,9 @@
 consumer (confluent-kafka's `ShareConsumer`): records of 2 partitions shared by 8 consumers,
 every record accepted exactly once, released records delivered again, a killed consumer's
 records redelivered after the acquisition lock, rejected records never again, archiving at the
-delivery count limit, no acknowledgement lost over a broker restart; and the admin side:
+delivery count limit, no acknowledgement lost over a broker restart; a batch acknowledged
+offset by offset, and the state records (snapshot, then one update of the changed ranges per
+ShareFetch); and the admin side:
 ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, group configs,
 ApiVersions and the `--as-kafka` profiles, ACLs."""
 from __future__ import annotations
@@ -12,15 +14,18 @@ import sys
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewTopic, ResourceType)
 
 from kafkafast.broker.group_coordinator import java_string_hash
 from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
+from kafkafast.protocol._generated.coordinator_records import (ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey,
+                                                              ShareUpdateValue)
 from kafkafast.protocol._generated.delete_groups import DeleteGroupsRequest
 from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
@@ -35,6 +40,7 @@ from kafkafast.protocol._generated.share_group_describe import ShareGroupDescrib
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
 from kafkafast.protocol.errors import ErrorCode as EC
+from kafkafast.protocol.primitives import Reader
 from kafkafast.records import iter_record_batches
 from kafkafast.runtime.shm import owner_for
 from kafkafast.testing import KafkaTestBroker
@@ -707,3 +713,192 @@ def test_group_configs_are_described_as_kafka_4_does(sbroker):
         resource_type=32, resource_name="", configuration_keys=None)])  # librdkafka refuses to send it
     with RawClient(sbroker.port) as raw:
         assert raw.request(empty, 4).results[0].error_code == EC.INVALID_REQUEST
+
+
+class RawShareMember:
+    """One share group member over a raw connection: ShareFetch with piggy-backed
+    acknowledgements, one partition of one topic, its share session epochs counted here."""
+
+    def __init__(self, raw: RawClient, group: str, topic: str, tid: bytes, member: str = "m") -> None:
+        self.raw, self.group, self.tid, self.member, self.epoch = raw, group, tid, member, 0
+        deadline = time.monotonic() + 20
+        while True:  # the group coordinator may still be loading after a start
+            err = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=0,
+                                                         subscribed_topic_names=[topic]), 1).error_code
+            if err != EC.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert err == 0
+
+    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), wait_ms: int = 5000) -> Any:
+        F = ShareFetchRequest
+        resp = self.raw.request(F(
+            group_id=self.group, member_id=self.member, share_session_epoch=self.epoch, max_wait_ms=wait_ms,
+            min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[F.FetchTopic(
+                topic_id=self.tid, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
+                    F.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=t)
+                    for a, b, t in acks])])]), 1)
+        self.epoch += 1
+        assert resp.error_code == 0, resp
+        return resp.responses[0].partitions[0]
+
+    def first_fetch(self, timeout: float = 20) -> Any:
+        """Fetches until the share-partition answers (its state loads in the background after a
+        start: NOT_LEADER_OR_FOLLOWER meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            part = self.fetch()
+            if part.error_code == 0 or time.monotonic() > deadline:
+                return part
+            time.sleep(0.05)
+
+
+def produce_batch(bootstrap: str, topic: str, values: range) -> None:
+    """Records of the given numbers to partition 0, in one batch."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200, **QUIET})
+    for i in values:
+        p.produce(topic, value=b"%d" % i, partition=0)
+    assert p.flush(20) == 0
+
+
+def one_batch_group(bootstrap: str, port: int, topic: str, n: int) -> tuple[str, bytes]:
+    """A topic of one partition holding `n` records in one batch (offsets 0..n-1) and a new
+    share group reading it from the earliest offset: (group, topic id)."""
+    create_topic(bootstrap, topic, 1)
+    produce_batch(bootstrap, topic, range(n))
+    group = new_group()
+    set_group_configs(bootstrap, group, share_auto_offset_reset="earliest")
+    return group, topic_id(port, topic)
+
+
+def acquired(part: Any) -> list[tuple[int, int, int]]:
+    return [(r.first_offset, r.last_offset, r.delivery_count) for r in part.acquired_records]
+
+
+def topic_id(port: int, topic: str) -> bytes:
+    with RawClient(port) as raw:
+        meta = raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+    return meta.topics[0].topic_id
+
+
+def read_state(port: int, group: str, tid: bytes) -> tuple[int, list[tuple[int, int, int, int]]]:
+    """ReadShareGroupState of partition 0: (start offset, state batches)."""
+    RS = ReadShareGroupStateRequest
+    with RawClient(port) as raw:
+        p = raw.request(RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[
+            RS.PartitionData(partition=0)])]), 0).results[0].partitions[0]
+    assert p.error_code == 0
+    return p.start_offset, batches_of(p)
+
+
+def state_log(port: int, group: str, tid: bytes) -> list[tuple[str, Any]]:
+    """The `__share_group_state` records of the group's partition 0 in log order: ("snapshot",
+    ShareSnapshotValue) and ("update", ShareUpdateValue)."""
+    with RawClient(port) as raw:
+        parts = len(raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=STATE_TOPIC)]),
+                                12).topics[0].partitions)
+    index = (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % parts
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": new_group(), "enable.auto.commit": False,
+                  **QUIET})
+    out = []
+    try:
+        high = c.get_watermark_offsets(TopicPartition(STATE_TOPIC, index), timeout=10)[1]
+        c.assign([TopicPartition(STATE_TOPIC, index, 0)])
+        deadline, seen = time.monotonic() + 20, 0
+        while seen < high and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None or m.error() is not None:
+                continue
+            seen = m.offset() + 1
+            kr = Reader(m.key())
+            kind = kr.int16()
+            k = (ShareSnapshotKey if kind == 0 else ShareUpdateKey).decode(kr, kind)
+            if (k.group_id, bytes(k.topic_id), k.partition) != (group, tid, 0) or m.value() is None:
+                continue
+            vr = Reader(m.value())
+            version = vr.int16()
+            out.append(("snapshot", ShareSnapshotValue.decode(vr, version)) if kind == 0
+                       else ("update", ShareUpdateValue.decode(vr, version)))
+        assert seen >= high
+    finally:
+        c.close()
+    return out
+
+
+def batches_of(value: Any) -> list[tuple[int, int, int, int]]:
+    return [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in value.state_batches]
+
+
+def test_a_batch_acknowledged_offset_by_offset_redelivers_only_its_released_records(sbroker):
+    """One acquired batch of 10 records, its even offsets accepted and its odd ones released in
+    one acknowledgement: the odd ones come again (delivery count 2), the even ones never; an
+    offset accepted already cannot be acknowledged again."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qsplit", 10)
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qsplit", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        second = m.fetch([(0, 9, [1, 2] * 5)])
+        assert second.acknowledge_error_code == 0
+        assert acquired(second) == [(o, o, 2) for o in (1, 3, 5, 7, 9)]
+        assert [r.offset for _, rs in iter_record_batches(second.records) for r in rs] == list(range(10))
+        assert m.fetch([(0, 0, [1])], wait_ms=0).acknowledge_error_code == EC.INVALID_RECORD_STATE
+        last = m.fetch([(o, o, [1]) for o in (1, 3, 5, 7, 9)], wait_ms=500)
+        assert (last.acknowledge_error_code, last.acquired_records) == (0, [])
+    assert read_state(sbroker.port, group, tid) == (10, [])
+
+
+def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_after_a_restart_holds_all(broker_factory):
+    """`__share_group_state` holds one snapshot and then one ShareUpdate per state change, each
+    naming batches (a handful), not the records one by one; and since the topic is compacted,
+    the latest snapshot and the latest update alone are the state, also for an update written
+    after a restart (it holds what the updates before the restart changed)."""
+    b = broker_factory(settings=SETTINGS)
+    group, tid = one_batch_group(b.bootstrap, b.port, "qlog", 10)
+    with RawClient(b.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qlog", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        m.fetch([(0, 9, [2] * 5 + [1] * 5)])  # 0-4 released and acquired again (count 2), 5-9 accepted
+        m.fetch([(0, 4, [2])])  # released and acquired again (count 3)
+        m.fetch([(0, 4, [2])], wait_ms=0)  # released and acquired again (count 4)
+    records = state_log(b.port, group, tid)
+    assert [kind for kind, _ in records] == ["snapshot"] + ["update"] * 4  # one per ShareFetch
+    assert max(len(v.state_batches) for _, v in records) <= 2
+    assert batches_of(records[-1][1]) == [(0, 4, 0, 4), (5, 9, 2, 1)]
+    b.restart()
+    with RawClient(b.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qlog", tid, member="n")
+        assert acquired(m.first_fetch()) == [(0, 4, 5)]
+    start, stored = read_state(b.port, group, tid)
+    assert (start, stored) == (0, [(0, 4, 0, 5), (5, 9, 2, 1)])
+    records = state_log(b.port, group, tid)
+    kind, update = records[-1]
+    assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
+    assert (update.start_offset, batches_of(update)) == (0, stored)
+
+
+def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_held(tmp_path):
+    """A ShareFetch's acknowledgements and its acquisition are written in one state record:
+    when that write fails (a disk error on the `__share_group_state` partition) both answer
+    the error and no records are handed out; the records it acquired come again once their
+    lock expires."""
+    b = KafkaTestBroker(tmp_path / "b", settings=SETTINGS)
+    b.start()
+    try:
+        group, tid = one_batch_group(b.bootstrap_servers, b.port, "qfail", 10)
+        produce_batch(b.bootstrap_servers, "qfail", range(10, 20))
+        with RawClient(b.port, timeout=30) as raw:
+            m = RawShareMember(raw, group, "qfail", tid)
+            assert acquired(m.first_fetch()) == [(0, 19, 1)]
+            produce_batch(b.bootstrap_servers, "qfail", range(20, 30))
+            with RawClient(b.port) as meta:
+                parts = len(meta.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+                    name=STATE_TOPIC)]), 12).topics[0].partitions)
+            b.faults.disk_error(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % parts)
+            failed = m.fetch([(0, 19, [1])])
+            assert b.faults.active() == []
+            assert (failed.acknowledge_error_code, failed.error_code) == (EC.KAFKA_STORAGE_ERROR,) * 2
+            assert (failed.acquired_records, len(failed.records or b"")) == ([], 0)
+            again = m.fetch(wait_ms=3 * LOCK_MS)  # records 20-29 come back after the lock
+            assert acquired(again) == [(20, 29, 2)]
+    finally:
+        b.kill()

@@ -1,28 +1,31 @@
 """ShareFetch (key 78), version 1: records of a share group's partitions, each acquired by
 this member for the acquisition lock duration (KIP-932, Kafka 4.1+).
 
-The share session (ShareSessionEpoch: 0 opens it with the request's partitions, N continues
-it adding the request's partitions and dropping ForgottenTopicsData, -1 closes it and releases
-what the member still holds) decides which partitions are fetched; acknowledgements
-piggy-backed on the request are applied first (each partition's AcknowledgeErrorCode says
-how). Each partition answers the bytes of the whole batches holding the records it acquired,
-the acquired ranges with their delivery counts, and its current leader; the top level the
-acquisition lock duration. Nothing acquired: the request waits up to MaxWaitMs for an append
-or a release. MaxRecords bounds the records acquired (a batch in progress is finished);
-MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member id),
-GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
+The share session (ShareSessionEpoch: 0 opens it with the request's partitions, N continues it
+adding the request's partitions and dropping ForgottenTopicsData, -1 closes it and releases what
+the member still holds) decides which partitions are fetched; acknowledgements piggy-backed on
+the request are applied first (each partition's AcknowledgeErrorCode says how). The state
+changes of the acknowledgements and of the acquisition that follows are written once per
+partition (`HeldWrites`), before the request parks or is answered; a write that fails is the
+partition's error (and its acknowledgement error). Each partition answers the bytes of the whole
+batches holding the records it acquired, the acquired ranges with their delivery counts, and its
+current leader; the top level the acquisition lock duration. Nothing acquired: the request waits
+up to MaxWaitMs for an append or a release. MaxRecords bounds the records acquired (a batch in
+progress is finished); MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member
+id), GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
 the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's
 state cannot be read from its share coordinator: the client refreshes its metadata and fetches
-again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in `kafkafast/broker/share/manager.py`.
+again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in
+`kafkafast/broker/share/manager.py`.
 """
 import time
 
 from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
-from kafkafast.broker.share.manager import FINAL_EPOCH, PartitionAnswer
+from kafkafast.broker.share.manager import FINAL_EPOCH, HeldWrites, PartitionAnswer
 from kafkafast.broker.share.requests import (apply_acks, current_leader, loaded_partition, persisted, request_error,
-                                             resolve)
+                                             resolve, write_held)
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest, ShareFetchResponse
 
@@ -33,7 +36,8 @@ DEFAULT_MAX_RECORDS = 500
 STATE_UNAVAILABLE = frozenset({EC.COORDINATOR_NOT_AVAILABLE, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR})
 
 
-async def _fetch_once(broker, req, session, answers, budget: list[int], verify: bool) -> tuple[int, list]:
+async def _fetch_once(broker, req, session, answers, budget: list[int], verify: bool,
+                      held: HeldWrites) -> tuple[int, list]:
     """One acquisition pass over the session's partitions; (records acquired, partitions read).
     `verify` (the pass opening a share session): each share-partition's stored state is read
     again (changed by AlterShareGroupOffsets / DeleteShareGroupOffsets while the group was empty)."""
@@ -52,7 +56,7 @@ async def _fetch_once(broker, req, session, answers, budget: list[int], verify: 
         if budget[0] <= 0 or budget[1] <= 0:
             continue
         try:
-            data, ranges = mgr.acquire(req.group_id, req.member_id, topic, tid, part, budget[0], budget[1])
+            data, ranges = mgr.acquire(req.group_id, req.member_id, topic, tid, part, budget[0], budget[1], held)
         except E.KafkaError as exc:
             answer.error, answer.message = exc.code, exc.message
             continue
@@ -114,10 +118,12 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         session = mgr.session_for(req.group_id, req.member_id, epoch, add, forget)
     except E.KafkaError as exc:
         return R(throttle_time_ms=0, error_code=exc.code, error_message=exc.message, responses=[], node_endpoints=[])
+    held = HeldWrites()  # the acknowledgements and the first acquisition pass: one state write per partition
     for name, tid, p, batches in acks:
-        await apply_acks(broker, req.group_id, req.member_id, name, tid, p, batches, answers)
+        await apply_acks(broker, req.group_id, req.member_id, name, tid, p, batches, answers, held)
     lock_ms = mgr.lock_duration_ms(req.group_id)
     if epoch == FINAL_EPOCH:
+        write_held(broker, held, answers)
         mgr.close_session(session)
         await persisted(broker, answers)
         return _response(broker, answers, False, lock_ms)
@@ -125,7 +131,8 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     verify = epoch == 0
     while True:
-        acquired, parts = await _fetch_once(broker, req, session, answers, budget, verify)
+        acquired, parts = await _fetch_once(broker, req, session, answers, budget, verify, held)
+        write_held(broker, held, answers)
         verify = False
         remaining = deadline - time.monotonic()
         if acquired or remaining <= 0 or not parts or any(a.error for a in answers.values()):

@@ -29,8 +29,9 @@ import logging
 import os
 import re
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from kafkafast import clock
 from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
@@ -68,6 +69,16 @@ class PartitionAnswer:
     records: bytes | FileRegion = b""
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
     acked: bool = False
+
+
+class HeldWrites:
+    """State writes held back while one ShareFetch applies its acknowledgements and acquires,
+    so a share-partition changed by both is written once (`SharePartitionManager.flush`, before
+    the request parks or is answered): share-partition -> (topic id, offset ranges changed)."""
+    __slots__ = ("spans",)
+
+    def __init__(self) -> None:
+        self.spans: dict[SharePartition, tuple[bytes, list[tuple[int, int]]]] = {}
 
 
 @dataclass(slots=True)
@@ -176,6 +187,7 @@ class SharePartitionManager:
         self._waiters: set[asyncio.Future] = set()
         self._timers: set[Any] = set()
         self._loop: Any = None
+        self._held: HeldWrites | None = None
 
     def start(self, loop: Any) -> None:
         self._loop = loop
@@ -240,11 +252,41 @@ class SharePartitionManager:
             sp.reset_to(part.log_start_offset)
         return sp
 
-    def _persister(self, topic_id: bytes) -> Callable[[SharePartition, list[StateBatch]], None]:
-        def persist(sp: SharePartition, batches: list[StateBatch]) -> None:
-            self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, batches,
-                             sp.state_batches())
+    def _persister(self, topic_id: bytes) -> Callable[[SharePartition, list[tuple[int, int]]], None]:
+        def persist(sp: SharePartition, spans: list[tuple[int, int]]) -> None:
+            if self._held is not None:
+                self._held.spans.setdefault(sp, (topic_id, []))[1].extend(spans)
+            else:
+                self._write(sp, topic_id, spans)
         return persist
+
+    def _write(self, sp: SharePartition, topic_id: bytes, spans: list[tuple[int, int]]) -> None:
+        self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, sp.state_batches(spans))
+
+    @contextmanager
+    def _holding(self, held: HeldWrites | None) -> Iterator[None]:
+        """The state writes of the (synchronous) block go to `held`, when given."""
+        self._held = held
+        try:
+            yield
+        finally:
+            self._held = None
+
+    def flush(self, held: HeldWrites) -> dict[tuple[str, int], E.KafkaError]:
+        """Writes what `held` holds, one write per share-partition with the current state of
+        every range it changed; the errors by (topic, partition). A share-partition loaded
+        again meanwhile (its stored state changed under it, or a new leader epoch) is skipped:
+        its state is the stored one now."""
+        spans, held.spans = held.spans, {}
+        errors: dict[tuple[str, int], E.KafkaError] = {}
+        for sp, (topic_id, changed) in spans.items():
+            if self.partitions.get((sp.group_id, sp.topic, sp.partition)) is not sp:
+                continue
+            try:
+                self._write(sp, topic_id, changed)
+            except E.KafkaError as exc:
+                errors[(sp.topic, sp.partition)] = exc
+        return errors
 
     def forget_group(self, group_id: str) -> None:
         """DeleteGroups (the state store deleted their persisted state): the group's
@@ -303,11 +345,15 @@ class SharePartitionManager:
 
     # -- acknowledgements ------------------------------------------------------------------------
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
-                    batches: list[tuple[int, int, list[int]]]) -> tuple[int, str | None]:
+                    batches: list[tuple[int, int, list[int]]],
+                    held: HeldWrites | None = None) -> tuple[int, str | None]:
+        """Applies a partition's acknowledgement batches; (error code, message). The state
+        write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
         released = [0]
         try:
-            sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
+            with self._holding(held):
+                sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
             err: tuple[int, str | None] = (0, None)
         except InvalidRecordState as exc:
             err = (EC.INVALID_RECORD_STATE, str(exc))
@@ -319,8 +365,10 @@ class SharePartitionManager:
 
     # -- acquisition -----------------------------------------------------------------------------
     def acquire(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any, max_records: int,
-                max_bytes: int) -> tuple[bytes, list[tuple[int, int, int]]]:
-        """Acquires records of one partition for the member; (batch bytes, acquired ranges)."""
+                max_bytes: int,
+                held: HeldWrites | None = None) -> tuple[bytes | FileRegion, list[tuple[int, int, int]]]:
+        """Acquires records of one partition for the member; (batch bytes, acquired ranges). The
+        state write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
         if sp.in_flight() >= self.max_locks and sp.next_candidate() == sp.end_offset:
             return b"", []
@@ -338,18 +386,18 @@ class SharePartitionManager:
         aborted = sorted((a.first_offset, a.last_offset, a.producer_id) for a in collect_aborted(
             part.log.reader.dir, part.log.reader.segment_bases(), start, upper)) if committed else []
         walk = LogBatches(region, aborted)
-        ranges, token, used = sp.acquire(member_id, walk, max_records, self.max_locks, start)
+        with self._holding(held):
+            ranges, token, used = sp.acquire(member_id, walk, max_records, self.max_locks, start)
         if not ranges:
             return b"", []
-        offsets = [o for a, b, _ in ranges for o in range(a, b + 1)]
-        self._lock(sp, member_id, token, offsets)
+        self._lock(sp, member_id, token, ranges)
         return walk.answer(used), ranges
 
-    def _lock(self, sp: SharePartition, member_id: str, token: int, offsets: list[int]) -> None:
+    def _lock(self, sp: SharePartition, member_id: str, token: int, ranges: list[tuple[int, int, int]]) -> None:
         def expire() -> None:
             self._timers.discard(handle)
             try:
-                released = sp.release_lock(member_id, token, offsets, self.delivery_count_limit(sp.group_id))
+                released = sp.release_lock(member_id, token, ranges, self.delivery_count_limit(sp.group_id))
             except E.KafkaError as exc:  # released in memory, not persisted: a restart redelivers them anyway
                 log.warning("share group %s: %s-%d: persisting a lock timeout failed: %s", sp.group_id, sp.topic,
                             sp.partition, exc)

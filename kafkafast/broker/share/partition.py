@@ -19,22 +19,31 @@ are acknowledged or archived the SPSO moves past them and they leave the in-flig
 
 Only the member that acquired a record may acknowledge it (else INVALID_RECORD_STATE, and
 nothing of that acknowledgement batch is applied). State changes are handed to `persist` as
-state batches (first offset, last offset, delivery state, delivery count), acquired records
-written as Available, so a restart redelivers what was acquired and not acknowledged.
+the offset ranges that changed; `state_batches` gives their state batches (first offset, last
+offset, delivery state, delivery count), acquired records written as Available, so a restart
+redelivers what was acquired and not acknowledged.
 
-The in-flight map holds one small list per record: [state, delivery count, member id, lock
-token]; its size is bounded by the record-lock limit.
+The in-flight map is a list of `InFlight` ranges, sorted and contiguous from the SPSO to the
+SPEO, each of one state, delivery count, member and lock: an acquired log batch is one range,
+so acquiring, accepting or releasing it costs the same whatever its record count. A range is
+cut only where its records' states diverge (an acknowledgement of part of it, one type per
+offset), as Kafka's in-flight batch keeps per-offset state only then; neighbours that agree
+again are joined. Its size is bounded by the record-lock limit.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import chain, groupby
 from typing import Callable, Iterable
 
 from kafkafast.metrics import recorder as request_metrics
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4  # Kafka's RecordState ids
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3  # acknowledge types on the wire
+_DONE = (ACKNOWLEDGED, ARCHIVED)
 
 StateBatch = tuple[int, int, int, int]  # first offset, last offset, delivery state, delivery count
+
 
 def _event(name: str, n: int) -> None:
     """A share-partition event for the metrics (when they are on): (event, records) for "acquired",
@@ -44,46 +53,150 @@ def _event(name: str, n: int) -> None:
         request_metrics.share_event(name, n)
 
 
+def overlay(base: Iterable[StateBatch], newer: Iterable[StateBatch], start_offset: int = 0) -> list[StateBatch]:
+    """The state batches of `newer` laid over `base` (a later batch wins where they overlap),
+    sorted, without the offsets below `start_offset`, adjacent batches of the same state and
+    delivery count joined. The work is per batch, not per offset."""
+    out: list[StateBatch] = []
+    for a, b, s, c in chain(base, newer):
+        a = max(a, start_offset)
+        if a > b:
+            continue
+        i = bisect_left(out, a, key=_last)  # out[i:j]: the batches overlapping [a, b]
+        j = bisect_right(out, b, key=_first)
+        put = [(a, b, s, c)]
+        if i < j and out[i][0] < a:
+            put.insert(0, (out[i][0], a - 1, out[i][2], out[i][3]))
+        if i < j and out[j - 1][1] > b:
+            put.append((b + 1, out[j - 1][1], out[j - 1][2], out[j - 1][3]))
+        out[i:j] = put
+    joined: list[StateBatch] = []
+    for a, b, s, c in out:
+        if joined and joined[-1][1] == a - 1 and joined[-1][2] == s and joined[-1][3] == c:
+            joined[-1] = (joined[-1][0], b, s, c)
+        else:
+            joined.append((a, b, s, c))
+    return joined
+
+
+def _first(batch: StateBatch) -> int:
+    return batch[0]
+
+
+def _last(batch: StateBatch) -> int:
+    return batch[1]
+
+
 class InvalidRecordState(Exception):
     """An acknowledgement of records that are not acquired by this member."""
 
 
+class InFlight:
+    """The in-flight records first..last, all of one state and delivery count, and while
+    acquired, of one member and acquisition lock (`token`)."""
+    __slots__ = ("first", "last", "state", "count", "member", "token")
+
+    def __init__(self, first: int, last: int, state: int, count: int, member: str | None = None,
+                 token: int = 0) -> None:
+        self.first, self.last, self.state, self.count = first, last, state, count
+        self.member, self.token = member, token
+
+    def __repr__(self) -> str:
+        return f"InFlight({self.first}-{self.last}, state={self.state}, count={self.count}, member={self.member!r})"
+
+    def persisted_state(self) -> int:
+        return AVAILABLE if self.state == ACQUIRED else self.state
+
+    def same(self, other: "InFlight") -> bool:
+        return (self.state == other.state and self.count == other.count and self.member == other.member
+                and self.token == other.token)
+
+
+def _entry_first(entry: InFlight) -> int:
+    return entry.first
+
+
 class SharePartition:
-    __slots__ = ("group_id", "topic", "partition", "start_offset", "end_offset", "records", "state_epoch",
-                 "leader_epoch", "persist", "_token")
+    __slots__ = ("group_id", "topic", "partition", "start_offset", "end_offset", "inflight", "state_epoch",
+                 "leader_epoch", "persist", "_token", "_cut_any")
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  batches: Iterable[StateBatch] = (), state_epoch: int = 0,
-                 persist: Callable[["SharePartition", list[StateBatch]], None] | None = None) -> None:
+                 persist: Callable[["SharePartition", list[tuple[int, int]]], None] | None = None) -> None:
         self.group_id = group_id
         self.topic = topic
         self.partition = partition
         self.start_offset = start_offset
-        self.end_offset = start_offset
-        self.records: dict[int, list] = {}
         self.state_epoch = state_epoch
         self.leader_epoch = 0  # the partition's leader epoch it was loaded at
         self.persist = persist
         self._token = 0
-        for first, last, state, count in batches:
-            for off in range(max(first, start_offset), last + 1):
-                self.records[off] = [ARCHIVED if state == ARCHIVED else ACKNOWLEDGED if state == ACKNOWLEDGED
-                                     else AVAILABLE, count, None, 0]
-            self.end_offset = max(self.end_offset, last + 1)
-        for off in range(start_offset, self.end_offset):  # offsets the persisted batches skipped: never delivered
-            self.records.setdefault(off, [AVAILABLE, 0, None, 0])
+        self._cut_any = False
+        stored = overlay((), batches, start_offset)
+        self.end_offset = max([start_offset] + [b + 1 for _, b, _, _ in stored])
+        self.inflight: list[InFlight] = []
+        at = start_offset
+        for a, b, s, c in stored:
+            if a > at:  # offsets the persisted batches skipped: never delivered
+                self.inflight.append(InFlight(at, a - 1, AVAILABLE, 0))
+            self.inflight.append(InFlight(a, b, s if s in _DONE else AVAILABLE, c))
+            at = b + 1
         self._advance()
+
+    # -- the in-flight ranges ------------------------------------------------------------------
+    def _cut(self, off: int) -> int:
+        """Makes an in-flight range start at `off` (splitting the one holding it); its index
+        (0 at or below the SPSO, the number of ranges at or past the SPEO)."""
+        fl = self.inflight
+        if off >= self.end_offset:
+            return len(fl)
+        if off <= self.start_offset:
+            return 0
+        i = bisect_right(fl, off, key=_entry_first) - 1
+        e = fl[i]
+        if e.first == off:
+            return i
+        fl.insert(i + 1, InFlight(off, e.last, e.state, e.count, e.member, e.token))
+        e.last = off - 1
+        self._cut_any = True
+        return i + 1
+
+    def _overlapping(self, a: int, b: int) -> list[InFlight]:
+        """The in-flight ranges holding any of the offsets a..b, uncut."""
+        fl = self.inflight
+        i = max(bisect_right(fl, a, key=_entry_first) - 1, 0)
+        j = bisect_right(fl, b, key=_entry_first)
+        return fl[i:j]
+
+    def _join(self) -> None:
+        """Joins neighbouring ranges that agree again (after cuts)."""
+        if not self._cut_any:
+            return
+        self._cut_any = False
+        joined: list[InFlight] = []
+        for e in self.inflight:
+            if joined and joined[-1].same(e):
+                joined[-1].last = e.last
+            else:
+                joined.append(e)
+        self.inflight = joined
+
+    def _append(self, n: int, state: int, count: int, member: str | None = None, token: int = 0) -> InFlight:
+        e = InFlight(self.end_offset, self.end_offset + n - 1, state, count, member, token)
+        self.inflight.append(e)
+        self.end_offset += n
+        return e
 
     # -- acquisition ---------------------------------------------------------------------------
     def next_candidate(self) -> int | None:
         """The first offset acquisition would look at: an Available in-flight record, else the end offset."""
-        for off in range(self.start_offset, self.end_offset):
-            if self.records[off][0] == AVAILABLE:
-                return off
+        for e in self.inflight:
+            if e.state == AVAILABLE:
+                return e.first
         return self.end_offset
 
     def holds_acquired(self) -> bool:
-        return any(rec[0] == ACQUIRED for rec in self.records.values())
+        return any(e.state == ACQUIRED for e in self.inflight)
 
     def in_flight(self) -> int:
         return self.end_offset - self.start_offset
@@ -102,7 +215,7 @@ class SharePartition:
         used: list[int] = []
         acquired = 0
         expected = first_offset
-        changed: list[int] = []
+        changed: list[tuple[int, int]] = []
         walk = iter(batches)
         i = -1
         while acquired < max_records:
@@ -111,40 +224,47 @@ class SharePartition:
                 break
             i += 1
             base, last, control = batch
-            took = False
-            for off in range(max(expected, self.end_offset), base):  # missing from the log: archived
-                if self.in_flight() >= max_locks:
-                    break
-                self.records[off] = [ARCHIVED, 0, None, 0]
-                self.end_offset = off + 1
-                changed.append(off)
-            for off in range(max(base, first_offset), last + 1):
-                if off >= self.end_offset:
-                    if off > self.end_offset or self.in_flight() >= max_locks:
-                        break
-                    self.records[off] = [AVAILABLE, 0, None, 0]
-                    self.end_offset = off + 1
-                rec = self.records.get(off)
-                if rec is None or rec[0] != AVAILABLE:
-                    continue
-                if control:
-                    rec[0] = ARCHIVED
-                    changed.append(off)
-                    continue
-                rec[0], rec[1], rec[2], rec[3] = ACQUIRED, rec[1] + 1, member_id, token
-                changed.append(off)
-                acquired += 1
-                took = True
-                if ranges and ranges[-1][1] == off - 1 and ranges[-1][2] == rec[1]:
-                    ranges[-1][1] = off
+            took: list[InFlight] = []
+            if expected <= self.end_offset < base:  # offsets missing from the log: archived
+                n = min(base - self.end_offset, max_locks - self.in_flight())
+                if n > 0:
+                    e = self._append(n, ARCHIVED, 0)
+                    changed.append((e.first, e.last))
+            lo = max(base, first_offset)
+            if lo < self.end_offset:  # records in flight: the Available ones are taken
+                hi = min(last, self.end_offset - 1)
+                start, stop = self._cut(lo), self._cut(hi + 1)
+                for e in self.inflight[start:stop]:
+                    if e.state != AVAILABLE:
+                        continue
+                    if control:
+                        e.state = ARCHIVED
+                    else:
+                        e.state, e.count, e.member, e.token = ACQUIRED, e.count + 1, member_id, token
+                        took.append(e)
+                    changed.append((e.first, e.last))
+            if lo <= self.end_offset <= last:  # new records
+                n = min(last - self.end_offset + 1, max_locks - self.in_flight())
+                if n > 0:
+                    if control:
+                        e = self._append(n, ARCHIVED, 0)
+                    else:
+                        e = self._append(n, ACQUIRED, 1, member_id, token)
+                        took.append(e)
+                    changed.append((e.first, e.last))
+            for e in took:
+                acquired += e.last - e.first + 1
+                if ranges and ranges[-1][1] == e.first - 1 and ranges[-1][2] == e.count:
+                    ranges[-1][1] = e.last
                 else:
-                    ranges.append([off, off, rec[1]])
+                    ranges.append([e.first, e.last, e.count])
             if took:
                 used.append(i)
             expected = last + 1
             if self.end_offset <= last:
                 break  # the record-lock limit stopped it inside this batch: later batches add nothing
         if changed:
+            self._join()
             self._advance()
             self._persist(changed)
         if request_metrics.active:
@@ -153,34 +273,38 @@ class SharePartition:
         return [(a, b, c) for a, b, c in ranges], token, used
 
     # -- release and acknowledgement --------------------------------------------------------
-    def release_lock(self, member_id: str, token: int, offsets: Iterable[int], limit: int) -> int:
-        """The lock of acquisition `token` expired: its records still acquired under it go back.
-        Returns how many did."""
-        n = self._release_all([off for off in offsets
-                               if (rec := self.records.get(off)) is not None and rec[0] == ACQUIRED
-                               and rec[3] == token and rec[2] == member_id], limit)
+    def release_lock(self, member_id: str, token: int, ranges: Iterable[tuple[int, int, int]], limit: int) -> int:
+        """The lock of acquisition `token` (its acquired `ranges`) expired: its records still
+        acquired under it go back. Returns how many did."""
+        held = {id(e): e for a, b, _ in ranges for e in self._overlapping(a, b)
+                if e.state == ACQUIRED and e.token == token and e.member == member_id}
+        n = self._release_all(list(held.values()), limit)
         _event("lock_timeouts", n)
         return n
 
     def release_member(self, member_id: str, limit: int) -> int:
         """The member left (or closed its share session): everything it holds goes back."""
-        return self._release_all([off for off, rec in self.records.items() if rec[0] == ACQUIRED and rec[2] == member_id],
-                                 limit)
+        return self._release_all([e for e in self.inflight if e.state == ACQUIRED and e.member == member_id], limit)
 
-    def _release_all(self, changed: list[int], limit: int) -> int:
-        for off in changed:
-            self._release(self.records[off], limit)
-        if changed:
+    def _release_all(self, entries: list[InFlight], limit: int) -> int:
+        n = 0
+        for e in entries:
+            self._release(e, limit)
+            n += e.last - e.first + 1
+        if entries:
+            self._cut_any = True  # released neighbours may agree now
+            changed = [(e.first, e.last) for e in entries]
+            self._join()
             self._advance()
             self._persist(changed)
-        return len(changed)
+        return n
 
     @staticmethod
-    def _release(rec: list, limit: int) -> None:
-        rec[0] = ARCHIVED if rec[1] >= limit else AVAILABLE
-        rec[2] = None
-        rec[3] = 0
-        _event("archived" if rec[0] == ARCHIVED else "released", 1)
+    def _release(e: InFlight, limit: int) -> None:
+        e.state = ARCHIVED if e.count >= limit else AVAILABLE
+        e.member = None
+        e.token = 0
+        _event("archived" if e.state == ARCHIVED else "released", e.last - e.first + 1)
 
     def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], limit: int,
                     released: list[int]) -> None:
@@ -188,73 +312,87 @@ class SharePartition:
         offset); `released[0]` counts the records made Available again. Raises InvalidRecordState,
         applying none of a batch that names a record not acquired by the member (batches before
         it stay applied)."""
-        changed: list[int] = []
+        changed: list[tuple[int, int]] = []
         try:
             for first, last, types in batches:
                 if last < first or (len(types) != 1 and len(types) != last - first + 1):
                     raise InvalidRecordState(f"acknowledgement batch {first}-{last} with {len(types)} types")
-                for off in range(first, last + 1):
-                    kind = types[0] if len(types) == 1 else types[off - first]
-                    if kind not in (GAP, ACCEPT, RELEASE, REJECT):
-                        raise InvalidRecordState(f"unknown acknowledge type {kind}")
-                    rec = self.records.get(off)
-                    if kind == GAP and (rec is None or off < self.start_offset):
-                        continue
-                    if rec is None or rec[0] != ACQUIRED or rec[2] != member_id:
-                        raise InvalidRecordState(f"offset {off} of {self.topic}-{self.partition} is not acquired "
-                                                 "by this member")
-                for off in range(first, last + 1):
-                    kind = types[0] if len(types) == 1 else types[off - first]
-                    rec = self.records.get(off)
-                    if rec is None or rec[0] != ACQUIRED:
-                        continue
-                    if kind == ACCEPT:
-                        rec[0], rec[2], rec[3] = ACKNOWLEDGED, None, 0
-                        _event("accepted", 1)
-                    elif kind == RELEASE:
-                        self._release(rec, limit)
-                        released[0] += rec[0] == AVAILABLE
-                    else:
-                        rec[0], rec[2], rec[3] = ARCHIVED, None, 0
-                        _event("rejected" if kind == REJECT else "archived", 1)
-                    changed.append(off)
+                runs = self._runs(first, last, types, member_id)
+                for a, b, kind in runs:
+                    start, stop = self._cut(a), self._cut(b + 1)
+                    for e in self.inflight[start:stop]:
+                        n = e.last - e.first + 1
+                        if kind == ACCEPT:
+                            e.state, e.member, e.token = ACKNOWLEDGED, None, 0
+                            _event("accepted", n)
+                        elif kind == RELEASE:
+                            self._release(e, limit)
+                            released[0] += n if e.state == AVAILABLE else 0
+                        else:
+                            e.state, e.member, e.token = ARCHIVED, None, 0
+                            _event("rejected" if kind == REJECT else "archived", n)
+                    changed.append((a, b))
         finally:
             if changed:
+                self._cut_any = True
+                self._join()
                 self._advance()
                 self._persist(changed)
 
+    def _runs(self, first: int, last: int, types: list[int], member_id: str) -> list[tuple[int, int, int]]:
+        """An acknowledgement batch as runs (first, last, type) of in-flight offsets, each of one
+        type; raises InvalidRecordState unless every offset named is acquired by the member (a
+        gap may name offsets no longer or never in flight)."""
+        if len(types) == 1:
+            grouped = [(first, last, types[0])]
+        else:
+            grouped = []
+            at = first
+            for kind, same in groupby(types):
+                n = sum(1 for _ in same)
+                grouped.append((at, at + n - 1, kind))
+                at += n
+        runs = []
+        for a, b, kind in grouped:
+            if kind not in (GAP, ACCEPT, RELEASE, REJECT):
+                raise InvalidRecordState(f"unknown acknowledge type {kind}")
+            if kind == GAP:
+                a, b = max(a, self.start_offset), min(b, self.end_offset - 1)
+                if a > b:
+                    continue
+            bad = a if a < self.start_offset else b if b >= self.end_offset else next(
+                (max(e.first, a) for e in self._overlapping(a, b) if e.state != ACQUIRED or e.member != member_id),
+                None)
+            if bad is not None:
+                raise InvalidRecordState(f"offset {bad} of {self.topic}-{self.partition} is not acquired "
+                                         "by this member")
+            runs.append((a, b, kind))
+        return runs
+
     # -- state ---------------------------------------------------------------------------------
     def _advance(self) -> None:
-        off = self.start_offset
-        records = self.records
-        while off < self.end_offset and records[off][0] in (ACKNOWLEDGED, ARCHIVED):
-            del records[off]
-            off += 1
-        self.start_offset = off
+        fl = self.inflight
+        n = 0
+        while n < len(fl) and fl[n].state in _DONE:
+            n += 1
+        if n:
+            del fl[:n]
+            self.start_offset = fl[0].first if fl else self.end_offset
 
     def reset_to(self, offset: int) -> None:
         """The log start moved past the SPSO (retention, DeleteRecords): the records before it are gone."""
         if offset <= self.start_offset:
             return
-        for off in range(self.start_offset, min(offset, self.end_offset)):
-            self.records.pop(off, None)
+        del self.inflight[:self._cut(offset)]
         self.start_offset = offset
         self.end_offset = max(self.end_offset, offset)
         self._persist([])
 
-    def state_batches(self, offsets: Iterable[int] | None = None) -> list[StateBatch]:
-        """The in-flight records (or those of `offsets`) as state batches, acquired ones as Available."""
-        out: list[list[int]] = []
-        offs = sorted(self.records) if offsets is None else sorted(o for o in set(offsets) if o in self.records)
-        for off in offs:
-            state, count = self.records[off][0], self.records[off][1]
-            state = AVAILABLE if state == ACQUIRED else state
-            if out and out[-1][1] == off - 1 and out[-1][2] == state and out[-1][3] == count:
-                out[-1][1] = off
-            else:
-                out.append([off, off, state, count])
-        return [(a, b, c, d) for a, b, c, d in out]
+    def state_batches(self, spans: Iterable[tuple[int, int]]) -> list[StateBatch]:
+        """The in-flight records of the offset ranges `spans` as state batches, acquired ones as Available."""
+        return overlay((), [(max(a, e.first), min(b, e.last), e.persisted_state(), e.count)
+                            for a, b in sorted(spans) for e in self._overlapping(a, b)], self.start_offset)
 
-    def _persist(self, offsets: list[int]) -> None:
+    def _persist(self, spans: list[tuple[int, int]]) -> None:
         if self.persist is not None:
-            self.persist(self, self.state_batches(offsets))
+            self.persist(self, spans)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafkafast.broker.share.manager import PartitionAnswer
+from kafkafast.broker.share.manager import HeldWrites, PartitionAnswer
 from kafkafast.protocol import errors as E
 from kafkafast.security import acl
 from kafkafast.security.context import denied
@@ -43,8 +43,10 @@ def resolve(broker: Any, ctx: Any, topic_id: bytes, partitions: list[int],
 
 
 async def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, topic_id: bytes, partition: int,
-               batches: list[Any], answers: dict[tuple[str, int], PartitionAnswer]) -> None:
-    """Applies one partition's acknowledgement batches; the result goes into its answer."""
+               batches: list[Any], answers: dict[tuple[str, int], PartitionAnswer],
+               held: HeldWrites | None = None) -> None:
+    """Applies one partition's acknowledgement batches; the result goes into its answer (the
+    state write goes to `held` when given: see `write_held`)."""
     answer = answers.setdefault((topic, partition), PartitionAnswer(topic, topic_id, partition))
     answer.acked = True
     part, answer.ack_error = await loaded_partition(broker, group_id, topic, topic_id, partition)
@@ -52,7 +54,7 @@ async def apply_acks(broker: Any, group_id: str, member_id: str, topic: str, top
         return
     answer.ack_error, answer.ack_message = broker.share.partitions.acknowledge(
         group_id, member_id, topic, topic_id, part,
-        [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches])
+        [(b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in batches], held)
 
 
 def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
@@ -88,6 +90,20 @@ def current_leader(broker: Any, answer: PartitionAnswer, cls: Any) -> Any:
     if part is None:
         return cls(leader_id=-1, leader_epoch=-1)
     return cls(leader_id=broker.node_id, leader_epoch=part.leader_epoch)
+
+
+def write_held(broker: Any, held: HeldWrites, answers: dict[tuple[str, int], PartitionAnswer]) -> None:
+    """Writes the state changes `held` holds (one write per share-partition); a partition whose
+    write failed answers its error for its acknowledgements, and for its acquisition without
+    the records (they stay acquired until their lock expires)."""
+    for key, exc in broker.share.partitions.flush(held).items():
+        a = answers.get(key)
+        if a is None:
+            continue
+        if a.acked and not a.ack_error:
+            a.ack_error, a.ack_message = exc.code, exc.message
+        if a.acquired:
+            a.error, a.message, a.records, a.acquired = exc.code, exc.message, b"", []
 
 
 async def persisted(broker: Any, answers: dict[tuple[str, int], PartitionAnswer]) -> None:

@@ -23,12 +23,18 @@ ShareSnapshot (the whole state) whatever the count. The first write of a share-p
 `share.coordinator.snapshot.update.records.per.snapshot`-th after it is a ShareSnapshot
 (snapshot epoch + 1); the others are ShareUpdates holding every batch changed since the
 snapshot (cumulative), so the topic is compacted (`cleanup.policy=compact`): the latest
-snapshot and the latest update of a key are the state, whatever compaction removed.
+snapshot and the latest update of a key are the state, whatever compaction removed. (Kafka's
+updates hold only their own write's batches, on a topic with `cleanup.policy=delete` pruned
+up to the oldest snapshot still needed.) The store keeps a key's snapshot and the batches
+changed since it apart and lays one over the other only for a read or the next snapshot, so a
+write costs the batches changed since the snapshot (a share-partition's in-flight records
+as ranges: a few per acquired batch), not the whole state.
 Loading (at start, in the background: COORDINATOR_LOAD_IN_PROGRESS meanwhile, which ShareFetch
 answers as NOT_LEADER_OR_FOLLOWER): each partition, once its owner worker has loaded it, is
 replayed in offset order;
 an update applies to the snapshot of its snapshot epoch only (an older update, written before
-the latest snapshot, is skipped).
+the latest snapshot, is skipped), and its batches are the changes since that snapshot, so the
+next update written after the restart holds them too.
 
 Placement: a key lives in partition abs(java hash("<group>:<topic id>:<partition>")) mod
 `share.coordinator.state.topic.num.partitions` (Kafka's coordinator key, the topic id in its
@@ -41,12 +47,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from typing import Any
+from itertools import chain
+from typing import Any, Iterable
 
 from kafkafast import clock
 from kafkafast.broker.group_coordinator import java_string_hash, read_partition
 from kafkafast.broker.share.manager import PersistedState
-from kafkafast.broker.share.partition import StateBatch
+from kafkafast.broker.share.partition import StateBatch, overlay
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import (
     ShareSnapshotKey,
@@ -99,33 +106,29 @@ def update_value(snapshot_epoch: int, start_offset: int, batches: list[StateBatc
                        for a, b, s, c in batches]))
 
 
-def merge_batches(base: list[StateBatch], newer: list[StateBatch], start_offset: int) -> list[StateBatch]:
-    """`newer` over `base` (offset by offset), the offsets below `start_offset` left out."""
-    per: dict[int, tuple[int, int]] = {}
-    for batches in (base, newer):
-        for a, b, s, c in batches:
-            for off in range(max(a, start_offset), b + 1):
-                per[off] = (s, c)
-    out: list[list[int]] = []
-    for off in sorted(per):
-        s, c = per[off]
-        if out and out[-1][1] == off - 1 and out[-1][2] == s and out[-1][3] == c:
-            out[-1][1] = off
-        else:
-            out.append([off, off, s, c])
-    return [(a, b, s, c) for a, b, s, c in out]
-
-
 class _KeyState:
-    __slots__ = ("state", "snapshot_epoch", "updates", "changed", "created", "unwritten")
+    """The store's view of one key: the latest snapshot's batches (`base`) and every batch
+    changed since then (`changed`, cumulative: what the next ShareUpdate holds), laid over the
+    snapshot only when the whole state is asked for (a read, the next snapshot)."""
+    __slots__ = ("base", "start_offset", "state_epoch", "snapshot_epoch", "updates", "changed", "created",
+                 "unwritten")
 
-    def __init__(self, state: PersistedState, snapshot_epoch: int, created: int) -> None:
-        self.state = state
+    def __init__(self, snapshot: PersistedState, snapshot_epoch: int, created: int) -> None:
+        self.base = snapshot.batches
+        self.start_offset = snapshot.start_offset
+        self.state_epoch = snapshot.state_epoch
         self.snapshot_epoch = snapshot_epoch
-        self.updates = 0  # ShareUpdates written since the snapshot
-        self.changed: list[StateBatch] = []  # batches changed since the snapshot (what the next update holds)
+        self.updates = 0  # ShareUpdates written (or replayed) since the snapshot
+        self.changed: list[StateBatch] = []
         self.created = created
         self.unwritten = False  # a write of it failed after this view took it in: the next one is a snapshot
+
+    def state(self, newer: Iterable[StateBatch] = (), start_offset: int | None = None,
+              state_epoch: int | None = None) -> PersistedState:
+        """The whole state, with `newer` batches laid over it (and a new start offset / state epoch)."""
+        start = self.start_offset if start_offset is None else start_offset
+        return PersistedState(start, self.state_epoch if state_epoch is None else state_epoch,
+                              overlay(self.base, chain(self.changed, newer), start))
 
 
 class ShareStateStore:
@@ -214,13 +217,15 @@ class ShareStateStore:
         if ks is None or u.snapshot_epoch != ks.snapshot_epoch:
             return  # written before the latest snapshot
         batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in u.state_batches]
-        start = u.start_offset if u.start_offset >= 0 else ks.state.start_offset
-        ks.state = PersistedState(start, ks.state.state_epoch, merge_batches(ks.state.batches, batches, start))
+        if u.start_offset >= 0:
+            ks.start_offset = u.start_offset
+        ks.changed = overlay(ks.changed, batches, ks.start_offset)  # so the next update holds these too
+        ks.updates += 1
 
     # -- the manager's interface ----------------------------------------------------------------
     def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
         ks = self.keys.get((group_id, topic_id, partition))
-        return ks.state if ks is not None else None
+        return ks.state() if ks is not None else None
 
     async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
         """The stored state, for loading a share-partition (here: what `read` says, once loaded)."""
@@ -229,21 +234,25 @@ class ShareStateStore:
         return self.read(group_id, topic_id, partition)
 
     def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
-              batches: list[StateBatch], full: list[StateBatch]) -> None:
-        """Persists a share-partition's new state (see the module docstring); raises KafkaError
-        when the record cannot be appended."""
+              batches: list[StateBatch]) -> None:
+        """Persists the `batches` a share-partition changed and its start offset (see the module
+        docstring); raises KafkaError when the record cannot be appended. The work is per batch
+        changed since the snapshot, whatever the share-partition holds in flight."""
         key = (group_id, topic_id, partition)
         ks = self.keys.get(key)
-        state = PersistedState(start_offset, state_epoch, full)
         if ks is None or ks.unwritten or ks.updates + 1 >= self.per_snapshot:
-            epoch = ks.snapshot_epoch + 1 if ks is not None else 0
-            created = ks.created if ks is not None else clock.now_ms()
+            if ks is None:
+                epoch, created = 0, clock.now_ms()
+                state = PersistedState(start_offset, state_epoch, overlay((), batches, start_offset))
+            else:
+                epoch, created = ks.snapshot_epoch + 1, ks.created
+                state = ks.state(batches, start_offset, state_epoch)
             self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created))
             self.keys[key] = _KeyState(state, epoch, created)
             return
-        changed = merge_batches(ks.changed, batches, start_offset)
+        changed = overlay(ks.changed, batches, start_offset)
         self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed))
-        ks.state, ks.changed, ks.updates = state, changed, ks.updates + 1
+        ks.changed, ks.start_offset, ks.state_epoch, ks.updates = changed, start_offset, state_epoch, ks.updates + 1
 
     async def delete_group(self, group_id: str) -> None:
         """DeleteGroups of a share group: the state of each of its share-partitions goes, written
@@ -266,17 +275,16 @@ class ShareStateStore:
     def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
         """WriteShareGroupState: `batches` over the stored state; FencedStateEpochError for an older state epoch."""
         ks = self.keys.get(key)
-        if ks is not None and state_epoch < ks.state.state_epoch:
-            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
-        start = start_offset if start_offset >= 0 else (ks.state.start_offset if ks is not None else 0)
-        full = merge_batches(ks.state.batches if ks is not None else [], batches, start)
-        self.write(*key, start, state_epoch, batches, full)
+        if ks is not None and state_epoch < ks.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
+        start = start_offset if start_offset >= 0 else (ks.start_offset if ks is not None else 0)
+        self.write(*key, start, state_epoch, batches)
 
     def initialize(self, key: Key, state_epoch: int, start_offset: int) -> None:
         """InitializeShareGroupState: a new snapshot with no in-flight records."""
         ks = self.keys.get(key)
-        if ks is not None and state_epoch < ks.state.state_epoch:
-            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state.state_epoch}")
+        if ks is not None and state_epoch < ks.state_epoch:
+            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
         epoch = ks.snapshot_epoch + 1 if ks is not None else 0
         state = PersistedState(start_offset, state_epoch, [])
         self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms()))
