@@ -13,12 +13,11 @@ import re
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from tests.security.pki import make_pki
 from tests.support.broker_process import free_port
 from tests.support.cluster import KafkaCluster
+from tests.support.logins import login_refused
 from tests.support.raw_client import RawClient
 
 BROKER_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
@@ -239,24 +238,6 @@ def _logs_in(config: dict) -> bool:
         return False
 
 
-def _login_refused(config: dict) -> bool:
-    """The broker answers the login with an authentication error (librdkafka's error_cb
-    reports _AUTHENTICATION), within 20 s."""
-    errors: list = []
-    admin = AdminClient({**config, "error_cb": errors.append})
-    try:
-        admin.list_topics(timeout=0.5)  # connects; a refused login gets no metadata
-        return False
-    except KafkaException:
-        pass
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
-            return True
-        admin.poll(0.1)
-    return False
-
-
 def test_a_scram_user_created_on_one_broker_logs_in_on_another(secure):
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
@@ -273,8 +254,8 @@ def test_a_scram_user_created_on_one_broker_logs_in_on_another(secure):
     assert {"version": 2, "entity_path": "users/carol"} in changes
     assert secure.wait_for(lambda: _logs_in(secure.sasl_ssl(3, "carol", "carol-secret")), 20,
                            "carol logging in on broker 3")
-    assert _login_refused(secure.sasl_ssl(3, "carol", "wrong"))
-    assert _login_refused(secure.sasl_ssl(2, "carol", "carol-secret", "SCRAM-SHA-512"))  # no 512 credential
+    assert login_refused(secure.sasl_ssl(3, "carol", "wrong"))
+    assert login_refused(secure.sasl_ssl(2, "carol", "carol-secret", "SCRAM-SHA-512"))  # no 512 credential
 
     # A credential written as Kafka's tools write it (kafka-configs --zookeeper) is used too.
     from kafkafast.security.scram import ScramCredential
