@@ -140,11 +140,12 @@ class ForkServer:
 
 
 class ForkedProcess:
-    """A broker forked by the fork server, with the parts of Popen's interface we use."""
+    """A broker (or another command line) forked by the fork server, with the parts of
+    Popen's interface we use; `options`: the spawn command's optional keys (fork_server.py)."""
 
-    def __init__(self, server: ForkServer, argv: list[str], log_path: str) -> None:
+    def __init__(self, server: ForkServer, argv: list[str], log_path: str, **options: Any) -> None:
         self.server = server
-        self.pid: int = server.call({"spawn": argv, "log": log_path})["pid"]
+        self.pid: int = server.call({"spawn": argv, "log": log_path, **options})["pid"]
         self.returncode: int | None = None
 
     def poll(self) -> int | None:

@@ -34,6 +34,9 @@ CLUSTER_SETTINGS = {
     "replica.lag.time.max.ms": "4000",
     "replica.fetch.backoff.ms": "200",
     "log.cleaner.enable": "false",
+    # as Kafka's own test brokers: the last broker of a cluster that stops has no one to hand
+    # its leaderships to and would wait out every retry (3 x 5 s by default)
+    "controlled.shutdown.retry.backoff.ms": "100",
 }
 
 

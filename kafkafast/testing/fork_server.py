@@ -10,6 +10,9 @@ loop, and its workers, after the fork, as always).
 Protocol on stdin/stdout, one JSON object per line each way:
 
     {"spawn": [argv...], "log": path}   -> {"pid": pid}    the child is a session leader
+        optional: "stdio": [stdin path, stdout path, stderr path] instead of /dev/null and the
+        log (a command line run by a test), "env": {name: value} its whole environment (else
+        the server's), "cwd": its working directory
     {"wait": pid, "timeout": seconds}   -> {"code": exit code, or null if still running}
 
 The fork server ends when its stdin closes, which happens when the process that started
@@ -19,6 +22,7 @@ when the *thread* that started it ends, and it may be started from a helper thre
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -37,25 +41,34 @@ import kafkafast.runtime.server  # noqa: F401
 import kafkafast.runtime.supervisor  # noqa: F401
 import kafkafast.runtime.worker  # noqa: F401
 import kafkafast.testing.faults  # noqa: F401
-from kafkafast.cli.main import main
+from kafkafast.cli.main import COMMANDS, main
 from kafkafast.testing.broker_process import die_with_parent
 
+for _module in COMMANDS.values():  # and every other command: the command lines tests run are forks too
+    importlib.import_module(f"kafkafast.cli.{_module}")
 
-def _child(argv: list[str], log_path: str) -> None:
-    """In the forked child: become what `kafkafast broker ...` would be, then exit."""
+
+def _child(argv: list[str], log_path: str, stdio: list[str] | None = None, env: dict[str, str] | None = None,
+           cwd: str | None = None) -> None:
+    """In the forked child: become what `kafkafast <argv>` would be, then exit."""
     code = 1
     try:
         os.setsid()
         die_with_parent()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(devnull)
-        os.close(log)
+        stdin_path, stdout_path, stderr_path = stdio or (os.devnull, log_path, log_path)
+        for fd, path, flags in ((0, stdin_path, os.O_RDONLY), (1, stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+                                (2, stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)):
+            opened = os.open(path, flags, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdin = open(0, closefd=False)  # not the server's reader of its commands (and what it read ahead)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
         code = main(argv) or 0
     except SystemExit as exc:
         if isinstance(exc.code, str):
@@ -83,7 +96,7 @@ def serve() -> None:
         if "spawn" in command:
             pid = os.fork()
             if pid == 0:
-                _child(command["spawn"], command["log"])
+                _child(command["spawn"], command["log"], command.get("stdio"), command.get("env"), command.get("cwd"))
             print(json.dumps({"pid": pid}), file=reply, flush=True)
         elif "wait" in command:
             pid, deadline = command["wait"], time.monotonic() + command.get("timeout", 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from kafkafast.client.sync import KafkaConsumer, KafkaProducer
 from tests.support.cluster import group_coordinator
@@ -53,17 +53,22 @@ def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
         cluster.wait_for(lambda: _commit_ok(c), 30, "a commit through the new coordinator")
         c.close()
         assert seen == {b"%05d" % i for i in range(600)}
-        # a new member of the group starts from the committed offsets: nothing left to read
-        c2 = Consumer(settings)
+        # a new member of the group starts from the committed offsets: it reaches the end of
+        # every partition (200 records each) without a record to read
+        c2 = Consumer({**settings, "enable.partition.eof": True})
         c2.subscribe(["grp"])
-        extra = []
-        end = time.monotonic() + 8
-        while time.monotonic() < end:
+        extra, ends = [], {}
+        deadline = time.monotonic() + 30
+        while len(ends) < 3 and time.monotonic() < deadline:
             m = c2.poll(0.5)
-            if m is not None and not m.error():
+            if m is None:
+                continue
+            if m.error() is None:
                 extra.append(m.value())
+            elif m.error().code() == KafkaError._PARTITION_EOF:
+                ends[m.partition()] = m.offset()
         c2.close()
-        assert extra == []
+        assert extra == [] and ends == {0: 200, 1: 200, 2: 200}, (extra[:5], ends)
     finally:
         victim.start(timeout=60)
 

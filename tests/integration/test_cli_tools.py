@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 from kafkafast.protocol import _generated as gen
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
+from tests.support.logins import login_refused
 
 
 def _produce(bootstrap: str, topic: str, partition: int, timestamps: list[int]) -> None:
@@ -153,9 +154,12 @@ def test_configs_users_scram_credentials_log_in_and_client_quotas(broker_factory
                     "SCRAM-SHA-256=[iterations=8192,password=erin-secret],SCRAM-SHA-512=[password=erin-512]")
     assert out.stdout == "Completed updating config for user erin.\n"
 
+    def erin(mechanism: str, password: str) -> dict:
+        return {"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": mechanism, "sasl.username": "erin", "sasl.password": password}
+
     def login(mechanism: str, password: str) -> bool:
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
-                             "sasl.mechanism": mechanism, "sasl.username": "erin", "sasl.password": password})
+        admin = AdminClient(erin(mechanism, password))
         try:
             admin.list_topics(timeout=5)
             return True
@@ -163,7 +167,7 @@ def test_configs_users_scram_credentials_log_in_and_client_quotas(broker_factory
             return False
 
     assert login("SCRAM-SHA-256", "erin-secret") and login("SCRAM-SHA-512", "erin-512")
-    assert not login("SCRAM-SHA-256", "wrong")
+    assert login_refused(erin("SCRAM-SHA-256", "wrong"))
 
     kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter",
               "--add-config", "consumer_byte_rate=1024,producer_byte_rate=20000000")
@@ -177,7 +181,7 @@ def test_configs_users_scram_credentials_log_in_and_client_quotas(broker_factory
         "SCRAM-SHA-512=iterations=4096\n")
     kafkafast("configs", *b, "--entity-type", "users", "--entity-name", "erin", "--alter",
               "--delete-config", "SCRAM-SHA-512")
-    assert not login("SCRAM-SHA-512", "erin-512")
+    assert login_refused(erin("SCRAM-SHA-512", "erin-512"))
 
     assert kafkafast("configs", *b, "--entity-type", "clients", "--entity-name", "etl", "--alter",
                      "--add-config", "request_percentage=50").stdout == "Completed updating config for client etl.\n"
