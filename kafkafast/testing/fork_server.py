@@ -19,6 +19,8 @@ when the *thread* that started it ends, and it may be started from a helper thre
 """
 from __future__ import annotations
 
+import encodings.utf_16_be  # noqa: F401  (the group coordinator's key hash: a codec is imported on first use)
+import importlib
 import json
 import os
 import signal
@@ -33,12 +35,17 @@ import uvloop  # noqa: F401
 import kafkafast.broker.broker  # noqa: F401
 import kafkafast.broker.group_coordinator  # noqa: F401
 import kafkafast.broker.registry as registry
+import kafkafast.metrics.server  # noqa: F401  (`kafkafast broker` imports it to start /metrics when asked)
 import kafkafast.runtime.server  # noqa: F401
 import kafkafast.runtime.supervisor  # noqa: F401
 import kafkafast.runtime.worker  # noqa: F401
 import kafkafast.testing.faults  # noqa: F401
-from kafkafast.cli.main import main
+from kafkafast.cli.main import COMMANDS, main
 from kafkafast.testing.broker_process import die_with_parent
+
+# main() builds the parsers of every command before it runs `broker`: their modules too.
+for _command_module in COMMANDS.values():
+    importlib.import_module(f"kafkafast.cli.{_command_module}")
 
 
 def _child(argv: list[str], log_path: str) -> None:
