@@ -2,12 +2,22 @@
 set-up to the first acknowledged produce, fork server start included, and the same for the
 test after it (the fork server then ready).
 
-    python -m perf.testing_first_test [--sessions 7] [--out perf/results/testing_first_test.json]
+    python -m perf.testing_first_test [--sessions 7] [--bytecode both|cached|env]
+                                      [--out perf/results/testing_first_test.json]
 
 Each session is a fresh `python -m pytest` in an empty directory running one file of two
 tests (a user's file: the fixture comes from the installed plugin); each test sets up
 `kafka_broker` and produces one record with confluent-kafka (linger.ms=0), waiting for
-its acknowledgement. The times are taken in the test file and written to a JSON file.
+its acknowledgement. The times are taken in the test file and written to a JSON file,
+with the time since the pytest process started and the machine's load average when the
+session started.
+
+Python's bytecode cache decides much of a first start (the fork server imports nearly all
+of kafkafast): "cached" sessions run as an installed kafkafast does, with every module's
+bytecode written by an uncounted first session (into a private PYTHONPYCACHEPREFIX, so the
+tree is left alone); "env" sessions run with the environment as it is, which on a machine
+with PYTHONDONTWRITEBYTECODE=1 and no __pycache__ in the tree compiles kafkafast's sources
+in every session. "both" (the default) alternates the two, so they share the load.
 """
 from __future__ import annotations
 
@@ -31,6 +41,18 @@ from confluent_kafka import Producer
 
 COLLECTED = time.time()
 TIMES = {}
+
+
+def process_started():
+    """Wall-clock time at which this pytest process started (from /proc)."""
+    with open("/proc/self/stat") as fh:
+        ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as fh:
+        uptime = float(fh.read().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+STARTED = process_started()
 
 
 @pytest.fixture
@@ -58,6 +80,7 @@ def test_produce(set_up_at, kafka_broker, name):
     produce_one(kafka_broker.bootstrap_servers)
     TIMES[name] = {"set_up_s": ready - set_up_at, "produce_s": time.time() - ready,
                    "to_first_ack_s": time.time() - set_up_at, "collected_to_set_up_s": set_up_at - COLLECTED,
+                   "pytest_start_to_ack_s": time.time() - STARTED,
                    # CPU the fork server has used (its start: it idles between forks), and this process
                    "fork_server_cpu_s": cpu_seconds(kafka_broker.proc.server.proc.pid),
                    "pytest_cpu_s": sum(os.times()[:2])}
@@ -66,66 +89,104 @@ def test_produce(set_up_at, kafka_broker, name):
 '''
 
 
-def one_session(directory: Path) -> dict:
+def one_session(directory: Path, pycache: Path | None) -> dict:
+    """One pytest session; `pycache`: run with the bytecode cache in that directory (None:
+    the environment's own setting)."""
     (directory / "test_first.py").write_text(USER_FILE)
     out = directory / "times.json"
     env = dict(os.environ, FIRST_TEST_OUT=str(out),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    load = os.getloadavg()[0]
     started = time.time()
     subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_first.py"], cwd=directory,
                    env=env, check=True, capture_output=True, timeout=300)
     times = json.loads(out.read_text())
     times["session_s"] = time.time() - started
+    times["load_1min"] = load
     return times
 
 
-def summary(values: list[float]) -> dict[str, float]:
-    return {"median_s": round(statistics.median(values), 3), "min_s": round(min(values), 3),
-            "max_s": round(max(values), 3), "n": len(values)}
+def summary(values: list[float], digits: int = 3) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "n": len(values)}
+
+
+ROWS = [("first test: set-up start to the first acknowledged produce", "first", "to_first_ack_s"),
+        ("first test: kafka_broker set-up alone", "first", "set_up_s"),
+        ("pytest process start to the first acknowledged produce", "first", "pytest_start_to_ack_s"),
+        ("second test: set-up start to its acknowledged produce", "second", "to_first_ack_s"),
+        ("whole pytest session (start to exit, two brokers stopped)", None, "session_s"),
+        ("CPU time of the fork server's start (its import)", "first", "fork_server_cpu_s"),
+        ("CPU time of the pytest process up to the first acknowledgement", "first", "pytest_cpu_s")]
+
+
+def env_bytecode() -> str:
+    """What the environment's own setting means for kafkafast's bytecode."""
+    writes = not os.environ.get("PYTHONDONTWRITEBYTECODE")
+    cached = (REPO / "kafkafast" / "__pycache__").is_dir() or bool(os.environ.get("PYTHONPYCACHEPREFIX"))
+    if writes:
+        return "bytecode written and read as Python does by default"
+    return ("PYTHONDONTWRITEBYTECODE=1, " + ("with the bytecode cache the tree already has" if cached else
+            "no __pycache__ in the tree: kafkafast's sources are compiled in every session"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=7)
+    parser.add_argument("--sessions", type=int, default=7, help="sessions per bytecode mode")
+    parser.add_argument("--bytecode", choices=("both", "cached", "env"), default="both",
+                        help="cached: as an installed kafkafast (bytecode warm); env: the environment as it is")
     parser.add_argument("--out", default="perf/results/testing_first_test.json")
     args = parser.parse_args()
+    modes = ["cached", "env"] if args.bytecode == "both" else [args.bytecode]
     load_before = os.getloadavg()[0]
-    sessions = []
+    sessions: dict[str, list[dict]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="kafkafast-first-test-") as tmp:
+        pycache = Path(tmp) / "pycache"
+        if "cached" in modes:
+            warm_up = Path(tmp) / "warm-up"
+            warm_up.mkdir()
+            one_session(warm_up, pycache)  # writes the bytecode cache; not counted
         for i in range(args.sessions):
-            directory = Path(tmp) / f"s{i}"
-            directory.mkdir()
-            sessions.append(one_session(directory))
+            for mode in modes:
+                directory = Path(tmp) / f"{mode}-{i}"
+                directory.mkdir()
+                sessions[mode].append(one_session(directory, pycache if mode == "cached" else None))
+    loads = [s["load_1min"] for runs in sessions.values() for s in runs]
     results = {
-        "command": f"python -m perf.testing_first_test --sessions {args.sessions}",
+        "command": f"python -m perf.testing_first_test --sessions {args.sessions} --bytecode {args.bytecode}",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} "
-                   f"{platform.python_version()}, shared with other jobs (1-minute load average "
-                   f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after)",
-        "first_test_to_first_ack": summary([s["first"]["to_first_ack_s"] for s in sessions]),
-        "first_test_set_up": summary([s["first"]["set_up_s"] for s in sessions]),
-        "second_test_to_first_ack": summary([s["second"]["to_first_ack_s"] for s in sessions]),
-        "fork_server_cpu": summary([s["first"]["fork_server_cpu_s"] for s in sessions]),
-        "pytest_cpu_at_first_ack": summary([s["first"]["pytest_cpu_s"] for s in sessions]),
-        "whole_session": summary([s["session_s"] for s in sessions]),
-        "sessions": sessions,
+                   f"{platform.python_version()}, shared with other jobs",
+        "load_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2),
+                      "at_session_starts": summary(loads, 2)},
+        "modes": {},
     }
+    for mode, runs in sessions.items():
+        results["modes"][mode] = {
+            "bytecode": "warm, as an installed kafkafast has it (written by an uncounted first session)"
+                        if mode == "cached" else env_bytecode(),
+            **{key if test is None else f"{test}.{key}":
+               summary([run[key] if test is None else run[test][key] for run in runs]) for _, test, key in ROWS},
+            "sessions": runs,
+        }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
-    rows = [("first test: set-up start to the first acknowledged produce", "first_test_to_first_ack"),
-            ("first test: kafka_broker set-up alone", "first_test_set_up"),
-            ("second test: set-up start to its acknowledged produce", "second_test_to_first_ack"),
-            ("whole pytest session (start to exit, two brokers stopped)", "whole_session"),
-            ("CPU time of the fork server's start (its import)", "fork_server_cpu"),
-            ("CPU time of the pytest process up to the first acknowledgement", "pytest_cpu_at_first_ack")]
+    load = results["load_1min"]
     lines = ["# kafkafast.testing: the first test of a session, to its first acknowledged produce", "",
-             f"Command: `{results['command']}`. Machine: {results['machine']}. Each session is a fresh "
-             "`python -m pytest` of a user's file of two tests, each setting up `kafka_broker` and producing one "
-             "record with confluent-kafka (linger.ms=0) until it is acknowledged.", "",
-             "| what | median s | min s | max s | sessions |", "|---|---:|---:|---:|---:|"]
-    for label, key in rows:
-        s = results[key]
-        lines.append(f"| {label} | {s['median_s']} | {s['min_s']} | {s['max_s']} | {s['n']} |")
+             f"Command: `{results['command']}`. Machine: {results['machine']}: 1-minute load average "
+             f"{load['before']} before, {load['after']} after, {load['at_session_starts']['median']} median "
+             f"({load['at_session_starts']['min']}-{load['at_session_starts']['max']}) when a session started. "
+             "Each session is a fresh `python -m pytest` of a user's file of two tests, each setting up "
+             "`kafka_broker` and producing one record with confluent-kafka (linger.ms=0) until it is acknowledged."]
+    for mode, result in results["modes"].items():
+        lines += ["", f"## {mode}: {result['bytecode']}", "",
+                  "| what | median s | min s | max s | sessions |", "|---|---:|---:|---:|---:|"]
+        for label, test, key in ROWS:
+            row = result[key if test is None else f"{test}.{key}"]
+            lines.append(f"| {label} | {row['median']} | {row['min']} | {row['max']} | {row['n']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

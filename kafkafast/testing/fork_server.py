@@ -22,6 +22,7 @@ when the *thread* that started it ends, and it may be started from a helper thre
 """
 from __future__ import annotations
 
+import encodings.utf_16_be  # noqa: F401  (the group coordinator's key hash: a codec is imported on first use)
 import importlib
 import json
 import os
@@ -37,6 +38,7 @@ import uvloop  # noqa: F401
 import kafkafast.broker.broker  # noqa: F401
 import kafkafast.broker.group_coordinator  # noqa: F401
 import kafkafast.broker.registry as registry
+import kafkafast.metrics.server  # noqa: F401  (`kafkafast broker` imports it to start /metrics when asked)
 import kafkafast.runtime.server  # noqa: F401
 import kafkafast.runtime.supervisor  # noqa: F401
 import kafkafast.runtime.worker  # noqa: F401
@@ -44,8 +46,10 @@ import kafkafast.testing.faults  # noqa: F401
 from kafkafast.cli.main import COMMANDS, main
 from kafkafast.testing.broker_process import die_with_parent
 
-for _module in COMMANDS.values():  # and every other command: the command lines tests run are forks too
-    importlib.import_module(f"kafkafast.cli.{_module}")
+# main() builds the parsers of every command before it runs `broker`, and the command lines tests
+# run are forks too: every command's module.
+for _command_module in COMMANDS.values():
+    importlib.import_module(f"kafkafast.cli.{_command_module}")
 
 
 def _child(argv: list[str], log_path: str, stdio: list[str] | None = None, env: dict[str, str] | None = None,
