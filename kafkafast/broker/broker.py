@@ -454,6 +454,9 @@ class Broker:
     def notify_metadata_changed(self) -> None:
         """Hook for the multi-process runtime (tells other workers to reload)."""
 
+    def notify_acls_changed(self) -> None:
+        """Hook for the multi-process runtime (tells other workers to re-read the ACLs)."""
+
     def maybe_auto_create(self, name: str) -> TopicMeta | None:
         if not self.config.get_bool("auto.create.topics.enable"):
             return None

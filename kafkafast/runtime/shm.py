@@ -26,6 +26,9 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
            generation | 1 connected (`cluster/node.py`)
       [11] cluster mode: the leadership lease's end, CLOCK_MONOTONIC ms (worker 0 extends it
            when ZooKeeper answers; every worker's appends to led partitions stop after it)
+      [12] ACL generation: +1 after every ACL change (CreateAcls, DeleteAcls) made through any
+           worker, before it is answered; a worker that sees a new value re-reads the ACLs
+           before it handles its next request, so the broker's workers act as one authorizer
       [16 + 5*i ... 16 + 5*i + 4]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
            serving), recovered partitions at its last start, loaded (1 once an
@@ -125,6 +128,7 @@ S_SHARED = 82  # SharedLog's active-segment words (see storage/log.py SHARED_WOR
 S_TAKEOVERS = 89
 S_LEADING = 90
 H_BROKER_ID, H_BROKER_EPOCH, H_REREGISTER, H_SESSION, H_LEASE_END = 7, 8, 9, 10, 11
+H_ACL_GEN = 12
 S_ISR = 32
 MAX_ISR = 9
 S_FOLLOWERS = 42
@@ -251,9 +255,19 @@ class PartitionTable:
         return self.q[H_METADATA_GEN]
 
     def bump_metadata_generation(self) -> int:
+        return self._bump(H_METADATA_GEN)
+
+    @property
+    def acl_generation(self) -> int:
+        return self.q[H_ACL_GEN]
+
+    def bump_acl_generation(self) -> int:
+        return self._bump(H_ACL_GEN)
+
+    def _bump(self, word: int) -> int:
         with self.locked():
-            gen = self.q[H_METADATA_GEN] + 1
-            self.q[H_METADATA_GEN] = gen
+            gen = self.q[word] + 1
+            self.q[word] = gen
             return gen
 
     @property

@@ -62,7 +62,7 @@ from kafkafast.runtime.forwarding import InternalConnection
 from kafkafast.runtime.listening import serve_listeners
 from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.server import close_loop, new_event_loop
-from kafkafast.security.context import carry_principal, principal_trailer
+from kafkafast.security.context import carry_principal, principal_trailer, security_of
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
 from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
@@ -256,6 +256,7 @@ class WorkerBroker(Broker):
                                            shared_factory=self._shared_for if self.shared_append else None,
                                            **self.log_manager_settings())
         self._seen_generation = -1
+        self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
         self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
 
     # A lone replica's high watermark is its log end, published with each append (a replicated
@@ -423,6 +424,16 @@ class WorkerBroker(Broker):
     def notify_metadata_changed(self) -> None:
         self._seen_generation = self.placement.table.bump_metadata_generation()
 
+    def notify_acls_changed(self) -> None:
+        # (not marked seen here: a change another worker made meanwhile must be read too)
+        self.placement.table.bump_acl_generation()
+
+    def _reload_acls(self) -> None:
+        self._seen_acl_generation = self.placement.table.acl_generation
+        authorizer = security_of(self).authorizer
+        if authorizer is not None:
+            authorizer.reload()
+
     # -- data path ----------------------------------------------------------------------
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
         """The owner appends; with shared append any worker does, once the owner has loaded
@@ -527,6 +538,8 @@ class WorkerBroker(Broker):
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
         if self.placement.table.metadata_generation != self._seen_generation:
             self.refresh_topics()
+        if self.placement.table.acl_generation != self._seen_acl_generation:
+            self._reload_acls()
         if not internal and len(frame) >= 8:
             api_key = int.from_bytes(frame[0:2], "big", signed=True)
             if api_key in FANOUT_KEYS and api_key in self.handlers and self.group_coordinator is not None:

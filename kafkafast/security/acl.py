@@ -13,8 +13,11 @@ Storage (single node): `<first log dir>/__kafkafast_acls.json`, a JSON list of A
 objects `{"resource_type": 2, "resource_name": "t", "pattern_type": 3, "principal":
 "User:a", "host": "*", "operation": 3, "permission_type": 3}` (Kafka's numeric codes),
 replaced atomically under a flock of `<file>.lock`. Each process re-reads it when its
-mtime changes, checked at most every RELOAD_INTERVAL seconds, so every worker sees a change
-within about a second. In cluster mode the store is ZooKeeper (`store=ZkAclStore`, Kafka's
+mtime changes, checked at most every RELOAD_INTERVAL seconds, and at once when told
+(`reload`): the worker that changed it bumps a shared-memory word before it answers, and
+every other worker re-reads the file before its next request (runtime/shm.py), so a change
+applies to every request the broker handles after the CreateAcls/DeleteAcls answer.
+In cluster mode the store is ZooKeeper (`store=ZkAclStore`, Kafka's
 /kafka-acl layout, see zk_stores.py).
 """
 from __future__ import annotations
@@ -156,6 +159,10 @@ class AclAuthorizer:
         self._by_type = {}
         for a in acls:
             self._by_type.setdefault(a.resource_type, []).append(a)
+
+    def reload(self) -> None:
+        """Re-reads the store now: another process serving this broker changed it."""
+        self._refresh(force=True)
 
     def acls(self, flt: AclFilter | None = None) -> list[Acl]:
         self._refresh(force=True)

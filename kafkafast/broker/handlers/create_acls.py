@@ -38,4 +38,5 @@ async def handle(broker, ctx, req: CreateAclsRequest, version: int) -> CreateAcl
             valid.append(a)
     if valid:  # a file write or ZooKeeper round trips: off the loop
         await asyncio.to_thread(authorizer.create, valid)
+        broker.notify_acls_changed()  # every worker applies it to the requests after this answer
     return CreateAclsResponse(throttle_time_ms=0, results=results)

@@ -24,6 +24,7 @@ async def handle(broker, ctx, req: DeleteAclsRequest, version: int) -> DeleteAcl
         return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
             FilterResult(error_code=code, error_message=None, matching_acls=[]) for _ in req.filters])
     deleted = await asyncio.to_thread(authorizer.delete, [acl_filter(f) for f in req.filters])
+    broker.notify_acls_changed()  # every worker applies it to the requests after this answer
     return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
         FilterResult(error_code=0, error_message=None, matching_acls=[
             Matching(error_code=0, error_message=None, resource_type=a.resource_type, resource_name=a.resource_name,
