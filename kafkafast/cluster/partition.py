@@ -18,7 +18,8 @@ from kafkafast.broker.follower_state import FollowerState
 
 class ClusterPartition(Partition):
     __slots__ = ("topic_id", "leader_id", "isr", "replicas", "partition_epoch", "is_leader", "followers",
-                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_epoch", "fenced")
+                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_epoch", "fenced",
+                 "answered_hw")
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         super().__init__(topic, index, log_)
@@ -34,6 +35,9 @@ class ClusterPartition(Partition):
         self.hw_waiters: list[tuple[int, asyncio.Future]] = []
         self.confirmed_epoch = -1  # the broker epoch (registration) a LeaderAndIsr naming this replica's role was sent to
         self.fenced: str | None = None  # why appends are refused now (logged when it changes)
+        # follower -> the high watermark this process last answered its Fetch with: a parked
+        # follower Fetch is answered as soon as the high watermark differs from it
+        self.answered_hw: dict[int, int] = {}
 
     @property
     def in_sync_count(self) -> int:
@@ -48,6 +52,7 @@ class ClusterPartition(Partition):
         self.replicas = list(ps.replicas)
         self.partition_epoch = ps.partition_epoch
         self.alter_in_flight = None
+        self.answered_hw.clear()  # a new role or epoch: what the followers know is unknown
 
     def maximal_isr(self) -> set[int]:
         """The ISR the high watermark waits for: the committed one plus pending additions."""
