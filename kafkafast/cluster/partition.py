@@ -75,8 +75,7 @@ class ClusterPartition(Partition):
             return False
         st.high_watermark = new_hw
         st.last_stable_offset = self.log.last_stable_offset(new_hw)
-        self.wake()
-        if self.hw_waiters:
+        if self.hw_waiters:  # first: the produces answered resume before the fetches woken below
             still = []
             for offset, fut in self.hw_waiters:
                 if offset <= new_hw:
@@ -85,6 +84,7 @@ class ClusterPartition(Partition):
                 else:
                     still.append((offset, fut))
             self.hw_waiters = still
+        self.wake()
         return True
 
     async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
@@ -92,15 +92,24 @@ class ClusterPartition(Partition):
         (NOT_LEADER_OR_FOLLOWER) or the timeout passes (REQUEST_TIMED_OUT)."""
         if self.log.state.high_watermark >= offset:
             return 0
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self.hw_waiters.append((offset, fut))
+        # the future itself is awaited (not through asyncio.wait_for, whose own waiter costs a
+        # loop pass): the produce resumes on the pass after the Fetch that moved the watermark
+        timer = loop.call_later(timeout_s, _time_out, fut)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return 7  # REQUEST_TIMED_OUT
+            return await fut
+        finally:
+            timer.cancel()
 
     def fail_waiters(self, code: int) -> None:
         waiters, self.hw_waiters = self.hw_waiters, []
         for _, fut in waiters:
             if not fut.done():
                 fut.set_result(code)
+
+
+def _time_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(7)  # REQUEST_TIMED_OUT

@@ -251,8 +251,10 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     while True:
         responses, total, news = _read_all(broker, req, version, plan)
         remaining = deadline - time.monotonic()
-        if (total >= req.min_bytes or news or remaining <= 0 or not plan or not broker.started
-                or redirects(responses)):
+        if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
+            break
+        if news:  # only the high watermark moved: the produces it answers go out first (one loop pass)
+            await asyncio.sleep(0)
             break
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
