@@ -22,8 +22,8 @@ available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes; a follower's fetch (replica_id >= 0) is also answered, at once or when
 its parked fetch is woken, as soon as one of its partitions has a high watermark the leader has
 not answered that follower yet (`broker.high_watermark_news`), so a follower learns a new high
-watermark without waiting out `max_wait_ms` (what KIP-1166 does with the replica's high
-watermark in Fetch v18; up to v17 the leader remembers what it answered). Fetch sessions (v7+, KIP-227): `broker.fetch_sessions`
+watermark without waiting out `max_wait_ms` (KIP-1166 puts the replica's high watermark in
+Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+, KIP-227): `broker.fetch_sessions`
 (kafkafast/broker/fetch_sessions.py) says which partitions a request reads (an incremental
 one: its session's) and which of them its response lists. isolation_level 1
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
