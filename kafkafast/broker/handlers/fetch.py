@@ -23,9 +23,10 @@ available the fetch parks until an append to one of its partitions wakes it or
 its parked fetch is woken, as soon as one of its partitions has a high watermark the leader has
 not answered that follower yet (`broker.high_watermark_news`), so a follower learns a new high
 watermark without waiting out `max_wait_ms` (KIP-1166 puts the replica's high watermark in
-Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+, KIP-227): `broker.fetch_sessions`
-(kafkafast/broker/fetch_sessions.py) says which partitions a request reads (an incremental
-one: its session's) and which of them its response lists. isolation_level 1
+Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+,
+KIP-227): `broker.fetch_sessions` (kafkafast/broker/fetch_sessions.py) says which partitions
+a request reads (an incremental one: its session's) and which of them its response lists.
+isolation_level 1
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
 (producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
 the high watermark. Consumers (v11+) may fetch from a follower, which serves up to the high
