@@ -490,6 +490,11 @@ class Broker:
     def on_replica_read(self, part: Partition, replica_id: int, nbytes: int) -> None:
         """Bytes read for a follower (the leader's replication throttle); none here."""
 
+    def high_watermark_news(self, part: Partition, replica_id: int, hw: int) -> bool:
+        """Whether a follower's Fetch answer carrying `hw` tells it a high watermark it has not
+        been answered yet (then the Fetch is answered at once); a lone replica has no followers."""
+        return False
+
     def isr_error(self, part: Partition) -> int:
         """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0
         (as in Kafka, a lone replica under a topic's min.insync.replicas=2 takes no acks=all write)."""

@@ -373,6 +373,14 @@ class ClusterBroker(Broker):
         if self._leader_throttled(part):
             self.leader_quota.record(nbytes)
 
+    def high_watermark_news(self, part: Any, replica_id: int, hw: int) -> bool:
+        """Records `hw` as what the follower is answered now; True when it differs from what this
+        process answered it last (docs/ARCHITECTURE.md, "acks=all in one round trip")."""
+        if part.answered_hw.get(replica_id) == hw:
+            return False
+        part.answered_hw[replica_id] = hw
+        return True
+
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not getattr(part, "is_leader", False):
             return

@@ -18,7 +18,8 @@ from kafkafast.broker.follower_state import FollowerState
 
 class ClusterPartition(Partition):
     __slots__ = ("topic_id", "leader_id", "isr", "replicas", "partition_epoch", "is_leader", "followers",
-                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_epoch", "fenced")
+                 "alter_in_flight", "epoch_start_offset", "hw_waiters", "confirmed_epoch", "fenced",
+                 "answered_hw")
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         super().__init__(topic, index, log_)
@@ -34,6 +35,9 @@ class ClusterPartition(Partition):
         self.hw_waiters: list[tuple[int, asyncio.Future]] = []
         self.confirmed_epoch = -1  # the broker epoch (registration) a LeaderAndIsr naming this replica's role was sent to
         self.fenced: str | None = None  # why appends are refused now (logged when it changes)
+        # follower -> the high watermark this process last answered its Fetch with: a parked
+        # follower Fetch is answered as soon as the high watermark differs from it
+        self.answered_hw: dict[int, int] = {}
 
     @property
     def in_sync_count(self) -> int:
@@ -48,6 +52,7 @@ class ClusterPartition(Partition):
         self.replicas = list(ps.replicas)
         self.partition_epoch = ps.partition_epoch
         self.alter_in_flight = None
+        self.answered_hw.clear()  # a new role or epoch: what the followers know is unknown
 
     def maximal_isr(self) -> set[int]:
         """The ISR the high watermark waits for: the committed one plus pending additions."""
@@ -70,8 +75,7 @@ class ClusterPartition(Partition):
             return False
         st.high_watermark = new_hw
         st.last_stable_offset = self.log.last_stable_offset(new_hw)
-        self.wake()
-        if self.hw_waiters:
+        if self.hw_waiters:  # first: the produces answered resume before the fetches woken below
             still = []
             for offset, fut in self.hw_waiters:
                 if offset <= new_hw:
@@ -80,6 +84,7 @@ class ClusterPartition(Partition):
                 else:
                     still.append((offset, fut))
             self.hw_waiters = still
+        self.wake()
         return True
 
     async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
@@ -87,15 +92,24 @@ class ClusterPartition(Partition):
         (NOT_LEADER_OR_FOLLOWER) or the timeout passes (REQUEST_TIMED_OUT)."""
         if self.log.state.high_watermark >= offset:
             return 0
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self.hw_waiters.append((offset, fut))
+        # the future itself is awaited (not through asyncio.wait_for, whose own waiter costs a
+        # loop pass): the produce resumes on the pass after the Fetch that moved the watermark
+        timer = loop.call_later(timeout_s, _time_out, fut)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return 7  # REQUEST_TIMED_OUT
+            return await fut
+        finally:
+            timer.cancel()
 
     def fail_waiters(self, code: int) -> None:
         waiters, self.hw_waiters = self.hw_waiters, []
         for _, fut in waiters:
             if not fut.done():
                 fut.set_result(code)
+
+
+def _time_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(7)  # REQUEST_TIMED_OUT

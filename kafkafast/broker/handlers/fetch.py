@@ -19,9 +19,14 @@ the connection), never beyond the high watermark. Limits as Kafka: the first par
 with data always gets at least one whole batch (KIP-74), then `max_bytes` for the
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
-`max_wait_ms` passes. Fetch sessions (v7+, KIP-227): `broker.fetch_sessions`
-(kafkafast/broker/fetch_sessions.py) says which partitions a request reads (an incremental
-one: its session's) and which of them its response lists. isolation_level 1
+`max_wait_ms` passes; a follower's fetch (replica_id >= 0) is also answered, at once or when
+its parked fetch is woken, as soon as one of its partitions has a high watermark the leader has
+not answered that follower yet (`broker.high_watermark_news`), so a follower learns a new high
+watermark without waiting out `max_wait_ms` (KIP-1166 puts the replica's high watermark in
+Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+,
+KIP-227): `broker.fetch_sessions` (kafkafast/broker/fetch_sessions.py) says which partitions
+a request reads (an incremental one: its session's) and which of them its response lists.
+isolation_level 1
 (READ_COMMITTED) reads only up to the last stable offset and lists the aborted transactions
 (producer id, first offset) that overlap the returned batches; READ_UNCOMMITTED reads up to
 the high watermark. Consumers (v11+) may fetch from a follower, which serves up to the high
@@ -61,9 +66,11 @@ def _error(index, code, part=None):
 
 
 def _read_all(broker, req, version, plan):
-    """One pass over the requested partitions. Returns (responses, bytes)."""
+    """One pass over the requested partitions. Returns (responses, bytes, whether a follower's
+    answer carries a high watermark it has not been answered yet)."""
     budget = req.max_bytes if version >= 3 else 0x7FFFFFFF
     total = 0
+    news = False
     any_replica = version >= 11 and req.replica_id < 0  # KIP-392: a consumer that may read from followers
     responses = []
     for topic_name, fp_list, tresp in plan:
@@ -123,8 +130,10 @@ def _read_all(broker, req, version, plan):
                     continue
             size = len(region) if region is not None else 0
             total += size
-            if size and req.replica_id >= 0:
-                broker.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
+            if req.replica_id >= 0:
+                if size:
+                    broker.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
+                news |= broker.high_watermark_news(part, req.replica_id, hw)
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
@@ -132,7 +141,7 @@ def _read_all(broker, req, version, plan):
                                       if req.isolation_level == READ_COMMITTED else None),
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
-    return responses, total
+    return responses, total, news
 
 
 def redirects(responses: list) -> bool:
@@ -241,9 +250,12 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
                     broker.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     while True:
-        responses, total = _read_all(broker, req, version, plan)
+        responses, total, news = _read_all(broker, req, version, plan)
         remaining = deadline - time.monotonic()
         if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
+            break
+        if news:  # only the high watermark moved: the produces it answers go out first (one loop pass)
+            await asyncio.sleep(0)
             break
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
@@ -251,7 +263,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
-            responses, total = _read_all(broker, req, version, plan)
+            responses, _, _ = _read_all(broker, req, version, plan)
             break
     session_id, responses = session.respond(responses + refused)
     return with_leader_hints(broker, version, FetchResponse(

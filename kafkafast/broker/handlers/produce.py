@@ -227,8 +227,12 @@ async def _wait_for_replication(broker, waits: list, timeout_s: float) -> None:
     once for a lone replica): REQUEST_TIMED_OUT after the request's timeout,
     NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile, NOT_ENOUGH_REPLICAS_AFTER_APPEND
     when the ISR fell below min.insync.replicas."""
-    codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout_s)
-                                                          for _, _, part, offset in waits)))
+    if len(waits) == 1:  # (no gather: its callbacks would cost loop passes before the answer)
+        _, _, part, offset = waits[0]
+        codes = [await request_metrics.remote(part.wait_for_hw(offset, timeout_s))]
+    else:
+        codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout_s)
+                                                              for _, _, part, offset in waits)))
     for (tr, i, part, _), code in zip(waits, codes):
         if code == 0 and broker.isr_error(part):
             code = E.ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND

@@ -1,0 +1,86 @@
+"""acks=all in one follower fetch round, with no timer in the path (issue 25).
+
+The followers long-poll their leader with replica.fetch.wait.max.ms=5000 here, so any step
+of an acks=all produce that waited for a parked follower Fetch to time out would take
+seconds: the append wakes the followers' parked fetches, their next Fetch (at the new log
+end) moves the high watermark and answers the produce, and the leader answers those
+fetches at once with the new high watermark (the followers learn it without waiting).
+Measured on a quiet cluster with a raw client (one connection, one request at a time);
+with 2 workers the requests may land on a worker that does not own the partition."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from kafkafast.protocol._generated.fetch import FetchRequest
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.records.batch import encode_batch
+from tests.support.cluster import KafkaCluster
+from tests.support.raw_client import RawClient
+
+FETCH_WAIT_MS = 5000
+BOUND_S = 1.5  # well within the fetch wait: no timer of replica.fetch.wait.max.ms in the path
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["workers0", "workers2"])
+def long_poll_cluster(tmp_path_factory, request):
+    c = KafkaCluster(tmp_path_factory.mktemp(f"ackround-w{request.param}"), workers=request.param,
+                     settings={"replica.fetch.wait.max.ms": str(FETCH_WAIT_MS)})
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def _produce(rc: RawClient, topic: str, value: bytes) -> tuple[int, int]:
+    """(error code, base offset) of one acks=all Produce v8 of one record to partition 0."""
+    batch = encode_batch([(int(time.time() * 1000), None, value, [])])
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+    pr = rc.request(req, 8).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def _high_watermark(port: int, topic: str) -> int:
+    """The high watermark a replica knows: a consumer's Fetch v11 at offset 0 (KIP-392 lets a
+    follower serve it, up to the high watermark it learnt from its leader), not waiting."""
+    F = FetchRequest
+    req = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1024, isolation_level=0, session_id=0,
+            session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[F.FetchTopic(topic=topic, partitions=[
+                F.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                                 partition_max_bytes=1024)])])
+    with RawClient(port, timeout=10) as rc:
+        pd = rc.request(req, 11).responses[0].partitions[0]
+    assert pd.error_code == 0, pd.error_code
+    return pd.high_watermark
+
+
+def test_acks_all_completes_within_one_follower_fetch_round(long_poll_cluster):
+    c = long_poll_cluster
+    c.create_topic("ackround", 1, 3, {"min.insync.replicas": "2"})
+    state = c.partition_state("ackround", 0)
+    leader = state["leader"]
+    followers = [r for r in state["isr"] if r != leader]  # (created with the full ISR)
+    with RawClient(c.brokers[leader].port, timeout=30) as rc:
+        # connections and fetch sessions set up (retried while a worker that does not own the
+        # partition has not applied the LeaderAndIsr yet)
+        c.wait_for(lambda: _produce(rc, "ackround", b"warm-up")[0] == 0, 15, "an acks=all produce accepted")
+        first = _high_watermark(c.brokers[leader].port, "ackround")
+        # the followers' fetches are parked at the leader now (nothing new for up to 5 s)
+        c.wait_for(lambda: all(_high_watermark(c.brokers[f].port, "ackround") == first for f in followers),
+                   2 * FETCH_WAIT_MS / 1000, "the followers knowing the warm-up is replicated")
+        took, learnt = [], []
+        for i in range(first, first + 5):
+            start = time.monotonic()
+            assert _produce(rc, "ackround", b"v%d" % i) == (0, i)
+            took.append(time.monotonic() - start)
+            # the followers learn the new high watermark without waiting out their parked fetch
+            c.wait_for(lambda: all(_high_watermark(c.brokers[f].port, "ackround") == i + 1 for f in followers),
+                       2 * FETCH_WAIT_MS / 1000, f"the followers' high watermark at {i + 1}")
+            learnt.append(time.monotonic() - start)
+    assert statistics.median(took) < BOUND_S, took
+    assert statistics.median(learnt) < BOUND_S, learnt
+    assert max(learnt) < FETCH_WAIT_MS / 1000, learnt
