@@ -211,8 +211,10 @@ def test_create_partitions_configs_and_delete_topics_across_the_cluster(cluster)
     cluster.wait_for(described_on_third, 15, "broker 3 seeing the new config")
 
     first.delete_topics(["admin"], request_timeout=20)["admin"].result(30)
-    cluster.wait_for(lambda: zk.exists("/brokers/topics/admin") is None, 15, "the topic znode removed")
-    assert zk.exists("/config/topics/admin") is None and zk.get_children("/admin/delete_topics") == []
+    # the controller removes the topic znode, then its config, then the deletion marker (Kafka's order)
+    cluster.wait_for(lambda: zk.exists("/brokers/topics/admin") is None and zk.exists("/config/topics/admin") is None
+                     and zk.get_children("/admin/delete_topics") == [], 15,
+                     "the topic, config and deletion-marker znodes removed")
     cluster.wait_for(lambda: not any(any((cluster.root / f"broker-{i}").glob("admin-*")) for i in (1, 2, 3)),
                      15, "the partition directories removed everywhere")
     cluster.wait_for(lambda: "admin" not in third.list_topics(timeout=10).topics, 15, "the topic gone from metadata")
