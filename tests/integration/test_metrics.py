@@ -29,6 +29,17 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
     return out
 
 
+def scrape_when(port: int, name: str, minimum: float = 1, bound: float = 10, **labels: str) -> dict:
+    """A scrape once `name{labels}` reached `minimum` (else the last one after `bound` s): a
+    request is observed once its answer is written, so a client can hold the answer first."""
+    deadline = time.monotonic() + bound
+    while True:
+        m = scrape(port)
+        if value(m, name, **labels) >= minimum or time.monotonic() > deadline:
+            return m
+        time.sleep(0.1)
+
+
 def value(m: dict, name: str, **labels: str) -> float:
     return m.get((name, tuple(sorted(labels.items()))), 0.0)
 
@@ -217,7 +228,7 @@ def test_queue_time_flush_time_authentications_and_uncleanable_partitions_move(b
     # queue time and flush time: every produced batch is flushed (flush.messages=1)
     kafkafast("topics", *b, "--create", "--topic", "flushed", "--partitions", "2", "--config", "flush.messages=1")
     kafkafast("produce", *b, "--topic", "flushed", stdin="".join(f"v{i}\n" for i in range(30)))
-    m = scrape(mport)
+    m = scrape_when(mport, "kafka_network_requestmetrics_requestqueuetimems_count", request="Produce")
     assert value(m, "kafka_network_requestmetrics_requestqueuetimems_count", request="Produce") >= 1
     assert value(m, "kafka_network_requestmetrics_requestqueuetimems_bucket", request="Metadata", le="+Inf") >= 1
     assert value(m, "kafka_network_requestmetrics_requestqueuetimems_sum", request="Produce") >= 0
@@ -238,7 +249,7 @@ def test_queue_time_flush_time_authentications_and_uncleanable_partitions_move(b
 
     assert sasl_producer("alice-secret") == []
     assert any("Authentication" in str(e) or e.code() == ck.KafkaError._AUTHENTICATION for e in sasl_producer("no"))
-    m = scrape(mport)
+    m = scrape_when(mport, "kafka_server_socket_server_metrics_failed_authentication_total", listener="SASL_PLAINTEXT")
     assert value(m, "kafka_server_socket_server_metrics_successful_authentication_total", listener="SASL_PLAINTEXT") >= 1
     assert value(m, "kafka_server_socket_server_metrics_failed_authentication_total", listener="SASL_PLAINTEXT") >= 1
     assert value(m, "kafka_server_socket_server_metrics_failed_authentication_total", listener="PLAINTEXT") == 0
