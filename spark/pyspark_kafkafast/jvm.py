@@ -1,6 +1,7 @@
-"""The jar of the JVM columnar reader (format `kafkafast_arrow`): built from the Java source
-shipped in this package (`java/KafkafastArrowSource.java`) with the JDK's javac against the
-installed pyspark's jars, on first use, into a cache directory keyed by the source and the
+"""The package's jar: the JVM columnar reader (format `kafkafast_arrow`) and the `kafkafast`
+provider that gives the Python source the batch save modes of Spark's Kafka sink. Built from
+the Java sources shipped in this package (`java/*.java`) with the JDK's javac against the
+installed pyspark's jars, on first use, into a cache directory keyed by the sources and the
 pyspark version; later calls return the built jar.
 
     spark = (SparkSession.builder.config("spark.jars", pyspark_kafkafast.jar_path())...)
@@ -17,8 +18,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("java") / "KafkafastArrowSource.java"
-CLASS_NAME = "io.kafkafast.spark.KafkafastArrowSource"
+SOURCES = sorted((Path(__file__).with_name("java")).glob("*.java"))
+# the DataSourceRegister classes: format kafkafast_arrow, and format kafkafast's save modes
+CLASS_NAMES = ("io.kafkafast.spark.KafkafastArrowSource", "io.kafkafast.spark.KafkafastProvider")
 REGISTER = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 
 
@@ -40,11 +42,11 @@ def _javac() -> str:
 
 
 def jar_path() -> str:
-    """The path of the reader's jar, building it first if this source and pyspark have none yet."""
+    """The path of the package's jar, building it first if these sources and pyspark have none yet."""
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
-    digest = hashlib.sha256(SOURCE.read_bytes() + pyspark.__version__.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + pyspark.__version__.encode()).hexdigest()[:16]
     cache = _cache_dir()
     jar = cache / f"kafkafast-spark-arrow-{digest}.jar"
     if jar.exists():
@@ -57,13 +59,13 @@ def jar_path() -> str:
         with tempfile.TemporaryDirectory(prefix="kafkafast-javac-") as tmp:
             classes = Path(tmp) / "classes"
             proc = subprocess.run([_javac(), "-nowarn", "--release", "17", "-cp", str(jars / "*"), "-d", str(classes),
-                                   str(SOURCE)], capture_output=True, text=True)
+                                   *map(str, SOURCES)], capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"javac failed building the kafkafast_arrow reader:\n{proc.stderr[-4000:]}")
             partial = cache / f".{jar.name}.{os.getpid()}"
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
                 z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n\n")
-                z.writestr(REGISTER, CLASS_NAME + "\n")
+                z.writestr(REGISTER, "".join(name + "\n" for name in CLASS_NAMES))
                 for f in sorted(classes.rglob("*.class")):
                     z.write(f, f.relative_to(classes).as_posix())
             os.replace(partial, jar)

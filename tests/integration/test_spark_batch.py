@@ -224,24 +224,29 @@ def test_deleted_offsets_fail_the_read_or_are_skipped_per_fail_on_data_loss(spar
     assert sorted(r.offset for r in read("false").select("offset").collect()) == list(range(40, 100))
 
 
-# Save modes of batch writes: Append appends; Overwrite is refused as Spark's Kafka sink refuses it
-# and nothing is written; the default ErrorIfExists fails in Spark itself (Python data sources
-# get only Append and Overwrite - see spark/README.md).
-def _writer(spark, bootstrap, topic):  # noqa: F811
-    df = spark.range(5).selectExpr("cast(id AS string) AS key", "cast(id AS string) AS value")
-    return df.write.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+# Save modes of batch writes, as Spark's Kafka sink: ErrorIfExists (the default) and Append append;
+# Overwrite and Ignore are refused and nothing is written. The session has the package's jar on
+# spark.jars, whose `kafkafast` provider gives the Python source these modes (spark/README.md).
+def _writer(spark, bootstrap, topic, n=5):  # noqa: F811
+    df = spark.range(n).selectExpr("cast(id AS string) AS key", "cast(id AS string) AS value")
+    return df.repartition(3).write.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
 
 
-def test_save_modes_as_spark_kafka_sink_where_python_sources_allow(spark, module_broker):  # noqa: F811
+def test_save_modes_as_spark_kafka_sink(spark, module_broker):  # noqa: F811
     topic = "spark-save-modes"
-    create_topic(module_broker.bootstrap, topic, 1)
-    with pytest.raises(Exception, match="save mode Overwrite is not allowed for kafkafast.*append"):
-        _writer(spark, module_broker.bootstrap, topic).mode("overwrite").save()
-    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
-        _writer(spark, module_broker.bootstrap, topic).save()
-    assert consume_all(module_broker.bootstrap, topic, 1) == []
+    create_topic(module_broker.bootstrap, topic, 2)
+    for mode in ("overwrite", "ignore"):
+        with pytest.raises(Exception, match=f"Save mode {mode.capitalize()} not allowed for kafkafast. "
+                                            "Allowed save modes are Append and ErrorIfExists"):
+            _writer(spark, module_broker.bootstrap, topic).mode(mode).save()
+    assert consume_all(module_broker.bootstrap, topic, 2) == []
+    _writer(spark, module_broker.bootstrap, topic, 3_000).save()  # no mode: ErrorIfExists, appended
+    values = sorted(int(v) for _, _, _, v, _ in consume_all(module_broker.bootstrap, topic, 2))
+    assert values == list(range(3_000))
+    _writer(spark, module_broker.bootstrap, topic).mode("errorifexists").save()
     _writer(spark, module_broker.bootstrap, topic).mode("append").save()
-    assert sorted(v for _, _, _, v, _ in consume_all(module_broker.bootstrap, topic, 1)) == [b"%d" % i for i in range(5)]
+    values = sorted(int(v) for _, _, _, v, _ in consume_all(module_broker.bootstrap, topic, 2))
+    assert values == sorted(list(range(3_000)) + 2 * list(range(5)))
 
 
 # ------------------------------------------------------------------ the JVM columnar reader
