@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark_kafkafast.data_source import KafkaFastDataSource
-from pyspark_kafkafast.jvm import jar_path  # the JVM columnar reader's jar (format kafkafast_arrow)
+from pyspark_kafkafast.jvm import jar_path  # the package's jar: format kafkafast_arrow, kafkafast's save modes
 
 DefaultSource = KafkaFastDataSource
 

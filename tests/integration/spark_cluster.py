@@ -138,7 +138,7 @@ def cluster_session(cluster: StandaloneCluster, archive: Path, app: str = "kafka
     from pyspark_kafkafast.jvm import jar_path
 
     spark = (SparkSession.builder.master(cluster.url).appName(app)
-             .config("spark.jars", jar_path())  # the JVM columnar reader, format kafkafast_arrow
+             .config("spark.jars", jar_path())  # kafkafast_arrow, and kafkafast's default save mode
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.driver.memory", "1g")

@@ -34,7 +34,7 @@ def make_spark_session(app: str = "kafkafast-tests"):
     from pyspark_kafkafast.jvm import jar_path
 
     spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.jars", jar_path())  # the JVM columnar reader, format kafkafast_arrow
+             .config("spark.jars", jar_path())  # kafkafast_arrow, and kafkafast's default save mode
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.host", "127.0.0.1")

@@ -142,8 +142,8 @@ def test_dataframe_write_through_the_cluster_lands_every_row(spark, module_broke
     df = spark.range(n, numPartitions=4).selectExpr(
         "cast(id AS string) AS key", "concat('w', cast(id AS string)) AS value", "cast(id % 3 AS int) AS partition",
         "array(named_struct('key', 'id', 'value', cast(cast(id AS string) AS binary))) AS headers")
-    (df.write.format("kafkafast").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-     .save())
+    # Spark's default save mode (the jar's `kafkafast` provider, over the source found by discovery)
+    df.write.format("kafkafast").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
     got = consume_all(bootstrap, topic, 3)
     assert len(got) == n
     assert sorted(int(k) for _, _, k, _, _ in got) == list(range(n))
