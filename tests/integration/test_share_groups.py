@@ -35,6 +35,7 @@ from kafkafast.protocol._generated.list_groups import ListGroupsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
 from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
+from kafkafast.protocol._generated.share_acknowledge import ShareAcknowledgeRequest
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
@@ -845,6 +846,29 @@ def test_a_batch_acknowledged_offset_by_offset_redelivers_only_its_released_reco
         last = m.fetch([(o, o, [1]) for o in (1, 3, 5, 7, 9)], wait_ms=500)
         assert (last.acknowledge_error_code, last.acquired_records) == (0, [])
     assert read_state(sbroker.port, group, tid) == (10, [])
+
+
+def test_a_member_leaving_keeps_its_records_for_the_acknowledgements_its_share_session_closes_with(sbroker):
+    """librdkafka's close() sends the leave heartbeat (epoch -1) first and the closing
+    ShareAcknowledge (epoch -1) after it. As Kafka, leaving the group neither releases the
+    member's records nor ends its share session: the acknowledgements the session closes with
+    apply (they got SHARE_SESSION_NOT_FOUND, the records went to another member), and what the
+    closing session still holds goes back."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qleave", 10)
+    A = ShareAcknowledgeRequest
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qleave", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        left = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=m.member, member_epoch=-1), 1)
+        assert left.error_code == 0
+        closing = raw.request(A(group_id=group, member_id=m.member, share_session_epoch=-1, topics=[
+            A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                A.AcknowledgementBatch(first_offset=0, last_offset=7, acknowledge_types=[1])])])]), 1)
+        assert closing.error_code == 0
+        assert closing.responses[0].partitions[0].error_code == 0
+        other = RawShareMember(raw, group, "qleave", tid, member="other")
+        assert acquired(other.first_fetch()) == [(8, 9, 2)]  # only what the closed session did not accept
+    assert read_state(sbroker.port, group, tid) == (8, [(8, 9, 0, 2)])
 
 
 def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_after_a_restart_holds_all(broker_factory):

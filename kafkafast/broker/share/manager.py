@@ -299,7 +299,7 @@ class SharePartitionManager:
             del self.sessions[key]
 
     def member_gone(self, group_id: str, member_id: str) -> None:
-        """The member left the group or its session expired: its records go back, its share session ends."""
+        """The member's group session expired: its records go back, its share session ends."""
         self.sessions.pop((group_id, member_id), None)
         self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
 
