@@ -741,7 +741,7 @@ class RawShareMember:
                     for a, b, t in acks])])]), 1)
         self.epoch += 1
         assert resp.error_code == 0, resp
-        return resp.responses[0].partitions[0]
+        return resp.responses[0].partitions[0] if resp.responses else None  # None: nothing acquired nor acknowledged
 
     def first_fetch(self, timeout: float = 20) -> Any:
         """Fetches until the share-partition answers (its state loads in the background after a
@@ -869,6 +869,23 @@ def test_a_member_leaving_keeps_its_records_for_the_acknowledgements_its_share_s
         other = RawShareMember(raw, group, "qleave", tid, member="other")
         assert acquired(other.first_fetch()) == [(8, 9, 2)]  # only what the closed session did not accept
     assert read_state(sbroker.port, group, tid) == (8, [(8, 9, 0, 2)])
+
+
+def test_the_start_offset_moves_past_acknowledged_records_when_the_log_start_passes_it(sbroker):
+    """DeleteRecords past the share-partition start offset: the records before the new log
+    start are gone, and the start offset moves on past the acknowledged records after them
+    (it stopped at the log start, counting them in flight)."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qtrim", 10)
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qtrim", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        assert m.fetch([(5, 9, [1])], wait_ms=0).acknowledge_error_code == 0
+        assert read_state(sbroker.port, group, tid) == (0, [(0, 4, 0, 1), (5, 9, 2, 1)])
+        admin = AdminClient({"bootstrap.servers": sbroker.bootstrap, **QUIET})
+        for f in admin.delete_records([TopicPartition("qtrim", 0, 5)]).values():
+            assert f.result(15).low_watermark == 5
+        assert m.fetch(wait_ms=0) is None  # nothing to acquire; the share-partition sees the new log start
+    assert read_state(sbroker.port, group, tid) == (10, [])
 
 
 def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_after_a_restart_holds_all(broker_factory):
