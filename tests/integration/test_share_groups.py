@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -886,6 +887,37 @@ def test_the_start_offset_moves_past_acknowledged_records_when_the_log_start_pas
             assert f.result(15).low_watermark == 5
         assert m.fetch(wait_ms=0) is None  # nothing to acquire; the share-partition sees the new log start
     assert read_state(sbroker.port, group, tid) == (10, [])
+
+
+def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(broker_factory):
+    """A share-partition at its record-lock limit: another member's ShareFetch waits; the
+    acceptance that moves the start offset frees locks and wakes it at once (as Kafka completes
+    the delayed share fetches of a share-partition after an acknowledgement), instead of at
+    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat)."""
+    b = broker_factory(settings={**SETTINGS, "group.share.partition.max.record.locks": "10"})
+    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 10)
+    produce_batch(b.bootstrap, "qwake", range(10, 20))
+    A = ShareAcknowledgeRequest
+    with RawClient(b.port, timeout=30) as raw, RawClient(b.port, timeout=30) as raw2:
+        holder = RawShareMember(raw, group, "qwake", tid)
+        assert acquired(holder.first_fetch()) == [(0, 9, 1)]  # the whole lock budget
+        other = RawShareMember(raw2, group, "qwake", tid, member="other")
+        answer: list = []
+        waiting = threading.Thread(target=lambda: answer.append((other.fetch(wait_ms=5000), time.monotonic())))
+        waiting.start()
+        try:
+            time.sleep(0.5)  # the waiting fetch parks (nothing to acquire: no lock free)
+            assert not answer
+            sent = time.monotonic()
+            acked = raw.request(A(group_id=group, member_id=holder.member, share_session_epoch=holder.epoch, topics=[
+                A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                    A.AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=[1])])])]), 1)
+            assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
+        finally:
+            waiting.join(15)
+        part, answered = answer[0]
+        assert acquired(part) == [(10, 19, 1)], (part, answered - sent)
+        assert answered - sent < 3  # woken by the acknowledgement, not by its MaxWaitMs (4.5 s later)
 
 
 def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_after_a_restart_holds_all(broker_factory):
