@@ -44,6 +44,17 @@ Records are counted once each by (partition, offset), in every process and over 
 application saw more than once, `incomplete` runs that did not get every record within
 `--timeout`; with the spread of records over the members, a run that lost or repeated
 records shows.
+
+Why `share 16` is not faster than `share 4` here: a share-partition holds at most
+`group.share.partition.max.record.locks` (2000, Kafka's default) records in flight, and
+records are acquired in whole producer batches (about 1,000-2,000 records of 100 B from the
+preload), so one or two members of a partition hold all its locks at a time; the holder
+accepts with its next ShareFetch and takes the freed locks again in the same request. The
+other members of the partition (4 per partition with 16) mostly wait: in a 200,000-record run
+about 1 ShareFetch in 6 came back empty after its whole 500 ms wait (before parked fetches were
+woken by acceptances that free locks, 1 in 4), and the 12 extra consumer processes share the 2
+cores with the holders. More members per partition pay off when records take the application
+time (the locks are what the queue shares) or with more record locks per partition.
 """
 from __future__ import annotations
 
