@@ -13,7 +13,10 @@ confluent-kafka producer). Then every configuration reads the whole topic with a
 * `share N` (N = 1, 4, 16): N confluent-kafka `ShareConsumer`s (librdkafka's share consumer) in
   one share group, `share.auto.offset.reset=earliest`, implicit acknowledgement: the records of
   each poll are accepted with the next poll (piggy-backed on ShareFetch), so every record is
-  acknowledged (the last poll's records by close(), after the timed window);
+  acknowledged (the last poll's records by commit_sync() before close(), after the timed
+  window: librdkafka 2.16's close() leaves them unacknowledged, its share session closes
+  holding them, and the members still in their last poll received them again: the 0.2-3.4%
+  `duplicates` with 16 consumers in earlier runs);
 * `classic N` (N = 1, 4): N confluent-kafka `Consumer`s subscribed in one consumer group
   (auto.offset.reset=earliest, librdkafka's defaults otherwise, auto commit on).
 
@@ -41,6 +44,17 @@ Records are counted once each by (partition, offset), in every process and over 
 application saw more than once, `incomplete` runs that did not get every record within
 `--timeout`; with the spread of records over the members, a run that lost or repeated
 records shows.
+
+Why `share 16` is not faster than `share 4` here: a share-partition holds at most
+`group.share.partition.max.record.locks` (2000, Kafka's default) records in flight, and
+records are acquired in whole producer batches (about 1,000-2,000 records of 100 B from the
+preload), so one or two members of a partition hold all its locks at a time; the holder
+accepts with its next ShareFetch and takes the freed locks again in the same request. The
+other members of the partition (4 per partition with 16) mostly wait: in a 200,000-record run
+about 1 ShareFetch in 6 came back empty after its whole 500 ms wait (before parked fetches were
+woken by acceptances that free locks, 1 in 4), and the 12 extra consumer processes share the 2
+cores with the holders. More members per partition pay off when records take the application
+time (the locks are what the queue shares) or with more record locks per partition.
 """
 from __future__ import annotations
 
@@ -152,7 +166,9 @@ def _consume(conn, counter, crossed, kind: str, bootstrap: str, topic: str, grou
     cpu = _cpu() - cpu0
     conn.send(("done", {"records": n, "bytes": nbytes, "errors": errors, "redelivered": redelivered,
                         "client_cpu_s": cpu, "samples": samples}))
-    c.close()  # share: accepts the last poll's records and leaves the group
+    if share:  # the last poll's records: librdkafka 2.16's close() does not accept them (implicit mode),
+        c.commit_sync()  # its share session closes holding them and they go to a member still polling
+    c.close()
     conn.send(("closed", seen))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -35,6 +36,7 @@ from kafkafast.protocol._generated.list_groups import ListGroupsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
 from kafkafast.protocol._generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest
+from kafkafast.protocol._generated.share_acknowledge import ShareAcknowledgeRequest
 from kafkafast.protocol._generated.share_fetch import ShareFetchRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
 from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
@@ -740,7 +742,7 @@ class RawShareMember:
                     for a, b, t in acks])])]), 1)
         self.epoch += 1
         assert resp.error_code == 0, resp
-        return resp.responses[0].partitions[0]
+        return resp.responses[0].partitions[0] if resp.responses else None  # None: nothing acquired nor acknowledged
 
     def first_fetch(self, timeout: float = 20) -> Any:
         """Fetches until the share-partition answers (its state loads in the background after a
@@ -845,6 +847,77 @@ def test_a_batch_acknowledged_offset_by_offset_redelivers_only_its_released_reco
         last = m.fetch([(o, o, [1]) for o in (1, 3, 5, 7, 9)], wait_ms=500)
         assert (last.acknowledge_error_code, last.acquired_records) == (0, [])
     assert read_state(sbroker.port, group, tid) == (10, [])
+
+
+def test_a_member_leaving_keeps_its_records_for_the_acknowledgements_its_share_session_closes_with(sbroker):
+    """librdkafka's close() sends the leave heartbeat (epoch -1) first and the closing
+    ShareAcknowledge (epoch -1) after it. As Kafka, leaving the group neither releases the
+    member's records nor ends its share session: the acknowledgements the session closes with
+    apply (they got SHARE_SESSION_NOT_FOUND, the records went to another member), and what the
+    closing session still holds goes back."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qleave", 10)
+    A = ShareAcknowledgeRequest
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qleave", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        left = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=m.member, member_epoch=-1), 1)
+        assert left.error_code == 0
+        closing = raw.request(A(group_id=group, member_id=m.member, share_session_epoch=-1, topics=[
+            A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                A.AcknowledgementBatch(first_offset=0, last_offset=7, acknowledge_types=[1])])])]), 1)
+        assert closing.error_code == 0
+        assert closing.responses[0].partitions[0].error_code == 0
+        other = RawShareMember(raw, group, "qleave", tid, member="other")
+        assert acquired(other.first_fetch()) == [(8, 9, 2)]  # only what the closed session did not accept
+    assert read_state(sbroker.port, group, tid) == (8, [(8, 9, 0, 2)])
+
+
+def test_the_start_offset_moves_past_acknowledged_records_when_the_log_start_passes_it(sbroker):
+    """DeleteRecords past the share-partition start offset: the records before the new log
+    start are gone, and the start offset moves on past the acknowledged records after them
+    (it stopped at the log start, counting them in flight)."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qtrim", 10)
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qtrim", tid)
+        assert acquired(m.first_fetch()) == [(0, 9, 1)]
+        assert m.fetch([(5, 9, [1])], wait_ms=0).acknowledge_error_code == 0
+        assert read_state(sbroker.port, group, tid) == (0, [(0, 4, 0, 1), (5, 9, 2, 1)])
+        admin = AdminClient({"bootstrap.servers": sbroker.bootstrap, **QUIET})
+        for f in admin.delete_records([TopicPartition("qtrim", 0, 5)]).values():
+            assert f.result(15).low_watermark == 5
+        assert m.fetch(wait_ms=0) is None  # nothing to acquire; the share-partition sees the new log start
+    assert read_state(sbroker.port, group, tid) == (10, [])
+
+
+def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(broker_factory):
+    """A share-partition at its record-lock limit: another member's ShareFetch waits; the
+    acceptance that moves the start offset frees locks and wakes it at once (as Kafka completes
+    the delayed share fetches of a share-partition after an acknowledgement), instead of at
+    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat)."""
+    b = broker_factory(settings={**SETTINGS, "group.share.partition.max.record.locks": "10"})
+    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 10)
+    produce_batch(b.bootstrap, "qwake", range(10, 20))
+    A = ShareAcknowledgeRequest
+    with RawClient(b.port, timeout=30) as raw, RawClient(b.port, timeout=30) as raw2:
+        holder = RawShareMember(raw, group, "qwake", tid)
+        assert acquired(holder.first_fetch()) == [(0, 9, 1)]  # the whole lock budget
+        other = RawShareMember(raw2, group, "qwake", tid, member="other")
+        answer: list = []
+        waiting = threading.Thread(target=lambda: answer.append((other.fetch(wait_ms=5000), time.monotonic())))
+        waiting.start()
+        try:
+            time.sleep(0.5)  # the waiting fetch parks (nothing to acquire: no lock free)
+            assert not answer
+            sent = time.monotonic()
+            acked = raw.request(A(group_id=group, member_id=holder.member, share_session_epoch=holder.epoch, topics=[
+                A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                    A.AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=[1])])])]), 1)
+            assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
+        finally:
+            waiting.join(15)
+        part, answered = answer[0]
+        assert acquired(part) == [(10, 19, 1)], (part, answered - sent)
+        assert answered - sent < 3  # woken by the acknowledgement, not by its MaxWaitMs (4.5 s later)
 
 
 def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_after_a_restart_holds_all(broker_factory):

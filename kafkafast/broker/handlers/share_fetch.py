@@ -10,7 +10,7 @@ partition (`HeldWrites`), before the request parks or is answered; a write that 
 partition's error (and its acknowledgement error). Each partition answers the bytes of the whole
 batches holding the records it acquired, the acquired ranges with their delivery counts, and its
 current leader; the top level the acquisition lock duration. Nothing acquired: the request waits
-up to MaxWaitMs for an append or a release. MaxRecords bounds the records acquired (a batch in
+up to MaxWaitMs for an append, a release or an acknowledgement that frees record locks. MaxRecords bounds the records acquired (a batch in
 progress is finished); MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member
 id), GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
@@ -138,7 +138,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         if acquired or remaining <= 0 or not parts or any(a.error for a in answers.values()):
             break
         with parked():  # not handler time for request_percentage quotas
-            await mgr.wait(parts, remaining)
+            await mgr.wait(req.group_id, parts, remaining)
         if mgr.sessions.get((req.group_id, req.member_id)) is not session:
             break  # closed meanwhile (the member left)
     await persisted(broker, answers)

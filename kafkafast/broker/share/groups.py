@@ -21,7 +21,9 @@ Timers: each member's session (`group.share.session.timeout.ms`, per group
 `share.session.timeout.ms`, reset by every heartbeat; the heartbeat interval likewise,
 `group.share.heartbeat.interval.ms` / `share.heartbeat.interval.ms`);
 its expiry removes the member, bumps the group epoch and releases the records it had acquired
-(`on_member_gone`). States: Empty (no members), Stable, Dead (deleted).
+(`on_member_gone`). A member that leaves (epoch -1) keeps its records and share session until
+it closes that session (as Kafka: the share session, not the membership, holds the records).
+States: Empty (no members), Stable, Dead (deleted).
 
 Share groups live beside the group coordinator's classic and consumer groups, under the same
 placement (the group's `__consumer_offsets` partition decides the owner worker or broker), in
@@ -231,10 +233,15 @@ class ShareGroups:
         member = group.members.get(member_id)
         if member is None:
             raise HeartbeatError(EC.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
-        self._remove(group, member)
+        self._remove(group, member, expired=False)
         return HeartbeatResult(member_id=member_id, member_epoch=LEAVE_EPOCH)
 
-    def _remove(self, group: ShareGroup, member: ShareMember) -> None:
+    def _remove(self, group: ShareGroup, member: ShareMember, expired: bool = True) -> None:
+        """Takes the member out of the group. Only an expired member's records and share session
+        go (`on_member_gone`): a member leaving with epoch -1 closes its share session after
+        that (librdkafka's close() sends the leave heartbeat first, then the ShareAcknowledge
+        with the last poll's acknowledgements), so its records stay acquired for it, as Kafka
+        keeps them, until its session closes or their locks expire."""
         if member.timer is not None:
             member.timer.cancel()
             member.timer = None
@@ -242,7 +249,8 @@ class ShareGroups:
         group.group_epoch += 1
         group.topic_signature = self._topic_signature(group)
         self._assign(group)
-        self.on_member_gone(group.group_id, member.member_id)
+        if expired:
+            self.on_member_gone(group.group_id, member.member_id)
 
     def _schedule_session(self, group: ShareGroup, member: ShareMember) -> None:
         if member.timer is not None:

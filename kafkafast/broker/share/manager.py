@@ -13,8 +13,11 @@ whole batches acquired until MaxRecords or the record-lock limit; their headers 
 walk goes (`LogBatches`, 64 KiB at a time), so the bytes read follow what is acquired, not the
 client's MaxBytes. The answer carries the batches that hold acquired records (a file region sent
 with sendfile when they are adjacent, as Fetch answers) and the acquired ranges with their
-delivery counts, and a lock timer is started for them. With nothing acquired the fetch parks until an append to
-one of its partitions or a release in this manager wakes it, or MaxWaitMs passes.
+delivery counts, and a lock timer is started for them. With nothing acquired the fetch parks
+until an append to one of its partitions, or a change in one of the group's share-partitions
+that may let it acquire (records released, a lock expired, an acknowledgement moved the start
+offset and so freed record locks: as Kafka completes a share-partition's delayed share
+fetches), wakes it, or MaxWaitMs passes.
 
 Settings: group.share.record.lock.duration.ms (within group.share.min/max.record.lock.
 duration.ms; per group `share.record.lock.duration.ms`), group.share.delivery.count.limit
@@ -184,7 +187,8 @@ class SharePartitionManager:
         self.group_config = group_config
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
-        self._waiters: set[asyncio.Future] = set()
+        # parked ShareFetches by the share-partitions they wait on: (group, topic, partition)
+        self._waiters: dict[tuple[str, str, int], set[asyncio.Future]] = {}
         self._timers: set[Any] = set()
         self._loop: Any = None
         self._held: HeldWrites | None = None
@@ -196,7 +200,8 @@ class SharePartitionManager:
         for t in self._timers:
             t.cancel()
         self._timers.clear()
-        self._wake()
+        for key in list(self._waiters):
+            self._wake(key)
 
     # -- settings per group --------------------------------------------------------------------
     def lock_duration_ms(self, group_id: str) -> int:
@@ -299,21 +304,21 @@ class SharePartitionManager:
             del self.sessions[key]
 
     def member_gone(self, group_id: str, member_id: str) -> None:
-        """The member left the group or its session expired: its records go back, its share session ends."""
+        """The member's group session expired: its records go back, its share session ends."""
         self.sessions.pop((group_id, member_id), None)
         self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
 
     def _release_member(self, group_id: str, member_id: str, sps: list[SharePartition]) -> None:
         limit = self.delivery_count_limit(group_id)
-        released = 0
         for sp in sps:
             try:
-                released += sp.release_member(member_id, limit)
+                released = sp.release_member(member_id, limit)
             except E.KafkaError as exc:
                 log.warning("share group %s: %s-%d: persisting a release failed: %s", group_id, sp.topic,
                             sp.partition, exc)
-        if released:
-            self._wake()
+                released = 1
+            if released:
+                self._wake_for(sp)
 
     # -- sessions --------------------------------------------------------------------------------
     def session_for(self, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int, bytes]],
@@ -351,6 +356,7 @@ class SharePartitionManager:
         write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
         released = [0]
+        start = sp.start_offset
         try:
             with self._holding(held):
                 sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
@@ -359,8 +365,8 @@ class SharePartitionManager:
             err = (EC.INVALID_RECORD_STATE, str(exc))
         except E.KafkaError as exc:  # the state could not be persisted
             err = (exc.code, exc.message)
-        if released[0]:
-            self._wake()
+        if released[0] or sp.start_offset != start:  # records to acquire again, or record locks freed
+            self._wake_for(sp)
         return err
 
     # -- acquisition -----------------------------------------------------------------------------
@@ -403,25 +409,37 @@ class SharePartitionManager:
                             sp.partition, exc)
                 released = 1
             if released:
-                self._wake()
+                self._wake_for(sp)
         handle = clock.call_later(self._loop, self.lock_duration_ms(sp.group_id), expire)
         self._timers.add(handle)
 
     # -- waiting -----------------------------------------------------------------------------------
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
+    def _wake_for(self, sp: SharePartition) -> None:
+        self._wake((sp.group_id, sp.topic, sp.partition))
+
+    def _wake(self, key: tuple[str, str, int]) -> None:
+        for fut in self._waiters.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)
 
-    async def wait(self, parts: list[Any], timeout: float) -> None:
-        """Until an append to one of `parts` (the broker's wait, across workers too), a release
-        here, or `timeout` seconds."""
-        released = asyncio.get_running_loop().create_future()
-        self._waiters.add(released)
+    async def wait(self, group_id: str, parts: list[Any], timeout: float) -> None:
+        """Until an append to one of `parts` (the broker's wait, across workers too), a change
+        here that may let the group acquire records of one of them (records released, a lock
+        expired, or an acknowledgement moved the start offset, freeing record locks: as Kafka
+        completes a share-partition's delayed share fetches after acknowledgements and
+        releases), or `timeout` seconds."""
+        woken = asyncio.get_running_loop().create_future()
+        keys = [(group_id, part.topic, part.index) for part in parts]
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(woken)
         appended = asyncio.ensure_future(self.broker.wait_for_data(parts, timeout))
         try:
-            await asyncio.wait({released, appended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({woken, appended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             appended.cancel()
-            self._waiters.discard(released)
+            for key in keys:
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(woken)
+                    if not waiting:
+                        del self._waiters[key]

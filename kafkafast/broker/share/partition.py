@@ -380,12 +380,14 @@ class SharePartition:
             self.start_offset = fl[0].first if fl else self.end_offset
 
     def reset_to(self, offset: int) -> None:
-        """The log start moved past the SPSO (retention, DeleteRecords): the records before it are gone."""
+        """The log start moved past the SPSO (retention, DeleteRecords): the records before it
+        are gone, and the SPSO moves on past the acknowledged or archived ones after them."""
         if offset <= self.start_offset:
             return
         del self.inflight[:self._cut(offset)]
         self.start_offset = offset
         self.end_offset = max(self.end_offset, offset)
+        self._advance()
         self._persist([])
 
     def state_batches(self, spans: Iterable[tuple[int, int]]) -> list[StateBatch]:
