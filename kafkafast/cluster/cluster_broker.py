@@ -223,7 +223,8 @@ class ClusterBroker(Broker):
         return self.partitions.get((topic, index))  # type: ignore[return-value]
 
     def owns(self, part: Any) -> bool:
-        return bool(getattr(part, "is_leader", False))
+        """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
+        return super().owns(part) and bool(getattr(part, "is_leader", False))
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
                      validate_only: bool = False, replication_factor: int = -1,

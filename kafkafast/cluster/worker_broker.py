@@ -249,6 +249,33 @@ class ClusterWorkerPlacement(WorkerPlacement):
             lg.shared.guard = guard
         return lg
 
+    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
+        """The owner appends; any worker too, with shared append in cluster mode, while this
+        broker leads the partition at the epoch the owner published (not transactional)."""
+        if not isinstance(part, ClusterWorkerPartition) or part.local:
+            return True
+        return (self.shared_append and part.is_leader and transactional_id is None
+                and self.table.leading_epoch(part.slot) == part.leader_epoch
+                and super().appends_here(part, transactional_id))
+
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        """Controller requests: LeaderAndIsr, UpdateMetadata and StopReplica applied by every
+        worker (sent on to the others first), the controller's own APIs forwarded to worker 0."""
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in TO_CONTROLLER and self.index != 0:
+                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
+                others = [w for w in range(self.workers) if w != self.index]
+                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
+                answers = await asyncio.gather(
+                    *(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
+                    return_exceptions=True)
+                for w, a in zip(others, answers):
+                    if isinstance(a, BaseException):
+                        log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
+        return await super().handle_frame(frame, conn, internal=internal)
+
     def on_wake_pipe(self, fd: int) -> None:
         super().on_wake_pipe(fd)
         broker = self.broker
@@ -343,19 +370,7 @@ class ClusterWorkerBroker(ClusterBroker):
         self.placement.table.set_header_word(shm.H_REREGISTER, 1)
         self.placement.poke(0)
 
-    # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
-    def owns(self, part: Any) -> bool:
-        index = self.placement.index
-        return getattr(part, "owner", index) == index and bool(getattr(part, "is_leader", False))
-
     # -- shared append of a leader's client produce by any worker --------------------------------
-    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
-            return True
-        return (self.shared_append and part.is_leader and transactional_id is None
-                and self.placement.table.leading_epoch(part.slot) == part.leader_epoch
-                and super().appends_here(part, transactional_id))
-
     def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
         if not isinstance(part, ClusterWorkerPartition) or part.local or not self.shared_append:
             return super().append(part, records, allow_control=allow_control)
@@ -374,22 +389,6 @@ class ClusterWorkerBroker(ClusterBroker):
         return result
 
     # -- controller requests: applied by every worker -------------------------------------------
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
-        if not internal and len(frame) >= 8:
-            api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in TO_CONTROLLER and self.placement.index != 0:
-                return await self.placement.forwarder.frame(0, principal_trailer(frame, conn))
-            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
-                others = [w for w in range(self.placement.workers) if w != self.placement.index]
-                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
-                answers = await asyncio.gather(
-                    *(self.placement.forwarder.frame(w, c) for w, c in zip(others, copies)),
-                    return_exceptions=True)
-                for w, a in zip(others, answers):
-                    if isinstance(a, BaseException):
-                        log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
-        return await super().handle_frame(frame, conn, internal=internal)
-
     async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         self._topic_ids[topic] = topic_id
         tp = (topic, ps.partition_index)
