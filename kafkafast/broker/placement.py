@@ -59,6 +59,12 @@ class Placement(Protocol):
     def on_append(self, part: Any) -> None:
         """After an append here: wakes what other processes parked on the partition."""
 
+    def wake_owner(self, part: Any) -> None:
+        """A partition another process owns changed here: that process re-checks it."""
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        """The owner's record of a follower of a partition another process owns."""
+
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
 
@@ -140,6 +146,12 @@ class LocalPlacement:
 
     def on_append(self, part: Any) -> None:
         pass
+
+    def wake_owner(self, part: Any) -> None:
+        """Never needed: this process owns every partition."""
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        return None  # (never asked: this process owns every partition and keeps its followers)
 
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None:
         await wait_for_wake(list(parts), timeout)

@@ -362,8 +362,11 @@ class ClusterBroker(Broker):
         return chosen
 
     def follower_state(self, part: Any, replica_id: int) -> Any:
-        """The leader's record of a follower's fetch position (None: not a follower)."""
-        return part.followers.get(replica_id)
+        """The leader's record of a follower's fetch position (None: not a follower): the
+        owner's, or in another worker the owner's record in the partition's slot."""
+        if self.placement.owns(part):
+            return part.followers.get(replica_id)
+        return self.placement.slot_follower(part, replica_id)
 
     def _leader_throttled(self, part: Any) -> bool:
         return (not self.leader_quota.unlimited
@@ -385,10 +388,13 @@ class ClusterBroker(Broker):
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not getattr(part, "is_leader", False):
             return
-        f = part.followers.get(replica_id)
+        f = self.follower_state(part, replica_id)
         if f is None:
             return
         f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
+        if not self.placement.owns(part):
+            self.placement.wake_owner(part)  # the owner recomputes the high watermark and the ISR
+            return
         part.maybe_increment_hw(self.node_id)
         self._maybe_expand_isr(part, replica_id, fetch_offset)
 

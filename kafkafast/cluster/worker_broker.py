@@ -384,7 +384,7 @@ class ClusterWorkerBroker(ClusterBroker):
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         part.wake()  # fetches parked here
         self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
-        self.placement.poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
+        self.placement.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
         self.check_fence(part)  # as in ClusterBroker.append: written, never acknowledged
         return result
 
@@ -457,24 +457,6 @@ class ClusterWorkerBroker(ClusterBroker):
                 self.placement.close_shared_log(part)
                 part.log.close()
         return err, out
-
-    # -- follower positions and the high watermark through the slot -----------------------------
-    def follower_state(self, part: Any, replica_id: int) -> Any:
-        if isinstance(part, ClusterWorkerPartition) and not part.local:
-            return self.placement.table.follower(part.slot, replica_id)  # the owner's record, in the slot
-        return super().follower_state(part, replica_id)
-
-    def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
-            super().on_replica_fetch(part, replica_id, fetch_offset)
-            return
-        if not part.is_leader:
-            return
-        f = self.placement.table.follower(part.slot, replica_id)
-        if f is None:
-            return
-        f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
-        self.placement.poke(part.owner)  # the owner recomputes the high watermark and the ISR
 
     async def _send_alter_partition(self, part: Any, new_isr: list[int], epoch: int) -> None:
         await super()._send_alter_partition(part, new_isr, epoch)

@@ -283,6 +283,14 @@ class WorkerPlacement:
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
+    def wake_owner(self, part: Any) -> None:
+        """Another worker's partition changed here (an append, a follower's fetch): its owner re-checks."""
+        self.poke(part.owner)
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        """The owner's record of a follower of a partition another worker owns, in its slot."""
+        return self.table.follower(part.slot, replica_id)
+
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
         waiters = self.table.waiters(slot)
