@@ -65,6 +65,9 @@ class Placement(Protocol):
     def slot_follower(self, part: Any, replica_id: int) -> Any:
         """The owner's record of a follower of a partition another process owns."""
 
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        """A new follower's record where every process reads it (None: kept by the owner alone)."""
+
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
 
@@ -152,6 +155,9 @@ class LocalPlacement:
 
     def slot_follower(self, part: Any, replica_id: int) -> Any:
         return None  # (never asked: this process owns every partition and keeps its followers)
+
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        return None  # no slots: a leader's records of its followers are its own
 
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None:
         await wait_for_wake(list(parts), timeout)

@@ -83,13 +83,19 @@ class ClusterBroker(Broker):
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
 
-    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int) -> Any:
-        """The leader's record of a follower's fetch position (FollowerState)."""
-        return FollowerState(now)
+    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int, replicas: set[int]) -> Any:
+        """The leader's record of a follower's fetch position: in the partition's slot with
+        workers (every worker serves the follower's fetches), else, or when the slot has no
+        room left, a FollowerState here."""
+        f = self.placement.claim_slot_follower(part, replica_id, replicas)
+        if f is None:
+            return FollowerState(now)
+        f.reset(now)
+        return f
 
     def _runs_controller(self) -> bool:
-        """Whether this process holds the broker's registration and runs its controller."""
-        return True
+        """Whether this process holds the broker's registration and runs its controller (worker 0)."""
+        return self.placement.index == 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -467,7 +473,8 @@ class ClusterBroker(Broker):
         now = now_ms()
         lg = part.log
         if not was_leader or ps.leader_epoch != part.leader_epoch:
-            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now)
+            replicas = set(ps.replicas)
+            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now, replicas)
                               for r in ps.replicas if r != self.node_id}
             for f in part.followers.values():
                 f.last_caught_up_ms = max(f.last_caught_up_ms, now)

@@ -313,7 +313,6 @@ class ClusterWorkerBroker(ClusterBroker):
 
     def __init__(self, config: Any, **runtime: Any) -> None:
         self._topic_ids: dict[str, bytes] = {}
-        self._replicas_now: set[int] = set()
         super().__init__(config, **runtime)
 
     def _make_node(self, config: Any) -> ClusterNode:
@@ -321,16 +320,6 @@ class ClusterWorkerBroker(ClusterBroker):
 
     def _make_share_store(self) -> ClusterWorkerShareStateStore:
         return ClusterWorkerShareStateStore(self)
-
-    def _runs_controller(self) -> bool:
-        return self.placement.index == 0
-
-    def _new_follower(self, part: Any, replica_id: int, now: int) -> Any:
-        f = self.placement.table.follower(part.slot, replica_id, claim_keeping=self._replicas_now)
-        if f is None:  # more followers than a slot holds: this one's position stays local
-            return super()._new_follower(part, replica_id, now)
-        f.reset(now)
-        return f
 
     async def start(self) -> None:
         if self.placement.index == 0:
@@ -425,7 +414,6 @@ class ClusterWorkerBroker(ClusterBroker):
             log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
                       part.owner)
             return
-        self._replicas_now = set(ps.replicas)
         if self.shared_append:
             part.log.catch_up()  # other workers' appends of an earlier leadership
         super()._become_leader(part, ps)

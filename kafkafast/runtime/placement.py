@@ -291,6 +291,10 @@ class WorkerPlacement:
         """The owner's record of a follower of a partition another worker owns, in its slot."""
         return self.table.follower(part.slot, replica_id)
 
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        """The owner's record of a new follower, in the slot (None: no room, it stays local)."""
+        return self.table.follower(part.slot, replica_id, claim_keeping=replicas)
+
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
         waiters = self.table.waiters(slot)
