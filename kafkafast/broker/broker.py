@@ -167,6 +167,7 @@ class Broker:
         self.control: Any = LocalControl(self)  # the control plane (cluster_broker.py: ZooKeeper's)
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
+        self.placement.attach(self)  # a worker's placement: its fetch-session shard, its owned logs
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
@@ -191,6 +192,7 @@ class Broker:
 
     def load(self) -> None:
         """Synchronous start-up: topics, logs (recovery), partitions."""
+        self.placement.before_load()
         self.producer_ids = ProducerIdAllocator(self.log_dirs[0])
         self.topics.load()
         # A partition of these not found on disk while a log dir is offline is offline too
@@ -211,6 +213,7 @@ class Broker:
         self._apply_topics()
         self.log_cleaner = self.new_log_cleaner()
         self.started = True
+        self.placement.after_load()
 
     def new_log_cleaner(self) -> Any:
         """The log cleaner, with the dynamic cleaner configs in force (`apply_dynamic_configs`
@@ -257,6 +260,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
+        self.placement.before_stop()
         for ext in self.extensions:
             if hasattr(ext, "stop"):
                 await ext.stop()
@@ -278,6 +282,7 @@ class Broker:
             self.log_cleaner.shutdown()
         self.log_manager.shutdown()
         self.started = False
+        self.placement.after_stop()
 
     async def _periodic(self) -> None:
         interval = self.log_manager.periodic_granularity_ms / 1000.0
@@ -301,6 +306,10 @@ class Broker:
         return LogConfig.from_props(meta.configs, self.default_log_config) if meta.configs else self.default_log_config
 
     def _open_topic(self, meta: TopicMeta) -> None:
+        self.placement.open_topic(meta)
+
+    def local_open_topic(self, meta: TopicMeta) -> None:
+        """`_open_topic` in one process: every partition's log is here."""
         cfg = self.topic_log_config(meta)
         for i in range(meta.partitions):
             if (meta.name, i) in self.partitions:
@@ -358,6 +367,9 @@ class Broker:
 
     def refresh_topics(self) -> None:
         """Picks up topic changes made by another process."""
+        self.placement.refresh_topics()
+
+    def local_refresh_topics(self) -> None:
         self.refresh_dynamic()
         self.topics.load()
         if self.topics.generation != self._topics_applied:
@@ -367,6 +379,9 @@ class Broker:
         """Opens and drops partitions to match the topic store's view; after every reload and
         every change made here (a change reloads the file first, so it can bring in another
         process's topics that nothing else here would open)."""
+        self.placement.apply_topics()
+
+    def local_apply_topics(self) -> None:
         self._topics_applied = self.topics.generation
         live = self.topics.topics
         for key in [k for k in self.partitions if k[0] not in live or k[1] >= live[k[0]].partitions]:
@@ -407,6 +422,9 @@ class Broker:
             return v.meta
 
     def delete_topic(self, name: str) -> None:
+        self.placement.delete_topic(name)
+
+    def local_delete_topic(self, name: str) -> None:
         with self.topics.change() as topics:
             meta = topics.pop(name, None)
             if meta is None:
@@ -452,10 +470,12 @@ class Broker:
         self.notify_metadata_changed()
 
     def notify_metadata_changed(self) -> None:
-        """Hook for the multi-process runtime (tells other workers to reload)."""
+        """Tells the other processes, if any, to reload the topics."""
+        self.placement.metadata_changed()
 
     def notify_acls_changed(self) -> None:
-        """Hook for the multi-process runtime (tells other workers to re-read the ACLs)."""
+        """Tells the other processes, if any, to re-read the ACLs."""
+        self.placement.acls_changed()
 
     def maybe_auto_create(self, name: str) -> TopicMeta | None:
         if not self.config.get_bool("auto.create.topics.enable"):
@@ -521,12 +541,12 @@ class Broker:
         """Appends a validated-on-the-way record set; advances the high watermark and the last
         stable offset. Control batches only from the marker writer (`allow_control`).
         KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
-        return self.append_with(part, part.log, records, allow_control=allow_control)
+        return self.placement.append(part, records, allow_control=allow_control)
 
     def append_with(self, part: Partition, log_: Any, records: bytearray | memoryview, *,
                     allow_control: bool = False) -> Any:
         """`append` through the writer `log_` (the partition's own Log, or in a worker, the
-        Log it appends with through shared memory: kafkafast/runtime/worker.py)."""
+        Log it appends with through shared memory: kafkafast/runtime/placement.py)."""
         try:
             result = log_.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         except OSError as exc:
@@ -541,39 +561,37 @@ class Broker:
 
     def owns(self, part: Partition) -> bool:
         """Whether this process appends to the partition (always, in one process)."""
-        return True
+        return self.placement.owns(part)
 
     def partition_loaded(self, part: Partition) -> bool:
         """Whether the partition's records can be read here (its owner has loaded it; always, in one process)."""
-        return True
+        return self.placement.partition_loaded(part)
 
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
         """Whether a client's produce to `part` is appended by this process (else forwarded)."""
-        return self.owns(part)
+        return self.placement.appends_here(part, transactional_id)
 
     async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
+        await self.placement.delete_records(part, offset, internal=internal)
+
+    async def local_delete_records(self, part: Partition, offset: int) -> None:
+        """`delete_records` by the process that holds the partition's log."""
         part.log.delete_records_before(offset)
         self.on_append(part)
 
     def on_append(self, part: Partition) -> None:
-        """Hook for the multi-process runtime (wakes fetches parked in other workers)."""
+        """Wakes the fetches parked on `part` in other processes, if any."""
+        self.placement.on_append(part)
 
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        parts = list(parts)
-        for p in parts:
-            p.waiters.add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            for p in parts:
-                p.waiters.discard(fut)
+        await self.placement.wait_for_data(parts, timeout)
 
     # -- dispatch -----------------------------------------------------------------------
     async def handle_frame(self, frame: bytearray | memoryview, conn: Any = None, *, internal: bool = False) -> list | None:
+        return await self.placement.handle_frame(frame, conn, internal=internal)
+
+    async def dispatch(self, frame: bytearray | memoryview, conn: Any = None, *, internal: bool = False) -> list | None:
+        """`handle_frame` in the process that answers the request."""
         if len(frame) < 8:
             raise CloseConnection("frame shorter than a request header")
         api_key, api_version, correlation_id = api.peek_api(frame)

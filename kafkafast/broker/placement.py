@@ -1,14 +1,18 @@
 """Where this broker's partitions live and how a request reaches the process that holds one
 (issue 24: processes are a placement, not a subclass).
 
-The broker holds one placement (`Broker.placement`). `LocalPlacement`: one process holds every
-partition. The pre-fork runtime's `runtime/placement.py:WorkerPlacement` spreads them over N
-worker processes: the owner worker of each partition, its shared-memory slot, the wake-up
-pipes and the internal links between workers. Either control plane (the local one, ZooKeeper's)
-runs over either placement."""
+The broker holds one placement (`Broker.placement`) and leaves to it what depends on the
+processes: which one appends to a partition, where topics are opened and dropped, how an
+append wakes the requests parked on a partition and how a request reaches the process that
+serves it. `LocalPlacement`: one process holds every partition, and each hook is the
+broker's own path. The pre-fork runtime's `runtime/placement.py:WorkerPlacement` spreads
+them over N worker processes: the owner worker of each partition, its shared-memory slot,
+the wake-up pipes and the internal links between workers. Either control plane (the local
+one, ZooKeeper's) runs over either placement."""
 from __future__ import annotations
 
-from typing import Protocol
+import asyncio
+from typing import Any, Iterable, Protocol
 
 
 class Placement(Protocol):
@@ -16,22 +20,147 @@ class Placement(Protocol):
     workers: int  # how many processes serve the broker
     incarnation: int  # 1 for this process's first start, +1 for each replacement
 
+    def attach(self, broker: Any) -> None:
+        """Called once, at the end of the broker's construction."""
+
     def owner_of(self, topic: str, partition: int) -> int:
         """The process (worker index) that holds the partition's log writer."""
 
     def owns_key(self, topic: str, partition: int) -> bool:
         """Whether this process holds the partition's log writer."""
 
+    def owns(self, part: Any) -> bool:
+        """Whether this process holds `part`'s log writer."""
+
+    def partition_loaded(self, part: Any) -> bool:
+        """Whether the partition's records can be read here (its owner has loaded it)."""
+
+    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
+        """Whether a client's produce to `part` is appended by this process (else forwarded)."""
+
+    def before_load(self) -> None: ...
+    def after_load(self) -> None: ...
+    def before_stop(self) -> None: ...
+    def after_stop(self) -> None: ...
+    def open_topic(self, meta: Any) -> None: ...
+    def refresh_topics(self) -> None: ...
+    def apply_topics(self) -> None: ...
+    def delete_topic(self, name: str) -> None: ...
+
+    def metadata_changed(self) -> None:
+        """Topics changed here: other processes reload them."""
+
+    def acls_changed(self) -> None:
+        """ACLs changed here: other processes re-read them."""
+
+    def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any: ...
+    async def delete_records(self, part: Any, offset: int, *, internal: bool = False) -> None: ...
+
+    def on_append(self, part: Any) -> None:
+        """After an append here: wakes what other processes parked on the partition."""
+
+    def wake_owner(self, part: Any) -> None:
+        """A partition another process owns changed here: that process re-checks it."""
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        """The owner's record of a follower of a partition another process owns."""
+
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        """A new follower's record where every process reads it (None: kept by the owner alone)."""
+
+    async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
+
+
+async def wait_for_wake(parts: list[Any], timeout: float) -> None:
+    """Until one of the partitions is woken (an append, a new high watermark) or `timeout` s."""
+    fut = asyncio.get_running_loop().create_future()
+    for p in parts:
+        p.waiters.add(fut)
+    try:
+        await asyncio.wait_for(fut, timeout)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        for p in parts:
+            p.waiters.discard(fut)
+
 
 class LocalPlacement:
-    """One process: it holds every partition."""
+    """One process: it holds every partition; each hook is the broker's own path."""
 
     index = 0
     workers = 1
     incarnation = 1
+
+    def attach(self, broker: Any) -> None:
+        self.broker = broker
 
     def owner_of(self, topic: str, partition: int) -> int:
         return 0
 
     def owns_key(self, topic: str, partition: int) -> bool:
         return True
+
+    def owns(self, part: Any) -> bool:
+        return True
+
+    def partition_loaded(self, part: Any) -> bool:
+        return True
+
+    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
+        return self.broker.owns(part)
+
+    def before_load(self) -> None:
+        pass
+
+    def after_load(self) -> None:
+        pass
+
+    def before_stop(self) -> None:
+        pass
+
+    def after_stop(self) -> None:
+        pass
+
+    def open_topic(self, meta: Any) -> None:
+        self.broker.local_open_topic(meta)
+
+    def refresh_topics(self) -> None:
+        self.broker.local_refresh_topics()
+
+    def apply_topics(self) -> None:
+        self.broker.local_apply_topics()
+
+    def delete_topic(self, name: str) -> None:
+        self.broker.local_delete_topic(name)
+
+    def metadata_changed(self) -> None:
+        pass
+
+    def acls_changed(self) -> None:
+        pass
+
+    def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
+        return self.broker.append_with(part, part.log, records, allow_control=allow_control)
+
+    async def delete_records(self, part: Any, offset: int, *, internal: bool = False) -> None:
+        await self.broker.local_delete_records(part, offset)
+
+    def on_append(self, part: Any) -> None:
+        pass
+
+    def wake_owner(self, part: Any) -> None:
+        """Never needed: this process owns every partition."""
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        return None  # (never asked: this process owns every partition and keeps its followers)
+
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        return None  # no slots: a leader's records of its followers are its own
+
+    async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None:
+        await wait_for_wake(list(parts), timeout)
+
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        return await self.broker.dispatch(frame, conn, internal=internal)

@@ -391,7 +391,7 @@ class TransactionCoordinator:
             if self.broker.owns(part):
                 code = append_marker(self.broker, part, producer_id, producer_epoch, commit, self._coordinator_epoch())
             else:
-                code = await self.broker.forward_marker(part, producer_id, producer_epoch, commit,
+                code = await self.broker.placement.forward_marker(part, producer_id, producer_epoch, commit,
                                                         self._coordinator_epoch())
         except Exception as exc:  # the owner cannot be reached now: retried by the periodic task
             log.warning("transaction marker for %s-%d (producer %d) failed: %s", tp[0], tp[1], producer_id, exc)
@@ -509,7 +509,7 @@ async def write_marker(broker: Any, part: Any, producer_id: int, producer_epoch:
     if broker.owns(part):
         code = append_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
     else:
-        code = await broker.forward_marker(part, producer_id, producer_epoch, commit, coordinator_epoch)
+        code = await broker.placement.forward_marker(part, producer_id, producer_epoch, commit, coordinator_epoch)
     if code:
         return code
     code = await part.wait_for_hw(part.log.state.log_end_offset, timeout_s)

@@ -127,7 +127,7 @@ def run_broker(args: argparse.Namespace) -> int:
         except ImportError:
             run_supervisor = None
         if workers and run_supervisor is not None:
-            return run_supervisor(config, workers, broker_class(config, workers=True))
+            return run_supervisor(config, workers, broker_class(config, workers=True), worker_placement_class(config))
         return run_server(config, broker_class(config, workers=False))
     except ListenerError as exc:
         raise ConfigError(exc.strerror) from None
@@ -137,9 +137,10 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def broker_class(config: BrokerConfig, *, workers: bool) -> type:
-    """The broker class, chosen by the control plane alone: ZooKeeper's (`zookeeper.connect`,
-    kafkafast/cluster) or the local one, each in its one-process or worker-process form. The
-    runtime that runs it (kafkafast/runtime) imports nothing of kafkafast/cluster."""
+    """The broker class, chosen by the control plane: ZooKeeper's (`zookeeper.connect`,
+    kafkafast/cluster) or the local one; it runs over a placement (one process, or a worker's:
+    `worker_placement_class`). The runtime that runs it (kafkafast/runtime) imports nothing
+    of kafkafast/cluster."""
     if config.get("zookeeper.connect"):
         if workers:
             from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: cluster mode only (kazoo)
@@ -148,13 +149,21 @@ def broker_class(config: BrokerConfig, *, workers: bool) -> type:
         from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: as above
 
         return ClusterBroker
-    if workers:
-        from kafkafast.runtime.worker import WorkerBroker  # deferred: the broker's modules load only for `broker`
-
-        return WorkerBroker
-    from kafkafast.broker.broker import Broker  # deferred: as above
+    from kafkafast.broker.broker import Broker  # deferred: the broker's modules load only for `broker`
 
     return Broker
+
+
+def worker_placement_class(config: BrokerConfig) -> type:
+    """Each worker's placement: the worker runtime's, with the replica state in the slots in
+    cluster mode."""
+    if config.get("zookeeper.connect"):
+        from kafkafast.cluster.worker_broker import ClusterWorkerPlacement  # deferred: cluster mode only (kazoo)
+
+        return ClusterWorkerPlacement
+    from kafkafast.runtime.placement import WorkerPlacement  # deferred: the broker's modules load only for `broker`
+
+    return WorkerPlacement
 
 
 def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:

@@ -83,13 +83,19 @@ class ClusterBroker(Broker):
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
 
-    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int) -> Any:
-        """The leader's record of a follower's fetch position (FollowerState)."""
-        return FollowerState(now)
+    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int, replicas: set[int]) -> Any:
+        """The leader's record of a follower's fetch position: in the partition's slot with
+        workers (every worker serves the follower's fetches), else, or when the slot has no
+        room left, a FollowerState here."""
+        f = self.placement.claim_slot_follower(part, replica_id, replicas)
+        if f is None:
+            return FollowerState(now)
+        f.reset(now)
+        return f
 
     def _runs_controller(self) -> bool:
-        """Whether this process holds the broker's registration and runs its controller."""
-        return True
+        """Whether this process holds the broker's registration and runs its controller (worker 0)."""
+        return self.placement.index == 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -223,7 +229,8 @@ class ClusterBroker(Broker):
         return self.partitions.get((topic, index))  # type: ignore[return-value]
 
     def owns(self, part: Any) -> bool:
-        return bool(getattr(part, "is_leader", False))
+        """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
+        return super().owns(part) and bool(getattr(part, "is_leader", False))
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
                      validate_only: bool = False, replication_factor: int = -1,
@@ -361,8 +368,11 @@ class ClusterBroker(Broker):
         return chosen
 
     def follower_state(self, part: Any, replica_id: int) -> Any:
-        """The leader's record of a follower's fetch position (None: not a follower)."""
-        return part.followers.get(replica_id)
+        """The leader's record of a follower's fetch position (None: not a follower): the
+        owner's, or in another worker the owner's record in the partition's slot."""
+        if self.placement.owns(part):
+            return part.followers.get(replica_id)
+        return self.placement.slot_follower(part, replica_id)
 
     def _leader_throttled(self, part: Any) -> bool:
         return (not self.leader_quota.unlimited
@@ -384,10 +394,13 @@ class ClusterBroker(Broker):
     def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
         if not getattr(part, "is_leader", False):
             return
-        f = part.followers.get(replica_id)
+        f = self.follower_state(part, replica_id)
         if f is None:
             return
         f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
+        if not self.placement.owns(part):
+            self.placement.wake_owner(part)  # the owner recomputes the high watermark and the ISR
+            return
         part.maybe_increment_hw(self.node_id)
         self._maybe_expand_isr(part, replica_id, fetch_offset)
 
@@ -460,7 +473,8 @@ class ClusterBroker(Broker):
         now = now_ms()
         lg = part.log
         if not was_leader or ps.leader_epoch != part.leader_epoch:
-            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now)
+            replicas = set(ps.replicas)
+            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now, replicas)
                               for r in ps.replicas if r != self.node_id}
             for f in part.followers.values():
                 f.last_caught_up_ms = max(f.last_caught_up_ms, now)

@@ -1,6 +1,6 @@
-"""Cluster mode inside a pre-forked broker: `ClusterBroker` replication over `WorkerBroker`'s
-partition ownership (one class, `ClusterWorkerBroker`, made by `runtime/worker.py` when
-`zookeeper.connect` is set).
+"""Cluster mode inside a pre-forked broker: `ClusterBroker` replication over the worker
+placement's partition ownership (`ClusterWorkerBroker` over a `ClusterWorkerPlacement`, made
+by `runtime/worker.py` when `zookeeper.connect` is set).
 
 Processes. Every worker opens its own kazoo session after the fork (topic znodes, configs,
 producer-id blocks); only worker 0 registers `/brokers/ids/<id>` and runs the `Controller`,
@@ -57,7 +57,8 @@ from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
-from kafkafast.runtime.worker import RemoteLog, WorkerBroker, controlled_shutdown_budget
+from kafkafast.runtime.placement import RemoteLog, WorkerPlacement
+from kafkafast.runtime.worker import controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
 from kafkafast.storage.config import LogConfig
 
@@ -193,7 +194,9 @@ class ClusterWorkerPartition(ClusterPartition):
             await self.broker.wait_for_data([self], remaining)
 
 
-class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
+class ClusterWorkerPlacement(WorkerPlacement):
+    """A worker's placement in cluster mode: replica state in the partition's slot too."""
+
     hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
 
     @staticmethod
@@ -202,9 +205,114 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         return config.get_bool("kafkafast.produce.shared.append") and config.get_bool(
             "kafkafast.produce.shared.append.cluster")
 
+    def group_owner(self, frame: Any, api_key: int) -> int | None:
+        """The share coordinator APIs go to the worker owning the key's `__share_group_state`
+        partition (it loaded them as its leader); the other group APIs to the group's worker."""
+        if api_key not in SHARE_STATE_API_KEYS:
+            return super().group_owner(frame, api_key)
+        try:
+            _, req = api.decode_request(frame)
+            partition_for = self.broker.share.store.partition_for
+            owners = {self.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id), p.partition)))
+                      for t in req.topics for p in t.partitions}
+        except Exception:
+            return None  # the normal path answers a malformed request
+        return owners.pop() if len(owners) == 1 else None
+
+    def topic_id_of(self, topic: str) -> bytes | None:
+        """From LeaderAndIsr, UpdateMetadata or the topic's znode (the slots of a shared-append
+        handle, `kafkafast.produce.shared.append.cluster`, too)."""
+        broker = self.broker
+        topic_id = broker._topic_ids.get(topic) or broker.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
+        if topic_id is not None:
+            broker._topic_ids[topic] = topic_id
+        return topic_id
+
+    def _zk_topic_id(self, topic: str) -> bytes | None:
+        try:
+            data, _ = self.broker.node.zk.get(Z.topic_path(topic))  # type: ignore[union-attr]
+        except Exception:
+            return None
+        topic_id, _ = Z.parse_topic_assignment(data)
+        return topic_id
+
+    def shared_writer(self, part: Any) -> Any:
+        lg = super().shared_writer(part)
+        if lg.shared.guard is None:
+            slot, table, node_id = part.slot, self.table, self.broker.node_id
+
+            def guard(epoch: int) -> None:  # under the append lock
+                if table.leading_epoch(slot) != epoch:
+                    raise E.NotLeaderOrFollowerError(
+                        f"{part.topic}-{part.index} is not led at epoch {epoch} by broker {node_id}")
+
+            lg.shared.guard = guard
+        return lg
+
+    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
+        """The owner appends; any worker too, with shared append in cluster mode, while this
+        broker leads the partition at the epoch the owner published (not transactional)."""
+        if not isinstance(part, ClusterWorkerPartition) or part.local:
+            return True
+        return (self.shared_append and part.is_leader and transactional_id is None
+                and self.table.leading_epoch(part.slot) == part.leader_epoch
+                and super().appends_here(part, transactional_id))
+
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        """Controller requests: LeaderAndIsr, UpdateMetadata and StopReplica applied by every
+        worker (sent on to the others first), the controller's own APIs forwarded to worker 0."""
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in TO_CONTROLLER and self.index != 0:
+                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
+                others = [w for w in range(self.workers) if w != self.index]
+                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
+                answers = await asyncio.gather(
+                    *(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
+                    return_exceptions=True)
+                for w, a in zip(others, answers):
+                    if isinstance(a, BaseException):
+                        log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
+        return await super().handle_frame(frame, conn, internal=internal)
+
+    def on_wake_pipe(self, fd: int) -> None:
+        super().on_wake_pipe(fd)
+        broker = self.broker
+        if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and broker.node.controller is not None:
+            self.table.set_header_word(shm.H_REREGISTER, 0)
+            broker._request_reregistration()
+        for part in list(broker.partitions.values()):
+            if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
+                # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
+                part.maybe_increment_hw(broker.node_id)
+                for r, f in list(part.followers.items()):  # only followers that fetched since the last look
+                    if part.fetches_seen.get(r) != f.last_fetch_ms:
+                        part.fetches_seen[r] = f.last_fetch_ms
+                        broker._maybe_expand_isr(part, r, f.leo)
+
+    def _should_wake(self, part: Any) -> bool:
+        # Compared with what the parked requests were last woken at, not with what the last
+        # reader saw: several requests (fetches, acks=all produces) park on one partition,
+        # and a reader between the owner's wake-up byte and this check must not swallow it.
+        st = part.log.state
+        now = (st.high_watermark, st.log_end_offset)
+        if now == getattr(part, "notified", None):
+            return False
+        if hasattr(part, "notified"):
+            part.notified = now
+        return True
+
+    def _moved(self, part: Any) -> bool:
+        st = part.log.state
+        return st.high_watermark != part.seen_hw or st.log_end_offset != getattr(part, "seen_leo", st.log_end_offset)
+
+
+class ClusterWorkerBroker(ClusterBroker):
+    placement: ClusterWorkerPlacement
+
     def __init__(self, config: Any, **runtime: Any) -> None:
         self._topic_ids: dict[str, bytes] = {}
-        self._replicas_now: set[int] = set()
         super().__init__(config, **runtime)
 
     def _make_node(self, config: Any) -> ClusterNode:
@@ -212,31 +320,6 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
 
     def _make_share_store(self) -> ClusterWorkerShareStateStore:
         return ClusterWorkerShareStateStore(self)
-
-    def _group_owner(self, frame: Any, api_key: int) -> int | None:
-        """The share coordinator APIs go to the worker owning the key's `__share_group_state`
-        partition (it loaded them as its leader); the other group APIs to the group's worker."""
-        if api_key not in SHARE_STATE_API_KEYS:
-            return super()._group_owner(frame, api_key)
-        try:
-            _, req = api.decode_request(frame)
-            partition_for = self.share.store.partition_for
-            owners = {self.placement.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id),
-                                                                          p.partition)))
-                      for t in req.topics for p in t.partitions}
-        except Exception:
-            return None  # the normal path answers a malformed request
-        return owners.pop() if len(owners) == 1 else None
-
-    def _runs_controller(self) -> bool:
-        return self.placement.index == 0
-
-    def _new_follower(self, part: Any, replica_id: int, now: int) -> Any:
-        f = self.placement.table.follower(part.slot, replica_id, claim_keeping=self._replicas_now)
-        if f is None:  # more followers than a slot holds: this one's position stays local
-            return super()._new_follower(part, replica_id, now)
-        f.reset(now)
-        return f
 
     async def start(self) -> None:
         if self.placement.index == 0:
@@ -276,82 +359,25 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
         self.placement.table.set_header_word(shm.H_REREGISTER, 1)
         self.placement.poke(0)
 
-    # -- ownership: the owner worker holds the replica; it "owns" it (appends, groups) while leader
-    def owns(self, part: Any) -> bool:
-        index = self.placement.index
-        return getattr(part, "owner", index) == index and bool(getattr(part, "is_leader", False))
-
-    def _topic_id_of(self, topic: str) -> bytes | None:
-        """From LeaderAndIsr, UpdateMetadata or the topic's znode (the slots of a shared-append
-        handle, `kafkafast.produce.shared.append.cluster`, too)."""
-        topic_id = self._topic_ids.get(topic) or self.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is not None:
-            self._topic_ids[topic] = topic_id
-        return topic_id
-
     # -- shared append of a leader's client produce by any worker --------------------------------
-    def appends_here(self, part: Any, transactional_id: str | None) -> bool:
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
-            return True
-        return (self.shared_append and part.is_leader and transactional_id is None
-                and self.placement.table.leading_epoch(part.slot) == part.leader_epoch
-                and super().appends_here(part, transactional_id))
-
-    def shared_writer(self, part: Any) -> Any:
-        lg = super().shared_writer(part)
-        if lg.shared.guard is None:
-            slot, table = part.slot, self.placement.table
-
-            def guard(epoch: int) -> None:  # under the append lock
-                if table.leading_epoch(slot) != epoch:
-                    raise E.NotLeaderOrFollowerError(
-                        f"{part.topic}-{part.index} is not led at epoch {epoch} by broker {self.node_id}")
-
-            lg.shared.guard = guard
-        return lg
-
     def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
         if not isinstance(part, ClusterWorkerPartition) or part.local or not self.shared_append:
             return super().append(part, records, allow_control=allow_control)
         if not part.is_leader:
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
         self.check_fence(part)
-        lg = self.shared_writer(part)
+        lg = self.placement.shared_writer(part)
         try:
             result = lg.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         except OSError as exc:
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         part.wake()  # fetches parked here
         self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
-        self.placement.poke(part.owner)  # the owner moves the high watermark, which wakes acks=all waits
+        self.placement.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
         self.check_fence(part)  # as in ClusterBroker.append: written, never acknowledged
         return result
 
-    def _zk_topic_id(self, topic: str) -> bytes | None:
-        try:
-            data, _ = self.node.zk.get(Z.topic_path(topic))  # type: ignore[union-attr]
-        except Exception:
-            return None
-        topic_id, _ = Z.parse_topic_assignment(data)
-        return topic_id
-
     # -- controller requests: applied by every worker -------------------------------------------
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
-        if not internal and len(frame) >= 8:
-            api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in TO_CONTROLLER and self.placement.index != 0:
-                return await self.placement.forwarder.frame(0, principal_trailer(frame, conn))
-            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
-                others = [w for w in range(self.placement.workers) if w != self.placement.index]
-                copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
-                answers = await asyncio.gather(
-                    *(self.placement.forwarder.frame(w, c) for w, c in zip(others, copies)),
-                    return_exceptions=True)
-                for w, a in zip(others, answers):
-                    if isinstance(a, BaseException):
-                        log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
-        return await super().handle_frame(frame, conn, internal=internal)
-
     async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         self._topic_ids[topic] = topic_id
         tp = (topic, ps.partition_index)
@@ -388,7 +414,6 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
             log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
                       part.owner)
             return
-        self._replicas_now = set(ps.replicas)
         if self.shared_append:
             part.log.catch_up()  # other workers' appends of an earlier leadership
         super()._become_leader(part, ps)
@@ -417,58 +442,9 @@ class ClusterWorkerBroker(ClusterBroker, WorkerBroker):
                 self.placement.table.set_leading_epoch(part.slot, -1)
                 self.placement.table.release(part.slot)  # the topic is gone; a re-created one has a new id
             else:
-                self._close_shared_log(part)
+                self.placement.close_shared_log(part)
                 part.log.close()
         return err, out
-
-    # -- follower positions and the high watermark through the slot -----------------------------
-    def follower_state(self, part: Any, replica_id: int) -> Any:
-        if isinstance(part, ClusterWorkerPartition) and not part.local:
-            return self.placement.table.follower(part.slot, replica_id)  # the owner's record, in the slot
-        return super().follower_state(part, replica_id)
-
-    def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
-            super().on_replica_fetch(part, replica_id, fetch_offset)
-            return
-        if not part.is_leader:
-            return
-        f = self.placement.table.follower(part.slot, replica_id)
-        if f is None:
-            return
-        f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
-        self.placement.poke(part.owner)  # the owner recomputes the high watermark and the ISR
-
-    def on_wake_pipe(self, fd: int) -> None:
-        super().on_wake_pipe(fd)
-        if (self.placement.index == 0 and self.placement.table.header_word(shm.H_REREGISTER)
-                and self.node.controller is not None):
-            self.placement.table.set_header_word(shm.H_REREGISTER, 0)
-            self._request_reregistration()
-        for part in list(self.partitions.values()):
-            if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
-                # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
-                part.maybe_increment_hw(self.node_id)
-                for r, f in list(part.followers.items()):  # only followers that fetched since the last look
-                    if part.fetches_seen.get(r) != f.last_fetch_ms:
-                        part.fetches_seen[r] = f.last_fetch_ms
-                        self._maybe_expand_isr(part, r, f.leo)
-
-    def _should_wake(self, part: Any) -> bool:
-        # Compared with what the parked requests were last woken at, not with what the last
-        # reader saw: several requests (fetches, acks=all produces) park on one partition,
-        # and a reader between the owner's wake-up byte and this check must not swallow it.
-        st = part.log.state
-        now = (st.high_watermark, st.log_end_offset)
-        if now == getattr(part, "notified", None):
-            return False
-        if hasattr(part, "notified"):
-            part.notified = now
-        return True
-
-    def _moved(self, part: Any) -> bool:
-        st = part.log.state
-        return st.high_watermark != part.seen_hw or st.log_end_offset != getattr(part, "seen_leo", st.log_end_offset)
 
     async def _send_alter_partition(self, part: Any, new_isr: list[int], epoch: int) -> None:
         await super()._send_alter_partition(part, new_isr, epoch)

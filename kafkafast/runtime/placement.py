@@ -5,21 +5,238 @@ writer; the supervisor never changes it, so a replacement worker (a higher incar
 over exactly its predecessor's partitions. Each partition has a slot in the shared-memory
 table (`shm.PartitionTable`) where its owner publishes its state; a worker wakes the requests
 parked in another one by a byte on that worker's wake-up pipe; requests travel between
-workers over the internal Unix sockets (`forwarding.Forwarder`)."""
+workers over the internal Unix sockets (`forwarding.Forwarder`).
+
+`WorkerPlacement` is this worker's part of that, and the hooks through which the broker
+(`Broker`, or cluster mode's `ClusterBroker`) runs in a worker:
+
+* logs: `OwnedLogManager` opens only owned partitions (recovering them after a crash:
+  the replacement of a SIGKILLed worker runs the recovery scan for its partitions),
+  merges its entries into the shared checkpoint files under the table lock, and never
+  writes the clean-shutdown marker (the supervisor does, once every worker exited 0).
+  Every `Log` publishes into the partition's shared-memory slot; other workers read the
+  partition through a `LogReader` over the same files and slot (`RemoteLog`).
+* produce for a partition owned elsewhere: appended by this worker itself through shared
+  memory (`kafkafast.produce.shared.append`; in cluster mode also `...shared.append.cluster`
+  and only while this broker leads it, not transactional there): every worker's
+  `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
+  one opened with `Log.attach` on first use; else (and for transactional produce in
+  cluster mode) `forward_produce` (see `forwarding`).
+* group/offset requests: forwarded whole to the owner of the group's
+  `__consumer_offsets` partition.
+* fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
+  writes a byte to the wake-up pipe of every marked worker; the woken worker compares
+  the slots' high watermarks with what its fetches saw (no timers involved).
+* topic changes bump the metadata generation in shared memory; every request first
+  compares it with the generation this worker has loaded and reloads topics if needed.
+
+Cluster mode's additions (replica state in the slot) are `cluster/worker_broker.py`'s
+`ClusterWorkerPlacement`; this package imports nothing of kafkafast/cluster."""
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import time
+import uuid
+from typing import Any, Iterable
 
+from kafkafast.broker.broker import OFFSETS_TOPIC, Partition, RequestContext
+from kafkafast.broker.fetch_sessions import FetchSessionCache
+from kafkafast.broker.placement import wait_for_wake
+from kafkafast.broker.quotas import SHARE_FETCH
+from kafkafast.broker.topics import TopicMeta
+from kafkafast.broker.txn_coordinator import TXN_TOPIC
+from kafkafast.protocol import api
+from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
+from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
+from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
+from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder
+from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out
+from kafkafast.security.context import carry_principal, principal_trailer, security_of
+from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
+from kafkafast.storage.log import Log
+from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
+from kafkafast.storage.partition_state import PartitionState
+from kafkafast.storage.reader import LogReader
+from kafkafast.storage.shared_append import SharedAppend
+
+log = logging.getLogger("kafkafast.worker")
+
+# Group and offset APIs whose requests go whole to the group's coordinator worker.
+GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
+              14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete",
+              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
+              # Share groups: membership, sessions and share-partition state live with the group.
+              76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
+              83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
+              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
+              91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
+# Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
+TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
+            65: "DescribeTransactions"}
+
+
+def _transactional_ids(api_key: int, req: Any) -> list[str]:
+    if api_key == 65:
+        return list(req.transactional_ids or [])
+    if api_key == 24:
+        if getattr(req, "transactions", None):
+            return [t.transactional_id for t in req.transactions]
+        return [req.v3_and_below_transactional_id] if req.v3_and_below_transactional_id else []
+    tid = getattr(req, "transactional_id", None)
+    return [tid] if tid else []  # InitProducerId without one: idempotent, answered anywhere
+
+
+def _group_ids(api_key: int, req: Any) -> list[str]:
+    if api_key == 15:
+        return list(req.groups or [])
+    if api_key == 42:
+        return list(req.groups_names or [])
+    if api_key in (69, 77):
+        return list(req.group_ids or [])
+    if api_key in (9, 90) and getattr(req, "groups", None):
+        return [g.group_id for g in req.groups]
+    gid = getattr(req, "group_id", None)
+    return [gid] if gid is not None else []
+
+
+class OwnedLogManager(LogManager):
+    """A LogManager over the partitions one worker owns (see the module docstring)."""
+
+    def __init__(self, log_dirs: list[str], default_config: Any, *, owns: Any, clean: bool,
+                 table: shm.PartitionTable, **kw: Any) -> None:
+        super().__init__(log_dirs, default_config, **kw)
+        self.owns = owns
+        self.clean = clean
+        self.table = table
+
+    def load_all(self, configs: Any = None) -> None:
+        self.last_load_clean = self.clean  # the supervisor's decision (storage.log_manager.clean_start)
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir, configs, clean=self.clean, owned=self.owns)
+
+    def _write_checkpoint(self, path: str, entries: dict) -> None:
+        """Replaces this worker's entries in the shared checkpoint file (others' stay)."""
+        with self.table.locked():
+            merged = {k: v for k, v in self._read_checkpoint(path).items() if not self.owns(*k)}
+            merged.update(entries)
+            OffsetCheckpointFile(path).write(merged)
+
+    def _mark_clean(self, log_dir: str) -> None:
+        """The supervisor writes the markers, once every worker stopped with everything written."""
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Drops a deleted partition's log (its directory may already be gone)."""
+        key = (topic, partition)
+        lg = self._logs.pop(key, None) or self.offline.pop(key, None)
+        self._dir_of.pop(key, None)
+        if lg is not None:
+            lg.close(clean=False)
+            if os.path.isdir(lg.dir):
+                remove_partition_dir(lg.dir)
+
+
+def remove_partition_dir(path: str) -> None:
+    """Rename to `<name>.<uuid>-delete`, then remove (as LogManager.delete does)."""
+    parent = os.path.dirname(path)
+    doomed = f"{path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    try:
+        os.rename(path, doomed)
+    except FileNotFoundError:
+        return
+    fsync_dir(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def partition_dir(log_dirs: list[str], topic: str, partition: int) -> str:
+    """The directory of a partition another worker loaded (the first log dir that has it)."""
+    name = f"{topic}-{partition}"
+    return next((os.path.join(d, name) for d in log_dirs if os.path.isdir(os.path.join(d, name))),
+                os.path.join(log_dirs[0], name))
+
+
+class RemoteLog:
+    """A partition appended to by another worker: reads only, from the files and the slot."""
+
+    __slots__ = ("topic", "partition", "state", "config", "_dirs", "_reader")
+
+    def __init__(self, log_dirs: list[str], topic: str, partition: int, state: shm.SlotState, config: Any) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.state = state
+        self.config = config
+        self._dirs = log_dirs
+        self._reader: LogReader | None = None
+
+    @property
+    def reader(self) -> LogReader:
+        r = self._reader
+        if r is None or (len(self._dirs) > 1 and not os.path.isdir(r.dir)):
+            path = partition_dir(self._dirs, self.topic, self.partition)
+            if r is not None:
+                r.close()
+            r = self._reader = LogReader(path, self.state, topic=self.topic, partition=self.partition)
+        return r
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self.reader.offset_for_timestamp(timestamp)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        return self.reader.max_timestamp_offset()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+class WorkerPartition(Partition):
+    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged", "table",
+                 "known_at_load")
+
+    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes,
+                 table: shm.PartitionTable, known_at_load: bool) -> None:
+        super().__init__(topic, index, log_)
+        self.slot = slot
+        self.owner = owner
+        self.table = table
+        self.known_at_load = known_at_load  # its topic was there when this worker loaded: it may hold records
+        self.topic_id = topic_id
+        self.seen_hw = -1
+        self.parked = 0
+        self.shared_log: Log | None = None  # a non-owner's writer in shared mode, opened on first use
+        self.shared_txn_logged = False  # whether this non-owner logged its first transactional shared append
+
+    @property
+    def high_watermark(self) -> int:
+        hw = self.log.state.high_watermark
+        self.seen_hw = hw  # what the fetch about to park saw: the wake-up compares against it
+        return hw
+
+    @property
+    def loading(self) -> bool:
+        """Until its owner has loaded its partitions in this start, the slot of a partition
+        this worker found at its own load holds zeros (the table is new at every start), not
+        its state: nothing may be read from it. A partition created after that is empty until
+        its owner opens it (no append happens before: a produce goes to the owner until it
+        has), so its zeros are its state."""
+        return self.known_at_load and not self.table.worker_word(self.owner, shm.W_LOADED)
 
 
 class WorkerPlacement:
-    """This worker among the broker's N (the `Placement` interface, and the means to reach
-    the others)."""
+    """This worker among the broker's N (the `Placement` interface, the means to reach the
+    others, and the broker's worker paths: see the module docstring)."""
+
+    # A lone replica's high watermark is its log end, published with each append (a replicated
+    # partition's is the owner's replica bookkeeping's: cluster/worker_broker.py).
+    hw_follows_end = True
 
     def __init__(self, *, index: int, incarnation: int, table: shm.PartitionTable, wake_fds: list[int],
-                 run_dir: str) -> None:
+                 run_dir: str, clean: bool) -> None:
         self.index = index
         self.incarnation = incarnation
         self.table = table
@@ -27,6 +244,30 @@ class WorkerPlacement:
         self.wake_fds = wake_fds  # write ends, one per worker
         self.forwarder = Forwarder(run_dir, index)
         self.wakeups_sent = 0
+        self.clean = clean  # the supervisor's decision: the last stop was clean (no recovery scan)
+        self.broker: Any = None
+        self.shared_append = False
+        self._seen_generation = -1
+        self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
+        self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
+        self._load_started = 0.0
+
+    @staticmethod
+    def shared_append_enabled(config: Any) -> bool:
+        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
+        return config.get_bool("kafkafast.produce.shared.append")
+
+    def attach(self, broker: Any) -> None:
+        """The broker's worker parts: its fetch sessions are this worker's shard, its logs the owned ones."""
+        self.broker = broker
+        config = broker.config
+        broker.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
+                                                  shard=self.index, shards=self.workers)
+        self.shared_append = broker.shared_append = self.shared_append_enabled(config)
+        broker.log_manager = OwnedLogManager(broker.log_dirs, broker.default_log_config, owns=self.owns_key,
+                                             clean=self.clean, table=self.table, state_factory=self._state_for,
+                                             shared_factory=self._shared_for if self.shared_append else None,
+                                             **broker.log_manager_settings())
 
     def owner_of(self, topic: str, partition: int) -> int:
         return shm.owner_for(topic, partition, self.workers)
@@ -42,6 +283,18 @@ class WorkerPlacement:
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
 
+    def wake_owner(self, part: Any) -> None:
+        """Another worker's partition changed here (an append, a follower's fetch): its owner re-checks."""
+        self.poke(part.owner)
+
+    def slot_follower(self, part: Any, replica_id: int) -> Any:
+        """The owner's record of a follower of a partition another worker owns, in its slot."""
+        return self.table.follower(part.slot, replica_id)
+
+    def claim_slot_follower(self, part: Any, replica_id: int, replicas: set[int]) -> Any:
+        """The owner's record of a new follower, in the slot (None: no room, it stays local)."""
+        return self.table.follower(part.slot, replica_id, claim_keeping=replicas)
+
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
         waiters = self.table.waiters(slot)
@@ -49,3 +302,345 @@ class WorkerPlacement:
             for w, flag in enumerate(waiters):
                 if flag and w != self.index:
                     self.poke(w)
+
+    # -- ownership ----------------------------------------------------------------------
+    def owns(self, part: Partition) -> bool:
+        return getattr(part, "owner", self.index) == self.index
+
+    def partition_loaded(self, part: Partition) -> bool:
+        """Owned here, or its owner serves (it loaded and published its partitions before that)."""
+        return self.broker.owns(part) or \
+            self.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
+
+    def topic_id_of(self, topic: str) -> bytes | None:
+        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
+        meta = self.broker.topics.get(topic)
+        return None if meta is None else meta.topic_id
+
+    def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
+        """The append lock and slot words every worker's Log of the partition shares."""
+        topic_id = self.topic_id_of(topic)
+        if topic_id is None:
+            return None
+        slot = self.table.allocate(topic_id, partition, self.owner_of(topic, partition))
+        return self._shared_of_slot(slot)
+
+    def _shared_of_slot(self, slot: int) -> SharedAppend:
+        t = self.table
+        sh = SharedAppend(AppendLock(t, slot, self.incarnation), t.q,
+                          t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8, t.slot_word_offset(slot, shm.S_SHARED) // 8,
+                          t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
+        sh.hw_follows_end = self.hw_follows_end
+        return sh
+
+    def _state_for(self, topic: str, partition: int) -> Any:
+        topic_id = self.topic_id_of(topic)
+        if topic_id is None:
+            return PartitionState()  # a leftover directory of a deleted topic
+        slot = self.table.allocate(topic_id, partition, self.owner_of(topic, partition))
+        self.table.set_incarnation(slot, self.incarnation)
+        return self.table.state(slot)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def before_load(self) -> None:
+        self._seen_generation = self.table.metadata_generation
+        self._load_started = time.monotonic()
+
+    def after_load(self) -> None:
+        """Removes what this worker found of deleted topics; its slots hold published state from now on."""
+        broker = self.broker
+        live = broker.topics.topics
+        for lg in broker.log_manager.all_logs():
+            meta = live.get(lg.topic)
+            if meta is None or lg.partition >= meta.partitions:
+                log.info("removing %s-%d: its topic no longer exists", lg.topic, lg.partition)
+                broker.log_manager.forget(lg.topic, lg.partition)
+        scanned = {k: v for k, v in broker.log_manager.last_load_recovered.items() if v}
+        self.table.set_worker_word(self.index, shm.W_RECOVERED, len(scanned))
+        self.table.set_worker_word(self.index, shm.W_LOADED, 1)
+        log.info("worker %d (incarnation %d): %d owned partitions loaded in %.2fs; recovery scan of %d bytes "
+                 "in %d partitions", self.index, self.incarnation, len(broker.log_manager.all_logs()),
+                 time.monotonic() - self._load_started, sum(scanned.values()), len(scanned))
+
+    def before_stop(self) -> None:
+        for p in self._parked.values():
+            self.table.set_waiting(p.slot, self.index, False)
+        self._parked.clear()
+
+    def after_stop(self) -> None:
+        self.forwarder.close()
+        for p in self.broker.partitions.values():
+            if isinstance(p.log, RemoteLog):
+                p.log.close()
+            self.close_shared_log(p)
+
+    @staticmethod
+    def close_shared_log(part: Any) -> None:
+        lg = getattr(part, "shared_log", None)
+        if lg is None:
+            return
+        part.shared_log = None
+        try:
+            lg.active_segment.flush()  # what this worker appended is on disk before a clean stop
+        except OSError as exc:
+            log.warning("%s-%d: flushing the shared writer failed: %s", part.topic, part.index, exc)
+        lg.close(clean=False)
+
+    # -- topics -------------------------------------------------------------------------
+    def open_topic(self, meta: TopicMeta) -> None:
+        broker = self.broker
+        cfg = broker.topic_log_config(meta)
+        for i in range(meta.partitions):
+            key = (meta.name, i)
+            if key in broker.partitions:
+                continue
+            owner = self.owner_of(meta.name, i)
+            slot = self.table.allocate(meta.topic_id, i, owner)
+            if owner == self.index:
+                lg = broker.log_manager.get(meta.name, i)
+                if lg is None:
+                    self.table.set_incarnation(slot, self.incarnation)
+                    lg = broker.log_manager.create(meta.name, i, cfg)
+            else:
+                lg = RemoteLog(broker.log_dirs, meta.name, i, self.table.state(slot), cfg)
+            broker.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.table,
+                                                     known_at_load=not broker.started)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        broker = self.broker
+        part = broker.partitions.pop(key, None)
+        if part is None:
+            return
+        part.wake()
+        self.close_shared_log(part)
+        if isinstance(part.log, RemoteLog):
+            part.log.close()
+        elif broker.owns(part):
+            broker.log_manager.forget(*key)
+
+    def refresh_topics(self) -> None:
+        broker = self.broker
+        self._seen_generation = self.table.metadata_generation
+        broker.topics.load()
+        if broker.topics.generation != broker._topics_applied:
+            broker._apply_topics()
+
+    def apply_topics(self) -> None:
+        broker = self.broker
+        broker._topics_applied = broker.topics.generation
+        live = broker.topics.topics
+        for key, part in list(broker.partitions.items()):
+            meta = live.get(key[0])
+            if meta is None or key[1] >= meta.partitions or meta.topic_id != part.topic_id:  # type: ignore[attr-defined]
+                self._drop(key)
+            elif broker.owns(part):
+                part.log.config = broker.topic_log_config(meta)
+            elif getattr(part, "shared_log", None) is not None:
+                part.shared_log.config = broker.topic_log_config(meta)  # type: ignore[attr-defined]
+        for t in live.values():
+            broker._open_topic(t)
+
+    def delete_topic(self, name: str) -> None:
+        broker = self.broker
+        with broker.topics.change() as topics:
+            meta = topics.pop(name, None)
+            if meta is None:
+                raise E.UnknownTopicOrPartitionError()
+        for i in range(meta.partitions):
+            self._drop((name, i))
+            slot = self.table.find(meta.topic_id, i)
+            if slot >= 0:
+                self.table.release(slot)
+            # The owner (if another worker) drops its writer when it sees the new
+            # generation; the files go now so a re-created topic starts empty.
+            for d in broker.log_dirs:
+                path = os.path.join(d, f"{name}-{i}")
+                if os.path.isdir(path):
+                    remove_partition_dir(path)
+        broker._apply_topics()
+        broker.notify_metadata_changed()
+
+    def metadata_changed(self) -> None:
+        self._seen_generation = self.table.bump_metadata_generation()
+
+    def acls_changed(self) -> None:
+        # (not marked seen here: a change another worker made meanwhile must be read too)
+        self.table.bump_acl_generation()
+
+    def _reload_acls(self) -> None:
+        self._seen_acl_generation = self.table.acl_generation
+        authorizer = security_of(self.broker).authorizer
+        if authorizer is not None:
+            authorizer.reload()
+
+    # -- data path ----------------------------------------------------------------------
+    def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
+        """The owner appends; with shared append any worker does, once the owner has loaded
+        the partition (the slot's append generation moved), transactional produce included (the
+        caught-up producer state keeps the open transaction's first offset, so the LSO it
+        publishes holds there; markers and `.txnindex` stay with the owner)."""
+        if self.broker.owns(part):
+            return True
+        if not self.shared_append:
+            return False
+        slot = part.slot  # type: ignore[attr-defined]
+        return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
+
+    def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
+        broker = self.broker
+        if broker.owns(part) or not self.shared_append:
+            return broker.append_with(part, part.log, records, allow_control=allow_control)
+        res = broker.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
+        if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
+            part.shared_txn_logged = True  # type: ignore[attr-defined]
+            log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
+                     self.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
+        return res
+
+    def shared_writer(self, part: Any) -> Log:
+        """This (non-owner) worker's shared-mode Log of `part`, attached on first use."""
+        lg = part.shared_log
+        if lg is None:
+            try:
+                lg = Log.attach(partition_dir(self.broker.log_dirs, part.topic, part.index), part.topic, part.index,
+                                part.log.config, self.table.state(part.slot),
+                                self._shared_of_slot(part.slot))
+            except OSError as exc:
+                raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
+            part.shared_log = lg
+            log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.index,
+                     part.topic, part.index, part.owner)
+        return lg
+
+    def forward_produce(self, part: Any, records: Any, acks: int, timeout_ms: int) -> Any:
+        return self.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
+
+    async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
+        if self.broker.owns(part) or internal:
+            await self.broker.local_delete_records(part, offset)
+            return
+        T = DeleteRecordsRequest.DeleteRecordsTopic
+        P = DeleteRecordsRequest.DeleteRecordsPartition
+        req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
+                                   timeout_ms=30000)
+        resp = await self.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
+        code = resp.topics[0].partitions[0].error_code
+        if code:
+            E.raise_for_code(code)
+
+    def on_append(self, part: Partition) -> None:
+        self.wake_others_parked_on(part.slot)  # type: ignore[attr-defined]
+
+    async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
+        parts = [p for p in parts if hasattr(p, "slot")]
+        for p in parts:
+            if p.parked == 0:  # type: ignore[attr-defined]
+                self.table.set_waiting(p.slot, self.index, True)  # type: ignore[attr-defined]
+                self._parked[p.slot] = p  # type: ignore[attr-defined]
+            p.parked += 1  # type: ignore[attr-defined]
+        try:
+            # An append between the fetch's read and the waiter byte saw no waiter: re-check
+            # (no await between this and the wait's registration: no wake-up is lost).
+            if not any(self._moved(p) for p in parts):
+                await wait_for_wake(parts, timeout)
+        finally:
+            for p in parts:
+                p.parked -= 1  # type: ignore[attr-defined]
+                if p.parked == 0:  # type: ignore[attr-defined]
+                    self.table.set_waiting(p.slot, self.index, False)  # type: ignore[attr-defined]
+                    self._parked.pop(p.slot, None)  # type: ignore[attr-defined]
+
+    def on_wake_pipe(self, fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        for p in list(self._parked.values()):
+            if self._should_wake(p):
+                p.wake()
+
+    def _should_wake(self, part: Any) -> bool:
+        """On a wake-up byte: whether the requests parked on this partition re-check."""
+        return self._moved(part)
+
+    def _moved(self, part: Any) -> bool:
+        """Whether what a parked request waits for changed since it looked: the high watermark."""
+        return self.table.high_watermark(part.slot) != part.seen_hw
+
+    # -- dispatch -----------------------------------------------------------------------
+    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        broker = self.broker
+        if self.table.metadata_generation != self._seen_generation:
+            broker.refresh_topics()
+        if self.table.acl_generation != self._seen_acl_generation:
+            self._reload_acls()
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in FANOUT_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
+                carry_principal(conn)  # the split requests are authorized as this client
+                parts = await maybe_fan_out(broker, frame)
+                if parts is not None:
+                    return parts
+            if api_key in GROUP_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
+                # (a key not served here is refused by this worker: forwarded, it would close the internal link)
+                owner = self.group_owner(frame, api_key)
+                if owner is not None and owner != self.index:
+                    if api_key == SHARE_FETCH and broker.quotas.active():
+                        return await self._forward_share_fetch(owner, frame, conn)
+                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+            if api_key in TXN_KEYS and broker.txn_coordinator is not None:
+                owner = self._txn_owner(frame, api_key)
+                if owner is not None and owner != self.index:
+                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        return await broker.dispatch(frame, conn, internal=internal)
+
+    async def _forward_share_fetch(self, owner: int, frame: Any, conn: Any) -> list | None:
+        """A client's ShareFetch answered by the group's worker, its response bytes counted
+        against consumer_byte_rate here, where the client's connection is (the owner handles
+        an internal request, which quotas do not see)."""
+        header, _ = api.decode_request(frame)  # before forwarding: that swaps the correlation id
+        parts = await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        ctx = RequestContext(header, header.request_api_version, header.client_id, conn)
+        throttle = self.broker.quotas.throttle_request(SHARE_FETCH, ctx, len(frame), sum(len(p) for p in parts), 0.0)
+        if throttle <= 0:
+            return parts
+        _, response = api.decode_response(SHARE_FETCH, ctx.api_version, memoryview(b"".join(parts))[4:])
+        return self.broker.throttled(ctx, throttle, header.correlation_id, response, parts)
+
+    def _txn_owner(self, frame: Any, api_key: int) -> int | None:
+        try:
+            _, req = api.decode_request(frame)
+        except Exception:
+            return None
+        tids = _transactional_ids(api_key, req)
+        if not tids:
+            return None
+        coordinator = self.broker.txn_coordinator
+        coordinator.ensure_topic()
+        owners = {self.owner_of(TXN_TOPIC, coordinator.partition_for(t)) for t in tids}
+        return owners.pop() if len(owners) == 1 else None
+
+    async def forward_marker(self, part: Any, producer_id: int, producer_epoch: int, commit: bool,
+                             coordinator_epoch: int) -> int:
+        """A transaction marker for a partition another worker owns: WriteTxnMarkers to it."""
+        M = WriteTxnMarkersRequest.WritableTxnMarker
+        req = WriteTxnMarkersRequest(markers=[M(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=part.topic, partition_indexes=[part.index])])])
+        resp = await self.forwarder.request(part.owner, req, 1)
+        return resp.markers[0].topics[0].partitions[0].error_code
+
+    def group_owner(self, frame: Any, api_key: int) -> int | None:
+        """The worker whose `__consumer_offsets` partition holds the request's groups (None: here, or several)."""
+        try:
+            _, req = api.decode_request(frame)
+        except Exception:
+            return None  # let the normal path answer the malformed request
+        gids = _group_ids(api_key, req)
+        if not gids:
+            return None
+        coordinator = self.broker.group_coordinator
+        owners = {self.owner_of(OFFSETS_TOPIC, coordinator.partition_for(g)) for g in gids}
+        return owners.pop() if len(owners) == 1 else None

@@ -55,8 +55,9 @@ from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
+from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.worker import (CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN,
-                                      WorkerBroker, controlled_shutdown_budget, run_worker)
+                                      controlled_shutdown_budget, run_worker)
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
@@ -71,9 +72,11 @@ RESPAWN_BACKOFF_MAX = 30.0
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig, workers: int, broker_class: type[WorkerBroker] = WorkerBroker) -> None:
+    def __init__(self, config: BrokerConfig, workers: int, broker_class: type[Broker] = Broker,
+                 placement_class: type[WorkerPlacement] = WorkerPlacement) -> None:
         self.config = config
         self.broker_class = broker_class  # each worker's broker: the control plane's choice (the command line's)
+        self.placement_class = placement_class  # and its placement in the worker (the command line's too)
         self.n = workers
         self.pids: dict[int, int] = {}  # pid -> worker index
         self.incarnation = [0] * workers
@@ -165,8 +168,8 @@ class Supervisor:
                     if j != i:
                         os.close(r)
                 request_metrics.in_worker(i)
-                code = run_worker(self.config, self.broker_class, index=i, incarnation=self.incarnation[i],
-                                  table=self.table,
+                code = run_worker(self.config, self.broker_class, self.placement_class, index=i,
+                                  incarnation=self.incarnation[i], table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
                                   wake_r=self.pipes[i][0], wake_fds=[w for _, w in self.pipes],
@@ -304,5 +307,6 @@ class Supervisor:
         return 0
 
 
-def run_supervisor(config: BrokerConfig, workers: int, broker_class: type[WorkerBroker] = WorkerBroker) -> int:
-    return Supervisor(config, workers, broker_class).run()
+def run_supervisor(config: BrokerConfig, workers: int, broker_class: type[Broker] = Broker,
+                   placement_class: type[WorkerPlacement] = WorkerPlacement) -> int:
+    return Supervisor(config, workers, broker_class, placement_class).run()

@@ -3,34 +3,11 @@
 Everything here starts after the fork (`run_worker`): the uvloop event loop, the Broker,
 the logs this worker owns, its servers on the inherited listening sockets.
 
-Ownership (the broker's `placement`, `runtime/placement.py:WorkerPlacement`):
-`shm.owner_for(topic, partition, N)` names the one worker that holds the partition's `Log`
-writer; the supervisor never changes it, so a respawned worker takes over exactly its
-predecessor's partitions. `WorkerBroker` differs from `Broker` in:
-
-* logs: `OwnedLogManager` opens only owned partitions (recovering them after a crash:
-  the replacement of a SIGKILLed worker runs the recovery scan for its partitions),
-  merges its entries into the shared checkpoint files under the table lock, and never
-  writes the clean-shutdown marker (the supervisor does, once every worker exited 0).
-  Every `Log` publishes into the partition's shared-memory slot; other workers read the
-  partition through a `LogReader` over the same files and slot (`RemoteLog`).
-* produce for a partition owned elsewhere: appended by this worker itself through shared
-  memory (`kafkafast.produce.shared.append`; in cluster mode also `...shared.append.cluster`
-  and only while this broker leads it, not transactional there): every worker's
-  `Log` of a partition is in shared mode (storage/log.py, runtime/append_lock.py), this
-  one opened with `Log.attach` on first use; else (and for transactional produce in
-  cluster mode) `forward_produce` (see `forwarding`).
-* group/offset requests: forwarded whole to the owner of the group's
-  `__consumer_offsets` partition.
-* fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
-  writes a byte to the wake-up pipe of every marked worker; the woken worker compares
-  the slots' high watermarks with what its fetches saw (no timers involved).
-* topic changes bump the metadata generation in shared memory; every request first
-  compares it with the generation this worker has loaded and reloads topics if needed.
-
-In cluster mode (`zookeeper.connect`) each worker is a `cluster.worker_broker.ClusterWorkerBroker`:
-the same ownership, with replication on top. The command line chooses the class and hands it
-to `run_worker` (this package imports nothing of kafkafast/cluster).
+The broker is the control plane's class (`Broker`, or cluster mode's `ClusterBroker`) over
+this worker's placement (`runtime/placement.py:WorkerPlacement`, or cluster mode's
+`cluster/worker_broker.py:ClusterWorkerPlacement`): where each partition lives, and the
+worker paths (owned logs, forwarding, shared append, wake-ups). The command line chooses
+both and hands them to `run_worker` (this package imports nothing of kafkafast/cluster).
 """
 from __future__ import annotations
 
@@ -38,54 +15,22 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import time
-import uuid
-from typing import Any, Iterable
+from typing import Any
 
-from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, Partition, RequestContext
-from kafkafast.broker.fetch_sessions import FetchSessionCache
-from kafkafast.broker.quotas import SHARE_FETCH
-from kafkafast.broker.topics import TopicMeta
-from kafkafast.broker.txn_coordinator import TXN_TOPIC
+from kafkafast.broker.broker import Broker
 from kafkafast.config import BrokerConfig, ConfigError
-from kafkafast.protocol import api
-from kafkafast.protocol import errors as E
-from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
-from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
-from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
-from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import InternalConnection
 from kafkafast.runtime.listening import serve_listeners
 from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.server import close_loop, new_event_loop
-from kafkafast.security.context import carry_principal, principal_trailer, security_of
-from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir, write_atomically
-from kafkafast.storage.log import Log
-from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
-from kafkafast.storage.partition_state import PartitionState
-from kafkafast.storage.reader import LogReader
-from kafkafast.storage.shared_append import SharedAppend
+from kafkafast.storage.checkpoint import write_atomically
 
 log = logging.getLogger("kafkafast.worker")
 
-# Group and offset APIs whose requests go whole to the group's coordinator worker.
-from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out  # noqa: E402
-
-GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
-              14: "SyncGroup", 15: "DescribeGroups", 28: "TxnOffsetCommit", 42: "DeleteGroups", 47: "OffsetDelete",
-              68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe",
-              # Share groups: membership, sessions and share-partition state live with the group.
-              76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch", 79: "ShareAcknowledge",
-              83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
-              86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
-              91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
-# Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
-TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
-            65: "DescribeTransactions"}
 SHUTDOWN_GRACE = 6.0
 EXIT_STATE_UNWRITTEN = 3
 # A first start refused (a ConfigError: ZooKeeper unreachable, ...): the reason is in
@@ -94,518 +39,6 @@ EXIT_CANNOT_START = 4
 CANNOT_START_FILE = "cannot-start"
 """Exit status of a worker that stopped cleanly but could not write all its state (a full
 disk: a producer snapshot, a checkpoint): its logs are flushed, the next start recovers."""
-
-
-def _transactional_ids(api_key: int, req: Any) -> list[str]:
-    if api_key == 65:
-        return list(req.transactional_ids or [])
-    if api_key == 24:
-        if getattr(req, "transactions", None):
-            return [t.transactional_id for t in req.transactions]
-        return [req.v3_and_below_transactional_id] if req.v3_and_below_transactional_id else []
-    tid = getattr(req, "transactional_id", None)
-    return [tid] if tid else []  # InitProducerId without one: idempotent, answered anywhere
-
-
-def _group_ids(api_key: int, req: Any) -> list[str]:
-    if api_key == 15:
-        return list(req.groups or [])
-    if api_key == 42:
-        return list(req.groups_names or [])
-    if api_key in (69, 77):
-        return list(req.group_ids or [])
-    if api_key in (9, 90) and getattr(req, "groups", None):
-        return [g.group_id for g in req.groups]
-    gid = getattr(req, "group_id", None)
-    return [gid] if gid is not None else []
-
-
-class OwnedLogManager(LogManager):
-    """A LogManager over the partitions one worker owns (see the module docstring)."""
-
-    def __init__(self, log_dirs: list[str], default_config: Any, *, owns: Any, clean: bool,
-                 table: shm.PartitionTable, **kw: Any) -> None:
-        super().__init__(log_dirs, default_config, **kw)
-        self.owns = owns
-        self.clean = clean
-        self.table = table
-
-    def load_all(self, configs: Any = None) -> None:
-        self.last_load_clean = self.clean  # the supervisor's decision (storage.log_manager.clean_start)
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir, configs, clean=self.clean, owned=self.owns)
-
-    def _write_checkpoint(self, path: str, entries: dict) -> None:
-        """Replaces this worker's entries in the shared checkpoint file (others' stay)."""
-        with self.table.locked():
-            merged = {k: v for k, v in self._read_checkpoint(path).items() if not self.owns(*k)}
-            merged.update(entries)
-            OffsetCheckpointFile(path).write(merged)
-
-    def _mark_clean(self, log_dir: str) -> None:
-        """The supervisor writes the markers, once every worker stopped with everything written."""
-
-    def forget(self, topic: str, partition: int) -> None:
-        """Drops a deleted partition's log (its directory may already be gone)."""
-        key = (topic, partition)
-        lg = self._logs.pop(key, None) or self.offline.pop(key, None)
-        self._dir_of.pop(key, None)
-        if lg is not None:
-            lg.close(clean=False)
-            if os.path.isdir(lg.dir):
-                remove_partition_dir(lg.dir)
-
-
-def remove_partition_dir(path: str) -> None:
-    """Rename to `<name>.<uuid>-delete`, then remove (as LogManager.delete does)."""
-    parent = os.path.dirname(path)
-    doomed = f"{path}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-    try:
-        os.rename(path, doomed)
-    except FileNotFoundError:
-        return
-    fsync_dir(parent)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def partition_dir(log_dirs: list[str], topic: str, partition: int) -> str:
-    """The directory of a partition another worker loaded (the first log dir that has it)."""
-    name = f"{topic}-{partition}"
-    return next((os.path.join(d, name) for d in log_dirs if os.path.isdir(os.path.join(d, name))),
-                os.path.join(log_dirs[0], name))
-
-
-class RemoteLog:
-    """A partition appended to by another worker: reads only, from the files and the slot."""
-
-    __slots__ = ("topic", "partition", "state", "config", "_dirs", "_reader")
-
-    def __init__(self, log_dirs: list[str], topic: str, partition: int, state: shm.SlotState, config: Any) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.state = state
-        self.config = config
-        self._dirs = log_dirs
-        self._reader: LogReader | None = None
-
-    @property
-    def reader(self) -> LogReader:
-        r = self._reader
-        if r is None or (len(self._dirs) > 1 and not os.path.isdir(r.dir)):
-            path = partition_dir(self._dirs, self.topic, self.partition)
-            if r is not None:
-                r.close()
-            r = self._reader = LogReader(path, self.state, topic=self.topic, partition=self.partition)
-        return r
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        return self.reader.offset_for_timestamp(timestamp)
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        return self.reader.max_timestamp_offset()
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-
-
-class WorkerPartition(Partition):
-    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged", "table",
-                 "known_at_load")
-
-    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes,
-                 table: shm.PartitionTable, known_at_load: bool) -> None:
-        super().__init__(topic, index, log_)
-        self.slot = slot
-        self.owner = owner
-        self.table = table
-        self.known_at_load = known_at_load  # its topic was there when this worker loaded: it may hold records
-        self.topic_id = topic_id
-        self.seen_hw = -1
-        self.parked = 0
-        self.shared_log: Log | None = None  # a non-owner's writer in shared mode, opened on first use
-        self.shared_txn_logged = False  # whether this non-owner logged its first transactional shared append
-
-    @property
-    def high_watermark(self) -> int:
-        hw = self.log.state.high_watermark
-        self.seen_hw = hw  # what the fetch about to park saw: the wake-up compares against it
-        return hw
-
-    @property
-    def loading(self) -> bool:
-        """Until its owner has loaded its partitions in this start, the slot of a partition
-        this worker found at its own load holds zeros (the table is new at every start), not
-        its state: nothing may be read from it. A partition created after that is empty until
-        its owner opens it (no append happens before: a produce goes to the owner until it
-        has), so its zeros are its state."""
-        return self.known_at_load and not self.table.worker_word(self.owner, shm.W_LOADED)
-
-
-class WorkerBroker(Broker):
-    placement: WorkerPlacement
-
-    def __init__(self, config: BrokerConfig, *, placement: WorkerPlacement, clean: bool) -> None:
-        super().__init__(config, placement)
-        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
-                                                shard=placement.index, shards=placement.workers)
-        self.shared_append = self.shared_append_enabled(config)
-        self.log_manager = OwnedLogManager(self.log_dirs, self.default_log_config, owns=placement.owns_key,
-                                           clean=clean, table=placement.table, state_factory=self._state_for,
-                                           shared_factory=self._shared_for if self.shared_append else None,
-                                           **self.log_manager_settings())
-        self._seen_generation = -1
-        self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
-        self._parked: dict[int, WorkerPartition] = {}  # slot -> partition with fetches parked here
-
-    # A lone replica's high watermark is its log end, published with each append (a replicated
-    # partition's is the owner's replica bookkeeping's: cluster/worker_broker.py).
-    hw_follows_end = True
-
-    @staticmethod
-    def shared_append_enabled(config: Any) -> bool:
-        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
-        return config.get_bool("kafkafast.produce.shared.append")
-
-    # -- ownership ----------------------------------------------------------------------
-    def owns(self, part: Partition) -> bool:
-        return getattr(part, "owner", self.placement.index) == self.placement.index
-
-    def partition_loaded(self, part: Partition) -> bool:
-        """Owned here, or its owner serves (it loaded and published its partitions before that)."""
-        return self.owns(part) or \
-            self.placement.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
-
-    def _topic_id_of(self, topic: str) -> bytes | None:
-        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
-        meta = self.topics.get(topic)
-        return None if meta is None else meta.topic_id
-
-    def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
-        """The append lock and slot words every worker's Log of the partition shares."""
-        topic_id = self._topic_id_of(topic)
-        if topic_id is None:
-            return None
-        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
-        return self._shared_of_slot(slot)
-
-    def _shared_of_slot(self, slot: int) -> SharedAppend:
-        t = self.placement.table
-        sh = SharedAppend(AppendLock(t, slot, self.placement.incarnation), t.q,
-                          t.slot_word_offset(slot, shm.S_APPEND_GEN) // 8, t.slot_word_offset(slot, shm.S_SHARED) // 8,
-                          t.slot_word_offset(slot, shm.S_TAKEOVERS) // 8)
-        sh.hw_follows_end = self.hw_follows_end
-        return sh
-
-    def _state_for(self, topic: str, partition: int) -> Any:
-        topic_id = self._topic_id_of(topic)
-        if topic_id is None:
-            return PartitionState()  # a leftover directory of a deleted topic
-        slot = self.placement.table.allocate(topic_id, partition, self.placement.owner_of(topic, partition))
-        self.placement.table.set_incarnation(slot, self.placement.incarnation)
-        return self.placement.table.state(slot)
-
-    # -- lifecycle ----------------------------------------------------------------------
-    def load(self) -> None:
-        self._seen_generation = self.placement.table.metadata_generation
-        t0 = time.monotonic()
-        super().load()  # topics, owned logs (OwnedLogManager), partitions (_open_topic), cleaner
-        live = self.topics.topics
-        for lg in self.log_manager.all_logs():
-            meta = live.get(lg.topic)
-            if meta is None or lg.partition >= meta.partitions:
-                log.info("removing %s-%d: its topic no longer exists", lg.topic, lg.partition)
-                self.log_manager.forget(lg.topic, lg.partition)
-        scanned = {k: v for k, v in self.log_manager.last_load_recovered.items() if v}
-        self.placement.table.set_worker_word(self.placement.index, shm.W_RECOVERED, len(scanned))
-        # its slots hold published state from now on
-        self.placement.table.set_worker_word(self.placement.index, shm.W_LOADED, 1)
-        log.info("worker %d (incarnation %d): %d owned partitions loaded in %.2fs; recovery scan of %d bytes "
-                 "in %d partitions", self.placement.index, self.placement.incarnation, len(self.log_manager.all_logs()),
-                 time.monotonic() - t0, sum(scanned.values()), len(scanned))
-
-    def _configs_for(self, topic: str) -> Any:
-        meta = self.topics.get(topic)
-        return self.topic_log_config(meta) if meta is not None else self.default_log_config
-
-    async def stop(self) -> None:
-        for p in self._parked.values():
-            self.placement.table.set_waiting(p.slot, self.placement.index, False)
-        self._parked.clear()
-        await super().stop()
-        self.placement.forwarder.close()
-        for p in self.partitions.values():
-            if isinstance(p.log, RemoteLog):
-                p.log.close()
-            self._close_shared_log(p)
-
-    @staticmethod
-    def _close_shared_log(part: Any) -> None:
-        lg = getattr(part, "shared_log", None)
-        if lg is None:
-            return
-        part.shared_log = None
-        try:
-            lg.active_segment.flush()  # what this worker appended is on disk before a clean stop
-        except OSError as exc:
-            log.warning("%s-%d: flushing the shared writer failed: %s", part.topic, part.index, exc)
-        lg.close(clean=False)
-
-    # -- topics -------------------------------------------------------------------------
-    def _open_topic(self, meta: TopicMeta) -> None:
-        cfg = self.topic_log_config(meta)
-        for i in range(meta.partitions):
-            key = (meta.name, i)
-            if key in self.partitions:
-                continue
-            owner = self.placement.owner_of(meta.name, i)
-            slot = self.placement.table.allocate(meta.topic_id, i, owner)
-            if owner == self.placement.index:
-                lg = self.log_manager.get(meta.name, i)
-                if lg is None:
-                    self.placement.table.set_incarnation(slot, self.placement.incarnation)
-                    lg = self.log_manager.create(meta.name, i, cfg)
-            else:
-                lg = RemoteLog(self.log_dirs, meta.name, i, self.placement.table.state(slot), cfg)
-            self.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.placement.table,
-                                                   known_at_load=not self.started)
-
-    def _drop(self, key: tuple[str, int]) -> None:
-        part = self.partitions.pop(key, None)
-        if part is None:
-            return
-        part.wake()
-        self._close_shared_log(part)
-        if isinstance(part.log, RemoteLog):
-            part.log.close()
-        elif self.owns(part):
-            self.log_manager.forget(*key)
-
-    def refresh_topics(self) -> None:
-        self._seen_generation = self.placement.table.metadata_generation
-        self.topics.load()
-        if self.topics.generation != self._topics_applied:
-            self._apply_topics()
-
-    def _apply_topics(self) -> None:
-        self._topics_applied = self.topics.generation
-        live = self.topics.topics
-        for key, part in list(self.partitions.items()):
-            meta = live.get(key[0])
-            if meta is None or key[1] >= meta.partitions or meta.topic_id != part.topic_id:  # type: ignore[attr-defined]
-                self._drop(key)
-            elif self.owns(part):
-                part.log.config = self.topic_log_config(meta)
-            elif getattr(part, "shared_log", None) is not None:
-                part.shared_log.config = self.topic_log_config(meta)  # type: ignore[attr-defined]
-        for t in live.values():
-            self._open_topic(t)
-
-    def delete_topic(self, name: str) -> None:
-        with self.topics.change() as topics:
-            meta = topics.pop(name, None)
-            if meta is None:
-                raise E.UnknownTopicOrPartitionError()
-        for i in range(meta.partitions):
-            self._drop((name, i))
-            slot = self.placement.table.find(meta.topic_id, i)
-            if slot >= 0:
-                self.placement.table.release(slot)
-            # The owner (if another worker) drops its writer when it sees the new
-            # generation; the files go now so a re-created topic starts empty.
-            for d in self.log_dirs:
-                path = os.path.join(d, f"{name}-{i}")
-                if os.path.isdir(path):
-                    remove_partition_dir(path)
-        self._apply_topics()
-        self.notify_metadata_changed()
-
-    def notify_metadata_changed(self) -> None:
-        self._seen_generation = self.placement.table.bump_metadata_generation()
-
-    def notify_acls_changed(self) -> None:
-        # (not marked seen here: a change another worker made meanwhile must be read too)
-        self.placement.table.bump_acl_generation()
-
-    def _reload_acls(self) -> None:
-        self._seen_acl_generation = self.placement.table.acl_generation
-        authorizer = security_of(self).authorizer
-        if authorizer is not None:
-            authorizer.reload()
-
-    # -- data path ----------------------------------------------------------------------
-    def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
-        """The owner appends; with shared append any worker does, once the owner has loaded
-        the partition (the slot's append generation moved), transactional produce included (the
-        caught-up producer state keeps the open transaction's first offset, so the LSO it
-        publishes holds there; markers and `.txnindex` stay with the owner)."""
-        if self.owns(part):
-            return True
-        if not self.shared_append:
-            return False
-        slot = part.slot  # type: ignore[attr-defined]
-        return self.placement.table.q[self.placement.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
-
-    def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
-        if self.owns(part) or not self.shared_append:
-            return super().append(part, records, allow_control=allow_control)
-        res = self.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
-        if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
-            part.shared_txn_logged = True  # type: ignore[attr-defined]
-            log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
-                     self.placement.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
-        return res
-
-    def shared_writer(self, part: Any) -> Log:
-        """This (non-owner) worker's shared-mode Log of `part`, attached on first use."""
-        lg = part.shared_log
-        if lg is None:
-            try:
-                lg = Log.attach(partition_dir(self.log_dirs, part.topic, part.index), part.topic, part.index,
-                                part.log.config, self.placement.table.state(part.slot),  # type: ignore[attr-defined]
-                                self._shared_of_slot(part.slot))  # type: ignore[attr-defined]
-            except OSError as exc:
-                raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
-            part.shared_log = lg  # type: ignore[attr-defined]
-            log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.placement.index,
-                     part.topic, part.index, part.owner)  # type: ignore[attr-defined]
-        return lg
-
-    def forward_produce(self, part: WorkerPartition, records: Any, acks: int, timeout_ms: int) -> Any:
-        return self.placement.forwarder.produce(part.owner, part.topic, part.index, records, acks, timeout_ms)
-
-    async def delete_records(self, part: Partition, offset: int, *, internal: bool = False) -> None:
-        if self.owns(part) or internal:
-            await super().delete_records(part, offset, internal=internal)
-            return
-        T = DeleteRecordsRequest.DeleteRecordsTopic
-        P = DeleteRecordsRequest.DeleteRecordsPartition
-        req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
-                                   timeout_ms=30000)
-        resp = await self.placement.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
-        code = resp.topics[0].partitions[0].error_code
-        if code:
-            E.raise_for_code(code)
-
-    def on_append(self, part: Partition) -> None:
-        self.placement.wake_others_parked_on(part.slot)  # type: ignore[attr-defined]
-
-    async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        parts = [p for p in parts if hasattr(p, "slot")]
-        for p in parts:
-            p.waiters.add(fut)
-            if p.parked == 0:
-                self.placement.table.set_waiting(p.slot, self.placement.index, True)
-                self._parked[p.slot] = p
-            p.parked += 1
-        try:
-            # An append between the fetch's read and the waiter byte saw no waiter: re-check.
-            if any(self._moved(p) for p in parts):
-                return
-            await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            for p in parts:
-                p.waiters.discard(fut)
-                p.parked -= 1
-                if p.parked == 0:
-                    self.placement.table.set_waiting(p.slot, self.placement.index, False)
-                    self._parked.pop(p.slot, None)
-
-    def on_wake_pipe(self, fd: int) -> None:
-        try:
-            while os.read(fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        for p in list(self._parked.values()):
-            if self._should_wake(p):
-                p.wake()
-
-    def _should_wake(self, part: Any) -> bool:
-        """On a wake-up byte: whether the requests parked on this partition re-check."""
-        return self._moved(part)
-
-    def _moved(self, part: Any) -> bool:
-        """Whether what a parked request waits for changed since it looked: the high watermark."""
-        return self.placement.table.high_watermark(part.slot) != part.seen_hw
-
-    # -- dispatch -----------------------------------------------------------------------
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
-        if self.placement.table.metadata_generation != self._seen_generation:
-            self.refresh_topics()
-        if self.placement.table.acl_generation != self._seen_acl_generation:
-            self._reload_acls()
-        if not internal and len(frame) >= 8:
-            api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in FANOUT_KEYS and api_key in self.handlers and self.group_coordinator is not None:
-                carry_principal(conn)  # the split requests are authorized as this client
-                parts = await maybe_fan_out(self, frame)
-                if parts is not None:
-                    return parts
-            if api_key in GROUP_KEYS and api_key in self.handlers and self.group_coordinator is not None:
-                # (a key not served here is refused by this worker: forwarded, it would close the internal link)
-                owner = self._group_owner(frame, api_key)
-                if owner is not None and owner != self.placement.index:
-                    if api_key == SHARE_FETCH and self.quotas.active():
-                        return await self._forward_share_fetch(owner, frame, conn)
-                    return await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
-            if api_key in TXN_KEYS and self.txn_coordinator is not None:
-                owner = self._txn_owner(frame, api_key)
-                if owner is not None and owner != self.placement.index:
-                    return await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
-        return await super().handle_frame(frame, conn, internal=internal)
-
-    async def _forward_share_fetch(self, owner: int, frame: Any, conn: Any) -> list | None:
-        """A client's ShareFetch answered by the group's worker, its response bytes counted
-        against consumer_byte_rate here, where the client's connection is (the owner handles
-        an internal request, which quotas do not see)."""
-        header, _ = api.decode_request(frame)  # before forwarding: that swaps the correlation id
-        parts = await self.placement.forwarder.frame(owner, principal_trailer(frame, conn))
-        ctx = RequestContext(header, header.request_api_version, header.client_id, conn)
-        throttle = self.quotas.throttle_request(SHARE_FETCH, ctx, len(frame), sum(len(p) for p in parts), 0.0)
-        if throttle <= 0:
-            return parts
-        _, response = api.decode_response(SHARE_FETCH, ctx.api_version, memoryview(b"".join(parts))[4:])
-        return self.throttled(ctx, throttle, header.correlation_id, response, parts)
-
-    def _txn_owner(self, frame: Any, api_key: int) -> int | None:
-        try:
-            _, req = api.decode_request(frame)
-        except Exception:
-            return None
-        tids = _transactional_ids(api_key, req)
-        if not tids:
-            return None
-        self.txn_coordinator.ensure_topic()
-        owners = {self.placement.owner_of(TXN_TOPIC, self.txn_coordinator.partition_for(t)) for t in tids}
-        return owners.pop() if len(owners) == 1 else None
-
-    async def forward_marker(self, part: Any, producer_id: int, producer_epoch: int, commit: bool,
-                             coordinator_epoch: int) -> int:
-        """A transaction marker for a partition another worker owns: WriteTxnMarkers to it."""
-        M = WriteTxnMarkersRequest.WritableTxnMarker
-        req = WriteTxnMarkersRequest(markers=[M(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=part.topic, partition_indexes=[part.index])])])
-        resp = await self.placement.forwarder.request(part.owner, req, 1)
-        return resp.markers[0].topics[0].partitions[0].error_code
-
-    def _group_owner(self, frame: Any, api_key: int) -> int | None:
-        try:
-            _, req = api.decode_request(frame)
-        except Exception:
-            return None  # let the normal path answer the malformed request
-        gids = _group_ids(api_key, req)
-        if not gids:
-            return None
-        owners = {self.placement.owner_of(OFFSETS_TOPIC, self.group_coordinator.partition_for(g)) for g in gids}
-        return owners.pop() if len(owners) == 1 else None
 
 
 # -- process entry ------------------------------------------------------------------------
@@ -650,7 +83,7 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listener_specs: list,
+async def _serve(broker: Broker, listen_socks: list[socket.socket], listener_specs: list,
                  internal_sock: socket.socket, wake_r: int, stop: asyncio.Event) -> int:
     loop = asyncio.get_running_loop()
     # Unblocked only now: uvloop loses a signal that arrives before its loop runs, and a
@@ -666,7 +99,7 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
         broker, listener_specs, listen_socks, external)
     int_server = await loop.create_unix_server(lambda: InternalConnection(broker, max_req, tracker=internal),
                                                sock=internal_sock)
-    loop.add_reader(wake_r, broker.on_wake_pipe, wake_r)
+    loop.add_reader(wake_r, broker.placement.on_wake_pipe, wake_r)
     table = broker.placement.table
     table.set_worker_word(broker.placement.index, shm.W_READY, 1)
     if not stop.is_set():
@@ -705,13 +138,15 @@ async def _serve(broker: WorkerBroker, listen_socks: list[socket.socket], listen
     return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 
-def run_worker(config: BrokerConfig, broker_class: type[WorkerBroker] = WorkerBroker, *, index: int,
+def run_worker(config: BrokerConfig, broker_class: type[Broker] = Broker,
+               placement_class: type[WorkerPlacement] = WorkerPlacement, *, index: int,
                incarnation: int, table: shm.PartitionTable,
                listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
                wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool, counters: Any = None) -> int:
     """The worker's main, called in the child right after the fork. `broker_class`: the
-    control plane's worker broker (`WorkerBroker`, or cluster mode's), chosen by the command line."""
+    control plane's broker (`Broker`, or cluster mode's), over `placement_class` (this
+    worker's placement, or cluster mode's), both chosen by the command line."""
     _set_parent_death_signal()
     table.after_fork()
     table.clear_worker_waiters(index)
@@ -725,8 +160,9 @@ def run_worker(config: BrokerConfig, broker_class: type[WorkerBroker] = WorkerBr
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    placement = WorkerPlacement(index=index, incarnation=incarnation, table=table, wake_fds=wake_fds, run_dir=run_dir)
-    broker = broker_class(config, placement=placement, clean=clean)
+    placement = placement_class(index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
+                                run_dir=run_dir, clean=clean)
+    broker = broker_class(config, placement=placement)
     if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
         counters.after_fork()
         broker.counters = counters

@@ -161,7 +161,7 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if not ctx.internal and not broker.appends_here(part, req.transactional_id):
                 # appended by the owner worker, which answers after its append: acks=all waits here
                 out.append(None)
-                forwarded.append((tr, len(out) - 1, part, broker.forward_produce(
+                forwarded.append((tr, len(out) - 1, part, broker.placement.forward_produce(
                     part, pd.records, 0 if acks == 0 else 1, req.timeout_ms)))
                 continue
             refused = checked_records(broker, part, topic.name, pd)

@@ -327,7 +327,7 @@ class ShareStateStore:
         builder = BatchBuilder()
         builder.append(clock.now_ms(), key_bytes, value)
         records = bytearray(builder.build())
-        forward = getattr(self.broker, "forward_produce", None)  # as the Produce handler finds it
+        forward = getattr(self.broker.placement, "forward_produce", None)  # a worker's placement forwards
         if self.broker.appends_here(part, None):
             self.broker.append(part, records)
         elif forward is not None:  # another worker owns the partition (shared append off or not ready)
