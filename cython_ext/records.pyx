@@ -34,6 +34,7 @@ from kafkafast.protocol.primitives import DecodeError
 cdef object INT64_MIN = -(1 << 63)
 cdef object INT64_MAX = (1 << 63) - 1
 cdef object UINT64_MAX = (1 << 64) - 1
+cdef int64_t MAX_OFFSET = 0x7FFFFFFFFFFFFFFF  # INT64_MAX, as a C value
 # RecordView.bad when a length varint could not be read at all (no int32 length looks like it).
 cdef int64_t LENGTH_UNREADABLE = -(1 << 40)
 
@@ -581,7 +582,8 @@ def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
 @cython.boundscheck(False)
 def scan_follower_batches(buf, int64_t log_end_offset, int32_t latest_epoch):
     """A replica follower's pass over a leader's batches: whole batches with sane headers and
-    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`), leading
+    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`, or whose
+    offsets are negative or overflow), leading
     batches wholly below `log_end_offset` skipped. Returns (start, end, infos, producer_batches,
     epochs): the kept bytes are buf[start:end]; infos = [(base offset, next offset, max
     timestamp, size)] per kept batch, what a segment append indexes; producer_batches =
@@ -596,7 +598,7 @@ def scan_follower_batches(buf, int64_t log_end_offset, int32_t latest_epoch):
     cdef Py_ssize_t pos = 0, start = 0, size
     cdef const uint8_t* p
     cdef int64_t base, last, producer_id, last_seq
-    cdef int32_t epoch, base_seq
+    cdef int32_t epoch, base_seq, delta
     cdef object mv = memoryview(buf)
     cdef list infos = [], producers = [], epochs = []
     while True:
@@ -605,7 +607,10 @@ def scan_follower_batches(buf, int64_t log_end_offset, int32_t latest_epoch):
             break
         p = &view[0] + pos
         base = be64(p)
-        last = base + be32(p + 23)
+        delta = be32(p + 23)
+        if base < 0 or delta < 0 or base > MAX_OFFSET - 1 - delta:  # no offsets a leader assigns
+            break
+        last = base + delta
         if not infos and last < log_end_offset:
             pos += size
             start = pos
@@ -614,7 +619,7 @@ def scan_follower_batches(buf, int64_t log_end_offset, int32_t latest_epoch):
         producer_id = be64(p + 43)
         if producer_id >= 0:
             base_seq = be32(p + 53)
-            last_seq = -1 if base_seq == -1 else (<int64_t>base_seq + be32(p + 23)) % 0x80000000
+            last_seq = -1 if base_seq == -1 else (<int64_t>base_seq + delta) & 0x7FFFFFFF  # wraps as Kafka's
             producers.append((pos - start, producer_id, be16(p + 51), base_seq, last_seq, base, last,
                               be64(p + 35), be16(p + 21)))
         epoch = be32(p + 12)

@@ -418,7 +418,8 @@ def scan_follower_batches(
     buf: Buffer, log_end_offset: int, latest_epoch: int
 ) -> tuple[int, int, list[tuple[int, int, int, int]], list[tuple[int, ...]], list[tuple[int, int]]]:
     """A replica follower's pass over a leader's batches: whole batches with sane headers and
-    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`), leading
+    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`, or whose
+    offsets are negative or overflow), leading
     batches wholly below `log_end_offset` skipped. Returns (start, end, infos, producer_batches,
     epochs): the kept bytes are buf[start:end]; infos = [(base offset, next offset, max
     timestamp, size)] per kept batch, what a segment append indexes; producer_batches =
@@ -435,6 +436,8 @@ def scan_follower_batches(
     epochs: list[tuple[int, int]] = []
     while (h := _whole_batch(mv, pos, n)) is not None:
         size = h.batch_length + 12
+        if h.base_offset < 0 or h.last_offset_delta < 0 or h.base_offset > INT64_MAX - 1 - h.last_offset_delta:
+            break  # no offsets a leader assigns
         last = h.base_offset + h.last_offset_delta
         if not infos and last < log_end_offset:
             pos = start = pos + size
