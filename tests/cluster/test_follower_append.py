@@ -4,9 +4,9 @@ followers' segment files byte for byte the leader's: many batches and partitions
 answers cut exactly at replica.fetch.max.bytes by batches that fill it, compressed batches
 (every codec), transactional batches and their COMMIT/ABORT control records. Run with the
 compiled twins and with the pure ones (KAFKAFAST_PURE=1: the batch scan that checks CRCs and
-headers), and with brokers of 2 workers in shared append (`kafkafast.produce.shared.append.cluster`:
-the leader's non-owner worker appends a produce itself, the followers' owner workers append
-what they fetch under the partition's append lock, in shared mode). The followers are SIGSTOPped while the leader takes the bulk (acks=1, for less than
+headers), and with brokers of 2 workers in shared append (`kafkafast.produce.shared.append.cluster`,
+the default: the leader's non-owner worker appends a produce itself, the followers' owner
+workers append what they fetch under the partition's append lock, in shared mode). The followers are SIGSTOPped while the leader takes the bulk (acks=1, for less than
 replica.lag.time.max.ms), so they catch up in answers of hundreds of KiB, cut by the limits.
 
 Our leader answers whole batches only (reader.py), so a batch cut off by the fetch size is
@@ -47,8 +47,7 @@ def cluster(tmp_path_factory, request):
     if not env:
         compiled_built()
     c = KafkaCluster(tmp_path_factory.mktemp("follower-append"), env=env, workers=workers,
-                     settings={"replica.fetch.max.bytes": str(FETCH_MAX),
-                               "kafkafast.produce.shared.append.cluster": str(workers > 0).lower()})
+                     settings={"replica.fetch.max.bytes": str(FETCH_MAX)})
     try:
         yield c.start()
     finally:
