@@ -34,6 +34,7 @@ from kafkafast.protocol.primitives import DecodeError
 cdef object INT64_MIN = -(1 << 63)
 cdef object INT64_MAX = (1 << 63) - 1
 cdef object UINT64_MAX = (1 << 64) - 1
+cdef int64_t MAX_OFFSET = 0x7FFFFFFFFFFFFFFF  # INT64_MAX, as a C value
 # RecordView.bad when a length varint could not be read at all (no int32 length looks like it).
 cdef int64_t LENGTH_UNREADABLE = -(1 << 40)
 
@@ -535,6 +536,25 @@ def assign_offsets(buf, int64_t base_offset, int32_t leader_epoch, int64_t log_a
 
 
 @cython.boundscheck(False)
+cdef Py_ssize_t _whole_batch(const uint8_t[::1] view, Py_ssize_t pos, Py_ssize_t n, object mv) except -2:
+    """The size of the batch at `pos` of `view` (`mv` views the same bytes) if it is whole, with a
+    sane header and a good CRC; -1 if not (where a scan stops)."""
+    cdef const uint8_t* p
+    cdef Py_ssize_t size
+    if n - pos < HEADER_SIZE:
+        return -1
+    p = &view[0] + pos
+    if check_header(p, n - pos) != HDR_OK:
+        return -1
+    size = <Py_ssize_t>be32(p + 8) + 12
+    if size > n - pos:
+        return -1
+    if _crc32c(mv[pos + CRC_START:pos + size]) != be32u(p + 17):
+        return -1
+    return size
+
+
+@cython.boundscheck(False)
 def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
     """Recovery scan: whole batches with sane headers and good CRCs from `start_pos` on.
 
@@ -546,25 +566,68 @@ def scan_valid_prefix(buf, Py_ssize_t start_pos=0):
     cdef Py_ssize_t n = view.shape[0]
     cdef Py_ssize_t pos = start_pos
     cdef Py_ssize_t size
-    cdef const uint8_t* p
-    cdef object mv = None
+    cdef object mv = memoryview(buf)
     cdef list found = []
     if start_pos < 0 or start_pos > n:
         raise ValueError(f"start_pos {start_pos} outside the buffer of {n} bytes")
-    while n - pos >= HEADER_SIZE:
-        p = &view[0] + pos
-        if check_header(p, n - pos) != HDR_OK:
+    while True:
+        size = _whole_batch(view, pos, n, mv)
+        if size < 0:
             break
-        size = <Py_ssize_t>be32(p + 8) + 12
-        if size > n - pos:
-            break
-        if mv is None:
-            mv = memoryview(buf)
-        if _crc32c(mv[pos + CRC_START:pos + size]) != be32u(p + 17):
-            break
-        found.append((pos, _make_header(p)))
+        found.append((pos, _make_header(&view[0] + pos)))
         pos += size
     return pos - start_pos, found
+
+
+@cython.boundscheck(False)
+def scan_follower_batches(buf, int64_t log_end_offset, int32_t latest_epoch):
+    """A replica follower's pass over a leader's batches: whole batches with sane headers and
+    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`, or whose
+    offsets are negative or overflow), leading
+    batches wholly below `log_end_offset` skipped. Returns (start, end, infos, producer_batches,
+    epochs): the kept bytes are buf[start:end]; infos = [(base offset, next offset, max
+    timestamp, size)] per kept batch, what a segment append indexes; producer_batches =
+    [(position from start, producer id, producer epoch, first sequence, last sequence, base
+    offset, last offset, max timestamp, attributes)] of the kept batches with a producer id,
+    what the producer state keeps of them; epochs = [(partition leader epoch, base offset)]
+    where a kept batch raises the epoch above `latest_epoch` and those before it.
+    """
+    buf = _byte_view(buf)
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t pos = 0, start = 0, size
+    cdef const uint8_t* p
+    cdef int64_t base, last, producer_id, last_seq
+    cdef int32_t epoch, base_seq, delta
+    cdef object mv = memoryview(buf)
+    cdef list infos = [], producers = [], epochs = []
+    while True:
+        size = _whole_batch(view, pos, n, mv)
+        if size < 0:
+            break
+        p = &view[0] + pos
+        base = be64(p)
+        delta = be32(p + 23)
+        if base < 0 or delta < 0 or base > MAX_OFFSET - 1 - delta:  # no offsets a leader assigns
+            break
+        last = base + delta
+        if not infos and last < log_end_offset:
+            pos += size
+            start = pos
+            continue
+        infos.append((base, last + 1, be64(p + 35), size))
+        producer_id = be64(p + 43)
+        if producer_id >= 0:
+            base_seq = be32(p + 53)
+            last_seq = -1 if base_seq == -1 else (<int64_t>base_seq + delta) & 0x7FFFFFFF  # wraps as Kafka's
+            producers.append((pos - start, producer_id, be16(p + 51), base_seq, last_seq, base, last,
+                              be64(p + 35), be16(p + 21)))
+        epoch = be32(p + 12)
+        if epoch > latest_epoch:
+            epochs.append((epoch, base))
+            latest_epoch = epoch
+        pos += size
+    return start, pos if infos else start, infos, producers, epochs
 
 
 # ---------------------------------------------------------------------------- records

@@ -56,10 +56,11 @@ def create_topic(bootstrap: str, name: str, rf: int) -> None:
     raise RuntimeError(f"topic {name} not ready")
 
 
-def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespace) -> list[dict]:
+def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespace,
+            acks_settings: tuple[str, ...] = ("1", "all")) -> list[dict]:
     bootstrap = ",".join(b.bootstrap for b in brokers)
     rows = []
-    for acks in ("1", "all"):
+    for acks in acks_settings:
         topic = f"bench-{acks}"
         create_topic(bootstrap, topic, rf)
         cpu0 = sum(b.cpu_seconds() for b in brokers)

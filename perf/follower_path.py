@@ -13,7 +13,8 @@ system's cost does not hide the rest), rolled at 64 MiB and deleted between roun
     python -m perf.follower_path [--answers 40] [--rounds 5]
 
 Reports CPU seconds (process time) per GB of records for each shape of answer: six
-partitions of 1 MiB (a follower catching up) and six of 24 KiB (a follower keeping up).
+partitions of 1 MiB (a follower catching up), six of 24 KiB (a follower keeping up), and six of
+24 KiB from an idempotent producer (every batch updates the follower's producer state).
 """
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ RECORD = 1024
 BATCH_RECORDS = 16  # 16 KiB batches, as a producer with linger makes them
 
 
-def answers(partition_bytes: int, count: int) -> list[bytes]:
-    """`count` consecutive Fetch v12 answers (frames without the size prefix)."""
-    batch = bytearray(encode_batch([(1_700_000_000_000 + i, None, bytes([i]) * RECORD, []) for i in range(BATCH_RECORDS)]))
+def answers(partition_bytes: int, count: int, producer_id: int = -1) -> list[bytes]:
+    """`count` consecutive Fetch v12 answers (frames without the size prefix); batches of
+    an idempotent producer if `producer_id` >= 0 (each one then updates the producer state)."""
+    batch = bytearray(encode_batch([(1_700_000_000_000 + i, None, bytes([i]) * RECORD, []) for i in range(BATCH_RECORDS)],
+                                   producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+                                   base_sequence=0 if producer_id >= 0 else -1))
     per = max(1, partition_bytes // len(batch))
     out = []
     offset = 0
@@ -102,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--answers", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    for name, partition_bytes, count in (("6 x 1 MiB", 1 << 20, args.answers),
-                                         ("6 x 24 KiB", 24 << 10, args.answers * 40)):
-        frames = answers(partition_bytes, count)
+    for name, partition_bytes, count, producer_id in (
+            ("6 x 1 MiB", 1 << 20, args.answers, -1), ("6 x 24 KiB", 24 << 10, args.answers * 40, -1),
+            ("6 x 24 KiB, idempotent producer", 24 << 10, args.answers * 40, 7)):
+        frames = answers(partition_bytes, count, producer_id)
         gb = sum(len(f) for f in frames) / 1e9
         got: dict[str, list[float]] = {"before": [], "after": []}
         for r in range(args.rounds):

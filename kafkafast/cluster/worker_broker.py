@@ -33,7 +33,9 @@ go to them as WriteTxnMarkers over the internal sockets). The other workers know
 read the ISR from the slot, where the owner writes it. A follower's Fetch served by any
 worker records the follower's position in the slot (`shm.SlotFollower`) and pokes the
 owner's wake-up pipe; the owner recomputes the high watermark and the ISR from the slot.
-Produce on a non-owner goes to the owner with acks=1 (forwarding); for acks=all the
+Produce on a non-owner is appended by that worker through the partition's append lock (shared
+append, `kafkafast.produce.shared.append.cluster`, the default); with that setting false, or a
+transactional produce, it goes to the owner with acks=1 (forwarding). For acks=all the
 non-owner then parks on the slot like a fetch (waiter byte, wake-up pipe) until the high
 watermark passes the batch, so no acks=all request holds the owner's forwarding link.
 A wake-up byte wakes the requests parked on a partition whenever the slot's (high
@@ -201,7 +203,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
 
     @staticmethod
     def shared_append_enabled(config: Any) -> bool:
-        """Shared append in cluster mode only with its own setting too (not yet the default)."""
+        """Shared append in cluster mode only with its own setting too (true by default)."""
         return config.get_bool("kafkafast.produce.shared.append") and config.get_bool(
             "kafkafast.produce.shared.append.cluster")
 

@@ -396,18 +396,61 @@ def scan_valid_prefix(buf: Buffer, start_pos: int = 0) -> tuple[int, list[tuple[
         raise ValueError(f"start_pos {start_pos} outside the buffer of {n} bytes")
     pos = start_pos
     found: list[tuple[int, BatchHeader]] = []
-    while n - pos >= HEADER_SIZE:
-        if _header_error(mv, pos, n - pos) is not None:
-            break
-        h = _header(mv, pos)
-        size = h.batch_length + 12
-        if size > n - pos:
-            break
-        if _crc32c(mv[pos + CRC_START : pos + size]) != h.crc:
-            break
+    while (h := _whole_batch(mv, pos, n)) is not None:
         found.append((pos, h))
-        pos += size
+        pos += h.batch_length + 12
     return pos - start_pos, found
+
+
+def _whole_batch(mv: memoryview, pos: int, n: int) -> BatchHeader | None:
+    """The header of the batch at `pos` if the batch is whole, with a sane header and a good
+    CRC; None if not (where a scan stops)."""
+    if n - pos < HEADER_SIZE or _header_error(mv, pos, n - pos) is not None:
+        return None
+    h = _header(mv, pos)
+    size = h.batch_length + 12
+    if size > n - pos or _crc32c(mv[pos + CRC_START : pos + size]) != h.crc:
+        return None
+    return h
+
+
+def scan_follower_batches(
+    buf: Buffer, log_end_offset: int, latest_epoch: int
+) -> tuple[int, int, list[tuple[int, int, int, int]], list[tuple[int, ...]], list[tuple[int, int]]]:
+    """A replica follower's pass over a leader's batches: whole batches with sane headers and
+    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`, or whose
+    offsets are negative or overflow), leading
+    batches wholly below `log_end_offset` skipped. Returns (start, end, infos, producer_batches,
+    epochs): the kept bytes are buf[start:end]; infos = [(base offset, next offset, max
+    timestamp, size)] per kept batch, what a segment append indexes; producer_batches =
+    [(position from start, producer id, producer epoch, first sequence, last sequence, base
+    offset, last offset, max timestamp, attributes)] of the kept batches with a producer id,
+    what the producer state keeps of them; epochs = [(partition leader epoch, base offset)]
+    where a kept batch raises the epoch above `latest_epoch` and those before it.
+    """
+    mv = _view(buf)
+    n = len(mv)
+    pos = start = 0
+    infos: list[tuple[int, int, int, int]] = []
+    producers: list[tuple[int, ...]] = []
+    epochs: list[tuple[int, int]] = []
+    while (h := _whole_batch(mv, pos, n)) is not None:
+        size = h.batch_length + 12
+        if h.base_offset < 0 or h.last_offset_delta < 0 or h.base_offset > INT64_MAX - 1 - h.last_offset_delta:
+            break  # no offsets a leader assigns
+        last = h.base_offset + h.last_offset_delta
+        if not infos and last < log_end_offset:
+            pos = start = pos + size
+            continue
+        infos.append((h.base_offset, last + 1, h.max_timestamp, size))
+        if h.producer_id >= 0:
+            producers.append((pos - start, h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                              h.base_offset, last, h.max_timestamp, h.attributes))
+        if h.partition_leader_epoch > latest_epoch:
+            latest_epoch = h.partition_leader_epoch
+            epochs.append((latest_epoch, h.base_offset))
+        pos += size
+    return start, pos if infos else start, infos, producers, epochs
 
 
 # ---------------------------------------------------------------------------- records

@@ -83,6 +83,7 @@ batch_crc_ok = _codec.batch_crc_ok
 validate_batches = _codec.validate_batches
 assign_offsets = _codec.assign_offsets
 scan_valid_prefix = _codec.scan_valid_prefix
+scan_follower_batches = _codec.scan_follower_batches
 encode_varint = _codec.encode_varint
 decode_varint = _codec.decode_varint
 encode_uvarint = _codec.encode_uvarint

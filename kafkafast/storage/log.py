@@ -16,7 +16,8 @@ from kafkafast.protocol.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, scan_valid_prefix, validate_batches
+from kafkafast.records import BatchHeader, assign_offsets, read_batch_header, scan_follower_batches, validate_batches
+from kafkafast.records.model import ATTR_CONTROL
 from kafkafast.storage.checkpoint import fsync_dir, is_out_of_space
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.leader_epoch import LeaderEpochCache
@@ -528,8 +529,8 @@ class Log:
             if header.producer_id >= 0 and header.base_offset >= from_offset:
                 self.producers.update(header, header.max_timestamp)
                 if header.is_control:
-                    self._track_marker(header, os.pread(seg.fd, header.size, pos), 0, seg.base_offset,
-                                       replay=True)
+                    self._track_marker(header.producer_id, header.base_offset, os.pread(seg.fd, header.size, pos), 0,
+                                       seg.base_offset, replay=True)
             pos += header.size
             header = None
 
@@ -617,7 +618,7 @@ class Log:
                 h = dataclasses.replace(h, base_offset=b)
                 self.producers.update(h, max_ts)
                 if h.is_control:
-                    self._track_marker(h, records, pos, seg.base_offset)
+                    self._track_marker(h.producer_id, h.base_offset, records, pos, seg.base_offset)
             pos += h.size
         if leader_epoch >= 0 and leader_epoch > self.leader_epochs.latest_epoch:
             if self._shared is not None:  # another process may have started the epoch: re-read the file
@@ -670,50 +671,42 @@ class Log:
             return self._append_as_follower(records, now_ms)
 
     def _append_as_follower(self, records: bytearray | memoryview | bytes, now_ms: int) -> int:
-        _, found = scan_valid_prefix(records)  # whole batches with good CRCs; a cut-off tail is dropped
-        view = memoryview(records)
-        start = pos = 0
-        kept: list[BatchHeader] = []
-        for at, h in found:
-            if h.last_offset < self.log_end_offset:
-                start = at + h.size
-            else:
-                kept.append(h)
-            pos = at + h.size
-        if not kept:
+        # one pass in the twin: CRCs and headers checked, a cut-off tail dropped, the index
+        # entries, the producers' batches and the epoch changes picked out
+        start, end, infos, producer_batches, epochs = scan_follower_batches(
+            records, self.log_end_offset, self.leader_epochs.latest_epoch)
+        if not infos:
             return self.log_end_offset
-        if kept[0].base_offset < self.log_end_offset:
-            raise KafkaStorageError(f"{self.topic}-{self.partition}: leader batch at {kept[0].base_offset} "
+        if infos[0][0] < self.log_end_offset:
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: leader batch at {infos[0][0]} "
                                     f"overlaps the log end {self.log_end_offset}")
-        data = view[start:pos]
-        infos = [(h.base_offset, h.last_offset + 1, h.max_timestamp, h.size) for h in kept]
-        seg = self._write(data, infos, kept[-1].last_offset, now_ms)
-        at = 0
-        for h in kept:
-            if h.producer_id >= 0:
-                self.producers.update(h, h.max_timestamp)
-                if h.is_control:
-                    self._track_marker(h, data, at, seg.base_offset)
-            at += h.size
-            if h.partition_leader_epoch > self.leader_epochs.latest_epoch:
-                self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
-        next_offset = kept[-1].last_offset + 1
+        data = memoryview(records)[start:end]
+        next_offset = infos[-1][1]
+        seg = self._write(data, infos, next_offset - 1, now_ms)
+        update = self.producers.update_batch
+        for at, pid, producer_epoch, first_seq, last_seq, base, last, max_ts, attributes in producer_batches:
+            update(pid, producer_epoch, first_seq, last_seq, base, last, max_ts, max_ts, attributes)
+            if attributes & ATTR_CONTROL:
+                self._track_marker(pid, base, data, at, seg.base_offset)
+        for epoch, base in epochs:
+            self.leader_epochs.assign(epoch, base)
         self._publish_append(seg, next_offset)
         return next_offset
 
     # -- transactions ------------------------------------------------------------------
 
-    def _track_marker(self, h: BatchHeader, buf, pos: int, segment_base: int, *, replay: bool = False) -> None:
-        """A control batch at `pos` of `buf` ended producer `h.producer_id`'s transaction (the
+    def _track_marker(self, producer_id: int, base_offset: int, buf, pos: int, segment_base: int, *,
+                      replay: bool = False) -> None:
+        """A control batch at `base_offset` (at `pos` of `buf`) ended `producer_id`'s transaction (the
         producer keeps the marker's coordinator epoch); an ABORT is recorded in the marker's
         segment's `.txnindex` (once: a replay after a crash finds the entries already written)."""
         kind, coordinator_epoch = txn_index.control_marker(buf, pos)
-        first = self.producers.complete_txn(h.producer_id, coordinator_epoch)
+        first = self.producers.complete_txn(producer_id, coordinator_epoch)
         if first < 0 or kind != txn_index.ABORT:
             return
         unstable = self.producers.first_unstable_offset()
-        entry = txn_index.AbortedTxn(h.producer_id, first, h.base_offset,
-                                     unstable if unstable >= 0 else h.base_offset + 1)
+        entry = txn_index.AbortedTxn(producer_id, first, base_offset,
+                                     unstable if unstable >= 0 else base_offset + 1)
         path = txn_index.txn_index_path(self.dir, segment_base)
         if replay and any(e.last_offset == entry.last_offset for e in txn_index.read_entries(path)):
             return

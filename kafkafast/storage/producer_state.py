@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kafkafast.protocol.errors import (
     InvalidProducerEpochError,
@@ -13,6 +13,7 @@ from kafkafast.protocol.errors import (
     UnknownProducerIdError,
 )
 from kafkafast.records import BatchHeader
+from kafkafast.records.model import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from kafkafast.storage.checkpoint import write_file_atomically
 
 MAX_BATCHES_PER_PRODUCER = 5  # Kafka keeps the metadata of the last 5 batches per producer
@@ -29,9 +30,9 @@ _MAGIC = b"KFPS"
 _VERSION = 3  # 2 adds the ongoing transaction's first offset, 3 the coordinator epoch; 1 and 2 are still read
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What is kept of one appended batch to answer a retry of it."""
+class BatchMetadata(NamedTuple):
+    """What is kept of one appended batch to answer a retry of it (a tuple: one is made for
+    every batch of an idempotent producer, leader or follower)."""
 
     first_seq: int
     last_seq: int
@@ -160,24 +161,31 @@ class ProducerStateManager:
 
     def update(self, h: BatchHeader, timestamp: int) -> None:
         """Record an appended batch (`h` carries its assigned offsets); no checks."""
-        pid = h.producer_id
-        if pid < 0:
-            return
+        if h.producer_id >= 0:
+            self.update_batch(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence, h.base_offset,
+                              h.last_offset, timestamp, h.max_timestamp, h.attributes)
+
+    def update_batch(self, pid: int, producer_epoch: int, first_seq: int, last_seq: int, base_offset: int,
+                     last_offset: int, timestamp: int, max_timestamp: int, attributes: int) -> None:
+        """`update` from the header's fields (a replica follower has them from
+        `scan_follower_batches`, without a header object); `pid` >= 0."""
         entry = self.producers.get(pid)
         if entry is None:
-            entry = self.producers[pid] = ProducerEntry(pid, h.producer_epoch)
-        elif h.producer_epoch != entry.epoch:
-            entry.epoch = h.producer_epoch
+            entry = self.producers[pid] = ProducerEntry(pid, producer_epoch)
+        elif producer_epoch != entry.epoch:
+            entry.epoch = producer_epoch
             entry.batches.clear()
-        if h.is_transactional and not h.is_control and entry.txn_first_offset < 0:
-            entry.txn_first_offset = h.base_offset
+        data = not attributes & ATTR_CONTROL
+        if data and attributes & ATTR_TRANSACTIONAL and entry.txn_first_offset < 0:
+            entry.txn_first_offset = base_offset
             self._open.add(pid)
-        if h.base_sequence >= 0 and not h.is_control:
+        if data and first_seq >= 0:
             batches = entry.batches
-            batches.append(BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, timestamp))
+            batches.append(BatchMetadata(first_seq, last_seq, base_offset, last_offset, timestamp))
             if len(batches) > MAX_BATCHES_PER_PRODUCER:
                 del batches[0]
-        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if max_timestamp > entry.last_timestamp:
+            entry.last_timestamp = max_timestamp
 
     # -- transactions ------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ followers' segment files byte for byte the leader's: many batches and partitions
 answers cut exactly at replica.fetch.max.bytes by batches that fill it, compressed batches
 (every codec), transactional batches and their COMMIT/ABORT control records. Run with the
 compiled twins and with the pure ones (KAFKAFAST_PURE=1: the batch scan that checks CRCs and
-headers). The followers are SIGSTOPped while the leader takes the bulk (acks=1, for less than
+headers), and with brokers of 2 workers in shared append (`kafkafast.produce.shared.append.cluster`,
+the default: the leader's non-owner worker appends a produce itself, the followers' owner
+workers append what they fetch under the partition's append lock, in shared mode). The followers are SIGSTOPped while the leader takes the bulk (acks=1, for less than
 replica.lag.time.max.ms), so they catch up in answers of hundreds of KiB, cut by the limits.
 
 Our leader answers whole batches only (reader.py), so a batch cut off by the fetch size is
@@ -27,6 +29,7 @@ from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.storage import LogConfig
 from kafkafast.storage import log as log_module
 from kafkafast.storage.log import Log
+from kafkafast.storage import txn_index
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -35,14 +38,15 @@ EXACT, UNEVEN = 1000, 1500  # batch sizes of the two bulk topics (66 batches of 
 PARTITIONS = 4
 BULK_BATCHES = 150  # per partition: a backlog of 150-225 KB each, fetched in several answers
 CODECS = ("gzip", "snappy", "lz4", "zstd")
-TWINS = [{}, {"KAFKAFAST_PURE": "1"}]
+SETUPS = [({}, 0), ({"KAFKAFAST_PURE": "1"}, 0), ({}, 2)]  # (environment: the twins, workers per broker)
 
 
-@pytest.fixture(scope="module", params=TWINS, ids=["compiled", "pure"])
+@pytest.fixture(scope="module", params=SETUPS, ids=["compiled", "pure", "compiled-workers2"])
 def cluster(tmp_path_factory, request):
-    if not request.param:
+    env, workers = request.param
+    if not env:
         compiled_built()
-    c = KafkaCluster(tmp_path_factory.mktemp("follower-append"), env=request.param,
+    c = KafkaCluster(tmp_path_factory.mktemp("follower-append"), env=env, workers=workers,
                      settings={"replica.fetch.max.bytes": str(FETCH_MAX)})
     try:
         yield c.start()
@@ -153,11 +157,11 @@ def test_followers_append_fetch_answers_into_byte_identical_segment_files(cluste
 
 @pytest.fixture(params=["compiled", "pure"])
 def twin_scan(request, monkeypatch):
-    """The log's batch scan from the compiled twin or from the pure one."""
+    """The follower append's batch scan from the compiled twin or from the pure one."""
     if request.param == "compiled":
         compiled_built()
     module = native.load_compiled("records") if request.param == "compiled" else native.load_pure("records")
-    monkeypatch.setattr(log_module, "scan_valid_prefix", module.scan_valid_prefix)
+    monkeypatch.setattr(log_module, "scan_follower_batches", module.scan_follower_batches)
 
 
 def test_a_batch_cut_off_at_the_end_of_the_answer_is_dropped_and_appended_whole_next_time(tmp_path, twin_scan) -> None:
@@ -176,3 +180,63 @@ def test_a_batch_cut_off_at_the_end_of_the_answer_is_dropped_and_appended_whole_
         assert (tmp_path / "t-0" / "00000000000000000000.log").read_bytes() == whole
     finally:
         lg.close()
+
+
+# ------------------------------------------ producer state and epochs from the follower's scan
+
+def leader_batches() -> list[tuple[bytearray, int]]:
+    """(batch, leader epoch) as a leader appends them: an idempotent producer's run (more than
+    the 5 batches a producer keeps), a plain producer's, two transactions (committed, aborted)
+    interleaved with the idempotent producer, and a new producer epoch, over leader epochs 1 and 3."""
+    ts = 1_700_000_000_000
+    out: list[tuple[bytearray, int]] = []
+
+    def add(epoch: int, i: int, **producer) -> None:
+        out.append((bytearray(encode_batch([(ts + i, b"k", bytes([i]) * 100, [])], **producer)), epoch))
+
+    for i in range(8):
+        add(1, i, producer_id=5, producer_epoch=0, base_sequence=i)
+        add(1, i)
+    for i in range(3):
+        add(1, 10 + i, producer_id=9, producer_epoch=2, base_sequence=i, is_transactional=True)
+        add(1, 20 + i, producer_id=5, producer_epoch=0, base_sequence=8 + i)
+    out.append((txn_index.control_batch(9, 2, txn_index.COMMIT, 4, ts + 30), 1))
+    for i in range(2):
+        add(3, 40 + i, producer_id=9, producer_epoch=2, base_sequence=3 + i, is_transactional=True)
+        add(3, 50 + i, producer_id=5, producer_epoch=1, base_sequence=i)
+    out.append((txn_index.control_batch(9, 2, txn_index.ABORT, 5, ts + 60), 3))
+    add(3, 70, producer_id=9, producer_epoch=3, base_sequence=0, is_transactional=True)  # left open
+    return out
+
+
+def partition_files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def test_a_follower_keeps_the_leaders_producer_state_and_epochs(tmp_path, twin_scan) -> None:
+    """The follower's scan picks out the producers' batches and the epoch changes: its files
+    after a clean close (producer snapshot, leader-epoch-checkpoint, .txnindex, segment and
+    indexes) are the leader's, and so is its last stable offset (an open transaction), fed the
+    leader's segment in answers cut anywhere, mid-batch included."""
+    cfg = LogConfig.from_props({})
+    leader = Log.open(str(tmp_path / "leader" / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
+    follower = Log.open(str(tmp_path / "follower" / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
+    try:
+        for batch, epoch in leader_batches():
+            leader.append(batch, epoch, now_ms=0)
+        leader.flush()
+        data = (tmp_path / "leader" / "t-0" / "00000000000000000000.log").read_bytes()
+        pos, cut = 0, 700  # about five batches an answer, cut inside a batch
+        while pos < len(data):
+            answer = bytearray(b"\xee" * 3 + data[pos:pos + cut])  # a view inside a larger buffer
+            follower.append_as_follower(memoryview(answer)[3:], now_ms=0)
+            pos = (tmp_path / "follower" / "t-0" / "00000000000000000000.log").stat().st_size
+        assert follower.log_end_offset == leader.log_end_offset
+        assert follower.last_stable_offset(follower.log_end_offset) == leader.last_stable_offset(leader.log_end_offset)
+        assert follower.last_stable_offset(follower.log_end_offset) < follower.log_end_offset  # the open one
+    finally:
+        leader.close()
+        follower.close()
+    want = partition_files(tmp_path / "leader" / "t-0")
+    assert {n for n in want if n.endswith((".snapshot", ".txnindex"))}
+    assert partition_files(tmp_path / "follower" / "t-0") == want

@@ -1,4 +1,4 @@
-"""Cluster mode with `kafkafast.produce.shared.append.cluster`: a client's produce to a
+"""Cluster mode with `kafkafast.produce.shared.append.cluster` (on by default): a client's produce to a
 partition this broker leads is appended by whichever worker received it (through the
 partition's append lock), not forwarded to the owner worker; acks=all is released by the
 high watermark the owner moves from the followers' positions, the batches carry the
@@ -24,8 +24,7 @@ PER_BATCH = 4
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory):
     c = KafkaCluster(tmp_path_factory.mktemp("cluster-shared-append"), size=2, workers=WORKERS,
-                     settings={"kafkafast.produce.shared.append.cluster": "true",
-                               "zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "60000"})
+                     settings={"zookeeper.session.timeout.ms": "30000", "replica.lag.time.max.ms": "60000"})
     try:
         yield c.start()
     finally:

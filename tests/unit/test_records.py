@@ -386,6 +386,42 @@ def test_scan_valid_prefix_from_start_pos_and_on_memoryview(codec: ModuleType) -
         codec.scan_valid_prefix(buf, len(buf) + 1)
 
 
+# ---------------------------------------------------------------------------- scan_follower_batches
+
+
+def _at(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
+    """`batch` at the offsets and leader epoch a leader gives it."""
+    b = bytearray(batch)
+    native.load_pure("records").assign_offsets(b, base_offset, leader_epoch)
+    return bytes(b)
+
+
+def test_scan_follower_batches_skips_what_the_log_has_and_picks_out_producers_and_epochs(codec: ModuleType) -> None:
+    plain = _at(_batch(3), 0, 4)  # offsets 0-2, epoch 4
+    idem = _at(_batch(2, producer_id=77, producer_epoch=3, base_sequence=0x7FFFFFFF), 3, 4)  # 3-4, seq wraps
+    txn = _at(_batch(1, producer_id=78, producer_epoch=0, base_sequence=5, is_transactional=True), 5, 6)  # 5, epoch 6
+    buf = plain + idem + txn + idem[:50]  # a cut-off batch at the end
+    start, end, infos, producers, epochs = codec.scan_follower_batches(buf, 3, 4)
+    assert (start, end) == (len(plain), len(plain) + len(idem) + len(txn))
+    ih, th = codec.read_batch_header(idem), codec.read_batch_header(txn)
+    assert infos == [(3, 5, ih.max_timestamp, len(idem)), (5, 6, th.max_timestamp, len(txn))]
+    assert producers == [(0, 77, 3, 0x7FFFFFFF, 0, 3, 4, ih.max_timestamp, ih.attributes),
+                         (len(idem), 78, 0, 5, 5, 5, 5, th.max_timestamp, th.attributes)]
+    assert epochs == [(6, 5)]
+    assert codec.scan_follower_batches(buf, 1, -1)[4] == [(4, 0), (6, 5)]  # the straddling batch is kept
+    assert codec.scan_follower_batches(buf, 6, 6)[:3] == (len(buf) - 50, len(buf) - 50, [])  # nothing new
+    assert codec.scan_follower_batches(b"", 0, -1) == (0, 0, [], [], [])
+
+
+def test_scan_follower_batches_stops_at_offsets_no_leader_assigns(codec: ModuleType) -> None:
+    good = _at(_batch(2), 0, 1)
+    for base in (-5, (1 << 63) - 1):
+        bad = bytearray(_at(_batch(2), 2, 1))
+        struct.pack_into(">q", bad, 0, base)
+        start, end, infos, _, _ = codec.scan_follower_batches(good + bytes(bad), 0, -1)
+        assert (start, end, [i[0] for i in infos]) == (0, len(good), [0])
+
+
 def test_read_batch_header_errors(codec: ModuleType) -> None:
     with pytest.raises(CorruptMessageError):
         codec.read_batch_header(GOLDEN[:60])
@@ -496,6 +532,7 @@ def test_twins_agree_on_mutated_batches() -> None:
         data = bytes(buf)
         assert outcome(compiled.validate_batches, data, 1 << 20) == outcome(pure.validate_batches, data, 1 << 20)
         assert outcome(compiled.scan_valid_prefix, data) == outcome(pure.scan_valid_prefix, data)
+        assert outcome(compiled.scan_follower_batches, data, 2, -1) == outcome(pure.scan_follower_batches, data, 2, -1)
         records = data[61:]
         assert outcome(compiled.decode_records, records, 4, 0, 0) == outcome(pure.decode_records, records, 4, 0, 0)
         assert consumer_outcome(compiled, records) == consumer_outcome(pure, records)
