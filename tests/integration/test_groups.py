@@ -160,7 +160,7 @@ class AiokafkaMember(Member):
 KINDS = {"confluent": ConfluentMember, "kafka-python": KafkaPythonMember, "aiokafka": AiokafkaMember}
 
 
-def wait_for_complete_assignment(members: list[Member], timeout: float = 40.0, settle: float = 1.5) -> None:
+def wait_for_complete_assignment(members: list[Member], timeout: float = 40.0, settle: float = 0.5) -> None:
     """Until every partition is assigned to exactly one member, and it stays so for `settle` s."""
     deadline = time.monotonic() + timeout
     since = None
@@ -256,15 +256,15 @@ def test_produce_while_rebalancing_loses_and_duplicates_nothing(group_broker):
     producer.start()
     all_members = list(members)
     try:
-        time.sleep(2)
+        wait_for_complete_assignment(members, settle=0)
         for _ in range(2):  # churn: one joins, the oldest leaves
             newcomer = ConfluentMember(bootstrap, group, topic, commit_on_revoke=True)
             newcomer.start()
             members.append(newcomer)
             all_members.append(newcomer)
-            time.sleep(2)
+            wait_for_complete_assignment(members, settle=0)
             members.pop(0).stop()
-            time.sleep(1.5)
+            wait_for_complete_assignment(members, settle=0)
         assert done.wait(60)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sum(len(m.records) for m in all_members) < total:
