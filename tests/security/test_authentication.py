@@ -140,7 +140,7 @@ def test_kafka_python_wrong_password_reports_sasl_authentication_failed(env, cap
     conn.password = "wrong"
     with pytest.raises(KafkaError):
         KafkaProducer(**conn.kafka_python(), request_timeout_ms=3000, max_block_ms=3000,
-                      reconnect_backoff_max_ms=500, bootstrap_timeout_ms=5000).send("x", b"v").get(10)
+                      reconnect_backoff_max_ms=500, bootstrap_timeout_ms=2000).send("x", b"v").get(10)
     assert any("SaslAuthenticationFailedError" in r.getMessage() for r in caplog.records)
 
 
