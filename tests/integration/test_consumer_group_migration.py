@@ -292,11 +292,11 @@ def test_a_silent_classic_member_of_a_consumer_group_expires(broker_factory):
         encode_assignment, encode_subscription
     from kafkafast.protocol._generated.sync_group import SyncGroupRequest
 
-    b = broker_factory(settings=SETTINGS)
+    b = broker_factory(settings={**SETTINGS, "group.min.session.timeout.ms": "3000"})
     topic, group = "mig-s", "g-mig-s"
     create_topics(b.bootstrap, {topic: 2})
     JG = JoinGroupRequest
-    join = JG(group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=10000, member_id="",
+    join = JG(group_id=group, session_timeout_ms=3000, rebalance_timeout_ms=10000, member_id="",
               protocol_type="consumer",
               protocols=[JG.JoinGroupRequestProtocol(name="range", metadata=encode_subscription(Subscription([topic])))])
     with RawClient(b.port) as raw:
@@ -313,7 +313,7 @@ def test_a_silent_classic_member_of_a_consumer_group_expires(broker_factory):
                                                        topic_partitions=[]), 1)
         assert hb.error_code == 0 and not hb.assignment.topic_partitions  # the classic member holds both
         epoch, held = hb.member_epoch, set()
-        deadline = time.monotonic() + 20  # the classic member's 6 s session, on a loaded machine
+        deadline = time.monotonic() + 20  # the classic member's 3 s session, on a loaded machine
         while held != {0, 1} and time.monotonic() < deadline:
             time.sleep(0.5)
             hb = raw.request(ConsumerGroupHeartbeatRequest(group_id=group, member_id=c_id, member_epoch=epoch,

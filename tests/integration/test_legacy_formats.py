@@ -96,7 +96,7 @@ def test_downconversion_disabled_refuses_old_fetch(broker):
     new = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
                               consumer_timeout_ms=10000)
     new.assign([kafka.TopicPartition(topic, 0)])
-    assert [m.value for m in new][:1] == [b"v"]  # v4+ fetches are not concerned
+    assert next(new).value == b"v"  # v4+ fetches are not concerned (StopIteration: nothing within 10 s)
     new.close()
 
 

@@ -140,7 +140,7 @@ def test_kafka_python_wrong_password_reports_sasl_authentication_failed(env, cap
     conn.password = "wrong"
     with pytest.raises(KafkaError):
         KafkaProducer(**conn.kafka_python(), request_timeout_ms=3000, max_block_ms=3000,
-                      reconnect_backoff_max_ms=500, bootstrap_timeout_ms=5000).send("x", b"v").get(10)
+                      reconnect_backoff_max_ms=500, bootstrap_timeout_ms=2000).send("x", b"v").get(10)
     assert any("SaslAuthenticationFailedError" in r.getMessage() for r in caplog.records)
 
 
@@ -281,14 +281,14 @@ def test_reauthentication_kip368(tmp_path, pki):
         conn = conn_for("SASL_PLAINTEXT-PLAIN", pki, ports)
         p = ck.Producer({**conn.confluent(), "error_cb": errors.append, "linger.ms": 5})
         delivered: list = []
-        t_end = time.monotonic() + 5
+        t_end = time.monotonic() + 3.5  # over two lifetimes
         while time.monotonic() < t_end:
             p.produce("reauth", b"x", on_delivery=lambda err, msg: delivered.append(err))
             p.poll(0.1)
         assert p.flush(20) == 0
-        assert errors == [] and len(delivered) >= 40 and not any(delivered)
+        assert errors == [] and len(delivered) >= 30 and not any(delivered)
         log = broker.log_path.read_text(errors="replace")
-        # the raw client's explicit one, and at least one by librdkafka within the 5 s
+        # the raw client's explicit one, and at least one by librdkafka within the 3.5 s
         assert log.count("re-authenticated User:alice with PLAIN for 1500 ms") >= 2
     finally:
         broker.kill()

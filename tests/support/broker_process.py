@@ -16,6 +16,9 @@ from pathlib import Path
 from kafkafast.testing.broker_process import die_with_parent, free_port, kill_group, stop_gracefully
 
 REPO = Path(__file__).resolve().parents[2]
+# Kafka's own test brokers (TestUtils.createBrokerConfig) and the images used for tests start a
+# group's first rebalance at once; a test of the delay sets it (`settings` override these).
+TEST_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
@@ -47,7 +50,7 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.workers = workers
-        self.settings = dict(settings or {})
+        self.settings = {**TEST_SETTINGS, **(settings or {})}
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
