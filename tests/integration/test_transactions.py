@@ -30,27 +30,36 @@ def txn_broker(tmp_path, request):
     b.kill()
 
 
+def read_to_end(c, partitions: int, expect: int, timeout: float) -> list:
+    """The records `c` (assigned `partitions` partitions, `enable.partition.eof` on) gets until it
+    has at least `expect` and has reached the end of every partition since its last record there
+    (the end a consumer of its isolation level sees: records beyond `expect` show up too)."""
+    from confluent_kafka import KafkaError
+
+    out, at_end = [], set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (len(out) >= expect and len(at_end) == partitions):
+        for m in c.consume(5000, 0.5):
+            if m.error() is not None:  # the end of a partition; else an error librdkafka retries
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+            else:
+                at_end.discard(m.partition())
+                out.append(m)
+    return out
+
+
 def read_all(bootstrap: str, topic: str, isolation: str, expect: int, timeout: float = 60.0, partition: int = 0) -> list:
     """Every record of one partition a consumer with that isolation level gets, as (offset, value)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation,
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True})
     c.assign([TopicPartition(topic, partition, 0)])
-    out = []
-    deadline = time.monotonic() + timeout
-    idle_until = None
-    while time.monotonic() < deadline:
-        msgs = c.consume(5000, 0.5)
-        for m in msgs:
-            assert m.error() is None, m.error()
-            out.append((m.offset(), m.value()))
-        if len(out) >= expect:
-            idle_until = idle_until or time.monotonic() + 1.0  # anything beyond what is expected shows up too
-            if time.monotonic() > idle_until:
-                break
-    c.close()
-    return out
+    try:
+        return [(m.offset(), m.value()) for m in read_to_end(c, 1, expect, timeout)]
+    finally:
+        c.close()
 
 
 def fill_input(bootstrap: str, n: int) -> None:
@@ -431,25 +440,17 @@ def test_timeout_and_id_expiry_on_the_manual_clock(tmp_path):
 def read_partitions(bootstrap: str, topic: str, isolation: str, expect: int, partitions: int = 3,
                     timeout: float = 60.0) -> list[bytes]:
     """The values of every partition a consumer with that isolation level gets (more than
-    `expect` show up too: it keeps reading for a second once it has that many)."""
+    `expect` show up too: it reads to the end of every partition)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}-{time.monotonic()}",
-                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "enable.partition.eof": True})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    idle_until = None
     try:
-        while time.monotonic() < deadline:
-            out += [m.value() for m in c.consume(1000, 0.5) if m.error() is None]
-            if len(out) >= expect:
-                idle_until = idle_until or time.monotonic() + 1.0
-                if time.monotonic() > idle_until:
-                    break
+        return [m.value() for m in read_to_end(c, partitions, expect, timeout)]
     finally:
         c.close()
-    return out
 
 
 def test_confluent_kafka_transactions_commit_abort_and_fence_a_zombie(kafka):
