@@ -691,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_local_session(args.master)
         spark.dataSource.register(per_record_source())
         spark.dataSource.register(in_memory_source(records, args.value_bytes))
-        paired_reads(spark, bootstrap, one, records, 1 if args.tiny else 3, "warm-up")
+        if not args.tiny:  # the smoke run checks that every read works, not its speed
+            paired_reads(spark, bootstrap, one, records, 3, "warm-up")
         one_partition = paired_reads(spark, bootstrap, one, records, repeats, args.master)
         arrow_one, per_record = one_partition["arrow"], one_partition["per_record"]
         results = [arrow_one] + spark_reads(spark, bootstrap, {p: t for p, t in read_topics.items() if p != 1},
