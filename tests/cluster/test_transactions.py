@@ -25,6 +25,7 @@ TXN_SETTINGS = {
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "zookeeper.session.timeout.ms": "3000",  # a killed coordinator's broker is gone 3 s later, not 6
 }
 # partition p led by broker p + 1: every transaction has partitions on all three brokers
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
