@@ -20,8 +20,8 @@ of a PrepareCommit/PrepareAbort survives a crash and the markers are written aft
 Markers are control batches appended by `write_marker` to each partition of the transaction
 (the `__consumer_offsets` ones also make the group coordinator apply or drop the offsets of
 TxnOffsetCommit). A marker that cannot be written (a full disk, an offline partition) is
-retried every cleanup tick; the transaction stays in Prepare* meanwhile
-(CONCURRENT_TRANSACTIONS to its producer).
+retried in the background and every cleanup tick; the transaction stays in Prepare*
+meanwhile (CONCURRENT_TRANSACTIONS to its producer), its EndTxn already answered.
 
 Fencing: InitProducerId bumps the epoch (an ongoing transaction is aborted with the bumped
 epoch first); requests with an older epoch get PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for
@@ -327,7 +327,13 @@ class TransactionCoordinator:
             raise TxnError(fenced_code)
         if m.state == ONGOING:
             await self._transition(m, state=PREPARE_COMMIT if commit else PREPARE_ABORT)
-            await self._complete(m)
+            # The decision is written: answered once every marker was tried once (Kafka answers
+            # at once and sends the markers after); markers that failed are retried in the
+            # background, the producer meanwhile gets CONCURRENT_TRANSACTIONS.
+            await self._complete(m, retry=False)
+            if m.state in (PREPARE_COMMIT, PREPARE_ABORT) and not self._stopped:
+                self._tasks = [t for t in self._tasks if not t.done()]
+                self._tasks.append(asyncio.get_running_loop().create_task(self._complete(m)))
             return
         if m.state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT):
             return  # a retry of what is done
@@ -347,20 +353,21 @@ class TransactionCoordinator:
             await self._transition(m, state=PREPARE_ABORT, producer_epoch=m.producer_epoch + 1)
         await self._complete(m)
 
-    async def _complete(self, m: TxnMetadata) -> None:
+    async def _complete(self, m: TxnMetadata, *, retry: bool = True) -> None:
         """Write the markers of a Prepare* transaction, then its Complete* state. Partitions
-        whose marker failed stay in the transaction (retried by the periodic task)."""
+        whose marker failed stay in the transaction (retried by the periodic task). `retry`:
+        a failed marker may be tried again before giving up (cluster mode)."""
         if m.transactional_id in self._completing:
             return
         self._completing.add(m.transactional_id)
         try:
-            await self._complete_once(m)
+            await self._complete_once(m, retry)
         finally:
             self._completing.discard(m.transactional_id)
 
-    async def _complete_once(self, m: TxnMetadata) -> None:
+    async def _complete_once(self, m: TxnMetadata, retry: bool) -> None:
         commit = m.state == PREPARE_COMMIT
-        failed = await self._write_markers(m, commit)
+        failed = await self._write_markers(m, commit, retry)
         if failed:
             if failed != m.partitions:
                 try:
@@ -373,8 +380,9 @@ class TransactionCoordinator:
         except TxnError:
             pass  # stays Prepare*: markers are idempotent, the periodic task writes it again
 
-    async def _write_markers(self, m: TxnMetadata, commit: bool) -> set[tuple[str, int]]:
-        """The transaction's markers, one partition after the other; the partitions that failed."""
+    async def _write_markers(self, m: TxnMetadata, commit: bool, retry: bool) -> set[tuple[str, int]]:
+        """The transaction's markers, one partition after the other; the partitions that failed
+        (each tried once: in this process a retry would fail the same way)."""
         failed = set()
         for tp in sorted(m.partitions):
             if not await self.write_marker(tp, m.producer_id, m.producer_epoch, commit):

@@ -19,7 +19,9 @@ TRANSACTION_COORDINATOR_FENCED (the leader holds a marker from a newer coordinat
 the producer) is not retried, as in Kafka: the newer coordinator finishes the transaction.
 Errors (NOT_LEADER_OR_FOLLOWER, an unreachable broker, ...) are retried for up to
 `MARKER_RETRY_S`, the leader looked up again each time from UpdateMetadata; then the
-transaction stays in Prepare* and the periodic task tries again. A partition whose topic is
+transaction stays in Prepare* and the periodic task tries again. EndTxn does not wait for
+those retries (Kafka answers it once the decision is written): it is answered after each
+marker was tried once, the retries go on in the background. A partition whose topic is
 gone from the metadata needs no marker.
 """
 from __future__ import annotations
@@ -118,7 +120,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
             raise TxnError(EC.COORDINATOR_NOT_AVAILABLE)
 
     # -- markers ------------------------------------------------------------------------------
-    async def _write_markers(self, m: Any, commit: bool) -> set[tuple[str, int]]:
+    async def _write_markers(self, m: Any, commit: bool, retry: bool) -> set[tuple[str, int]]:
         """Every partition's marker at once, with the coordinator epoch: the leader epoch of the
         id's `__transaction_state` partition, as Kafka's coordinator sends it."""
         index = self.partition_for(m.transactional_id)
@@ -131,13 +133,13 @@ class ClusterTxnCoordinator(TransactionCoordinator):
 
         tps = sorted(m.partitions)
         done = await asyncio.gather(*(self.write_marker(tp, m.producer_id, m.producer_epoch, commit, epoch,
-                                                        still_coordinator) for tp in tps))
+                                                        still_coordinator, retry) for tp in tps))
         return {tp for tp, ok in zip(tps, done) if not ok}
 
     async def write_marker(self, tp: tuple[str, int], producer_id: int, producer_epoch: int, commit: bool,
-                           coordinator_epoch: int = 0, still_coordinator: Any = None) -> bool:
-        """One marker, retried for up to MARKER_RETRY_S while this broker still coordinates
-        the transaction (else the new coordinator writes it: False)."""
+                           coordinator_epoch: int = 0, still_coordinator: Any = None, retry: bool = True) -> bool:
+        """One marker, retried (with `retry`) for up to MARKER_RETRY_S while this broker still
+        coordinates the transaction (else the new coordinator writes it: False)."""
         deadline = time.monotonic() + MARKER_RETRY_S
         while True:
             try:
@@ -154,7 +156,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
                 return False
             if still_coordinator is not None and not still_coordinator():
                 return False
-            if self._stopped or time.monotonic() > deadline:
+            if self._stopped or not retry or time.monotonic() > deadline:
                 log.warning("transaction marker for %s-%d (producer %d) not written: %s; retried later",
                             tp[0], tp[1], producer_id, why)
                 return False

@@ -19,9 +19,11 @@ def workers_of(request) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    """Three brokers, zookeeper.session.timeout.ms=6000, replica.lag.time.max.ms=4000."""
+    """Three brokers, zookeeper.session.timeout.ms=6000, replica.lag.time.max.ms=4000; a module's
+    `CLUSTER_SETTINGS` (a dict of broker properties) overrides them."""
     workers = workers_of(request)
-    c = KafkaCluster(tmp_path_factory.mktemp(f"cluster-w{workers}"), workers=workers)
+    c = KafkaCluster(tmp_path_factory.mktemp(f"cluster-w{workers}"), workers=workers,
+                     settings=getattr(request.module, "CLUSTER_SETTINGS", None))
     try:
         yield c.start()
     finally:

@@ -10,6 +10,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 TOPIC = "durable"
 PARTITIONS = 6
 ROUNDS = 3  # leader kills (SIGKILL), then one clean shutdown; each ends with the full ISR again
+RATE = 4000  # records/s: many batches in flight at every kill, and CPU left for the brokers
+# a killed leader's ZooKeeper session ends after 3 s (the cluster fixture's 6 s, twice per test)
+CLUSTER_SETTINGS = {"zookeeper.session.timeout.ms": "3000"}
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
@@ -48,17 +51,19 @@ def test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster):
 
     def produce():
         seq = 0
+        started = time.monotonic()
         while not stop.is_set():
             for _ in range(100):
                 producer.produce(TOPIC, value=b"%08d" % seq, partition=seq % PARTITIONS, on_delivery=on_delivery)
                 seq += 1
-            producer.poll(0.02)
+            producer.poll(0)
+            time.sleep(max(0.0, started + seq / RATE - time.monotonic()))
 
     t = threading.Thread(target=produce)
     t.start()
     try:
         for round_ in range(ROUNDS):
-            time.sleep(2)
+            time.sleep(1)  # a few thousand records between two faults
             leader = cluster.leader(TOPIC, 0)
             b = cluster.brokers[leader]
             if round_ < ROUNDS - 1:
@@ -69,7 +74,7 @@ def test_acked_records_survive_leader_kills_and_a_clean_shutdown(cluster):
             b.start(timeout=60)
             cluster.wait_for(lambda: all(len(cluster.partition_state(TOPIC, p)["isr"]) == 3
                                          for p in range(PARTITIONS)), 60, "the full ISR again")
-        time.sleep(2)
+        time.sleep(1)
     finally:
         stop.set()
         t.join(30)

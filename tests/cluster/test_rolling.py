@@ -100,7 +100,7 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
     consumer.start()
     try:
         for b in sorted(c.brokers):
-            time.sleep(2)
+            time.sleep(1)  # thousands of records between two restarts
             assert c.brokers[b].stop(timeout=30) == 0
             # the leaderships moved before the session closed: nothing waits for an election
             leaders = {p: c.leader(TOPIC, p) for p in range(PARTITIONS)}
@@ -109,7 +109,7 @@ def test_rolling_restart_with_controlled_shutdown_loses_and_duplicates_nothing(r
             c.brokers[b].start(timeout=60)
             c.wait_for(lambda: all(len(c.partition_state(TOPIC, p)["isr"]) == 3 for p in range(PARTITIONS)),
                        60, f"the full ISR after broker {b} returned")
-        time.sleep(2)
+        time.sleep(1)
     finally:
         unacked = prod.stop()
     assert unacked == 0

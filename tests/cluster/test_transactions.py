@@ -5,10 +5,12 @@ the same in both modes, run on a single node and a cluster in tests/integration/
 commit, abort, offsets in transactions, read_committed, fencing, timeouts.)"""
 from __future__ import annotations
 
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kafkafast.cluster.transactions import MARKER_RETRY_S
 from kafkafast.protocol._generated.describe_transactions import DescribeTransactionsRequest
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
@@ -23,6 +25,7 @@ TXN_SETTINGS = {
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "zookeeper.session.timeout.ms": "3000",  # a killed coordinator's broker is gone 3 s later, not 6
 }
 # partition p led by broker p + 1: every transaction has partitions on all three brokers
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
@@ -185,7 +188,9 @@ def test_coordinator_killed_between_end_txn_and_a_marker(txn_cluster):
     send(p, "tx-pending", values)
     faults = c.faults(stuck)
     faults.disk_error("tx-pending", 0, count=-1)
+    asked = time.monotonic()
     p.commit_transaction(90)  # answered once the decision is replicated, the marker of partition 0 left to retry
+    assert time.monotonic() - asked < MARKER_RETRY_S  # not after the marker's retries (Kafka answers at once)
     assert txn_state(c, coordinator, tid) == "PrepareCommit"
     visible = read_all(c, "tx-pending", "read_committed", 20, timeout=10)
     assert sorted(visible) == sorted(v for i, v in enumerate(values) if i % 3 != 0)  # partition 0 held at its LSO

@@ -88,6 +88,10 @@ class NamespaceBroker:
         return f"{self.host}:{BROKER_PORT}"
 
     def start(self, timeout: float = 60.0) -> "NamespaceBroker":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "NamespaceBroker":
+        """Starts the process without waiting for it to answer."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chown(self.data_dir, self.uid, self.uid)
         # setpriv: the broker's own uid (its source address, netns.py), keeping the right to read
@@ -105,6 +109,9 @@ class NamespaceBroker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> "NamespaceBroker":
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -145,8 +152,10 @@ class NemesisCluster(ZooKeeperView):
 
     def start(self) -> "NemesisCluster":
         self.zookeeper.start(preexec_fn=die_with_parent)
+        for b in self.brokers.values():  # all at once: each interpreter's start-up is seconds of CPU
+            b.launch()
         for b in self.brokers.values():
-            b.start()
+            b.wait_ready()
         self.wait_for(lambda: len(self.registered()) == len(self.brokers) and self.controller() > 0, 60,
                       "every broker registered and a controller elected")
         self.wait_for(self.metadata_ready, 60, "every broker's Metadata naming the controller and all brokers")

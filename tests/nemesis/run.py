@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     timing = SHORT if a.short else Timing()
     result = run(a.scenario, a.acks, a.workers, a.seed, timing, a.root,
-                 warmup_s=3.0 if a.short else 5.0, tail_s=3.0 if a.short else 5.0,
+                 warmup_s=2.0 if a.short else 5.0, tail_s=2.0 if a.short else 5.0,
                  heal_timeout_s=45.0 if a.short else HEAL_TIMEOUT_S)
     a.out.write_text(json.dumps(result, indent=1))
 

@@ -28,7 +28,7 @@ class Timing:
     mix_faults: int = 6
 
 
-SHORT = Timing(down_s=8.0, pause_s=9.0, cut_s=10.0, zk_pause_s=8.0, gap_s=5.0, mix_faults=2)
+SHORT = Timing(down_s=8.0, pause_s=9.0, cut_s=10.0, zk_pause_s=8.0, gap_s=3.0, mix_faults=2)
 
 
 class Nemesis:

@@ -1,6 +1,6 @@
 """The CI variant of the nemesis suite (issue 28 §4): a short seeded mix of two faults per
 run, acks=all with the idempotent producer, one run with `--workers 0` and one with
-`--workers 2`: about 40 s each with the set-up (74 s for both on the shared 2-core machine),
+`--workers 2`: about 33 s each with the set-up (66 s for both on the shared 2-core machine),
 bounded by 115 s each so that the file stays within four minutes. Every acknowledged record must be
 read back exactly once at the offset it was acknowledged at, and every run must heal on its
 own. The longer matrix (every scenario x acks=all/1 x workers 0/2) runs by hand:

@@ -4,15 +4,17 @@ acknowledged, the delivery errors and the fatal errors it saw."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 
 class AckedProducer:
     def __init__(self, bootstrap: str, topic: str, partitions: int, *, burst: int = 50, limit: int = 400_000,
-                 **config: Any) -> None:
+                 rate: float = 4000.0, **config: Any) -> None:
         from confluent_kafka import Producer
 
         self.topic, self.partitions, self.burst, self.limit = topic, partitions, burst, limit
+        self.rate = rate  # records/s at most: batches always in flight, CPU left for the brokers
         self.acked: list[bytes] = []
         self.delivery_errors: list = []
         self.fatal: list = []
@@ -28,12 +30,14 @@ class AckedProducer:
 
     def _run(self) -> None:
         seq = 0
+        started = time.monotonic()
         while not self.stop_event.is_set() and seq < self.limit:
             for _ in range(self.burst):
                 self.producer.produce(self.topic, value=b"%08d" % seq, partition=seq % self.partitions,
                                       on_delivery=self._on_delivery)
                 seq += 1
-            self.producer.poll(0.02)
+            self.producer.poll(0)
+            self.stop_event.wait(max(0.0, started + seq / self.rate - time.monotonic()))
 
     def start(self) -> "AckedProducer":
         self.thread.start()

@@ -68,12 +68,21 @@ class BrokerProcess:
         return cmd
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "BrokerProcess":
+        """Starts the process without waiting for it (from the main thread: the child is
+        killed when the thread that made it ends)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=die_with_parent)
         log.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
+        """Returns once the launched broker answers ApiVersions."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -67,8 +67,10 @@ class KafkaCluster(ZooKeeperView):
         for i in range(1, self.size + 1):
             self.brokers[i] = BrokerProcess(self.root / f"broker-{i}", port=self.broker_port(i), workers=self.workers,
                                             settings=self.broker_settings(i), env=self.env)
+        for b in self.brokers.values():  # all at once: each interpreter's start-up is seconds of CPU
+            b.launch()
         for b in self.brokers.values():
-            b.start(timeout=60)
+            b.wait_ready(timeout=60)
         self.wait_for(lambda: len(self.registered()) == self.size and self.controller_id() > 0, 60,
                       "brokers registered and a controller elected")
         self.wait_for(self.metadata_ready, 30, "every broker's Metadata naming the controller and all brokers")

@@ -139,7 +139,7 @@ def test_manual_clock_expires_a_silent_session(kafka_broker):
 
     kafka_broker.create_topic("s")
     consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap_servers, "group.id": "sessions",
-                         "session.timeout.ms": "30000", "heartbeat.interval.ms": "10000"})
+                         "session.timeout.ms": "30000", "heartbeat.interval.ms": "3000"})
     assigned = []
     consumer.subscribe(["s"], on_assign=lambda c, parts: assigned.append(c.memberid()))
     deadline = time.monotonic() + 20
