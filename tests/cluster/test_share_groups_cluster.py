@@ -116,8 +116,8 @@ def records_for_a_new_group(cluster, topic: str, partitions: int, count: int) ->
 
 
 def poll_through_a_kill(c: ShareConsumer, timeout: float) -> list:
-    """The records of one poll; none while librdkafka still fetches from a killed leader (a
-    broker that has not yet heard of the new leader can name the dead one in its metadata:
+    """The records of one poll; none while librdkafka still fetches from a killed or restarting
+    leader (a broker that has not yet heard of the new leader can name the dead one in its metadata:
     librdkafka's share consumer raises NETWORK_EXCEPTION from poll, as a real application
     would see and poll again)."""
     try:
@@ -243,10 +243,10 @@ def test_share_group_offsets_reset_and_deleted_across_the_cluster(share_cluster)
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and set(got) < until:
-                got += [(m.partition(), m.offset()) for m in c.poll(0.5) if m.error() is None]
+                got += [(m.partition(), m.offset()) for m in poll_through_a_kill(c, 0.5)]
             end = time.monotonic() + 1.5
             while time.monotonic() < end:  # accepts the last records; nothing else comes
-                got += [(m.partition(), m.offset()) for m in c.poll(0.3) if m.error() is None]
+                got += [(m.partition(), m.offset()) for m in poll_through_a_kill(c, 0.3)]
             if alter_while_member:  # the group has a member: it cannot be changed
                 resp = at_group_coordinator(cluster, group, alter, 0)
                 assert [q.error_code for q in resp.responses[0].partitions] == [EC.NON_EMPTY_GROUP] * 2
@@ -293,7 +293,7 @@ def accept_everything(cluster, group: str, topic: str, values: set[bytes]) -> di
         deadline = time.monotonic() + 60
         quiet_until = None
         while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
-            msgs = [m for m in c.poll(0.3) if m.error() is None]
+            msgs = poll_through_a_kill(c, 0.3)
             for m in msgs:
                 got[m.value()] = m.delivery_count()
                 c.acknowledge(m, AcknowledgeType.ACCEPT)
@@ -411,7 +411,7 @@ def test_a_group_config_set_through_any_broker_is_in_force_on_every_broker(share
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and got != values:
-            got |= {m.value() for m in c.poll(0.5) if m.error() is None}
+            got |= {m.value() for m in poll_through_a_kill(c, 0.5)}
     finally:
         c.close()
     assert got == values
