@@ -417,17 +417,8 @@ def _whole_batch(mv: memoryview, pos: int, n: int) -> BatchHeader | None:
 def scan_follower_batches(
     buf: Buffer, log_end_offset: int, latest_epoch: int
 ) -> tuple[int, int, list[tuple[int, int, int, int]], list[tuple[int, ...]], list[tuple[int, int]]]:
-    """A replica follower's pass over a leader's batches: whole batches with sane headers and
-    good CRCs (stopping silently at the first that is not, as `scan_valid_prefix`, or whose
-    offsets are negative or overflow), leading
-    batches wholly below `log_end_offset` skipped. Returns (start, end, infos, producer_batches,
-    epochs): the kept bytes are buf[start:end]; infos = [(base offset, next offset, max
-    timestamp, size)] per kept batch, what a segment append indexes; producer_batches =
-    [(position from start, producer id, producer epoch, first sequence, last sequence, base
-    offset, last offset, max timestamp, attributes)] of the kept batches with a producer id,
-    what the producer state keeps of them; epochs = [(partition leader epoch, base offset)]
-    where a kept batch raises the epoch above `latest_epoch` and those before it.
-    """
+    """The pure twin of `scan_follower_batches` in cython_ext/records.pyx: the same checks, the
+    same skip and stop, the same five-part answer (its docstring says what each part holds)."""
     mv = _view(buf)
     n = len(mv)
     pos = start = 0
