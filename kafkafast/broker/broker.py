@@ -6,9 +6,11 @@ writable bytearray so produce can assign offsets in place) and returns the respo
 connection (malformed header, unknown API key, unsupported version of anything but
 ApiVersions, bytes that do not parse).
 
-Partition ownership: in one process every partition is local. The multi-process runtime
-gives the broker an `ownership` object (see kafkafast/runtime) that says which worker
-appends to which partition and forwards appends it does not own; reads are always local.
+Partitions (`partition.Partition`, one class in every mode): on a single node each leads
+alone, its ISR this broker, its high watermark the log end the append publishes. Where they
+live is the broker's placement (`placement.py`): in one process every partition is local;
+the multi-process runtime's says which worker appends to which partition and forwards
+appends it does not own; reads are always local.
 """
 from __future__ import annotations
 
