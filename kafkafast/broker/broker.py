@@ -6,9 +6,11 @@ writable bytearray so produce can assign offsets in place) and returns the respo
 connection (malformed header, unknown API key, unsupported version of anything but
 ApiVersions, bytes that do not parse).
 
-Partition ownership: in one process every partition is local. The multi-process runtime
-gives the broker an `ownership` object (see kafkafast/runtime) that says which worker
-appends to which partition and forwards appends it does not own; reads are always local.
+Partitions (`partition.Partition`, one class in every mode): on a single node each leads
+alone, its ISR this broker, its high watermark the log end the append publishes. Where they
+live is the broker's placement (`placement.py`): in one process every partition is local;
+the multi-process runtime's says which worker appends to which partition and forwards
+appends it does not own; reads are always local.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from kafkafast.broker.control import LocalControl
 from kafkafast.broker.extensions import frame_hook, load_extensions
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.group_coordinator import GroupCoordinator
+from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
                                                     unsupported_version_response)
@@ -68,70 +71,6 @@ class RequestContext:
 
 def now_ms() -> int:
     return clock.now_ms()
-
-
-class Partition:
-    """One partition as this process sees it: the writer `log` when it is local
-    (owned here), and always a reader over the files plus the published state."""
-
-    __slots__ = ("topic", "index", "log", "leader_epoch", "waiters", "__weakref__")
-
-    # A lone replica is its own ISR: it leads, and its high watermark is its log end (the append
-    # publishes both), so nothing appended waits for replication (cluster/partition.py: RF > 1).
-    is_leader = True
-
-    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
-        """0 once the high watermark reaches `offset`: at once for a lone replica."""
-        return 0
-
-    @property
-    def in_sync_count(self) -> int:
-        """How many replicas are in sync: a lone replica is its own ISR."""
-        return 1
-
-    def __init__(self, topic: str, index: int, log_: Any) -> None:
-        self.topic = topic
-        self.index = index
-        self.log = log_
-        self.leader_epoch = 0
-        self.waiters: set[asyncio.Future] = set()
-
-    @property
-    def state(self) -> Any:
-        return self.log.state
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.state.high_watermark
-
-    @property
-    def log_start_offset(self) -> int:
-        return self.log.state.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.log.state.log_end_offset
-
-    @property
-    def loading(self) -> bool:
-        """Whether nothing of the partition is published yet in this start (with worker
-        processes: its owner has not loaded it yet, `runtime/worker.py`); never in one process."""
-        return False
-
-    def unavailable_error(self) -> int:
-        """The error every request for the partition gets before anything of it is read, 0
-        when none: NOT_LEADER_OR_FOLLOWER while it is loading (Kafka's answer for a partition
-        a broker does not serve yet: clients refresh their metadata, which lists it without a
-        leader until then, and retry), KAFKA_STORAGE_ERROR while its log is offline."""
-        if self.loading:
-            return E.ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return E.ErrorCode.KAFKA_STORAGE_ERROR if self.log.state.offline else 0
-
-    def wake(self) -> None:
-        waiters, self.waiters = self.waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
 
 
 class Broker:
@@ -315,7 +254,8 @@ class Broker:
             if (meta.name, i) in self.partitions:
                 continue
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
-            self.partitions[(meta.name, i)] = Partition(meta.name, i, lg)
+            part = self.partitions[(meta.name, i)] = Partition(meta.name, i, lg, topic_id=meta.topic_id)
+            part.lead_alone(self.node_id)
 
     def _make_dynamic_configs(self) -> DynamicConfigs:
         return DynamicConfigs(self.log_dirs[0])

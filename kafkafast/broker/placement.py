@@ -7,8 +7,9 @@ append wakes the requests parked on a partition and how a request reaches the pr
 serves it. `LocalPlacement`: one process holds every partition, and each hook is the
 broker's own path. The pre-fork runtime's `runtime/placement.py:WorkerPlacement` spreads
 them over N worker processes: the owner worker of each partition, its shared-memory slot,
-the wake-up pipes and the internal links between workers. Either control plane (the local
-one, ZooKeeper's) runs over either placement."""
+the wake-up pipes and the internal links between workers. Each places the one partition class
+(`partition.Partition`) by the home it gives it: `HERE`, or a `SlotResidence` (owner, slot).
+Either control plane (the local one, ZooKeeper's) runs over either placement."""
 from __future__ import annotations
 
 import asyncio

@@ -5,8 +5,8 @@ Topics live in ZooKeeper; this broker opens a partition only when the controller
 replica (LeaderAndIsr) and knows the rest of the cluster from UpdateMetadata. Appends are
 accepted only by the leader; followers replicate through `fetcher.FetcherManager`; the
 leader tracks its followers' fetch positions, moves the high watermark (see
-`partition.ClusterPartition`) and asks the controller to change the ISR with
-AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
+`broker/partition.py`, one partition class in every mode) and asks the controller to change
+the ISR with AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
 half of it; expand: a follower that reached the high watermark and the current epoch).
 Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
 coordinator of its groups or transactional ids (`cluster/transactions.py`).
@@ -20,6 +20,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
 from kafkafast.broker.follower_state import FollowerState
+from kafkafast.broker.partition import Partition
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta, validate_topic_name
@@ -34,7 +35,6 @@ from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
                                     ZkProducerIds, monotonic_ms)
-from kafkafast.cluster.partition import ClusterPartition
 from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
@@ -83,7 +83,7 @@ class ClusterBroker(Broker):
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
 
-    def _new_follower(self, part: ClusterPartition, replica_id: int, now: int, replicas: set[int]) -> Any:
+    def _new_follower(self, part: Partition, replica_id: int, now: int, replicas: set[int]) -> Any:
         """The leader's record of a follower's fetch position: in the partition's slot with
         workers (every worker serves the follower's fetches), else, or when the slot has no
         room left, a FollowerState here."""
@@ -216,8 +216,7 @@ class ClusterBroker(Broker):
         if self._controller_conn is not None:
             self._controller_conn.close()
         for p in self.partitions.values():
-            if isinstance(p, ClusterPartition):
-                p.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
+            p.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
         await asyncio.to_thread(self.node.close)
         await super().stop()
 
@@ -225,7 +224,7 @@ class ClusterBroker(Broker):
     def refresh_topics(self) -> None:
         """Topics come from the controller's UpdateMetadata; nothing to reload."""
 
-    def get_partition(self, topic: str, index: int) -> ClusterPartition | None:
+    def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))  # type: ignore[return-value]
 
     def owns(self, part: Any) -> bool:
@@ -404,7 +403,7 @@ class ClusterBroker(Broker):
         part.maybe_increment_hw(self.node_id)
         self._maybe_expand_isr(part, replica_id, fetch_offset)
 
-    def _maybe_expand_isr(self, part: ClusterPartition, replica_id: int, fetch_offset: int) -> None:
+    def _maybe_expand_isr(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower that reached the high watermark and the current epoch's start rejoins the ISR."""
         if (replica_id not in part.isr and part.alter_in_flight is None
                 and fetch_offset >= part.high_watermark and fetch_offset >= part.epoch_start_offset):
@@ -438,7 +437,7 @@ class ClusterBroker(Broker):
     async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
         tp = (topic, ps.partition_index)
         part = self.partitions.get(tp)
-        if isinstance(part, ClusterPartition) and part.partition_epoch >= 0:
+        if part is not None and part.partition_epoch >= 0:
             if ps.leader_epoch < part.leader_epoch or (ps.leader_epoch == part.leader_epoch
                                                        and ps.partition_epoch <= part.partition_epoch):
                 if ps.leader_epoch == part.leader_epoch and ps.leader == part.leader_id:
@@ -449,13 +448,13 @@ class ClusterBroker(Broker):
                 return EC.STALE_CONTROLLER_EPOCH
         if self.node_id not in ps.replicas:
             return EC.UNKNOWN_TOPIC_OR_PARTITION
-        if not isinstance(part, ClusterPartition):
+        if part is None:
             lg = self.log_manager.get(topic, ps.partition_index)
             if lg is None:
                 configs = await asyncio.to_thread(self.node.topic_configs, topic)
                 cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
                 lg = self.log_manager.create(topic, ps.partition_index, cfg)
-            part = ClusterPartition(topic, ps.partition_index, lg)
+            part = Partition(topic, ps.partition_index, lg)
             part.topic_id = topic_id
             self.partitions[tp] = part
         if ps.leader == self.node_id:
@@ -465,7 +464,7 @@ class ClusterBroker(Broker):
         self.partitions[tp].confirmed_epoch = broker_epoch  # type: ignore[attr-defined]
         return 0
 
-    def _become_leader(self, part: ClusterPartition, ps: Any) -> None:
+    def _become_leader(self, part: Partition, ps: Any) -> None:
         assert self.fetchers is not None
         tp = (part.topic, part.index)
         self.fetchers.remove(tp)
@@ -491,7 +490,7 @@ class ClusterBroker(Broker):
         if not was_leader:
             self._coordinator_partition(part, load=True)
 
-    def _coordinator_partition(self, part: ClusterPartition, *, load: bool) -> None:
+    def _coordinator_partition(self, part: Partition, *, load: bool) -> None:
         """Leadership of a `__consumer_offsets`, `__transaction_state` or `__share_group_state`
         partition came or went: its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or
         drops its state."""
@@ -500,7 +499,7 @@ class ClusterBroker(Broker):
         if coordinator is not None:
             (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
 
-    def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
+    def _become_follower(self, part: Partition, ps: Any) -> None:
         assert self.fetchers is not None
         tp = (part.topic, part.index)
         was_leader = part.is_leader
@@ -539,7 +538,7 @@ class ClusterBroker(Broker):
                 if self.fetchers is not None:
                     self.fetchers.remove(tp)
                 part = self.partitions.get(tp)
-                if isinstance(part, ClusterPartition):
+                if part is not None:
                     part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
                     if part.is_leader:
                         self._coordinator_partition(part, load=False)
@@ -568,7 +567,7 @@ class ClusterBroker(Broker):
         """Followers in the ISR that have not caught up for replica.lag.time.max.ms leave it."""
         now = now_ms()
         for part in list(self.partitions.values()):
-            if not isinstance(part, ClusterPartition) or not self.owns(part) or part.alter_in_flight is not None:
+            if not self.owns(part) or part.alter_in_flight is not None:
                 continue
             leo = part.log.state.log_end_offset
             lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
@@ -578,7 +577,7 @@ class ClusterBroker(Broker):
                          part.isr, lagging, self.lag_ms)
                 self._alter_isr(part, [r for r in part.isr if r not in lagging])
 
-    def _alter_isr(self, part: ClusterPartition, new_isr: list[int]) -> None:
+    def _alter_isr(self, part: Partition, new_isr: list[int]) -> None:
         part.alter_in_flight = new_isr
         assert self.loop is not None
         self.loop.create_task(self._send_alter_partition(part, new_isr, part.leader_epoch))
@@ -597,7 +596,7 @@ class ClusterBroker(Broker):
                 security=self.node.inter_broker).connect()
         return conn
 
-    async def _send_alter_partition(self, part: ClusterPartition, new_isr: list[int], epoch: int) -> None:
+    async def _send_alter_partition(self, part: Partition, new_isr: list[int], epoch: int) -> None:
         R = AlterPartitionRequest
         try:
             conn = await self._controller_connection()
@@ -678,7 +677,7 @@ class ClusterBroker(Broker):
         except (Exception, BrokerIdInUseError) as exc:
             log.error("registering broker %d again failed: %r", self.node_id, exc)
 
-    async def _reread_partition_state(self, part: ClusterPartition) -> None:
+    async def _reread_partition_state(self, part: Partition) -> None:
         """The state znode moved on without this leader hearing of it (an AlterPartition whose
         answer was lost was applied): take its ISR and partition epoch if it still names this
         leader at this leader epoch, so the next AlterPartition is not refused forever."""
@@ -758,7 +757,7 @@ class ClusterBroker(Broker):
     async def _wait_not_leading(self, timeout: float = 10.0) -> None:
         """Until the controller's LeaderAndIsr arrived: no replicated partition led here."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while any(isinstance(p, ClusterPartition) and p.is_leader and len(p.replicas) > 1
+        while any(p.is_leader and len(p.replicas) > 1
                   for p in self.partitions.values()):
             if asyncio.get_running_loop().time() > deadline:
                 return

@@ -49,12 +49,12 @@ import time
 from typing import Any
 
 from kafkafast.broker.broker import now_ms
+from kafkafast.broker.partition import Partition as ClusterPartition  # (the one partition class, issue 24)
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.cluster_broker import ClusterBroker
 from kafkafast.cluster.node import ClusterNode
-from kafkafast.cluster.partition import ClusterPartition
 from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E

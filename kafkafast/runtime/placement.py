@@ -41,8 +41,9 @@ import time
 import uuid
 from typing import Any, Iterable
 
-from kafkafast.broker.broker import OFFSETS_TOPIC, Partition, RequestContext
+from kafkafast.broker.broker import OFFSETS_TOPIC, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
+from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import wait_for_wake
 from kafkafast.broker.quotas import SHARE_FETCH
 from kafkafast.broker.topics import TopicMeta
@@ -194,28 +195,18 @@ class RemoteLog:
             self._reader = None
 
 
-class WorkerPartition(Partition):
-    __slots__ = ("slot", "owner", "topic_id", "seen_hw", "parked", "shared_log", "shared_txn_logged", "table",
-                 "known_at_load")
+class SlotResidence:
+    """Where a partition lives among the workers (a `Partition`'s `home`): its owner worker, which
+    holds its writer, and its slot in the shared partition table, where the owner publishes its
+    state."""
 
-    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, topic_id: bytes,
-                 table: shm.PartitionTable, known_at_load: bool) -> None:
-        super().__init__(topic, index, log_)
+    __slots__ = ("slot", "owner", "table", "known_at_load")
+
+    def __init__(self, slot: int, owner: int, table: shm.PartitionTable, known_at_load: bool) -> None:
         self.slot = slot
         self.owner = owner
         self.table = table
         self.known_at_load = known_at_load  # its topic was there when this worker loaded: it may hold records
-        self.topic_id = topic_id
-        self.seen_hw = -1
-        self.parked = 0
-        self.shared_log: Log | None = None  # a non-owner's writer in shared mode, opened on first use
-        self.shared_txn_logged = False  # whether this non-owner logged its first transactional shared append
-
-    @property
-    def high_watermark(self) -> int:
-        hw = self.log.state.high_watermark
-        self.seen_hw = hw  # what the fetch about to park saw: the wake-up compares against it
-        return hw
 
     @property
     def loading(self) -> bool:
@@ -305,12 +296,13 @@ class WorkerPlacement:
 
     # -- ownership ----------------------------------------------------------------------
     def owns(self, part: Partition) -> bool:
-        return getattr(part, "owner", self.index) == self.index
+        owner = part.owner  # (-1: at home in this process, not in a slot yet: cluster/worker_broker.py wraps it)
+        return owner == self.index or owner < 0
 
     def partition_loaded(self, part: Partition) -> bool:
         """Owned here, or its owner serves (it loaded and published its partitions before that)."""
         return self.broker.owns(part) or \
-            self.table.worker_word(part.owner, shm.W_READY) == 1  # type: ignore[attr-defined]
+            self.table.worker_word(part.owner, shm.W_READY) == 1
 
     def topic_id_of(self, topic: str) -> bytes | None:
         """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
@@ -376,7 +368,7 @@ class WorkerPlacement:
 
     @staticmethod
     def close_shared_log(part: Any) -> None:
-        lg = getattr(part, "shared_log", None)
+        lg = part.shared_log
         if lg is None:
             return
         part.shared_log = None
@@ -403,8 +395,9 @@ class WorkerPlacement:
                     lg = broker.log_manager.create(meta.name, i, cfg)
             else:
                 lg = RemoteLog(broker.log_dirs, meta.name, i, self.table.state(slot), cfg)
-            broker.partitions[key] = WorkerPartition(meta.name, i, lg, slot, owner, meta.topic_id, self.table,
-                                                     known_at_load=not broker.started)
+            home = SlotResidence(slot, owner, self.table, known_at_load=not broker.started)
+            part = broker.partitions[key] = Partition(meta.name, i, lg, home, meta.topic_id)
+            part.lead_alone(broker.node_id)
 
     def _drop(self, key: tuple[str, int]) -> None:
         broker = self.broker
@@ -431,12 +424,12 @@ class WorkerPlacement:
         live = broker.topics.topics
         for key, part in list(broker.partitions.items()):
             meta = live.get(key[0])
-            if meta is None or key[1] >= meta.partitions or meta.topic_id != part.topic_id:  # type: ignore[attr-defined]
+            if meta is None or key[1] >= meta.partitions or meta.topic_id != part.topic_id:
                 self._drop(key)
             elif broker.owns(part):
                 part.log.config = broker.topic_log_config(meta)
-            elif getattr(part, "shared_log", None) is not None:
-                part.shared_log.config = broker.topic_log_config(meta)  # type: ignore[attr-defined]
+            elif part.shared_log is not None:
+                part.shared_log.config = broker.topic_log_config(meta)
         for t in live.values():
             broker._open_topic(t)
 
@@ -483,7 +476,7 @@ class WorkerPlacement:
             return True
         if not self.shared_append:
             return False
-        slot = part.slot  # type: ignore[attr-defined]
+        slot = part.slot
         return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
 
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
@@ -492,9 +485,9 @@ class WorkerPlacement:
             return broker.append_with(part, part.log, records, allow_control=allow_control)
         res = broker.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
         if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
-            part.shared_txn_logged = True  # type: ignore[attr-defined]
+            part.shared_txn_logged = True
             log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
-                     self.index, part.topic, part.index, part.owner)  # type: ignore[attr-defined]
+                     self.index, part.topic, part.index, part.owner)
         return res
 
     def shared_writer(self, part: Any) -> Log:
@@ -523,21 +516,21 @@ class WorkerPlacement:
         P = DeleteRecordsRequest.DeleteRecordsPartition
         req = DeleteRecordsRequest(topics=[T(name=part.topic, partitions=[P(partition_index=part.index, offset=offset)])],
                                    timeout_ms=30000)
-        resp = await self.forwarder.request(part.owner, req, 1)  # type: ignore[attr-defined]
+        resp = await self.forwarder.request(part.owner, req, 1)
         code = resp.topics[0].partitions[0].error_code
         if code:
             E.raise_for_code(code)
 
     def on_append(self, part: Partition) -> None:
-        self.wake_others_parked_on(part.slot)  # type: ignore[attr-defined]
+        self.wake_others_parked_on(part.slot)
 
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
-        parts = [p for p in parts if hasattr(p, "slot")]
+        parts = [p for p in parts if p.slot >= 0]
         for p in parts:
-            if p.parked == 0:  # type: ignore[attr-defined]
-                self.table.set_waiting(p.slot, self.index, True)  # type: ignore[attr-defined]
-                self._parked[p.slot] = p  # type: ignore[attr-defined]
-            p.parked += 1  # type: ignore[attr-defined]
+            if p.parked == 0:
+                self.table.set_waiting(p.slot, self.index, True)
+                self._parked[p.slot] = p
+            p.parked += 1
         try:
             # An append between the fetch's read and the waiter byte saw no waiter: re-check
             # (no await between this and the wait's registration: no wake-up is lost).
@@ -545,10 +538,10 @@ class WorkerPlacement:
                 await wait_for_wake(parts, timeout)
         finally:
             for p in parts:
-                p.parked -= 1  # type: ignore[attr-defined]
-                if p.parked == 0:  # type: ignore[attr-defined]
-                    self.table.set_waiting(p.slot, self.index, False)  # type: ignore[attr-defined]
-                    self._parked.pop(p.slot, None)  # type: ignore[attr-defined]
+                p.parked -= 1
+                if p.parked == 0:
+                    self.table.set_waiting(p.slot, self.index, False)
+                    self._parked.pop(p.slot, None)
 
     def on_wake_pipe(self, fd: int) -> None:
         try:

@@ -35,7 +35,7 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
            incarnation of it has loaded its partitions since the supervisor started: from
            then on their slots hold state it published; never cleared, a replacement's
            load starts from its predecessor's published state). Until then the other
-           workers answer its partitions as not served yet (`WorkerPartition.loading`):
+           workers answer its partitions as not served yet (`placement.SlotResidence.loading`):
            their slots are still zeros.
 
     slot k, 768 bytes at HEADER_BYTES + k * SLOT_BYTES

@@ -2,8 +2,9 @@
 and no import from a lower package into a higher one. Imports anywhere in a module count
 (inside functions too); those under `if TYPE_CHECKING:` do not.
 
-What is still left of the single-node/cluster split (issue 24) is listed in `REMAINING`: the
-test fails on anything else, and also when one of those is gone (then take it off the list).
+What is still left of the single-node/cluster split (issue 24) is listed in `REMAINING` and
+`PARTITION_SUBCLASSES_LEFT`: the test fails on anything else, and also when one of those is gone
+(then take it off the list).
 
 Imports sit at the module's top; one inside a function is a deliberate deferral (a heavy or
 optional dependency, a light start of kafkafast.testing or of the command line) and says why in
@@ -11,6 +12,7 @@ a comment on its line."""
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -42,10 +44,15 @@ REMAINING: dict[str, set] = {
     "upward": set(),
 }
 
+# One partition class in every mode (broker/partition.py): the subclasses still left, by module
+# and name. ClusterWorkerPartition goes with ClusterWorkerBroker (docs/ARCHITECTURE.md, "Processes").
+PARTITION_SUBCLASSES_LEFT = {"kafkafast.cluster.worker_broker.ClusterWorkerPartition"}
+
 # Function-level imports not yet moved up nor given their reason ("path:line"); none left.
 LEFT_UNCOMMENTED: set[str] = set()
 
 
+@functools.lru_cache(maxsize=None)  # (each test walks every module: parsed once for all)
 def parse(path: Path) -> ast.Module:
     with warnings.catch_warnings():  # a docstring's escape is the module's business, not the layering's
         warnings.simplefilter("ignore")
@@ -157,6 +164,34 @@ def test_no_package_imports_from_a_higher_layer_but_the_listed_ones():
             if RANK[a] < RANK[b]:
                 upward[(a, b)].append(f"{mod} -> {dep}")
     assert set(upward) == REMAINING["upward"], dict(upward)
+
+
+def subclasses_of(target: str) -> set[str]:
+    """kafkafast's module-level classes deriving from the class `target` ("module.Name"), directly
+    or through one another, whatever name they import it under."""
+    bases: dict[str, set[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        if "_generated" in path.parts:
+            continue
+        mod = module_name(path)
+        tree = parse(path)
+        names = {node.name: f"{mod}.{node.name}" for node in tree.body if isinstance(node, ast.ClassDef)}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.update((a.asname or a.name, f"{node.module}.{a.name}") for a in node.names)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases[f"{mod}.{node.name}"] = {names.get(ast.unparse(b), ast.unparse(b)) for b in node.bases}
+    found = {target}
+    while True:
+        more = {cls for cls, of in bases.items() if of & found} - found
+        if not more:
+            return found - {target}
+        found |= more
+
+
+def test_one_partition_class_but_the_listed_subclasses():
+    assert subclasses_of("kafkafast.broker.partition.Partition") == PARTITION_SUBCLASSES_LEFT
 
 
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")

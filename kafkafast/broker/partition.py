@@ -1,0 +1,230 @@
+"""One partition replica as this process sees it, in every mode (issue 24: a single node is a
+cluster of one): its role (leader or follower, leader and partition epochs, ISR, replicas), the
+leader's record of its followers and the high-watermark rule, the produces and fetches parked
+on it, and where it lives (`home`, given by the placement).
+
+Role: the control plane sets it. The single node's local one makes every partition a leader at
+epoch 0 whose ISR and replicas are this broker alone (`lead_alone`); ZooKeeper's applies each
+LeaderAndIsr (`apply_state`, from cluster/cluster_broker.py).
+
+High watermark (Kafka's `Partition.maybeIncrementLeaderHW`): each follower's log end offset is
+what it last asked to fetch from (`broker/follower_state.py`); the high watermark is the minimum
+log end offset over the ISR (plus followers whose addition is in flight), never moves backwards
+on the leader, and produce requests with acks=all wait until it passes their last offset. With
+no follower in the ISR that minimum is the leader's own log end, which the append publishes at
+once (`Broker.append_with`; a shared-mode Log under its lock): a lone replica's acks=all
+produce finds its high watermark there already and never waits (`wait_for_hw`).
+
+Home: where the replica's writer and published state live, as its placement says. `HERE` in one
+process (broker/placement.py); a slot of the shared partition table with its owner worker in
+the pre-fork runtime (runtime/placement.py: `SlotResidence`). The placement's per-partition
+bookkeeping (what a parked fetch saw, how many are parked, a non-owner's shared-mode writer) is
+kept in plain fields beside it.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafkafast.broker.follower_state import FollowerState
+from kafkafast.protocol import errors as E
+
+
+class Here:
+    """The home of a replica in one process: no shared-memory slot, no other owner, and its state
+    is published the moment it is opened (never loading)."""
+
+    __slots__ = ()
+    slot = -1
+    owner = -1  # this process, whichever it is (WorkerPlacement.owns: a partition not in a slot yet)
+    loading = False
+
+
+HERE = Here()
+
+
+class Partition:
+    """One partition replica (see the module docstring): the writer `log` when this process
+    appends to it, else a reader over the files and the published state."""
+
+    __slots__ = ("topic", "index", "log", "home", "topic_id", "waiters",
+                 # role (the control plane's)
+                 "is_leader", "leader_id", "leader_epoch", "partition_epoch", "isr", "replicas", "confirmed_epoch",
+                 "fenced",
+                 # the leader's replication state
+                 "followers", "alter_in_flight", "epoch_start_offset", "hw_waiters", "answered_hw",
+                 # the placement's bookkeeping
+                 "seen_hw", "parked", "shared_log", "shared_txn_logged",
+                 "__weakref__")
+
+    def __init__(self, topic: str, index: int, log_: Any, home: Any = HERE, topic_id: bytes = bytes(16)) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log_
+        self.home = home
+        self.topic_id = topic_id
+        self.waiters: set[asyncio.Future] = set()  # fetches parked here (`wake`)
+        # no role until the control plane gives it one (`lead_alone`, `apply_state`)
+        self.is_leader = False
+        self.leader_id = -1
+        self.leader_epoch = 0
+        self.partition_epoch = -1
+        self.isr: list[int] = []
+        self.replicas: list[int] = []
+        self.confirmed_epoch = -1  # the broker epoch (registration) a LeaderAndIsr naming its role was sent to
+        self.fenced: str | None = None  # why appends are refused now (logged when it changes)
+        self.followers: dict[int, FollowerState] = {}
+        self.alter_in_flight: list[int] | None = None
+        self.epoch_start_offset = 0
+        self.hw_waiters: list[tuple[int, asyncio.Future]] = []
+        # follower -> the high watermark this process last answered its Fetch with: a parked
+        # follower Fetch is answered as soon as the high watermark differs from it
+        self.answered_hw: dict[int, int] = {}
+        self.seen_hw = -1  # the high watermark a fetch about to park last saw (a worker's wake-up compares)
+        self.parked = 0  # fetches of this process parked on it (a worker marks its waiter byte while > 0)
+        self.shared_log: Any = None  # a non-owner worker's shared-mode writer, opened on first use
+        self.shared_txn_logged = False  # whether that writer logged its first transactional append
+
+    # -- where it lives ------------------------------------------------------------------
+    @property
+    def slot(self) -> int:
+        """Its slot in the shared partition table (-1: none, one process)."""
+        return self.home.slot
+
+    @property
+    def owner(self) -> int:
+        """The worker holding its writer (-1: this process)."""
+        return self.home.owner
+
+    @property
+    def loading(self) -> bool:
+        """Whether nothing of the partition is published yet in this start (with worker
+        processes: its owner has not loaded it yet); never in one process."""
+        return self.home.loading
+
+    # -- published state -----------------------------------------------------------------
+    @property
+    def state(self) -> Any:
+        return self.log.state
+
+    @property
+    def high_watermark(self) -> int:
+        hw = self.log.state.high_watermark
+        self.seen_hw = hw  # what the fetch about to park saw: a worker's wake-up compares against it
+        return hw
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.state.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.state.log_end_offset
+
+    def unavailable_error(self) -> int:
+        """The error every request for the partition gets before anything of it is read, 0
+        when none: NOT_LEADER_OR_FOLLOWER while it is loading (Kafka's answer for a partition
+        a broker does not serve yet: clients refresh their metadata, which lists it without a
+        leader until then, and retry), KAFKA_STORAGE_ERROR while its log is offline."""
+        if self.home.loading:
+            return E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return E.ErrorCode.KAFKA_STORAGE_ERROR if self.log.state.offline else 0
+
+    def wake(self) -> None:
+        """Answers the fetches parked on it (they re-read)."""
+        waiters, self.waiters = self.waiters, set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    # -- role ----------------------------------------------------------------------------
+    def lead_alone(self, broker_id: int) -> None:
+        """The role of every partition of a single node: leader at epoch 0, ISR and replicas
+        this broker alone, so the high watermark is the log end the append publishes."""
+        self.is_leader = True
+        self.leader_id = broker_id
+        self.leader_epoch = 0
+        self.partition_epoch = 0
+        self.isr = [broker_id]
+        self.replicas = [broker_id]
+
+    def apply_state(self, ps: Any, *, is_leader: bool) -> None:
+        """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
+        self.is_leader = is_leader
+        self.leader_id = ps.leader
+        self.leader_epoch = ps.leader_epoch
+        self.isr = list(ps.isr)
+        self.replicas = list(ps.replicas)
+        self.partition_epoch = ps.partition_epoch
+        self.alter_in_flight = None
+        self.answered_hw.clear()  # a new role or epoch: what the followers know is unknown
+
+    @property
+    def in_sync_count(self) -> int:
+        """How many replicas are in sync (a lone replica is its own ISR)."""
+        return len(self.isr)
+
+    # -- the high-watermark rule -----------------------------------------------------------
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark waits for: the committed one plus pending additions."""
+        members = set(self.isr)
+        if self.alter_in_flight is not None:
+            members |= set(self.alter_in_flight)
+        return members
+
+    def maybe_increment_hw(self, self_id: int) -> bool:
+        """Moves the leader's high watermark to the minimum log end over the (maximal) ISR, if
+        that is higher; answers the acks=all produces it passes, then wakes the fetches."""
+        if not self.is_leader:
+            return False
+        st = self.log.state
+        new_hw = st.log_end_offset  # (published: in a worker, other workers may have appended)
+        for r in self.maximal_isr():
+            if r == self_id:
+                continue
+            f = self.followers.get(r)
+            new_hw = min(new_hw, f.leo if f is not None else -1)
+        if new_hw <= st.high_watermark:
+            return False
+        st.high_watermark = new_hw
+        st.last_stable_offset = self.log.last_stable_offset(new_hw)
+        if self.hw_waiters:  # first: the produces answered resume before the fetches woken below
+            still = []
+            for offset, fut in self.hw_waiters:
+                if offset <= new_hw:
+                    if not fut.done():
+                        fut.set_result(0)
+                else:
+                    still.append((offset, fut))
+            self.hw_waiters = still
+        self.wake()
+        return True
+
+    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
+        """0 once the high watermark reaches `offset` (at once for a lone replica: the append
+        published it); an error code if leadership is lost (NOT_LEADER_OR_FOLLOWER) or the
+        timeout passes (REQUEST_TIMED_OUT)."""
+        if self.log.state.high_watermark >= offset:
+            return 0
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.hw_waiters.append((offset, fut))
+        # the future itself is awaited (not through asyncio.wait_for, whose own waiter costs a
+        # loop pass): the produce resumes on the pass after the Fetch that moved the watermark
+        timer = loop.call_later(timeout_s, _time_out, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+
+    def fail_waiters(self, code: int) -> None:
+        """Answers every parked acks=all produce with `code` (leadership moved)."""
+        waiters, self.hw_waiters = self.hw_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_result(code)
+
+
+def _time_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(E.ErrorCode.REQUEST_TIMED_OUT)
