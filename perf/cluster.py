@@ -18,7 +18,7 @@ the rows of one run.
     python -m perf.cluster --table [--quick | --rounds 4 --duration 8] [--rdkafka-src DIR] [--note "..."]
 
 issue 25's table in one run: a single node (`--workers 0`), three brokers (`--workers 0`) and
-three brokers with `--workers 2` (or `--workers N`) all up for the whole run, one topic of 6
+three brokers with `--workers 2` all up for the whole run, one topic of 6
 partitions (RF 3, min.insync.replicas=2) on each. Every round runs every throughput load
 (single acks=1, RF3 acks=all, RF3 acks=1, RF3 acks=all with workers) on its setup with both
 load drivers, librdkafka's `rdkafka_performance` (built from source on first use by
@@ -158,8 +158,8 @@ def table_load(driver: str, binary: Path, brokers: list[Kafkafast], acks: str, s
                warmup_s: float, rate: float = 0.0, count_rate: float = 0.0) -> dict:
     """One load on one setup: unthrottled (rate 0) or at `rate` msg/s for latency. Broker CPU
     over the whole load. rdkafka_performance sends a count, not for a time: `count_rate` x
-    `seconds` messages (`count_rate` is what it reached unthrottled, or paced at `rate`, in
-    the warm-up: its pacing sleeps after every message, so it may fall short of `rate`)."""
+    `seconds` messages (`count_rate`: the rate it reached on this load last time, unthrottled
+    or paced at `rate`: its pacing waits after every message, so it may fall short of `rate`)."""
     bootstrap = ",".join(b.bootstrap for b in brokers)
     cpu0, client0, t0 = sum(b.cpu_seconds() for b in brokers), _child_cpu(), time.perf_counter()
     if driver == "rdkafka_performance":
@@ -301,8 +301,8 @@ def table_chart(res: dict, path: Path) -> None:
 
     keys = list(ISSUE_ROWS)
     names = ["CPU/GB per replica\nRF3 all ÷ single", "throughput\nRF3 all ÷ single 1",
-             "throughput\nRF3 1 ÷ single 1", "p99 at 50%\nRF3 all ÷ single 1\n(rdkafka_perf.: rate reached)", "throughput\n2 workers ÷ 0",
-             "CPU/GB\n2 workers ÷ 0"]
+             "throughput\nRF3 1 ÷ single 1", "p99 at 50%\nRF3 all ÷ single 1\n(rdkafka_perf.: rate reached)",
+             "throughput\n2 workers ÷ 0", "CPU/GB\n2 workers ÷ 0"]
     goals = [1.15, 0.6, 0.9, 3.0, 1.0, 1.15]
     today = [1.7, 0.33, 0.69, 6.2, None, None]
     fig, ax = plt.subplots(figsize=(11, 4.5))
@@ -352,8 +352,7 @@ def run_table(args: argparse.Namespace) -> int:
             single.start()
             setups = {"single": [single],
                       "cluster": stack.enter_context(three_brokers(root / "cluster", 0, TABLE_SETTINGS)),
-                      "cluster-w2": stack.enter_context(three_brokers(root / "cluster-w2", args.workers or 2,
-                                                                      TABLE_SETTINGS))}
+                      "cluster-w2": stack.enter_context(three_brokers(root / "cluster-w2", 2, TABLE_SETTINGS))}
             for name, brokers in setups.items():
                 create_topic(",".join(b.bootstrap for b in brokers), TABLE_TOPIC, len(brokers))
             count_rate = {}
@@ -369,7 +368,8 @@ def run_table(args: argparse.Namespace) -> int:
             print(f"warm-up: rdkafka_performance -r {paced:,.0f} reached {r['msgs_per_s']:,} msg/s", flush=True)
             for rnd in range(rounds):
                 drivers = DRIVERS if rnd % 2 == 0 else DRIVERS[::-1]
-                order = THROUGHPUT_LOADS[rnd % 4:] + THROUGHPUT_LOADS[:rnd % 4]
+                turn = rnd % len(THROUGHPUT_LOADS)
+                order = THROUGHPUT_LOADS[turn:] + THROUGHPUT_LOADS[:turn]
                 for setup, acks in order:
                     for d in drivers:
                         r = table_load(d, binary, setups[setup], acks, seconds, warmup_s,
@@ -418,7 +418,7 @@ def run_table(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.cluster")
     ap.add_argument("--table", action="store_true",
-                    help="issue 25's table (perf.cluster_table): rdkafka_performance and confluent-kafka loads")
+                    help="issue 25's table: rdkafka_performance and confluent-kafka loads (see above)")
     ap.add_argument("--rounds", type=int, default=4, help="with --table: rounds (setups alternated in each)")
     ap.add_argument("--quick", action="store_true", help="with --table: 3 rounds of short loads (under 4 minutes)")
     ap.add_argument("--rdkafka-src", type=Path, default=None,
