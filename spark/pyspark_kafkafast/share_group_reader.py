@@ -29,7 +29,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -87,7 +87,8 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.arrow_schema = arrow_schema(schema)
         self._consumer: ShareConsumer | None = None
         self._held: dict[str, Any] | None = None  # the end offset of the batch whose records this member holds
-        self._closing: threading.Thread | None = None
+        self._stopping = False
+        self._terminate_after_stop: Callable[[], None] | None = None
 
     # -- driver side ---------------------------------------------------------------------
     def _share_consumer(self) -> ShareConsumer:
@@ -104,25 +105,34 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._consumer
 
     def _stop_on_sigterm(self) -> None:
-        """Spark 4.3 ends a query's stream reader by closing its socket and terminating its
-        Python process (the runner's stopWorker destroys it) at once, so the `stop` the
-        runner calls when its socket closes is cut short; `stop` runs on SIGTERM too and the
-        process ends once the close is done. So the records held go back to the group at once,
-        not when their locks expire, and the member leaves the group (else it keeps its share
-        of the partitions until the group's session timeout)."""
+        """Spark 4.3 ends a query's stream reader by terminating its Python process (the
+        runner's stopWorker sends SIGTERM, and closes the socket, on which the runner calls
+        `stop`) without waiting for it; so `stop` runs on SIGTERM, and a SIGTERM that comes
+        while `stop` is closing ends the process only once the close is done. So the records
+        held go back to the group at once, not when their locks expire, and the member leaves
+        the group (else it keeps its share of the partitions until the group's session
+        timeout)."""
         if threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGTERM)
+        if previous is None:  # a handler not installed from Python
+            previous = signal.SIG_DFL
+
+        def terminate(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, previous)
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                os.kill(os.getpid(), signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: Any) -> None:
+            if self._stopping:  # this handler interrupted `stop`: it terminates when the close is done
+                self._terminate_after_stop = lambda: terminate(signum, frame)
+                return
             try:
                 self.stop()
             finally:
-                signal.signal(signal.SIGTERM, previous)
-                if callable(previous):
-                    previous(signum, frame)
-                else:
-                    os.kill(os.getpid(), signal.SIGTERM)
+                terminate(signum, frame)
 
         signal.signal(signal.SIGTERM, on_sigterm)
 
@@ -192,15 +202,16 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                            self.group, held["batch"], failed)
 
     def stop(self) -> None:
-        """Closes the share sessions (records still held go back to the group) and leaves the
-        group. The close runs on a thread of its own: a SIGTERM that arrives while the runner's
-        own call of `stop` is closing (see `_stop_on_sigterm`) waits for that close to end."""
-        if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            self._closing = threading.Thread(target=consumer.close, name="kafkafast-share-close", daemon=True)
-            self._closing.start()
-        if self._closing is not None:
-            self._closing.join(self.opts.request_timeout_ms / 1000.0)
+        """Closes the share sessions (records still held go back to the group) and leaves the group."""
+        self._stopping = True  # first: a SIGTERM from here on waits for the close (`_stop_on_sigterm`)
+        try:
+            if self._consumer is not None:
+                consumer, self._consumer = self._consumer, None
+                consumer.close()
+        finally:
+            self._stopping = False
+            if self._terminate_after_stop is not None:
+                self._terminate_after_stop()
 
     # -- task side -----------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
