@@ -30,19 +30,17 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from kafkafast.client.share_consumer import AcquiredRange, ShareConsumer
 from pyspark_kafkafast.options import KafkaFastOptionError, SourceOptions, Subscribe
 from pyspark_kafkafast.planning import OffsetRange, split_ranges
 from pyspark_kafkafast.readers import OffsetRangePartition, read_offset_range
 from pyspark_kafkafast.schema import arrow_schema
-
-if TYPE_CHECKING:
-    from kafkafast.client.share_consumer import AcquiredRange, ShareConsumer
 
 logger = logging.getLogger("pyspark_kafkafast")
 
@@ -93,7 +91,6 @@ class ShareGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # -- driver side ---------------------------------------------------------------------
     def _share_consumer(self) -> ShareConsumer:
         if self._consumer is None:
-            from kafkafast.client.share_consumer import ShareConsumer
             o = self.opts
             assert isinstance(o.subscription, Subscribe)
             self._consumer = ShareConsumer(*o.subscription.topics, bootstrap_servers=o.bootstrap, group_id=self.group,

@@ -1,6 +1,7 @@
 """Structured Streaming through the `kafkafast` data source: micro-batches limited by
 maxOffsetsPerTrigger, stop and restart from the checkpoint with exactly-once output,
-partitions added while stopped, and a streaming write."""
+partitions added while stopped, a streaming write, and streams read through a share group
+(shareGroup): each record once, accepted at the commit, released when a batch fails."""
 from __future__ import annotations
 
 import time
