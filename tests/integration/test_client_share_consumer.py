@@ -1,7 +1,8 @@
 """kafkafast's own ShareConsumer against a real broker: three consumers share one topic's
 records, each accepted exactly once (implicit mode); explicit mode releases, rejects and
 accepts, and a released record comes back with delivery count 2; commit_sync reports each
-partition's result."""
+partition's result; explicit mode's acquire answers offset ranges that acknowledge_range
+accepts or releases."""
 from __future__ import annotations
 
 import time
