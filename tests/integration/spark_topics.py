@@ -37,15 +37,12 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def share_group_from_earliest(bootstrap: str, group: str) -> None:
-    """Sets the share group's share.auto.offset.reset to earliest (a new group starts at the log
-    end otherwise), and its acquisition lock to the longest the broker allows (60 s: a
-    micro-batch on a loaded machine can outlast the 30 s default)."""
+    """Sets the share group's share.auto.offset.reset to earliest (a new group starts at the log end otherwise)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
-        ConfigEntry("share.record.lock.duration.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
     for f in admin.incremental_alter_configs([res]).values():
         f.result(30)
 

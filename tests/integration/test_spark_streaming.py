@@ -18,6 +18,7 @@ from tests.integration.spark_topics import (
     fill,
     share_group_from_earliest,
 )
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -139,16 +140,26 @@ def test_stream_write_copies_a_topic(spark, module_broker, tmp_path):  # noqa: F
         assert value == b"v%d" % i and partition == i % 3 and headers == [("seq", b"%d" % i)]
 
 
+@pytest.fixture(scope="module")
+def share_broker(tmp_path_factory):
+    """A broker whose share groups lock acquired records for 5 minutes: a micro-batch must end
+    within the lock (spark/README.md), and on a loaded machine one can outlast Kafka's 30 s."""
+    b = BrokerProcess(tmp_path_factory.mktemp("share-broker") / "data", settings={
+        "group.share.record.lock.duration.ms": "300000", "group.share.max.record.lock.duration.ms": "300000"}).start()
+    yield b
+    b.kill()
+
+
 def share_stream(spark, bootstrap, topic, group, **options):  # noqa: F811
     return stream(spark, bootstrap, topic, shareGroup=group, **options).selectExpr(
         "*", "spark_partition_id() AS task")
 
 
-def test_share_group_stream_reads_each_record_once_over_more_tasks_than_partitions(spark, module_broker, tmp_path):  # noqa: F811
+def test_share_group_stream_reads_each_record_once_over_more_tasks_than_partitions(spark, share_broker, tmp_path):  # noqa: F811
     """shareGroup: 400 records of a 2-partition topic read by 4 tasks per micro-batch, each
     record once; the records are accepted when the batch commits, so a second query of the
     same group gets only the 10 records produced after the first one stopped."""
-    bootstrap, topic, group = module_broker.bootstrap, "share2", "spark-share"
+    bootstrap, topic, group = share_broker.bootstrap, "share2", "spark-share"
     create_topic(bootstrap, topic, 2)
     share_group_from_earliest(bootstrap, group)
     fill(bootstrap, topic, 2, 0, 400)
@@ -172,10 +183,10 @@ def test_share_group_stream_reads_each_record_once_over_more_tasks_than_partitio
         f"v{i}" for i in range(400, 410))
 
 
-def test_share_group_stream_failed_batch_releases_its_records(spark, module_broker, tmp_path):  # noqa: F811
+def test_share_group_stream_failed_batch_releases_its_records(spark, share_broker, tmp_path):  # noqa: F811
     """A micro-batch whose sink fails stops the query without accepting its records: the group
     delivers every one of them again, with delivery count 2."""
-    bootstrap, topic, group = module_broker.bootstrap, "share-fail", "spark-share-fail"
+    bootstrap, topic, group = share_broker.bootstrap, "share-fail", "spark-share-fail"
     create_topic(bootstrap, topic, 2)
     share_group_from_earliest(bootstrap, group)
     fill(bootstrap, topic, 2, 0, 200)
