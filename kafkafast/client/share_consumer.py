@@ -23,6 +23,11 @@ IllegalStateError), and the types go to the broker with the next poll or commit.
 sends the pending acknowledgements in ShareAcknowledge requests and returns each partition's
 error (None when accepted). `close` acknowledges, closes the share sessions (epoch -1, which
 releases anything still held) and leaves the group (epoch -1).
+
+For a caller that reads the records elsewhere (the Spark source's driver acquires, its tasks
+read the offsets from the partition leaders): explicit mode's `acquire` answers the acquired
+offset ranges (`AcquiredRange`) without decoding any record, and `acknowledge_range` gives a
+whole range one type; they too go with the next poll, acquire or commit.
 """
 from __future__ import annotations
 
@@ -65,6 +70,17 @@ class ShareRecord:
     delivery_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class AcquiredRange:
+    """Offsets first..last (inclusive) of one partition, acquired for this member."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
 class _Session:
     """One broker's share session: its epoch and the partitions it holds."""
 
@@ -101,6 +117,7 @@ class AIOShareConsumer:
         self._pending: dict[TopicPartition, dict[int, int]] = {}  # acknowledgements not yet sent: offset -> type
         self._hb_task: asyncio.Task | None = None
         self._joined = asyncio.Event()
+        self._assigned = asyncio.Event()  # set while the assignment names partitions
         self._send_topics = False
         self._closed = False
 
@@ -108,6 +125,14 @@ class AIOShareConsumer:
         await self.cluster.start()
         self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
         return self
+
+    async def wait_for_assignment(self, timeout_ms: int) -> bool:
+        """Until the group has given this member partitions (True), or `timeout_ms` passed."""
+        try:
+            await asyncio.wait_for(self._assigned.wait(), timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def subscribe(self, topics: list[str]) -> None:
         """A new subscription, sent with the next heartbeat."""
@@ -151,6 +176,10 @@ class AIOShareConsumer:
             await self._learn_topic_ids()
         self.assignment = {TopicPartition(self._ids[tp.topic_id], p) for tp in assignment.topic_partitions
                            if tp.topic_id in self._ids for p in tp.partitions}
+        if self.assignment:
+            self._assigned.set()
+        else:
+            self._assigned.clear()
 
     async def _learn_topic_ids(self) -> None:
         md = await self.cluster.send_any(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t)
@@ -172,6 +201,19 @@ class AIOShareConsumer:
         if ack_type not in (ACCEPT, RELEASE, REJECT):
             raise ValueError(f"unknown acknowledge type {ack_type}")
         self._delivered[key] = ack_type
+
+    def acknowledge_range(self, topic: str, partition: int, first_offset: int, last_offset: int,
+                          ack_type: int = ACCEPT) -> None:
+        """Explicit mode: one type for offsets first..last that `acquire` answered; sent with the
+        next poll, acquire or commit (the broker refuses offsets this member does not hold with
+        INVALID_RECORD_STATE, which commit_sync reports)."""
+        if not self.explicit:
+            raise IllegalStateError("acknowledge_range() is for acknowledgement_mode='explicit'")
+        if ack_type not in (ACCEPT, RELEASE, REJECT):
+            raise ValueError(f"unknown acknowledge type {ack_type}")
+        pending = self._pending.setdefault(TopicPartition(topic, partition), {})
+        for off in range(first_offset, last_offset + 1):
+            pending[off] = ack_type
 
     def _take_delivered(self) -> None:
         """The records handed out become pending acknowledgements (implicit: accepted)."""
@@ -243,6 +285,30 @@ class AIOShareConsumer:
     # -- fetching ---------------------------------------------------------------------------------
     async def poll(self, timeout_ms: int = 1000) -> list[ShareRecord]:
         """Records acquired for this member (with the previous poll's acknowledgements sent first)."""
+        out: list[ShareRecord] = []
+        for topic, p in await self._acquire_within(timeout_ms, self.max_records):
+            counts = {o: a.delivery_count for a in p.acquired_records for o in range(a.first_offset, a.last_offset + 1)}
+            records, _ = decode_fetched(p.records, topic, p.partition_index, min(counts))
+            for r in records:
+                count = counts.get(r.offset)
+                if count is not None:
+                    out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, r.key, r.value,
+                                           r.headers, count))
+                    self._delivered[(topic, p.partition_index, r.offset)] = None
+        return out
+
+    async def acquire(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[AcquiredRange]:
+        """Explicit mode: as poll, but answers the acquired offset ranges and decodes no record;
+        give each range its type with acknowledge_range."""
+        if not self.explicit:
+            raise IllegalStateError("acquire() is for acknowledgement_mode='explicit'")
+        return [AcquiredRange(topic, p.partition_index, a.first_offset, a.last_offset, a.delivery_count)
+                for topic, p in await self._acquire_within(timeout_ms, max_records or self.max_records)
+                for a in p.acquired_records]
+
+    async def _acquire_within(self, timeout_ms: int, max_records: int) -> list[tuple[str, Any]]:
+        """ShareFetch rounds until one acquires records or `timeout_ms` passed: (topic, partition
+        answer) of each partition with acquired records."""
         self._take_delivered()
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000.0
         if not self._joined.is_set():
@@ -253,11 +319,11 @@ class AIOShareConsumer:
         while True:
             remaining = deadline - asyncio.get_running_loop().time()
             wait_ms = max(0, min(self.fetch_max_wait_ms, int(remaining * 1000)))
-            records = await self._fetch_all(wait_ms)
-            if records or remaining <= 0:
-                return records
+            parts = await self._fetch_all(wait_ms, max_records)
+            if parts or remaining <= 0:
+                return parts
 
-    async def _fetch_all(self, wait_ms: int) -> list[ShareRecord]:
+    async def _fetch_all(self, wait_ms: int, max_records: int) -> list[tuple[str, Any]]:
         by_node: dict[int, set[TopicPartition]] = {}
         for tp in self.assignment | set(self._pending):
             by_node.setdefault(self.cluster.leader_for(tp), set()).add(tp)
@@ -267,9 +333,9 @@ class AIOShareConsumer:
         if not by_node:
             await asyncio.sleep(wait_ms / 1000.0)
             return []
-        answers = await asyncio.gather(*(self._fetch(node, tps, wait_ms) for node, tps in by_node.items()),
+        answers = await asyncio.gather(*(self._fetch(node, tps, wait_ms, max_records) for node, tps in by_node.items()),
                                        return_exceptions=True)
-        out: list[ShareRecord] = []
+        out: list[tuple[str, Any]] = []
         for a in answers:
             if isinstance(a, BaseException):
                 log.info("share fetch failed: %s", a)
@@ -277,7 +343,8 @@ class AIOShareConsumer:
             out += a
         return out
 
-    async def _fetch(self, node: int, tps: set[TopicPartition], wait_ms: int) -> list[ShareRecord]:
+    async def _fetch(self, node: int, tps: set[TopicPartition], wait_ms: int,
+                     max_records: int) -> list[tuple[str, Any]]:
         F = ShareFetchRequest
         session = self._sessions.setdefault(node, _Session())
         wanted = {tp for tp in tps if tp in self.assignment}
@@ -293,8 +360,8 @@ class AIOShareConsumer:
         for tp in forgotten:
             forget.setdefault(tp.topic, []).append(tp.partition)
         req = F(group_id=self.group_id, member_id=self.member_id, share_session_epoch=session.epoch,
-                max_wait_ms=wait_ms, min_bytes=1, max_bytes=self.fetch_max_bytes, max_records=self.max_records,
-                batch_size=self.max_records,
+                max_wait_ms=wait_ms, min_bytes=1, max_bytes=self.fetch_max_bytes, max_records=max_records,
+                batch_size=max_records,
                 topics=[F.FetchTopic(topic_id=self._names[t], partitions=ps) for t, ps in topics.items()],
                 forgotten_topics_data=[F.ForgottenTopic(topic_id=self._names[t], partitions=ps)
                                        for t, ps in forget.items()])
@@ -307,22 +374,8 @@ class AIOShareConsumer:
             return []
         session.epoch += 1
         session.partitions = wanted
-        out: list[ShareRecord] = []
-        for t in resp.responses:
-            topic = self._ids.get(t.topic_id)
-            for p in t.partitions:
-                if topic is None or p.error_code or not p.acquired_records:
-                    continue
-                counts = {o: a.delivery_count for a in p.acquired_records
-                          for o in range(a.first_offset, a.last_offset + 1)}
-                records, _ = decode_fetched(p.records, topic, p.partition_index, min(counts))
-                for r in records:
-                    count = counts.get(r.offset)
-                    if count is not None:
-                        out.append(ShareRecord(topic, p.partition_index, r.offset, r.timestamp, r.key, r.value,
-                                               r.headers, count))
-                        self._delivered[(topic, p.partition_index, r.offset)] = None
-        return out
+        return [(self._ids[t.topic_id], p) for t in resp.responses if t.topic_id in self._ids
+                for p in t.partitions if not p.error_code and p.acquired_records]
 
     async def close(self) -> None:
         if self._closed:
@@ -354,9 +407,21 @@ class ShareConsumer:
     def poll(self, timeout_ms: int = 1000) -> list[ShareRecord]:
         return self._lt.run(self._c.poll(timeout_ms))
 
+    def wait_for_assignment(self, timeout_ms: int) -> bool:
+        return self._lt.run(self._c.wait_for_assignment(timeout_ms))
+
+    def acquire(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[AcquiredRange]:
+        return self._lt.run(self._c.acquire(timeout_ms, max_records))
+
     def acknowledge(self, record: ShareRecord, ack_type: int = ACCEPT) -> None:
         async def run() -> None:
             self._c.acknowledge(record, ack_type)
+        self._lt.run(run())
+
+    def acknowledge_range(self, topic: str, partition: int, first_offset: int, last_offset: int,
+                          ack_type: int = ACCEPT) -> None:
+        async def run() -> None:
+            self._c.acknowledge_range(topic, partition, first_offset, last_offset, ack_type)
         self._lt.run(run())
 
     def commit_sync(self) -> dict[TopicPartition, Exception | None]:

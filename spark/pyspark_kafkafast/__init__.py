@@ -12,7 +12,8 @@ install, or spark/ on PYTHONPATH; not a default `pip install -e`): see spark/REA
 
 Modules, in the order data flows: `options` (parse), `planning` (offset ranges, pure),
 `broker_calls` (the kafkafast client), `arrow_records` (client Arrow batches -> source schema), `readers`,
-`writers`, `data_source` (the DataSource tying them together).
+`share_group_reader` (streams through a share group, option shareGroup), `writers`, `data_source` (the
+DataSource tying them together).
 """
 from __future__ import annotations
 

@@ -39,8 +39,12 @@ class KafkaFastDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pyspark_kafkafast.readers import KafkaFastStreamReader
+        from pyspark_kafkafast.share_group_reader import ShareGroupStreamReader
         self._check_schema(schema)
-        return KafkaFastStreamReader(parse_source_options(self.options, streaming=True), schema)
+        opts = parse_source_options(self.options, streaming=True)
+        if opts.share_group is not None:
+            return ShareGroupStreamReader(opts, schema)
+        return KafkaFastStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pyspark_kafkafast.writers import KafkaFastBatchWriter

@@ -118,6 +118,8 @@ class SourceOptions:
     request_timeout_ms: int = 30000
     # kafkaConsumer.pollTimeoutMs: how long a task waits for records of its range to arrive
     poll_timeout_ms: int = 60000
+    # shareGroup: streaming through this share group (KIP-932) instead of offset ranges of the log
+    share_group: str | None = None
 
     @property
     def security(self) -> ClientSecurity:
@@ -166,7 +168,7 @@ _SOURCE_OPTIONS = _SPARK_OWN | {
     "startingoffsetsbytimestamp", "endingoffsetsbytimestamp", "startingtimestamp", "endingtimestamp",
     "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "maxoffsetspertrigger",
     "minoffsetspertrigger", "maxtriggerdelay", "includeheaders", "maxrecordsperbatch", "fetchoffset.numretries",
-    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms"}
+    "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms", "sharegroup"}
 _SINK_OPTIONS = _SPARK_OWN | {"kafka.bootstrap.servers", "topic", "includeheaders", "exactlyonce",
                               "transactionalidprefix"}
 # kafka.* settings the source / sink pass on; security.protocol, ssl.* and sasl.* go to
@@ -362,9 +364,43 @@ def _offset_spec(opts: Mapping[str, str], which: str, default: OffsetSpec) -> Of
     return SpecificOffsets(parse_partition_map(raw, f"{which}Offsets"))
 
 
+# Options that choose where reading starts and stops, or pace micro-batches by the log's backlog:
+# with shareGroup the share group's state decides which records a micro-batch gets.
+_NOT_WITH_SHARE_GROUP = {
+    "assign": "a share group subscribes to whole topics; use subscribe",
+    "subscribepattern": "a share group subscribes to topic names; use subscribe",
+    "startingoffsets": "where a share group starts is its share.auto.offset.reset group config (or "
+                       "kafkafast share-groups --reset-offsets)",
+    "startingoffsetsbytimestamp": "where a share group starts is its share.auto.offset.reset group config",
+    "startingtimestamp": "where a share group starts is its share.auto.offset.reset group config",
+    "startingoffsetsbytimestampstrategy": "where a share group starts is its share.auto.offset.reset group config",
+    "minoffsetspertrigger": "a share group's backlog is not known before its records are acquired",
+    "maxtriggerdelay": "a share group's backlog is not known before its records are acquired",
+    "kafka.isolation.level": "a share group reads with its share.isolation.level group config",
+}
+
+
+def _share_group(opts: Mapping[str, str], streaming: bool) -> str | None:
+    """The shareGroup option, refused for batch reads and beside options it makes meaningless."""
+    if "sharegroup" not in opts:
+        return None
+    group = opts["sharegroup"].strip()
+    if not group:
+        raise KafkaFastOptionError("option shareGroup must name a share group")
+    if not streaming:
+        raise KafkaFastOptionError("option shareGroup is for streaming reads only: a batch read has no commit "
+                                   "at which to acknowledge the records it acquired; use readStream (with "
+                                   "trigger(availableNow=True) to read what the group has and stop)")
+    for name, why in _NOT_WITH_SHARE_GROUP.items():
+        if name in opts:
+            raise KafkaFastOptionError(f"option {name} cannot be used with shareGroup: {why}")
+    return group
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     opts = _lower(options)
     _check_known(options, _SOURCE_OPTIONS, _SOURCE_KAFKA_PARAMS, _UNSUPPORTED_SOURCE_PARAMS, "source")
+    share_group = _share_group(opts, streaming)
     kafka_params = _kafka_params(opts)
     client_security(kafka_params)
     isolation = kafka_params.get("isolation.level", "read_uncommitted").strip().lower()
@@ -414,6 +450,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         request_timeout_ms=_positive_int(opts, "kafka.request.timeout.ms") or 30000,
         poll_timeout_ms=(_positive_int(opts, "kafkaConsumer.pollTimeoutMs")
                          or _positive_int(opts, "kafka.request.timeout.ms") or 60000),
+        share_group=share_group,
     )
 
 

@@ -94,6 +94,9 @@ def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str
 def offsets_from_json(doc: Mapping[str, Mapping[str, int]] | str) -> PartitionOffsets:
     if isinstance(doc, str):
         doc = json.loads(doc)
+    if "shareGroup" in doc:
+        raise KafkaFastOptionError(f"the checkpoint holds the micro-batches of share group {doc['shareGroup']!r}: "
+                                   "the query's source must keep its shareGroup option across restarts")
     return {(topic, int(p)): int(off) for topic, parts in doc.items() for p, off in parts.items()}
 
 
@@ -162,13 +165,12 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     def part_count(size: int, of_total: int, parts: int) -> int:
         return max(_round_half_up(size / of_total * parts), 1)
 
-    unsplit = [r for r in ranges if part_count(r.size, total, min_partitions) == 1]
-    unsplit_keys = {r.topic_partition for r in unsplit}
+    unsplit = {r for r in ranges if part_count(r.size, total, min_partitions) == 1}
     split_total = total - sum(r.size for r in unsplit)
     split_min = max(min_partitions - len(unsplit), 1)
     out: list[OffsetRange] = []
     for r in ranges:
-        parts = 1 if r.topic_partition in unsplit_keys else part_count(r.size, split_total, split_min)
+        parts = 1 if r in unsplit else part_count(r.size, split_total, split_min)
         remaining, start = r.size, r.start
         for i in range(parts):
             piece = remaining // (parts - i)  # the last piece takes the rounding

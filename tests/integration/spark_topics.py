@@ -36,6 +36,17 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
+def share_group_from_earliest(bootstrap: str, group: str) -> None:
+    """Sets the share group's share.auto.offset.reset to earliest (a new group starts at the log end otherwise)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
 def add_partitions(bootstrap: str, topic: str, total: int) -> None:
     from confluent_kafka.admin import AdminClient, NewPartitions
 

@@ -234,3 +234,36 @@ def test_micro_batch_data_loss_fails_or_is_skipped_per_fail_on_data_loss():
         plan_micro_batch({("t", 0): 5, ("t", 2): 1}, {("t", 0): 9}, lookup, True, None)
     ranges = plan_micro_batch({("t", 0): 5, ("t", 2): 1}, {("t", 0): 9, ("t", 1): 4}, lookup, False, None)
     assert ranges == [OffsetRange("t", 0, 5, 9), OffsetRange("t", 1, 3, 4)]
+
+
+def test_share_group_is_for_streaming_subscribe_reads_without_offset_options():
+    o = parse_source_options({**BOOT, "subscribe": "a,b", "shareGroup": " g "}, streaming=True)
+    assert (o.share_group, o.subscription) == ("g", Subscribe(("a", "b")))
+    assert parse_source_options({**BOOT, "subscribe": "a"}, streaming=True).share_group is None
+    with pytest.raises(KafkaFastOptionError, match="shareGroup is for streaming reads only"):
+        parse_source_options({**BOOT, "subscribe": "a", "shareGroup": "g"}, streaming=False)
+    with pytest.raises(KafkaFastOptionError, match="must name a share group"):
+        parse_source_options({**BOOT, "subscribe": "a", "shareGroup": " "}, streaming=True)
+    for name, value in [("startingOffsets", "earliest"), ("startingTimestamp", "1"), ("maxTriggerDelay", "1m"),
+                        ("minOffsetsPerTrigger", "5"), ("kafka.isolation.level", "read_committed")]:
+        with pytest.raises(KafkaFastOptionError, match=f"option {name.lower()} cannot be used with shareGroup"):
+            parse_source_options({**BOOT, "subscribe": "a", "shareGroup": "g", name: value}, streaming=True)
+    with pytest.raises(KafkaFastOptionError, match="option assign cannot be used with shareGroup: .* use subscribe"):
+        parse_source_options({**BOOT, "assign": '{"a":[0]}', "shareGroup": "g"}, streaming=True)
+
+
+def test_share_group_batches_keep_acquired_ranges_merged_and_split_by_min_partitions():
+    from kafkafast.client.share_consumer import AcquiredRange
+    from pyspark_kafkafast.share_group_reader import ranges_from_json, ranges_to_json
+
+    acquired = [AcquiredRange("t", 1, 10, 19, 1), AcquiredRange("t", 0, 0, 4, 2), AcquiredRange("t", 0, 5, 9, 1),
+                AcquiredRange("t", 0, 20, 39, 1)]
+    doc = ranges_to_json(acquired)
+    assert doc == {"t": {"0": [[0, 9], [20, 39]], "1": [[10, 19]]}}
+    ranges = ranges_from_json(doc)
+    assert ranges == [OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 20, 40), OffsetRange("t", 1, 10, 20)]
+    # the 20-offset range of partition 0 gets two of four tasks although its other range stays whole
+    assert split_ranges(ranges, 4) == [OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 20, 30),
+                                       OffsetRange("t", 0, 30, 40), OffsetRange("t", 1, 10, 20)]
+    with pytest.raises(KafkaFastOptionError, match="must keep its shareGroup option"):
+        offsets_from_json({"shareGroup": "g", "batch": 1, "acquired": doc})

@@ -1,14 +1,24 @@
 """Structured Streaming through the `kafkafast` data source: micro-batches limited by
 maxOffsetsPerTrigger, stop and restart from the checkpoint with exactly-once output,
-partitions added while stopped, and a streaming write."""
+partitions added while stopped, a streaming write, and streams read through a share group
+(shareGroup): each record once, accepted at the commit, released when a batch fails."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
+from kafkafast.client.share_consumer import ShareConsumer
 from tests.integration.spark_fixtures import spark  # noqa: F401 - module-scoped SparkSession fixture
-from tests.integration.spark_topics import add_partitions, consume_all, create_topic, fill
+from tests.integration.spark_topics import (
+    add_partitions,
+    check_query,
+    consume_all,
+    create_topic,
+    fill,
+    share_group_from_earliest,
+)
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -128,3 +138,73 @@ def test_stream_write_copies_a_topic(spark, module_broker, tmp_path):  # noqa: F
     for partition, _, key, value, headers in got:
         i = int(key[1:])
         assert value == b"v%d" % i and partition == i % 3 and headers == [("seq", b"%d" % i)]
+
+
+@pytest.fixture(scope="module")
+def share_broker(tmp_path_factory):
+    """A broker whose share groups lock acquired records for 5 minutes: a micro-batch must end
+    within the lock (spark/README.md), and on a loaded machine one can outlast Kafka's 30 s."""
+    b = BrokerProcess(tmp_path_factory.mktemp("share-broker") / "data", settings={
+        "group.share.record.lock.duration.ms": "300000", "group.share.max.record.lock.duration.ms": "300000"}).start()
+    yield b
+    b.kill()
+
+
+def share_stream(spark, bootstrap, topic, group, **options):  # noqa: F811
+    return stream(spark, bootstrap, topic, shareGroup=group, **options).selectExpr(
+        "*", "spark_partition_id() AS task")
+
+
+def test_share_group_stream_reads_each_record_once_over_more_tasks_than_partitions(spark, share_broker, tmp_path):  # noqa: F811
+    """shareGroup: 400 records of a 2-partition topic read by 4 tasks per micro-batch, each
+    record once; the records are accepted when the batch commits, so a second query of the
+    same group gets only the 10 records produced after the first one stopped."""
+    bootstrap, topic, group = share_broker.bootstrap, "share2", "spark-share"
+    create_topic(bootstrap, topic, 2)
+    share_group_from_earliest(bootstrap, group)
+    fill(bootstrap, topic, 2, 0, 400)
+
+    def run(name, step):
+        q = (share_stream(spark, bootstrap, topic, group, minPartitions=4).writeStream.format("memory")
+             .queryName(name).option("checkpointLocation", str(tmp_path / step)).trigger(availableNow=True).start())
+        assert q.awaitTermination(60)
+        assert q.exception() is None
+        return spark.sql(f"SELECT * FROM {name}")
+
+    first = run("share_first", "ck1")
+    first.createOrReplaceTempView("share_first_view")
+    row = spark.sql(check_query("share_first_view", topic, 2)).collect()[0]
+    assert (row.n, row.distinct_positions, row.correct) == (400, 400, 400)
+    assert {r.task for r in first.select("task").distinct().collect()} == {0, 1, 2, 3}
+
+    fill(bootstrap, topic, 2, 400, 10)
+    second = run("share_second", "ck2")
+    assert sorted(r.v for r in second.selectExpr("cast(value AS string) AS v").collect()) == sorted(
+        f"v{i}" for i in range(400, 410))
+
+
+def test_share_group_stream_failed_batch_releases_its_records(spark, share_broker, tmp_path):  # noqa: F811
+    """A micro-batch whose sink fails stops the query without accepting its records: the group
+    delivers every one of them again, with delivery count 2."""
+    bootstrap, topic, group = share_broker.bootstrap, "share-fail", "spark-share-fail"
+    create_topic(bootstrap, topic, 2)
+    share_group_from_earliest(bootstrap, group)
+    fill(bootstrap, topic, 2, 0, 200)
+
+    def fail(df, batch_id):
+        assert df.count() > 0
+        raise RuntimeError("sink down")
+
+    q = (share_stream(spark, bootstrap, topic, group).writeStream.foreachBatch(fail)
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    with pytest.raises(Exception, match="sink down"):
+        q.awaitTermination(60)
+
+    counts: dict[bytes, int] = {}
+    with ShareConsumer(topic, bootstrap_servers=bootstrap, group_id=group) as c:
+        deadline = time.monotonic() + 45
+        while len(counts) < 200 and time.monotonic() < deadline:
+            for r in c.poll(timeout_ms=500):
+                counts[r.value] = r.delivery_count
+    assert set(counts) == {b"v%d" % i for i in range(200)}
+    assert set(counts.values()) == {2}
