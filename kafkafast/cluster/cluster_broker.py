@@ -11,6 +11,11 @@ half of it; expand: a follower that reached the high watermark and the current e
 Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
 coordinator of its groups or transactional ids (`cluster/transactions.py`).
 Everything runs on the broker's event loop; ZooKeeper calls go to threads.
+
+The same class runs in one process and in each worker of the pre-fork runtime: what depends
+on the processes (its ZooKeeper session, which process holds a replica's log and who appends
+to it, the start, the controlled shutdown, a new registration) is its placement's
+(`cluster/placement.py`: `ClusterLocalPlacement`, or a worker's `ClusterWorkerPlacement`).
 """
 from __future__ import annotations
 

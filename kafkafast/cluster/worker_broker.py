@@ -260,7 +260,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def appends_here(self, part: Any, transactional_id: str | None) -> bool:
         """The owner appends; any worker too, with shared append in cluster mode, while this
         broker leads the partition at the epoch the owner published (not transactional)."""
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
+        if self.owns(part):
             return True
         return (self.shared_append and part.is_leader and transactional_id is None
                 and self.table.leading_epoch(part.slot) == part.leader_epoch
@@ -291,7 +291,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
             self.table.set_header_word(shm.H_REREGISTER, 0)
             broker.register_again()
         for part in list(broker.partitions.values()):
-            if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
+            if self.owns(part) and part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
                 part.maybe_increment_hw(broker.node_id)
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look
@@ -350,7 +350,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         while self.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         led = sorted(tp for tp, p in broker.partitions.items()
-                     if isinstance(p, ClusterWorkerPartition) and p.local and p.is_leader and len(p.replicas) > 1)
+                     if self.owns(p) and p.is_leader and len(p.replicas) > 1)
         log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
                  self.index, len(led), f": {led[:5]}" if led else "")
 
