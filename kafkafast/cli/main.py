@@ -127,8 +127,8 @@ def run_broker(args: argparse.Namespace) -> int:
         except ImportError:
             run_supervisor = None
         if workers and run_supervisor is not None:
-            return run_supervisor(config, workers, broker_class(config, workers=True), worker_placement_class(config))
-        return run_server(config, broker_class(config, workers=False))
+            return run_supervisor(config, workers, broker_class(config), worker_placement_class(config))
+        return run_server(config, broker_class(config))
     except ListenerError as exc:
         raise ConfigError(exc.strerror) from None
     finally:
@@ -136,17 +136,13 @@ def run_broker(args: argparse.Namespace) -> int:
             metrics.close()
 
 
-def broker_class(config: BrokerConfig, *, workers: bool) -> type:
+def broker_class(config: BrokerConfig) -> type:
     """The broker class, chosen by the control plane: ZooKeeper's (`zookeeper.connect`,
-    kafkafast/cluster) or the local one; it runs over a placement (one process, or a worker's:
-    `worker_placement_class`). The runtime that runs it (kafkafast/runtime) imports nothing
-    of kafkafast/cluster."""
+    kafkafast/cluster) or the local one; the same class runs in one process or over a
+    worker's placement (`worker_placement_class`). The runtime that runs it
+    (kafkafast/runtime) imports nothing of kafkafast/cluster."""
     if config.get("zookeeper.connect"):
-        if workers:
-            from kafkafast.cluster.worker_broker import ClusterWorkerBroker  # deferred: cluster mode only (kazoo)
-
-            return ClusterWorkerBroker
-        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: as above
+        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: cluster mode only (kazoo)
 
         return ClusterBroker
     from kafkafast.broker.broker import Broker  # deferred: the broker's modules load only for `broker`

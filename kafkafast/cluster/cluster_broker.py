@@ -11,6 +11,11 @@ half of it; expand: a follower that reached the high watermark and the current e
 Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
 coordinator of its groups or transactional ids (`cluster/transactions.py`).
 Everything runs on the broker's event loop; ZooKeeper calls go to threads.
+
+The same class runs in one process and in each worker of the pre-fork runtime: what depends
+on the processes (its ZooKeeper session, which process holds a replica's log and who appends
+to it, the start, the controlled shutdown, a new registration) is its placement's
+(`cluster/placement.py`: `ClusterLocalPlacement`, or a worker's `ClusterWorkerPlacement`).
 """
 from __future__ import annotations
 
@@ -33,9 +38,9 @@ from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
-from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
-                                    ZkProducerIds, monotonic_ms)
-from kafkafast.cluster.share_state import ClusterShareStateStore
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
+                                    monotonic_ms)
+from kafkafast.cluster.placement import ClusterLocalPlacement, ReplicaPlacement
 from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.config_def import RACK_AWARE_REPLICA_SELECTOR
@@ -53,10 +58,11 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+    placement: ReplicaPlacement  # one process (ClusterLocalPlacement) or a worker's (cluster/worker_broker.py)
 
-    def __init__(self, config: Any, **runtime: Any) -> None:
-        super().__init__(config, **runtime)  # runtime: a worker's placement and start (runtime/worker.py)
-        self.node = self._make_node(config)
+    def __init__(self, config: Any, placement: ReplicaPlacement | None = None) -> None:
+        super().__init__(config, placement or ClusterLocalPlacement())
+        self.node = self.placement.make_node(config, self.log_dirs[0])
         self.cluster = self.node
         self.control = ZkControl(self)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
@@ -73,12 +79,6 @@ class ClusterBroker(Broker):
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
         self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_REPLICA_SELECTOR
         self._reregistered_at = float("-inf")
-
-    def _make_share_store(self) -> ClusterShareStateStore:
-        return ClusterShareStateStore(self)
-
-    def _make_node(self, config: Any) -> ClusterNode:
-        return ClusterNode(config, self.log_dirs[0])
 
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
@@ -123,6 +123,7 @@ class ClusterBroker(Broker):
         return LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
 
     async def start(self) -> None:
+        self.placement.before_start()
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.load)
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
@@ -130,8 +131,9 @@ class ClusterBroker(Broker):
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
         group_configs = ZkGroupConfigs(self.config)  # read after load() took the notifications seen so far
         await asyncio.to_thread(group_configs.attach, self.node)
-        self.share = ShareCoordinator(self, self._make_share_store(), group_configs)  # started by Broker.start
+        self.share = ShareCoordinator(self, self.placement.make_share_store(), group_configs)  # started by Broker.start
         await super().start()
+        self.placement.after_start()
 
     async def on_listening(self) -> None:
         """Once the listeners accept connections (runtime/server.py, runtime/worker.py): register
@@ -290,7 +292,8 @@ class ClusterBroker(Broker):
             return None
 
     # -- data path (leader) --------------------------------------------------------------------
-    def append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
+    def leader_append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
+        """`append` by the process that holds the replica's log (its placement's `append`)."""
         if not getattr(part, "is_leader", False):
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
         self.check_fence(part)
@@ -449,22 +452,29 @@ class ClusterBroker(Broker):
         if self.node_id not in ps.replicas:
             return EC.UNKNOWN_TOPIC_OR_PARTITION
         if part is None:
-            lg = self.log_manager.get(topic, ps.partition_index)
-            if lg is None:
-                configs = await asyncio.to_thread(self.node.topic_configs, topic)
-                cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
-                lg = self.log_manager.create(topic, ps.partition_index, cfg)
-            part = Partition(topic, ps.partition_index, lg)
+            part = await self.placement.new_replica(topic, topic_id, ps.partition_index)
             part.topic_id = topic_id
             self.partitions[tp] = part
         if ps.leader == self.node_id:
-            self._become_leader(part, ps)
+            self.placement.become_leader(part, ps)
         else:
-            self._become_follower(part, ps)
+            self.placement.become_follower(part, ps)
         self.partitions[tp].confirmed_epoch = broker_epoch  # type: ignore[attr-defined]
         return 0
 
-    def _become_leader(self, part: Partition, ps: Any) -> None:
+    async def replica_log(self, topic: str, index: int) -> Any:
+        """The log of a replica this process holds: the one loaded at start, else a new one."""
+        lg = self.log_manager.get(topic, index)
+        if lg is None:
+            lg = self.log_manager.create(topic, index, await self.replica_config(topic))
+        return lg
+
+    async def replica_config(self, topic: str) -> LogConfig:
+        """The topic's log config, its overrides read from ZooKeeper."""
+        return await asyncio.to_thread(self._config_for_topic, topic)
+
+    def make_leader(self, part: Partition, ps: Any) -> None:
+        """The process holding the replica's log leads it (its placement's `become_leader`)."""
         assert self.fetchers is not None
         tp = (part.topic, part.index)
         self.fetchers.remove(tp)
@@ -499,7 +509,8 @@ class ClusterBroker(Broker):
         if coordinator is not None:
             (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
 
-    def _become_follower(self, part: Partition, ps: Any) -> None:
+    def make_follower(self, part: Partition, ps: Any) -> None:
+        """The process holding the replica's log follows (its placement's `become_follower`)."""
         assert self.fetchers is not None
         tp = (part.topic, part.index)
         was_leader = part.is_leader
@@ -550,6 +561,8 @@ class ClusterBroker(Broker):
                     self.log_manager.delete(*tp)
                     if self.log_cleaner is not None:
                         self.log_cleaner.forget(*tp)
+                    if removed is not None:
+                        self.placement.replica_removed(removed)
                 out.append((ts.topic_name, ps.partition_index, 0))
         return 0, out
 
@@ -580,7 +593,11 @@ class ClusterBroker(Broker):
     def _alter_isr(self, part: Partition, new_isr: list[int]) -> None:
         part.alter_in_flight = new_isr
         assert self.loop is not None
-        self.loop.create_task(self._send_alter_partition(part, new_isr, part.leader_epoch))
+        self.loop.create_task(self._alter_partition(part, new_isr, part.leader_epoch))
+
+    async def _alter_partition(self, part: Partition, new_isr: list[int], epoch: int) -> None:
+        await self._send_alter_partition(part, new_isr, epoch)
+        self.placement.on_isr_changed(part)
 
     async def _controller_connection(self) -> BrokerConnection | None:
         cid = self.metadata.controller_id
@@ -663,11 +680,11 @@ class ClusterBroker(Broker):
                     "epoch %d); registering again", self.node_id, epoch, registered)
         self._stale_epoch_since = None
         self._reregistered_at = now
-        self._request_reregistration()
+        self.placement.request_reregistration()
 
-    def _request_reregistration(self) -> None:
+    def register_again(self) -> None:
         """Registers this broker again (a new broker epoch), in the session that holds the
-        registration."""
+        registration (this process's: its placement's `request_reregistration`)."""
         assert self.loop is not None
         self.loop.create_task(self._reregister())
 
@@ -712,7 +729,7 @@ class ClusterBroker(Broker):
 
     # -- controlled shutdown (before the listeners close) ----------------------------------------
     async def before_stop(self) -> None:
-        await self.controlled_shutdown()
+        await self.placement.controlled_shutdown()  # the process holding the registration runs it
 
     async def controlled_shutdown(self) -> bool:
         """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)

@@ -1,6 +1,7 @@
-"""Cluster mode inside a pre-forked broker: `ClusterBroker` replication over the worker
-placement's partition ownership (`ClusterWorkerBroker` over a `ClusterWorkerPlacement`, made
-by `runtime/worker.py` when `zookeeper.connect` is set).
+"""Cluster mode inside a pre-forked broker: a plain `ClusterBroker` over each worker's
+`ClusterWorkerPlacement` (the worker placement's partition ownership, with the replica hooks
+of `cluster/placement.py:ReplicaPlacement`), made by `runtime/worker.py` from the classes
+`cli/main.py` chose when `zookeeper.connect` is set.
 
 Processes. Every worker opens its own kazoo session after the fork (topic znodes, configs,
 producer-id blocks); only worker 0 registers `/brokers/ids/<id>` and runs the `Controller`,
@@ -62,7 +63,6 @@ from kafkafast.runtime import shm
 from kafkafast.runtime.placement import RemoteLog, WorkerPlacement
 from kafkafast.runtime.worker import controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
-from kafkafast.storage.config import LogConfig
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
@@ -133,7 +133,7 @@ class ClusterWorkerPartition(ClusterPartition):
 
     __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified", "shared_log")
 
-    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: "ClusterWorkerBroker") -> None:
+    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: ClusterBroker) -> None:
         self.slot = slot
         self.owner = owner
         self.broker = broker
@@ -197,9 +197,16 @@ class ClusterWorkerPartition(ClusterPartition):
 
 
 class ClusterWorkerPlacement(WorkerPlacement):
-    """A worker's placement in cluster mode: replica state in the partition's slot too."""
+    """A worker's placement in cluster mode (`cluster/placement.py:ReplicaPlacement`): the
+    owner worker holds each replica, worker 0 the broker's registration; replica state in the
+    partition's slot too."""
 
     hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
+    broker: ClusterBroker
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._topic_ids: dict[str, bytes] = {}  # from LeaderAndIsr (new_replica), UpdateMetadata or ZooKeeper
 
     @staticmethod
     def shared_append_enabled(config: Any) -> bool:
@@ -224,10 +231,9 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def topic_id_of(self, topic: str) -> bytes | None:
         """From LeaderAndIsr, UpdateMetadata or the topic's znode (the slots of a shared-append
         handle, `kafkafast.produce.shared.append.cluster`, too)."""
-        broker = self.broker
-        topic_id = broker._topic_ids.get(topic) or broker.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
+        topic_id = self._topic_ids.get(topic) or self.broker.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
         if topic_id is not None:
-            broker._topic_ids[topic] = topic_id
+            self._topic_ids[topic] = topic_id
         return topic_id
 
     def _zk_topic_id(self, topic: str) -> bytes | None:
@@ -254,7 +260,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def appends_here(self, part: Any, transactional_id: str | None) -> bool:
         """The owner appends; any worker too, with shared append in cluster mode, while this
         broker leads the partition at the epoch the owner published (not transactional)."""
-        if not isinstance(part, ClusterWorkerPartition) or part.local:
+        if self.owns(part):
             return True
         return (self.shared_append and part.is_leader and transactional_id is None
                 and self.table.leading_epoch(part.slot) == part.leader_epoch
@@ -283,9 +289,9 @@ class ClusterWorkerPlacement(WorkerPlacement):
         broker = self.broker
         if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and broker.node.controller is not None:
             self.table.set_header_word(shm.H_REREGISTER, 0)
-            broker._request_reregistration()
+            broker.register_again()
         for part in list(broker.partitions.values()):
-            if isinstance(part, ClusterWorkerPartition) and part.local and part.is_leader:
+            if self.owns(part) and part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
                 part.maybe_increment_hw(broker.node_id)
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look
@@ -309,30 +315,24 @@ class ClusterWorkerPlacement(WorkerPlacement):
         st = part.log.state
         return st.high_watermark != part.seen_hw or st.log_end_offset != getattr(part, "seen_leo", st.log_end_offset)
 
+    # -- the broker's session, start and stop (worker 0 holds the registration) ---------------
+    def make_node(self, config: Any, log_dir: str) -> ClusterNode:
+        return WorkerClusterNode(config, log_dir, self.table, self.index)
 
-class ClusterWorkerBroker(ClusterBroker):
-    placement: ClusterWorkerPlacement
+    def make_share_store(self) -> ClusterWorkerShareStateStore:
+        return ClusterWorkerShareStateStore(self.broker)
 
-    def __init__(self, config: Any, **runtime: Any) -> None:
-        self._topic_ids: dict[str, bytes] = {}
-        super().__init__(config, **runtime)
+    def before_start(self) -> None:
+        if self.index == 0:
+            self.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
 
-    def _make_node(self, config: Any) -> ClusterNode:
-        return WorkerClusterNode(config, self.log_dirs[0], self.placement.table, self.placement.index)
-
-    def _make_share_store(self) -> ClusterWorkerShareStateStore:
-        return ClusterWorkerShareStateStore(self)
-
-    async def start(self) -> None:
-        if self.placement.index == 0:
-            self.placement.table.set_header_word(shm.H_REREGISTER, 0)  # registering now gives everyone everything
-        await super().start()
-        if self.placement.incarnation > 1 and self.placement.index != 0:
+    def after_start(self) -> None:
+        if self.incarnation > 1 and self.index != 0:
             log.warning("worker %d replaced: registering broker %d again to receive its replica states",
-                        self.placement.index, self.node_id)
-            self._request_reregistration()
+                        self.index, self.broker.node_id)
+            self.request_reregistration()
 
-    async def before_stop(self) -> None:
+    async def controlled_shutdown(self) -> None:
         """SIGTERM, before any worker stops serving. Worker 0 (the registration's holder) runs
         the controlled shutdown: one ControlledShutdown names the broker, and the controller
         moves every partition the broker leads, whichever worker owns it; worker 0 returns
@@ -341,76 +341,63 @@ class ClusterWorkerBroker(ClusterBroker):
         forwarded requests and the LeaderAndIsr fan-out until then (or until the controlled
         shutdown's time is up), so no worker closes the log of a partition the broker still
         leads."""
-        if self.placement.index == 0:
-            await self.controlled_shutdown()
+        broker = self.broker
+        if self.index == 0:
+            await broker.controlled_shutdown()
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + controlled_shutdown_budget(self.config)
-        while self.placement.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
+        deadline = loop.time() + controlled_shutdown_budget(broker.config)
+        while self.table.worker_word(0, shm.W_READY) and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        led = sorted(tp for tp, p in self.partitions.items()
-                     if isinstance(p, ClusterWorkerPartition) and p.local and p.is_leader and len(p.replicas) > 1)
+        led = sorted(tp for tp, p in broker.partitions.items()
+                     if self.owns(p) and p.is_leader and len(p.replicas) > 1)
         log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
-                 self.placement.index, len(led), f": {led[:5]}" if led else "")
+                 self.index, len(led), f": {led[:5]}" if led else "")
 
-    def _request_reregistration(self) -> None:
+    def request_reregistration(self) -> None:
         """Worker 0 holds the registration: another worker asks it through the header word."""
-        if self.placement.index == 0:
-            super()._request_reregistration()
+        if self.index == 0:
+            self.broker.register_again()
             return
-        self.placement.table.set_header_word(shm.H_REREGISTER, 1)
-        self.placement.poke(0)
+        self.table.set_header_word(shm.H_REREGISTER, 1)
+        self.poke(0)
 
     # -- shared append of a leader's client produce by any worker --------------------------------
     def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
-        if not isinstance(part, ClusterWorkerPartition) or part.local or not self.shared_append:
-            return super().append(part, records, allow_control=allow_control)
+        broker = self.broker
+        if self.owns(part) or not self.shared_append:
+            return broker.leader_append(part, records, allow_control=allow_control)
         if not part.is_leader:
-            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
-        self.check_fence(part)
-        lg = self.placement.shared_writer(part)
+            raise E.NotLeaderOrFollowerError(f"broker {broker.node_id} does not lead {part.topic}-{part.index}")
+        broker.check_fence(part)
+        lg = self.shared_writer(part)
         try:
             result = lg.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
         except OSError as exc:
             raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
         part.wake()  # fetches parked here
-        self.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
-        self.placement.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
-        self.check_fence(part)  # as in ClusterBroker.append: written, never acknowledged
+        broker.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
+        self.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
+        broker.check_fence(part)  # as in ClusterBroker.leader_append: written, never acknowledged
         return result
 
     # -- controller requests: applied by every worker -------------------------------------------
-    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
-        self._topic_ids[topic] = topic_id
-        tp = (topic, ps.partition_index)
-        owner = self.placement.owner_of(topic, ps.partition_index)
-        if owner != self.placement.index and self.node_id in ps.replicas and not isinstance(self.partitions.get(tp),
-                                                                                  ClusterWorkerPartition):
-            slot = self.placement.table.allocate(topic_id, ps.partition_index, owner)
-            configs = await asyncio.to_thread(self.node.topic_configs, topic)
-            cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
-            part = ClusterWorkerPartition(topic, ps.partition_index,
-                                          RemoteLog(self.log_dirs, topic, ps.partition_index,
-                                                    self.placement.table.state(slot), cfg),
-                                          slot, owner, self)
-            part.topic_id = topic_id
-            self.partitions[tp] = part
-        return await super()._apply_partition_state(topic, topic_id, ps, broker_epoch)
+    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> ClusterWorkerPartition:
+        """The owner's replica over its log; another worker's over a `RemoteLog` of the owner's
+        files and slot."""
+        self._topic_ids[topic] = topic_id  # (the owner's new log takes the slot of this topic id)
+        broker = self.broker
+        owner = self.owner_of(topic, index)
+        if owner == self.index:
+            lg = await broker.replica_log(topic, index)
+            slot = self.table.allocate(topic_id, index, owner)
+        else:
+            slot = self.table.allocate(topic_id, index, owner)
+            lg = RemoteLog(broker.log_dirs, topic, index, self.table.state(slot), await broker.replica_config(topic))
+        return ClusterWorkerPartition(topic, index, lg, slot, owner, broker)
 
-    def _wrap(self, part: Any) -> Any:
-        """The owner's ClusterPartition made by ClusterBroker, as a ClusterWorkerPartition."""
-        if isinstance(part, ClusterWorkerPartition):
-            return part
-        tp = (part.topic, part.index)
-        slot = self.placement.table.allocate(part.topic_id, part.index, self.placement.index)
-        new = ClusterWorkerPartition(part.topic, part.index, part.log, slot, self.placement.index, self)
-        new.topic_id = part.topic_id
-        self.partitions[tp] = new
-        return new
-
-    def _become_leader(self, part: ClusterPartition, ps: Any) -> None:
-        part = self._wrap(part)
-        if not part.local:
+    def become_leader(self, part: Any, ps: Any) -> None:
+        if not part.local:  # the owner leads; this worker learns the role and epoch
             part.apply_state(ps, is_leader=True)
             part.wake()
             log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
@@ -418,37 +405,29 @@ class ClusterWorkerBroker(ClusterBroker):
             return
         if self.shared_append:
             part.log.catch_up()  # other workers' appends of an earlier leadership
-        super()._become_leader(part, ps)
-        self.placement.table.set_isr(part.slot, part.isr)
-        self.placement.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
+        self.broker.make_leader(part, ps)
+        self.table.set_isr(part.slot, part.isr)
+        self.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
 
-    def _become_follower(self, part: ClusterPartition, ps: Any) -> None:
-        part = self._wrap(part)
+    def become_follower(self, part: Any, ps: Any) -> None:
         if not part.local:
             part.apply_state(ps, is_leader=False)
             part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
             part.wake()
             return
-        self.placement.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
+        self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
         if self.shared_append:
             part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
-        super()._become_follower(part, ps)
+        self.broker.make_follower(part, ps)
 
-    async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
-        before = dict(self.partitions)
-        err, out = await super().apply_stop_replica(req)  # the owner deletes the files
-        for tp, part in before.items():
-            if tp in self.partitions or not isinstance(part, ClusterWorkerPartition):
-                continue
-            if part.local:
-                self.placement.table.set_leading_epoch(part.slot, -1)
-                self.placement.table.release(part.slot)  # the topic is gone; a re-created one has a new id
-            else:
-                self.placement.close_shared_log(part)
-                part.log.close()
-        return err, out
+    def replica_removed(self, part: Any) -> None:
+        if part.local:  # (the broker deleted the files)
+            self.table.set_leading_epoch(part.slot, -1)
+            self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
+        else:
+            self.close_shared_log(part)
+            part.log.close()
 
-    async def _send_alter_partition(self, part: Any, new_isr: list[int], epoch: int) -> None:
-        await super()._send_alter_partition(part, new_isr, epoch)
-        if isinstance(part, ClusterWorkerPartition) and part.is_leader:
-            self.placement.table.set_isr(part.slot, part.isr)
+    def on_isr_changed(self, part: Any) -> None:
+        if part.is_leader:
+            self.table.set_isr(part.slot, part.isr)

@@ -178,13 +178,16 @@ def _list_offset(port: int, timestamp: int) -> int:
 
 
 def _produce_all(port: int, topic: str, partition: int, value: bytes) -> tuple[int, int]:
+    with RawClient(port, timeout=30) as rc:
+        pr = rc.request(_acks_all_produce(topic, partition, value), 8).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def _acks_all_produce(topic: str, partition: int, value: bytes) -> ProduceRequest:
     batch = encode_batch([(int(time.time() * 1000), None, value, [])])
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
-    with RawClient(port, timeout=30) as rc:
-        pr = rc.request(req, 8).responses[0].partition_responses[0]
-    return pr.error_code, pr.base_offset
 
 
 RETRIABLE_UNSTORED = (3, 5, 6, 19)  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER, NOT_ENOUGH_REPLICAS
@@ -301,3 +304,64 @@ def test_dynamic_broker_configs_apply_on_every_worker(workers_cluster):
                                               "max.connections.per.ip.overrides": None}).error_code == 0
         assert _alter_broker_on(b1.port, "2", {"message.max.bytes": None}).error_code == 0
     close_all(eventually_open_until_refused(b2.port, 8, 8))
+
+
+def test_a_topic_deleted_and_created_again_starts_empty_on_every_worker(workers_cluster):
+    """StopReplica(delete) reaches every worker of a broker: the owner deletes the partition's
+    files and frees its slot, the other workers close their reader and shared-append writer of
+    it (no worker keeps a deleted file open). The topic created again under the same name
+    starts at offset 0, whichever worker appends (the owner, or another one in shared append)."""
+    from confluent_kafka.admin import AdminClient
+
+    c = workers_cluster
+    first, second = sorted(c.brokers)
+    topic = "recreated"
+    lead = c.brokers[first]
+    workers = c.wait_for(lambda: (w := _worker_pids(lead.proc.pid)) and len(w) == WORKERS and w, 30,
+                         "the leader's worker processes")
+    conns = _connections_on(lead.port, workers, list(range(WORKERS)))
+    zk = c.zk()
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    try:
+        for created in range(2):
+            c.create_topic(topic, WORKERS, 2, assignment=[[first, second]] * WORKERS)
+            for p in range(WORKERS):  # one record through each worker, in the order of the workers
+                assert [_produce_on(c, conns[w], topic, p) for w in range(WORKERS)] == [(0, 0), (0, 1), (0, 2)]
+            if created == 0:
+                admin.delete_topics([topic], request_timeout=20)[topic].result(30)
+                c.wait_for(lambda: zk.exists(f"/brokers/topics/{topic}") is None
+                           and zk.get_children("/admin/delete_topics") == [], 15, "the topic's znodes removed")
+                c.wait_for(lambda: not any(any((c.root / f"broker-{i}").glob(f"{topic}-*"))
+                                           for i in (first, second)), 15, "the partition directories removed")
+                pids = [pid for b in c.brokers.values() for pid in _worker_pids(b.proc.pid).values()]
+                c.wait_for(lambda: _files_open_under(pids, f"/{topic}-") == [], 15,
+                           "no worker holding a file of the deleted partitions open")
+    finally:
+        for rc in conns.values():
+            rc.close()
+
+
+def _produce_on(c: KafkaCluster, rc: RawClient, topic: str, partition: int) -> tuple[int, int]:
+    """An acks=all produce of one record on this connection (to its worker), again while the
+    broker has not yet heard that it leads the new partition."""
+    req = _acks_all_produce(topic, partition, b"r")
+
+    def attempt():
+        pr = rc.request(req, 8).responses[0].partition_responses[0]
+        return None if pr.error_code in RETRIABLE_UNSTORED else (pr.error_code, pr.base_offset)
+
+    return c.wait_for(attempt, 30, f"acks=all on {topic}-{partition}")
+
+
+def _files_open_under(pids: list[int], needle: str) -> list[str]:
+    """The files these processes hold open whose path contains `needle`."""
+    out = []
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if needle in target:
+                out.append(f"{pid}: {target}")
+    return out
