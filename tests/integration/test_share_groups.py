@@ -9,6 +9,7 @@ ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, gr
 ApiVersions and the `--as-kafka` profiles, ACLs."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -210,13 +211,15 @@ def test_released_records_come_back_and_rejected_ones_never(any_broker):
     assert all(deliveries[v] == 1 for v in values - released)
 
 
-def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker, tmp_path):
+def test_a_hung_consumers_records_are_redelivered_after_the_lock_duration(sbroker, tmp_path):
+    """A consumer that stops (SIGSTOP) holding records keeps its connections open: its records
+    come back when their acquisition locks expire (a killed one's come back at once: below)."""
     bs = sbroker.bootstrap
     create_topic(bs, "qk", 1)
     group = new_group()
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
     values = produce(bs, "qk", 1, 30)
-    # A consumer in another process acquires records and is killed without acknowledging them.
+    # A consumer in another process acquires records and hangs without acknowledging them.
     script = tmp_path / "holder.py"
     script.write_text(
         "import sys, time\n"
@@ -233,8 +236,7 @@ def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker
     try:
         held = int(holder.stdout.readline())
         assert held > 0
-        holder.kill()
-        holder.wait(10)
+        holder.send_signal(signal.SIGSTOP)
         taken_at = time.monotonic()
         c = share_consumer(bs, group, "qk")
         got: Counter = Counter()
@@ -246,8 +248,8 @@ def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker
         assert set(got) == values
         assert time.monotonic() - taken_at >= LOCK_MS / 1000 * 0.9  # the locks had to expire first
     finally:
-        if holder.poll() is None:
-            holder.kill()
+        holder.kill()
+        holder.wait(10)
 
 
 def test_a_record_released_up_to_the_delivery_count_limit_is_archived(sbroker):
@@ -872,6 +874,26 @@ def test_a_member_leaving_keeps_its_records_for_the_acknowledgements_its_share_s
     assert read_state(sbroker.port, group, tid) == (8, [(8, 9, 0, 2)])
 
 
+def test_records_of_a_share_session_whose_connection_closes_go_back_at_once(sbroker):
+    """As Kafka 4.1+: a share session ends when the connection that opened it closes, and what
+    the member acquired in it goes to another member at once, not when the 60 s locks expire.
+    A member that opened its session again on another connection keeps it (and its records)
+    when the first connection closes."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qdrop", 10)
+    set_group_configs(sbroker.bootstrap, group, share_record_lock_duration_ms="60000")
+    with RawClient(sbroker.port, timeout=30) as raw, RawClient(sbroker.port, timeout=30) as raw2:
+        with RawClient(sbroker.port, timeout=30) as gone:
+            assert acquired(RawShareMember(gone, group, "qdrop", tid).first_fetch()) == [(0, 9, 1)]
+        with RawClient(sbroker.port, timeout=30) as first:
+            again = RawShareMember(first, group, "qdrop", tid, member="again")
+            assert acquired(again.fetch(wait_ms=3000)) == [(0, 9, 2)]
+            again.raw, again.epoch = raw2, 0
+            assert acquired(again.fetch(wait_ms=0)) == []  # a new session of the member, on raw2
+        other = RawShareMember(raw, group, "qdrop", tid, member="other")
+        assert acquired(other.fetch(wait_ms=500)) == []  # still held by the session on raw2
+        assert again.fetch(wait_ms=0) is None  # which is open: no SHARE_SESSION_NOT_FOUND
+
+
 def test_the_start_offset_moves_past_acknowledged_records_when_the_log_start_passes_it(sbroker):
     """DeleteRecords past the share-partition start offset: the records before the new log
     start are gone, and the start offset moves on past the acknowledged records after them
@@ -933,20 +955,20 @@ def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_aft
         m.fetch([(0, 9, [2] * 5 + [1] * 5)])  # 0-4 released and acquired again (count 2), 5-9 accepted
         m.fetch([(0, 4, [2])])  # released and acquired again (count 3)
         m.fetch([(0, 4, [2])], wait_ms=0)  # released and acquired again (count 4)
-    records = state_log(b.port, group, tid)
-    assert [kind for kind, _ in records] == ["snapshot"] + ["update"] * 4  # one per ShareFetch
-    assert max(len(v.state_batches) for _, v in records) <= 2
-    assert batches_of(records[-1][1]) == [(0, 4, 0, 4), (5, 9, 2, 1)]
+        records = state_log(b.port, group, tid)  # (the session's connection still open: no release)
+        assert [kind for kind, _ in records] == ["snapshot"] + ["update"] * 4  # one per ShareFetch
+        assert max(len(v.state_batches) for _, v in records) <= 2
+        assert batches_of(records[-1][1]) == [(0, 4, 0, 4), (5, 9, 2, 1)]
     b.restart()
     with RawClient(b.port, timeout=30) as raw:
         m = RawShareMember(raw, group, "qlog", tid, member="n")
         assert acquired(m.first_fetch()) == [(0, 4, 5)]
-    start, stored = read_state(b.port, group, tid)
-    assert (start, stored) == (0, [(0, 4, 0, 5), (5, 9, 2, 1)])
-    records = state_log(b.port, group, tid)
-    kind, update = records[-1]
-    assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
-    assert (update.start_offset, batches_of(update)) == (0, stored)
+        start, stored = read_state(b.port, group, tid)  # before the connection closes (0-4 archived then)
+        assert (start, stored) == (0, [(0, 4, 0, 5), (5, 9, 2, 1)])
+        records = state_log(b.port, group, tid)
+        kind, update = records[-1]
+        assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
+        assert (update.start_offset, batches_of(update)) == (0, stored)
 
 
 def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_held(tmp_path):

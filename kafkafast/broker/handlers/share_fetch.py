@@ -115,7 +115,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         return R(throttle_time_ms=0, error_code=EC.INVALID_REQUEST, responses=[], node_endpoints=[],
                  error_message="Acknowledge data present on initial fetch request")
     try:
-        session = mgr.session_for(req.group_id, req.member_id, epoch, add, forget)
+        session = mgr.session_for(req.group_id, req.member_id, epoch, add, forget, None if ctx.internal else ctx.conn)
     except E.KafkaError as exc:
         return R(throttle_time_ms=0, error_code=exc.code, error_message=exc.message, responses=[], node_endpoints=[])
     held = HeldWrites()  # the acknowledgements and the first acquisition pass: one state write per partition

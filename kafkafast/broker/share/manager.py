@@ -57,6 +57,7 @@ class ShareSession:
     member_id: str
     epoch: int  # the epoch the next request must carry
     partitions: dict[tuple[str, int], bytes] = field(default_factory=dict)  # (topic, partition) -> topic id
+    conn: Any = None  # the client connection that opened it (None: forwarded by another worker)
 
 
 @dataclass(slots=True)
@@ -301,11 +302,11 @@ class SharePartitionManager:
         for key in [k for k in self.partitions if k[0] == group_id]:
             del self.partitions[key]
         for key in [k for k in self.sessions if k[0] == group_id]:
-            del self.sessions[key]
+            self._unbind(self.sessions.pop(key))
 
     def member_gone(self, group_id: str, member_id: str) -> None:
         """The member's group session expired: its records go back, its share session ends."""
-        self.sessions.pop((group_id, member_id), None)
+        self._unbind(self.sessions.pop((group_id, member_id), None))
         self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
 
     def _release_member(self, group_id: str, member_id: str, sps: list[SharePartition]) -> None:
@@ -322,11 +323,19 @@ class SharePartitionManager:
 
     # -- sessions --------------------------------------------------------------------------------
     def session_for(self, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int, bytes]],
-                    forget: Iterable[tuple[str, int]]) -> ShareSession:
-        """The share session of the request (see the module docstring); raises KafkaError."""
+                    forget: Iterable[tuple[str, int]], conn: Any = None) -> ShareSession:
+        """The share session of the request (see the module docstring); raises KafkaError.
+        A session opened on a client connection (`conn`) ends when that connection closes, and
+        the records the member acquired in it go back at once (as Kafka 4.1+ evicts the share
+        session of a dropped connection and releases them, KAFKA-19015), not when their locks
+        expire. A session opened again (epoch 0) on another connection replaces it: the first
+        connection closing then ends nothing."""
         key = (group_id, member_id)
         if epoch == 0:
-            session = self.sessions[key] = ShareSession(group_id, member_id, 1)
+            self._unbind(self.sessions.get(key))
+            session = self.sessions[key] = ShareSession(group_id, member_id, 1, conn=conn)
+            if conn is not None:
+                conn.on_lost[(self, key)] = lambda: self._connection_lost(session)
         else:
             session = self.sessions.get(key)
             if session is None:
@@ -342,11 +351,23 @@ class SharePartitionManager:
         return session
 
     def close_session(self, session: ShareSession) -> None:
-        """Epoch -1: the session ends and the member's acquired records in it go back."""
+        """Epoch -1 (or its connection closed): the session ends and the member's acquired
+        records in it go back."""
+        self._unbind(session)
         self.sessions.pop((session.group_id, session.member_id), None)
         self._release_member(session.group_id, session.member_id,
                              [sp for tp in session.partitions
                               if (sp := self.partitions.get((session.group_id, *tp))) is not None])
+
+    def _connection_lost(self, session: ShareSession) -> None:
+        if self.sessions.get((session.group_id, session.member_id)) is session:
+            self.close_session(session)
+
+    def _unbind(self, session: ShareSession | None) -> None:
+        """The session no longer ends with its connection (it ends otherwise, or is replaced)."""
+        if session is not None and session.conn is not None:
+            session.conn.on_lost.pop((self, (session.group_id, session.member_id)), None)
+            session.conn = None
 
     # -- acknowledgements ------------------------------------------------------------------------
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,
