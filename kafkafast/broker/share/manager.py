@@ -116,6 +116,12 @@ def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
     return any(pid == header.producer_id and first <= header.base_offset <= last for first, last, pid in aborted)
 
 
+def _loaded(sp: SharePartition | None, topic_id: bytes, part: Any) -> bool:
+    """Whether `sp` is the share-partition of this partition as it is now: loaded at its leader
+    epoch, and of this topic id (not of a topic of the same name deleted before)."""
+    return sp is not None and sp.leader_epoch == part.leader_epoch and sp.topic_id == topic_id
+
+
 def _replaced(sp: SharePartition, saved: PersistedState | None) -> bool:
     """Whether the stored state is no longer the loaded share-partition's: a new state epoch, or
     gone (unless its first write is still on its way: records are acquired from it)."""
@@ -233,17 +239,17 @@ class SharePartitionManager:
         (both only while the group is empty, so no live member holds its records)."""
         key = (group_id, topic, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch and not verify:
+        if _loaded(sp, topic_id, part) and not verify:
             return
         saved = await self.store.fetch(group_id, topic_id, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch and not (verify and _replaced(sp, saved)):
+        if _loaded(sp, topic_id, part) and not (verify and _replaced(sp, saved)):
             return  # loaded (meanwhile by another request), and the stored state is still its own
         if saved is not None and saved.start_offset >= 0:
             sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
         else:
             sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
-        sp.leader_epoch = part.leader_epoch
+        sp.leader_epoch, sp.topic_id = part.leader_epoch, topic_id
         sp.persist = self._persister(topic_id)
         self.partitions[key] = sp
         if saved is None or saved.start_offset < 0:
@@ -252,7 +258,7 @@ class SharePartitionManager:
     def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
         """The share-partition `prepare` loaded (COORDINATOR_LOAD_IN_PROGRESS if it was not)."""
         sp = self.partitions.get((group_id, topic, part.index))
-        if sp is None or sp.leader_epoch != part.leader_epoch:
+        if not _loaded(sp, topic_id, part):
             raise E.CoordinatorLoadInProgressError(f"share-partition {topic}-{part.index} of {group_id} is not loaded")
         if sp.start_offset < part.log_start_offset:
             sp.reset_to(part.log_start_offset)
