@@ -1,0 +1,187 @@
+"""librdkafka's share-consumer test series (tests/0170-0190 of its source tree) against kafkafast.
+
+    python -m perf.librdkafka_share_tests --src /tmp/librdkafka [--tests 0170,0171] [--jobs 2]
+                                          [--timeout 900] [--out perf/results/librdkafka_share_tests.md]
+
+Not part of the test suite (it needs a librdkafka source tree and takes tens of minutes). Builds
+librdkafka's test runner in `--src` if `tests/test-runner` is not there yet (`./configure
+--disable-curl --disable-lz4-ext --disable-sasl --disable-gssapi`, `make libs`, `make -C tests
+test-runner`: gcc, make, libssl-dev, zlib1g-dev and libzstd-dev, which 0171's zstd sub-test needs),
+starts one kafkafast broker (this checkout or `--tree`, one process, Kafka's share-group defaults
+but for BROKER_SETTINGS, as librdkafka's CI sets its Kafka brokers up) on a free port of
+127.0.0.1, and runs each listed test alone (`TESTS=<number> TEST_KAFKA_VERSION=4.2.0
+./test-runner`, full mode: not `-Q`, which skips most sub-tests) with a time bound, `--jobs` of
+them at a time (the tests use random topic names, and mostly wait). The runner's configuration
+file (bootstrap.servers), logs and stats files, and the broker's log, go to `--scratch`, never
+into the source tree. One test number may hold two runner entries (`0173_..._local`, which needs
+no broker, and `0173_...`); the table has a row per entry, with the sub-test and assertion of a
+failure (a failure ends the runner: the sub-tests after it do not run) or a note from NOTES.
+
+The mock tests (0182, 0183: librdkafka's mock cluster, no broker) say nothing about kafkafast and
+are not run.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from perf.brokers import Kafkafast
+
+TESTS = ["0170", "0171", "0172", "0173", "0174", "0175", "0176", "0177", "0178", "0179", "0180", "0181",
+         "0184", "0185", "0186", "0190"]
+# Why a test does not pass against kafkafast when kafkafast is not at fault (filled in from runs).
+NOTES: dict[str, str] = {}
+CONFIGURE = ["./configure", "--disable-curl", "--disable-lz4-ext", "--disable-sasl", "--disable-gssapi"]
+# The broker settings librdkafka's own CI gives its Kafka 4.2 brokers for these tests
+# (tests/cluster_testing.py): the tests set share.record.lock.duration.ms to a few seconds.
+BROKER_SETTINGS = {"group.share.min.record.lock.duration.ms": "1000"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SUMMARY_ROW = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|?\s*(.*?)\s*\|?$")
+ENDED = re.compile(r"=+ Test (\d{4}\S*) (PASSED|SKIPPED|FAILED)")
+DURATION = re.compile(r"\] (\d{4}\S*): duration ([\d.]+)ms")
+FAILED_AT = re.compile(r'^### Test "(\d{4}\S*)(?: \((.*)\))?" failed at')
+FAILED_TIME = re.compile(r"\[(\d{4}\S*)\s*/\s*([\d.]+)s\] TEST FAILURE")
+SKIPPING = re.compile(r"\[(\d{4}\S*)\s*/.*SKIPPING TEST: (.*)")
+
+
+@dataclass
+class Entry:
+    test: str  # the runner's name, e.g. 0173_share_consumer_commit_async_local
+    status: str  # PASSED, FAILED, SKIPPED, TIMEOUT
+    seconds: float
+    reason: str
+
+
+def build(src: Path) -> Path:
+    runner = src / "tests" / "test-runner"
+    if runner.exists():
+        return runner
+    nice = ["nice", "-n", "10"]
+    subprocess.run(CONFIGURE, cwd=src, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*nice, "make", "-j2", "libs"], cwd=src, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*nice, "make", "-j2", "test-runner"], cwd=src / "tests", check=True, stdout=subprocess.DEVNULL)
+    return runner
+
+
+def parse(lines: list[str]) -> list[Entry]:
+    """The runner's entries with their outcome: from its summary table when it got that far,
+    else (a failed test aborts the runner before the table) from the per-test end lines and
+    the `### Test "..." failed at` blocks (the sub-test and the assertion that failed)."""
+    status: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    reason: dict[str, str] = {}
+    for i, line in enumerate(lines):
+        if m := ENDED.search(line):
+            status[m[1]] = m[2]
+        elif m := DURATION.search(line):
+            seconds[m[1]] = float(m[2]) / 1000
+        elif m := FAILED_TIME.search(line):
+            seconds[m[1]] = float(m[2])
+        elif m := SKIPPING.search(line):
+            reason[m[1]] = m[2].strip()
+        elif (m := FAILED_AT.match(line)) and i + 1 < len(lines):
+            status[m[1]] = "FAILED"
+            reason.setdefault(m[1], f"{m[2] or ''}: {lines[i + 1].strip()}"[:400])
+        elif m := SUMMARY_ROW.match(line):
+            status[m[1]] = m[2]
+            seconds[m[1]] = float(m[3])
+            if m[4] and m[1] not in reason:
+                reason[m[1]] = m[4]
+    return [Entry(name, st, seconds.get(name, 0.0), reason.get(name, "")) for name, st in status.items()]
+
+
+def run_test(runner: Path, number: str, conf: Path, scratch: Path, timeout: float) -> tuple[list[Entry], str]:
+    workdir = scratch / number
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = runner.parents[1]
+    env = dict(os.environ, TESTS=number, TEST_KAFKA_VERSION="4.2.0", RDKAFKA_TEST_CONF=str(conf),
+               LD_LIBRARY_PATH=os.pathsep.join([str(src / "src"), str(src / "src-cpp")]))
+    log_path = workdir / "runner.log"
+    start = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(runner)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            timed_out = True
+    elapsed = time.monotonic() - start
+    lines = [ANSI.sub("", line) for line in log_path.read_text(errors="replace").splitlines()]
+    entries = parse(lines)
+    ended = {e.test for e in entries}
+    if timed_out or not entries:
+        # A test still running when the bound hit (or a runner that never started one).
+        running = sorted({m[1] for ln in lines if (m := re.match(r"\[(\d{4}\S*)\s*/", ln))} - ended) or [number]
+        last = lines[-1].strip()[:300] if lines else "no output"
+        entries += [Entry(name, "TIMEOUT" if timed_out else "FAILED", elapsed,
+                          f"still running after {timeout:.0f} s" if timed_out else last) for name in running]
+    return entries, str(log_path)
+
+
+def table(results: dict[str, tuple[list[Entry], str]], broker: str) -> str:
+    rows = ["| test | result | seconds | reason / note |", "|---|---|---:|---|"]
+    passed = total = 0
+    for number in sorted(results):
+        for e in results[number][0]:
+            total += 1
+            passed += e.status == "PASSED"
+            note = NOTES.get(e.test, NOTES.get(number, ""))
+            text = "; ".join(t for t in (e.reason, note) if t).replace("|", "\\|")
+            rows.append(f"| {e.test} | {e.status.lower()} | {e.seconds:.0f} | {text} |")
+    head = (f"# librdkafka share-consumer tests against kafkafast\n\n"
+            f"`python -m perf.librdkafka_share_tests` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): "
+            f"librdkafka's tests 0170-0190 (mock tests 0182, 0183 not run), `TEST_KAFKA_VERSION=4.2.0`, full mode, "
+            f"against {broker}.\n\n**{passed} of {total} runner entries passed.**\n\n")
+    return head + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", type=Path, required=True, help="a librdkafka source tree (with tests/0170-0190)")
+    ap.add_argument("--tests", default=",".join(TESTS))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test number")
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--tree", type=Path, help="run the kafkafast of this code tree (default: this checkout)")
+    ap.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()) / "rdk-share-tests",
+                    help="the runner's logs, test.conf and stats files, and the broker's log")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "librdkafka_share_tests.md")
+    args = ap.parse_args(argv)
+    runner = build(args.src.resolve())
+    scratch = args.scratch.resolve()
+    broker = Kafkafast(scratch / "broker", args.workers, BROKER_SETTINGS, args.tree)
+    broker.start()
+    try:
+        conf = scratch / "test.conf"
+        conf.write_text(f"bootstrap.servers={broker.bootstrap}\n")
+        results: dict[str, tuple[list[Entry], str]] = {}
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            futures = {pool.submit(run_test, runner, n, conf, scratch, args.timeout): n
+                       for n in args.tests.split(",")}
+            for fut in concurrent.futures.as_completed(futures):
+                number = futures[fut]
+                results[number] = fut.result()
+                for e in results[number][0]:
+                    print(f"{e.test}: {e.status} {e.seconds:.0f}s {e.reason}", file=sys.stderr, flush=True)
+    finally:
+        broker.stop()
+    tree = f", tree {args.tree}" if args.tree else ""
+    args.out.write_text(table(results, f"kafkafast (one broker, --workers {args.workers}{tree}, "
+                                       f"{', '.join(f'`{k}={v}`' for k, v in BROKER_SETTINGS.items())})"))
+    print(args.out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
