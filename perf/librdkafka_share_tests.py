@@ -41,6 +41,12 @@ TESTS = ["0170", "0171", "0172", "0173", "0174", "0175", "0176", "0177", "0178",
 NOTES: dict[str, str] = {
     "0171_share_consumer_consume":
         "needs a librdkafka built with zstd (libzstd-dev) for its compression sub-test, else it fails there",
+    "0172_share_consumer_acknowledge":
+        "its mixed-ack-mode sub-test needs both consumers of a new group to get some of 400 records over 4 "
+        "partitions; under load the first member, assigned all 4 partitions while alone, acquired all 400 in one "
+        "ShareFetch before the second joined (failed once in the run of 2026-11-27 07:50; this row is a run of "
+        "0172 alone after it; its sub-test passed 3 times alone too). Kafka's share-partitions of a new group are "
+        "initialised through the share coordinator before the first assignment, which likely hides the race",
     "0173_share_consumer_commit_async":
         "sets share.record.lock.duration.ms=3000 on its group: needs group.share.min.record.lock.duration.ms "
         "at most that on the broker (BROKER_SETTINGS, as librdkafka's CI; Kafka's default minimum is 15000)",
@@ -54,7 +60,12 @@ NOTES: dict[str, str] = {
         "fixed: ShareFetch with MaxBytes 0 (fetch.max.bytes=0) acquired and answered a batch; Kafka 4.2 answers none",
     "0184_share_consumer_topic_recreate":
         "fixed: a topic deleted and created again under its name reused the old topic's share-partition, whose "
-        "acquired offsets held the new records until their locks expired (then delivery count 2)",
+        "acquired offsets held the new records until their locks expired (then delivery count 2; the "
+        "recreate-hb-first sub-test and the ones after it pass now). Still fails one sub-test later on a delivery "
+        "report of the concurrent-producer sub-test's background producer: while the topic was deleted the "
+        "producer's metadata requests auto-created it (auto.create.topics.enable, num.partitions=1: its 'during:' "
+        "records were consumed), so a record partitioned to [1] or [2] of the 3-partition topic before the deletion "
+        "failed 'Unknown partition'. Not analysed further (whether Kafka 4.2 auto-creates a topic in that window)",
     "0190_share_consumer_telemetry":
         "needs Kafka's client-metrics OTLP reporter plugin and an OpenTelemetry Collector exporting to the topic "
         "client-telemetry-metrics (librdkafka's setup-share-telemetry-testing.sh): outside the broker; the test skips",
