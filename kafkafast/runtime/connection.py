@@ -44,7 +44,7 @@ import os
 import socket
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.metrics import recorder as request_metrics
@@ -109,6 +109,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = 0.0
         self.activity = 0  # this worker's activity sequence number at the last byte in or out (limits: LRU order)
         self._tls_buf: bytearray | None = None
+        # what ends with this connection, by its owner's key (the share sessions opened on it)
+        self.on_lost: dict[Any, Callable[[], None]] = {}
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -291,6 +293,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._dup_fd = -1
         if self.tracker is not None:
             self.tracker.discard(self)
+        lost, self.on_lost = self.on_lost, {}
+        for ended in lost.values():
+            try:
+                ended()
+            except Exception:  # noqa: BLE001 - one owner's failure must not skip the others
+                log.exception("ending state bound to a closed connection failed")
 
     def pause_writing(self) -> None:
         self._write_paused = True

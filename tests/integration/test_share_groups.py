@@ -9,6 +9,7 @@ ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, gr
 ApiVersions and the `--as-kafka` profiles, ACLs."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -210,13 +211,15 @@ def test_released_records_come_back_and_rejected_ones_never(any_broker):
     assert all(deliveries[v] == 1 for v in values - released)
 
 
-def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker, tmp_path):
+def test_a_hung_consumers_records_are_redelivered_after_the_lock_duration(sbroker, tmp_path):
+    """A consumer that stops (SIGSTOP) holding records keeps its connections open: its records
+    come back when their acquisition locks expire (a killed one's come back at once: below)."""
     bs = sbroker.bootstrap
     create_topic(bs, "qk", 1)
     group = new_group()
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
     values = produce(bs, "qk", 1, 30)
-    # A consumer in another process acquires records and is killed without acknowledging them.
+    # A consumer in another process acquires records and hangs without acknowledging them.
     script = tmp_path / "holder.py"
     script.write_text(
         "import sys, time\n"
@@ -233,8 +236,7 @@ def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker
     try:
         held = int(holder.stdout.readline())
         assert held > 0
-        holder.kill()
-        holder.wait(10)
+        holder.send_signal(signal.SIGSTOP)
         taken_at = time.monotonic()
         c = share_consumer(bs, group, "qk")
         got: Counter = Counter()
@@ -246,8 +248,8 @@ def test_killed_consumer_records_are_redelivered_after_the_lock_duration(sbroker
         assert set(got) == values
         assert time.monotonic() - taken_at >= LOCK_MS / 1000 * 0.9  # the locks had to expire first
     finally:
-        if holder.poll() is None:
-            holder.kill()
+        holder.kill()
+        holder.wait(10)
 
 
 def test_a_record_released_up_to_the_delivery_count_limit_is_archived(sbroker):
@@ -732,11 +734,11 @@ class RawShareMember:
             time.sleep(0.05)
         assert err == 0
 
-    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), wait_ms: int = 5000) -> Any:
+    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), wait_ms: int = 5000, max_bytes: int = 1 << 20) -> Any:
         F = ShareFetchRequest
         resp = self.raw.request(F(
             group_id=self.group, member_id=self.member, share_session_epoch=self.epoch, max_wait_ms=wait_ms,
-            min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[F.FetchTopic(
+            min_bytes=1, max_bytes=max_bytes, max_records=500, batch_size=500, topics=[F.FetchTopic(
                 topic_id=self.tid, partitions=[F.FetchPartition(partition_index=0, acknowledgement_batches=[
                     F.AcknowledgementBatch(first_offset=a, last_offset=b, acknowledge_types=t)
                     for a, b, t in acks])])]), 1)
@@ -872,6 +874,59 @@ def test_a_member_leaving_keeps_its_records_for_the_acknowledgements_its_share_s
     assert read_state(sbroker.port, group, tid) == (8, [(8, 9, 0, 2)])
 
 
+def test_records_of_a_share_session_whose_connection_closes_go_back_at_once(sbroker):
+    """As Kafka 4.1+: a share session ends when the connection that opened it closes, and what
+    the member acquired in it goes to another member at once, not when the 60 s locks expire.
+    A member that opened its session again on another connection keeps it (and its records)
+    when the first connection closes."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qdrop", 10)
+    set_group_configs(sbroker.bootstrap, group, share_record_lock_duration_ms="60000")
+    with RawClient(sbroker.port, timeout=30) as raw, RawClient(sbroker.port, timeout=30) as raw2:
+        with RawClient(sbroker.port, timeout=30) as gone:
+            assert acquired(RawShareMember(gone, group, "qdrop", tid).first_fetch()) == [(0, 9, 1)]
+        with RawClient(sbroker.port, timeout=30) as first:
+            again = RawShareMember(first, group, "qdrop", tid, member="again")
+            assert acquired(again.fetch(wait_ms=3000)) == [(0, 9, 2)]
+            again.raw, again.epoch = raw2, 0
+            assert acquired(again.fetch(wait_ms=0)) == []  # a new session of the member, on raw2
+        other = RawShareMember(raw, group, "qdrop", tid, member="other")
+        assert acquired(other.fetch(wait_ms=500)) == []  # still held by the session on raw2
+        assert again.fetch(wait_ms=0) is None  # which is open: no SHARE_SESSION_NOT_FOUND
+
+
+def test_a_share_fetch_of_max_bytes_0_acquires_nothing_and_of_1_byte_one_whole_batch(sbroker):
+    """librdkafka's fetch.max.bytes=0 gets no records from Kafka 4.2 (its test 0180 pins it);
+    a MaxBytes below the first batch's size still gets that batch whole."""
+    group, tid = one_batch_group(sbroker.bootstrap, sbroker.port, "qmaxb", 10)
+    with RawClient(sbroker.port, timeout=30) as raw:
+        m = RawShareMember(raw, group, "qmaxb", tid)
+        deadline = time.monotonic() + 20
+        while (part := m.fetch(wait_ms=200, max_bytes=0)).error_code and time.monotonic() < deadline:
+            m.epoch = 0  # the share-partition still loading: open the session again
+        assert (part.error_code, acquired(part)) == (0, [])
+        assert acquired(m.fetch(max_bytes=1)) == [(0, 9, 1)]
+
+
+def test_a_topic_created_again_under_its_name_is_a_new_share_partition(sbroker):
+    """The share-partition of a deleted topic is not that of a new topic of the same name: the
+    new one starts where share.auto.offset.reset says, its records delivered for the first time
+    (the old one's acquired records, locked for 60 s, do not hold the new ones' offsets)."""
+    bs = sbroker.bootstrap
+    group, tid = one_batch_group(bs, sbroker.port, "qagain", 10)
+    set_group_configs(bs, group, share_record_lock_duration_ms="60000")
+    admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+    with RawClient(sbroker.port, timeout=30) as raw:
+        assert acquired(RawShareMember(raw, group, "qagain", tid).first_fetch()) == [(0, 9, 1)]
+        admin.delete_topics(["qagain"])["qagain"].result(15)
+        deadline = time.monotonic() + 15
+        while "qagain" in admin.list_topics(timeout=5).topics and time.monotonic() < deadline:
+            time.sleep(0.05)
+        create_topic(bs, "qagain", 1)
+        produce_batch(bs, "qagain", range(10))
+        again = RawShareMember(raw, group, "qagain", topic_id(sbroker.port, "qagain"), member="again")
+        assert acquired(again.first_fetch()) == [(0, 9, 1)]
+
+
 def test_the_start_offset_moves_past_acknowledged_records_when_the_log_start_passes_it(sbroker):
     """DeleteRecords past the share-partition start offset: the records before the new log
     start are gone, and the start offset moves on past the acknowledged records after them
@@ -933,20 +988,20 @@ def test_state_writes_are_updates_of_the_changed_batches_and_the_next_update_aft
         m.fetch([(0, 9, [2] * 5 + [1] * 5)])  # 0-4 released and acquired again (count 2), 5-9 accepted
         m.fetch([(0, 4, [2])])  # released and acquired again (count 3)
         m.fetch([(0, 4, [2])], wait_ms=0)  # released and acquired again (count 4)
-    records = state_log(b.port, group, tid)
-    assert [kind for kind, _ in records] == ["snapshot"] + ["update"] * 4  # one per ShareFetch
-    assert max(len(v.state_batches) for _, v in records) <= 2
-    assert batches_of(records[-1][1]) == [(0, 4, 0, 4), (5, 9, 2, 1)]
+        records = state_log(b.port, group, tid)  # (the session's connection still open: no release)
+        assert [kind for kind, _ in records] == ["snapshot"] + ["update"] * 4  # one per ShareFetch
+        assert max(len(v.state_batches) for _, v in records) <= 2
+        assert batches_of(records[-1][1]) == [(0, 4, 0, 4), (5, 9, 2, 1)]
     b.restart()
     with RawClient(b.port, timeout=30) as raw:
         m = RawShareMember(raw, group, "qlog", tid, member="n")
         assert acquired(m.first_fetch()) == [(0, 4, 5)]
-    start, stored = read_state(b.port, group, tid)
-    assert (start, stored) == (0, [(0, 4, 0, 5), (5, 9, 2, 1)])
-    records = state_log(b.port, group, tid)
-    kind, update = records[-1]
-    assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
-    assert (update.start_offset, batches_of(update)) == (0, stored)
+        start, stored = read_state(b.port, group, tid)  # before the connection closes (0-4 archived then)
+        assert (start, stored) == (0, [(0, 4, 0, 5), (5, 9, 2, 1)])
+        records = state_log(b.port, group, tid)
+        kind, update = records[-1]
+        assert kind == "update" and [k for k, _ in records].count("snapshot") == 1
+        assert (update.start_offset, batches_of(update)) == (0, stored)
 
 
 def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_held(tmp_path):

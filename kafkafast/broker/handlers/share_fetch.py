@@ -10,8 +10,10 @@ partition (`HeldWrites`), before the request parks or is answered; a write that 
 partition's error (and its acknowledgement error). Each partition answers the bytes of the whole
 batches holding the records it acquired, the acquired ranges with their delivery counts, and its
 current leader; the top level the acquisition lock duration. Nothing acquired: the request waits
-up to MaxWaitMs for an append, a release or an acknowledgement that frees record locks. MaxRecords bounds the records acquired (a batch in
-progress is finished); MaxBytes the bytes answered. Errors: INVALID_REQUEST (no group or member
+up to MaxWaitMs for an append, a release or an acknowledgement that frees record locks.
+MaxRecords bounds the records acquired (a batch in progress is finished); MaxBytes the bytes
+answered (the first batch is answered whole even if larger; MaxBytes 0 acquires nothing, as
+Kafka 4.2 answers librdkafka's fetch.max.bytes=0). Errors: INVALID_REQUEST (no group or member
 id), GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
 INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
 the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's
@@ -115,7 +117,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         return R(throttle_time_ms=0, error_code=EC.INVALID_REQUEST, responses=[], node_endpoints=[],
                  error_message="Acknowledge data present on initial fetch request")
     try:
-        session = mgr.session_for(req.group_id, req.member_id, epoch, add, forget)
+        session = mgr.session_for(req.group_id, req.member_id, epoch, add, forget, None if ctx.internal else ctx.conn)
     except E.KafkaError as exc:
         return R(throttle_time_ms=0, error_code=exc.code, error_message=exc.message, responses=[], node_endpoints=[])
     held = HeldWrites()  # the acknowledgements and the first acquisition pass: one state write per partition
@@ -127,7 +129,7 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
         mgr.close_session(session)
         await persisted(broker, answers)
         return _response(broker, answers, False, lock_ms)
-    budget = [req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS, max(req.max_bytes, 1)]
+    budget = [req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS, req.max_bytes]  # MaxBytes 0: none
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     verify = epoch == 0
     while True:

@@ -22,7 +22,8 @@ Timers: each member's session (`group.share.session.timeout.ms`, per group
 `group.share.heartbeat.interval.ms` / `share.heartbeat.interval.ms`);
 its expiry removes the member, bumps the group epoch and releases the records it had acquired
 (`on_member_gone`). A member that leaves (epoch -1) keeps its records and share session until
-it closes that session (as Kafka: the share session, not the membership, holds the records).
+it closes that session, or the connection that opened it closes (as Kafka: the share session,
+not the membership, holds the records).
 States: Empty (no members), Stable, Dead (deleted).
 
 Share groups live beside the group coordinator's classic and consumer groups, under the same

@@ -57,6 +57,7 @@ class ShareSession:
     member_id: str
     epoch: int  # the epoch the next request must carry
     partitions: dict[tuple[str, int], bytes] = field(default_factory=dict)  # (topic, partition) -> topic id
+    conn: Any = None  # the client connection that opened it (None: forwarded by another worker)
 
 
 @dataclass(slots=True)
@@ -113,6 +114,12 @@ def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
         return False
     # An aborted transaction of this producer spanning the batch (from its first offset to its ABORT marker).
     return any(pid == header.producer_id and first <= header.base_offset <= last for first, last, pid in aborted)
+
+
+def _loaded(sp: SharePartition | None, topic_id: bytes, part: Any) -> bool:
+    """Whether `sp` is the share-partition of this partition as it is now: loaded at its leader
+    epoch, and of this topic id (not of a topic of the same name deleted before)."""
+    return sp is not None and sp.leader_epoch == part.leader_epoch and sp.topic_id == topic_id
 
 
 def _replaced(sp: SharePartition, saved: PersistedState | None) -> bool:
@@ -232,17 +239,17 @@ class SharePartitionManager:
         (both only while the group is empty, so no live member holds its records)."""
         key = (group_id, topic, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch and not verify:
+        if _loaded(sp, topic_id, part) and not verify:
             return
         saved = await self.store.fetch(group_id, topic_id, part.index)
         sp = self.partitions.get(key)
-        if sp is not None and sp.leader_epoch == part.leader_epoch and not (verify and _replaced(sp, saved)):
+        if _loaded(sp, topic_id, part) and not (verify and _replaced(sp, saved)):
             return  # loaded (meanwhile by another request), and the stored state is still its own
         if saved is not None and saved.start_offset >= 0:
             sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
         else:
             sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
-        sp.leader_epoch = part.leader_epoch
+        sp.leader_epoch, sp.topic_id = part.leader_epoch, topic_id
         sp.persist = self._persister(topic_id)
         self.partitions[key] = sp
         if saved is None or saved.start_offset < 0:
@@ -251,7 +258,7 @@ class SharePartitionManager:
     def share_partition(self, group_id: str, topic: str, topic_id: bytes, part: Any) -> SharePartition:
         """The share-partition `prepare` loaded (COORDINATOR_LOAD_IN_PROGRESS if it was not)."""
         sp = self.partitions.get((group_id, topic, part.index))
-        if sp is None or sp.leader_epoch != part.leader_epoch:
+        if not _loaded(sp, topic_id, part):
             raise E.CoordinatorLoadInProgressError(f"share-partition {topic}-{part.index} of {group_id} is not loaded")
         if sp.start_offset < part.log_start_offset:
             sp.reset_to(part.log_start_offset)
@@ -301,11 +308,11 @@ class SharePartitionManager:
         for key in [k for k in self.partitions if k[0] == group_id]:
             del self.partitions[key]
         for key in [k for k in self.sessions if k[0] == group_id]:
-            del self.sessions[key]
+            self._unbind(self.sessions.pop(key))
 
     def member_gone(self, group_id: str, member_id: str) -> None:
         """The member's group session expired: its records go back, its share session ends."""
-        self.sessions.pop((group_id, member_id), None)
+        self._unbind(self.sessions.pop((group_id, member_id), None))
         self._release_member(group_id, member_id, [sp for (g, _, _), sp in self.partitions.items() if g == group_id])
 
     def _release_member(self, group_id: str, member_id: str, sps: list[SharePartition]) -> None:
@@ -322,11 +329,19 @@ class SharePartitionManager:
 
     # -- sessions --------------------------------------------------------------------------------
     def session_for(self, group_id: str, member_id: str, epoch: int, add: Iterable[tuple[str, int, bytes]],
-                    forget: Iterable[tuple[str, int]]) -> ShareSession:
-        """The share session of the request (see the module docstring); raises KafkaError."""
+                    forget: Iterable[tuple[str, int]], conn: Any = None) -> ShareSession:
+        """The share session of the request (see the module docstring); raises KafkaError.
+        A session opened on a client connection (`conn`) ends when that connection closes, and
+        the records the member acquired in it go back at once (as Kafka 4.1+ evicts the share
+        session of a dropped connection and releases them, KAFKA-19015), not when their locks
+        expire. A session opened again (epoch 0) on another connection replaces it: the first
+        connection closing then ends nothing."""
         key = (group_id, member_id)
         if epoch == 0:
-            session = self.sessions[key] = ShareSession(group_id, member_id, 1)
+            self._unbind(self.sessions.get(key))
+            session = self.sessions[key] = ShareSession(group_id, member_id, 1, conn=conn)
+            if conn is not None:
+                conn.on_lost[(self, key)] = lambda: self._connection_lost(session)
         else:
             session = self.sessions.get(key)
             if session is None:
@@ -342,11 +357,23 @@ class SharePartitionManager:
         return session
 
     def close_session(self, session: ShareSession) -> None:
-        """Epoch -1: the session ends and the member's acquired records in it go back."""
+        """Epoch -1 (or its connection closed): the session ends and the member's acquired
+        records in it go back."""
+        self._unbind(session)
         self.sessions.pop((session.group_id, session.member_id), None)
         self._release_member(session.group_id, session.member_id,
                              [sp for tp in session.partitions
                               if (sp := self.partitions.get((session.group_id, *tp))) is not None])
+
+    def _connection_lost(self, session: ShareSession) -> None:
+        if self.sessions.get((session.group_id, session.member_id)) is session:
+            self.close_session(session)
+
+    def _unbind(self, session: ShareSession | None) -> None:
+        """The session no longer ends with its connection (it ends otherwise, or is replaced)."""
+        if session is not None and session.conn is not None:
+            session.conn.on_lost.pop((self, (session.group_id, session.member_id)), None)
+            session.conn = None
 
     # -- acknowledgements ------------------------------------------------------------------------
     def acknowledge(self, group_id: str, member_id: str, topic: str, topic_id: bytes, part: Any,

@@ -118,7 +118,7 @@ def _entry_first(entry: InFlight) -> int:
 
 class SharePartition:
     __slots__ = ("group_id", "topic", "partition", "start_offset", "end_offset", "inflight", "state_epoch",
-                 "leader_epoch", "persist", "_token", "_cut_any")
+                 "leader_epoch", "topic_id", "persist", "_token", "_cut_any")
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  batches: Iterable[StateBatch] = (), state_epoch: int = 0,
@@ -128,7 +128,8 @@ class SharePartition:
         self.partition = partition
         self.start_offset = start_offset
         self.state_epoch = state_epoch
-        self.leader_epoch = 0  # the partition's leader epoch it was loaded at
+        self.leader_epoch = 0  # the partition's leader epoch it was loaded at...
+        self.topic_id = b""  # ...and the topic id (a topic deleted and created again has a new one)
         self.persist = persist
         self._token = 0
         self._cut_any = False
