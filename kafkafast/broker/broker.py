@@ -458,7 +458,7 @@ class Broker:
     def isr_error(self, part: Partition) -> int:
         """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0
         (as in Kafka, a lone replica under a topic's min.insync.replicas=2 takes no acks=all write)."""
-        return E.ErrorCode.NOT_ENOUGH_REPLICAS if part.in_sync_count < part.log.config.min_insync_replicas else 0
+        return E.ErrorCode.NOT_ENOUGH_REPLICAS if len(part.isr) < part.log.config.min_insync_replicas else 0
 
     def leadership_fence(self, part: Partition) -> str | None:
         """Why this broker cannot confirm now that it still leads `part` (then it appends nothing

@@ -17,9 +17,13 @@ produce finds its high watermark there already and never waits (`wait_for_hw`).
 
 Home: where the replica's writer and published state live, as its placement says. `HERE` in one
 process (broker/placement.py); a slot of the shared partition table with its owner worker in
-the pre-fork runtime (runtime/placement.py: `SlotResidence`). The placement's per-partition
-bookkeeping (what a parked fetch saw, how many are parked, a non-owner's shared-mode writer) is
-kept in plain fields beside it.
+the pre-fork runtime (runtime/placement.py: `SlotResidence`; a cluster worker's
+`cluster/worker_placement.py:ClusterSlotResidence`). What differs between homes goes through
+the home, checked by a plain flag off the lone replica's path: a `remote` home (a cluster
+worker's replica another worker keeps) gives the ISR from the slot and waits for the high
+watermark there; an `announcing` one (that replica's owner) wakes the other workers' parked
+requests with its own (`wake_everywhere`, on the replicated partition's paths). The placement's per-partition bookkeeping (what a parked fetch saw, how
+many are parked, a non-owner's shared-mode writer) is kept in plain fields beside it.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ class Here:
     slot = -1
     owner = -1  # this process, whichever it is (WorkerPlacement.owns: a partition not in a slot yet)
     loading = False
+    remote = False  # its replica state (ISR, high watermark) is kept here
+    announcing = False  # no other process has requests parked on it
 
 
 HERE = Here()
@@ -47,20 +53,21 @@ class Partition:
     """One partition replica (see the module docstring): the writer `log` when this process
     appends to it, else a reader over the files and the published state."""
 
-    __slots__ = ("topic", "index", "log", "home", "topic_id", "waiters",
+    __slots__ = ("topic", "index", "log", "state", "home", "topic_id", "waiters",
                  # role (the control plane's)
                  "is_leader", "leader_id", "leader_epoch", "partition_epoch", "isr", "replicas", "confirmed_epoch",
                  "fenced",
                  # the leader's replication state
                  "followers", "alter_in_flight", "epoch_start_offset", "hw_waiters", "answered_hw",
                  # the placement's bookkeeping
-                 "seen_hw", "parked", "shared_log", "shared_txn_logged",
+                 "seen_hw", "seen_leo", "notified", "parked", "fetches_seen", "shared_log", "shared_txn_logged",
                  "__weakref__")
 
     def __init__(self, topic: str, index: int, log_: Any, home: Any = HERE, topic_id: bytes = bytes(16)) -> None:
         self.topic = topic
         self.index = index
         self.log = log_
+        self.state = log_.state  # its published state (the log's for good: one read less on the fetch path)
         self.home = home
         self.topic_id = topic_id
         self.waiters: set[asyncio.Future] = set()  # fetches parked here (`wake`)
@@ -81,7 +88,10 @@ class Partition:
         # follower Fetch is answered as soon as the high watermark differs from it
         self.answered_hw: dict[int, int] = {}
         self.seen_hw = -1  # the high watermark a fetch about to park last saw (a worker's wake-up compares)
+        self.seen_leo = -1  # the log end it saw (a cluster worker's follower fetch waits for the log end)
+        self.notified = (-1, -1)  # (high watermark, log end) when a cluster worker last woke its parked requests
         self.parked = 0  # fetches of this process parked on it (a worker marks its waiter byte while > 0)
+        self.fetches_seen: dict[int, int] = {}  # follower -> its last fetch a cluster worker's owner looked at
         self.shared_log: Any = None  # a non-owner worker's shared-mode writer, opened on first use
         self.shared_txn_logged = False  # whether that writer logged its first transactional append
 
@@ -104,22 +114,19 @@ class Partition:
 
     # -- published state -----------------------------------------------------------------
     @property
-    def state(self) -> Any:
-        return self.log.state
-
-    @property
     def high_watermark(self) -> int:
-        hw = self.log.state.high_watermark
-        self.seen_hw = hw  # what the fetch about to park saw: a worker's wake-up compares against it
+        st = self.state
+        hw = self.seen_hw = st.high_watermark  # what the fetch about to park saw: a worker's wake-up compares
+        self.seen_leo = st.log_end_offset  # (both: a consumer's fetch then wakes once per append, never spins)
         return hw
 
     @property
     def log_start_offset(self) -> int:
-        return self.log.state.log_start_offset
+        return self.state.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.state.log_end_offset
+        return self.state.log_end_offset
 
     def unavailable_error(self) -> int:
         """The error every request for the partition gets before anything of it is read, 0
@@ -128,7 +135,7 @@ class Partition:
         leader until then, and retry), KAFKA_STORAGE_ERROR while its log is offline."""
         if self.home.loading:
             return E.ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return E.ErrorCode.KAFKA_STORAGE_ERROR if self.log.state.offline else 0
+        return E.ErrorCode.KAFKA_STORAGE_ERROR if self.state.offline else 0
 
     def wake(self) -> None:
         """Answers the fetches parked on it (they re-read)."""
@@ -136,6 +143,14 @@ class Partition:
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+    def wake_everywhere(self) -> None:
+        """`wake`, and where its home is `announcing` (a cluster worker owning the replica) the
+        requests parked in other workers too: the replicated partition's high watermark, log
+        end or role moved (the lone replica's append paths wake other processes themselves)."""
+        self.wake()
+        if self.home.announcing:
+            self.home.announce(self)
 
     # -- role ----------------------------------------------------------------------------
     def lead_alone(self, broker_id: int) -> None:
@@ -160,9 +175,16 @@ class Partition:
         self.answered_hw.clear()  # a new role or epoch: what the followers know is unknown
 
     @property
+    def in_sync_replicas(self) -> list[int]:
+        """The ISR as its keeper has it: `isr` here, or, for a replica another worker keeps,
+        the owner's in the slot (`isr` there is the last LeaderAndIsr's)."""
+        home = self.home
+        return home.isr() if home.remote else self.isr
+
+    @property
     def in_sync_count(self) -> int:
         """How many replicas are in sync (a lone replica is its own ISR)."""
-        return len(self.isr)
+        return len(self.in_sync_replicas)
 
     # -- the high-watermark rule -----------------------------------------------------------
     def maximal_isr(self) -> set[int]:
@@ -177,7 +199,7 @@ class Partition:
         that is higher; answers the acks=all produces it passes, then wakes the fetches."""
         if not self.is_leader:
             return False
-        st = self.log.state
+        st = self.state
         new_hw = st.log_end_offset  # (published: in a worker, other workers may have appended)
         for r in self.maximal_isr():
             if r == self_id:
@@ -197,15 +219,17 @@ class Partition:
                 else:
                     still.append((offset, fut))
             self.hw_waiters = still
-        self.wake()
+        self.wake_everywhere()
         return True
 
     async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
         """0 once the high watermark reaches `offset` (at once for a lone replica: the append
         published it); an error code if leadership is lost (NOT_LEADER_OR_FOLLOWER) or the
         timeout passes (REQUEST_TIMED_OUT)."""
-        if self.log.state.high_watermark >= offset:
+        if self.state.high_watermark >= offset:
             return 0
+        if self.home.remote:  # another worker keeps it: wait for the slot
+            return await self.home.wait_for_hw(self, offset, timeout_s)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self.hw_waiters.append((offset, fut))

@@ -154,7 +154,7 @@ def worker_placement_class(config: BrokerConfig) -> type:
     """Each worker's placement: the worker runtime's, with the replica state in the slots in
     cluster mode."""
     if config.get("zookeeper.connect"):
-        from kafkafast.cluster.worker_broker import ClusterWorkerPlacement  # deferred: cluster mode only (kazoo)
+        from kafkafast.cluster.worker_placement import ClusterWorkerPlacement  # deferred: cluster mode only (kazoo)
 
         return ClusterWorkerPlacement
     from kafkafast.runtime.placement import WorkerPlacement  # deferred: the broker's modules load only for `broker`

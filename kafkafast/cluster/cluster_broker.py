@@ -58,7 +58,7 @@ EC = E.ErrorCode
 
 class ClusterBroker(Broker):
     dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
-    placement: ReplicaPlacement  # one process (ClusterLocalPlacement) or a worker's (cluster/worker_broker.py)
+    placement: ReplicaPlacement  # one process (ClusterLocalPlacement) or a worker's (cluster/worker_placement.py)
 
     def __init__(self, config: Any, placement: ReplicaPlacement | None = None) -> None:
         super().__init__(config, placement or ClusterLocalPlacement())
@@ -298,7 +298,7 @@ class ClusterBroker(Broker):
             raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
         self.check_fence(part)
         result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
-        part.wake()
+        part.wake_everywhere()  # (followers parked in other workers wait for the log end)
         part.maybe_increment_hw(self.node_id)
         self.check_fence(part)  # stopped between the check and the write: written, never acknowledged
         return result
@@ -338,17 +338,23 @@ class ClusterBroker(Broker):
         """Whether the partition exists anywhere in the cluster, not only here."""
         return index in self.metadata.partitions.get(topic, {})
 
+    def isr_error(self, part: Any) -> int:
+        """As a lone broker's, over the ISR its keeper has (a worker that does not own the
+        replica: the owner's, in the slot)."""
+        return EC.NOT_ENOUGH_REPLICAS if part.in_sync_count < part.log.config.min_insync_replicas else 0
+
     def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
         """Followers read up to the log end; consumers up to the high watermark. A follower of a
         leader-throttled replica gets nothing while leader.replication.throttled.rate is used up
         (Kafka's `shouldLeaderThrottle`): up to where it already is."""
         if replica_id < 0:
             return part.high_watermark
+        leo = part.seen_leo = part.log_end_offset  # what a follower's fetch about to park saw (workers compare)
         if self._leader_throttled(part) and self.leader_quota.exceeded():
             f = part.followers.get(replica_id)
             if f is not None and f.leo >= 0:
-                return min(f.leo, part.log_end_offset)
-        return part.log_end_offset
+                return min(f.leo, leo)
+        return leo
 
     def preferred_read_replica(self, part: Any, client_rack: str, fetch_offset: int) -> int:
         """Kafka's RackAwareReplicaSelector as its ReplicaManager.findPreferredReadReplica applies
@@ -360,7 +366,7 @@ class ClusterBroker(Broker):
                 or client_rack == self.config.get("broker.rack"):
             return -1
         best, chosen = (-1, 0), -1
-        for r in part.isr:
+        for r in part.in_sync_replicas:  # (a worker's replica another keeps: the owner's ISR)
             b = self.metadata.brokers.get(r)
             f = self.follower_state(part, r) if r != self.node_id else None
             if b is None or b.rack != client_rack or f is None or f.leo < fetch_offset:
@@ -496,7 +502,7 @@ class ClusterBroker(Broker):
         log.info("%s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", part.topic, part.index,
                  ps.leader_epoch, part.isr, lg.log_end_offset, st.high_watermark)
         part.maybe_increment_hw(self.node_id)
-        part.wake()
+        part.wake_everywhere()
         if not was_leader:
             self._coordinator_partition(part, load=True)
 
@@ -527,7 +533,7 @@ class ClusterBroker(Broker):
         if ps.leader >= 0 and endpoint is not None:
             self.fetchers.add(tp, part, ps.leader, endpoint[0], endpoint[1], ps.leader_epoch)
         log.info("%s-%d: follower of %d at epoch %d", part.topic, part.index, ps.leader, ps.leader_epoch)
-        part.wake()
+        part.wake_everywhere()
 
     async def apply_update_metadata(self, req: Any) -> int:
         err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)

@@ -191,7 +191,7 @@ class ReplicaFetcher:
         if offset < lg.log_end_offset:
             log.info("%s-%d: truncating from %d to %d (%s)", tp[0], tp[1], lg.log_end_offset, offset, why)
             lg.truncate_to(offset)
-            s.part.wake()
+            s.part.wake_everywhere()
         s.truncating = False
         s.request_epoch = None
         s.rounds = 0
@@ -273,7 +273,7 @@ class ReplicaFetcher:
             if hw != st.high_watermark:
                 st.high_watermark = hw
                 st.last_stable_offset = lg.last_stable_offset(hw)
-            s.part.wake()
+            s.part.wake_everywhere()
 
 
 class FetcherManager:

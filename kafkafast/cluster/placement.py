@@ -9,7 +9,7 @@ replicas (`replica_removed`), and runs the start, the controlled shutdown and a 
 registration in the process that holds the broker's registration.
 
 `ClusterLocalPlacement`: one process holds every replica and the registration; each hook is
-the broker's own path. `cluster/worker_broker.py:ClusterWorkerPlacement` is the same over N
+the broker's own path. `cluster/worker_placement.py:ClusterWorkerPlacement` is the same over N
 pre-forked workers (worker 0 registers; replica state in the shared-memory slots)."""
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ workers over the internal Unix sockets (`forwarding.Forwarder`).
 * topic changes bump the metadata generation in shared memory; every request first
   compares it with the generation this worker has loaded and reloads topics if needed.
 
-Cluster mode's additions (replica state in the slot) are `cluster/worker_broker.py`'s
+Cluster mode's additions (replica state in the slot) are `cluster/worker_placement.py`'s
 `ClusterWorkerPlacement`; this package imports nothing of kafkafast/cluster."""
 from __future__ import annotations
 
@@ -201,6 +201,8 @@ class SlotResidence:
     state."""
 
     __slots__ = ("slot", "owner", "table", "known_at_load")
+    remote = False  # a lone replica's state: the writer's (any worker's, with shared append) is the state
+    announcing = False  # the append paths wake the other workers' parked fetches (`on_append`)
 
     def __init__(self, slot: int, owner: int, table: shm.PartitionTable, known_at_load: bool) -> None:
         self.slot = slot
@@ -223,7 +225,7 @@ class WorkerPlacement:
     others, and the broker's worker paths: see the module docstring)."""
 
     # A lone replica's high watermark is its log end, published with each append (a replicated
-    # partition's is the owner's replica bookkeeping's: cluster/worker_broker.py).
+    # partition's is the owner's replica bookkeeping's: cluster/worker_placement.py).
     hw_follows_end = True
 
     def __init__(self, *, index: int, incarnation: int, table: shm.PartitionTable, wake_fds: list[int],
@@ -296,7 +298,7 @@ class WorkerPlacement:
 
     # -- ownership ----------------------------------------------------------------------
     def owns(self, part: Partition) -> bool:
-        owner = part.owner  # (-1: at home in this process, not in a slot yet: cluster/worker_broker.py wraps it)
+        owner = part.owner  # (-1: at home in this process, not in a slot yet)
         return owner == self.index or owner < 0
 
     def partition_loaded(self, part: Partition) -> bool:

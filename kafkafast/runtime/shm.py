@@ -57,7 +57,7 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on
                      this partition. One byte per worker (not one bit) so every worker
                      only ever stores its own byte: no read-modify-write across processes.
-      cluster mode (`cluster/worker_broker.py`), written while this broker leads the partition:
+      cluster mode (`cluster/worker_placement.py`), written while this broker leads the partition:
       int64 [32]     ISR size (as the owner last learnt it: LeaderAndIsr, AlterPartition answer)
       int64 [33..41] ISR broker ids (the first [32] of them)
       int64 [42 + 5*j .. 46 + 5*j], j < 8: follower j's fetch state (`SlotFollower`):

@@ -5,7 +5,7 @@ the logs this worker owns, its servers on the inherited listening sockets.
 
 The broker is the control plane's class (`Broker`, or cluster mode's `ClusterBroker`) over
 this worker's placement (`runtime/placement.py:WorkerPlacement`, or cluster mode's
-`cluster/worker_broker.py:ClusterWorkerPlacement`): where each partition lives, and the
+`cluster/worker_placement.py:ClusterWorkerPlacement`): where each partition lives, and the
 worker paths (owned logs, forwarding, shared append, wake-ups). The command line chooses
 both and hands them to `run_worker` (this package imports nothing of kafkafast/cluster).
 """

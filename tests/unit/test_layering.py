@@ -2,9 +2,9 @@
 and no import from a lower package into a higher one. Imports anywhere in a module count
 (inside functions too); those under `if TYPE_CHECKING:` do not.
 
-What is still left of the single-node/cluster split (issue 24) is listed in `REMAINING` and
-`PARTITION_SUBCLASSES_LEFT`: the test fails on anything else, and also when one of those is gone
-(then take it off the list).
+What is still left of the single-node/cluster split (issue 24) is listed in `REMAINING`: the
+test fails on anything else, and also when one of those is gone (then take it off the list).
+`Partition` has no subclass: what differs between modes is its home's (broker/partition.py).
 
 Imports sit at the module's top; one inside a function is a deliberate deferral (a heavy or
 optional dependency, a light start of kafkafast.testing or of the command line) and says why in
@@ -43,10 +43,6 @@ REMAINING: dict[str, set] = {
     "cycles": set(),
     "upward": set(),
 }
-
-# One partition class in every mode (broker/partition.py): the subclasses still left, by module
-# and name. ClusterWorkerPartition goes with ClusterWorkerBroker (docs/ARCHITECTURE.md, "Processes").
-PARTITION_SUBCLASSES_LEFT = {"kafkafast.cluster.worker_broker.ClusterWorkerPartition"}
 
 # Function-level imports not yet moved up nor given their reason ("path:line"); none left.
 LEFT_UNCOMMENTED: set[str] = set()
@@ -190,8 +186,8 @@ def subclasses_of(target: str) -> set[str]:
         found |= more
 
 
-def test_one_partition_class_but_the_listed_subclasses():
-    assert subclasses_of("kafkafast.broker.partition.Partition") == PARTITION_SUBCLASSES_LEFT
+def test_one_partition_class_in_every_mode():
+    assert subclasses_of("kafkafast.broker.partition.Partition") == set()
 
 
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")

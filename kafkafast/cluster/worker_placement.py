@@ -31,7 +31,8 @@ expand through AlterPartition), the high watermark, and, for `__consumer_offsets
 groups, for `__transaction_state`, the transactional ids (the transaction APIs are
 forwarded to that worker as on a single node; its markers for partitions other workers own
 go to them as WriteTxnMarkers over the internal sockets). The other workers know leadership and epochs from the fanned-out LeaderAndIsr and
-read the ISR from the slot, where the owner writes it. A follower's Fetch served by any
+read the ISR from the slot, where the owner writes it. A replica is a plain `Partition` whose
+home, a `ClusterSlotResidence`, says which of the two this worker is. A follower's Fetch served by any
 worker records the follower's position in the slot (`shm.SlotFollower`) and pokes the
 owner's wake-up pipe; the owner recomputes the high watermark and the ISR from the slot.
 Produce on a non-owner is appended by that worker through the partition's append lock (shared
@@ -50,7 +51,7 @@ import time
 from typing import Any
 
 from kafkafast.broker.broker import now_ms
-from kafkafast.broker.partition import Partition as ClusterPartition  # (the one partition class, issue 24)
+from kafkafast.broker.partition import Partition
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -60,7 +61,7 @@ from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.runtime import shm
-from kafkafast.runtime.placement import RemoteLog, WorkerPlacement
+from kafkafast.runtime.placement import RemoteLog, SlotResidence, WorkerPlacement
 from kafkafast.runtime.worker import controlled_shutdown_budget
 from kafkafast.security.context import principal_trailer
 
@@ -128,72 +129,42 @@ class WorkerClusterNode(ClusterNode):
         return self.cluster_id, self.broker_id
 
 
-class ClusterWorkerPartition(ClusterPartition):
-    """A replica as one worker sees it: the owner's writer or another worker's `RemoteLog`."""
+class ClusterSlotResidence(SlotResidence):
+    """Where a cluster worker's replica lives (its `Partition`'s `home`): the owner worker keeps
+    its replica state and publishes it in the slot; on another worker (`remote`) the ISR and the
+    high watermark are read there, and on the owner (`announcing`) a wake-up of the requests
+    parked on it wakes the other workers' too."""
 
-    __slots__ = ("slot", "owner", "seen_hw", "seen_leo", "parked", "broker", "fetches_seen", "notified", "shared_log")
+    __slots__ = ("placement", "remote", "announcing")
 
-    def __init__(self, topic: str, index: int, log_: Any, slot: int, owner: int, broker: ClusterBroker) -> None:
-        self.slot = slot
-        self.owner = owner
-        self.broker = broker
-        super().__init__(topic, index, log_)
-        self.seen_hw = -1
-        self.seen_leo = -1
-        self.parked = 0
-        self.fetches_seen: dict[int, int] = {}  # follower -> time of its last fetch the owner looked at
-        self.notified = (-1, -1)  # (high watermark, log end) when its parked requests were last woken
-        self.shared_log: Any = None  # a non-owner's shared-mode writer (kafkafast.produce.shared.append.cluster)
+    def __init__(self, slot: int, owner: int, placement: ClusterWorkerPlacement) -> None:
+        super().__init__(slot, owner, placement.table, known_at_load=False)  # (LeaderAndIsr: its owner has it)
+        self.placement = placement
+        self.remote = owner != placement.index
+        self.announcing = not self.remote
 
-    @property
-    def local(self) -> bool:
-        return self.owner == self.broker.placement.index
-
-    # The ISR: the owner keeps it and publishes it in the slot; the others read the slot.
-    @property  # type: ignore[override]
     def isr(self) -> list[int]:
-        if self.local:
-            return ClusterPartition.isr.__get__(self)  # type: ignore[attr-defined]
-        return self.broker.placement.table.isr(self.slot)
+        """The owner's ISR, from the slot (a remote home's)."""
+        return self.table.isr(self.slot)
 
-    @isr.setter
-    def isr(self, members: list[int]) -> None:
-        ClusterPartition.isr.__set__(self, members)  # type: ignore[attr-defined]
-        if self.local and getattr(self, "is_leader", False):
-            self.broker.placement.table.set_isr(self.slot, members)
+    def announce(self, part: Partition) -> None:
+        """The owner woke the requests parked on it: fetches and acks=all produces parked in
+        other workers re-check too."""
+        self.placement.on_append(part)
 
-    @property
-    def high_watermark(self) -> int:
-        st = self.log.state
-        hw = st.high_watermark
-        self.seen_hw = hw  # what a fetch about to park saw: the wake-up compares against it
-        self.seen_leo = st.log_end_offset  # (a consumer's fetch then wakes once per append, never spins)
-        return hw
-
-    @property
-    def log_end_offset(self) -> int:
-        leo = self.log.state.log_end_offset
-        self.seen_leo = leo  # a follower's fetch waits for the log end, not the high watermark
-        return leo
-
-    def wake(self) -> None:
-        super().wake()
-        if self.local:
-            self.broker.on_append(self)  # fetches and acks=all produces parked in other workers
-
-    async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
-        if self.local:
-            return await super().wait_for_hw(offset, timeout_s)
+    async def wait_for_hw(self, part: Partition, offset: int, timeout_s: float) -> int:
+        """An acks=all produce appended by this non-owner waits on the slot, parked like a
+        fetch, until the owner's high watermark passes it (`Partition.wait_for_hw`)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if not self.is_leader:
+            if not part.is_leader:
                 return EC.NOT_LEADER_OR_FOLLOWER
-            if self.high_watermark >= offset:
+            if part.high_watermark >= offset:
                 return 0
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return EC.REQUEST_TIMED_OUT
-            await self.broker.wait_for_data([self], remaining)
+            await self.placement.wait_for_data([part], remaining)
 
 
 class ClusterWorkerPlacement(WorkerPlacement):
@@ -305,15 +276,14 @@ class ClusterWorkerPlacement(WorkerPlacement):
         # and a reader between the owner's wake-up byte and this check must not swallow it.
         st = part.log.state
         now = (st.high_watermark, st.log_end_offset)
-        if now == getattr(part, "notified", None):
+        if now == part.notified:
             return False
-        if hasattr(part, "notified"):
-            part.notified = now
+        part.notified = now
         return True
 
     def _moved(self, part: Any) -> bool:
         st = part.log.state
-        return st.high_watermark != part.seen_hw or st.log_end_offset != getattr(part, "seen_leo", st.log_end_offset)
+        return st.high_watermark != part.seen_hw or st.log_end_offset != part.seen_leo
 
     # -- the broker's session, start and stop (worker 0 holds the registration) ---------------
     def make_node(self, config: Any, log_dir: str) -> ClusterNode:
@@ -382,7 +352,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         return result
 
     # -- controller requests: applied by every worker -------------------------------------------
-    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> ClusterWorkerPartition:
+    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         """The owner's replica over its log; another worker's over a `RemoteLog` of the owner's
         files and slot."""
         self._topic_ids[topic] = topic_id  # (the owner's new log takes the slot of this topic id)
@@ -394,10 +364,10 @@ class ClusterWorkerPlacement(WorkerPlacement):
         else:
             slot = self.table.allocate(topic_id, index, owner)
             lg = RemoteLog(broker.log_dirs, topic, index, self.table.state(slot), await broker.replica_config(topic))
-        return ClusterWorkerPartition(topic, index, lg, slot, owner, broker)
+        return Partition(topic, index, lg, ClusterSlotResidence(slot, owner, self), topic_id)
 
     def become_leader(self, part: Any, ps: Any) -> None:
-        if not part.local:  # the owner leads; this worker learns the role and epoch
+        if not self.owns(part):  # the owner leads; this worker learns the role and epoch
             part.apply_state(ps, is_leader=True)
             part.wake()
             log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
@@ -410,7 +380,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         self.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
 
     def become_follower(self, part: Any, ps: Any) -> None:
-        if not part.local:
+        if not self.owns(part):
             part.apply_state(ps, is_leader=False)
             part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
             part.wake()
@@ -421,7 +391,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         self.broker.make_follower(part, ps)
 
     def replica_removed(self, part: Any) -> None:
-        if part.local:  # (the broker deleted the files)
+        if self.owns(part):  # (the broker deleted the files)
             self.table.set_leading_epoch(part.slot, -1)
             self.table.release(part.slot)  # the topic is gone; a re-created one has a new id
         else:
