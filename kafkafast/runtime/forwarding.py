@@ -333,12 +333,12 @@ class Forwarder:
         return [out]
 
     async def request(self, owner: int, req: Any, version: int, timeout_s: float = 30.0,
-                      trailer: bytes = b"") -> Any:
+                      trailer: bytes = b"", client_id: str = CLIENT_ID.decode()) -> Any:
         """Sends one request built with the generated codecs (with `trailer` after the body:
         the client's principal, see security/context.py); returns the decoded response."""
         ln = await self.link(owner)
         corr = self.next_corr()
-        data = api.encode_request(req, version, corr, CLIENT_ID.decode())
+        data = api.encode_request(req, version, corr, client_id)
         if trailer:
             data = (len(data) - 4 + len(trailer)).to_bytes(4, "big") + data[4:] + trailer
         fut = await ln.send([data], corr)
