@@ -15,6 +15,9 @@ with `internal=True`: never forwarded again.
   group's `__consumer_offsets` partition, with the correlation id swapped for an internal
   one and swapped back in the answer, which is returned byte for byte.
 * DeleteRecords for a partition owned elsewhere: a DeleteRecords request to the owner.
+* A client connection closing that had a share session opened through it (ShareFetch epoch 0
+  forwarded to the group's worker): a ShareAcknowledge of epoch -1 under client id
+  `kafkafast-share-connection-lost`, which ends the session there (runtime/placement.py).
 
 An internal connection may hold requests that wait (JoinGroup parks until the rebalance
 completes), so `InternalConnection` handles every request except Produce in its own task
