@@ -51,29 +51,31 @@ NOTES: dict[str, str] = {
         "sets share.record.lock.duration.ms=3000 on its group: needs group.share.min.record.lock.duration.ms "
         "at most that on the broker (BROKER_SETTINGS, as librdkafka's CI; Kafka's default minimum is 15000)",
     "0179_share_consumer_destroy":
-        "the sub-test expects the first poll (one ShareFetch answer) to hold one of the two partitions' 50 records; "
-        "kafkafast answers the records of both partitions that are there in one ShareFetch (MaxRecords 500, which the "
-        "protocol allows). Kafka 4.2 likely answers one because a new group's share-partitions are loaded one by one "
-        "and a ShareFetch completes once MinBytes (1) is met; not changed. The runner stops at this failure, so the "
-        "sub-tests after it did not run",
+        "the sub-test expects the first poll to hold one of the two partitions' 50 records: librdkafka's poll "
+        "returns one ShareFetch answer, i.e. one broker's partitions, and its CI (trivup's KafkaCluster) runs 3 "
+        "brokers, where the 2 partitions have different leaders. Against one broker, kafkafast (as Kafka 4.2, whose "
+        "ShareFetch reads every acquirable partition of the request up to MaxRecords 500) answers both in one "
+        "ShareFetch: not a broker difference, not changed. The runner stops at this failure, so the sub-tests after "
+        "it did not run",
     "0180_share_consumer_config":
         "fixed: ShareFetch with MaxBytes 0 (fetch.max.bytes=0) acquired and answered a batch; Kafka 4.2 answers none",
     "0184_share_consumer_topic_recreate":
         "fixed: a topic deleted and created again under its name reused the old topic's share-partition, whose "
-        "acquired offsets held the new records until their locks expired (then delivery count 2; the "
-        "recreate-hb-first sub-test and the ones after it pass now). Still fails one sub-test later on a delivery "
-        "report of the concurrent-producer sub-test's background producer: while the topic was deleted the "
-        "producer's metadata requests auto-created it (auto.create.topics.enable, num.partitions=1: its 'during:' "
-        "records were consumed), so a record partitioned to [1] or [2] of the 3-partition topic before the deletion "
-        "failed 'Unknown partition'. Not analysed further (whether Kafka 4.2 auto-creates a topic in that window)",
+        "acquired offsets held the new records until their locks expired. Its concurrent-producer sub-test needs "
+        "num.partitions of at least 3 (BROKER_SETTINGS: 4, as trivup's KafkaCluster in librdkafka's CI): while the "
+        "topic is deleted the producer's Metadata requests auto-create it (as Kafka 4.2's, whose KRaft deletion "
+        "leaves nothing in the way), and a record partitioned to [1] or [2] before the deletion fails 'Unknown "
+        "partition' on a topic auto-created with 1",
     "0190_share_consumer_telemetry":
         "needs Kafka's client-metrics OTLP reporter plugin and an OpenTelemetry Collector exporting to the topic "
         "client-telemetry-metrics (librdkafka's setup-share-telemetry-testing.sh): outside the broker; the test skips",
 }
 CONFIGURE = ["./configure", "--disable-curl", "--disable-lz4-ext", "--disable-sasl", "--disable-gssapi"]
 # The broker settings librdkafka's own CI gives its Kafka 4.2 brokers for these tests
-# (tests/cluster_testing.py): the tests set share.record.lock.duration.ms to a few seconds.
-BROKER_SETTINGS = {"group.share.min.record.lock.duration.ms": "1000"}
+# (tests/cluster_testing.py, packaging/tools/run-share-consumer-tests.sh): the tests set
+# share.record.lock.duration.ms to a few seconds; trivup's KafkaCluster gives auto-created topics
+# 4 partitions (num_partitions), which 0184 relies on when its producer re-creates a deleted topic.
+BROKER_SETTINGS = {"group.share.min.record.lock.duration.ms": "1000", "num.partitions": "4"}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SUMMARY_ROW = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|?\s*(.*?)\s*\|?$")
 ENDED = re.compile(r"=+ Test (\d{4}\S*) (PASSED|SKIPPED|FAILED)")

@@ -15,6 +15,9 @@ with `internal=True`: never forwarded again.
   group's `__consumer_offsets` partition, with the correlation id swapped for an internal
   one and swapped back in the answer, which is returned byte for byte.
 * DeleteRecords for a partition owned elsewhere: a DeleteRecords request to the owner.
+* A client connection closing that had a share session opened through it (ShareFetch epoch 0
+  forwarded to the group's worker): a ShareAcknowledge of epoch -1 under client id
+  `kafkafast-share-connection-lost`, which ends the session there (runtime/placement.py).
 
 An internal connection may hold requests that wait (JoinGroup parks until the rebalance
 completes), so `InternalConnection` handles every request except Produce in its own task
@@ -333,12 +336,12 @@ class Forwarder:
         return [out]
 
     async def request(self, owner: int, req: Any, version: int, timeout_s: float = 30.0,
-                      trailer: bytes = b"") -> Any:
+                      trailer: bytes = b"", client_id: str = CLIENT_ID.decode()) -> Any:
         """Sends one request built with the generated codecs (with `trailer` after the body:
         the client's principal, see security/context.py); returns the decoded response."""
         ln = await self.link(owner)
         corr = self.next_corr()
-        data = api.encode_request(req, version, corr, CLIENT_ID.decode())
+        data = api.encode_request(req, version, corr, client_id)
         if trailer:
             data = (len(data) - 4 + len(trailer)).to_bytes(4, "big") + data[4:] + trailer
         fut = await ln.send([data], corr)

@@ -34,6 +34,7 @@ Cluster mode's additions (replica state in the slot) are `cluster/worker_placeme
 `ClusterWorkerPlacement`; this package imports nothing of kafkafast/cluster."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -46,18 +47,20 @@ from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import wait_for_wake
 from kafkafast.broker.quotas import SHARE_FETCH
+from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.delete_records import DeleteRecordsRequest
+from kafkafast.protocol._generated.share_acknowledge import ShareAcknowledgeRequest
 from kafkafast.protocol._generated.write_txn_markers import WriteTxnMarkersRequest
 from kafkafast.records.model import ATTR_TRANSACTIONAL
 from kafkafast.runtime import shm
 from kafkafast.runtime.append_lock import AppendLock
 from kafkafast.runtime.forwarding import Forwarder
 from kafkafast.runtime.group_fanout import FANOUT_KEYS, maybe_fan_out
-from kafkafast.security.context import carry_principal, principal_trailer, security_of
+from kafkafast.security.context import carry_principal, principal_trailer, security_of, trailer_bytes
 from kafkafast.storage.checkpoint import OffsetCheckpointFile, fsync_dir
 from kafkafast.storage.log import Log
 from kafkafast.storage.log_manager import DELETE_DIR_SUFFIX, LogManager
@@ -66,6 +69,12 @@ from kafkafast.storage.reader import LogReader
 from kafkafast.storage.shared_append import SharedAppend
 
 log = logging.getLogger("kafkafast.worker")
+
+
+def _log_share_close_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("telling the group's worker that a share session's connection closed failed: %s",
+                    task.exception())
 
 # Group and offset APIs whose requests go whole to the group's coordinator worker.
 GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup",
@@ -77,6 +86,7 @@ GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbe
               86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
               91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
+SHARE_ACKNOWLEDGE = 79
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
 
@@ -236,6 +246,7 @@ class WorkerPlacement:
         self.workers = table.workers
         self.wake_fds = wake_fds  # write ends, one per worker
         self.forwarder = Forwarder(run_dir, index)
+        self._share_sessions: dict[tuple[str, str], Any] = {}  # share sessions opened through here: their connection
         self.wakeups_sent = 0
         self.clean = clean  # the supervisor's decision: the last stop was clean (no recovery scan)
         self.broker: Any = None
@@ -581,6 +592,8 @@ class WorkerPlacement:
                 # (a key not served here is refused by this worker: forwarded, it would close the internal link)
                 owner = self.group_owner(frame, api_key)
                 if owner is not None and owner != self.index:
+                    if api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+                        self._track_share_session(api_key, owner, frame, conn)
                     if api_key == SHARE_FETCH and broker.quotas.active():
                         return await self._forward_share_fetch(owner, frame, conn)
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
@@ -589,6 +602,40 @@ class WorkerPlacement:
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await broker.dispatch(frame, conn, internal=internal)
+
+    def _track_share_session(self, api_key: int, owner: int, frame: Any, conn: Any) -> None:
+        """A share session opened (ShareFetch epoch 0) through this worker on a client
+        connection ends when that connection closes, as one opened on the group's worker does
+        (SharePartitionManager.session_for): its closing tells the group's worker, which
+        closes the session and releases the member's records (KAFKA-19015). The member's
+        latest opening through this worker wins; a closing request (epoch -1) unbinds it."""
+        try:
+            _, req = api.decode_request(frame)
+        except Exception:
+            return  # the owner answers the malformed request
+        key = (req.group_id, req.member_id)
+        epoch = req.share_session_epoch
+        if epoch == FINAL_EPOCH:
+            bound = self._share_sessions.pop(key, None)
+            if bound is not None:
+                bound.on_lost.pop(("share-forwarded", key), None)
+        elif epoch == 0 and conn is not None and api_key == SHARE_FETCH:
+            previous = self._share_sessions.get(key)
+            if previous is not None and previous is not conn:
+                previous.on_lost.pop(("share-forwarded", key), None)
+            self._share_sessions[key] = conn
+            session = getattr(conn, "session", None)
+            trailer = trailer_bytes((session.principal, session.host) if session is not None else None)
+            conn.on_lost[("share-forwarded", key)] = lambda: self._share_connection_lost(owner, key, conn, trailer)
+
+    def _share_connection_lost(self, owner: int, key: tuple[str, str], conn: Any, trailer: bytes) -> None:
+        if self._share_sessions.get(key) is not conn:
+            return
+        del self._share_sessions[key]
+        req = ShareAcknowledgeRequest(group_id=key[0], member_id=key[1], share_session_epoch=FINAL_EPOCH, topics=[])
+        task = asyncio.get_running_loop().create_task(
+            self.forwarder.request(owner, req, 1, trailer=trailer, client_id=CONNECTION_LOST_CLIENT))
+        task.add_done_callback(_log_share_close_failure)
 
     async def _forward_share_fetch(self, owner: int, frame: Any, conn: Any) -> list | None:
         """A client's ShareFetch answered by the group's worker, its response bytes counted

@@ -48,6 +48,7 @@ from kafkafast.records import iter_record_batches
 from kafkafast.runtime.shm import owner_for
 from kafkafast.testing import KafkaTestBroker
 from tests.integration.test_metrics import scrape, value
+from tests.integration.test_shared_append import clients_on_every_worker
 from tests.support.broker_process import free_port
 from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
@@ -892,6 +893,22 @@ def test_records_of_a_share_session_whose_connection_closes_go_back_at_once(sbro
         other = RawShareMember(raw, group, "qdrop", tid, member="other")
         assert acquired(other.fetch(wait_ms=500)) == []  # still held by the session on raw2
         assert again.fetch(wait_ms=0) is None  # which is open: no SHARE_SESSION_NOT_FOUND
+
+
+def test_a_share_session_forwarded_from_another_worker_ends_with_its_connection(broker_factory):
+    """With 2 workers, a share session opened on a connection of the worker not owning the group
+    (forwarded to the group's worker) ends when that connection closes too: each member's
+    records go to the next member at once, whichever worker its connection was on."""
+    b = broker_factory(workers=2, settings=SETTINGS)
+    group, tid = one_batch_group(b.bootstrap, b.port, "qfwd", 10)
+    set_group_configs(b.bootstrap, group, share_record_lock_duration_ms="60000")
+    clients = clients_on_every_worker(b, workers=2)  # one of them is on the worker not owning the group
+    for i, gone in enumerate(clients):
+        with gone:
+            m = RawShareMember(gone, group, "qfwd", tid, member=f"m{i}")
+            assert acquired(m.first_fetch() if i == 0 else m.fetch(wait_ms=3000)) == [(0, 9, i + 1)]
+    with RawClient(b.port, timeout=30) as raw:
+        assert acquired(RawShareMember(raw, group, "qfwd", tid, member="last").fetch(wait_ms=3000)) == [(0, 9, 3)]
 
 
 def test_a_share_fetch_of_max_bytes_0_acquires_nothing_and_of_1_byte_one_whole_batch(sbroker):

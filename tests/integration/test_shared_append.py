@@ -48,19 +48,19 @@ def worker_of(b, client: RawClient) -> int:
     raise AssertionError("no worker holds the connection")
 
 
-def clients_on_every_worker(b, per_worker: int = 1) -> list[RawClient]:
-    """`per_worker` connections on each worker (others are closed)."""
+def clients_on_every_worker(b, per_worker: int = 1, workers: int = WORKERS) -> list[RawClient]:
+    """`per_worker` connections on each of the broker's `workers` workers (others are closed)."""
     by_worker: dict[int, list[RawClient]] = {}
     extra = []
     for _ in range(200):
         c = RawClient(b.port)
         lst = by_worker.setdefault(worker_of(b, c), [])
         (lst if len(lst) < per_worker else extra).append(c)
-        if len(by_worker) == WORKERS and all(len(v) == per_worker for v in by_worker.values()):
+        if len(by_worker) == workers and all(len(v) == per_worker for v in by_worker.values()):
             break
     for c in extra:
         c.close()
-    assert len(by_worker) == WORKERS, "connections never reached every worker"
+    assert len(by_worker) == workers, "connections never reached every worker"
     return [c for v in by_worker.values() for c in v]
 
 

@@ -8,7 +8,7 @@ acknowledgements and what the member still holds is released. A range with a rec
 does not hold answers INVALID_RECORD_STATE for its partition. READ on the group and the topic.
 """
 from kafkafast.broker.registry import handles
-from kafkafast.broker.share.manager import FINAL_EPOCH
+from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
 from kafkafast.broker.share.requests import apply_acks, current_leader, persisted, request_error, resolve
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.share_acknowledge import ShareAcknowledgeRequest, ShareAcknowledgeResponse
@@ -25,6 +25,9 @@ async def handle(broker, ctx, req: ShareAcknowledgeRequest, version: int) -> Sha
     if err:
         return R(throttle_time_ms=0, error_code=err, error_message=msg, responses=[], node_endpoints=[])
     mgr = broker.share.partitions
+    if ctx.internal and ctx.client_id == CONNECTION_LOST_CLIENT and req.share_session_epoch == FINAL_EPOCH:
+        mgr.forwarded_connection_lost(req.group_id, req.member_id)
+        return R(throttle_time_ms=0, error_code=0, error_message=None, responses=[], node_endpoints=[])
     try:
         session = mgr.session_for(req.group_id, req.member_id, req.share_session_epoch, [], [])
     except E.KafkaError as exc:

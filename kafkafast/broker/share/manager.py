@@ -47,6 +47,10 @@ from kafkafast.storage.txn_index import collect_aborted
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
 FINAL_EPOCH = -1
+# The client id of the ShareAcknowledge (epoch -1, no topics) by which the worker holding a
+# client's connection tells the group's worker that the connection a share session was
+# opened on (forwarded from there) closed (runtime/placement.py).
+CONNECTION_LOST_CLIENT = "kafkafast-share-connection-lost"
 HEADER_READ = 64 * 1024  # bytes read at a time while walking the batch headers of a share acquisition
 _ENTRY_LENGTH = struct.Struct(">i")
 
@@ -364,6 +368,14 @@ class SharePartitionManager:
         self._release_member(session.group_id, session.member_id,
                              [sp for tp in session.partitions
                               if (sp := self.partitions.get((session.group_id, *tp))) is not None])
+
+    def forwarded_connection_lost(self, group_id: str, member_id: str) -> None:
+        """The client connection on another worker through which the member's session was
+        opened closed: the session ends as `close_session`, unless it was opened again on a
+        connection of this worker since."""
+        session = self.sessions.get((group_id, member_id))
+        if session is not None and session.conn is None:
+            self.close_session(session)
 
     def _connection_lost(self, session: ShareSession) -> None:
         if self.sessions.get((session.group_id, session.member_id)) is session:
