@@ -5,7 +5,8 @@ append. Two code trees compared in one run, rounds alternated (issue 25's follow
     python -m perf.follower_cpu --before /path/to/other/tree [--rounds 3] [--duration 5]
 
 Each round and tree: a fresh cluster, then two measurements of an unthrottled
-confluent-kafka producer of 1 KiB records with acks=1 for `duration` s (`perf.load produce`):
+confluent-kafka producer of 1 KiB records with acks=1 (`--acks all` for the concurrent one)
+for `duration` s (`perf.load produce`):
 
 * catch-up: the followers are SIGSTOPped while the leader takes the load, then resumed; their
   CPU from the resume until their segment files are as long as the leader's. Both trees
@@ -64,12 +65,12 @@ def caught_up(brokers: list[Kafkafast]) -> None:
     raise RuntimeError("followers did not catch up")
 
 
-def produce(bootstrap: str, duration: float) -> dict:
-    return load("produce", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": "1",
+def produce(bootstrap: str, duration: float, acks: str = "1") -> dict:
+    return load("produce", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks,
                             "warmup_s": 0, "duration_s": duration, "round_robin": PARTITIONS})
 
 
-def one_round(root: Path, tree: Path, duration: float) -> dict:
+def one_round(root: Path, tree: Path, duration: float, acks: str = "1") -> dict:
     with three_brokers(root, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers)
         create_topic(bootstrap)
@@ -88,7 +89,7 @@ def one_round(root: Path, tree: Path, duration: float) -> dict:
         catch_up = [(b.cpu_seconds() - c) / gb for b, c in zip(followers, cpu0)]
         start = log_bytes(brokers[0])
         cpu0 = [b.cpu_seconds() for b in brokers]
-        tp = produce(bootstrap, duration)
+        tp = produce(bootstrap, duration, acks)
         caught_up(brokers)
         gb = (log_bytes(brokers[0]) - start) / 1e9
         cpu = [(b.cpu_seconds() - c) / gb for b, c in zip(brokers, cpu0)]
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--acks", default="1", choices=("1", "all"),
+                    help="the producer's acks in the concurrent measurement (catch-up is always acks=1)")
     args = ap.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": REPO}
     root = Path(tempfile.mkdtemp(prefix="kafkafast-follower-cpu-"))
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for name in order:
-                row = one_round(root / f"{name}-{r}", trees[name], args.duration)
+                row = one_round(root / f"{name}-{r}", trees[name], args.duration, args.acks)
                 rows[name].append(row)
                 print(json.dumps({"setup": name, "round": r, **row}), flush=True)
     finally:

@@ -97,8 +97,8 @@ def topic_names(c: RawClient) -> set[str]:
     return {t.name for t in c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False), 9).topics}
 
 
-def batch(tag: str, n: int = 5) -> bytes:
-    return encode_batch([(1_700_000_000_000 + i, f"{tag}-k{i}".encode(), f"{tag}-v{i}".encode() * 20, [])
+def batch(tag: str, n: int = 5, width: int = 20) -> bytes:
+    return encode_batch([(1_700_000_000_000 + i, f"{tag}-k{i}".encode(), f"{tag}-v{i}".encode() * width, [])
                          for i in range(n)])
 
 
@@ -128,9 +128,11 @@ def test_produce_on_one_worker_and_fetch_on_each_return_the_stored_bytes_via_sen
     assert create(a, "spread", 4) == 0
     # Through worker A, then worker B, to every partition: half of them are owned by the
     # other worker, so those appends are forwarded.
+    # Wide records: each partition's bytes pass what a response reads into its one write
+    # (COALESCE_BYTES, runtime/connection.py), so they leave by sendfile.
     for p in range(4):
-        assert produce(a, "spread", p, batch(f"a{p}")).error_code == 0
-        r = produce(b, "spread", p, batch(f"b{p}"))
+        assert produce(a, "spread", p, batch(f"a{p}", width=4000)).error_code == 0
+        r = produce(b, "spread", p, batch(f"b{p}", width=4000))
         assert r.error_code == 0 and r.base_offset == 5
     assert {owner_for("spread", p, WORKERS) for p in range(4)} == {0, 1}
     via_a = fetch(a, "spread", list(range(4)))
