@@ -16,11 +16,12 @@ SPARE_POOL_BYTES for all connections of the process together) and the next large
 that fits is received into it directly (the smallest spare that fits; when the spares are
 full, a larger buffer replaces the smallest), so steady produce traffic allocates nothing.
 
-Responses are lists of parts. Byte parts go through the transport, joined into one write
-with the parts around them, and so do FileRegion parts while the regions read so far in the
-response stay within COALESCE_BYTES (read with os.pread): a follower's or consumer's answer
-of a few small batches is one write, one TCP segment on loopback, where a write and a
-sendfile per partition cost a system call and a segment each. Any other FileRegion part is
+Responses are lists of parts. Byte parts go through the transport in one write (writelines:
+one writev) with the parts around them, and so do FileRegion parts of up to COALESCE_REGION
+bytes (read with os.pread, at most COALESCE_BYTES of them per response): a follower's or
+consumer's answer of a few small batches is one system call and one TCP segment on loopback,
+where a write and a sendfile per partition cost a system call and a segment each (sendfile
+is cheaper only from about 32 KiB on, measured on loopback). Any other FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
 is drained first (so framing stays in order), then the region is pushed with sendfile,
 waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
@@ -61,7 +62,8 @@ log = logging.getLogger("kafkafast.connection")
 
 MAX_QUEUED = 32
 TLS_CHUNK = 256 * 1024  # fetch bytes read per step on TLS connections
-COALESCE_BYTES = 64 * 1024  # region bytes per response read into its one write instead of sendfile
+COALESCE_REGION = 32 * 1024  # a region up to this size is read into the response's write, not sendfile'd
+COALESCE_BYTES = 1024 * 1024  # at most this many region bytes read per response
 SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
 SCRATCH = 2 * SMALL_FRAME
 SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produce requests in flight)...
@@ -399,7 +401,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         room = COALESCE_BYTES
         for part in parts:
             if isinstance(part, FileRegion):
-                if not tls and part.length <= room:
+                if not tls and part.length <= min(COALESCE_REGION, room):
                     data = os.pread(part.fd, part.length, part.offset)
                     if len(data) != part.length:  # the file is shorter than the region: never send a frame half
                         log.error("segment file ended early while sending a fetch response; closing %s", self.peer)
@@ -409,7 +411,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     room -= part.length
                     continue
                 if small:
-                    t.write(b"".join(small))  # type: ignore[union-attr]
+                    t.writelines(small)  # type: ignore[union-attr]
                     small = []
                 if tls:
                     await self._send_region_tls(part)
@@ -418,7 +420,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             else:
                 small.append(part)
         if small:
-            t.write(small[0] if len(small) == 1 else b"".join(small))  # type: ignore[union-attr]
+            t.writelines(small)  # type: ignore[union-attr]
         if self._write_paused:
             await self._wait_drained(False)
         if self.limits is not None:
