@@ -129,7 +129,7 @@ def test_produce_on_one_worker_and_fetch_on_each_return_the_stored_bytes_via_sen
     # Through worker A, then worker B, to every partition: half of them are owned by the
     # other worker, so those appends are forwarded.
     # Wide records: each partition's bytes pass what a response reads into its one write
-    # (COALESCE_BYTES, runtime/connection.py), so they leave by sendfile.
+    # (COALESCE_REGION, runtime/connection.py), so they leave by sendfile.
     for p in range(4):
         assert produce(a, "spread", p, batch(f"a{p}", width=4000)).error_code == 0
         r = produce(b, "spread", p, batch(f"b{p}", width=4000))
