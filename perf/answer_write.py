@@ -1,13 +1,13 @@
 """What one Fetch answer costs to send on loopback TCP: a header write, a sendfile of the
-records and a trailer write (how kafkafast sent every FileRegion before) against one pread
-and one gathered write (`sendmsg`, what `KafkaConnection._send` now does for regions up to
-COALESCE_REGION), for a range of record sizes (issue 25, the leader serving followers).
+records and a trailer write (how `KafkaConnection._send` sends a FileRegion) against one
+pread and one gathered write (`sendmsg`), for a range of record sizes (issue 25, the leader
+serving followers; perf/results/cluster.md has the numbers and the whole-cluster runs).
 
     python -m perf.answer_write [--answers 20000] [--rounds 3] [--sizes 4096,16384,65536,131072]
 
 Reports CPU microseconds per answer, sender and receiver together (the receiver is a forked
 process that drains the socket; on loopback part of the receive path runs in the sender's
-system calls): where pread + one write is cheaper, the region is read into the answer.
+system calls).
 """
 from __future__ import annotations
 

@@ -71,14 +71,15 @@ def produce(bootstrap: str, duration: float, acks: str = "1") -> dict:
                             "warmup_s": 0, "duration_s": duration, "round_robin": PARTITIONS})
 
 
-def paced(bootstrap: str, duration: float, acks: str, rate: float) -> dict:
+def paced(bootstrap: str, duration: float, acks: str, rate: float, linger_ms: int = 5) -> dict:
     """`rate` messages/s (`perf.load latency`): the same load whatever else runs on the machine."""
     r = load("latency", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks, "rate": rate,
-                         "warmup_s": 0, "duration_s": duration})
+                         "linger_ms": linger_ms, "warmup_s": 0, "duration_s": duration})
     return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p99_ms": r["p99_ms"]}
 
 
-def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: float = 0.0) -> dict:
+def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: float = 0.0,
+              linger_ms: int = 5) -> dict:
     with three_brokers(root, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers)
         create_topic(bootstrap)
@@ -97,7 +98,7 @@ def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: fl
         catch_up = [(b.cpu_seconds() - c) / gb for b, c in zip(followers, cpu0)]
         start = log_bytes(brokers[0])
         cpu0 = [b.cpu_seconds() for b in brokers]
-        tp = paced(bootstrap, duration, acks, rate) if rate else produce(bootstrap, duration, acks)
+        tp = paced(bootstrap, duration, acks, rate, linger_ms) if rate else produce(bootstrap, duration, acks)
         caught_up(brokers)
         gb = (log_bytes(brokers[0]) - start) / 1e9
         cpu = [(b.cpu_seconds() - c) / gb for b, c in zip(brokers, cpu0)]
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.0,
                     help="messages/s of the concurrent measurement (default: unthrottled); a fixed rate "
                          "keeps the load the same whatever else runs on the machine")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the paced producer's linger.ms (smaller: smaller batches)")
     args = ap.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": REPO}
     root = Path(tempfile.mkdtemp(prefix="kafkafast-follower-cpu-"))
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for name in order:
-                row = one_round(root / f"{name}-{r}", trees[name], args.duration, args.acks, args.rate)
+                row = one_round(root / f"{name}-{r}", trees[name], args.duration, args.acks, args.rate, args.linger_ms)
                 rows[name].append(row)
                 print(json.dumps({"setup": name, "round": r, **row}), flush=True)
     finally:

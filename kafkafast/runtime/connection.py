@@ -16,12 +16,7 @@ SPARE_POOL_BYTES for all connections of the process together) and the next large
 that fits is received into it directly (the smallest spare that fits; when the spares are
 full, a larger buffer replaces the smallest), so steady produce traffic allocates nothing.
 
-Responses are lists of parts. Byte parts go through the transport in one write (writelines:
-one writev) with the parts around them, and so do FileRegion parts of up to COALESCE_REGION
-bytes (read with os.pread, at most COALESCE_BYTES of them per response): a follower's or
-consumer's answer of a few small batches is one system call and one TCP segment on loopback,
-where a write and a sendfile per partition cost a system call and a segment each (sendfile
-is cheaper only from about 32 KiB on, measured on loopback). Any other FileRegion part is
+Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
 is drained first (so framing stays in order), then the region is pushed with sendfile,
 waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
@@ -62,8 +57,6 @@ log = logging.getLogger("kafkafast.connection")
 
 MAX_QUEUED = 32
 TLS_CHUNK = 256 * 1024  # fetch bytes read per step on TLS connections
-COALESCE_REGION = 32 * 1024  # a region up to this size is read into the response's write, not sendfile'd
-COALESCE_BYTES = 1024 * 1024  # at most this many region bytes read per response
 SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
 SCRATCH = 2 * SMALL_FRAME
 SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produce requests in flight)...
@@ -396,31 +389,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _send(self, parts: list) -> None:
         t = self.transport
-        tls = self.listener is not None and self.listener.tls
-        small: list = []  # byte parts and small regions' bytes not written yet (module docstring)
-        room = COALESCE_BYTES
         for part in parts:
             if isinstance(part, FileRegion):
-                if not tls and part.length <= min(COALESCE_REGION, room):
-                    data = os.pread(part.fd, part.length, part.offset)
-                    if len(data) != part.length:  # the file is shorter than the region: never send a frame half
-                        log.error("segment file ended early while sending a fetch response; closing %s", self.peer)
-                        self.abort()
-                        return
-                    small.append(data)
-                    room -= part.length
-                    continue
-                if small:
-                    t.writelines(small)  # type: ignore[union-attr]
-                    small = []
-                if tls:
+                if self.listener is not None and self.listener.tls:
                     await self._send_region_tls(part)
                 else:
                     await self._sendfile(part)
             else:
-                small.append(part)
-        if small:
-            t.writelines(small)  # type: ignore[union-attr]
+                t.write(part)  # type: ignore[union-attr]
         if self._write_paused:
             await self._wait_drained(False)
         if self.limits is not None:
