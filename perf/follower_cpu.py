@@ -5,7 +5,8 @@ append. Two code trees compared in one run, rounds alternated (issue 25's follow
     python -m perf.follower_cpu --before /path/to/other/tree [--rounds 3] [--duration 5]
 
 Each round and tree: a fresh cluster, then two measurements of an unthrottled
-confluent-kafka producer of 1 KiB records with acks=1 for `duration` s (`perf.load produce`):
+confluent-kafka producer of 1 KiB records with acks=1 (`--acks all` for the concurrent one)
+for `duration` s (`perf.load produce`):
 
 * catch-up: the followers are SIGSTOPped while the leader takes the load, then resumed; their
   CPU from the resume until their segment files are as long as the leader's. Both trees
@@ -13,7 +14,8 @@ confluent-kafka producer of 1 KiB records with acks=1 for `duration` s (`perf.lo
   so this isolates the cost of receiving and appending an answer.
 * concurrent: the followers fetch while the load runs; their CPU from before the load until
   caught up. How many bytes an answer carries then depends on how far behind a follower
-  runs, which the machine's other load decides, so this one is noisy.
+  runs, which the machine's other load decides, so this one is noisy; `--rate N` paces the
+  producer at N messages/s (`perf.load latency`) so that the load stays the same.
 
 Reported: each follower's CPU seconds per GB it appended (and the leader's, concurrent).
 Every process shares the machine's cores: compare the two trees of one run.
@@ -64,12 +66,20 @@ def caught_up(brokers: list[Kafkafast]) -> None:
     raise RuntimeError("followers did not catch up")
 
 
-def produce(bootstrap: str, duration: float) -> dict:
-    return load("produce", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": "1",
+def produce(bootstrap: str, duration: float, acks: str = "1") -> dict:
+    return load("produce", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks,
                             "warmup_s": 0, "duration_s": duration, "round_robin": PARTITIONS})
 
 
-def one_round(root: Path, tree: Path, duration: float) -> dict:
+def paced(bootstrap: str, duration: float, acks: str, rate: float, linger_ms: int = 5) -> dict:
+    """`rate` messages/s (`perf.load latency`): the same load whatever else runs on the machine."""
+    r = load("latency", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks, "rate": rate,
+                         "linger_ms": linger_ms, "warmup_s": 0, "duration_s": duration})
+    return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p99_ms": r["p99_ms"]}
+
+
+def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: float = 0.0,
+              linger_ms: int = 5) -> dict:
     with three_brokers(root, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree) as brokers:
         bootstrap = ",".join(b.bootstrap for b in brokers)
         create_topic(bootstrap)
@@ -88,7 +98,7 @@ def one_round(root: Path, tree: Path, duration: float) -> dict:
         catch_up = [(b.cpu_seconds() - c) / gb for b, c in zip(followers, cpu0)]
         start = log_bytes(brokers[0])
         cpu0 = [b.cpu_seconds() for b in brokers]
-        tp = produce(bootstrap, duration)
+        tp = paced(bootstrap, duration, acks, rate, linger_ms) if rate else produce(bootstrap, duration, acks)
         caught_up(brokers)
         gb = (log_bytes(brokers[0]) - start) / 1e9
         cpu = [(b.cpu_seconds() - c) / gb for b, c in zip(brokers, cpu0)]
@@ -102,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--acks", default="1", choices=("1", "all"),
+                    help="the producer's acks in the concurrent measurement (catch-up is always acks=1)")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="messages/s of the concurrent measurement (default: unthrottled); a fixed rate "
+                         "keeps the load the same whatever else runs on the machine")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the paced producer's linger.ms (smaller: smaller batches)")
     args = ap.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": REPO}
     root = Path(tempfile.mkdtemp(prefix="kafkafast-follower-cpu-"))
@@ -110,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
             for name in order:
-                row = one_round(root / f"{name}-{r}", trees[name], args.duration)
+                row = one_round(root / f"{name}-{r}", trees[name], args.duration, args.acks, args.rate, args.linger_ms)
                 rows[name].append(row)
                 print(json.dumps({"setup": name, "round": r, **row}), flush=True)
     finally:
