@@ -44,11 +44,12 @@ def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:
         broker.apply_dynamic_configs()
 
 
-def alter_topic(broker, name: str, configs: dict, validate_only: bool) -> None:
+async def alter_topic(broker, name: str, configs: dict, validate_only: bool) -> None:
     broker.refresh_topics()
     if broker.topics.get(name) is None:
         raise E.UnknownTopicOrPartitionError(f"Topic {name} does not exist")
-    broker.set_topic_configs(name, configs, validate_only=validate_only)
+    admin = broker.topic_admin
+    await admin.run(admin.set_configs, name, configs, validate_only=validate_only)
 
 
 @handles(AlterConfigsRequest, 0, 2)
@@ -68,7 +69,7 @@ async def handle(broker, ctx, req: AlterConfigsRequest, version: int) -> AlterCo
             if res.resource_type == BROKER:
                 alter_broker(broker, res.resource_name, configs, req.validate_only)
             else:
-                alter_topic(broker, res.resource_name, configs, req.validate_only)
+                await alter_topic(broker, res.resource_name, configs, req.validate_only)
         except E.KafkaError as exc:
             out.append(Resp(error_code=exc.code, error_message=exc.message, resource_type=res.resource_type,
                             resource_name=res.resource_name))
