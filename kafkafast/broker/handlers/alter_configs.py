@@ -21,14 +21,13 @@ TOPIC, BROKER = 2, 4
 
 
 def broker_scope(broker, name: str) -> str:
-    """The dynamic-config scope a broker resource names: "", this node's id or, in cluster
-    mode, the id of another live broker (Kafka's messages for the others)."""
+    """The dynamic-config scope a broker resource names: "", this node's id or the id of
+    another live broker (a cluster's; Kafka's messages for the others)."""
     if name in ("", str(broker.node_id)):
         return name
     if not name.strip().lstrip("-").isdigit():
         raise E.InvalidRequestError(f"Broker id must be an integer, but it is: {name}")
-    metadata = getattr(broker, "metadata", None)  # cluster mode: the brokers UpdateMetadata names
-    if metadata is not None and int(name) in metadata.brokers:
+    if broker.control.endpoint_of(int(name)) is not None:  # another broker the metadata image names
         return str(int(name))
     raise E.InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
                                 f"but received {name}")
