@@ -113,6 +113,8 @@ class TopicAdmin:
             if not assignment:
                 raise E.InvalidReplicaAssignmentError("an assignment of no partitions")
             rf = len(next(iter(assignment.values())))
+            if rf == 0:
+                raise E.InvalidReplicaAssignmentError("The manual partition assignment includes an empty replica list.")
             for p, replicas in sorted(assignment.items()):
                 check_replicas(p, replicas, live, rf)
         meta = TopicMeta(name, TopicStore.new_topic_id(), len(assignment), configs)

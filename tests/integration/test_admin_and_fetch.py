@@ -119,6 +119,7 @@ def test_replicas_beyond_the_brokers_answer_kafkas_codes_in_both_modes(kafka):
         assert (r.error_code, r.error_message) == (
             ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor: {n + 1} larger than available brokers: {n}.")
         assert create("no-such-broker", assignment=[max(brokers) + 1]).error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert create("no-replicas", assignment=[]).error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
         kafka.create_topic("grow-by-hand", 1)
         r = grow("grow-by-hand", 3, [brokers[:rf]])
         assert (r.error_code, r.error_message) == (
