@@ -35,7 +35,8 @@ from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_gr
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.share.coordinator import ShareCoordinator
-from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore, validate_topic_name
+from kafkafast.broker.topic_admin import FileTopicStore, TopicAdmin
+from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore
 from kafkafast.broker.txn_coordinator import TransactionCoordinator
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig, parse_properties
 from kafkafast.metrics import recorder as request_metrics
@@ -83,6 +84,7 @@ class Broker:
         # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self._load_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
+        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # cluster_broker.py: ZooKeeper's store
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = self._make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
@@ -329,42 +331,16 @@ class Broker:
         for t in list(live.values()):
             self._open_topic(t)
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None,
-                     *, validate_only: bool = False) -> TopicMeta:
-        validate_topic_name(name)
-        if partitions <= 0:
-            raise E.InvalidPartitionsError("number of partitions must be larger than 0")
-        configs = dict(configs or {})
-        if name == OFFSETS_TOPIC:
-            configs.setdefault("cleanup.policy", "compact")
-            configs.setdefault("segment.bytes", self.config.get("offsets.topic.segment.bytes") or "104857600")
-        LogConfig.from_props(configs, self.default_log_config)  # raises InvalidConfigError
-        meta: TopicMeta | None = None
-        with self.topics.change() as topics:
-            if name in topics:
-                raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-            collide = name.replace(".", "_")
-            for other in topics:
-                if other.replace(".", "_") == collide:
-                    raise E.InvalidTopicError(f"Topic '{name}' collides with existing topic '{other}'")
-            meta = TopicMeta(name, self.topics.new_topic_id(), partitions, configs)
-            if validate_only:
-                raise _ValidateOnly(meta)
-            topics[name] = meta
-        self._apply_topics()
-        self.notify_metadata_changed()
-        return meta
-
-    def create_topic_validate(self, name: str, partitions: int, configs: dict[str, str] | None) -> TopicMeta:
-        try:
-            return self.create_topic(name, partitions, configs, validate_only=True)
-        except _ValidateOnly as v:
-            return v.meta
-
-    def delete_topic(self, name: str) -> None:
-        self.placement.delete_topic(name)
+    # Topic administration is `self.topic_admin` (topic_admin.py: one implementation over the
+    # topics file or, in cluster mode, ZooKeeper); the coordinators create their topics here.
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
+                     validate_only: bool = False, replication_factor: int = -1,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMeta:
+        return self.topic_admin.create(name, partitions, configs, validate_only=validate_only,
+                                       replication_factor=replication_factor, assignment=assignment)
 
     def local_delete_topic(self, name: str) -> None:
+        """The topics file's deletion in one process: every partition's log is here."""
         with self.topics.change() as topics:
             meta = topics.pop(name, None)
             if meta is None:
@@ -379,36 +355,6 @@ class Broker:
         self._apply_topics()
         self.notify_metadata_changed()
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
-        with self.topics.change() as topics:
-            meta = topics.get(name)
-            if meta is None:
-                raise E.UnknownTopicOrPartitionError()
-            if count <= meta.partitions:
-                raise E.InvalidPartitionsError(
-                    f"Topic currently has {meta.partitions} partitions, which is higher than the requested {count}.")
-            if validate_only:
-                return
-            meta.partitions = count
-        self._apply_topics()
-        self.notify_metadata_changed()
-
-    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
-        cfg = LogConfig.from_props(configs, self.default_log_config)
-        if validate_only:
-            return
-        with self.topics.change() as topics:
-            meta = topics.get(name)
-            if meta is None:
-                raise E.UnknownTopicOrPartitionError()
-            meta.configs = dict(configs)
-        for i in range(meta.partitions):
-            part = self.partitions.get((name, i))
-            if part is not None:
-                part.log.config = cfg
-        self._apply_topics()
-        self.notify_metadata_changed()
-
     def notify_metadata_changed(self) -> None:
         """Tells the other processes, if any, to reload the topics."""
         self.placement.metadata_changed()
@@ -416,17 +362,6 @@ class Broker:
     def notify_acls_changed(self) -> None:
         """Tells the other processes, if any, to re-read the ACLs."""
         self.placement.acls_changed()
-
-    def maybe_auto_create(self, name: str) -> TopicMeta | None:
-        if not self.config.get_bool("auto.create.topics.enable"):
-            return None
-        try:
-            if name == OFFSETS_TOPIC:
-                return self.create_topic(name, self.config.get_int("offsets.topic.num.partitions"))
-            return self.create_topic(name, self.config.get_int("num.partitions"))
-        except E.TopicAlreadyExistsError:
-            self.refresh_topics()
-            return self.topics.get(name)
 
     # -- the fetch path's replication hooks (a lone replica has no followers; cluster_broker.py) --
 
@@ -591,11 +526,6 @@ class Broker:
 
 def fetch_replica_id(request: Any, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
-
-
-class _ValidateOnly(Exception):
-    def __init__(self, meta: TopicMeta) -> None:
-        self.meta = meta
 
 
 def is_internal_topic(name: str) -> bool:

@@ -137,31 +137,6 @@ class LocalControl:
     async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
         return E.ErrorCode.BROKER_NOT_AVAILABLE, []
 
-    # -- topics ----------------------------------------------------------------------------
-
-    def _check_replicas(self, replicas: list[int]) -> None:
-        if list(replicas) != [self.broker.node_id]:
-            raise E.InvalidReplicaAssignmentError(
-                f"unknown broker in {list(replicas)}: the only broker is {self.broker.node_id}")
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, list[int]] | None, validate_only: bool) -> Any:
-        """The new topic's TopicMeta: in the topic file, every partition on this broker."""
-        for replicas in (assignment or {}).values():
-            self._check_replicas(replicas)
-        if replication_factor > 1:
-            raise E.InvalidReplicationFactorError(
-                f"Replication factor: {replication_factor} larger than available brokers: 1.")
-        if validate_only:
-            return self.broker.create_topic_validate(name, partitions, configs)
-        return self.broker.create_topic(name, partitions, configs)
-
-    async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                             validate_only: bool) -> None:
-        for replicas in assignments or []:
-            self._check_replicas(replicas)
-        self.broker.add_partitions(name, count, validate_only=validate_only)
-
     # -- coordinators -------------------------------------------------------------------
 
     async def find_coordinator(self, key: str, key_type: int, ctx: Any) -> tuple[int, str, int, int, str | None]:
@@ -219,10 +194,6 @@ class LocalControl:
             else:
                 out.append(PartitionView(i, node, epoch, [node], [node], []))
         return out
-
-    async def auto_create(self, name: str) -> bool:
-        """Create the topic if auto.create.topics.enable allows; whether it exists now."""
-        return self.broker.maybe_auto_create(name) is not None
 
     def controller_id(self) -> int:
         return self.broker.node_id

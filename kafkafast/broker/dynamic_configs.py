@@ -223,18 +223,25 @@ class DynamicConfigs:
         def change(data: dict[str, Any]) -> None:
             current = {tuple((t, n) for t, n in q["entity"]): dict(q["values"]) for q in data["quotas"]}
             for entity, ops in changes:
-                values = current.setdefault(entity, {})
-                for key, value in ops.items():
-                    if value is None:
-                        values.pop(key, None)
-                    else:
-                        values[key] = value
-                if not values:
-                    current.pop(entity)
+                values = with_quota_ops(current.pop(entity, {}), ops)
+                if values:
+                    current[entity] = values
             data["quotas"] = [{"entity": [list(c) for c in e], "values": v} for e, v in sorted(
                 current.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]])]
 
         self._rewrite(change)
+
+
+def with_quota_ops(values: dict[str, float], ops: dict[str, float | None]) -> dict[str, float]:
+    """An entity's quota values after AlterClientQuotas' ops (a float sets, None removes), in
+    either store (this file, or ZooKeeper: cluster/dynamic_configs.py)."""
+    out = dict(values)
+    for key, value in ops.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def parse_overrides(text: str | None) -> dict[str, int]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from kafkafast.cli.common import CommandError, add_bootstrap, parser_for, run_admin
 from kafkafast.client.admin import RESOURCE_BROKER, RESOURCE_TOPIC
-from kafkafast.cluster.assignment import assign_replicas
+from kafkafast.broker.replica_assignment import assign_replicas
 from kafkafast.protocol.errors import ErrorCode, KafkaError, for_code
 
 NAME = "reassign"

@@ -28,13 +28,14 @@ from kafkafast.broker.follower_state import FollowerState
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.share.state_store import STATE_TOPIC
-from kafkafast.broker.topics import TopicMeta, validate_topic_name
+from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.zk_control import ZkControl
+from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
@@ -67,6 +68,7 @@ class ClusterBroker(Broker):
         self.control = ZkControl(self)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
         self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
+        self.topic_admin = TopicAdmin(self, ZkTopicStore(self))
         self.controller_epoch = 0
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         self.fetchers: FetcherManager | None = None
@@ -232,64 +234,6 @@ class ClusterBroker(Broker):
     def owns(self, part: Any) -> bool:
         """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
         return super().owns(part) and bool(getattr(part, "is_leader", False))
-
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None, *,
-                     validate_only: bool = False, replication_factor: int = -1,
-                     assignment: dict[int, list[int]] | None = None) -> TopicMeta:
-        validate_topic_name(name)
-        configs = dict(configs or {})
-        if name == OFFSETS_TOPIC:
-            configs.setdefault("cleanup.policy", "compact")
-            configs.setdefault("segment.bytes", self.config.get("offsets.topic.segment.bytes") or "104857600")
-            if replication_factor < 0:
-                replication_factor = self.config.get_int("offsets.topic.replication.factor")
-        elif name == TXN_TOPIC and replication_factor < 0:  # configs from TransactionCoordinator.ensure_topic
-            replication_factor = self.config.get_int("transaction.state.log.replication.factor")
-        if replication_factor < 0:
-            replication_factor = self.config.get_int("default.replication.factor")
-        if assignment is None and partitions <= 0:
-            raise E.InvalidPartitionsError("number of partitions must be larger than 0")
-        LogConfig.from_props(configs, self.default_log_config)  # raises InvalidConfigError
-        topic_id, assigned = self.node.create_topic(name, partitions, replication_factor, configs, assignment,
-                                                    validate_only=validate_only)
-        meta = TopicMeta(name, topic_id, len(assigned), configs)
-        if not validate_only:
-            self.topics.extra[name] = meta  # type: ignore[attr-defined]
-        return meta
-
-    def create_topic_validate(self, name: str, partitions: int, configs: dict[str, str] | None,
-                              replication_factor: int = -1, assignment: dict[int, list[int]] | None = None) -> TopicMeta:
-        return self.create_topic(name, partitions, configs, validate_only=True,
-                                 replication_factor=replication_factor, assignment=assignment)
-
-    def delete_topic(self, name: str) -> None:
-        self.node.delete_topic(name)
-
-    def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
-                       validate_only: bool = False) -> None:
-        self.node.add_partitions(name, count, assignments, validate_only=validate_only)
-
-    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
-        cfg = LogConfig.from_props(configs, self.default_log_config)
-        if validate_only:
-            return
-        self.node.set_topic_configs(name, configs)
-        self.topics.configs[name] = dict(configs)  # type: ignore[attr-defined]
-        for (t, _), part in self.partitions.items():
-            if t == name:
-                part.log.config = cfg
-
-    def maybe_auto_create(self, name: str) -> TopicMeta | None:
-        if not self.config.get_bool("auto.create.topics.enable"):
-            return None
-        try:
-            n = self.config.get_int("offsets.topic.num.partitions" if name == OFFSETS_TOPIC else "num.partitions")
-            return self.create_topic(name, n)
-        except E.TopicAlreadyExistsError:
-            return self.topics.get(name)
-        except E.KafkaError as exc:
-            log.info("auto-creating %s failed: %s", name, exc)
-            return None
 
     # -- data path (leader) --------------------------------------------------------------------
     def leader_append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:

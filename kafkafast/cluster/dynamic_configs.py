@@ -3,9 +3,11 @@
 defaults), each {"version":1,"config":{...}}, announced by a `/config/changes` notification
 {"version":2,"entity_path":"brokers/<id>"} (or "brokers/<default>").
 
-`ZkDynamicConfigs` is `broker.dynamic` of a `ClusterBroker`: the broker-config half of
-`DynamicConfigs` reads and writes ZooKeeper, the client-quota half stays in the log dir's
-file. Any broker writes any live broker's entry (AlterConfigs / IncrementalAlterConfigs);
+`ZkDynamicConfigs` is `broker.dynamic` of a `ClusterBroker`: `DynamicConfigs`' interface
+(the single node's store, a file in the log dir) over ZooKeeper, for the broker configs and
+the client quotas (/config/users, /config/clients, /config/ips); what checks and applies them is
+the same in both modes (the AlterConfigs/AlterClientQuotas handlers, `Broker.apply_dynamic_configs`,
+`broker/quotas.py`). Any broker writes any live broker's entry (AlterConfigs / IncrementalAlterConfigs);
 each broker (each worker of a multi-worker broker, on its own kazoo session) keeps its own
 entry and the default in memory: read in `attach` when the broker loads, before its logs
 open, and again in `reload` when a change notification names one of them
@@ -22,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.broker.dynamic_configs import DynamicConfigs, with_quota_ops
 from kafkafast.cluster import zk_data as Z
 
 
@@ -70,13 +72,8 @@ class ZkDynamicConfigs(DynamicConfigs):
         current = self.node.client_quotas()
         for entity, ops in changes:
             entity = tuple(sorted(entity))
-            values = dict(next((v for e, v in current.items() if tuple(sorted(e)) == entity), {}))
-            for key, value in ops.items():
-                if value is None:
-                    values.pop(key, None)
-                else:
-                    values[key] = value
-            self.node.set_client_quota(entity, values)
+            values = next((v for e, v in current.items() if tuple(sorted(e)) == entity), {})
+            self.node.set_client_quota(entity, with_quota_ops(values, ops))
         self.reload_quotas()
 
     def scopes(self) -> tuple[str, str]:

@@ -19,10 +19,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.assignment import assign_replicas
 from kafkafast.config import ConfigError, parse_properties
 from kafkafast.metrics import recorder as request_metrics
-from kafkafast.protocol import errors as E
 from kafkafast.security.client import InterBrokerSecurity
 from kafkafast.security.listeners import listener_specs
 
@@ -376,110 +374,6 @@ class ClusterNode:
         tid, assignment = Z.parse_topic_assignment(data)
         return tid, assignment, stat.version
 
-    # -- admin writes (any broker; the controller reacts to the znodes) --------------------------
-    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                     assignment: dict[int, list[int]] | None = None, *, validate_only: bool = False
-                     ) -> tuple[bytes, dict[int, list[int]]]:
-        assert self.zk is not None
-        if self.zk.exists(Z.topic_path(name)) is not None:
-            raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.")
-        if self.zk.exists(f"{Z.DELETE_TOPICS}/{name}") is not None:
-            raise E.TopicAlreadyExistsError(f"Topic '{name}' is marked for deletion.")
-        collide = name.replace(".", "_")
-        for other in self.zk.get_children(Z.TOPICS):
-            if other != name and other.replace(".", "_") == collide:
-                raise E.InvalidTopicError(f"Topic '{name}' collides with existing topic '{other}'")
-        live = self.live_brokers()
-        if assignment is None:
-            assignment = assign_replicas(live, partitions, replication_factor)
-        else:
-            for p, reps in assignment.items():
-                if len(set(reps)) != len(reps) or any(r not in live for r in reps):
-                    raise E.InvalidReplicaAssignmentError(f"Invalid replica assignment for partition {p}: {reps}")
-        topic_id = Z.new_topic_id()
-        if validate_only:
-            return topic_id, assignment
-        self.zk.ensure_path(Z.CONFIG_TOPICS)
-        try:
-            self.zk.create(Z.topic_config_path(name), Z.entity_config_json(configs))
-        except NodeExistsError:
-            self.zk.set(Z.topic_config_path(name), Z.entity_config_json(configs))
-        try:
-            self.zk.create(Z.topic_path(name), Z.topic_assignment_json(topic_id, assignment))
-        except NodeExistsError:
-            raise E.TopicAlreadyExistsError(f"Topic '{name}' already exists.") from None
-        return topic_id, assignment
-
-    def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
-                       validate_only: bool = False) -> None:
-        """Kafka's `ZkAdminManager.createPartitions`: more partitions at the assignment znode's
-        version, placed as `assignments` says (one replica list per new partition, each as long
-        as the topic's replication factor, of registered brokers, no broker twice) or over the
-        live brokers; refused with REASSIGNMENT_IN_PROGRESS while a partition of the topic is being
-        reassigned (adding/removing replicas in the znode, or listed in a pending
-        /admin/reassign_partitions plan): the znode's replica lists are not the topic's then."""
-        assert self.zk is not None
-        try:
-            data, stat = self.zk.get(Z.topic_path(name))
-        except NoNodeError:
-            raise E.UnknownTopicOrPartitionError() from None
-        tid, assignment = Z.parse_topic_assignment(data)
-        version = stat.version
-        if count <= len(assignment):
-            raise E.InvalidPartitionsError(
-                f"Topic currently has {len(assignment)} partitions, which is higher than the requested {count}.")
-        adding, removing = Z.parse_reassigning(data)
-        if adding or removing or name in self._pending_reassignment_topics():
-            raise E.ReassignmentInProgressError(f"A partition reassignment is in progress for the topic '{name}'.")
-        rf = len(next(iter(assignment.values())))
-        live = self.live_brokers()
-        if assignments:
-            if len(assignments) != count - len(assignment):
-                raise E.InvalidReplicaAssignmentError(
-                    f"Increasing the number of partitions by {count - len(assignment)} but {len(assignments)} "
-                    "assignments provided.")
-            extra = {}
-            for i, reps in enumerate(assignments, start=len(assignment)):
-                if len(reps) != rf or len(set(reps)) != len(reps) or any(r not in live for r in reps):
-                    raise E.InvalidReplicaAssignmentError(
-                        f"Invalid replica assignment for partition {i}: {reps} (replication factor {rf}, "
-                        f"live brokers {sorted(live)})")
-                extra[i] = list(reps)
-        else:
-            extra = assign_replicas(live, count - len(assignment), rf, start_partition=len(assignment))
-        if validate_only:
-            return
-        try:
-            self.zk.set(Z.topic_path(name), Z.topic_assignment_json(tid or Z.new_topic_id(), {**assignment, **extra}),
-                        version=version)
-        except BadVersionError:
-            raise E.ReassignmentInProgressError("the topic's assignment changed meanwhile; retry") from None
-
-    def _pending_reassignment_topics(self) -> set[str]:
-        try:
-            data, _ = self.zk.get(Z.REASSIGN_PARTITIONS)  # type: ignore[union-attr]
-        except NoNodeError:
-            return set()
-        try:
-            return {str(e["topic"]) for e in Z.loads(data).get("partitions") or []}
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return set()
-
-    def delete_topic(self, name: str) -> None:
-        assert self.zk is not None
-        if self.zk.exists(Z.topic_path(name)) is None:
-            raise E.UnknownTopicOrPartitionError()
-        try:
-            self.zk.create(f"{Z.DELETE_TOPICS}/{name}", b"", makepath=True)
-        except NodeExistsError:
-            pass
-
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        assert self.zk is not None
-        if self.zk.exists(Z.topic_path(name)) is None:
-            raise E.UnknownTopicOrPartitionError()
-        self._write_config(Z.topic_config_path(name), configs, "topics", name)
-
     def broker_configs(self, scope: str) -> dict[str, str]:
         """The dynamic broker configs of `scope` ("" cluster-wide, else a broker id) in ZooKeeper."""
         return self._read_config(Z.broker_config_path(scope))
@@ -489,7 +383,7 @@ class ClusterNode:
         return self._read_config_at(Z.broker_config_path(scope))
 
     def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
-        self._write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
+        self.write_config(Z.broker_config_path(scope), configs, "brokers", Z.broker_config_entity(scope))
 
     def client_quotas(self) -> dict[tuple, dict[str, float]]:
         """Every client-quota entity with its values, from /config/users (and each user's
@@ -522,7 +416,7 @@ class ClusterNode:
         """One entity's quota values (all of them: an empty dict clears it), with a change notification."""
         path = Z.quota_entity_path(entity)
         root, _, name = path.partition("/")
-        self._write_config(f"/config/{path}", {k: repr(float(v)) for k, v in values.items()}, root, name)
+        self.write_config(f"/config/{path}", {k: repr(float(v)) for k, v in values.items()}, root, name)
 
     def group_configs_at(self, group_id: str) -> tuple[dict[str, str], int]:
         """A group's configs in /config/groups with the zxid of the entry's last change."""
@@ -557,7 +451,7 @@ class ClusterNode:
                 continue
         self._announce_config_change("groups", Z.group_config_entity(group_id))
 
-    def _write_config(self, path: str, configs: dict[str, str], entity_type: str, name: str) -> None:
+    def write_config(self, path: str, configs: dict[str, str], entity_type: str, name: str) -> None:
         """Kafka's `AdminZkClient.changeEntityConfig`: the entity's whole config, then a
         sequential change notification naming it, which every broker's watch picks up."""
         assert self.zk is not None

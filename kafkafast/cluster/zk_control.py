@@ -80,20 +80,6 @@ class ZkControl:
             return E.ErrorCode.NOT_CONTROLLER, {}
         return await self.broker.ask_controller("list_reassignments", partitions)
 
-    # -- topics (ZooKeeper writes, off the event loop) ---------------------------------
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, list[int]] | None, validate_only: bool) -> Any:
-        """Replicas placed over the live brokers (or as assigned); a replication factor above
-        the live broker count is INVALID_REPLICATION_FACTOR."""
-        return await asyncio.to_thread(self.broker.create_topic, name, partitions, configs,
-                                       validate_only=validate_only, replication_factor=replication_factor,
-                                       assignment=assignment)
-
-    async def add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                             validate_only: bool) -> None:
-        await asyncio.to_thread(self.broker.add_partitions, name, count, assignments, validate_only=validate_only)
-
     # -- coordinators: the leader of the key's partition of the coordinator topic ------
 
     async def find_coordinator(self, key: str, key_type: int, ctx: Any) -> tuple[int, str, int, int, str | None]:
@@ -144,11 +130,6 @@ class ZkControl:
         return [PartitionView(index, info.leader, info.leader_epoch, list(info.replicas), list(info.isr),
                               list(info.offline))
                 for index, info in sorted(self.broker.metadata.partitions.get(name, {}).items())]
-
-    async def auto_create(self, name: str) -> bool:
-        """Create the topic if auto.create.topics.enable allows (in ZooKeeper: the image learns
-        of it from the controller's UpdateMetadata, so Metadata answers LEADER_NOT_AVAILABLE until then)."""
-        return await asyncio.to_thread(self.broker.maybe_auto_create, name) is not None
 
     def controller_id(self) -> int:
         return self.broker.metadata.controller_id

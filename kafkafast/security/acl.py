@@ -18,7 +18,8 @@ mtime changes, checked at most every RELOAD_INTERVAL seconds, and at once when t
 every other worker re-reads the file before its next request (runtime/shm.py), so a change
 applies to every request the broker handles after the CreateAcls/DeleteAcls answer.
 In cluster mode the store is ZooKeeper (`store=ZkAclStore`, Kafka's
-/kafka-acl layout, see zk_stores.py).
+/kafka-acl layout, see zk_stores.py). One authorizer over either store (`FileAclStore` here):
+CreateAcls and DeleteAcls edit the list the same way in both (`with_added`, `without_matching`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 # Kafka's codes (org.apache.kafka.common.resource.ResourceType, acl.AclOperation, ...)
 UNKNOWN, ANY = 0, 1
@@ -114,16 +116,70 @@ def validate(a: Acl) -> str | None:
     return None
 
 
+def with_added(have: list[Acl], new: list[Acl]) -> list[Acl]:
+    """`have` and then those of `new` it lacks (each once): CreateAcls' edit in every store."""
+    return have + [a for a in dict.fromkeys(new) if a not in have]
+
+
+def without_matching(have: list[Acl], filters: list[AclFilter]) -> tuple[list[Acl], list[list[Acl]]]:
+    """(what stays, what each filter matched): DeleteAcls' edit in every store."""
+    matched = [[a for a in have if f.matches(a)] for f in filters]
+    gone = {a for m in matched for a in m}
+    return [a for a in have if a not in gone], matched
+
+
+class FileAclStore:
+    """The authorizer's store on a single node: STORE_FILE in the first log dir (module
+    docstring); zk_stores.py:ZkAclStore is the same interface over ZooKeeper. `generation`
+    changes with the file; `acls()` is its list."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.path = os.path.join(log_dir, STORE_FILE)
+
+    @property
+    def generation(self) -> tuple | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def acls(self) -> list[Acl]:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                return [Acl(**raw) for raw in json.load(fh)]
+        except FileNotFoundError:
+            return []
+
+    def _rewrite(self, change):
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            acls, result = change(self.acls())
+            tmp = f"{self.path}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump([asdict(a) for a in acls], fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            return result
+
+    def create(self, new: list[Acl]) -> None:
+        self._rewrite(lambda have: (with_added(have, new), None))
+
+    def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        return self._rewrite(lambda have: without_matching(have, filters))
+
+
 class AclAuthorizer:
     def __init__(self, log_dir: str, *, super_users: str | None = None, allow_if_no_acl: bool = False,
                  store: object = None) -> None:
-        self.store = store  # ZkAclStore (cluster mode), else the file in log_dir
-        self.path = os.path.join(log_dir, STORE_FILE)
+        self.store: Any = store or FileAclStore(log_dir)  # ZkAclStore in cluster mode
         self.super_users = frozenset(p.strip() for p in (super_users or "").split(";") if p.strip())
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[Acl] = []
         self._by_type: dict[int, list[Acl]] = {}
-        self._stamp: tuple | None = None
+        self._stamp: object = None
+        self._loaded = False
         self._checked = 0.0
         self._decisions: dict[tuple, bool] = {}  # cleared whenever the ACLs change
 
@@ -133,28 +189,13 @@ class AclAuthorizer:
         if not force and now - self._checked < RELOAD_INTERVAL:
             return
         self._checked = now
-        if self.store is not None:
-            stamp = self.store.generation  # type: ignore[attr-defined]
-            if stamp == self._stamp:
-                return
-            acls = list(self.store.acls())  # type: ignore[attr-defined]
-            self._install(acls, stamp)
+        stamp = self.store.generation
+        if stamp == self._stamp and self._loaded:
             return
-        try:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self._stamp:
-            return
-        acls = []
-        if stamp is not None:
-            with open(self.path, encoding="utf-8") as fh:
-                acls = [Acl(**raw) for raw in json.load(fh)]
-        self._install(acls, stamp)
+        self._install(list(self.store.acls()), stamp)
 
     def _install(self, acls: list[Acl], stamp: object) -> None:
-        self._acls, self._stamp = acls, stamp
+        self._acls, self._stamp, self._loaded = acls, stamp, True
         self._decisions = {}
         self._by_type = {}
         for a in acls:
@@ -168,48 +209,14 @@ class AclAuthorizer:
         self._refresh(force=True)
         return [a for a in self._acls if flt is None or flt.matches(a)]
 
-    def _rewrite(self, change) -> list:
-        with open(self.path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._refresh(force=True)
-            acls, result = change(list(self._acls))
-            tmp = f"{self.path}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump([asdict(a) for a in acls], fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-            self._refresh(force=True)
-            return result
-
     def create(self, new: list[Acl]) -> None:
-        if self.store is not None:
-            self.store.create(new)  # type: ignore[attr-defined]
-            self._refresh(force=True)
-            return
-
-        def change(acls: list[Acl]):
-            have = set(acls)
-            for a in new:
-                if a not in have:
-                    acls.append(a)
-                    have.add(a)
-            return acls, None
-
-        self._rewrite(change)
+        self.store.create(new)
+        self._refresh(force=True)
 
     def delete(self, filters: list[AclFilter]) -> list[list[Acl]]:
-        if self.store is not None:
-            matched = self.store.delete(filters)  # type: ignore[attr-defined]
-            self._refresh(force=True)
-            return matched
-
-        def change(acls: list[Acl]):
-            matched = [[a for a in acls if f.matches(a)] for f in filters]
-            gone = {a for m in matched for a in m}
-            return [a for a in acls if a not in gone], matched
-
-        return self._rewrite(change)
+        matched = self.store.delete(filters)
+        self._refresh(force=True)
+        return matched
 
     # -- decisions ------------------------------------------------------------------------
     def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:

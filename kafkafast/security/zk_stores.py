@@ -233,7 +233,7 @@ class ZkAclStore:
         for a in new:
             by_resource.setdefault((a.resource_type, a.resource_name, a.pattern_type), []).append(a)
         for r, adds in by_resource.items():
-            self._change(r, lambda have, adds=adds: have + [a for a in dict.fromkeys(adds) if a not in have])
+            self._change(r, lambda have, adds=adds: A.with_added(have, adds))
 
     def delete(self, filters: list[A.AclFilter]) -> list[list[A.Acl]]:
         matched: list[list[A.Acl]] = [[] for _ in filters]
@@ -243,9 +243,8 @@ class ZkAclStore:
             hits: list[list[A.Acl]] = []  # of the attempt that was written
 
             def edit(have: list[A.Acl]) -> list[A.Acl]:
-                hits[:] = [[a for a in have if f.matches(a)] for f in filters]
-                gone = {a for h in hits for a in h}
-                return [a for a in have if a not in gone]
+                kept, hits[:] = A.without_matching(have, filters)
+                return kept
 
             self._change(r, edit)
             for i, h in enumerate(hits):

@@ -1,7 +1,7 @@
 """Admin APIs through a real client (confluent-kafka's AdminClient), DeleteRecords,
 retention through the broker, and long-poll fetches that wake when data arrives.
 
-Topic configs, DeleteRecords and size retention run on a single node and a 3-broker cluster (the
+Topic configs, replica placement, DeleteRecords and size retention run on a single node and a 3-broker cluster (the
 `kafka` fixture, one of each for the module). Retention and checkpoints follow their interval settings (log.retention.check.interval.ms,
 log.flush.offset.checkpoint.interval.ms, log.flush.start.offset.checkpoint.interval.ms;
 as Kafka: every interval, the first run min(interval, 30 s) after start)."""
@@ -15,8 +15,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic)
 
+from kafkafast.protocol._generated.create_partitions import CreatePartitionsRequest
+from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.raw_client import RawClient
 
@@ -87,6 +90,42 @@ def test_describe_and_alter_topic_configs(kafka):
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     configs = list(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cfg")]).values())[0].result(10)
     assert configs["cleanup.policy"].value == "compact"
+
+
+def test_replicas_beyond_the_brokers_answer_kafkas_codes_in_both_modes(kafka):
+    """One topic-admin path over either store (broker/topic_admin.py): a replication factor above
+    the broker count, a manual assignment naming no broker there is, and fewer replica lists than
+    new partitions get Kafka's codes and messages from one broker as from three; a manual
+    assignment of the new partitions' replicas is taken."""
+    with RawClient(next(iter(kafka.ports().values()))) as c:
+        brokers = sorted(b.node_id for b in c.request(MetadataRequest(topics=[]), 9).brokers)
+        n, rf = len(brokers), kafka.replication_factor
+
+        def create(name: str, replication_factor: int = -1, assignment: list[int] | None = None):
+            T = CreateTopicsRequest
+            topic = T.CreatableTopic(name=name, num_partitions=1 if assignment is None else -1,
+                                     replication_factor=replication_factor, configs=[], assignments=[
+                                         T.CreatableReplicaAssignment(partition_index=0, broker_ids=assignment)]
+                                     if assignment is not None else [])
+            return c.request(T(topics=[topic], timeout_ms=5000), 7).topics[0]
+
+        def grow(name: str, count: int, assignments: list[list[int]]):
+            P = CreatePartitionsRequest
+            req = P(topics=[P.CreatePartitionsTopic(name=name, count=count, assignments=[
+                P.CreatePartitionsAssignment(broker_ids=a) for a in assignments])], timeout_ms=5000)
+            return c.request(req, 3).results[0]
+
+        r = create("rf-beyond", replication_factor=n + 1)
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.INVALID_REPLICATION_FACTOR, f"Replication factor: {n + 1} larger than available brokers: {n}.")
+        assert create("no-such-broker", assignment=[max(brokers) + 1]).error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        assert create("no-replicas", assignment=[]).error_code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        kafka.create_topic("grow-by-hand", 1)
+        r = grow("grow-by-hand", 3, [brokers[:rf]])
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Increasing the number of partitions by 2 but 1 assignments provided.")
+        assert grow("grow-by-hand", 3, [brokers[:rf], brokers[-rf:]]).error_code == 0
+    kafka.wait_for_leaders("grow-by-hand", 3)
 
 
 def test_create_partitions_and_describe_cluster(broker):

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.assignment import assign_replicas, rack_alternated
+from kafkafast.broker.replica_assignment import assign_replicas, rack_alternated
 from kafkafast.protocol import errors as E
 
 

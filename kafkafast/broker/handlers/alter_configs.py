@@ -21,14 +21,13 @@ TOPIC, BROKER = 2, 4
 
 
 def broker_scope(broker, name: str) -> str:
-    """The dynamic-config scope a broker resource names: "", this node's id or, in cluster
-    mode, the id of another live broker (Kafka's messages for the others)."""
+    """The dynamic-config scope a broker resource names: "", this node's id or the id of
+    another live broker (a cluster's; Kafka's messages for the others)."""
     if name in ("", str(broker.node_id)):
         return name
     if not name.strip().lstrip("-").isdigit():
         raise E.InvalidRequestError(f"Broker id must be an integer, but it is: {name}")
-    metadata = getattr(broker, "metadata", None)  # cluster mode: the brokers UpdateMetadata names
-    if metadata is not None and int(name) in metadata.brokers:
+    if broker.control.endpoint_of(int(name)) is not None:  # another broker the metadata image names
         return str(int(name))
     raise E.InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
                                 f"but received {name}")
@@ -44,11 +43,12 @@ def alter_broker(broker, name: str, configs: dict, validate_only: bool) -> None:
         broker.apply_dynamic_configs()
 
 
-def alter_topic(broker, name: str, configs: dict, validate_only: bool) -> None:
+async def alter_topic(broker, name: str, configs: dict, validate_only: bool) -> None:
     broker.refresh_topics()
     if broker.topics.get(name) is None:
         raise E.UnknownTopicOrPartitionError(f"Topic {name} does not exist")
-    broker.set_topic_configs(name, configs, validate_only=validate_only)
+    admin = broker.topic_admin
+    await admin.run(admin.set_configs, name, configs, validate_only=validate_only)
 
 
 @handles(AlterConfigsRequest, 0, 2)
@@ -68,7 +68,7 @@ async def handle(broker, ctx, req: AlterConfigsRequest, version: int) -> AlterCo
             if res.resource_type == BROKER:
                 alter_broker(broker, res.resource_name, configs, req.validate_only)
             else:
-                alter_topic(broker, res.resource_name, configs, req.validate_only)
+                await alter_topic(broker, res.resource_name, configs, req.validate_only)
         except E.KafkaError as exc:
             out.append(Resp(error_code=exc.code, error_message=exc.message, resource_type=res.resource_type,
                             resource_name=res.resource_name))

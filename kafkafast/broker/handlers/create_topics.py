@@ -1,9 +1,11 @@
 """CreateTopics (key 19), versions 0-7.
 
 num_partitions / replication_factor of -1 take `num.partitions` /
-`default.replication.factor`. The control plane places the replicas (`broker.control`): a
-replication factor above the live brokers is INVALID_REPLICATION_FACTOR, a manual assignment
-naming an unknown broker INVALID_REPLICA_ASSIGNMENT (a single node: only itself). Configs are
+`default.replication.factor`. One path in every mode (`broker.topic_admin`,
+kafkafast/broker/topic_admin.py) places the replicas over the live brokers: a replication factor
+above their count is INVALID_REPLICATION_FACTOR ("Replication factor: 3 larger than available
+brokers: 1." on a single node), a manual assignment naming an unknown broker or one broker
+twice INVALID_REPLICA_ASSIGNMENT (a single node: only itself). Configs are
 validated (INVALID_CONFIG); `validate_only` checks without creating. v5+ answers with the
 partition count, replication factor and the topic's effective configs; v7 with the topic id.
 As in Kafka, the answer waits (up to the request's timeout_ms; none when it is 0 or less, or for
@@ -51,17 +53,15 @@ async def handle(broker, ctx, req: CreateTopicsRequest, version: int) -> CreateT
             else:
                 partitions = t.num_partitions if t.num_partitions != -1 else broker.config.get_int("num.partitions")
                 rf = t.replication_factor if t.replication_factor != -1 else broker.config.get_int("default.replication.factor")
-                if partitions <= 0:
-                    raise E.InvalidPartitionsError("number of partitions must be larger than 0")
-                if rf <= 0:
-                    raise E.InvalidReplicationFactorError("replication factor must be larger than 0")
             configs = {}
             for c in t.configs:
                 if c.value is None:
                     raise E.InvalidConfigError(f"null value for config {c.name}")
                 configs[c.name] = c.value
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} if t.assignments else None
-            meta = await broker.control.create_topic(t.name, partitions, rf, configs, assignment, req.validate_only)
+            admin = broker.topic_admin
+            meta = await admin.run(admin.create, t.name, partitions, configs, replication_factor=rf,
+                                   assignment=assignment, validate_only=req.validate_only)
         except E.KafkaError as exc:
             out.append(_fail(t.name, exc))
             continue

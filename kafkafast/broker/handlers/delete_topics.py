@@ -40,7 +40,7 @@ async def handle(broker, ctx, req: DeleteTopicsRequest, version: int) -> DeleteT
                 raise E.for_code(E.ErrorCode.TOPIC_DELETION_DISABLED)()
             if meta is None:
                 raise E.UnknownTopicOrPartitionError()
-            broker.delete_topic(name)
+            await broker.topic_admin.run(broker.topic_admin.delete, name)
         except E.KafkaError as exc:
             out.append(Result(name=name, topic_id=topic_id, error_code=exc.code, error_message=exc.message))
             continue

@@ -66,7 +66,7 @@ async def handle(broker, ctx, req: IncrementalAlterConfigsRequest, version: int)
             if res.resource_type == BROKER:
                 alter_broker(broker, res.resource_name, configs, req.validate_only)
             else:
-                alter_topic(broker, res.resource_name, configs, req.validate_only)
+                await alter_topic(broker, res.resource_name, configs, req.validate_only)
         except E.KafkaError as exc:
             out.append(Resp(error_code=exc.code, error_message=exc.message, resource_type=res.resource_type,
                             resource_name=res.resource_name))

@@ -89,7 +89,8 @@ async def handle(broker, ctx, req: MetadataRequest, version: int) -> MetadataRes
                 continue
             may_create = auto and (not denied(broker, ctx, acl.CREATE, acl.CLUSTER)
                                    or not denied(broker, ctx, acl.CREATE, acl.TOPIC, name))
-            if not may_create or not await control.auto_create(name):
+            admin = broker.topic_admin
+            if not may_create or await admin.run(admin.auto_create, name) is None:
                 resp.topics.append(error_topic(name, E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if control.topic_id(name) is None:  # created, but not in the image yet (no leader elected)
