@@ -86,6 +86,7 @@ class ReplicaManager:
         self.lag_ms = config.get_int("replica.lag.time.max.ms")
         self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
         self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_REPLICA_SELECTOR
+        self.control: Any = None  # the control plane feeding it (attach_control)
         self.fetchers: Any = NO_FETCHERS  # the follower fetchers (cluster/fetcher.py), given by ZooKeeper's side
         # the control plane's: why this broker cannot confirm a leadership now (None: it never fences)
         self.fence_reason: Callable[[Any], str | None] | None = None
