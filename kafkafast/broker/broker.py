@@ -6,11 +6,12 @@ writable bytearray so produce can assign offsets in place) and returns the respo
 connection (malformed header, unknown API key, unsupported version of anything but
 ApiVersions, bytes that do not parse).
 
-Partitions (`partition.Partition`, one class in every mode): on a single node each leads
-alone, its ISR this broker, its high watermark the log end the append publishes. Where they
-live is the broker's placement (`placement.py`): in one process every partition is local;
-the multi-process runtime's says which worker appends to which partition and forwards
-appends it does not own; reads are always local.
+Partitions (`partition.Partition`, one class in every mode) and their roles are the replica
+manager's (`replica_manager.py`, `broker.replicas`), fed by the control plane (`broker.control`):
+on a single node each leads alone, its ISR this broker, its high watermark the log end the
+append publishes. Where they live is the broker's placement (`placement.py`): in one process
+every partition is local; the multi-process runtime's says which worker appends to which
+partition and forwards appends it does not own; reads are always local.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_gr
                                                     unsupported_version_response)
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
+from kafkafast.broker.replica_manager import ReplicaManager
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topic_admin import FileTopicStore, TopicAdmin
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore
@@ -106,6 +108,8 @@ class Broker:
         self.started = False
         # Hooks installed from outside the core (broker/extensions.py), e.g. a test broker's faults.
         self.control: Any = LocalControl(self)  # the control plane (cluster_broker.py: ZooKeeper's)
+        self.replicas = ReplicaManager(self)  # the data plane: every replica's role, the HW rule, the ISR
+        self.replicas.attach_control(self.control)
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
         self.placement.attach(self)  # a worker's placement: its fetch-session shard, its owned logs
@@ -191,7 +195,9 @@ class Broker:
                 ext.start()
 
     async def on_listening(self) -> None:
-        """Called by the runtime once the listeners accept connections (a cluster broker registers)."""
+        """Called by the runtime once the listeners accept connections (a cluster broker
+        registers first)."""
+        self.replicas.start_isr_maintenance()
 
     async def before_stop(self) -> None:
         """Called by the runtime on SIGTERM while every listener still serves (a cluster broker
@@ -201,6 +207,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
+        await self.replicas.stop()
         self.placement.before_stop()
         for ext in self.extensions:
             if hasattr(ext, "stop"):
@@ -257,7 +264,7 @@ class Broker:
                 continue
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             part = self.partitions[(meta.name, i)] = Partition(meta.name, i, lg, topic_id=meta.topic_id)
-            part.lead_alone(self.node_id)
+            self.control.partition_opened(part)
 
     def _make_dynamic_configs(self) -> DynamicConfigs:
         return DynamicConfigs(self.log_dirs[0])
@@ -363,42 +370,6 @@ class Broker:
         """Tells the other processes, if any, to re-read the ACLs."""
         self.placement.acls_changed()
 
-    # -- the fetch path's replication hooks (a lone replica has no followers; cluster_broker.py) --
-
-    def fetch_error(self, part: Partition, replica_id: int, any_replica: bool = False) -> int:
-        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition or, for a consumer's
-        Fetch v11+ (`any_replica`, KIP-392), holds a replica of it."""
-        return 0 if part.is_leader or any_replica else E.ErrorCode.NOT_LEADER_OR_FOLLOWER
-
-    def preferred_read_replica(self, part: Partition, client_rack: str, fetch_offset: int) -> int:
-        """The replica a consumer in `client_rack` should fetch from instead of this leader
-        (KIP-392), -1 for this broker itself: a lone replica has no other."""
-        return -1
-
-    def fetch_upper_bound(self, part: Partition, replica_id: int) -> int:
-        """Where a fetch stops: the high watermark (a follower of a replicated partition reads on)."""
-        return part.high_watermark
-
-    def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        """A follower's fetch (its log end); a lone replica has no followers."""
-
-    def on_replica_read(self, part: Partition, replica_id: int, nbytes: int) -> None:
-        """Bytes read for a follower (the leader's replication throttle); none here."""
-
-    def high_watermark_news(self, part: Partition, replica_id: int, hw: int) -> bool:
-        """Whether a follower's Fetch answer carrying `hw` tells it a high watermark it has not
-        been answered yet (then the Fetch is answered at once); a lone replica has no followers."""
-        return False
-
-    def isr_error(self, part: Partition) -> int:
-        """NOT_ENOUGH_REPLICAS when fewer replicas than min.insync.replicas are in sync, else 0
-        (as in Kafka, a lone replica under a topic's min.insync.replicas=2 takes no acks=all write)."""
-        return E.ErrorCode.NOT_ENOUGH_REPLICAS if len(part.isr) < part.log.config.min_insync_replicas else 0
-
-    def leadership_fence(self, part: Partition) -> str | None:
-        """Why this broker cannot confirm now that it still leads `part` (then it appends nothing
-        for clients), or None: a lone broker always can (cluster_broker.py: a cut-off leader)."""
-        return None
 
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists in the cluster (here: on this broker)."""
@@ -417,22 +388,6 @@ class Broker:
         stable offset. Control batches only from the marker writer (`allow_control`).
         KafkaStorageError when the files refuse it (a full disk): nothing was appended."""
         return self.placement.append(part, records, allow_control=allow_control)
-
-    def append_with(self, part: Partition, log_: Any, records: bytearray | memoryview, *,
-                    allow_control: bool = False) -> Any:
-        """`append` through the writer `log_` (the partition's own Log, or in a worker, the
-        Log it appends with through shared memory: kafkafast/runtime/placement.py)."""
-        try:
-            result = log_.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
-        except OSError as exc:
-            raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
-        if not getattr(log_, "publishes_high_watermark", False):  # (a shared-mode Log did, under its lock)
-            st = log_.state
-            st.high_watermark = st.log_end_offset
-            st.last_stable_offset = log_.last_stable_offset(st.high_watermark)
-        part.wake()
-        self.on_append(part)
-        return result
 
     def owns(self, part: Partition) -> bool:
         """Whether this process appends to the partition (always, in one process)."""

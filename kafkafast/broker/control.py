@@ -10,7 +10,11 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 * requests from a controller to a member (LeaderAndIsr, UpdateMetadata, StopReplica): this
   broker is no member of another's cluster, BROKER_NOT_AVAILABLE;
 * reassignment: nothing can move, every partition INVALID_REPLICA_ASSIGNMENT; none in progress;
-* the cluster view (DescribeCluster): this broker, which is also the controller.
+* the cluster view (DescribeCluster): this broker, which is also the controller;
+* the data plane (`broker.replicas`, broker/replica_manager.py): each partition opened here gets
+  the state a controller's LeaderAndIsr gives a lone broker (leader this broker at epoch 0, ISR
+  and replicas [this broker]); a lone leader has no follower, so no ISR change is ever asked
+  for, and nothing fences it.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kafkafast.broker.replica_manager import lone_leader_state
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
@@ -102,9 +107,17 @@ class LocalControl:
     """Control plane of a single-node broker (see the module docstring)."""
 
     zk = None  # no ZooKeeper: ACLs and SCRAM credentials are kept in the first log dir
+    fence_reason = None  # a lone broker always knows that it leads (ReplicaManager.leadership_fence)
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+
+    # -- the data plane's partition states ------------------------------------------------
+
+    def partition_opened(self, part: Any) -> None:
+        """A partition of the topic store opened here: it leads alone, as a controller's
+        LeaderAndIsr for a cluster of one would say."""
+        self.broker.replicas.become(part, lone_leader_state(self.broker.node_id))
 
     # -- requests a cluster's brokers send to the controller ---------------------------
 

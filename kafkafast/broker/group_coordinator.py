@@ -986,8 +986,9 @@ class GroupCoordinator:
 
     # -- loading -----------------------------------------------------------------------------
     def load_partition(self, index: int) -> None:
-        """This broker now leads `__consumer_offsets` partition `index` (cluster mode): load its groups."""
-        if self._loop is None or self._stopped:
+        """This broker now leads `__consumer_offsets` partition `index` (the replica manager says
+        so): load its groups; an empty partition (a new topic's) has none, and serves at once."""
+        if self._loop is None or self._stopped or nothing_to_load(self._offsets_partition(index)):
             return
         self.loading.add(index)
         self._tasks.append(self._loop.create_task(self._load_partitions([index])))
@@ -1102,6 +1103,11 @@ async def cancel_tasks(tasks: list[asyncio.Task]) -> None:
             await t
         except (asyncio.CancelledError, Exception):
             pass
+
+
+def nothing_to_load(part: Any) -> bool:
+    """Whether a coordinator topic's partition holds no record to replay."""
+    return part is not None and part.log_end_offset == part.log_start_offset
 
 
 async def load_each(partitions: list[int], load: Any, loading: set[int], topic: str) -> None:

@@ -3,16 +3,16 @@ cluster of one): its role (leader or follower, leader and partition epochs, ISR,
 leader's record of its followers and the high-watermark rule, the produces and fetches parked
 on it, and where it lives (`home`, given by the placement).
 
-Role: the control plane sets it. The single node's local one makes every partition a leader at
-epoch 0 whose ISR and replicas are this broker alone (`lead_alone`); ZooKeeper's applies each
-LeaderAndIsr (`apply_state`, from cluster/cluster_broker.py).
+Role: the replica manager sets it (`apply_state`, broker/replica_manager.py) from the partition
+states the control plane hands it: the single node's local one makes every partition a leader
+at epoch 0 whose ISR and replicas are this broker alone; ZooKeeper's applies each LeaderAndIsr.
 
 High watermark (Kafka's `Partition.maybeIncrementLeaderHW`): each follower's log end offset is
 what it last asked to fetch from (`broker/follower_state.py`); the high watermark is the minimum
 log end offset over the ISR (plus followers whose addition is in flight), never moves backwards
 on the leader, and produce requests with acks=all wait until it passes their last offset. With
 no follower in the ISR that minimum is the leader's own log end, which the append publishes at
-once (`Broker.append_with`; a shared-mode Log under its lock): a lone replica's acks=all
+once (`ReplicaManager.append`; a shared-mode Log under its lock): a lone replica's acks=all
 produce finds its high watermark there already and never waits (`wait_for_hw`).
 
 Home: where the replica's writer and published state live, as its placement says. `HERE` in one
@@ -71,7 +71,7 @@ class Partition:
         self.home = home
         self.topic_id = topic_id
         self.waiters: set[asyncio.Future] = set()  # fetches parked here (`wake`)
-        # no role until the control plane gives it one (`lead_alone`, `apply_state`)
+        # no role until the replica manager gives it one (`apply_state`)
         self.is_leader = False
         self.leader_id = -1
         self.leader_epoch = 0
@@ -153,16 +153,6 @@ class Partition:
             self.home.announce(self)
 
     # -- role ----------------------------------------------------------------------------
-    def lead_alone(self, broker_id: int) -> None:
-        """The role of every partition of a single node: leader at epoch 0, ISR and replicas
-        this broker alone, so the high watermark is the log end the append publishes."""
-        self.is_leader = True
-        self.leader_id = broker_id
-        self.leader_epoch = 0
-        self.partition_epoch = 0
-        self.isr = [broker_id]
-        self.replicas = [broker_id]
-
     def apply_state(self, ps: Any, *, is_leader: bool) -> None:
         """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
         self.is_leader = is_leader

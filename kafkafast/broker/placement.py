@@ -63,6 +63,19 @@ class Placement(Protocol):
     def wake_owner(self, part: Any) -> None:
         """A partition another process owns changed here: that process re-checks it."""
 
+    def become_leader(self, part: Any, ps: Any) -> None:
+        """A partition state naming this broker leader of `part` (the replica manager's `become`):
+        the process holding its log leads it, the others learn the role."""
+
+    def become_follower(self, part: Any, ps: Any) -> None:
+        """A partition state naming another broker leader of `part` (or none)."""
+
+    def on_isr_changed(self, part: Any) -> None:
+        """After an ISR change of `part` (a leader's AlterPartition, accepted or not)."""
+
+    def replica_removed(self, part: Any) -> None:
+        """StopReplica deleted `part`: what this process held of it goes."""
+
     def slot_follower(self, part: Any, replica_id: int) -> Any:
         """The owner's record of a follower of a partition another process owns."""
 
@@ -143,7 +156,7 @@ class LocalPlacement:
         pass
 
     def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
-        return self.broker.append_with(part, part.log, records, allow_control=allow_control)
+        return self.broker.replicas.append(part, part.log, records, allow_control=allow_control)
 
     async def delete_records(self, part: Any, offset: int, *, internal: bool = False) -> None:
         await self.broker.local_delete_records(part, offset)
@@ -153,6 +166,18 @@ class LocalPlacement:
 
     def wake_owner(self, part: Any) -> None:
         """Never needed: this process owns every partition."""
+
+    def become_leader(self, part: Any, ps: Any) -> None:
+        self.broker.replicas.make_leader(part, ps)
+
+    def become_follower(self, part: Any, ps: Any) -> None:
+        self.broker.replicas.make_follower(part, ps)
+
+    def on_isr_changed(self, part: Any) -> None:
+        pass  # the partition holds its ISR
+
+    def replica_removed(self, part: Any) -> None:
+        pass  # its log went with the partition (ReplicaManager.stop_replica)
 
     def slot_follower(self, part: Any, replica_id: int) -> Any:
         return None  # (never asked: this process owns every partition and keeps its followers)

@@ -47,6 +47,7 @@ from kafkafast.broker.group_coordinator import (
     cancel_tasks,
     java_string_hash,
     load_each,
+    nothing_to_load,
     read_partition,
 )
 from kafkafast.protocol import errors as E
@@ -130,6 +131,7 @@ class TransactionCoordinator:
         cfg = broker.config
         self.txns: dict[str, TxnMetadata] = {}
         self.loading: set[int] = set()
+        self._unloads: dict[int, int] = {}  # __transaction_state partition -> times its leadership went
         self.max_timeout_ms = cfg.get_int("transaction.max.timeout.ms")
         self.abort_interval_ms = cfg.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms")
         self.expiration_ms = cfg.get_int("transactional.id.expiration.ms")
@@ -455,6 +457,28 @@ class TransactionCoordinator:
                     del self.txns[m.transactional_id]
 
     # -- loading -----------------------------------------------------------------------------
+    def load_partition(self, index: int) -> None:
+        """This broker now leads `__transaction_state` partition `index` (the replica manager
+        says so): load its ids; an empty partition (a new topic's) has none, and serves at once."""
+        if self._stopped or nothing_to_load(self._partition(index)):
+            return
+        self.loading.add(index)
+        self._tasks = [t for t in self._tasks if not t.done()]
+        self._tasks.append(asyncio.get_running_loop().create_task(self._load_partitions([index])))
+
+    def unload_partition(self, index: int) -> None:
+        """Leadership moved away: forget its ids (NOT_COORDINATOR from now on)."""
+        self.loading.discard(index)
+        self._unloads[index] = self._unloads.get(index, 0) + 1
+        self._forget(index)
+
+    def _forget(self, index: int) -> None:
+        gone = [tid for tid in self.txns if self.partition_for(tid) == index]
+        for tid in gone:
+            del self.txns[tid]
+        if gone:
+            log.info("unloaded %d transactional ids of %s-%d", len(gone), TXN_TOPIC, index)
+
     async def _load_partitions(self, partitions: list[int]) -> None:
         await load_each(partitions, self._load_partition, self.loading, TXN_TOPIC)
         for m in list(self.txns.values()):  # decisions whose markers were not all written
@@ -462,6 +486,12 @@ class TransactionCoordinator:
                 await self._complete(m)
 
     async def _load_partition(self, index: int) -> None:
+        unloads = self._unloads.get(index, 0)
+        await self._read_partition(index)
+        if self._unloads.get(index, 0) != unloads:  # leadership went while it was read
+            self._forget(index)
+
+    async def _read_partition(self, index: int) -> None:
         part = self._partition(index)
         if part is None:
             return
@@ -511,7 +541,7 @@ async def write_marker(broker: Any, part: Any, producer_id: int, producer_epoch:
     once). An error code."""
     if not part.is_leader:
         return EC.NOT_LEADER_OR_FOLLOWER
-    code = broker.isr_error(part)
+    code = broker.replicas.isr_error(part)
     if code:
         return code
     if broker.owns(part):
@@ -521,7 +551,7 @@ async def write_marker(broker: Any, part: Any, producer_id: int, producer_epoch:
     if code:
         return code
     code = await part.wait_for_hw(part.log.state.log_end_offset, timeout_s)
-    if code == 0 and broker.isr_error(part):
+    if code == 0 and broker.replicas.isr_error(part):
         code = EC.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     return code
 

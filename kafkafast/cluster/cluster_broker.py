@@ -1,16 +1,14 @@
-"""The broker in cluster mode (`zookeeper.connect` set): Kafka's `ReplicaManager` over
-the single-node `Broker`.
+"""The broker in cluster mode (`zookeeper.connect` set): what is ZooKeeper's about it.
 
 Topics live in ZooKeeper; this broker opens a partition only when the controller makes it a
-replica (LeaderAndIsr) and knows the rest of the cluster from UpdateMetadata. Appends are
-accepted only by the leader; followers replicate through `fetcher.FetcherManager`; the
-leader tracks its followers' fetch positions, moves the high watermark (see
-`broker/partition.py`, one partition class in every mode) and asks the controller to change
-the ISR with AlterPartition (shrink: a follower not caught up for replica.lag.time.max.ms, checked every
-half of it; expand: a follower that reached the high watermark and the current epoch).
-Leading a `__consumer_offsets` or `__transaction_state` partition makes this broker the
-coordinator of its groups or transactional ids (`cluster/transactions.py`).
-Everything runs on the broker's event loop; ZooKeeper calls go to threads.
+replica (LeaderAndIsr) and knows the rest of the cluster from UpdateMetadata. The replicas
+themselves are the data plane's, the same as on a single node (`broker/replica_manager.py`,
+`broker.replicas`: roles, the high watermark, follower positions, ISR changes, fencing, the
+coordinators' loading); this class feeds it the controller's requests (through
+`zk_control.ZkControl`), gives it the follower fetchers (`fetcher.FetcherManager`), sends its
+ISR changes to the controller as AlterPartition, and keeps this broker's ZooKeeper node, its
+registration, the controller connection, the config watches and the topic admin through
+ZooKeeper. Everything runs on the broker's event loop; ZooKeeper calls go to threads.
 
 The same class runs in one process and in each worker of the pre-fork runtime: what depends
 on the processes (its ZooKeeper session, which process holds a replica's log and who appends
@@ -23,13 +21,11 @@ import asyncio
 import logging
 from typing import Any
 
-from kafkafast.broker.broker import OFFSETS_TOPIC, Broker, now_ms
-from kafkafast.broker.follower_state import FollowerState
+from kafkafast.broker.broker import Broker
 from kafkafast.broker.partition import Partition
+from kafkafast.broker.replication_throttle import ReplicationQuota
 from kafkafast.broker.share.coordinator import ShareCoordinator
-from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topic_admin import TopicAdmin
-from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
@@ -39,12 +35,9 @@ from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
-from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
-                                    monotonic_ms)
+from kafkafast.cluster.node import BrokerIdInUseError, ZkProducerIds
 from kafkafast.cluster.placement import ClusterLocalPlacement, ReplicaPlacement
-from kafkafast.cluster.throttle import ReplicationQuota, throttled
 from kafkafast.client.connection import BrokerConnection
-from kafkafast.config_def import RACK_AWARE_REPLICA_SELECTOR
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest
@@ -66,34 +59,19 @@ class ClusterBroker(Broker):
         self.node = self.placement.make_node(config, self.log_dirs[0])
         self.cluster = self.node
         self.control = ZkControl(self)
+        self.replicas.attach_control(self.control)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
         self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
         self.topic_admin = TopicAdmin(self, ZkTopicStore(self))
         self.controller_epoch = 0
-        self.leader_endpoints: dict[int, tuple[str, int]] = {}
-        self.fetchers: FetcherManager | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._isr_task: asyncio.Task | None = None
         self._controller_conn: BrokerConnection | None = None
-        self.lag_ms = config.get_int("replica.lag.time.max.ms")
-        self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))
-        self.leader_quota = ReplicationQuota(config.get_int("leader.replication.throttled.rate"))
+        self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))  # (the fetchers')
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
-        self.rack_aware_reads = config.get("replica.selector.class") == RACK_AWARE_REPLICA_SELECTOR
         self._reregistered_at = float("-inf")
 
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
-
-    def _new_follower(self, part: Partition, replica_id: int, now: int, replicas: set[int]) -> Any:
-        """The leader's record of a follower's fetch position: in the partition's slot with
-        workers (every worker serves the follower's fetches), else, or when the slot has no
-        room left, a FollowerState here."""
-        f = self.placement.claim_slot_follower(part, replica_id, replicas)
-        if f is None:
-            return FollowerState(now)
-        f.reset(now)
-        return f
 
     def _runs_controller(self) -> bool:
         """Whether this process holds the broker's registration and runs its controller (worker 0)."""
@@ -129,7 +107,7 @@ class ClusterBroker(Broker):
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.load)
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
-        self.fetchers = FetcherManager(self)
+        self.replicas.fetchers = FetcherManager(self)  # the followers' side of the data plane (network)
         self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
         group_configs = ZkGroupConfigs(self.config)  # read after load() took the notifications seen so far
         await asyncio.to_thread(group_configs.attach, self.node)
@@ -146,7 +124,7 @@ class ClusterBroker(Broker):
             self.node.controller = Controller(self.node)
             self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
             self.node.controller.start()
-        self._isr_task = self.loop.create_task(self._isr_maintenance())
+        await super().on_listening()  # (the replica manager's ISR checks)
         self._config_changes_lock = asyncio.Lock()
         self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
@@ -213,10 +191,7 @@ class ClusterBroker(Broker):
         log.info("new ZooKeeper session (broker epoch %d)", self.node.broker_epoch)
 
     async def stop(self) -> None:
-        if self._isr_task is not None:
-            self._isr_task.cancel()
-        if self.fetchers is not None:
-            await self.fetchers.close()
+        await self.replicas.stop()
         if self._controller_conn is not None:
             self._controller_conn.close()
         for p in self.partitions.values():
@@ -235,45 +210,6 @@ class ClusterBroker(Broker):
         """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
         return super().owns(part) and bool(getattr(part, "is_leader", False))
 
-    # -- data path (leader) --------------------------------------------------------------------
-    def leader_append(self, part: Any, records: bytearray | memoryview, *, allow_control: bool = False) -> Any:
-        """`append` by the process that holds the replica's log (its placement's `append`)."""
-        if not getattr(part, "is_leader", False):
-            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} does not lead {part.topic}-{part.index}")
-        self.check_fence(part)
-        result = part.log.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
-        part.wake_everywhere()  # (followers parked in other workers wait for the log end)
-        part.maybe_increment_hw(self.node_id)
-        self.check_fence(part)  # stopped between the check and the write: written, never acknowledged
-        return result
-
-    # -- self-fencing (docs/ARCHITECTURE.md, "Self-fencing of a cut-off leader") -----------------
-    def leadership_fence(self, part: Any) -> str | None:
-        """Why this broker cannot confirm now that it still leads `part`, or None."""
-        word = self.node.session_word
-        if not word & SESSION_CONNECTED:
-            reason = "its ZooKeeper session is suspended or lost"
-        elif not word & SESSION_REGISTERED or part.confirmed_epoch != self.node.broker_epoch:
-            reason = "its ZooKeeper session expired since the controller last named it leader"
-        elif monotonic_ms() >= self.node.lease_end_ms:
-            reason = "ZooKeeper has not answered within the leadership lease"
-        else:
-            reason = None
-        if reason != part.fenced:
-            if reason is not None:
-                log.warning("%s-%d: not appending as leader at epoch %d: %s", part.topic, part.index,
-                            part.leader_epoch, reason)
-            else:
-                log.info("%s-%d: leadership at epoch %d confirmed; appending again", part.topic, part.index,
-                         part.leader_epoch)
-            part.fenced = reason
-        return reason
-
-    def check_fence(self, part: Any) -> None:
-        reason = self.leadership_fence(part)
-        if reason is not None:
-            raise E.NotLeaderOrFollowerError(f"broker {self.node_id} cannot confirm that it leads "
-                                             f"{part.topic}-{part.index}: {reason}")
 
     def min_insync_replicas(self, part: Any) -> int:
         return part.log.config.min_insync_replicas
@@ -281,86 +217,6 @@ class ClusterBroker(Broker):
     def partition_exists(self, topic: str, index: int) -> bool:
         """Whether the partition exists anywhere in the cluster, not only here."""
         return index in self.metadata.partitions.get(topic, {})
-
-    def isr_error(self, part: Any) -> int:
-        """As a lone broker's, over the ISR its keeper has (a worker that does not own the
-        replica: the owner's, in the slot)."""
-        return EC.NOT_ENOUGH_REPLICAS if part.in_sync_count < part.log.config.min_insync_replicas else 0
-
-    def fetch_upper_bound(self, part: Any, replica_id: int) -> int:
-        """Followers read up to the log end; consumers up to the high watermark. A follower of a
-        leader-throttled replica gets nothing while leader.replication.throttled.rate is used up
-        (Kafka's `shouldLeaderThrottle`): up to where it already is."""
-        if replica_id < 0:
-            return part.high_watermark
-        leo = part.seen_leo = part.log_end_offset  # what a follower's fetch about to park saw (workers compare)
-        if self._leader_throttled(part) and self.leader_quota.exceeded():
-            f = part.followers.get(replica_id)
-            if f is not None and f.leo >= 0:
-                return min(f.leo, leo)
-        return leo
-
-    def preferred_read_replica(self, part: Any, client_rack: str, fetch_offset: int) -> int:
-        """Kafka's RackAwareReplicaSelector as its ReplicaManager.findPreferredReadReplica applies
-        it, on the leader only and recomputed at every fetch: a consumer without a rack, or in
-        the leader's rack, stays here; otherwise the most caught-up (then most recently caught
-        up) follower in its rack among those in the ISR, live, and holding `fetch_offset` (its
-        log end, as its last fetch reported it, at or past it); -1 when none is."""
-        if not self.rack_aware_reads or not client_rack or not part.is_leader \
-                or client_rack == self.config.get("broker.rack"):
-            return -1
-        best, chosen = (-1, 0), -1
-        for r in part.in_sync_replicas:  # (a worker's replica another keeps: the owner's ISR)
-            b = self.metadata.brokers.get(r)
-            f = self.follower_state(part, r) if r != self.node_id else None
-            if b is None or b.rack != client_rack or f is None or f.leo < fetch_offset:
-                continue
-            if (f.leo, f.last_caught_up_ms) > best:
-                best, chosen = (f.leo, f.last_caught_up_ms), r
-        return chosen
-
-    def follower_state(self, part: Any, replica_id: int) -> Any:
-        """The leader's record of a follower's fetch position (None: not a follower): the
-        owner's, or in another worker the owner's record in the partition's slot."""
-        if self.placement.owns(part):
-            return part.followers.get(replica_id)
-        return self.placement.slot_follower(part, replica_id)
-
-    def _leader_throttled(self, part: Any) -> bool:
-        return (not self.leader_quota.unlimited
-                and throttled(part.log.config.leader_replication_throttled_replicas, part.index, self.node_id))
-
-    def on_replica_read(self, part: Any, replica_id: int, nbytes: int) -> None:
-        """Bytes a follower fetch of this partition returned: counted against the throttle."""
-        if self._leader_throttled(part):
-            self.leader_quota.record(nbytes)
-
-    def high_watermark_news(self, part: Any, replica_id: int, hw: int) -> bool:
-        """Records `hw` as what the follower is answered now; True when it differs from what this
-        process answered it last (docs/ARCHITECTURE.md, "acks=all in one round trip")."""
-        if part.answered_hw.get(replica_id) == hw:
-            return False
-        part.answered_hw[replica_id] = hw
-        return True
-
-    def on_replica_fetch(self, part: Any, replica_id: int, fetch_offset: int) -> None:
-        if not getattr(part, "is_leader", False):
-            return
-        f = self.follower_state(part, replica_id)
-        if f is None:
-            return
-        f.on_fetch(fetch_offset, part.log.state.log_end_offset, now_ms())
-        if not self.placement.owns(part):
-            self.placement.wake_owner(part)  # the owner recomputes the high watermark and the ISR
-            return
-        part.maybe_increment_hw(self.node_id)
-        self._maybe_expand_isr(part, replica_id, fetch_offset)
-
-    def _maybe_expand_isr(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
-        """A follower that reached the high watermark and the current epoch's start rejoins the ISR."""
-        if (replica_id not in part.isr and part.alter_in_flight is None
-                and fetch_offset >= part.high_watermark and fetch_offset >= part.epoch_start_offset):
-            self._alter_isr(part, sorted(set(part.isr) | {replica_id}))
 
     # -- controller requests -------------------------------------------------------------------
     def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
@@ -376,41 +232,16 @@ class ClusterBroker(Broker):
         if err:
             return err, []
         for leader in req.live_leaders:
-            self.leader_endpoints[leader.broker_id] = (leader.host_name, leader.port)
+            self.replicas.leader_endpoints[leader.broker_id] = (leader.host_name, leader.port)
         results = []
         # the registration the controller addressed this to: its roles are confirmed for that one
         # (sent before this broker learnt its own new epoch: it counts once it has)
         epoch = req.broker_epoch if req.broker_epoch >= 0 else self.node.broker_epoch
         for ts in req.topic_states:
             for ps in ts.partition_states:
-                code = await self._apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps, epoch)
+                code = await self.replicas.apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps, epoch)
                 results.append((ts.topic_name, bytes(ts.topic_id), ps.partition_index, code))
         return 0, results
-
-    async def _apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
-        tp = (topic, ps.partition_index)
-        part = self.partitions.get(tp)
-        if part is not None and part.partition_epoch >= 0:
-            if ps.leader_epoch < part.leader_epoch or (ps.leader_epoch == part.leader_epoch
-                                                       and ps.partition_epoch <= part.partition_epoch):
-                if ps.leader_epoch == part.leader_epoch and ps.leader == part.leader_id:
-                    # nothing new to apply (Kafka answers it so), but the controller of this
-                    # registration names the same role: the role is confirmed (a new controller, or
-                    # a re-registration after which no leader changed, sends only such states)
-                    part.confirmed_epoch = broker_epoch
-                return EC.STALE_CONTROLLER_EPOCH
-        if self.node_id not in ps.replicas:
-            return EC.UNKNOWN_TOPIC_OR_PARTITION
-        if part is None:
-            part = await self.placement.new_replica(topic, topic_id, ps.partition_index)
-            part.topic_id = topic_id
-            self.partitions[tp] = part
-        if ps.leader == self.node_id:
-            self.placement.become_leader(part, ps)
-        else:
-            self.placement.become_follower(part, ps)
-        self.partitions[tp].confirmed_epoch = broker_epoch  # type: ignore[attr-defined]
-        return 0
 
     async def replica_log(self, topic: str, index: int) -> Any:
         """The log of a replica this process holds: the one loaded at start, else a new one."""
@@ -423,69 +254,13 @@ class ClusterBroker(Broker):
         """The topic's log config, its overrides read from ZooKeeper."""
         return await asyncio.to_thread(self._config_for_topic, topic)
 
-    def make_leader(self, part: Partition, ps: Any) -> None:
-        """The process holding the replica's log leads it (its placement's `become_leader`)."""
-        assert self.fetchers is not None
-        tp = (part.topic, part.index)
-        self.fetchers.remove(tp)
-        was_leader = part.is_leader
-        now = now_ms()
-        lg = part.log
-        if not was_leader or ps.leader_epoch != part.leader_epoch:
-            replicas = set(ps.replicas)
-            part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now, replicas)
-                              for r in ps.replicas if r != self.node_id}
-            for f in part.followers.values():
-                f.last_caught_up_ms = max(f.last_caught_up_ms, now)
-            part.epoch_start_offset = lg.log_end_offset
-        part.apply_state(ps, is_leader=True)
-        lg.leader_epochs.assign(ps.leader_epoch, lg.log_end_offset)
-        st = lg.state
-        st.high_watermark = min(st.high_watermark, lg.log_end_offset)
-        st.last_stable_offset = lg.last_stable_offset(st.high_watermark)
-        log.info("%s-%d: leader at epoch %d, ISR %s, log end %d, HW %d", part.topic, part.index,
-                 ps.leader_epoch, part.isr, lg.log_end_offset, st.high_watermark)
-        part.maybe_increment_hw(self.node_id)
-        part.wake_everywhere()
-        if not was_leader:
-            self._coordinator_partition(part, load=True)
-
-    def _coordinator_partition(self, part: Partition, *, load: bool) -> None:
-        """Leadership of a `__consumer_offsets`, `__transaction_state` or `__share_group_state`
-        partition came or went: its coordinator loads (COORDINATOR_LOAD_IN_PROGRESS meanwhile) or
-        drops its state."""
-        coordinator = {OFFSETS_TOPIC: self.group_coordinator, TXN_TOPIC: self.txn_coordinator,
-                       STATE_TOPIC: self.share.store}.get(part.topic)
-        if coordinator is not None:
-            (coordinator.load_partition if load else coordinator.unload_partition)(part.index)
-
-    def make_follower(self, part: Partition, ps: Any) -> None:
-        """The process holding the replica's log follows (its placement's `become_follower`)."""
-        assert self.fetchers is not None
-        tp = (part.topic, part.index)
-        was_leader = part.is_leader
-        part.apply_state(ps, is_leader=False)
-        part.followers = {}
-        part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-        if was_leader:
-            self._coordinator_partition(part, load=False)
-        self.fetchers.remove(tp)
-        endpoint = self.leader_endpoints.get(ps.leader)
-        if ps.leader >= 0 and endpoint is None and ps.leader in self.metadata.brokers:
-            b = self.metadata.brokers[ps.leader]
-            endpoint = (b.host, b.port)
-        if ps.leader >= 0 and endpoint is not None:
-            self.fetchers.add(tp, part, ps.leader, endpoint[0], endpoint[1], ps.leader_epoch)
-        log.info("%s-%d: follower of %d at epoch %d", part.topic, part.index, ps.leader, ps.leader_epoch)
-        part.wake_everywhere()
-
     async def apply_update_metadata(self, req: Any) -> int:
         err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
         if err:
             return err
         self.metadata.update(req)
         for b in self.metadata.brokers.values():
-            self.leader_endpoints[b.broker_id] = (b.host, b.port)
+            self.replicas.leader_endpoints[b.broker_id] = (b.host, b.port)
         return 0
 
     async def apply_stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
@@ -495,59 +270,9 @@ class ClusterBroker(Broker):
         out = []
         for ts in req.topic_states:
             for ps in ts.partition_states:
-                tp = (ts.topic_name, ps.partition_index)
-                if self.fetchers is not None:
-                    self.fetchers.remove(tp)
-                part = self.partitions.get(tp)
-                if part is not None:
-                    part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-                    if part.is_leader:
-                        self._coordinator_partition(part, load=False)
-                    part.is_leader = False
-                if ps.delete_partition:
-                    removed = self.partitions.pop(tp, None)
-                    if removed is not None:
-                        removed.wake()
-                    self.log_manager.delete(*tp)
-                    if self.log_cleaner is not None:
-                        self.log_cleaner.forget(*tp)
-                    if removed is not None:
-                        self.placement.replica_removed(removed)
+                self.replicas.stop_replica((ts.topic_name, ps.partition_index), ps.delete_partition)
                 out.append((ts.topic_name, ps.partition_index, 0))
         return 0, out
-
-    # -- ISR changes (leader -> controller) ----------------------------------------------------
-    async def _isr_maintenance(self) -> None:
-        interval = max(self.lag_ms / 2, 100) / 1000.0
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self._shrink_lagging_isrs()
-            except Exception:  # keep checking; the error is in the log
-                log.exception("ISR maintenance failed")
-
-    def _shrink_lagging_isrs(self) -> None:
-        """Followers in the ISR that have not caught up for replica.lag.time.max.ms leave it."""
-        now = now_ms()
-        for part in list(self.partitions.values()):
-            if not self.owns(part) or part.alter_in_flight is not None:
-                continue
-            leo = part.log.state.log_end_offset
-            lagging = [r for r in part.isr if r != self.node_id and (f := part.followers.get(r)) is not None
-                       and f.leo < leo and now - f.last_caught_up_ms > self.lag_ms]
-            if lagging:
-                log.info("%s-%d: shrinking ISR %s: %s not caught up for %d ms", part.topic, part.index,
-                         part.isr, lagging, self.lag_ms)
-                self._alter_isr(part, [r for r in part.isr if r not in lagging])
-
-    def _alter_isr(self, part: Partition, new_isr: list[int]) -> None:
-        part.alter_in_flight = new_isr
-        assert self.loop is not None
-        self.loop.create_task(self._alter_partition(part, new_isr, part.leader_epoch))
-
-    async def _alter_partition(self, part: Partition, new_isr: list[int], epoch: int) -> None:
-        await self._send_alter_partition(part, new_isr, epoch)
-        self.placement.on_isr_changed(part)
 
     async def _controller_connection(self) -> BrokerConnection | None:
         cid = self.metadata.controller_id
@@ -563,7 +288,9 @@ class ClusterBroker(Broker):
                 security=self.node.inter_broker).connect()
         return conn
 
-    async def _send_alter_partition(self, part: Partition, new_isr: list[int], epoch: int) -> None:
+    # -- ISR changes (the replica manager's, through ZkControl.alter_isr) ----------------------
+    async def send_alter_partition(self, part: Partition, new_isr: list[int], epoch: int) -> None:
+        """AlterPartition to the controller for a leader's ISR change; an accepted one is applied."""
         R = AlterPartitionRequest
         try:
             conn = await self._controller_connection()
@@ -603,10 +330,6 @@ class ClusterBroker(Broker):
                 self._controller_conn.close()
                 self._controller_conn = None
             await asyncio.sleep(0.5)
-        finally:
-            if part.alter_in_flight is new_isr:
-                part.alter_in_flight = None
-            part.maybe_increment_hw(self.node_id)
 
     async def _on_stale_broker_epoch(self, epoch: int) -> None:
         """The controller refused this broker's epoch. When ZooKeeper's registration is not the

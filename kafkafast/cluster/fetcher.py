@@ -40,7 +40,7 @@ from typing import Any
 
 from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.client.connection import BrokerConnection, ReceiveBuffer
-from kafkafast.cluster.throttle import ReplicationQuota, throttled
+from kafkafast.broker.replication_throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest

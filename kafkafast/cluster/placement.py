@@ -1,12 +1,11 @@
 """The replica side of a placement: what `ClusterBroker` leaves to the processes it runs in
 (issue 24: processes are a placement, not a subclass; see broker/placement.py).
 
-Besides the `Placement` hooks every broker calls, a cluster broker asks its placement for
-its ZooKeeper session (`make_node`) and share-state store, opens the replicas the controller
-names (`new_replica`), applies their roles (`become_leader`, `become_follower`), appends a
-leader's produce (`append`), publishes ISR changes (`on_isr_changed`), forgets deleted
-replicas (`replica_removed`), and runs the start, the controlled shutdown and a new
-registration in the process that holds the broker's registration.
+Besides the `Placement` hooks every broker calls (the replica manager's among them: roles,
+ISR changes, deleted replicas), a cluster broker asks its placement for its ZooKeeper session
+(`make_node`) and share-state store, opens the replicas the controller names (`new_replica`),
+and runs the start, the controlled shutdown and a new registration in the process that holds
+the broker's registration.
 
 `ClusterLocalPlacement`: one process holds every replica and the registration; each hook is
 the broker's own path. `cluster/worker_placement.py:ClusterWorkerPlacement` is the same over N
@@ -45,18 +44,6 @@ class ReplicaPlacement(Placement, Protocol):
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         """The replica the controller just named this broker's, as this process holds it."""
 
-    def become_leader(self, part: Any, ps: Any) -> None:
-        """A LeaderAndIsr state naming this broker leader of `part`."""
-
-    def become_follower(self, part: Any, ps: Any) -> None:
-        """A LeaderAndIsr state naming this broker follower of `part` (or no leader)."""
-
-    def on_isr_changed(self, part: Any) -> None:
-        """After the broker's AlterPartition for `part` (accepted or not)."""
-
-    def replica_removed(self, part: Any) -> None:
-        """StopReplica deleted `part`: what this process held of it goes."""
-
 
 class ClusterLocalPlacement(LocalPlacement):
     """One process holds every replica and the broker's registration."""
@@ -81,18 +68,3 @@ class ClusterLocalPlacement(LocalPlacement):
 
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         return Partition(topic, index, await self.broker.replica_log(topic, index))
-
-    def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
-        return self.broker.leader_append(part, records, allow_control=allow_control)
-
-    def become_leader(self, part: Any, ps: Any) -> None:
-        self.broker.make_leader(part, ps)
-
-    def become_follower(self, part: Any, ps: Any) -> None:
-        self.broker.make_follower(part, ps)
-
-    def on_isr_changed(self, part: Any) -> None:
-        pass  # the partition holds its ISR
-
-    def replica_removed(self, part: Any) -> None:
-        pass  # its log went with the partition (ClusterBroker.apply_stop_replica)

@@ -48,7 +48,6 @@ class ClusterTxnCoordinator(TransactionCoordinator):
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)
         self.peers = PeerConnections(broker, "txn-markers")
-        self._unloads: dict[int, int] = {}  # __transaction_state partition -> times its leadership went
         self.topic_known = False
 
     async def stop(self) -> None:
@@ -73,34 +72,6 @@ class ClusterTxnCoordinator(TransactionCoordinator):
     def status(self, transactional_id: str | None) -> int:
         err = super().status(transactional_id)
         return EC.COORDINATOR_NOT_AVAILABLE if err == EC.NOT_COORDINATOR and not self.topic_known else err
-
-    def load_partition(self, index: int) -> None:
-        """This broker now leads `__transaction_state` partition `index`: load its ids."""
-        if self._stopped:
-            return
-        self.loading.add(index)
-        self._tasks = [t for t in self._tasks if not t.done()]
-        self._tasks.append(asyncio.get_running_loop().create_task(self._load_partitions([index])))
-
-    async def _load_partition(self, index: int) -> None:
-        unloads = self._unloads.get(index, 0)
-        await super()._load_partition(index)
-        if self._unloads.get(index, 0) != unloads:  # leadership went while it was read
-            self._forget(index)
-
-    def unload_partition(self, index: int) -> None:
-        """Leadership moved away: forget its ids (NOT_COORDINATOR from now on); markers still
-        being retried for them stop (`_still_coordinator`)."""
-        self.loading.discard(index)
-        self._unloads[index] = self._unloads.get(index, 0) + 1
-        self._forget(index)
-
-    def _forget(self, index: int) -> None:
-        gone = [tid for tid in self.txns if self.partition_for(tid) == index]
-        for tid in gone:
-            del self.txns[tid]
-        if gone:
-            log.info("unloaded %d transactional ids of %s-%d", len(gone), TXN_TOPIC, index)
 
     # -- state writes: acks=all ---------------------------------------------------------------
     async def _persist(self, m: Any, *, tombstone: bool = False) -> None:

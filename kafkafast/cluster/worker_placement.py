@@ -268,7 +268,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look
                     if part.fetches_seen.get(r) != f.last_fetch_ms:
                         part.fetches_seen[r] = f.last_fetch_ms
-                        broker._maybe_expand_isr(part, r, f.leo)
+                        broker.replicas.maybe_expand_isr(part, r, f.leo)
 
     def _should_wake(self, part: Any) -> bool:
         # Compared with what the parked requests were last woken at, not with what the last
@@ -336,10 +336,10 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def append(self, part: Any, records: Any, *, allow_control: bool = False) -> Any:
         broker = self.broker
         if self.owns(part) or not self.shared_append:
-            return broker.leader_append(part, records, allow_control=allow_control)
+            return broker.replicas.append(part, part.log, records, allow_control=allow_control)
         if not part.is_leader:
             raise E.NotLeaderOrFollowerError(f"broker {broker.node_id} does not lead {part.topic}-{part.index}")
-        broker.check_fence(part)
+        broker.replicas.check_fence(part)
         lg = self.shared_writer(part)
         try:
             result = lg.append(records, part.leader_epoch, now_ms=now_ms(), allow_control=allow_control)
@@ -348,7 +348,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         part.wake()  # fetches parked here
         broker.on_append(part)  # fetches parked in other workers (a follower's waits for the log end)
         self.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
-        broker.check_fence(part)  # as in ClusterBroker.leader_append: written, never acknowledged
+        broker.replicas.check_fence(part)  # as in ReplicaManager.append: written, never acknowledged
         return result
 
     # -- controller requests: applied by every worker -------------------------------------------
@@ -368,27 +368,22 @@ class ClusterWorkerPlacement(WorkerPlacement):
 
     def become_leader(self, part: Any, ps: Any) -> None:
         if not self.owns(part):  # the owner leads; this worker learns the role and epoch
-            part.apply_state(ps, is_leader=True)
-            part.wake()
-            log.debug("%s-%d: leader at epoch %d (owned by worker %d)", part.topic, part.index, ps.leader_epoch,
-                      part.owner)
+            super().become_leader(part, ps)
             return
         if self.shared_append:
             part.log.catch_up()  # other workers' appends of an earlier leadership
-        self.broker.make_leader(part, ps)
+        self.broker.replicas.make_leader(part, ps)
         self.table.set_isr(part.slot, part.isr)
         self.table.set_leading_epoch(part.slot, ps.leader_epoch)  # other workers may append now
 
     def become_follower(self, part: Any, ps: Any) -> None:
         if not self.owns(part):
-            part.apply_state(ps, is_leader=False)
-            part.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-            part.wake()
+            super().become_follower(part, ps)
             return
         self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
         if self.shared_append:
             part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
-        self.broker.make_follower(part, ps)
+        self.broker.replicas.make_follower(part, ps)
 
     def replica_removed(self, part: Any) -> None:
         if self.owns(part):  # (the broker deleted the files)

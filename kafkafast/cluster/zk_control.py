@@ -1,6 +1,11 @@
 """The control plane of a ZooKeeper-mode broker: the same calls as the single node's
 (`kafkafast/broker/control.py`), answered by this broker's controller thread when it is the
-active controller, by the cluster member this broker is, and from its metadata cache."""
+active controller, by the cluster member this broker is, and from its metadata cache.
+
+It feeds the data plane (`broker.replicas`, broker/replica_manager.py) the controller's
+LeaderAndIsr and StopReplica, takes its ISR changes to the controller (AlterPartition), and
+tells it when a leadership cannot be confirmed (the ZooKeeper session and lease: self-fencing
+of a cut-off leader)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +14,7 @@ from typing import Any
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
+from kafkafast.cluster.node import SESSION_CONNECTED, SESSION_REGISTERED, monotonic_ms
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
@@ -99,6 +105,25 @@ class ZkControl:
         if b is None or ep is None:
             return -1, "", -1, E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
         return b.broker_id, ep[0], ep[1], 0, None
+
+    # -- the data plane's calls --------------------------------------------------------
+
+    def fence_reason(self, part: Any) -> str | None:
+        """Why this broker cannot confirm now that it still leads `part`, or None
+        (docs/ARCHITECTURE.md, "Self-fencing of a cut-off leader")."""
+        node = self.broker.node
+        word = node.session_word
+        if not word & SESSION_CONNECTED:
+            return "its ZooKeeper session is suspended or lost"
+        if not word & SESSION_REGISTERED or part.confirmed_epoch != node.broker_epoch:
+            return "its ZooKeeper session expired since the controller last named it leader"
+        if monotonic_ms() >= node.lease_end_ms:
+            return "ZooKeeper has not answered within the leadership lease"
+        return None
+
+    async def alter_isr(self, part: Any, new_isr: list[int], epoch: int) -> None:
+        """A leader's ISR change: AlterPartition to the controller (applied if accepted)."""
+        await self.broker.send_alter_partition(part, new_isr, epoch)
 
     # -- requests a controller sends to the members of its cluster ---------------------
 

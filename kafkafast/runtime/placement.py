@@ -299,6 +299,29 @@ class WorkerPlacement:
         """The owner's record of a new follower, in the slot (None: no room, it stays local)."""
         return self.table.follower(part.slot, replica_id, claim_keeping=replicas)
 
+    # -- roles (the replica manager's, broker/replica_manager.py) --------------------------
+    def become_leader(self, part: Any, ps: Any) -> None:
+        """The owner leads; another worker learns the role and epoch."""
+        if self.owns(part):
+            self.broker.replicas.make_leader(part, ps)
+            return
+        part.apply_state(ps, is_leader=True)
+        part.wake()
+
+    def become_follower(self, part: Any, ps: Any) -> None:
+        if self.owns(part):
+            self.broker.replicas.make_follower(part, ps)
+            return
+        part.apply_state(ps, is_leader=False)
+        part.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        part.wake()
+
+    def on_isr_changed(self, part: Any) -> None:
+        """After an ISR change of `part` (a leader's AlterPartition, accepted or not)."""
+
+    def replica_removed(self, part: Any) -> None:
+        """StopReplica deleted `part`: what this process held of it goes."""
+
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
         waiters = self.table.waiters(slot)
@@ -410,7 +433,7 @@ class WorkerPlacement:
                 lg = RemoteLog(broker.log_dirs, meta.name, i, self.table.state(slot), cfg)
             home = SlotResidence(slot, owner, self.table, known_at_load=not broker.started)
             part = broker.partitions[key] = Partition(meta.name, i, lg, home, meta.topic_id)
-            part.lead_alone(broker.node_id)
+            broker.control.partition_opened(part)
 
     def _drop(self, key: tuple[str, int]) -> None:
         broker = self.broker
@@ -495,8 +518,8 @@ class WorkerPlacement:
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
         broker = self.broker
         if broker.owns(part) or not self.shared_append:
-            return broker.append_with(part, part.log, records, allow_control=allow_control)
-        res = broker.append_with(part, self.shared_writer(part), records, allow_control=allow_control)
+            return broker.replicas.append(part, part.log, records, allow_control=allow_control)
+        res = broker.replicas.append(part, self.shared_writer(part), records, allow_control=allow_control)
         if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
             part.shared_txn_logged = True
             log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",

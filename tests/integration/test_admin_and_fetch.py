@@ -231,6 +231,20 @@ def test_offset_for_leader_epoch_answers_the_end_of_the_epoch(broker):
     assert ask(0, current=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
+def test_a_new_partition_starts_its_leader_epoch_before_any_record(kafka):
+    """The leader records its epoch's start when it becomes leader (Kafka's `Partition.makeLeader`),
+    on a single node too (its partitions get a lone broker's LeaderAndIsr state): an empty new
+    partition answers OffsetForLeaderEpoch with epoch 0 ending at the log end, 0."""
+    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as Req
+
+    kafka.create_topic("epoch-at-start", 1)
+    with RawClient(kafka.leader_port("epoch-at-start", 0)) as c:
+        req = Req(replica_id=-1, topics=[Req.OffsetForLeaderTopic(topic="epoch-at-start", partitions=[
+            Req.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)])])
+        r = c.request(req, 4).topics[0].partitions[0]
+    assert (r.error_code, r.leader_epoch, r.end_offset) == (0, 0, 0)
+
+
 # -- retention and checkpoint schedules ----------------------------------------------
 
 RETENTION_SETTINGS = {"log.segment.bytes": "2048", "log.retention.bytes": "4096", "log.segment.delete.delay.ms": "0"}

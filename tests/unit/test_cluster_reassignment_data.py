@@ -5,7 +5,7 @@ import json
 import time
 
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.throttle import UNLIMITED, ReplicationQuota, throttled
+from kafkafast.broker.replication_throttle import UNLIMITED, ReplicationQuota, throttled
 
 
 def test_topic_znode_carries_adding_and_removing_replicas():

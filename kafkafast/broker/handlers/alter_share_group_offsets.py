@@ -23,7 +23,7 @@ async def _alter(broker, group_id: str, meta, p: int, offset: int) -> tuple[int,
     if not 0 <= p < meta.partitions:
         return EC.UNKNOWN_TOPIC_OR_PARTITION, None
     part = broker.get_partition(meta.name, p)
-    if part is not None and not broker.fetch_error(part, -1) and not (
+    if part is not None and not broker.replicas.fetch_error(part, -1) and not (
             part.log_start_offset <= offset <= part.high_watermark):
         return EC.OFFSET_OUT_OF_RANGE, f"{offset} is outside [{part.log_start_offset}, {part.high_watermark}]"
     try:

@@ -21,7 +21,7 @@ response and `partition_max_bytes` per partition. When fewer than `min_bytes` ar
 available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes; a follower's fetch (replica_id >= 0) is also answered, at once or when
 its parked fetch is woken, as soon as one of its partitions has a high watermark the leader has
-not answered that follower yet (`broker.high_watermark_news`), so a follower learns a new high
+not answered that follower yet (`broker.replicas.high_watermark_news`), so a follower learns a new high
 watermark without waiting out `max_wait_ms` (KIP-1166 puts the replica's high watermark in
 Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+,
 KIP-227): `broker.fetch_sessions` (kafkafast/broker/fetch_sessions.py) says which partitions
@@ -32,7 +32,7 @@ isolation_level 1
 the high watermark. Consumers (v11+) may fetch from a follower, which serves up to the high
 watermark it learnt from its leader; a leader with replica.selector.class set answers a
 consumer that names its rack_id with the preferred_read_replica to go to (KIP-392,
-`broker.preferred_read_replica`) and no records, at once. An offline partition (its log
+`broker.replicas.preferred_read_replica`) and no records, at once. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR, one still loading at its owner worker
 NOT_LEADER_OR_FOLLOWER.
 """
@@ -72,6 +72,7 @@ def _read_all(broker, req, version, plan):
     total = 0
     news = False
     any_replica = version >= 11 and req.replica_id < 0  # KIP-392: a consumer that may read from followers
+    replicas = broker.replicas  # the data plane (broker/replica_manager.py)
     responses = []
     for topic_name, fp_list, tresp in plan:
         tresp.partitions = []
@@ -88,7 +89,7 @@ def _read_all(broker, req, version, plan):
                 log_storage_error(part, "offline", "its log could not be opened")
                 tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
-            not_leader = broker.fetch_error(part, req.replica_id, any_replica)
+            not_leader = replicas.fetch_error(part, req.replica_id, any_replica)
             if not_leader:
                 tresp.partitions.append(_error(fp.partition, not_leader, part))
                 continue
@@ -97,14 +98,14 @@ def _read_all(broker, req, version, plan):
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
                 tresp.partitions.append(_error(fp.partition, code, part))
                 continue
-            preferred = broker.preferred_read_replica(part, req.rack_id, fp.fetch_offset) if any_replica else -1
+            preferred = replicas.preferred_read_replica(part, req.rack_id, fp.fetch_offset) if any_replica else -1
             if preferred >= 0:  # no records: the consumer goes to that replica (answered at once, see handle)
                 tresp.partitions.append(_error(fp.partition, 0, part))
                 tresp.partitions[-1].preferred_read_replica = preferred
                 continue
             hw = part.high_watermark
             lso = stable_offset(part)
-            upper = broker.fetch_upper_bound(part, req.replica_id)
+            upper = replicas.fetch_upper_bound(part, req.replica_id)
             if req.isolation_level == READ_COMMITTED and req.replica_id < 0:
                 upper = min(upper, lso)
             limit = min(fp.partition_max_bytes, max(budget - total, 0))
@@ -132,8 +133,8 @@ def _read_all(broker, req, version, plan):
             total += size
             if req.replica_id >= 0:
                 if size:
-                    broker.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
-                news |= broker.high_watermark_news(part, req.replica_id, hw)
+                    replicas.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
+                news |= replicas.high_watermark_news(part, req.replica_id, hw)
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
@@ -247,7 +248,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
             for fp, part in parts:
                 if part is not None:
-                    broker.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
+                    broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     while True:
         responses, total, news = _read_all(broker, req, version, plan)

@@ -151,11 +151,11 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
             if refused is not None:
                 out.append(refused)
                 continue
-            fenced = broker.leadership_fence(part)  # (a forwarded produce too: the owner checks again)
+            fenced = broker.replicas.leadership_fence(part)  # (a forwarded produce too: the owner checks again)
             if fenced is not None:
                 out.append(_error(pd.index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER, fenced))
                 continue
-            if acks == -1 and broker.isr_error(part):
+            if acks == -1 and broker.replicas.isr_error(part):
                 out.append(_error(pd.index, E.ErrorCode.NOT_ENOUGH_REPLICAS, _isr_message(broker, part)))
                 continue
             if not ctx.internal and not broker.appends_here(part, req.transactional_id):
@@ -234,7 +234,7 @@ async def _wait_for_replication(broker, waits: list, timeout_s: float) -> None:
         codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout_s)
                                                               for _, _, part, offset in waits)))
     for (tr, i, part, _), code in zip(waits, codes):
-        if code == 0 and broker.isr_error(part):
+        if code == 0 and broker.replicas.isr_error(part):
             code = E.ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if code:
             tr.partition_responses[i] = _error(tr.partition_responses[i].index, code)

@@ -63,7 +63,7 @@ def local_partition(broker: Any, topic: str, partition: int) -> tuple[Any, int]:
     part = broker.get_partition(topic, partition)
     if part is None:
         return None, EC.UNKNOWN_TOPIC_OR_PARTITION
-    not_leader = broker.fetch_error(part, -1)
+    not_leader = broker.replicas.fetch_error(part, -1)
     if not_leader:
         return part, not_leader
     if part.state.offline:

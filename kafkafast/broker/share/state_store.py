@@ -181,6 +181,17 @@ class ShareStateStore:
         if self._loading is not None:
             self._loading.cancel()
 
+    def load_partition(self, index: int) -> None:
+        """This broker now leads partition `index` (the replica manager says so). A single
+        node's partitions lead from their opening: one opened after the start (when this is
+        called) is a new topic's or a new partition's, written only from now on, so there is
+        nothing to replay (cluster/share_state.py replays a leadership that moved here)."""
+
+    def unload_partition(self, index: int) -> None:
+        """Leadership of partition `index` went: its keys' state goes with it."""
+        for key in [k for k in self.keys if self.partition_for(k) == index]:
+            del self.keys[key]
+
     async def _load(self, part: Any) -> None:
         n = 0
         async for header, records in read_partition(part):
