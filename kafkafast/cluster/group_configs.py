@@ -11,7 +11,11 @@ client hears of it. Every broker (every worker of a multi-worker broker, on its 
 session) holds every group's entry in memory, for the group coordinator (session timeout,
 heartbeat interval) and the share-partitions it leads (auto offset reset, isolation level,
 lock duration, delivery count limit): all read in `attach` when the broker starts, one read
-again when a change notification names it (`ClusterBroker._reload_configs`).
+again when a change notification names it (`ClusterBroker._reload_configs`), and before a new
+share-partition starts where share.auto.offset.reset says (`refresh`: a client that altered it
+through another broker and subscribed at once may reach the partition leader before the
+notification does; Kafka's group coordinator initialises a new share-partition's state before it
+assigns the partition, which leaves a change time to arrive).
 
 Reads of one entry may run at once on different threads (a notification's, the writer's), so
 an entry is replaced under a lock and only by a read of a newer ZooKeeper version of it (the
@@ -53,6 +57,11 @@ class ZkGroupConfigs(GroupConfigs):
 
     def of(self, group_id: str) -> dict[str, str]:
         return dict(self._groups.get(group_id, {}))
+
+    async def refresh(self, group_id: str) -> None:
+        """The entry read from ZooKeeper now: a change written through another broker, whose
+        answer the client may already have, is announced here some milliseconds later."""
+        await asyncio.to_thread(self.reload, group_id)
 
     async def write(self, group_id: str, ops: list[tuple[str, int, str | None]]) -> None:
         await asyncio.to_thread(self._write, group_id, ops)

@@ -128,6 +128,21 @@ def poll_through_a_kill(c: ShareConsumer, timeout: float) -> list:
         return []
 
 
+def values_consumed(cluster, group: str, topic: str, values: set[bytes], timeout: float) -> set[bytes]:
+    """The values a new share consumer of the group gets from the topic, polling until it has
+    `values` or `timeout` seconds passed."""
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+    c.subscribe([topic])
+    got: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and got != values:
+            got |= {m.value() for m in poll_through_a_kill(c, 0.5)}
+    finally:
+        c.close()
+    return got
+
+
 @pytest.mark.parametrize("victim", ["partition-leader", "share-coordinator"])
 def test_a_broker_killed_loses_no_acknowledgement(share_cluster, victim):
     cluster = share_cluster
@@ -405,17 +420,30 @@ def test_a_group_config_set_through_any_broker_is_in_force_on_every_broker(share
     cluster.wait_for(lambda: all(described_group_configs(cluster.brokers[via].port, group)[n] == v
                                  for n, v in earliest.items() for _ in range(4)), 30,
                      f"broker {via} describing {group}'s configs after its restart")
-    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
-    c.subscribe([topic])
-    got: set[bytes] = set()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and got != values:
-            got |= {m.value() for m in poll_through_a_kill(c, 0.5)}
-    finally:
-        c.close()
-    assert got == values
+    assert values_consumed(cluster, group, topic, values, 60) == values
     other = next(n for n in cluster.brokers if n != via)
     alter_group_configs(cluster.brokers[other].port, group, share_auto_offset_reset=None)
     described_everywhere(cluster, group, {"share.auto.offset.reset": ("latest", DEFAULT_CONFIG)},
                          f"{group}'s share.auto.offset.reset back to the default at every broker")
+
+
+def test_a_new_share_partition_starts_where_the_group_config_stored_now_says(share_cluster):
+    """A new share-partition reads its group's configs from ZooKeeper before it starts where
+    share.auto.offset.reset says, not only the copy its leader keeps from change notifications:
+    a client that set it through another broker and subscribed at once can reach the leader
+    before the notification does (librdkafka's share tests did, 3 of 13 in a 3-broker cluster).
+    Here the entry is written with no notification at all, so the leader's copy never has it."""
+    cluster = share_cluster
+    topic = f"cq-config-now-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3)
+    group = f"csg-{uuid.uuid4().hex[:8]}"
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    values = {f"r-{i}".encode() for i in range(3)}
+    for v in values:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+    cluster.zk().create("/config/groups/" + group, json.dumps(  # Kafka's ZooKeeper layout
+        {"version": 1, "config": {"share.auto.offset.reset": "earliest"}}).encode(), makepath=True)
+    leader = cluster.brokers[cluster.leader(topic, 0)]
+    assert described_group_configs(leader.port, group)["share.auto.offset.reset"] == ("latest", DEFAULT_CONFIG)
+    assert values_consumed(cluster, group, topic, values, 20) == values

@@ -25,7 +25,7 @@ class ShareCoordinator:
         # cluster mode brings its own state store and group configs
         self.configs = configs if configs is not None else FileGroupConfigs(broker.log_dirs[0], broker.config)
         self.store = store if store is not None else ShareStateStore(broker)
-        self.partitions = SharePartitionManager(broker, self.store, self.configs.get)
+        self.partitions = SharePartitionManager(broker, self.store, self.configs.get, self.configs.refresh)
         self.groups = ShareGroups(broker, self.partitions.member_gone, self.configs.get)
 
     async def start(self) -> None:

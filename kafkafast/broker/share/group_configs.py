@@ -87,6 +87,10 @@ class GroupConfigs(ABC):
     def get(self, group_id: str, name: str) -> str | None:
         return self.of(group_id).get(name)
 
+    async def refresh(self, group_id: str) -> None:
+        """Brings the group's entry up to date with the store, before a decision that lasts (where
+        a new share-partition starts). Nothing to do here: `of` reads the file when it changed."""
+
     def default(self, name: str) -> str:
         """A group config's value where the group has none of its own."""
         return str(self.cfg.get_int(BROKER_DEFAULTS[name])) if name in BROKER_DEFAULTS else DEFAULTS[name]

@@ -34,7 +34,7 @@ import re
 import struct
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 from kafkafast import clock
 from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
@@ -183,7 +183,8 @@ class LogBatches:
 
 
 class SharePartitionManager:
-    def __init__(self, broker: Any, store: Any, group_config: Callable[[str, str], str | None]) -> None:
+    def __init__(self, broker: Any, store: Any, group_config: Callable[[str, str], str | None],
+                 refresh_configs: Callable[[str], Awaitable[None]]) -> None:
         self.broker = broker
         cfg = broker.config
         self.lock_ms = cfg.get_int("group.share.record.lock.duration.ms")
@@ -196,6 +197,7 @@ class SharePartitionManager:
         self.max_locks = cfg.get_int("group.share.partition.max.record.locks")
         self.store = store
         self.group_config = group_config
+        self.refresh_configs = refresh_configs
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         # parked ShareFetches by the share-partitions they wait on: (group, topic, partition)
@@ -246,6 +248,8 @@ class SharePartitionManager:
         if _loaded(sp, topic_id, part) and not verify:
             return
         saved = await self.store.fetch(group_id, topic_id, part.index)
+        if saved is None or saved.start_offset < 0:
+            await self.refresh_configs(group_id)  # its share.auto.offset.reset as stored now
         sp = self.partitions.get(key)
         if _loaded(sp, topic_id, part) and not (verify and _replaced(sp, saved)):
             return  # loaded (meanwhile by another request), and the stored state is still its own
