@@ -90,7 +90,7 @@ def paced(bootstrap: str, duration: float, acks: str, rate: float, linger_ms: in
     """`rate` messages/s (`perf.load latency`): the same load whatever else runs on the machine."""
     r = load("latency", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks, "rate": rate,
                          "linger_ms": linger_ms, "warmup_s": 0, "duration_s": duration})
-    return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p99_ms": r["p99_ms"]}
+    return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
 
 
 def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: float = 0.0,
@@ -121,6 +121,7 @@ def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: fl
         calls = [(io_calls(b) - c) / gb / 1000 for b, c in zip(brokers, io0)]
         return {"tree": str(tree), "catch_up_cpu_s_per_gb": catch_up, "concurrent_gb": gb,
                 "concurrent_mb_per_s": tp["bytes"] / tp["seconds"] / 1e6,
+                "concurrent_p50_ms": tp.get("p50_ms"), "concurrent_p99_ms": tp.get("p99_ms"),
                 "concurrent_leader_cpu_s_per_gb": cpu[0], "concurrent_follower_cpu_s_per_gb": cpu[1:],
                 "concurrent_leader_io_calls_per_mb": calls[0], "concurrent_follower_io_calls_per_mb": calls[1:]}
 
