@@ -323,6 +323,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("kafkafast.produce.shared.append", BOOLEAN, "true", None,
       "Workers append produces for partitions other workers own through shared memory."),
     K("kafkafast.produce.shared.append.cluster", BOOLEAN, "true", None, "The same in cluster mode."),
+    K("kafkafast.replica.fetch.hw.delay.ms", INT, "20", _NONNEG,
+      "Longest a leader holds a follower Fetch whose answer carries only a new high watermark, "
+      "for records to send it with (0: at once)."),
     K("kafkafast.max.pending.connections", INT, "512", _POS, "Connections in TLS handshake or SASL login."),
     K("kafkafast.connection.setup.timeout.ms", INT, "10000", _POS, "Time a connection has to log in."),
     K("kafkafast.shm.ip.entries", INT, "8192", _POS, "Addresses the shared connection counters hold."),

@@ -17,7 +17,9 @@ for `duration` s (`perf.load produce`):
   runs, which the machine's other load decides, so this one is noisy; `--rate N` paces the
   producer at N messages/s (`perf.load latency`) so that the load stays the same.
 
-Reported: each follower's CPU seconds per GB it appended (and the leader's, concurrent).
+Reported: each follower's CPU seconds per GB it appended (and the leader's, concurrent), and
+in the concurrent one each broker's read and write system calls per MB (`/proc/PID/io`: socket
+reads and writes, sendfile, pwrite), which count its round trips.
 Every process shares the machine's cores: compare the two trees of one run.
 """
 from __future__ import annotations
@@ -56,6 +58,19 @@ def create_topic(bootstrap: str) -> None:
     raise RuntimeError(f"topic {TOPIC} not ready")
 
 
+def io_calls(b: Kafkafast) -> int:
+    """Read and write system calls of the broker's processes so far (/proc/PID/io syscr +
+    syscw: every socket read and write, sendfile and pwrite), a count of its round trips."""
+    total = 0
+    for pid in b.pids():
+        try:
+            fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        except OSError:
+            continue
+        total += int(fields["syscr"]) + int(fields["syscw"])
+    return total
+
+
 def caught_up(brokers: list[Kafkafast]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -75,7 +90,7 @@ def paced(bootstrap: str, duration: float, acks: str, rate: float, linger_ms: in
     """`rate` messages/s (`perf.load latency`): the same load whatever else runs on the machine."""
     r = load("latency", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": acks, "rate": rate,
                          "linger_ms": linger_ms, "warmup_s": 0, "duration_s": duration})
-    return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p99_ms": r["p99_ms"]}
+    return {"bytes": r["acked"] * SIZE, "seconds": r["seconds"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"]}
 
 
 def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: float = 0.0,
@@ -98,13 +113,17 @@ def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: fl
         catch_up = [(b.cpu_seconds() - c) / gb for b, c in zip(followers, cpu0)]
         start = log_bytes(brokers[0])
         cpu0 = [b.cpu_seconds() for b in brokers]
+        io0 = [io_calls(b) for b in brokers]
         tp = paced(bootstrap, duration, acks, rate, linger_ms) if rate else produce(bootstrap, duration, acks)
         caught_up(brokers)
         gb = (log_bytes(brokers[0]) - start) / 1e9
         cpu = [(b.cpu_seconds() - c) / gb for b, c in zip(brokers, cpu0)]
+        calls = [(io_calls(b) - c) / gb / 1000 for b, c in zip(brokers, io0)]
         return {"tree": str(tree), "catch_up_cpu_s_per_gb": catch_up, "concurrent_gb": gb,
                 "concurrent_mb_per_s": tp["bytes"] / tp["seconds"] / 1e6,
-                "concurrent_leader_cpu_s_per_gb": cpu[0], "concurrent_follower_cpu_s_per_gb": cpu[1:]}
+                "concurrent_p50_ms": tp.get("p50_ms"), "concurrent_p99_ms": tp.get("p99_ms"),
+                "concurrent_leader_cpu_s_per_gb": cpu[0], "concurrent_follower_cpu_s_per_gb": cpu[1:],
+                "concurrent_leader_io_calls_per_mb": calls[0], "concurrent_follower_io_calls_per_mb": calls[1:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                 ("catch-up follower CPU-s/GB", [y for x in rs for y in x["catch_up_cpu_s_per_gb"]]),
                 ("concurrent follower CPU-s/GB", [y for x in rs for y in x["concurrent_follower_cpu_s_per_gb"]]),
                 ("concurrent leader CPU-s/GB", [x["concurrent_leader_cpu_s_per_gb"] for x in rs]),
+                ("concurrent follower read+write calls/MB", [y for x in rs for y in x["concurrent_follower_io_calls_per_mb"]]),
+                ("concurrent leader read+write calls/MB", [x["concurrent_leader_io_calls_per_mb"] for x in rs]),
                 ("concurrent MB/s", [x["concurrent_mb_per_s"] for x in rs]))))
     return 0
 

@@ -4,7 +4,9 @@ The followers long-poll their leader with replica.fetch.wait.max.ms=5000 here, s
 of an acks=all produce that waited for a parked follower Fetch to time out would take
 seconds: the append wakes the followers' parked fetches, their next Fetch (at the new log
 end) moves the high watermark and answers the produce, and the leader answers those
-fetches at once with the new high watermark (the followers learn it without waiting).
+fetches with the new high watermark with the next records, or after
+kafkafast.replica.fetch.hw.delay.ms (HOLD_MS here) when none come (the followers learn it
+without waiting out the fetch wait).
 Measured on a quiet cluster with a raw client (one connection, one request at a time);
 with 2 workers the requests may land on a worker that does not own the partition."""
 from __future__ import annotations
@@ -22,12 +24,14 @@ from tests.support.raw_client import RawClient
 
 FETCH_WAIT_MS = 5000
 BOUND_S = 1.5  # well within the fetch wait: no timer of replica.fetch.wait.max.ms in the path
+HOLD_MS = 400  # how long an answer carrying only a new high watermark waits for records
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["workers0", "workers2"])
 def long_poll_cluster(tmp_path_factory, request):
     c = KafkaCluster(tmp_path_factory.mktemp(f"ackround-w{request.param}"), workers=request.param,
-                     settings={"replica.fetch.wait.max.ms": str(FETCH_WAIT_MS)})
+                     settings={"replica.fetch.wait.max.ms": str(FETCH_WAIT_MS),
+                               "kafkafast.replica.fetch.hw.delay.ms": str(HOLD_MS)})
     try:
         yield c.start()
     finally:
@@ -84,3 +88,32 @@ def test_acks_all_completes_within_one_follower_fetch_round(long_poll_cluster):
     assert statistics.median(took) < BOUND_S, took
     assert statistics.median(learnt) < BOUND_S, learnt
     assert max(learnt) < FETCH_WAIT_MS / 1000, learnt
+
+
+def test_a_new_high_watermark_goes_to_the_followers_with_the_next_records(long_poll_cluster):
+    """A follower's Fetch whose answer would carry only the moved high watermark is held for
+    records (one round trip per append under load, not two), up to HOLD_MS when none come."""
+    c = long_poll_cluster
+    c.create_topic("hwnews", 1, 3, {"min.insync.replicas": "2"})
+    state = c.partition_state("hwnews", 0)
+    leader = state["leader"]
+    followers = [r for r in state["isr"] if r != leader]
+
+    def followers_know(hw: int) -> bool:
+        return all(_high_watermark(c.brokers[f].port, "hwnews") >= hw for f in followers)
+
+    with RawClient(c.brokers[leader].port, timeout=30) as rc:
+        c.wait_for(lambda: _produce(rc, "hwnews", b"warm-up")[0] == 0, 15, "an acks=all produce accepted")
+        first = _high_watermark(c.brokers[leader].port, "hwnews")
+        c.wait_for(lambda: followers_know(first), 2 * FETCH_WAIT_MS / 1000, "the followers knowing the warm-up")
+        # idle after one produce: the high watermark alone goes out after the hold, not at once
+        start = time.monotonic()
+        assert _produce(rc, "hwnews", b"alone") == (0, first)
+        c.wait_for(lambda: followers_know(first + 1), 2 * FETCH_WAIT_MS / 1000, "the followers learning it")
+        assert time.monotonic() - start >= HOLD_MS / 1000
+        # the next produce's records carry it at once
+        start = time.monotonic()
+        assert _produce(rc, "hwnews", b"first") == (0, first + 1)
+        assert _produce(rc, "hwnews", b"next") == (0, first + 2)
+        c.wait_for(lambda: followers_know(first + 2), 2 * FETCH_WAIT_MS / 1000, "the followers learning it")
+        assert time.monotonic() - start < HOLD_MS / 1000

@@ -19,9 +19,10 @@ the connection), never beyond the high watermark. Limits as Kafka: the first par
 with data always gets at least one whole batch (KIP-74), then `max_bytes` for the
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
-`max_wait_ms` passes; a follower's fetch (replica_id >= 0) is also answered, at once or when
-its parked fetch is woken, as soon as one of its partitions has a high watermark the leader has
-not answered that follower yet (`broker.replicas.high_watermark_news`), so a follower learns a new high
+`max_wait_ms` passes; a follower's fetch (replica_id >= 0) one of whose partitions has a high
+watermark the leader has not answered that follower yet (`broker.replicas.high_watermark_news`) is
+also answered once kafkafast.replica.fetch.hw.delay.ms passed without records (records
+appended before carry it: under load one answer per append), so a follower learns a new high
 watermark without waiting out `max_wait_ms` (KIP-1166 puts the replica's high watermark in
 Fetch v18 for this; up to v17 the leader remembers what it answered). Fetch sessions (v7+,
 KIP-227): `broker.fetch_sessions` (kafkafast/broker/fetch_sessions.py) says which partitions
@@ -250,14 +251,20 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
                 if part is not None:
                     broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
+    news_due = None  # when a follower's answer carrying only a new high watermark goes out
     while True:
         responses, total, news = _read_all(broker, req, version, plan)
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        remaining = deadline - now
         if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
             break
-        if news:  # only the high watermark moved: the produces it answers go out first (one loop pass)
-            await asyncio.sleep(0)
-            break
+        if news and news_due is None:
+            news_due = now + broker.config.get_int("kafkafast.replica.fetch.hw.delay.ms") / 1000.0
+        if news_due is not None:  # only the high watermark moved: held until records come, up to a bound
+            if now >= news_due:
+                await asyncio.sleep(0)  # the produces it answers go out first (one loop pass)
+                break
+            remaining = min(remaining, news_due - now)
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
