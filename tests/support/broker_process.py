@@ -2,6 +2,12 @@
 
 Binds 127.0.0.1 on a free port, keeps its data in a test directory, waits until the broker
 answers ApiVersions, and stops it (SIGTERM, then SIGKILL after a bound) at the end.
+
+The broker is the `kafkafast broker` command forked from the session's fork server
+(kafkafast.testing.fork_server), which has imported kafkafast once: a new interpreter spends
+0.5-1 s of CPU importing it for every broker, and the suite starts hundreds of them. A broker
+given an environment of its own (`env`, e.g. KAFKAFAST_PURE=1, read when kafkafast is
+imported) is a new interpreter, as is every broker under KAFKAFAST_TESTING_SPAWN=exec.
 """
 from __future__ import annotations
 
@@ -13,7 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-from kafkafast.testing.broker_process import die_with_parent, free_port, kill_group, stop_gracefully
+from kafkafast.testing.broker_process import (
+    ForkedProcess,
+    ForkServer,
+    default_spawn,
+    die_with_parent,
+    free_port,
+    kill_group,
+    stop_gracefully,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # Kafka's own test brokers (TestUtils.createBrokerConfig) and the images used for tests start a
@@ -52,7 +66,7 @@ class BrokerProcess:
         self.workers = workers
         self.settings = {**TEST_SETTINGS, **(settings or {})}
         self.env = dict(env or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
     @property
@@ -71,10 +85,13 @@ class BrokerProcess:
         return self.launch().wait_ready(timeout)
 
     def launch(self) -> "BrokerProcess":
-        """Starts the process without waiting for it (from the main thread: the child is
-        killed when the thread that made it ends)."""
+        """Starts the process without waiting for it. A forked broker dies with the fork server
+        (with this test process); a new interpreter dies when the thread that made it ends."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
+        if not self.env and "KAFKAFAST_PURE" not in os.environ and default_spawn() == "fork-server":
+            self.proc = ForkedProcess(ForkServer.get(), self.command()[3:], str(self.log_path), env=env, cwd=str(REPO))
+            return self
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=die_with_parent)
