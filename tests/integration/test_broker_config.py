@@ -2,8 +2,9 @@
 not of its type, out of range or not one of its choices, an unusable log dir, a metrics
 port in use and an unreachable ZooKeeper each stop the broker with one line on stderr,
 `kafkafast: cannot start: ...` naming key, value and reason, and exit status 1, with no
-traceback. An unknown key is logged at WARN once. Every broker here is the real one, started
-as `python3 -m kafkafast.cli.main broker`."""
+traceback. An unknown key is logged at WARN once. Every broker here is the real one, the
+`kafkafast broker` command: forked from the test session's fork server (tests/support/cli.py)
+when it must not start, started as `python3 -m kafkafast.cli.main broker` when it must."""
 from __future__ import annotations
 
 import os
@@ -21,6 +22,7 @@ import pytest
 from kafkafast.config import BrokerConfig, parse_properties
 from kafkafast.config_def import BROKER_CONFIGS
 from tests.support.broker_process import REPO, api_versions_ok, free_port
+from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
 BROKER = [sys.executable, "-m", "kafkafast.cli.main", "broker"]
@@ -31,14 +33,17 @@ START_TIMEOUT = 30.0
 def run_broker(tmp_path: Path, *settings: str, workers: int = 0, config: Path | None = None,
                prefix: list[str] | None = None, timeout: float = START_TIMEOUT) -> subprocess.CompletedProcess:
     """A broker that must not start: its exit status and output (a start counts as a failure)."""
-    cmd = (prefix or []) + BROKER + ["--workers", str(workers), "--set", f"log.dirs={tmp_path / 'data'}",
-                                     "--set", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"]
+    args = ["broker", "--workers", str(workers), "--set", f"log.dirs={tmp_path / 'data'}",
+            "--set", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"]
     if config is not None:
-        cmd += ["-c", str(config)]
+        args += ["-c", str(config)]
     for s in settings:
-        cmd += ["--set", s]
+        args += ["--set", s]
     try:
-        return subprocess.run(cmd, cwd=str(REPO), env=ENV, capture_output=True, text=True, timeout=timeout)
+        if prefix:  # a command around the broker's interpreter
+            return subprocess.run(prefix + BROKER[:3] + args, cwd=str(REPO), env=ENV, capture_output=True, text=True,
+                                  timeout=timeout)
+        return kafkafast(*args, check=False, timeout=timeout)  # forked from the fork server (tests/support/cli.py)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the broker did not stop within {timeout} s with {settings}")
 

@@ -4,23 +4,20 @@ SASL mechanism) stops the broker at start with a message naming it: it is never 
 clear text."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
-from tests.support.broker_process import REPO, api_versions_ok, free_port
+from tests.support.broker_process import api_versions_ok, free_port
+from tests.support.cli import kafkafast
 
 
 def start_broker(tmp_path, *settings: str, workers: int = 0) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "kafkafast.cli.main", "broker", "--workers", str(workers),
-           "--set", f"log.dirs={tmp_path / 'data'}"]
+    args = ["broker", "--workers", str(workers), "--set", f"log.dirs={tmp_path / 'data'}"]
     for s in settings:
-        cmd += ["--set", s]
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        args += ["--set", s]
     # A broker that (wrongly) starts would run until the timeout: that counts as a failure.
-    return subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True, timeout=30)
+    return kafkafast(*args, check=False, timeout=30)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -5,7 +5,6 @@ process holds the server side of each client socket."""
 from __future__ import annotations
 
 import glob
-import os
 import re
 import threading
 import time
@@ -25,12 +24,9 @@ FLAVOURS = pytest.mark.parametrize("flavour", ["cython", "pure"])
 
 
 def start_broker(broker_factory, flavour: str, name: str, **settings: str):
-    if flavour == "pure":
-        os.environ["KAFKAFAST_PURE"] = "1"  # the broker child inherits it; restored below
-    try:
-        return broker_factory(name, workers=WORKERS, settings={"kafkafast.produce.shared.append": "true", **settings})
-    finally:
-        os.environ.pop("KAFKAFAST_PURE", None)
+    # An environment of its own: a new interpreter, whose log says which twin its import loaded.
+    return broker_factory(name, workers=WORKERS, env={"KAFKAFAST_PURE": "1" if flavour == "pure" else "0"},
+                          settings={"kafkafast.produce.shared.append": "true", **settings})
 
 
 def worker_of(b, client: RawClient) -> int:

@@ -2,10 +2,19 @@
 
 Binds 127.0.0.1 on a free port, keeps its data in a test directory, waits until the broker
 answers ApiVersions, and stops it (SIGTERM, then SIGKILL after a bound) at the end.
+
+The broker is the `kafkafast broker` command forked from the session's fork server
+(kafkafast.testing.fork_server), which has imported kafkafast once: a new interpreter spends
+0.5-1 s of CPU importing it for every broker, and the suite starts hundreds of them. A
+broker is a new interpreter instead when a fork would not give it what a new interpreter
+gets: an environment of its own (`env`, e.g. KAFKAFAST_PURE=1, read when kafkafast is
+imported), KAFKAFAST_PURE in this process's environment, or a descriptor limit this process
+changed after the fork server started; and under KAFKAFAST_TESTING_SPAWN=exec.
 """
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -13,12 +22,22 @@ import sys
 import time
 from pathlib import Path
 
-from kafkafast.testing.broker_process import die_with_parent, free_port, kill_group, stop_gracefully
+from kafkafast.testing.broker_process import (
+    ForkedProcess,
+    ForkServer,
+    default_spawn,
+    die_with_parent,
+    free_port,
+    kill_group,
+    stop_gracefully,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # Kafka's own test brokers (TestUtils.createBrokerConfig) and the images used for tests start a
 # group's first rebalance at once; a test of the delay sets it (`settings` override these).
 TEST_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+# the fork server's (it starts as pytest configures, before any test changes the limit)
+FORK_SERVER_NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
@@ -52,7 +71,7 @@ class BrokerProcess:
         self.workers = workers
         self.settings = {**TEST_SETTINGS, **(settings or {})}
         self.env = dict(env or {})
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
 
     @property
@@ -71,15 +90,23 @@ class BrokerProcess:
         return self.launch().wait_ready(timeout)
 
     def launch(self) -> "BrokerProcess":
-        """Starts the process without waiting for it (from the main thread: the child is
-        killed when the thread that made it ends)."""
+        """Starts the process without waiting for it. A forked broker dies with the fork server
+        (with this test process); a new interpreter dies when the thread that made it ends."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self.env)
+        if self.forkable():
+            self.proc = ForkedProcess(ForkServer.get(), self.command()[3:], str(self.log_path), env=env, cwd=str(REPO))
+            return self
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=die_with_parent)
         log.close()
         return self
+
+    def forkable(self) -> bool:
+        """Whether a broker forked from the fork server is what a new interpreter would be."""
+        return (default_spawn() == "fork-server" and not self.env and "KAFKAFAST_PURE" not in os.environ
+                and resource.getrlimit(resource.RLIMIT_NOFILE) == FORK_SERVER_NOFILE)
 
     def wait_ready(self, timeout: float = 30.0) -> "BrokerProcess":
         """Returns once the launched broker answers ApiVersions."""
