@@ -965,14 +965,16 @@ def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(
     """A share-partition at its record-lock limit: another member's ShareFetch waits; the
     acceptance that moves the start offset frees locks and wakes it at once (as Kafka completes
     the delayed share fetches of a share-partition after an acknowledgement), instead of at
-    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat)."""
+    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat).
+    The limit (10) is reached inside a batch of 15 records: as Kafka, that batch is acquired
+    to its end (not cut at the limit, to be answered whole again for its rest)."""
     b = broker_factory(settings={**SETTINGS, "group.share.partition.max.record.locks": "10"})
-    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 10)
-    produce_batch(b.bootstrap, "qwake", range(10, 20))
+    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 15)
+    produce_batch(b.bootstrap, "qwake", range(15, 20))
     A = ShareAcknowledgeRequest
     with RawClient(b.port, timeout=30) as raw, RawClient(b.port, timeout=30) as raw2:
         holder = RawShareMember(raw, group, "qwake", tid)
-        assert acquired(holder.first_fetch()) == [(0, 9, 1)]  # the whole lock budget
+        assert acquired(holder.first_fetch()) == [(0, 14, 1)]  # past the lock budget: the batch is finished
         other = RawShareMember(raw2, group, "qwake", tid, member="other")
         answer: list = []
         waiting = threading.Thread(target=lambda: answer.append((other.fetch(wait_ms=5000), time.monotonic())))
@@ -983,12 +985,12 @@ def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(
             sent = time.monotonic()
             acked = raw.request(A(group_id=group, member_id=holder.member, share_session_epoch=holder.epoch, topics=[
                 A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
-                    A.AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=[1])])])]), 1)
+                    A.AcknowledgementBatch(first_offset=0, last_offset=14, acknowledge_types=[1])])])]), 1)
             assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
         finally:
             waiting.join(15)
         part, answered = answer[0]
-        assert acquired(part) == [(10, 19, 1)], (part, answered - sent)
+        assert acquired(part) == [(15, 19, 1)], (part, answered - sent)
         assert answered - sent < 3  # woken by the acknowledgement, not by its MaxWaitMs (4.5 s later)
 
 
