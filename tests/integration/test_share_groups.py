@@ -295,10 +295,11 @@ def test_share_groups_are_described_listed_and_deleted_as_kafka_does(sbroker):
         assert [(t.topic_id, t.partitions) for t in hb.assignment.topic_partitions] == [(tid, [0, 1, 2])]
         hb2 = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=0,
                                                      subscribed_topic_names=["qa"]), 1)
-        assert hb2.member_epoch == 2  # spread: more partitions than members
+        assert hb2.member_epoch == 2  # spread: more partitions than members, sticky (m1 keeps 2 of its 3)
+        assert [p for t in hb2.assignment.topic_partitions for p in t.partitions] == [2]
         again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m1", member_epoch=1), 1)
         assert again.member_epoch == 2
-        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 2]
+        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 1]
         stale = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=1), 1)
         assert stale.error_code == EC.FENCED_MEMBER_EPOCH
         empty = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="", member_epoch=0,
