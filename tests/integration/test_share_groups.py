@@ -1050,3 +1050,35 @@ def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_
             assert acquired(again) == [(20, 29, 2)]
     finally:
         b.kill()
+
+
+def test_a_share_fetch_starts_at_another_partition_of_its_session_each_epoch(sbroker):
+    """A member's MaxRecords (1 here: one whole batch) goes to the session's partitions in turn,
+    the request's epoch modulo their number choosing the first (Kafka's round-robin
+    PartitionRotateStrategy), not always to the first partition while it has records."""
+    bs = sbroker.bootstrap
+    create_topic(bs, "qturn", 2)
+    for p in (0, 1):
+        for _ in range(2):  # two batches per partition
+            producer = Producer({"bootstrap.servers": bs, **QUIET})
+            producer.produce("qturn", value=b"x", partition=p)
+            assert producer.flush(20) == 0
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    tid = topic_id(sbroker.port, "qturn")
+    F = ShareFetchRequest
+    with RawClient(sbroker.port, timeout=30) as raw:
+        RawShareMember(raw, group, "qturn", tid)  # joins the group
+        got = []
+        deadline = time.monotonic() + 20
+        for epoch in range(4):
+            while True:  # epoch 0 again while the share state loads after the start (NOT_LEADER_OR_FOLLOWER)
+                topics = [F.FetchTopic(topic_id=tid, partitions=[F.FetchPartition(partition_index=p) for p in (0, 1)])]
+                resp = raw.request(F(group_id=group, member_id="m", share_session_epoch=epoch, max_wait_ms=5000,
+                                     min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1, topics=topics), 1)
+                parts = [p for t in resp.responses for p in t.partitions]
+                if epoch or not any(p.error_code for p in parts) or time.monotonic() > deadline:
+                    break
+            assert resp.error_code == 0 and not any(p.error_code for p in parts), resp
+            got += [(p.partition_index, acquired(p)) for p in parts if p.acquired_records]
+    assert got == [(0, [(0, 0, 1)]), (1, [(0, 0, 1)]), (0, [(1, 1, 1)]), (1, [(1, 1, 1)])]
