@@ -45,16 +45,19 @@ application saw more than once, `incomplete` runs that did not get every record 
 `--timeout`; with the spread of records over the members, a run that lost or repeated
 records shows.
 
-Why `share 16` is not faster than `share 4` here: a share-partition holds at most
-`group.share.partition.max.record.locks` (2000, Kafka's default) records in flight, and
-records are acquired in whole producer batches (about 1,000-2,000 records of 100 B from the
-preload), so one or two members of a partition hold all its locks at a time; the holder
-accepts with its next ShareFetch and takes the freed locks again in the same request. The
-other members of the partition (4 per partition with 16) mostly wait: in a 200,000-record run
-about 1 ShareFetch in 6 came back empty after its whole 500 ms wait (before parked fetches were
-woken by acceptances that free locks, 1 in 4), and the 12 extra consumer processes share the 2
-cores with the holders. More members per partition pay off when records take the application
-time (the locks are what the queue shares) or with more record locks per partition.
+Why `share 16` need not read faster than `share 4` here: a share-partition holds at most
+`group.share.partition.max.record.locks` (2000, Kafka's default) records in flight, records are
+acquired in whole producer batches (the preload's are librdkafka's 1 MB ones: about 1,000
+records of 1 KiB, a few hundred to 10,000 of 100 B), and the batch that reaches the limit is finished
+(as Kafka's); so at 1 KiB at most two members of a partition hold records at a time, at 100 B
+mostly one, and the other members of the partition (4 per partition with 16) wait until an
+acceptance frees locks (which wakes their parked ShareFetch). More members per partition pay
+off when the application spends time per record (the locks are what the queue shares), or
+with more record locks per partition; on this 2-core machine the 12 extra consumer processes
+also share the cores with the holders. Share consumers join inside the window and learn a new
+assignment only at their next heartbeat (every 5 s): the `simple` assignor keeps what members
+had (sticky, as Kafka's), so the early members' wider assignments overlap the later ones and
+every partition keeps readers (`members` min-max in the log lines: how evenly they read).
 """
 from __future__ import annotations
 
@@ -381,6 +384,8 @@ def summarize(runs: list[dict], sizes: list[int]) -> list[dict]:
                         "broker_cpu_s_per_GB", "broker_cores_busy", "client_cores_busy"):
                 row[key] = _stat([r[key] for r in rs])
             row["members_with_records_min"] = min(r["members_with_records"] for r in rs)
+            for key in ("members_min_records", "members_max_records"):  # how evenly the members read
+                row[key] = statistics.median(r[key] for r in rs)
             rows.append(row)
         # within each repeat: share(N) over classic(4), end to end and steady
         for members in (4, 16):
@@ -427,9 +432,9 @@ def markdown(res: dict) -> str:
              "Where the broker's time goes in share fetches: `perf/results/share_groups_profile.md` "
              "(`--profile-broker`).", "",
              "| size | group | members | records/s end to end | MB/s | records/s steady | MB/s steady | "
-             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | redelivered | "
-             "duplicates | incomplete |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "broker CPU-s/GB | broker cores busy | client cores busy | members with records | "
+             "records of one member, least / most | redelivered | duplicates | incomplete |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
         if "ratio" in r:
             continue
@@ -437,7 +442,8 @@ def markdown(res: dict) -> str:
                      f"{r['MB_per_s']['median']:.1f} | {_cell(r['steady_records_per_s'], '.0f')} | "
                      f"{r['steady_MB_per_s']['median']:.1f} | {r['broker_cpu_s_per_GB']['median']:.1f} | "
                      f"{r['broker_cores_busy']['median']:.2f} | {r['client_cores_busy']['median']:.2f} | "
-                     f"{r['members_with_records_min']} | {r['redelivered']} | {r['duplicates']} | {r['incomplete']} |")
+                     f"{r['members_with_records_min']} | {r['members_min_records']:,.0f} / {r['members_max_records']:,.0f} | "
+                     f"{r['redelivered']} | {r['duplicates']} | {r['incomplete']} |")
     lines += ["", "## Against the goal (share(4) >= 0.7 x classic(4) records/s; share grows past the partition count)", "",
               "| size | ratio (same repeat) | end to end | steady | goal | met |", "|---:|---|---:|---:|---:|---|"]
     for r in res["rows"]:

@@ -295,10 +295,11 @@ def test_share_groups_are_described_listed_and_deleted_as_kafka_does(sbroker):
         assert [(t.topic_id, t.partitions) for t in hb.assignment.topic_partitions] == [(tid, [0, 1, 2])]
         hb2 = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=0,
                                                      subscribed_topic_names=["qa"]), 1)
-        assert hb2.member_epoch == 2  # spread: more partitions than members
+        assert hb2.member_epoch == 2  # spread: more partitions than members, sticky (m1 keeps 2 of its 3)
+        assert [p for t in hb2.assignment.topic_partitions for p in t.partitions] == [2]
         again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m1", member_epoch=1), 1)
         assert again.member_epoch == 2
-        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 2]
+        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 1]
         stale = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="m2", member_epoch=1), 1)
         assert stale.error_code == EC.FENCED_MEMBER_EPOCH
         empty = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="", member_epoch=0,
@@ -965,14 +966,16 @@ def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(
     """A share-partition at its record-lock limit: another member's ShareFetch waits; the
     acceptance that moves the start offset frees locks and wakes it at once (as Kafka completes
     the delayed share fetches of a share-partition after an acknowledgement), instead of at
-    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat)."""
+    its MaxWaitMs (below the 6 s member session timeout: the member does not heartbeat).
+    The limit (10) is reached inside a batch of 15 records: as Kafka, that batch is acquired
+    to its end (not cut at the limit, to be answered whole again for its rest)."""
     b = broker_factory(settings={**SETTINGS, "group.share.partition.max.record.locks": "10"})
-    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 10)
-    produce_batch(b.bootstrap, "qwake", range(10, 20))
+    group, tid = one_batch_group(b.bootstrap, b.port, "qwake", 15)
+    produce_batch(b.bootstrap, "qwake", range(15, 20))
     A = ShareAcknowledgeRequest
     with RawClient(b.port, timeout=30) as raw, RawClient(b.port, timeout=30) as raw2:
         holder = RawShareMember(raw, group, "qwake", tid)
-        assert acquired(holder.first_fetch()) == [(0, 9, 1)]  # the whole lock budget
+        assert acquired(holder.first_fetch()) == [(0, 14, 1)]  # past the lock budget: the batch is finished
         other = RawShareMember(raw2, group, "qwake", tid, member="other")
         answer: list = []
         waiting = threading.Thread(target=lambda: answer.append((other.fetch(wait_ms=5000), time.monotonic())))
@@ -983,12 +986,12 @@ def test_an_acknowledgement_that_frees_record_locks_wakes_a_waiting_share_fetch(
             sent = time.monotonic()
             acked = raw.request(A(group_id=group, member_id=holder.member, share_session_epoch=holder.epoch, topics=[
                 A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
-                    A.AcknowledgementBatch(first_offset=0, last_offset=9, acknowledge_types=[1])])])]), 1)
+                    A.AcknowledgementBatch(first_offset=0, last_offset=14, acknowledge_types=[1])])])]), 1)
             assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
         finally:
             waiting.join(15)
         part, answered = answer[0]
-        assert acquired(part) == [(10, 19, 1)], (part, answered - sent)
+        assert acquired(part) == [(15, 19, 1)], (part, answered - sent)
         assert answered - sent < 3  # woken by the acknowledgement, not by its MaxWaitMs (4.5 s later)
 
 
@@ -1047,3 +1050,35 @@ def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_
             assert acquired(again) == [(20, 29, 2)]
     finally:
         b.kill()
+
+
+def test_a_share_fetch_starts_at_another_partition_of_its_session_each_epoch(sbroker):
+    """A member's MaxRecords (1 here: one whole batch) goes to the session's partitions in turn,
+    the request's epoch modulo their number choosing the first (Kafka's round-robin
+    PartitionRotateStrategy), not always to the first partition while it has records."""
+    bs = sbroker.bootstrap
+    create_topic(bs, "qturn", 2)
+    for p in (0, 1):
+        for _ in range(2):  # two batches per partition
+            producer = Producer({"bootstrap.servers": bs, **QUIET})
+            producer.produce("qturn", value=b"x", partition=p)
+            assert producer.flush(20) == 0
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    tid = topic_id(sbroker.port, "qturn")
+    F = ShareFetchRequest
+    with RawClient(sbroker.port, timeout=30) as raw:
+        RawShareMember(raw, group, "qturn", tid)  # joins the group
+        got = []
+        deadline = time.monotonic() + 20
+        for epoch in range(4):
+            while True:  # epoch 0 again while the share state loads after the start (NOT_LEADER_OR_FOLLOWER)
+                topics = [F.FetchTopic(topic_id=tid, partitions=[F.FetchPartition(partition_index=p) for p in (0, 1)])]
+                resp = raw.request(F(group_id=group, member_id="m", share_session_epoch=epoch, max_wait_ms=5000,
+                                     min_bytes=1, max_bytes=1 << 20, max_records=1, batch_size=1, topics=topics), 1)
+                parts = [p for t in resp.responses for p in t.partitions]
+                if epoch or not any(p.error_code for p in parts) or time.monotonic() > deadline:
+                    break
+            assert resp.error_code == 0 and not any(p.error_code for p in parts), resp
+            got += [(p.partition_index, acquired(p)) for p in parts if p.acquired_records]
+    assert got == [(0, [(0, 0, 1)]), (1, [(0, 0, 1)]), (0, [(1, 1, 1)]), (1, [(1, 1, 1)])]

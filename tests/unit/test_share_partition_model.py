@@ -51,9 +51,11 @@ class Model:
                     break
                 self.recs[o] = [ARCHIVED, 0, None, 0]
                 self.end += 1
+            room = None  # new records: the rest of the batch, if it is begun below the lock limit
             for o in range(max(base, first), last + 1):
                 if o >= self.end:
-                    if self.end - self.start >= max_locks:
+                    room = self.end - self.start < max_locks if room is None else room
+                    if not room:
                         break
                     self.recs[o] = [AVAILABLE, 0, None, 0]
                     self.end += 1

@@ -11,14 +11,16 @@ partition's error (and its acknowledgement error). Each partition answers the by
 batches holding the records it acquired, the acquired ranges with their delivery counts, and its
 current leader; the top level the acquisition lock duration. Nothing acquired: the request waits
 up to MaxWaitMs for an append, a release or an acknowledgement that frees record locks.
-MaxRecords bounds the records acquired (a batch in progress is finished); MaxBytes the bytes
-answered (the first batch is answered whole even if larger; MaxBytes 0 acquires nothing, as
-Kafka 4.2 answers librdkafka's fetch.max.bytes=0). Errors: INVALID_REQUEST (no group or member
-id), GROUP_AUTHORIZATION_FAILED (READ on the group), SHARE_SESSION_NOT_FOUND,
-INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID, TOPIC_AUTHORIZATION_FAILED (READ on
-the topic), UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (also while the share-partition's
-state cannot be read from its share coordinator: the client refreshes its metadata and fetches
-again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in
+The session's partitions are taken in turn from the one at the request's epoch modulo their
+number (Kafka's round-robin PartitionRotateStrategy), so a member's MaxRecords does not always
+go to its first partition. MaxRecords bounds the records acquired (a batch in progress is
+finished); MaxBytes the bytes answered (the first batch is answered whole even if larger;
+MaxBytes 0 acquires nothing, as Kafka 4.2 answers librdkafka's fetch.max.bytes=0). Errors:
+INVALID_REQUEST (no group or member id), GROUP_AUTHORIZATION_FAILED (READ on the group),
+SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH; per partition UNKNOWN_TOPIC_ID,
+TOPIC_AUTHORIZATION_FAILED (READ on the topic), UNKNOWN_TOPIC_OR_PARTITION,
+NOT_LEADER_OR_FOLLOWER (also while the share-partition's state cannot be read from its share
+coordinator: the client refreshes its metadata and fetches again), KAFKA_STORAGE_ERROR, and for acknowledgements INVALID_RECORD_STATE. The work is in
 `kafkafast/broker/share/manager.py`.
 """
 import time
@@ -45,7 +47,11 @@ async def _fetch_once(broker, req, session, answers, budget: list[int], verify: 
     again (changed by AlterShareGroupOffsets / DeleteShareGroupOffsets while the group was empty)."""
     mgr = broker.share.partitions
     total, parts = 0, []
-    for (topic, p), tid in list(session.partitions.items()):
+    order = list(session.partitions.items())
+    if order and req.share_session_epoch > 0:  # each request starts at another partition (Kafka's round robin)
+        k = req.share_session_epoch % len(order)
+        order = order[k:] + order[:k]
+    for (topic, p), tid in order:
         answer = answers.setdefault((topic, p), PartitionAnswer(topic, tid, p))
         if answer.error or answer.records:
             continue

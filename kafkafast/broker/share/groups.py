@@ -10,12 +10,18 @@ again with the `simple` assignor and every member takes the new epoch at its nex
 which carries its assignment. Nothing is revoked first: partitions are shared, so a member
 starts fetching a partition while others still do.
 
-The `simple` assignor (Kafka's `SimpleAssignor`, homogeneous case): with at least as many
-members as partitions, member i (in member id order) gets partition i mod P, so each partition
-is shared by about members/partitions members; with more partitions than members, partition j
-goes to member j mod M, so every partition has one member and the members have about the same
-number of partitions. Topics are taken in name order and their partitions numbered across
-topics, so several topics spread the same way.
+The `simple` assignor (Kafka's `SimpleAssignor`, homogeneous case: balance first, then
+stickiness): each partition wants S = ceil(members / partitions) members, and the members (in
+join order) want S x partitions assignments between them, spread evenly (the counts differ by
+at most one). Each member keeps what it had of its previous target assignment (in partition
+order) up to its count; a partition shared by more than S members is given up by the later
+ones; then every partition with fewer than S members goes to the first member in join order
+below its count that does not have it. Keeping assignments matters beyond moving less: a
+member learns a new one only at its next heartbeat (every few seconds), so while a group
+grows, the early members still fetch their earlier, wider assignments; kept assignments are
+subsets of those, and the partitions the newcomers get are the ones the others gave up, so
+every partition keeps readers and none is left to a single stale member. Topics are taken in
+name order and their partitions numbered across topics, so several topics spread the same way.
 
 Timers: each member's session (`group.share.session.timeout.ms`, per group
 `share.session.timeout.ms`, reset by every heartbeat; the heartbeat interval likewise,
@@ -36,6 +42,7 @@ delivery state is durable, in `__share_group_state`: `broker/share/state_store.p
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -87,19 +94,36 @@ class ShareGroup:
         return {t for m in self.members.values() for t in m.subscribed_topics}
 
 
-def simple_assign(members: list[str], partitions: list[tuple[bytes, int]]) -> dict[str, Assignment]:
-    """The `simple` assignor for members with one subscription (see the module docstring)."""
-    out: dict[str, Assignment] = {m: {} for m in members}
+def simple_assign(members: list[str], partitions: list[tuple[bytes, int]],
+                  current: dict[str, Assignment] | None = None) -> dict[str, Assignment]:
+    """The `simple` assignor for members with one subscription, in join order, given their
+    `current` target assignments (see the module docstring)."""
     if not members or not partitions:
-        return out
-    ordered = sorted(members)
-    if len(ordered) >= len(partitions):
-        for i, m in enumerate(ordered):
-            tid, p = partitions[i % len(partitions)]
+        return {m: {} for m in members}
+    sharing = -(-len(members) // len(partitions))
+    per_member = sharing * len(partitions) / len(members)
+    want = {m: math.ceil(per_member * (i + 1)) - math.ceil(per_member * i) for i, m in enumerate(members)}
+    order = {tp: i for i, tp in enumerate(partitions)}
+    held: dict[str, list[tuple[bytes, int]]] = {}
+    readers: dict[tuple[bytes, int], list[str]] = {tp: [] for tp in partitions}
+    for m in members:
+        had = sorted(((tid, p) for tid, ps in (current or {}).get(m, {}).items() for p in ps if (tid, p) in order),
+                     key=order.__getitem__)
+        held[m] = [tp for tp in had[:want[m]] if len(readers[tp]) < sharing]
+        for tp in held[m]:
+            readers[tp].append(m)
+    for tp in partitions:
+        for m in members:
+            if len(readers[tp]) >= sharing:
+                break
+            if len(held[m]) < want[m] and tp not in held[m]:
+                held[m].append(tp)
+                readers[tp].append(m)
+    out: dict[str, Assignment] = {}
+    for m in members:
+        out[m] = {}
+        for tid, p in sorted(held[m], key=order.__getitem__):
             out[m].setdefault(tid, []).append(p)
-    else:
-        for j, (tid, p) in enumerate(partitions):
-            out[ordered[j % len(ordered)]].setdefault(tid, []).append(p)
     return out
 
 
@@ -225,7 +249,8 @@ class ShareGroups:
         topics = {name: (tid, count) for name, tid, count in group.topic_signature}
         for subscription, members in by_subscription.items():
             partitions = [(topics[t][0], p) for t in subscription if t in topics for p in range(topics[t][1])]
-            for mid, assignment in simple_assign(members, partitions).items():
+            current = {mid: group.members[mid].assignment for mid in members}
+            for mid, assignment in simple_assign(members, partitions, current).items():
                 group.members[mid].assignment = {tid: sorted(ps) for tid, ps in assignment.items()}
         group.assignment_epoch = group.group_epoch
 

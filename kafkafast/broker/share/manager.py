@@ -9,7 +9,8 @@ from the state store, or started where `share.auto.offset.reset` says) picks the
 Available offset, the log's batches from the one holding it (up to MaxBytes, one segment,
 below the high watermark, or the last stable offset with `share.isolation.level=read_committed`,
 which also archives the batches of aborted transactions as they are passed) are walked and
-whole batches acquired until MaxRecords or the record-lock limit; their headers are read as the
+whole batches acquired until MaxRecords or the record-lock limit (the batch that reaches
+either is acquired to its end, as Kafka's); their headers are read as the
 walk goes (`LogBatches`, 64 KiB at a time), so the bytes read follow what is acquired, not the
 client's MaxBytes. The answer carries the batches that hold acquired records (a file region sent
 with sendfile when they are adjacent, as Fetch answers) and the acquired ranges with their

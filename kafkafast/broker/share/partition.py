@@ -9,9 +9,12 @@ records in between are in flight, each with a state and a delivery count:
         +--release / lock timeout (delivery count below the limit; else Archived)
 
 Acquisition takes the Available in-flight records first, then new ones from the log, whole
-batches at a time, and stops once `max_records` are acquired (the batch in progress is
-finished, as Kafka aligns to batch boundaries) or once `group.share.partition.max.record.locks`
-records are in flight. Control batches (transaction markers) and offsets missing from the log
+batches at a time, and stops once `max_records` are acquired or once
+`group.share.partition.max.record.locks` records are in flight; either way the batch in
+progress is finished (as Kafka's `SharePartition` acquires up to the end of the log batch
+holding the last record within both limits), so the records in flight may pass the lock limit
+by less than one batch, and no batch is acquired in pieces (each piece would be answered with
+the whole batch's bytes again). Control batches (transaction markers) and offsets missing from the log
 (compacted away) are archived as they are passed. Each acquisition holds a lock for the
 group's record lock duration; when it expires, the records still acquired under it become
 Available again (or Archived at the delivery count limit). When the records from the SPSO on
@@ -244,8 +247,8 @@ class SharePartition:
                         e.state, e.count, e.member, e.token = ACQUIRED, e.count + 1, member_id, token
                         took.append(e)
                     changed.append((e.first, e.last))
-            if lo <= self.end_offset <= last:  # new records
-                n = min(last - self.end_offset + 1, max_locks - self.in_flight())
+            if lo <= self.end_offset <= last:  # new records: the rest of the batch, if begun below the limit
+                n = last - self.end_offset + 1 if self.in_flight() < max_locks else 0
                 if n > 0:
                     if control:
                         e = self._append(n, ARCHIVED, 0)
