@@ -177,7 +177,11 @@ class LocalControl:
 
     def refresh(self) -> None:
         """Bring the image up to date (another worker may have changed the topic file)."""
-        self.broker.refresh_topics()
+        self.broker.placement.refresh_topics()
+
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the image has the partition: here, whether this broker has it."""
+        return self.broker.get_partition(topic, index) is not None
 
     def topic_names(self) -> list[str]:
         return sorted(self.broker.topics.topics)

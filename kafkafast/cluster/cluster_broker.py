@@ -199,25 +199,6 @@ class ClusterBroker(Broker):
         await asyncio.to_thread(self.node.close)
         await super().stop()
 
-    # -- topics (in ZooKeeper) -----------------------------------------------------------------
-    def refresh_topics(self) -> None:
-        """Topics come from the controller's UpdateMetadata; nothing to reload."""
-
-    def get_partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))  # type: ignore[return-value]
-
-    def owns(self, part: Any) -> bool:
-        """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
-        return super().owns(part) and bool(getattr(part, "is_leader", False))
-
-
-    def min_insync_replicas(self, part: Any) -> int:
-        return part.log.config.min_insync_replicas
-
-    def partition_exists(self, topic: str, index: int) -> bool:
-        """Whether the partition exists anywhere in the cluster, not only here."""
-        return index in self.metadata.partitions.get(topic, {})
-
     # -- controller requests -------------------------------------------------------------------
     def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
         if controller_epoch < self.controller_epoch:

@@ -141,6 +141,10 @@ class ZkControl:
     def refresh(self) -> None:
         """The image is the metadata cache, kept by the controller's UpdateMetadata."""
 
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the partition exists anywhere in the cluster, not only here."""
+        return index in self.broker.metadata.partitions.get(topic, {})
+
     def topic_names(self) -> list[str]:
         return sorted(self.broker.metadata.partitions)
 
