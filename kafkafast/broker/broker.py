@@ -195,19 +195,22 @@ class Broker:
                 ext.start()
 
     async def on_listening(self) -> None:
-        """Called by the runtime once the listeners accept connections (a cluster broker
-        registers first)."""
+        """Called by the runtime once the listeners accept connections (the control plane's
+        turn first: a cluster broker registers)."""
+        await self.control.on_listening()
         self.replicas.start_isr_maintenance()
 
     async def before_stop(self) -> None:
-        """Called by the runtime on SIGTERM while every listener still serves (a cluster broker
-        moves its leaderships away first: the controlled shutdown)."""
+        """Called by the runtime on SIGTERM while every listener still serves (the control
+        plane's: a cluster broker moves its leaderships away, the controlled shutdown)."""
+        await self.control.before_stop()
 
     def _attach_group_coordinator(self) -> None:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
         await self.replicas.stop()
+        await self.control.stop()  # (a cluster broker's controller connection, ZooKeeper session)
         self.placement.before_stop()
         for ext in self.extensions:
             if hasattr(ext, "stop"):

@@ -112,6 +112,17 @@ class LocalControl:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
 
+    # -- the broker's lifecycle: nothing to register, watch or hand over ----------------
+
+    async def on_listening(self) -> None:
+        pass
+
+    async def before_stop(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
     # -- the data plane's partition states ------------------------------------------------
 
     def partition_opened(self, part: Any) -> None:
