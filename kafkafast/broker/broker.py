@@ -195,19 +195,22 @@ class Broker:
                 ext.start()
 
     async def on_listening(self) -> None:
-        """Called by the runtime once the listeners accept connections (a cluster broker
-        registers first)."""
+        """Called by the runtime once the listeners accept connections (the control plane's
+        turn first: a cluster broker registers)."""
+        await self.control.on_listening()
         self.replicas.start_isr_maintenance()
 
     async def before_stop(self) -> None:
-        """Called by the runtime on SIGTERM while every listener still serves (a cluster broker
-        moves its leaderships away first: the controlled shutdown)."""
+        """Called by the runtime on SIGTERM while every listener still serves (the control
+        plane's: a cluster broker moves its leaderships away, the controlled shutdown)."""
+        await self.control.before_stop()
 
     def _attach_group_coordinator(self) -> None:
         self.group_coordinator = GroupCoordinator(self)
 
     async def stop(self) -> None:
         await self.replicas.stop()
+        await self.control.stop()  # (a cluster broker's controller connection, ZooKeeper session)
         self.placement.before_stop()
         for ext in self.extensions:
             if hasattr(ext, "stop"):
@@ -315,8 +318,9 @@ class Broker:
             self.apply_dynamic_configs()
 
     def refresh_topics(self) -> None:
-        """Picks up topic changes made by another process."""
-        self.placement.refresh_topics()
+        """Brings the metadata image up to date (the control plane's: topic changes made by
+        another process; in ZooKeeper mode nothing, the controller's UpdateMetadata keeps it)."""
+        self.control.refresh()
 
     def local_refresh_topics(self) -> None:
         self.refresh_dynamic()
@@ -370,10 +374,9 @@ class Broker:
         """Tells the other processes, if any, to re-read the ACLs."""
         self.placement.acls_changed()
 
-
     def partition_exists(self, topic: str, index: int) -> bool:
-        """Whether the partition exists in the cluster (here: on this broker)."""
-        return self.get_partition(topic, index) is not None
+        """Whether the partition exists in the cluster, not only here (the metadata image's)."""
+        return self.control.has_partition(topic, index)
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         part = self.partitions.get((topic, index))
@@ -390,8 +393,12 @@ class Broker:
         return self.placement.append(part, records, allow_control=allow_control)
 
     def owns(self, part: Partition) -> bool:
-        """Whether this process appends to the partition (always, in one process)."""
-        return self.placement.owns(part)
+        """Whether this process appends to the partition: it holds the replica's log (the
+        placement's owner; always, in one process) and this broker leads it."""
+        return self.placement.owns(part) and part.is_leader
+
+    def min_insync_replicas(self, part: Partition) -> int:
+        return part.log.config.min_insync_replicas
 
     def partition_loaded(self, part: Partition) -> bool:
         """Whether the partition's records can be read here (its owner has loaded it; always, in one process)."""

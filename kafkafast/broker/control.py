@@ -112,6 +112,17 @@ class LocalControl:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
 
+    # -- the broker's lifecycle: nothing to register, watch or hand over ----------------
+
+    async def on_listening(self) -> None:
+        pass
+
+    async def before_stop(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
     # -- the data plane's partition states ------------------------------------------------
 
     def partition_opened(self, part: Any) -> None:
@@ -177,7 +188,11 @@ class LocalControl:
 
     def refresh(self) -> None:
         """Bring the image up to date (another worker may have changed the topic file)."""
-        self.broker.refresh_topics()
+        self.broker.placement.refresh_topics()
+
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the image has the partition: here, whether this broker has it."""
+        return self.broker.get_partition(topic, index) is not None
 
     def topic_names(self) -> list[str]:
         return sorted(self.broker.topics.topics)

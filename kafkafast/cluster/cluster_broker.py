@@ -6,9 +6,10 @@ themselves are the data plane's, the same as on a single node (`broker/replica_m
 `broker.replicas`: roles, the high watermark, follower positions, ISR changes, fencing, the
 coordinators' loading); this class feeds it the controller's requests (through
 `zk_control.ZkControl`), gives it the follower fetchers (`fetcher.FetcherManager`), sends its
-ISR changes to the controller as AlterPartition, and keeps this broker's ZooKeeper node, its
-registration, the controller connection, the config watches and the topic admin through
-ZooKeeper. Everything runs on the broker's event loop; ZooKeeper calls go to threads.
+ISR changes to the controller as AlterPartition, and keeps this broker's ZooKeeper node, the
+controller connection and the topic admin through ZooKeeper (the registration, the config
+watches and the controlled shutdown are `ZkControl`'s lifecycle hooks). Everything runs on the
+broker's event loop; ZooKeeper calls go to threads.
 
 The same class runs in one process and in each worker of the pre-fork runtime: what depends
 on the processes (its ZooKeeper session, which process holds a replica's log and who appends
@@ -27,7 +28,6 @@ from kafkafast.broker.replication_throttle import ReplicationQuota
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.zk_control import ZkControl
@@ -73,10 +73,6 @@ class ClusterBroker(Broker):
     def _make_dynamic_configs(self) -> ZkDynamicConfigs:
         return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
 
-    def _runs_controller(self) -> bool:
-        """Whether this process holds the broker's registration and runs its controller (worker 0)."""
-        return self.placement.index == 0
-
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
         return ""  # read from ZooKeeper in load()
@@ -85,8 +81,8 @@ class ClusterBroker(Broker):
         self.node.connect()
         self.cluster_id, self.node_id = self.node.establish_identity(self.config.get("cluster.id"))
         # the change notifications seen before the dynamic broker configs are read: the watch
-        # (on_listening) takes every later one
-        self._seen_config_changes: set[str] = set(self.node.zk.get_children(Z.CONFIG_CHANGES))
+        # (ZkControl.on_listening) takes every later one
+        self.control.seen_config_changes = set(self.node.zk.get_children(Z.CONFIG_CHANGES))
         self.dynamic.attach(self.node, self.node_id)
         self.dynamic.loaded()
         self.apply_dynamic_configs()  # before the logs open with the topic defaults
@@ -114,109 +110,6 @@ class ClusterBroker(Broker):
         self.share = ShareCoordinator(self, self.placement.make_share_store(), group_configs)  # started by Broker.start
         await super().start()
         self.placement.after_start()
-
-    async def on_listening(self) -> None:
-        """Once the listeners accept connections (runtime/server.py, runtime/worker.py): register
-        (the process that runs the controller), so that the controller's LeaderAndIsr for this
-        broker finds it reachable, as Kafka registers only after its socket server is up."""
-        if self._runs_controller():
-            await asyncio.to_thread(self.node.register)
-            self.node.controller = Controller(self.node)
-            self.node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)  # type: ignore
-            self.node.controller.start()
-        await super().on_listening()  # (the replica manager's ISR checks)
-        self._config_changes_lock = asyncio.Lock()
-        self.node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
-
-    def _on_config_changes(self, children: list[str]) -> None:
-        """Kazoo's thread: a topic's configs, dynamic broker configs, client quotas or a group's
-        configs changed somewhere; reload them on the loop."""
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._reload_configs(children)))
-
-    async def _reload_configs(self, children: list[str]) -> None:
-        """One watch callback's new notifications, in sequence order; callbacks are taken one
-        after the other, so that a slower read of an older change never lands after a newer one."""
-        async with self._config_changes_lock:
-            await self._reload_configs_in_order(children)
-
-    async def _reload_configs_in_order(self, children: list[str]) -> None:
-        for child in sorted(set(children) - self._seen_config_changes):
-            self._seen_config_changes.add(child)
-            try:
-                data, _ = await asyncio.to_thread(self.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
-            except Exception:
-                continue
-            entity = Z.loads(data).get("entity_path", "")
-            if self.dynamic.is_quota_entity(entity):  # a client quota changed somewhere
-                try:
-                    await asyncio.to_thread(self.dynamic.reload_quotas)
-                except Exception as exc:
-                    log.warning("client quotas not reloaded (%s): %r", child, exc)
-                else:
-                    log.info("client quotas reloaded (%s: %s)", child, entity)
-                continue
-            if entity.startswith("groups/"):  # a group's configs changed somewhere
-                group_id = Z.group_of_config_entity(entity[len("groups/"):])
-                try:
-                    await asyncio.to_thread(self.share.configs.reload, group_id)
-                except Exception as exc:
-                    log.warning("group %s: configs not reloaded (%s): %r", group_id, child, exc)
-                else:
-                    log.info("group %s: configs reloaded (%s)", group_id, child)
-                continue
-            scope = self.dynamic.entity_scope(entity)
-            if scope is not None:  # this broker's dynamic configs or the cluster-wide ones
-                try:
-                    await asyncio.to_thread(self.dynamic.reload, scope)
-                except Exception as exc:
-                    log.warning("dynamic broker configs %s not reloaded (%s): %r", entity, child, exc)
-                    continue
-                self.dynamic.loaded()
-                self.refresh_dynamic()
-                log.info("dynamic broker configs %s reloaded (%s)", entity, child)
-                continue
-            if not entity.startswith("topics/"):
-                continue
-            topic = entity[len("topics/"):]
-            configs = await asyncio.to_thread(self.node.topic_configs, topic)
-            self.topics.configs[topic] = configs  # type: ignore[attr-defined]
-            cfg = LogConfig.from_props(configs, self.default_log_config) if configs else self.default_log_config
-            for (t, _), part in self.partitions.items():
-                if t == topic:
-                    part.log.config = cfg
-            log.info("topic %s: configs reloaded (%s)", topic, child)
-
-    def _session_reset(self) -> None:
-        log.info("new ZooKeeper session (broker epoch %d)", self.node.broker_epoch)
-
-    async def stop(self) -> None:
-        await self.replicas.stop()
-        if self._controller_conn is not None:
-            self._controller_conn.close()
-        for p in self.partitions.values():
-            p.fail_waiters(EC.NOT_LEADER_OR_FOLLOWER)
-        await asyncio.to_thread(self.node.close)
-        await super().stop()
-
-    # -- topics (in ZooKeeper) -----------------------------------------------------------------
-    def refresh_topics(self) -> None:
-        """Topics come from the controller's UpdateMetadata; nothing to reload."""
-
-    def get_partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))  # type: ignore[return-value]
-
-    def owns(self, part: Any) -> bool:
-        """The process holding the replica (the placement's owner) appends to it while this broker leads it."""
-        return super().owns(part) and bool(getattr(part, "is_leader", False))
-
-
-    def min_insync_replicas(self, part: Any) -> int:
-        return part.log.config.min_insync_replicas
-
-    def partition_exists(self, topic: str, index: int) -> bool:
-        """Whether the partition exists anywhere in the cluster, not only here."""
-        return index in self.metadata.partitions.get(topic, {})
 
     # -- controller requests -------------------------------------------------------------------
     def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
@@ -400,10 +293,7 @@ class ClusterBroker(Broker):
         controller.put(kind, *args, reply)
         return await asyncio.wait_for(fut, 30.0)
 
-    # -- controlled shutdown (before the listeners close) ----------------------------------------
-    async def before_stop(self) -> None:
-        await self.placement.controlled_shutdown()  # the process holding the registration runs it
-
+    # -- controlled shutdown (before the listeners close: ZkControl.before_stop) ------------------
     async def controlled_shutdown(self) -> bool:
         """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)
         to move this broker's leaderships away, up to controlled.shutdown.max.retries times

@@ -11,7 +11,7 @@ the same in both modes (the AlterConfigs/AlterClientQuotas handlers, `Broker.app
 each broker (each worker of a multi-worker broker, on its own kazoo session) keeps its own
 entry and the default in memory: read in `attach` when the broker loads, before its logs
 open, and again in `reload` when a change notification names one of them
-(`ClusterBroker._reload_configs`), after which the broker applies them as the single node
+(`ZkControl._reload_configs`), after which the broker applies them as the single node
 does (`Broker.refresh_dynamic`: topic defaults, connection quotas).
 
 Reads of different entries run at once on different threads (one per change notification,

@@ -11,7 +11,7 @@ client hears of it. Every broker (every worker of a multi-worker broker, on its 
 session) holds every group's entry in memory, for the group coordinator (session timeout,
 heartbeat interval) and the share-partitions it leads (auto offset reset, isolation level,
 lock duration, delivery count limit): all read in `attach` when the broker starts, one read
-again when a change notification names it (`ClusterBroker._reload_configs`), and before a new
+again when a change notification names it (`ZkControl._reload_configs`), and before a new
 share-partition starts where share.auto.offset.reset says (`refresh`: a client that altered it
 through another broker and subscribed at once may reach the partition leader before the
 notification does; Kafka's group coordinator initialises a new share-partition's state before it

@@ -9,16 +9,22 @@ of a cut-off leader)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
+from kafkafast.cluster import zk_data as Z
+from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.node import SESSION_CONNECTED, SESSION_REGISTERED, monotonic_ms
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.storage.config import LogConfig
+
+log = logging.getLogger("kafkafast.replica_manager")
 
 
 def _ensure_offsets_topic(broker: Any) -> int:
@@ -46,6 +52,8 @@ class ZkControl:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        self.seen_config_changes: set[str] = set()  # the config change notifications taken (load's, the watch's)
+        self._config_changes_lock = asyncio.Lock()
 
     @property
     def zk(self) -> Any:
@@ -55,6 +63,99 @@ class ZkControl:
     def _controller_active(self) -> bool:
         controller = self.broker.node.controller
         return controller is not None and controller.active
+
+    # -- the broker's lifecycle (Broker.on_listening, before_stop, stop) ----------------
+
+    async def on_listening(self) -> None:
+        """Once the listeners accept connections (runtime/server.py, runtime/worker.py): register
+        (the process that holds the registration and runs the controller, worker 0), so that the
+        controller's LeaderAndIsr for this broker finds it reachable, as Kafka registers only
+        after its socket server is up; then watch the config change notifications."""
+        broker, node = self.broker, self.broker.node
+        if broker.placement.index == 0:
+            await asyncio.to_thread(node.register)
+            node.controller = Controller(node)
+            node.on_session_reset = lambda: broker.loop.call_soon_threadsafe(self._session_reset)
+            node.controller.start()
+        node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
+
+    async def before_stop(self) -> None:
+        """SIGTERM, while every listener still serves: the controlled shutdown (run by the
+        process holding the registration)."""
+        await self.broker.placement.controlled_shutdown()
+
+    async def stop(self) -> None:
+        """The replicas stopped: the controller connection and the ZooKeeper session close."""
+        broker = self.broker
+        if broker._controller_conn is not None:
+            broker._controller_conn.close()
+        for p in broker.partitions.values():
+            p.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        await asyncio.to_thread(broker.node.close)
+
+    def _session_reset(self) -> None:
+        log.info("new ZooKeeper session (broker epoch %d)", self.broker.node.broker_epoch)
+
+    def _on_config_changes(self, children: list[str]) -> None:
+        """Kazoo's thread: a topic's configs, dynamic broker configs, client quotas or a group's
+        configs changed somewhere; reload them on the loop."""
+        loop = self.broker.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: loop.create_task(self._reload_configs(children)))
+
+    async def _reload_configs(self, children: list[str]) -> None:
+        """One watch callback's new notifications, in sequence order; callbacks are taken one
+        after the other, so that a slower read of an older change never lands after a newer one."""
+        async with self._config_changes_lock:
+            await self._reload_configs_in_order(children)
+
+    async def _reload_configs_in_order(self, children: list[str]) -> None:
+        broker = self.broker
+        for child in sorted(set(children) - self.seen_config_changes):
+            self.seen_config_changes.add(child)
+            try:
+                data, _ = await asyncio.to_thread(broker.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
+            except Exception:
+                continue
+            entity = Z.loads(data).get("entity_path", "")
+            if broker.dynamic.is_quota_entity(entity):  # a client quota changed somewhere
+                try:
+                    await asyncio.to_thread(broker.dynamic.reload_quotas)
+                except Exception as exc:
+                    log.warning("client quotas not reloaded (%s): %r", child, exc)
+                else:
+                    log.info("client quotas reloaded (%s: %s)", child, entity)
+                continue
+            if entity.startswith("groups/"):  # a group's configs changed somewhere
+                group_id = Z.group_of_config_entity(entity[len("groups/"):])
+                try:
+                    await asyncio.to_thread(broker.share.configs.reload, group_id)
+                except Exception as exc:
+                    log.warning("group %s: configs not reloaded (%s): %r", group_id, child, exc)
+                else:
+                    log.info("group %s: configs reloaded (%s)", group_id, child)
+                continue
+            scope = broker.dynamic.entity_scope(entity)
+            if scope is not None:  # this broker's dynamic configs or the cluster-wide ones
+                try:
+                    await asyncio.to_thread(broker.dynamic.reload, scope)
+                except Exception as exc:
+                    log.warning("dynamic broker configs %s not reloaded (%s): %r", entity, child, exc)
+                    continue
+                broker.dynamic.loaded()
+                broker.refresh_dynamic()
+                log.info("dynamic broker configs %s reloaded (%s)", entity, child)
+                continue
+            if not entity.startswith("topics/"):
+                continue
+            topic = entity[len("topics/"):]
+            configs = await asyncio.to_thread(broker.node.topic_configs, topic)
+            broker.topics.configs[topic] = configs
+            cfg = LogConfig.from_props(configs, broker.default_log_config) if configs else broker.default_log_config
+            for (t, _), part in broker.partitions.items():
+                if t == topic:
+                    part.log.config = cfg
+            log.info("topic %s: configs reloaded (%s)", topic, child)
 
     # -- requests a cluster's brokers send to the controller ---------------------------
 
@@ -140,6 +241,10 @@ class ZkControl:
 
     def refresh(self) -> None:
         """The image is the metadata cache, kept by the controller's UpdateMetadata."""
+
+    def has_partition(self, topic: str, index: int) -> bool:
+        """Whether the partition exists anywhere in the cluster, not only here."""
+        return index in self.broker.metadata.partitions.get(topic, {})
 
     def topic_names(self) -> list[str]:
         return sorted(self.broker.metadata.partitions)

@@ -190,6 +190,25 @@ def test_one_partition_class_in_every_mode():
     assert subclasses_of("kafkafast.broker.partition.Partition") == set()
 
 
+def class_methods(qualname: str) -> set[str]:
+    """The methods the module-level class `qualname` ("module.Name") defines itself."""
+    mod, name = qualname.rsplit(".", 1)
+    path = ROOT.parent.joinpath(*mod.split(".")).with_suffix(".py")
+    cls = next(n for n in parse(path).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_one_view_of_partitions_and_one_lifecycle_in_every_mode():
+    """The broker's view of partitions and its lifecycle hooks are `Broker`'s in every mode; what
+    differs is the control plane's (its metadata image: `control.refresh`, `control.has_partition`;
+    `control.on_listening`, `before_stop`, `stop`), never a subclass's."""
+    view = {"refresh_topics", "get_partition", "partition_exists", "owns", "min_insync_replicas",
+            "on_listening", "before_stop", "stop"}
+    assert view <= class_methods("kafkafast.broker.broker.Broker")
+    overrides = {cls: class_methods(cls) & view for cls in subclasses_of("kafkafast.broker.broker.Broker")}
+    assert not any(overrides.values()), overrides
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
