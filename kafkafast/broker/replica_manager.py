@@ -148,6 +148,9 @@ class ReplicaManager:
         """The process holding the replica's log leads it (its placement's `become_leader`)."""
         node_id = self.broker.node_id
         self.fetchers.remove((part.topic, part.index))
+        if part.state.offline:  # its files could not be opened: the role only (reads and writes
+            part.apply_state(ps, is_leader=True)  # answer KAFKA_STORAGE_ERROR), no log to set up
+            return
         was_leader = part.is_leader
         now = clock.now_ms()
         lg = part.log
