@@ -303,6 +303,7 @@ class ShareGroups:
         their assignment is computed again at the stored epoch."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
+        self.unload(lambda gid: gid == group_id)  # (loaded again: the records are the truth)
         head = records[("group", None)]
         group = self.groups[group_id] = ShareGroup(group_id, group_epoch=head.epoch)
         meta = records.get(("partition_metadata", None))
