@@ -179,14 +179,14 @@ class Broker:
         self.load()
         if self.group_coordinator is None:
             self._attach_group_coordinator()
+        if self.share is None and self.group_coordinator is not None:  # before loading: it holds the share groups
+            self.share = ShareCoordinator(self)
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
         if self.txn_coordinator is None and self.group_coordinator is not None:  # (cluster_broker.py makes its own)
             self.txn_coordinator = TransactionCoordinator(self)
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
-        if self.share is None and self.group_coordinator is not None:
-            self.share = ShareCoordinator(self)
         if self.share is not None:
             await self.share.start()
         self._periodic_task = asyncio.get_running_loop().create_task(self._periodic())

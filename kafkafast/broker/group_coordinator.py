@@ -41,6 +41,7 @@ from kafkafast.broker.groups.offsets_records import (
     consumer_group_value,
     GroupRecord,
     OffsetRecord,
+    ShareGroupRecord,
     decode_record,
     group_key,
     group_value,
@@ -998,6 +999,7 @@ class GroupCoordinator:
         self.loading.discard(index)
         for gid in [g for g in self.groups if self.partition_for(g) == index]:
             self._release_group(self.groups.pop(gid))
+        self.broker.share.groups.unload(lambda gid: self.partition_for(gid) == index)
 
     def _release_group(self, group: Any, error: int = EC.NOT_COORDINATOR) -> None:
         """This coordinator lets go of the group (or the group changes kind): timers stop,
@@ -1020,6 +1022,7 @@ class GroupCoordinator:
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metas: dict[str, GroupMetadataValue | None] = {}
         consumer: dict[str, dict[tuple[str, str | None], Any]] = {}  # consumer groups (KIP-848): their records
+        share: dict[str, dict[tuple[str, str | None], Any]] = {}  # share groups (KIP-932): their records
         pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset | None]]] = {}  # open transactions
         async for header, records in read_partition(part):
             if header.is_control:
@@ -1047,6 +1050,8 @@ class GroupCoordinator:
                     metas[decoded.group] = decoded.value
                 elif isinstance(decoded, ConsumerGroupRecord):
                     consumer.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
+                elif isinstance(decoded, ShareGroupRecord):
+                    share.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(
@@ -1066,6 +1071,10 @@ class GroupCoordinator:
             group.offsets = group_offsets
             self.groups[gid] = group
             loaded += 1
+        for gid, records in share.items():
+            if records.get(("group", None)) is not None and gid not in self.groups:
+                self.broker.share.groups.restore(gid, records)
+                loaded += 1
         log.info("loaded %d groups from %s-%d", loaded, OFFSETS_TOPIC, index)
 
     def _group_from_metadata(self, gid: str, value: GroupMetadataValue | None) -> Group:

@@ -13,7 +13,7 @@ import base64
 import json
 from typing import Any
 
-from kafkafast.broker.groups.offsets_records import CONSUMER_RECORDS
+from kafkafast.broker.groups.offsets_records import CONSUMER_RECORDS, SHARE_RECORDS
 from kafkafast.broker.txn_coordinator import STATE_NAMES, decode_txn_record
 from kafkafast.client.consumer_protocol import decode_assignment, decode_subscription
 from kafkafast.protocol._generated.coordinator_records import (GroupMetadataKey, GroupMetadataValue,
@@ -28,7 +28,7 @@ _FIELD_VERSIONS = {
 }
 _KEYS: dict[int, tuple[Any, Any]] = {0: (OffsetCommitKey, OffsetCommitValue), 1: (OffsetCommitKey, OffsetCommitValue),
                                      2: (GroupMetadataKey, GroupMetadataValue),
-                                     **{v: (k, val) for v, (_, k, val) in CONSUMER_RECORDS.items()}}
+                                     **{v: (k, val) for v, (_, k, val) in {**CONSUMER_RECORDS, **SHARE_RECORDS}.items()}}
 
 
 def _camel(name: str) -> str:

@@ -483,13 +483,18 @@ def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_
         assert raw.request(read, 0).results[0].partitions[0].start_offset == -1
 
 
-def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
-    bs = sbroker.bootstrap
-    create_topic(bs, "qcli", 2)
+def group_reading_from_earliest(bs: str, topic: str, partitions: int, per_partition: int) -> tuple[str, ShareConsumer]:
+    """A new topic with records, a new group starting at the earliest offset and its consumer."""
+    create_topic(bs, topic, partitions)
     group = new_group()
     set_group_configs(bs, group, share_auto_offset_reset="earliest")
-    produce(bs, "qcli", 2, 5)
-    c = share_consumer(bs, group, "qcli")
+    produce(bs, topic, partitions, per_partition)
+    return group, share_consumer(bs, group, topic)
+
+
+def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
+    bs = sbroker.bootstrap
+    group, c = group_reading_from_earliest(bs, "qcli", 2, 5)
     got: set[bytes] = set()
     try:
         poll_until([c], lambda: len(got) >= 10, 20, lambda _c, m: got.add(m.value()))
@@ -529,6 +534,56 @@ def test_share_groups_command_lists_describes_resets_and_deletes(sbroker):
     assert kafkafast("share-groups", *b, "--delete", "--group", group).stdout.strip() == \
         f"Deletion of requested share groups ('{group}') was successful."
     assert kafkafast("share-groups", *b, "--list").stdout.split() == []
+
+
+def test_a_share_group_survives_a_restart_in_consumer_offsets_until_deleted(any_broker):
+    """The group's records in `__consumer_offsets` (epoch, members, initialised partitions):
+    after a restart it is listed, described with its epoch, its member goes on heartbeating,
+    a new member's epoch continues from the stored one; deleted, it is gone after a restart."""
+    bs = any_broker.bootstrap
+    group, c = group_reading_from_earliest(bs, "qpersist", 2, 2)
+    got: set[bytes] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 4, 20, lambda _c, m: got.add(m.value()))
+    finally:
+        c.close()
+    assert len(got) == 4
+
+    def describe(raw: RawClient) -> Any:
+        return raw.request(ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0]
+
+    with RawClient(any_broker.port) as raw:
+        kept = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=0,
+                                                      subscribed_topic_names=["qpersist"]), 1)
+        assert kept.error_code == 0
+        epoch = describe(raw).group_epoch
+    any_broker.restart()
+    with RawClient(any_broker.port) as raw:
+        g = describe(raw)
+        assert (g.error_code, g.group_state, g.group_epoch, [m.member_id for m in g.members]) == \
+            (0, "Stable", epoch, ["kept"])
+        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=epoch), 1)
+        assert (again.error_code, again.member_epoch) == (0, epoch)
+        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 1]
+        raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=-1), 1)
+        listed = raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups
+        assert [(x.group_id, x.group_type, x.group_state) for x in listed] == [(group, "share", "Empty")]
+        assert kafkafast("share-groups", "--bootstrap-server", bs, "--list").stdout.split() == [group]
+        new = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=0,
+                                                     subscribed_topic_names=["qpersist"]), 1)
+        assert (new.error_code, new.member_epoch) == (0, epoch + 2)  # the leave, then the join
+        raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=-1), 1)
+        assert raw.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0].error_code == 0
+    index = (java_string_hash(group) & 0x7FFFFFFF) % int(SETTINGS["offsets.topic.num.partitions"])
+    segment = any_broker.data_dir / f"__consumer_offsets-{index}" / "00000000000000000000.log"
+    dumped = kafkafast("dump-log", "--files", str(segment), "--offsets-decoder").stdout
+    for kind in ("9", "10", "11"):  # ShareGroupPartitionMetadata, -MemberMetadata, -Metadata, with tombstones
+        assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}"' in dumped, dumped
+    assert f'key: {{"type":"11","data":{{"groupId":"{group}"}}}} payload: <DELETE>' in dumped
+    any_broker.restart()
+    with RawClient(any_broker.port) as raw:
+        assert raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups == []
+        assert describe(raw).error_code == EC.GROUP_ID_NOT_FOUND
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])

@@ -17,6 +17,10 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
     key version 4      ConsumerGroupPartitionMetadata: the subscribed topics' ids, names and
                        partition counts the target assignment was computed from (no racks),
                        so loading the group does not bump its epoch unless they changed
+    key version 9      ShareGroupPartitionMetadata (KIP-932): the topics and partitions whose
+                       share-partition state the share group initialised
+    key version 10     ShareGroupMemberMetadata: a share group member's subscription and client
+    key version 11     ShareGroupMetadata: the group is a share group; value: its group epoch
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -47,6 +51,12 @@ from kafkafast.protocol._generated.coordinator_records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMemberMetadataValue,
+    ShareGroupMetadataKey,
+    ShareGroupMetadataValue,
+    ShareGroupPartitionMetadataKey,
+    ShareGroupPartitionMetadataValue,
 )
 from kafkafast.protocol.primitives import Reader, Writer
 
@@ -67,6 +77,13 @@ CONSUMER_RECORDS = {
     8: ("current", ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
 }
 _CONSUMER_KEY_VERSION = {name: version for version, (name, _, _) in CONSUMER_RECORDS.items()}
+# share-group record kinds, likewise
+SHARE_RECORDS = {
+    9: ("partition_metadata", ShareGroupPartitionMetadataKey, ShareGroupPartitionMetadataValue),
+    10: ("member", ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue),
+    11: ("group", ShareGroupMetadataKey, ShareGroupMetadataValue),
+}
+_SHARE_KEY_VERSION = {name: version for version, (name, _, _) in SHARE_RECORDS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +125,16 @@ def group_value(value: GroupMetadataValue) -> bytes:
 
 def consumer_key(kind: str, group: str, member_id: str | None = None) -> bytes:
     """The key of a consumer-group record of `kind` (see CONSUMER_RECORDS)."""
-    version = _CONSUMER_KEY_VERSION[kind]
-    key_cls = CONSUMER_RECORDS[version][1]
+    return _group_key(CONSUMER_RECORDS, _CONSUMER_KEY_VERSION[kind], group, member_id)
+
+
+def share_key(kind: str, group: str, member_id: str | None = None) -> bytes:
+    """The key of a share-group record of `kind` (see SHARE_RECORDS)."""
+    return _group_key(SHARE_RECORDS, _SHARE_KEY_VERSION[kind], group, member_id)
+
+
+def _group_key(kinds: dict, version: int, group: str, member_id: str | None) -> bytes:
+    key_cls = kinds[version][1]
     key = key_cls(group_id=group) if member_id is None else key_cls(group_id=group, member_id=member_id)
     return _encode(version, key)
 
@@ -148,8 +173,18 @@ class ConsumerGroupRecord:
     value: object | None  # the decoded value struct; None: tombstone
 
 
-def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | GroupRecord | ConsumerGroupRecord | None:
-    """The record as an `OffsetRecord`, `GroupRecord` or `ConsumerGroupRecord`; None for keys of other kinds."""
+@dataclass(frozen=True, slots=True)
+class ShareGroupRecord:
+    kind: str  # "group", "partition_metadata", "member"
+    group: str
+    member_id: str | None
+    value: object | None  # the decoded value struct; None: tombstone
+
+
+def decode_record(key: bytes | None, value: bytes | None
+                  ) -> OffsetRecord | GroupRecord | ConsumerGroupRecord | ShareGroupRecord | None:
+    """The record as an `OffsetRecord`, `GroupRecord`, `ConsumerGroupRecord` or `ShareGroupRecord`;
+    None for keys of other kinds."""
     if key is None or len(key) < 2:
         return None
     r = Reader(key)
@@ -170,13 +205,14 @@ def decode_record(key: bytes | None, value: bytes | None) -> OffsetRecord | Grou
         vr = Reader(value)
         vv = vr.int16()
         return GroupRecord(k.group, GroupMetadataValue.decode(vr, min(vv, GroupMetadataValue.MAX_VERSION)))
-    if version in CONSUMER_RECORDS:
-        kind, key_cls, value_cls = CONSUMER_RECORDS[version]
+    if version in CONSUMER_RECORDS or version in SHARE_RECORDS:
+        record_cls = ConsumerGroupRecord if version in CONSUMER_RECORDS else ShareGroupRecord
+        kind, key_cls, value_cls = (CONSUMER_RECORDS if version in CONSUMER_RECORDS else SHARE_RECORDS)[version]
         ck = key_cls.decode(r, version)
         member_id = getattr(ck, "member_id", None)
         if value is None:
-            return ConsumerGroupRecord(kind, ck.group_id, member_id, None)
+            return record_cls(kind, ck.group_id, member_id, None)
         vr = Reader(value)
         vv = vr.int16()
-        return ConsumerGroupRecord(kind, ck.group_id, member_id, value_cls.decode(vr, min(vv, value_cls.MAX_VERSION)))
+        return record_cls(kind, ck.group_id, member_id, value_cls.decode(vr, min(vv, value_cls.MAX_VERSION)))
     return None

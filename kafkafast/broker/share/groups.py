@@ -35,12 +35,24 @@ States: Empty (no members), Stable, Dead (deleted).
 Share groups live beside the group coordinator's classic and consumer groups, under the same
 placement (the group's `__consumer_offsets` partition decides the owner worker or broker), in
 a map of their own: a group id already used by a classic or consumer group gets
-GROUP_ID_NOT_FOUND here, as Kafka answers a heartbeat to a group of another type. Membership
-is kept in memory: after a restart members get UNKNOWN_MEMBER_ID and join again (the records'
-delivery state is durable, in `__share_group_state`: `broker/share/state_store.py`).
+GROUP_ID_NOT_FOUND here, as Kafka answers a heartbeat to a group of another type.
+
+Persistence: the group is written to its `__consumer_offsets` partition, through the group
+coordinator's `_append` as consumer groups are, with the share-group records of the schemas
+(`groups/offsets_records.py`): ShareGroupMetadata (the group epoch, at every bump),
+ShareGroupMemberMetadata (a member's client and subscription, when it joins or changes it; a
+tombstone when it goes) and ShareGroupPartitionMetadata (the topics and partitions whose
+share-partition state the group initialised: every partition of a subscribed topic, once
+assigned). Loading the partition brings the group back (`restore`) with its epoch and
+members, whose session timers start again: a member that goes on heartbeating keeps its
+membership (at the group epoch, with its assignment computed again), one that does not
+expires and the group becomes Empty; a new member's epoch continues from the stored one.
+DeleteGroups writes tombstones for the group's records. The records' delivery state is
+durable elsewhere, in `__share_group_state` (`broker/share/state_store.py`).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
@@ -50,8 +62,14 @@ from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import HeartbeatResult
 from kafkafast.broker.groups.consumer_group import HeartbeatError
 from kafkafast.broker.groups.group import GroupState
+from kafkafast.broker.groups.offsets_records import consumer_value, share_key
 from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
+from kafkafast.protocol._generated.coordinator_records import (
+    ShareGroupMemberMetadataValue as MemberValue,
+    ShareGroupMetadataValue as GroupValue,
+    ShareGroupPartitionMetadataValue as PartitionMetaValue,
+)
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
@@ -60,6 +78,7 @@ EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 ASSIGNOR = "simple"
 
 Assignment = dict[bytes, list[int]]  # topic id -> partitions
+Records = list[tuple[bytes, bytes | None]]
 
 
 @dataclass(slots=True)
@@ -82,6 +101,7 @@ class ShareGroup:
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     topic_signature: tuple = ()  # (name, id, partitions) of the subscribed topics at the last assignment
+    initialized: dict[bytes, tuple[str, set[int]]] = field(default_factory=dict)  # topic id -> (name, partitions)
     dead: bool = False
 
     @property
@@ -196,6 +216,7 @@ class ShareGroups:
         group = self._group(group_id, create=epoch == 0)
         member = group.members.get(member_id)
         bump = False
+        records: Records = []
         if epoch == 0:
             if member is None:
                 if len(group.members) >= self.max_size:
@@ -211,11 +232,14 @@ class ShareGroups:
                                  f"The share group member has a smaller member epoch ({epoch}) than the one known "
                                  f"by the group coordinator ({member.member_epoch}). The member must abandon all "
                                  "its partitions and rejoin.")
+        stored = (member.rack_id, list(member.subscribed_topics))
         if rack_id is not None:
             member.rack_id = rack_id
         if topics is not None and sorted(topics) != sorted(member.subscribed_topics):
             member.subscribed_topics = list(topics)
             bump = True
+        if bump or stored != (member.rack_id, list(member.subscribed_topics)):
+            records.append(self._member_record(group, member))
         signature = self._topic_signature(group)
         if signature != group.topic_signature:
             group.topic_signature = signature
@@ -223,6 +247,10 @@ class ShareGroups:
         if bump:
             group.group_epoch += 1
             self._assign(group)
+            records += self._epoch_records(group)
+        err = self._write(group, records)
+        if err:  # the member retries; what changed in memory stays consistent
+            raise HeartbeatError(err)
         member.member_epoch = group.assignment_epoch
         self._schedule_session(group, member)
         result = HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
@@ -239,6 +267,64 @@ class ShareGroups:
             if meta is not None and name not in INTERNAL_TOPICS:
                 out.append((name, meta.topic_id, meta.partitions))
         return tuple(out)
+
+    # -- persistence (`__consumer_offsets`) ---------------------------------------------------
+    @staticmethod
+    def _member_record(group: ShareGroup, member: ShareMember) -> tuple[bytes, bytes]:
+        return share_key("member", group.group_id, member.member_id), consumer_value(MemberValue(
+            rack_id=member.rack_id, client_id=member.client_id, client_host=member.client_host,
+            subscribed_topic_names=list(member.subscribed_topics)))
+
+    @staticmethod
+    def _epoch_records(group: ShareGroup) -> Records:
+        """The group epoch record, after the initialised-partitions record when the assignment
+        reached partitions not initialised before."""
+        records: Records = []
+        grown = False
+        for name, tid, count in group.topic_signature:
+            _, parts = group.initialized.setdefault(tid, (name, set()))
+            if len(parts) < count:
+                parts.update(range(count))
+                grown = True
+        if grown:
+            records.append((share_key("partition_metadata", group.group_id), consumer_value(PartitionMetaValue(
+                initialized_topics=[PartitionMetaValue.TopicPartitionsInfo(topic_id=tid, topic_name=name,
+                                                                           partitions=sorted(parts))
+                                    for tid, (name, parts) in group.initialized.items()]))))
+        records.append((share_key("group", group.group_id), consumer_value(GroupValue(epoch=group.group_epoch))))
+        return records
+
+    def _write(self, group: ShareGroup, records: Records) -> int:
+        return self.broker.group_coordinator._append(group.group_id, records, clock.now_ms()) if records else 0
+
+    def restore(self, group_id: str, records: dict[tuple[str, str | None], Any]) -> None:
+        """The share group as its records in `__consumer_offsets` left it (loading a partition):
+        its epoch, initialised partitions and members; the members' sessions start again and
+        their assignment is computed again at the stored epoch."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self.unload(lambda gid: gid == group_id)  # (loaded again: the records are the truth)
+        head = records[("group", None)]
+        group = self.groups[group_id] = ShareGroup(group_id, group_epoch=head.epoch)
+        meta = records.get(("partition_metadata", None))
+        for t in meta.initialized_topics if meta is not None else ():
+            group.initialized[bytes(t.topic_id)] = (t.topic_name, set(t.partitions))
+        for (kind, mid), v in records.items():
+            if kind == "member" and mid and v is not None:
+                group.members[mid] = ShareMember(mid, v.client_id, v.client_host, v.rack_id,
+                                                 list(v.subscribed_topic_names), member_epoch=head.epoch)
+        group.topic_signature = self._topic_signature(group)
+        self._assign(group)
+        for m in group.members.values():
+            self._schedule_session(group, m)
+
+    def unload(self, owned: Callable[[str], bool]) -> None:
+        """This process no longer coordinates the groups `owned` says (a `__consumer_offsets`
+        partition moved away): they are forgotten here, their timers stopped."""
+        for gid in [g for g in self.groups if owned(g)]:
+            for m in self.groups.pop(gid).members.values():
+                if m.timer is not None:
+                    m.timer.cancel()
 
     def _assign(self, group: ShareGroup) -> None:
         """A new target assignment at the group epoch. Members with the same subscription are
@@ -275,6 +361,9 @@ class ShareGroups:
         group.group_epoch += 1
         group.topic_signature = self._topic_signature(group)
         self._assign(group)
+        if self._write(group, [(share_key("member", group.group_id, member.member_id), None)]
+                       + self._epoch_records(group)):
+            log.warning("share group %s: could not write the removal of member %s", group.group_id, member.member_id)
         if expired:
             self.on_member_gone(group.group_id, member.member_id)
 
@@ -313,8 +402,10 @@ class ShareGroups:
         return EC.NON_EMPTY_GROUP if group.members else 0
 
     def delete(self, group_id: str) -> int:
-        """DeleteGroups for a share group: only an empty one (`deletable`)."""
-        err = self.deletable(group_id)
+        """DeleteGroups for a share group: only an empty one (`deletable`); its records in
+        `__consumer_offsets` get tombstones."""
+        err = self.deletable(group_id) or self._write(self.groups[group_id], [
+            (share_key(kind, group_id), None) for kind in ("partition_metadata", "group")])
         if err:
             return err
         group = self.groups[group_id]
