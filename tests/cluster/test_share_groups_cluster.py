@@ -14,15 +14,16 @@ broker."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, Producer, ShareConsumer
+from confluent_kafka import AcknowledgeType, Consumer, KafkaError, KafkaException, Producer, ShareConsumer, TopicPartition
 
 from kafkafast.broker.group_coordinator import java_string_hash
 from kafkafast.broker.share import SHARE_API_KEYS
-from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
+from kafkafast.broker.share.state_store import SNAPSHOT_KEY, STATE_TOPIC, UPDATE_KEY, coordinator_key, state_key
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
@@ -447,3 +448,79 @@ def test_a_new_share_partition_starts_where_the_group_config_stored_now_says(sha
     leader = cluster.brokers[cluster.leader(topic, 0)]
     assert described_group_configs(leader.port, group)["share.auto.offset.reset"] == ("latest", DEFAULT_CONFIG)
     assert values_consumed(cluster, group, topic, values, 20) == values
+
+
+def state_records(cluster, index: int, key: tuple[str, bytes, int]) -> int:
+    """How many ShareSnapshot/ShareUpdate records of `key` `__share_group_state`-`index` holds (a real consumer)."""
+    wanted = {state_key(SNAPSHOT_KEY, key), state_key(UPDATE_KEY, key)}
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, **QUIET})
+    try:
+        end = c.get_watermark_offsets(TopicPartition(STATE_TOPIC, index), timeout=30)[1]
+        c.assign([TopicPartition(STATE_TOPIC, index, 0)])
+        n, offset, deadline = 0, 0, time.monotonic() + 30
+        while offset < end and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                n += m.key() in wanted
+                offset = m.offset() + 1
+        assert offset >= end, f"{STATE_TOPIC}-{index} read up to {offset} of {end}"
+        return n
+    finally:
+        c.close()
+
+
+def test_concurrent_acknowledgements_share_one_state_write(share_cluster):
+    """Several share consumers acknowledging records one at a time (a commit_sync each) on a
+    partition whose leader is not the share coordinator of its state: the leader sends one
+    WriteShareGroupState at a time to the coordinator, the writes made meanwhile merged into the
+    next (as Kafka's persister coalesces them), so `__share_group_state` holds fewer records of
+    the share-partition than there were commits (one each without it), and every record is
+    accepted once: no write times out, nothing is delivered again."""
+    cluster = share_cluster
+    topic = f"cq-coalesce-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3)
+    with RawClient(next(iter(cluster.brokers.values())).port, timeout=30) as rc:
+        tid = bytes(rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id)
+    cluster.wait_for(lambda: cluster.leader(topic, 0) >= 0, 30, f"a leader of {topic}")
+    for _ in range(100):  # a group whose state is coordinated away from the partition's leader
+        group = f"csg-{uuid.uuid4().hex[:8]}"
+        index = state_partition(cluster, group, topic, 0)
+        if cluster.leader(STATE_TOPIC, index) not in (-1, cluster.leader(topic, 0)):
+            break
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "batch.num.messages": 4, **QUIET})
+    values = {f"r-{i}".encode() for i in range(240)}  # in batches of a few: acquired a few at a time
+    for v in sorted(values):
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+
+    got: dict[bytes, int] = {}
+    commits = [0]
+    lock = threading.Lock()
+
+    def consume() -> None:
+        c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "max.poll.records": 4,
+                           "share.acknowledgement.mode": "explicit", **QUIET})
+        c.subscribe([topic])
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(got) < len(values):
+                for m in c.poll(0.3):
+                    if m.error() is None:
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                        assert all(e is None for e in c.commit_sync(30).values())
+                        with lock:
+                            got[m.value()] = max(got.get(m.value(), 0), m.delivery_count())
+                            commits[0] += 1
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert got == dict.fromkeys(values, 1)
+    written = state_records(cluster, index, (group, tid, 0))
+    assert 0 < written < commits[0], f"{written} state records for {commits[0]} commits"
