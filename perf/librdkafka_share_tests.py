@@ -89,13 +89,14 @@ CONFIG_RACE = (
     "ZooKeeper first")
 # What the second run (11:10, with that fixed) found in 0172 and 0173, later sub-tests.
 STATE_WRITES = (
-    "not fixed (cluster mode): the failure came the moment WriteShareGroupState requests timed out (the brokers' "
-    "logs: 'share state: a write failed: no answer from ... in time', 35 s): a share-partition's leader sends each "
-    "state change (each acknowledgement) to the share coordinator as a request of its own, over one inter-broker "
-    "connection per broker, whose requests the coordinator handles one at a time, each waiting for its acks=all "
-    "append to __share_group_state; under these sub-tests' many acknowledgements over many partitions the queue "
-    "grew past the timeout and the acknowledgements whose write failed were lost (the records came again). "
-    "Kafka's persister sends the writes for one share coordinator together; writes here are not coalesced yet")
+    "fixed (cluster mode): WriteShareGroupState requests timed out (the brokers' logs: 'share state: a write "
+    "failed: no answer from ... in time', 35 s) and the acknowledgements whose write failed were lost (the "
+    "records came again): a share coordinator answered a state request only once every pending state write of "
+    "its broker was done, its own share-partitions' writes to other share coordinators included, so two brokers "
+    "each coordinating state of share-partitions the other leads waited for each other over their inter-broker "
+    "connections (each handled in turn) until the timeout; a share coordinator now waits only for the writes of "
+    "the keys it serves, and a leader sends one WriteShareGroupState at a time per share coordinator and group, "
+    "the writes made meanwhile together in the next (as Kafka's persister)")
 # The notes of a `--cluster` run where they differ from NOTES.
 CLUSTER_NOTES: dict[str, str] = {
     **{test: "; ".join(n for n in (NOTES.get(test), CONFIG_RACE) if n) for test in (

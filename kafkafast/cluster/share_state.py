@@ -14,7 +14,9 @@ ShareAcknowledge). Their state goes to the share coordinator: kept here when thi
 coordinates the key, else read with ReadShareGroupState (when the share-partition is loaded:
 on first use and whenever the partition's leader epoch moved) and written with
 WriteShareGroupState (the changed batches and the start offset; awaited before the request that
-changed them is answered), over one inter-broker connection per broker (`cluster/peers.py`),
+changed them is answered: one request in flight per share coordinator and group, the writes made
+meanwhile sent together in the next, a share-partition's merged in order, as Kafka's persister
+coalesces them), over one inter-broker connection per broker (`cluster/peers.py`),
 or over the forwarding link to the worker owning the partition when this broker is the
 coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
 acknowledged state, and a new share coordinator from what the ISR held. The group's coordinator
@@ -32,14 +34,14 @@ from typing import Any
 
 from kafkafast.broker.group_coordinator import read_partition
 from kafkafast.broker.share.manager import PersistedState
-from kafkafast.broker.share.partition import StateBatch
+from kafkafast.broker.share.partition import StateBatch, overlay
 from kafkafast.broker.share.state_store import STATE_TOPIC, Key, ShareStateStore
 from kafkafast.cluster.peers import PeerConnections
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.delete_share_group_state import DeleteShareGroupStateRequest
 from kafkafast.protocol._generated.initialize_share_group_state import InitializeShareGroupStateRequest
 from kafkafast.protocol._generated.read_share_group_state import ReadShareGroupStateRequest
-from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest
+from kafkafast.protocol._generated.write_share_group_state import WriteShareGroupStateRequest, WriteShareGroupStateResponse
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
@@ -52,6 +54,65 @@ def _raise_for(result: Any, key: Key) -> None:
         raise E.for_code(result.error_code)(result.error_message or f"share state of {key[0]}")
 
 
+def _fenced(key: Key, state_epoch: int, newer: int) -> Any:
+    """The result a share coordinator gives a write with an older state epoch than its newest."""
+    return WriteShareGroupStateResponse.PartitionResult(partition=key[2], error_code=EC.FENCED_STATE_EPOCH,
+                                                         error_message=f"state epoch {state_epoch} is older than {newer}")
+
+
+class _QueuedWrites:
+    """The state writes of one group waiting for its share coordinator, as one
+    WriteShareGroupState: a share-partition's writes merged in order (its later batches laid over
+    the earlier ones, its latest start offset and state epoch), each writer's future answered
+    with its share-partition's result."""
+    __slots__ = ("parts", "futures")
+
+    def __init__(self) -> None:
+        self.parts: dict[Key, tuple[int, int, list[StateBatch]]] = {}  # key -> (state epoch, start offset, batches)
+        self.futures: dict[Key, list[asyncio.Future]] = {}
+
+    def add(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch],
+            fut: asyncio.Future) -> None:
+        earlier = self.parts.get(key)
+        if earlier is not None and earlier[0] > state_epoch:  # a share-partition loaded before a reset
+            fut.set_result(_fenced(key, state_epoch, earlier[0]))
+            return
+        if earlier is not None and earlier[0] < state_epoch:  # as the coordinator would answer them
+            for older in self.futures.pop(key):
+                older.set_result(_fenced(key, earlier[0], state_epoch))
+        elif earlier is not None:
+            batches = overlay(earlier[2], batches, start_offset)
+        self.parts[key] = (state_epoch, start_offset, batches)
+        self.futures.setdefault(key, []).append(fut)
+
+    def request(self) -> WriteShareGroupStateRequest:
+        W = WriteShareGroupStateRequest
+        per_topic: dict[bytes, list[Any]] = {}
+        for (_, tid, partition), (state_epoch, start_offset, batches) in self.parts.items():
+            per_topic.setdefault(tid, []).append(W.PartitionData(
+                partition=partition, state_epoch=state_epoch, leader_epoch=0, start_offset=start_offset,
+                state_batches=[W.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
+                               for a, b, s, c in batches]))
+        return W(group_id=next(iter(self.parts))[0], topics=[
+            W.WriteStateData(topic_id=tid, partitions=ps) for tid, ps in per_topic.items()])
+
+    def answer(self, resp: Any) -> None:
+        group_id = next(iter(self.parts))[0]
+        for t in resp.results:
+            for p in t.partitions:
+                for fut in self.futures.pop((group_id, bytes(t.topic_id), p.partition), ()):
+                    if not fut.done():
+                        fut.set_result(p)
+        self.fail(E.CoordinatorNotAvailableError("no result for the share-partition"))
+
+    def fail(self, exc: BaseException) -> None:
+        for futs in self.futures.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(exc)
+        self.futures.clear()
+
+
 class ClusterShareStateStore(ShareStateStore):
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)
@@ -60,6 +121,8 @@ class ClusterShareStateStore(ShareStateStore):
         self._unloads: dict[int, int] = {}
         self._tasks: list[asyncio.Task] = []
         self.peers = PeerConnections(broker, "share-state")
+        self._queued: dict[tuple[int, str], _QueuedWrites] = {}  # (share coordinator, group) -> writes not sent yet
+        self._sending: set[tuple[int, str]] = set()  # a WriteShareGroupState to it is in flight
 
     async def start(self) -> None:
         self.loaded = True  # partitions load as their leadership comes (load_partition)
@@ -145,16 +208,37 @@ class ClusterShareStateStore(ShareStateStore):
         if self.coordinator_error(key) == 0:
             super().write(group_id, topic_id, partition, start_offset, state_epoch, batches)
             return
-        W = WriteShareGroupStateRequest
-        req = W(group_id=group_id, topics=[W.WriteStateData(topic_id=topic_id, partitions=[W.PartitionData(
-            partition=partition, state_epoch=state_epoch, leader_epoch=0, start_offset=start_offset,
-            state_batches=[W.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
-                           for a, b, s, c in batches])])])
-        self.pending.append((key, asyncio.ensure_future(self._write_remote(key, req))))
+        dest = (self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key)), group_id)
+        fut = asyncio.get_running_loop().create_future()
+        self._queued.setdefault(dest, _QueuedWrites()).add(key, state_epoch, start_offset, batches, fut)
+        self.pending.append((key, fut))
+        if dest not in self._sending:
+            self._sending.add(dest)
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.get_running_loop().create_task(self._send_writes(dest)))
 
-    async def _write_remote(self, key: Key, req: Any) -> Any:
-        resp = await self._ask(key, req)
-        return resp.results[0].partitions[0]
+    async def _send_writes(self, dest: tuple[int, str]) -> None:
+        """One WriteShareGroupState at a time to a share coordinator for a group: the writes
+        queued meanwhile go together in the next one (Kafka's persister coalesces them too)."""
+        try:
+            while (queued := self._queued.pop(dest, None)) is not None:
+                await self._send_queued(dest[0], queued)
+        finally:
+            self._sending.discard(dest)
+            queued = self._queued.pop(dest, None)  # cancelled (stopping)
+            if queued is not None:
+                queued.fail(E.CoordinatorNotAvailableError("the broker is stopping"))
+
+    async def _send_queued(self, leader: int, queued: _QueuedWrites) -> None:
+        try:
+            resp = await self._send(leader, next(iter(queued.parts)), queued.request())
+        except Exception as exc:  # the coordinator went away, or a KafkaError: every writer's
+            queued.fail(exc)
+            return
+        except asyncio.CancelledError:
+            queued.fail(E.CoordinatorNotAvailableError("the broker is stopping"))
+            raise
+        queued.answer(resp)
 
     async def _initialize_at_coordinator(self, key: Key, state_epoch: int, start_offset: int) -> None:
         if self.coordinator_error(key) == 0:
@@ -229,7 +313,9 @@ class ClusterShareStateStore(ShareStateStore):
 
     # -- inter-broker requests ----------------------------------------------------------------------
     async def _ask(self, key: Key, request: Any) -> Any:
-        leader = self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key))
+        return await self._send(self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key)), key, request)
+
+    async def _send(self, leader: int, key: Key, request: Any) -> Any:
         if leader == self.broker.node_id:
             return await self._ask_here(key, request)
         if leader < 0:

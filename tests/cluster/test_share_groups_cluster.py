@@ -14,6 +14,7 @@ broker."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
@@ -447,3 +448,78 @@ def test_a_new_share_partition_starts_where_the_group_config_stored_now_says(sha
     leader = cluster.brokers[cluster.leader(topic, 0)]
     assert described_group_configs(leader.port, group)["share.auto.offset.reset"] == ("latest", DEFAULT_CONFIG)
     assert values_consumed(cluster, group, topic, values, 20) == values
+
+
+def test_share_coordinators_writing_to_each_other_answer_at_once(share_cluster):
+    """Several share consumers acknowledging records one at a time (a commit_sync each) on two
+    share-partitions whose leaders are each other's share coordinators for the group: each
+    broker's WriteShareGroupState handler answers once its own appends are replicated, not once
+    this broker's writes to the other coordinator are answered too (that one's handler waiting
+    likewise for this one: a cycle over the two inter-broker connections, broken only by the
+    35 s timeout, the acknowledgements then failing and the records coming again). Every record
+    is accepted once, in seconds."""
+    cluster = share_cluster
+    topics = [f"cq-crossed-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    tids: dict[str, bytes] = {}
+    for topic in topics:
+        cluster.create_topic(topic, 3, 3)
+        with RawClient(next(iter(cluster.brokers.values())).port, timeout=30) as rc:
+            tids[topic] = bytes(rc.request(MetadataRequest(topics=[
+                MetadataRequest.MetadataRequestTopic(name=topic)]), 12).topics[0].topic_id)
+    candidates = [(topic, q) for topic in topics for q in range(3)]
+    cluster.wait_for(lambda: all(cluster.leader(*tp) >= 0 for tp in candidates), 30, f"leaders of {topics}")
+    leaders = {tp: cluster.leader(*tp) for tp in candidates}
+    indexes = range(int(SETTINGS["share.coordinator.state.topic.num.partitions"]))
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"csg-{uuid.uuid4().hex[:8]}", **QUIET})
+    c.subscribe(topics)  # (so the share coordinators' topic exists)
+    try:
+        cluster.wait_for(lambda: not c.poll(0.2) and all(cluster.leader(STATE_TOPIC, i) >= 0 for i in indexes),
+                         30, f"leaders of {STATE_TOPIC}")
+    finally:
+        c.close()
+    state_leaders = {i: cluster.leader(STATE_TOPIC, i) for i in indexes}
+
+    def index_of(group: str, tp: tuple[str, int]) -> int:
+        return (java_string_hash(coordinator_key(group, tids[tp[0]], tp[1])) & 0x7FFFFFFF) % len(state_leaders)
+
+    # a group and two partitions whose share-partitions' states are each at the other's leader
+    group, pair = next((g, (a, b)) for g in (f"csg-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+                       for a in candidates for b in candidates if leaders[a] != leaders[b]
+                       and (state_leaders[index_of(g, a)], state_leaders[index_of(g, b)]) == (leaders[b], leaders[a]))
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "batch.num.messages": 4, **QUIET})
+    values = {f"r-{i}".encode() for i in range(240)}  # in batches of a few: acquired a few at a time
+    for i, v in enumerate(sorted(values)):
+        p.produce(pair[i % 2][0], value=v, partition=pair[i % 2][1])
+    assert p.flush(30) == 0
+
+    got: dict[bytes, int] = {}
+    failed: list = []
+    lock = threading.Lock()
+
+    def consume() -> None:
+        c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "max.poll.records": 4,
+                           "share.acknowledgement.mode": "explicit", **QUIET})
+        c.subscribe(topics)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(got) < len(values) and not failed:
+                for m in c.poll(0.3):
+                    if m.error() is None:
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                        errors = [e for e in c.commit_sync(30).values() if e is not None]
+                        with lock:
+                            failed.extend(errors)
+                            got[m.value()] = max(got.get(m.value(), 0), m.delivery_count())
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=consume) for _ in range(4)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert not failed
+    assert got == dict.fromkeys(values, 1)
+    assert time.monotonic() - started < 30  # no write waited for a timeout

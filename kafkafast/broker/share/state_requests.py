@@ -20,6 +20,7 @@ async def per_partition(broker: Any, ctx: Any, group_id: str, topics: list[Any],
     store = broker.share.store
     refused = denied(broker, ctx, acl.CLUSTER_ACTION, acl.CLUSTER)
     out = []
+    served: set[tuple[str, bytes, int]] = set()
     for t in topics:
         tid = bytes(t.topic_id)
         results = []
@@ -29,13 +30,17 @@ async def per_partition(broker: Any, ctx: Any, group_id: str, topics: list[Any],
             if err:
                 results.append((p, err, None, None))
                 continue
+            served.add(key)
             try:
                 results.append((p, 0, None, action(key, p)))
             except E.KafkaError as exc:
                 results.append((p, exc.code, exc.message, None))
             broker.share.forget_share_partition(*key)
         out.append((tid, results))
-    err = await store.settled()  # the writes that went to another worker
+    # The writes of the keys served (forwarded to another worker, waiting for the ISR), not this
+    # broker's own writes to other share coordinators: one of those waiting for a coordinator that
+    # waits for this one would be a cycle (each handles an inter-broker connection's requests in turn).
+    err = await store.settled([(key, fut) for key, fut in store.pending if key in served])
     if err:
         out = [(tid, [(p, e or err, m, r) for p, e, m, r in results]) for tid, results in out]
     return out

@@ -352,13 +352,13 @@ class ShareStateStore:
         if err:
             raise E.for_code(err)(what)
 
-    async def settled(self) -> int:
-        """Waits for every write not done yet (forwarded to another worker, sent to the share
-        coordinator, or waiting for the ISR), those another request also waits for included (it
-        may be answered first, not before them); the first error code, or NONE. The key of a
-        failed write is written whole next time."""
+    async def settled(self, writes: list[tuple[Key, Any]] | None = None) -> int:
+        """Waits for `writes` (default: every write not done yet: forwarded to another worker,
+        sent to the share coordinator, or waiting for the ISR, those another request also waits
+        for included: it may be answered first, not before them); the first error code, or NONE.
+        The key of a failed write is written whole next time."""
         error = 0
-        for key, fut in list(self.pending):
+        for key, fut in list(self.pending) if writes is None else writes:
             try:
                 res = await fut  # an error code, or a response part with one
                 code = res if isinstance(res, int) else res.error_code
