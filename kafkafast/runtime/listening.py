@@ -14,7 +14,9 @@ plain TCP, or TLS with the listener's SSLContext; every connection knows its lis
 from __future__ import annotations
 
 import dataclasses
+import errno
 import socket
+import time
 from typing import Any
 
 from kafkafast.config import ConfigError
@@ -27,6 +29,10 @@ from kafkafast.security.jaas import jaas_for
 from kafkafast.security.listeners import ListenerSpec, listener_specs
 from kafkafast.security.sasl import enabled_mechanisms
 from kafkafast.security.tls import PrincipalMapper, server_context
+
+
+# how long a listener's address lock is waited for before another broker is said to hold it
+LOCK_RELEASE_WAIT_S = 3.0
 
 
 class ListenerError(OSError):
@@ -43,7 +49,7 @@ def claim_listener(host: str, port: int, *, probe: bool = True) -> socket.socket
       starting (its sockets are bound but not listening yet)."""
     lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        lock.bind(f"\0kafkafast-listener-{host}:{port}")
+        _bind_lock(lock, f"\0kafkafast-listener-{host}:{port}")
         if probe:
             make_listen_socket(host, port).close()
     except OSError as exc:
@@ -53,6 +59,21 @@ def claim_listener(host: str, port: int, *, probe: bool = True) -> socket.socket
         raise ListenerError(exc.errno, f"cannot listen on {host}:{port}: another kafkafast broker is "
                                        "using it") from None
     return lock
+
+
+def _bind_lock(lock: socket.socket, name: str, wait_s: float = LOCK_RELEASE_WAIT_S) -> None:
+    """Binds the abstract name, waiting up to `wait_s` while it is taken: a broker stopped or
+    killed a moment ago may still hold it in a worker that is exiting (its port already free);
+    a broker that is really running keeps it, and the bind fails after the wait."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock.bind(name)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)
 
 
 def make_listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
