@@ -61,10 +61,10 @@ class ClusterLocalPlacement(LocalPlacement):
         pass
 
     async def controlled_shutdown(self) -> None:
-        await self.broker.controlled_shutdown()
+        await self.broker.control.run_controlled_shutdown()
 
     def request_reregistration(self) -> None:
-        self.broker.register_again()
+        self.broker.control.register_again()
 
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         return Partition(topic, index, await self.broker.replica_log(topic, index))

@@ -260,7 +260,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         broker = self.broker
         if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and broker.node.controller is not None:
             self.table.set_header_word(shm.H_REREGISTER, 0)
-            broker.register_again()
+            broker.control.register_again()
         for part in list(broker.partitions.values()):
             if self.owns(part) and part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
@@ -313,7 +313,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         leads."""
         broker = self.broker
         if self.index == 0:
-            await broker.controlled_shutdown()
+            await broker.control.run_controlled_shutdown()
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + controlled_shutdown_budget(broker.config)
@@ -327,7 +327,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def request_reregistration(self) -> None:
         """Worker 0 holds the registration: another worker asks it through the header word."""
         if self.index == 0:
-            self.broker.register_again()
+            self.broker.control.register_again()
             return
         self.table.set_header_word(shm.H_REREGISTER, 1)
         self.poke(0)

@@ -209,6 +209,20 @@ def test_one_view_of_partitions_and_one_lifecycle_in_every_mode():
     assert not any(overrides.values()), overrides
 
 
+def test_controller_requests_are_the_control_planes():
+    """What a broker knows of its controller (the controller epoch its requests are checked
+    against, the connection to it, AlterPartition, a new registration, the controlled shutdown)
+    is the ZooKeeper control plane's, not a Broker subclass's."""
+    on_control = {"check_controller_epoch", "leader_and_isr", "update_metadata", "stop_replica", "alter_isr",
+                  "_controller_connection", "register_again", "_reregister", "ask_controller",
+                  "run_controlled_shutdown", "_wait_not_leading"}
+    assert on_control <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    moved = on_control | {"apply_leader_and_isr", "apply_update_metadata", "apply_stop_replica",
+                          "send_alter_partition", "handle_alter_partition", "controlled_shutdown"}
+    owners = {cls: class_methods(cls) & moved for cls in subclasses_of("kafkafast.broker.broker.Broker")}
+    assert not any(owners.values()), owners
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
