@@ -24,15 +24,11 @@ from typing import Any
 
 from kafkafast.broker.broker import Broker
 from kafkafast.broker.replication_throttle import ReplicationQuota
-from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
-from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.zk_control import ZkControl
 from kafkafast.cluster.zk_topic_store import ZkTopicStore
-from kafkafast.cluster.fetcher import FetcherManager
-from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.node import ZkProducerIds
 from kafkafast.cluster.placement import ClusterLocalPlacement, ReplicaPlacement
@@ -41,23 +37,18 @@ from kafkafast.storage.config import LogConfig
 
 
 class ClusterBroker(Broker):
-    dynamic: ZkDynamicConfigs  # made by _make_dynamic_configs
+    dynamic: ZkDynamicConfigs  # made by ZkControl.make_dynamic_configs
     placement: ReplicaPlacement  # one process (ClusterLocalPlacement) or a worker's (cluster/worker_placement.py)
 
     def __init__(self, config: Any, placement: ReplicaPlacement | None = None) -> None:
-        super().__init__(config, placement or ClusterLocalPlacement())
+        super().__init__(config, placement or ClusterLocalPlacement(), ZkControl)
         self.node = self.placement.make_node(config, self.log_dirs[0])
         self.cluster = self.node
-        self.control = ZkControl(self)
-        self.replicas.attach_control(self.control)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
         self.topics = ClusterTopics(self.metadata, self.node.topic_configs)  # type: ignore[assignment]
         self.topic_admin = TopicAdmin(self, ZkTopicStore(self))
         self.loop: asyncio.AbstractEventLoop | None = None
         self.follower_quota = ReplicationQuota(config.get_int("follower.replication.throttled.rate"))  # (the fetchers')
-
-    def _make_dynamic_configs(self) -> ZkDynamicConfigs:
-        return ZkDynamicConfigs(self.log_dirs[0])  # broker configs in /config/brokers, read in load()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _load_cluster_id(self) -> str:
@@ -89,12 +80,7 @@ class ClusterBroker(Broker):
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.load)
         self.load = lambda: None  # type: ignore[method-assign]  (Broker.start calls it)
-        self.replicas.fetchers = FetcherManager(self)  # the followers' side of the data plane (network)
-        self.txn_coordinator = ClusterTxnCoordinator(self)  # started by Broker.start
-        group_configs = ZkGroupConfigs(self.config)  # read after load() took the notifications seen so far
-        await asyncio.to_thread(group_configs.attach, self.node)
-        self.share = ShareCoordinator(self, self.placement.make_share_store(), group_configs)  # started by Broker.start
-        await super().start()
+        await super().start()  # (the fetchers, share and transaction coordinators: ZkControl's make_*)
         self.placement.after_start()
 
     async def replica_log(self, topic: str, index: int) -> Any:

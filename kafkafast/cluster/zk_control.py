@@ -8,7 +8,9 @@ tells it when a leadership cannot be confirmed (the ZooKeeper session and lease:
 of a cut-off leader). It owns what this broker knows of the controller: the controller epoch
 its requests are checked against, the connection to it (AlterPartition, ControlledShutdown),
 a new registration when the controller refuses this broker's epoch, and the controlled
-shutdown."""
+shutdown. The stores and coordinators that differ by control plane are made here (`make_*`):
+the dynamic configs, the share groups' state and configs, the transaction coordinator and the
+follower fetchers, all through ZooKeeper or the other brokers."""
 from __future__ import annotations
 
 import asyncio
@@ -17,9 +19,14 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
+from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
+from kafkafast.cluster.fetcher import FetcherManager
+from kafkafast.cluster.group_configs import ZkGroupConfigs
+from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.node import SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, monotonic_ms
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.metrics import recorder
@@ -103,6 +110,25 @@ class ZkControl:
         for p in broker.partitions.values():
             p.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
         await asyncio.to_thread(broker.node.close)
+
+    # -- what the broker builds: ZooKeeper's stores and coordinators ---------------------
+
+    def make_dynamic_configs(self) -> ZkDynamicConfigs:
+        return ZkDynamicConfigs(self.broker.log_dirs[0])  # broker configs in /config/brokers, read in load()
+
+    def make_fetchers(self) -> FetcherManager:
+        return FetcherManager(self.broker)  # the followers' side of the data plane (network)
+
+    async def make_share_coordinator(self) -> ShareCoordinator:
+        """Group configs in /config/groups (read after load() took the change notifications seen
+        so far), the state in `__share_group_state` as the placement holds it."""
+        broker = self.broker
+        group_configs = ZkGroupConfigs(broker.config)
+        await asyncio.to_thread(group_configs.attach, broker.node)
+        return ShareCoordinator(broker, broker.placement.make_share_store(), group_configs)
+
+    def make_txn_coordinator(self) -> ClusterTxnCoordinator:
+        return ClusterTxnCoordinator(self.broker)  # markers to the partitions' leaders
 
     def _session_reset(self) -> None:
         log.info("new ZooKeeper session (broker epoch %d)", self.broker.node.broker_epoch)

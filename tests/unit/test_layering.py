@@ -223,6 +223,18 @@ def test_controller_requests_are_the_control_planes():
     assert not any(owners.values()), owners
 
 
+def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane():
+    """The dynamic configs, the follower fetchers, the share coordinator (its state store and
+    group configs) and the transaction coordinator are each control plane's `make_*`, which
+    `Broker` calls: no Broker subclass makes them."""
+    factories = {"make_dynamic_configs", "make_fetchers", "make_share_coordinator", "make_txn_coordinator"}
+    assert factories <= class_methods("kafkafast.broker.control.LocalControl")
+    assert factories <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    owners = {cls: class_methods(cls) & (factories | {"_make_dynamic_configs"})
+              for cls in {"kafkafast.broker.broker.Broker"} | subclasses_of("kafkafast.broker.broker.Broker")}
+    assert not any(owners.values()), owners
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
