@@ -85,9 +85,9 @@ class Broker:
         self.control: Any = control(self)
         os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
         # may fail (the LogManager takes such a dir offline)
-        self.cluster_id = self._load_cluster_id()
+        self.cluster_id = self.control.initial_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
-        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # cluster_broker.py: ZooKeeper's store
+        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # (ZkControl.attach: ZooKeeper's store)
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = self.control.make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
@@ -113,6 +113,7 @@ class Broker:
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
         self.placement.attach(self)  # a worker's placement: its fetch-session shard, its owned logs
+        self.control.attach()  # (ZooKeeper's: the session, the metadata cache, the topics through it)
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
@@ -176,7 +177,7 @@ class Broker:
                             dedupe_buffer_size=int(settings["log.cleaner.dedupe.buffer.size"] or 134217728))
 
     async def start(self) -> None:
-        self.load()
+        await self.control.load()  # (a single node's: load(); ZooKeeper's: the session first)
         self.replicas.fetchers = self.control.make_fetchers()  # the followers' side of the data plane
         if self.group_coordinator is None:
             self._attach_group_coordinator()
@@ -194,6 +195,7 @@ class Broker:
         for ext in self.extensions:
             if hasattr(ext, "start"):
                 ext.start()
+        self.control.started()
 
     async def on_listening(self) -> None:
         """Called by the runtime once the listeners accept connections (the control plane's
@@ -251,8 +253,23 @@ class Broker:
 
     # -- topics -------------------------------------------------------------------------
     def _config_for_topic(self, topic: str) -> LogConfig:
+        return self.control.config_for_topic(topic)
+
+    def local_config_for_topic(self, topic: str) -> LogConfig:
+        """`_config_for_topic` from the topic store in the log dir."""
         meta = self.topics.get(topic)
         return self.topic_log_config(meta) if meta is not None else self.default_log_config
+
+    async def replica_log(self, topic: str, index: int) -> Any:
+        """The log of a replica this process holds: the one loaded at start, else a new one."""
+        lg = self.log_manager.get(topic, index)
+        if lg is None:
+            lg = self.log_manager.create(topic, index, await self.replica_config(topic))
+        return lg
+
+    async def replica_config(self, topic: str) -> LogConfig:
+        """The topic's log config (its overrides read from ZooKeeper, in a thread)."""
+        return await asyncio.to_thread(self._config_for_topic, topic)
 
     def topic_log_config(self, meta: TopicMeta) -> LogConfig:
         return LogConfig.from_props(meta.configs, self.default_log_config) if meta.configs else self.default_log_config

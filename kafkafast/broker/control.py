@@ -120,6 +120,21 @@ class LocalControl:
 
     # -- the broker's lifecycle: nothing to register, watch or hand over ----------------
 
+    def initial_cluster_id(self) -> str:
+        return self.broker._load_cluster_id()  # meta.properties in the first log dir
+
+    def attach(self) -> None:
+        """The broker is built: its topics are the log dir's store already."""
+
+    async def load(self) -> None:
+        self.broker.load()  # topics, logs (recovery), partitions, on the loop
+
+    def started(self) -> None:
+        pass
+
+    def config_for_topic(self, topic: str) -> Any:
+        return self.broker.local_config_for_topic(topic)
+
     async def on_listening(self) -> None:
         pass
 

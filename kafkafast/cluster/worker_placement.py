@@ -1,4 +1,4 @@
-"""Cluster mode inside a pre-forked broker: a plain `ClusterBroker` over each worker's
+"""Cluster mode inside a pre-forked broker: the `Broker` with a `ZkControl` over each worker's
 `ClusterWorkerPlacement` (the worker placement's partition ownership, with the replica hooks
 of `cluster/placement.py:ReplicaPlacement`), made by `runtime/worker.py` from the classes
 `cli/main.py` chose when `zookeeper.connect` is set.
@@ -55,7 +55,6 @@ from kafkafast.broker.partition import Partition
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.cluster_broker import ClusterBroker
 from kafkafast.cluster.node import ClusterNode
 from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
@@ -173,7 +172,6 @@ class ClusterWorkerPlacement(WorkerPlacement):
     partition's slot too."""
 
     hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
-    broker: ClusterBroker
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)

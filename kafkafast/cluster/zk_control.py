@@ -1,6 +1,9 @@
 """The control plane of a ZooKeeper-mode broker: the same calls as the single node's
 (`kafkafast/broker/control.py`), answered by this broker's controller thread when it is the
-active controller, by the cluster member this broker is, and from its metadata cache.
+active controller, by the cluster member this broker is, and from its metadata cache. It is
+all that makes the one `Broker` class a ZooKeeper cluster member: the broker's ZooKeeper node,
+metadata cache and topics through them (`attach`), its session, identity, dynamic configs,
+ACLs and SCRAM credentials read at start (`load`, after the fork, in the serving process).
 
 It feeds the data plane (`broker.replicas`, broker/replica_manager.py) the controller's
 LeaderAndIsr and StopReplica, takes its ISR changes to the controller (AlterPartition), and
@@ -19,21 +22,27 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.replication_throttle import ReplicationQuota
 from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
+from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
+from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
-from kafkafast.cluster.node import SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, monotonic_ms
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
+                                    monotonic_ms)
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
+from kafkafast.security.context import security_of
 from kafkafast.storage.config import LogConfig
 
 log = logging.getLogger("kafkafast.replica_manager")
@@ -62,7 +71,7 @@ def _ensure_txn_topic(broker: Any) -> int:
 
 
 class ZkControl:
-    """Control plane of a cluster broker (`ClusterBroker`, any worker of it)."""
+    """Control plane of a broker in a ZooKeeper cluster (in one process or in any worker)."""
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
@@ -81,6 +90,58 @@ class ZkControl:
     def _controller_active(self) -> bool:
         controller = self.broker.node.controller
         return controller is not None and controller.active
+
+    # -- the broker's identity and start (Broker.__init__, Broker.start) ----------------
+
+    def initial_cluster_id(self) -> str:
+        return ""  # read from ZooKeeper in load()
+
+    def attach(self) -> None:
+        """The broker is built: its ZooKeeper session (not connected yet: that is load()'s, after
+        the fork), its metadata cache (the controller's UpdateMetadata), its topics through them."""
+        broker = self.broker
+        broker.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
+        broker.cluster = broker.node
+        broker.metadata = MetadataCache(broker.node.inter_broker_listener)
+        broker.topics = ClusterTopics(broker.metadata, broker.node.topic_configs)
+        broker.topic_admin = TopicAdmin(broker, ZkTopicStore(broker))
+        broker.loop = None  # the event loop, known once started
+        broker.follower_quota = ReplicationQuota(broker.config.get_int("follower.replication.throttled.rate"))
+
+    async def load(self) -> None:
+        """The first thing of Broker.start: the placement's, then the ZooKeeper session and what
+        is read through it (in a thread)."""
+        broker = self.broker
+        broker.placement.before_start()
+        broker.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        broker, node = self.broker, self.broker.node
+        node.connect()
+        broker.cluster_id, broker.node_id = node.establish_identity(broker.config.get("cluster.id"))
+        # the change notifications seen before the dynamic broker configs are read: the watch
+        # (on_listening) takes every later one
+        self.seen_config_changes = set(node.zk.get_children(Z.CONFIG_CHANGES))
+        broker.dynamic.attach(node, broker.node_id)
+        broker.dynamic.loaded()
+        broker.apply_dynamic_configs()  # before the logs open with the topic defaults
+        # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
+        # (security/zk_stores.py)
+        security_of(broker)
+        broker.producer_ids = ZkProducerIds(node)
+        broker.log_manager.load_all(broker._config_for_topic)
+        broker.log_cleaner = broker.new_log_cleaner()
+        broker.started = True
+
+    def started(self) -> None:
+        self.broker.placement.after_start()  # (before the broker listens and registers)
+
+    def config_for_topic(self, topic: str) -> LogConfig:
+        """The topic's overrides read from ZooKeeper over the broker's defaults."""
+        broker = self.broker
+        configs = broker.node.topic_configs(topic)
+        return LogConfig.from_props(configs, broker.default_log_config) if configs else broker.default_log_config
 
     # -- the broker's lifecycle (Broker.on_listening, before_stop, stop) ----------------
 

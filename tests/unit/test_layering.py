@@ -209,6 +209,16 @@ def test_one_view_of_partitions_and_one_lifecycle_in_every_mode():
     assert not any(overrides.values()), overrides
 
 
+def test_one_broker_class_whatever_the_control_plane():
+    """`Broker` is the only broker class: what makes it a ZooKeeper cluster member (its node,
+    identity, start, controller requests, stores) is its control plane's, chosen by the command
+    line (`cli/main.py:control_class`), never a subclass's."""
+    assert not subclasses_of("kafkafast.broker.broker.Broker")
+    start = {"initial_cluster_id", "attach", "load", "started", "config_for_topic"}
+    assert start <= class_methods("kafkafast.broker.control.LocalControl")
+    assert start <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+
+
 def test_controller_requests_are_the_control_planes():
     """What a broker knows of its controller (the controller epoch its requests are checked
     against, the connection to it, AlterPartition, a new registration, the controlled shutdown)
