@@ -22,7 +22,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kafkafast import clock
 from kafkafast.broker.control import LocalControl
@@ -36,10 +36,8 @@ from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_gr
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.replica_manager import ReplicaManager
-from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.topic_admin import FileTopicStore, TopicAdmin
 from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore
-from kafkafast.broker.txn_coordinator import TransactionCoordinator
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig, parse_properties
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import api
@@ -49,7 +47,7 @@ from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.cleaner import LogCleaner
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.log_manager import LogManager
-from kafkafast.broker.dynamic_configs import CLEANER_CONFIGS, CONNECTION_CONFIGS, DynamicConfigs, cleaner_io_rate
+from kafkafast.broker.dynamic_configs import CLEANER_CONFIGS, CONNECTION_CONFIGS, cleaner_io_rate
 from kafkafast.broker.quotas import SHARE_FETCH, QuotaManager, measured_handler_time
 
 log = logging.getLogger("kafkafast.broker")
@@ -77,18 +75,21 @@ def now_ms() -> int:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, placement: Placement | None = None) -> None:
+    def __init__(self, config: BrokerConfig, placement: Placement | None = None,
+                 control: Callable[[Broker], Any] = LocalControl) -> None:
         self.config = config
         self.placement: Placement = placement or LocalPlacement()  # where partitions live: one process or N
         self.node_id = config.node_id
         self.log_dirs = config.log_dirs
+        # the control plane (cluster/zk_control.py: ZooKeeper's), first: it makes the stores below
+        self.control: Any = control(self)
         os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
         # may fail (the LogManager takes such a dir offline)
-        self.cluster_id = self._load_cluster_id()
+        self.cluster_id = self.control.initial_cluster_id()
         self.topics = TopicStore(self.log_dirs[0])
-        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # cluster_broker.py: ZooKeeper's store
+        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # (ZkControl.attach: ZooKeeper's store)
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
-        self.dynamic = self._make_dynamic_configs()  # dynamic broker configs, client quotas
+        self.dynamic = self.control.make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)
         self.quotas = QuotaManager(self)
         self.default_log_config = LogConfig.from_props(self.effective_topic_defaults())
@@ -107,12 +108,12 @@ class Broker:
         self._periodic_task: asyncio.Task | None = None
         self.started = False
         # Hooks installed from outside the core (broker/extensions.py), e.g. a test broker's faults.
-        self.control: Any = LocalControl(self)  # the control plane (cluster_broker.py: ZooKeeper's)
         self.replicas = ReplicaManager(self)  # the data plane: every replica's role, the HW rule, the ISR
         self.replicas.attach_control(self.control)
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
         self.placement.attach(self)  # a worker's placement: its fetch-session shard, its owned logs
+        self.control.attach()  # (ZooKeeper's: the session, the metadata cache, the topics through it)
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""
@@ -176,15 +177,16 @@ class Broker:
                             dedupe_buffer_size=int(settings["log.cleaner.dedupe.buffer.size"] or 134217728))
 
     async def start(self) -> None:
-        self.load()
+        await self.control.load()  # (a single node's: load(); ZooKeeper's: the session first)
+        self.replicas.fetchers = self.control.make_fetchers()  # the followers' side of the data plane
         if self.group_coordinator is None:
             self._attach_group_coordinator()
         if self.share is None and self.group_coordinator is not None:  # before loading: it holds the share groups
-            self.share = ShareCoordinator(self)
+            self.share = await self.control.make_share_coordinator()
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
-        if self.txn_coordinator is None and self.group_coordinator is not None:  # (cluster_broker.py makes its own)
-            self.txn_coordinator = TransactionCoordinator(self)
+        if self.txn_coordinator is None and self.group_coordinator is not None:
+            self.txn_coordinator = self.control.make_txn_coordinator()
         if self.txn_coordinator is not None:
             await self.txn_coordinator.start()
         if self.share is not None:
@@ -193,6 +195,7 @@ class Broker:
         for ext in self.extensions:
             if hasattr(ext, "start"):
                 ext.start()
+        self.control.started()
 
     async def on_listening(self) -> None:
         """Called by the runtime once the listeners accept connections (the control plane's
@@ -250,8 +253,23 @@ class Broker:
 
     # -- topics -------------------------------------------------------------------------
     def _config_for_topic(self, topic: str) -> LogConfig:
+        return self.control.config_for_topic(topic)
+
+    def local_config_for_topic(self, topic: str) -> LogConfig:
+        """`_config_for_topic` from the topic store in the log dir."""
         meta = self.topics.get(topic)
         return self.topic_log_config(meta) if meta is not None else self.default_log_config
+
+    async def replica_log(self, topic: str, index: int) -> Any:
+        """The log of a replica this process holds: the one loaded at start, else a new one."""
+        lg = self.log_manager.get(topic, index)
+        if lg is None:
+            lg = self.log_manager.create(topic, index, await self.replica_config(topic))
+        return lg
+
+    async def replica_config(self, topic: str) -> LogConfig:
+        """The topic's log config (its overrides read from ZooKeeper, in a thread)."""
+        return await asyncio.to_thread(self._config_for_topic, topic)
 
     def topic_log_config(self, meta: TopicMeta) -> LogConfig:
         return LogConfig.from_props(meta.configs, self.default_log_config) if meta.configs else self.default_log_config
@@ -268,9 +286,6 @@ class Broker:
             lg = self.log_manager.get(meta.name, i) or self.log_manager.create(meta.name, i, cfg)
             part = self.partitions[(meta.name, i)] = Partition(meta.name, i, lg, topic_id=meta.topic_id)
             self.control.partition_opened(part)
-
-    def _make_dynamic_configs(self) -> DynamicConfigs:
-        return DynamicConfigs(self.log_dirs[0])
 
     def effective_topic_defaults(self) -> dict[str, str]:
         """Topic config defaults: the properties file's, overridden by the dynamic cluster-wide

@@ -14,7 +14,10 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 * the data plane (`broker.replicas`, broker/replica_manager.py): each partition opened here gets
   the state a controller's LeaderAndIsr gives a lone broker (leader this broker at epoch 0, ISR
   and replicas [this broker]); a lone leader has no follower, so no ISR change is ever asked
-  for, and nothing fences it.
+  for, and nothing fences it;
+* the stores and coordinators that differ by control plane (`make_*`): the dynamic configs and
+  the share groups' state and configs in the first log dir, the transaction coordinator that
+  writes its markers locally, no follower fetchers.
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kafkafast.broker.replica_manager import lone_leader_state
+from kafkafast.broker.dynamic_configs import DynamicConfigs
+from kafkafast.broker.replica_manager import NO_FETCHERS, lone_leader_state
+from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.txn_coordinator import TransactionCoordinator
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
@@ -114,6 +120,21 @@ class LocalControl:
 
     # -- the broker's lifecycle: nothing to register, watch or hand over ----------------
 
+    def initial_cluster_id(self) -> str:
+        return self.broker._load_cluster_id()  # meta.properties in the first log dir
+
+    def attach(self) -> None:
+        """The broker is built: its topics are the log dir's store already."""
+
+    async def load(self) -> None:
+        self.broker.load()  # topics, logs (recovery), partitions, on the loop
+
+    def started(self) -> None:
+        pass
+
+    def config_for_topic(self, topic: str) -> Any:
+        return self.broker.local_config_for_topic(topic)
+
     async def on_listening(self) -> None:
         pass
 
@@ -122,6 +143,20 @@ class LocalControl:
 
     async def stop(self) -> None:
         pass
+
+    # -- what the broker builds: the single node's stores and coordinators --------------
+
+    def make_dynamic_configs(self) -> DynamicConfigs:
+        return DynamicConfigs(self.broker.log_dirs[0])
+
+    def make_fetchers(self) -> Any:
+        return NO_FETCHERS  # a lone broker follows no other
+
+    async def make_share_coordinator(self) -> ShareCoordinator:
+        return ShareCoordinator(self.broker)  # state and group configs in the first log dir
+
+    def make_txn_coordinator(self) -> TransactionCoordinator:
+        return TransactionCoordinator(self.broker)
 
     # -- the data plane's partition states ------------------------------------------------
 

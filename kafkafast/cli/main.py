@@ -127,8 +127,8 @@ def run_broker(args: argparse.Namespace) -> int:
         except ImportError:
             run_supervisor = None
         if workers and run_supervisor is not None:
-            return run_supervisor(config, workers, broker_class(config), worker_placement_class(config))
-        return run_server(config, broker_class(config))
+            return run_supervisor(config, workers, control_class(config), worker_placement_class(config))
+        return run_server(config, control_class(config), placement_class(config))
     except ListenerError as exc:
         raise ConfigError(exc.strerror) from None
     finally:
@@ -136,18 +136,30 @@ def run_broker(args: argparse.Namespace) -> int:
             metrics.close()
 
 
-def broker_class(config: BrokerConfig) -> type:
-    """The broker class, chosen by the control plane: ZooKeeper's (`zookeeper.connect`,
-    kafkafast/cluster) or the local one; the same class runs in one process or over a
-    worker's placement (`worker_placement_class`). The runtime that runs it
-    (kafkafast/runtime) imports nothing of kafkafast/cluster."""
+def control_class(config: BrokerConfig) -> type:
+    """The broker's control plane: ZooKeeper's (`zookeeper.connect`, kafkafast/cluster) or the
+    local one; the one `Broker` class runs with it in one process (`placement_class`) or over a
+    worker's placement (`worker_placement_class`). The runtime that runs it (kafkafast/runtime)
+    imports nothing of kafkafast/cluster."""
     if config.get("zookeeper.connect"):
-        from kafkafast.cluster.cluster_broker import ClusterBroker  # deferred: cluster mode only (kazoo)
+        from kafkafast.cluster.zk_control import ZkControl  # deferred: cluster mode only (kazoo)
 
-        return ClusterBroker
-    from kafkafast.broker.broker import Broker  # deferred: the broker's modules load only for `broker`
+        return ZkControl
+    from kafkafast.broker.control import LocalControl  # deferred: the broker's modules load only for `broker`
 
-    return Broker
+    return LocalControl
+
+
+def placement_class(config: BrokerConfig) -> type:
+    """The placement of a broker in one process: every replica here (in cluster mode also the
+    registration, the start and the controlled shutdown)."""
+    if config.get("zookeeper.connect"):
+        from kafkafast.cluster.placement import ClusterLocalPlacement  # deferred: cluster mode only (kazoo)
+
+        return ClusterLocalPlacement
+    from kafkafast.broker.placement import LocalPlacement  # deferred: the broker's modules load only for `broker`
+
+    return LocalPlacement
 
 
 def worker_placement_class(config: BrokerConfig) -> type:

@@ -3,8 +3,8 @@
 defaults), each {"version":1,"config":{...}}, announced by a `/config/changes` notification
 {"version":2,"entity_path":"brokers/<id>"} (or "brokers/<default>").
 
-`ZkDynamicConfigs` is `broker.dynamic` of a `ClusterBroker`: `DynamicConfigs`' interface
-(the single node's store, a file in the log dir) over ZooKeeper, for the broker configs and
+`ZkDynamicConfigs` is `broker.dynamic` in cluster mode (`ZkControl.make_dynamic_configs`):
+`DynamicConfigs`' interface (the single node's store, a file in the log dir) over ZooKeeper, for the broker configs and
 the client quotas (/config/users, /config/clients, /config/ips); what checks and applies them is
 the same in both modes (the AlterConfigs/AlterClientQuotas handlers, `Broker.apply_dynamic_configs`,
 `broker/quotas.py`). Any broker writes any live broker's entry (AlterConfigs / IncrementalAlterConfigs);

@@ -2,8 +2,8 @@
 `/config/groups/<group id>` (URL-encoded) {"version":1,"config":{...}}, announced by a
 `/config/changes` notification {"version":2,"entity_path":"groups/<group id>"}.
 
-`ZkGroupConfigs` is `broker.share.configs` of a `ClusterBroker`, beside `broker/share/
-group_configs.py`'s file store of the single node, with the same checks. Any broker takes
+`ZkGroupConfigs` is `broker.share.configs` in cluster mode (`ZkControl.make_share_coordinator`),
+beside `broker/share/group_configs.py`'s file store of the single node, with the same checks. Any broker takes
 IncrementalAlterConfigs for any group: it writes the group's entry at the znode's version (read
 and changed again after another broker's write, so two brokers changing one group at once lose
 neither change), announces it and reads it back, so the change is in force there when the

@@ -1,4 +1,4 @@
-"""The replica side of a placement: what `ClusterBroker` leaves to the processes it runs in
+"""The replica side of a placement: what a ZooKeeper-mode broker leaves to the processes it runs in
 (issue 24: processes are a placement, not a subclass; see broker/placement.py).
 
 Besides the `Placement` hooks every broker calls (the replica manager's among them: roles,
@@ -21,7 +21,7 @@ from kafkafast.cluster.share_state import ClusterShareStateStore
 
 
 class ReplicaPlacement(Placement, Protocol):
-    """The hooks `ClusterBroker` calls on its placement (besides `Placement`'s)."""
+    """The hooks a ZooKeeper-mode broker (its `ZkControl`) calls on its placement (besides `Placement`'s)."""
 
     def make_node(self, config: Any, log_dir: str) -> ClusterNode:
         """This process's ZooKeeper session (the broker's identity and registration)."""
@@ -61,10 +61,10 @@ class ClusterLocalPlacement(LocalPlacement):
         pass
 
     async def controlled_shutdown(self) -> None:
-        await self.broker.controlled_shutdown()
+        await self.broker.control.run_controlled_shutdown()
 
     def request_reregistration(self) -> None:
-        self.broker.register_again()
+        self.broker.control.register_again()
 
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         return Partition(topic, index, await self.broker.replica_log(topic, index))

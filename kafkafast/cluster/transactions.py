@@ -57,7 +57,7 @@ class ClusterTxnCoordinator(TransactionCoordinator):
     # -- the topic and who coordinates ----------------------------------------------------
     def ensure_topic(self) -> None:
         """Created through ZooKeeper once (replication factor and min ISR from the
-        transaction.state.log settings, see ClusterBroker.create_topic); `topic_known` stays
+        transaction.state.log settings, see Broker.create_topic); `topic_known` stays
         False while it cannot be (fewer live brokers than its replication factor)."""
         if self.topic_known:
             return

@@ -1,4 +1,4 @@
-"""Cluster mode inside a pre-forked broker: a plain `ClusterBroker` over each worker's
+"""Cluster mode inside a pre-forked broker: the `Broker` with a `ZkControl` over each worker's
 `ClusterWorkerPlacement` (the worker placement's partition ownership, with the replica hooks
 of `cluster/placement.py:ReplicaPlacement`), made by `runtime/worker.py` from the classes
 `cli/main.py` chose when `zookeeper.connect` is set.
@@ -55,7 +55,6 @@ from kafkafast.broker.partition import Partition
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
-from kafkafast.cluster.cluster_broker import ClusterBroker
 from kafkafast.cluster.node import ClusterNode
 from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
 from kafkafast.protocol import api
@@ -173,7 +172,6 @@ class ClusterWorkerPlacement(WorkerPlacement):
     partition's slot too."""
 
     hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
-    broker: ClusterBroker
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -260,7 +258,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         broker = self.broker
         if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and broker.node.controller is not None:
             self.table.set_header_word(shm.H_REREGISTER, 0)
-            broker.register_again()
+            broker.control.register_again()
         for part in list(broker.partitions.values()):
             if self.owns(part) and part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
@@ -313,7 +311,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
         leads."""
         broker = self.broker
         if self.index == 0:
-            await broker.controlled_shutdown()
+            await broker.control.run_controlled_shutdown()
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + controlled_shutdown_budget(broker.config)
@@ -327,7 +325,7 @@ class ClusterWorkerPlacement(WorkerPlacement):
     def request_reregistration(self) -> None:
         """Worker 0 holds the registration: another worker asks it through the header word."""
         if self.index == 0:
-            self.broker.register_again()
+            self.broker.control.register_again()
             return
         self.table.set_header_word(shm.H_REREGISTER, 1)
         self.poke(0)

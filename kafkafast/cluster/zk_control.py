@@ -1,11 +1,19 @@
 """The control plane of a ZooKeeper-mode broker: the same calls as the single node's
 (`kafkafast/broker/control.py`), answered by this broker's controller thread when it is the
-active controller, by the cluster member this broker is, and from its metadata cache.
+active controller, by the cluster member this broker is, and from its metadata cache. It is
+all that makes the one `Broker` class a ZooKeeper cluster member: the broker's ZooKeeper node,
+metadata cache and topics through them (`attach`), its session, identity, dynamic configs,
+ACLs and SCRAM credentials read at start (`load`, after the fork, in the serving process).
 
 It feeds the data plane (`broker.replicas`, broker/replica_manager.py) the controller's
 LeaderAndIsr and StopReplica, takes its ISR changes to the controller (AlterPartition), and
 tells it when a leadership cannot be confirmed (the ZooKeeper session and lease: self-fencing
-of a cut-off leader)."""
+of a cut-off leader). It owns what this broker knows of the controller: the controller epoch
+its requests are checked against, the connection to it (AlterPartition, ControlledShutdown),
+a new registration when the controller refuses this broker's epoch, and the controlled
+shutdown. The stores and coordinators that differ by control plane are made here (`make_*`):
+the dynamic configs, the share groups' state and configs, the transaction coordinator and the
+follower fetchers, all through ZooKeeper or the other brokers."""
 from __future__ import annotations
 
 import asyncio
@@ -14,17 +22,32 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.replication_throttle import ReplicationQuota
+from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
-from kafkafast.cluster.node import SESSION_CONNECTED, SESSION_REGISTERED, monotonic_ms
+from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
+from kafkafast.cluster.fetcher import FetcherManager
+from kafkafast.cluster.group_configs import ZkGroupConfigs
+from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
+from kafkafast.cluster.zk_topic_store import ZkTopicStore
+from kafkafast.cluster.transactions import ClusterTxnCoordinator
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
+                                    monotonic_ms)
+from kafkafast.client.connection import BrokerConnection
+from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
-from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
+from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
-from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
+from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
+from kafkafast.security.context import security_of
 from kafkafast.storage.config import LogConfig
 
 log = logging.getLogger("kafkafast.replica_manager")
+ALTER_PARTITION_VERSION = 1
+EC = E.ErrorCode
 
 
 def _ensure_offsets_topic(broker: Any) -> int:
@@ -48,12 +71,16 @@ def _ensure_txn_topic(broker: Any) -> int:
 
 
 class ZkControl:
-    """Control plane of a cluster broker (`ClusterBroker`, any worker of it)."""
+    """Control plane of a broker in a ZooKeeper cluster (in one process or in any worker)."""
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.seen_config_changes: set[str] = set()  # the config change notifications taken (load's, the watch's)
         self._config_changes_lock = asyncio.Lock()
+        self.controller_epoch = 0  # the highest a controller's request carried
+        self._controller_conn: BrokerConnection | None = None
+        self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
+        self._reregistered_at = float("-inf")
 
     @property
     def zk(self) -> Any:
@@ -63,6 +90,58 @@ class ZkControl:
     def _controller_active(self) -> bool:
         controller = self.broker.node.controller
         return controller is not None and controller.active
+
+    # -- the broker's identity and start (Broker.__init__, Broker.start) ----------------
+
+    def initial_cluster_id(self) -> str:
+        return ""  # read from ZooKeeper in load()
+
+    def attach(self) -> None:
+        """The broker is built: its ZooKeeper session (not connected yet: that is load()'s, after
+        the fork), its metadata cache (the controller's UpdateMetadata), its topics through them."""
+        broker = self.broker
+        broker.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
+        broker.cluster = broker.node
+        broker.metadata = MetadataCache(broker.node.inter_broker_listener)
+        broker.topics = ClusterTopics(broker.metadata, broker.node.topic_configs)
+        broker.topic_admin = TopicAdmin(broker, ZkTopicStore(broker))
+        broker.loop = None  # the event loop, known once started
+        broker.follower_quota = ReplicationQuota(broker.config.get_int("follower.replication.throttled.rate"))
+
+    async def load(self) -> None:
+        """The first thing of Broker.start: the placement's, then the ZooKeeper session and what
+        is read through it (in a thread)."""
+        broker = self.broker
+        broker.placement.before_start()
+        broker.loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        broker, node = self.broker, self.broker.node
+        node.connect()
+        broker.cluster_id, broker.node_id = node.establish_identity(broker.config.get("cluster.id"))
+        # the change notifications seen before the dynamic broker configs are read: the watch
+        # (on_listening) takes every later one
+        self.seen_config_changes = set(node.zk.get_children(Z.CONFIG_CHANGES))
+        broker.dynamic.attach(node, broker.node_id)
+        broker.dynamic.loaded()
+        broker.apply_dynamic_configs()  # before the logs open with the topic defaults
+        # ACLs and SCRAM credentials live in ZooKeeper: loaded before this broker registers
+        # (security/zk_stores.py)
+        security_of(broker)
+        broker.producer_ids = ZkProducerIds(node)
+        broker.log_manager.load_all(broker._config_for_topic)
+        broker.log_cleaner = broker.new_log_cleaner()
+        broker.started = True
+
+    def started(self) -> None:
+        self.broker.placement.after_start()  # (before the broker listens and registers)
+
+    def config_for_topic(self, topic: str) -> LogConfig:
+        """The topic's overrides read from ZooKeeper over the broker's defaults."""
+        broker = self.broker
+        configs = broker.node.topic_configs(topic)
+        return LogConfig.from_props(configs, broker.default_log_config) if configs else broker.default_log_config
 
     # -- the broker's lifecycle (Broker.on_listening, before_stop, stop) ----------------
 
@@ -87,11 +166,30 @@ class ZkControl:
     async def stop(self) -> None:
         """The replicas stopped: the controller connection and the ZooKeeper session close."""
         broker = self.broker
-        if broker._controller_conn is not None:
-            broker._controller_conn.close()
+        if self._controller_conn is not None:
+            self._controller_conn.close()
         for p in broker.partitions.values():
             p.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
         await asyncio.to_thread(broker.node.close)
+
+    # -- what the broker builds: ZooKeeper's stores and coordinators ---------------------
+
+    def make_dynamic_configs(self) -> ZkDynamicConfigs:
+        return ZkDynamicConfigs(self.broker.log_dirs[0])  # broker configs in /config/brokers, read in load()
+
+    def make_fetchers(self) -> FetcherManager:
+        return FetcherManager(self.broker)  # the followers' side of the data plane (network)
+
+    async def make_share_coordinator(self) -> ShareCoordinator:
+        """Group configs in /config/groups (read after load() took the change notifications seen
+        so far), the state in `__share_group_state` as the placement holds it."""
+        broker = self.broker
+        group_configs = ZkGroupConfigs(broker.config)
+        await asyncio.to_thread(group_configs.attach, broker.node)
+        return ShareCoordinator(broker, broker.placement.make_share_store(), group_configs)
+
+    def make_txn_coordinator(self) -> ClusterTxnCoordinator:
+        return ClusterTxnCoordinator(self.broker)  # markers to the partitions' leaders
 
     def _session_reset(self) -> None:
         log.info("new ZooKeeper session (broker epoch %d)", self.broker.node.broker_epoch)
@@ -162,12 +260,12 @@ class ZkControl:
     async def alter_partition(self, req: Any) -> AlterPartitionResponse:
         if not self._controller_active():
             return AlterPartitionResponse(throttle_time_ms=0, error_code=E.ErrorCode.NOT_CONTROLLER, topics=[])
-        return await self.broker.handle_alter_partition(req)
+        return await self.ask_controller("alter_partition", req)  # the controller's thread answers
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ControlledShutdownResponse:
         if not self._controller_active():
             return ControlledShutdownResponse(error_code=E.ErrorCode.NOT_CONTROLLER)
-        return await self.broker.ask_controller("controlled_shutdown", broker_id, broker_epoch)
+        return await self.ask_controller("controlled_shutdown", broker_id, broker_epoch)
 
     async def elect_leaders(self, req: Any) -> Any:
         if not self._controller_active():
@@ -175,17 +273,17 @@ class ZkControl:
         tps = None
         if req.topic_partitions is not None:
             tps = [(t.topic, p) for t in req.topic_partitions for p in t.partitions]
-        return await self.broker.ask_controller("elect_leaders", req.election_type == 1, tps)
+        return await self.ask_controller("elect_leaders", req.election_type == 1, tps)
 
     async def alter_reassignments(self, req: Any) -> AlterPartitionReassignmentsResponse:
         if not self._controller_active():
             return AlterPartitionReassignmentsResponse(error_code=E.ErrorCode.NOT_CONTROLLER, error_message=None)
-        return await self.broker.ask_controller("alter_reassignments", req)
+        return await self.ask_controller("alter_reassignments", req)
 
     async def list_reassignments(self, partitions: list[tuple[str, int]] | None) -> tuple[int, dict]:
         if not self._controller_active():
             return E.ErrorCode.NOT_CONTROLLER, {}
-        return await self.broker.ask_controller("list_reassignments", partitions)
+        return await self.ask_controller("list_reassignments", partitions)
 
     # -- coordinators: the leader of the key's partition of the coordinator topic ------
 
@@ -222,20 +320,225 @@ class ZkControl:
             return "ZooKeeper has not answered within the leadership lease"
         return None
 
-    async def alter_isr(self, part: Any, new_isr: list[int], epoch: int) -> None:
-        """A leader's ISR change: AlterPartition to the controller (applied if accepted)."""
-        await self.broker.send_alter_partition(part, new_isr, epoch)
+    # -- the controller: its requests to this broker, this broker's to it -------------
 
-    # -- requests a controller sends to the members of its cluster ---------------------
+    def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
+        if controller_epoch < self.controller_epoch:
+            return EC.STALE_CONTROLLER_EPOCH
+        if 0 <= broker_epoch < self.broker.node.broker_epoch:
+            return EC.STALE_BROKER_EPOCH
+        self.controller_epoch = controller_epoch
+        return 0
 
     async def leader_and_isr(self, req: Any) -> tuple[int, list[tuple[str, bytes, int, int]]]:
-        return await self.broker.apply_leader_and_isr(req)
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err, []
+        for leader in req.live_leaders:
+            self.broker.replicas.leader_endpoints[leader.broker_id] = (leader.host_name, leader.port)
+        results = []
+        # the registration the controller addressed this to: its roles are confirmed for that one
+        # (sent before this broker learnt its own new epoch: it counts once it has)
+        epoch = req.broker_epoch if req.broker_epoch >= 0 else self.broker.node.broker_epoch
+        for ts in req.topic_states:
+            for ps in ts.partition_states:
+                code = await self.broker.replicas.apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps, epoch)
+                results.append((ts.topic_name, bytes(ts.topic_id), ps.partition_index, code))
+        return 0, results
 
     async def update_metadata(self, req: Any) -> int:
-        return await self.broker.apply_update_metadata(req)
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err
+        self.broker.metadata.update(req)
+        for b in self.broker.metadata.brokers.values():
+            self.broker.replicas.leader_endpoints[b.broker_id] = (b.host, b.port)
+        return 0
 
     async def stop_replica(self, req: Any) -> tuple[int, list[tuple[str, int, int]]]:
-        return await self.broker.apply_stop_replica(req)
+        err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
+        if err:
+            return err, []
+        out = []
+        for ts in req.topic_states:
+            for ps in ts.partition_states:
+                self.broker.replicas.stop_replica((ts.topic_name, ps.partition_index), ps.delete_partition)
+                out.append((ts.topic_name, ps.partition_index, 0))
+        return 0, out
+
+    async def _controller_connection(self) -> BrokerConnection | None:
+        cid = self.broker.metadata.controller_id
+        b = self.broker.metadata.brokers.get(cid)
+        if b is None:
+            return None
+        conn = self._controller_conn
+        if conn is None or conn.closed or conn.node_id != cid or (conn.host, conn.port) != (b.host, b.port):
+            if conn is not None:
+                conn.close()
+            self._controller_conn = conn = await BrokerConnection(
+                b.host, b.port, node_id=cid, client_id=f"broker-{self.broker.node_id}-alter-partition",
+                security=self.broker.node.inter_broker).connect()
+        return conn
+
+    async def alter_isr(self, part: Any, new_isr: list[int], epoch: int) -> None:
+        """A leader's ISR change: AlterPartition to the controller; an accepted one is applied."""
+        broker, node = self.broker, self.broker.node
+        R = AlterPartitionRequest
+        try:
+            conn = await self._controller_connection()
+            if conn is None:
+                await asyncio.sleep(0.5)
+                return
+            req = R(broker_id=broker.node_id, broker_epoch=node.broker_epoch, topics=[R.TopicData(
+                topic_name=part.topic, partitions=[R.PartitionData(
+                    partition_index=part.index, leader_epoch=epoch, new_isr=new_isr, leader_recovery_state=0,
+                    partition_epoch=part.partition_epoch)])])
+            resp = await conn.send(req, version=ALTER_PARTITION_VERSION, timeout=10.0)
+            if resp.error_code:
+                log.info("AlterPartition for %s-%d: error %d", part.topic, part.index, resp.error_code)
+                if resp.error_code == EC.STALE_BROKER_EPOCH:
+                    await self._on_stale_broker_epoch(req.broker_epoch)
+                await asyncio.sleep(0.5)
+                return
+            self._stale_epoch_since = None
+            pd = resp.topics[0].partitions[0]
+            if pd.error_code:
+                log.info("AlterPartition for %s-%d refused: error %d", part.topic, part.index, pd.error_code)
+                if pd.error_code == EC.INVALID_UPDATE_VERSION:
+                    await self._reread_partition_state(part)
+                await asyncio.sleep(0.5)
+                return
+            if part.is_leader and part.leader_epoch == pd.leader_epoch:
+                recorder.isr_changed(part.isr, list(pd.isr))
+                part.isr = list(pd.isr)
+                part.partition_epoch = pd.partition_epoch
+                log.info("%s-%d: ISR now %s (partition epoch %d)", part.topic, part.index, part.isr,
+                         part.partition_epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("AlterPartition for %s-%d failed: %r", part.topic, part.index, exc)
+            if self._controller_conn is not None:
+                self._controller_conn.close()
+                self._controller_conn = None
+            await asyncio.sleep(0.5)
+
+    async def _on_stale_broker_epoch(self, epoch: int) -> None:
+        """The controller refused this broker's epoch. When ZooKeeper's registration is not the
+        one of that epoch (it was lost, or made by a session whose epoch the broker does not
+        carry), or the refusals go on for longer than a session timeout, the broker registers
+        again: retrying the same request would be refused forever. A registration the
+        controller has not read yet, or one a new session is about to make, is waited for."""
+        broker, node = self.broker, self.broker.node
+        now = asyncio.get_running_loop().time()
+        if epoch != node.broker_epoch or now - self._reregistered_at < node.session_timeout_s:
+            return  # registered again since (or being registered): the next request carries the new epoch
+        if self._stale_epoch_since is None:
+            self._stale_epoch_since = now
+        try:
+            registered = await asyncio.to_thread(node.registration_epoch)
+        except Exception as exc:
+            log.info("broker %d: cannot read its registration: %r", broker.node_id, exc)
+            return
+        if registered in (epoch, -1) and now - self._stale_epoch_since < node.session_timeout_s:
+            return  # the controller has not read the registration yet, or a new session is making it
+        log.warning("broker %d: AlterPartition refused with STALE_BROKER_EPOCH for epoch %d (registration's "
+                    "epoch %d); registering again", broker.node_id, epoch, registered)
+        self._stale_epoch_since = None
+        self._reregistered_at = now
+        broker.placement.request_reregistration()
+
+    def register_again(self) -> None:
+        """Registers this broker again (a new broker epoch), in the session that holds the
+        registration (this process's: the placement's `request_reregistration`)."""
+        assert self.broker.loop is not None
+        self.broker.loop.create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        try:
+            await asyncio.to_thread(self.broker.node.reregister)
+        except (Exception, BrokerIdInUseError) as exc:
+            log.error("registering broker %d again failed: %r", self.broker.node_id, exc)
+
+    async def _reread_partition_state(self, part: Any) -> None:
+        """The state znode moved on without this leader hearing of it (an AlterPartition whose
+        answer was lost was applied): take its ISR and partition epoch if it still names this
+        leader at this leader epoch, so the next AlterPartition is not refused forever."""
+        try:
+            data, stat = await asyncio.to_thread(self.broker.node.zk.get, Z.state_path(part.topic, part.index))
+        except Exception as exc:
+            log.info("%s-%d: cannot read the partition state: %r", part.topic, part.index, exc)
+            return
+        st = Z.LeaderIsr.from_json(data, stat.version)
+        if part.is_leader and st.leader == self.broker.node_id and st.leader_epoch == part.leader_epoch \
+                and st.zk_version > part.partition_epoch:
+            part.isr = list(st.isr)
+            part.partition_epoch = st.zk_version
+            log.info("%s-%d: ISR %s at partition epoch %d, as in ZooKeeper", part.topic, part.index, part.isr,
+                     part.partition_epoch)
+
+    async def ask_controller(self, kind: str, *args: Any) -> Any:
+        """Puts an event on this broker's controller queue; its last argument is the reply."""
+        controller = self.broker.node.controller
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def reply(resp: Any) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(resp))
+
+        controller.put(kind, *args, reply)
+        return await asyncio.wait_for(fut, 30.0)
+
+    # -- this broker's controlled shutdown (before the listeners close: before_stop) -----------
+    async def run_controlled_shutdown(self) -> bool:
+        """Kafka's `KafkaServer.controlledShutdown`: asks the controller (ControlledShutdown v3)
+        to move this broker's leaderships away, up to controlled.shutdown.max.retries times
+        controlled.shutdown.retry.backoff.ms apart, while this broker still serves; then waits
+        for the LeaderAndIsr that makes it follower. True when no leadership is left."""
+        broker, node = self.broker, self.broker.node
+        if not broker.config.get_bool("controlled.shutdown.enable") or node.zk is None:
+            return False
+        retries = max(broker.config.get_int("controlled.shutdown.max.retries"), 1)
+        backoff = broker.config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0
+        for attempt in range(1, retries + 1):
+            remaining: list[tuple[str, int]] | None = None
+            try:
+                req = ControlledShutdownRequest(broker_id=broker.node_id, broker_epoch=node.broker_epoch)
+                if broker.metadata.controller_id == broker.node_id and node.controller.active:
+                    resp = await self.ask_controller("controlled_shutdown", req.broker_id, req.broker_epoch)
+                else:
+                    conn = await self._controller_connection()
+                    resp = None if conn is None else await conn.send(req, version=3, timeout=30.0)
+                if resp is not None and resp.error_code == 0:
+                    remaining = [(r.topic_name, r.partition_index) for r in resp.remaining_partitions]
+                elif resp is not None:
+                    log.info("controlled shutdown attempt %d: error %d", attempt, resp.error_code)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("controlled shutdown attempt %d failed: %r", attempt, exc)
+                if self._controller_conn is not None:
+                    self._controller_conn.close()
+                    self._controller_conn = None
+            if remaining == []:
+                await self._wait_not_leading()
+                log.info("controlled shutdown succeeded")
+                return True
+            if remaining:
+                log.info("controlled shutdown attempt %d: still leading %s", attempt, remaining[:10])
+            if attempt < retries:
+                await asyncio.sleep(backoff)
+        log.warning("controlled shutdown failed after %d attempts; stopping anyway", retries)
+        return False
+
+    async def _wait_not_leading(self, timeout: float = 10.0) -> None:
+        """Until the controller's LeaderAndIsr arrived: no replicated partition led here."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(p.is_leader and len(p.replicas) > 1
+                  for p in self.broker.partitions.values()):
+            if asyncio.get_running_loop().time() > deadline:
+                return
+            await asyncio.sleep(0.05)
 
     # -- the cluster as clients see it (the controller's UpdateMetadata) ---------------
 

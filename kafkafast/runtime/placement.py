@@ -8,7 +8,7 @@ parked in another one by a byte on that worker's wake-up pipe; requests travel b
 workers over the internal Unix sockets (`forwarding.Forwarder`).
 
 `WorkerPlacement` is this worker's part of that, and the hooks through which the broker
-(`Broker`, or cluster mode's `ClusterBroker`) runs in a worker:
+(`Broker`, with cluster mode's control plane or not) runs in a worker:
 
 * logs: `OwnedLogManager` opens only owned partitions (recovering them after a crash:
   the replacement of a SIGKILLed worker runs the recovery scan for its partitions),

@@ -15,9 +15,11 @@ import asyncio
 import logging
 import signal
 import socket
-from typing import Any
+from typing import Any, Callable
 
 from kafkafast.broker.broker import Broker
+from kafkafast.broker.control import LocalControl
+from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime.connection import KafkaConnection
 from kafkafast.runtime.listening import ListenerError, bind_listeners, serve_listeners  # noqa: F401
@@ -52,15 +54,17 @@ class Server:
         await self.broker.stop()
 
 
-async def serve_forever(config: BrokerConfig, broker_class: type[Broker] = Broker, *, ready: Any = None) -> int:
-    """`broker_class`: the control plane's broker (`Broker`, or cluster mode's `ClusterBroker`,
-    chosen by the command line: the runtime does not know the control planes)."""
+async def serve_forever(config: BrokerConfig, control: Callable[[Broker], Any] = LocalControl,
+                        placement: Callable[[], Placement] = LocalPlacement, *, ready: Any = None) -> int:
+    """`control`: the broker's control plane (`LocalControl`, or cluster mode's `ZkControl`) and
+    `placement` its one-process placement, chosen by the command line: the runtime does not
+    know the control planes."""
     specs, socks, locks = bind_listeners(config)  # taken now, listened on once started
     stop = asyncio.Event()  # a SIGTERM while the logs load stops the broker cleanly too
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = broker_class(config)
+    broker = Broker(config, placement(), control)
     await broker.start()
     server = Server(broker, specs, socks[0])
     if not stop.is_set():
@@ -100,10 +104,11 @@ def close_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
-def run_server(config: BrokerConfig, broker_class: type[Broker] = Broker) -> int:
+def run_server(config: BrokerConfig, control: Callable[[Broker], Any] = LocalControl,
+               placement: Callable[[], Placement] = LocalPlacement) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(serve_forever(config, broker_class))
+        return loop.run_until_complete(serve_forever(config, control, placement))
     finally:
         close_loop(loop)

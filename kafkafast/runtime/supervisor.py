@@ -48,8 +48,10 @@ import sys
 import tempfile
 import time
 from types import SimpleNamespace
+from typing import Any, Callable
 
 from kafkafast.broker.broker import Broker
+from kafkafast.broker.control import LocalControl
 from kafkafast.broker.registry import load_handlers
 from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.metrics import recorder as request_metrics
@@ -72,10 +74,10 @@ RESPAWN_BACKOFF_MAX = 30.0
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig, workers: int, broker_class: type[Broker] = Broker,
+    def __init__(self, config: BrokerConfig, workers: int, control: Callable[[Broker], Any] = LocalControl,
                  placement_class: type[WorkerPlacement] = WorkerPlacement) -> None:
         self.config = config
-        self.broker_class = broker_class  # each worker's broker: the control plane's choice (the command line's)
+        self.control = control  # each worker's broker's control plane (the command line's choice)
         self.placement_class = placement_class  # and its placement in the worker (the command line's too)
         self.n = workers
         self.pids: dict[int, int] = {}  # pid -> worker index
@@ -120,7 +122,7 @@ class Supervisor:
         if not self.config.get("zookeeper.connect"):  # in cluster mode the cluster id is ZooKeeper's
             self._ensure_cluster_id()
         # Everything a worker imports, imported once here: forks start serving at once (the
-        # broker class, cluster mode's too, came imported from the command line).
+        # control plane, cluster mode's too, came imported from the command line).
         load_handlers()
         try:
             import uvloop  # noqa: F401  (optional: the workers run on it; loaded before the fork)
@@ -168,7 +170,7 @@ class Supervisor:
                     if j != i:
                         os.close(r)
                 request_metrics.in_worker(i)
-                code = run_worker(self.config, self.broker_class, self.placement_class, index=i,
+                code = run_worker(self.config, self.control, self.placement_class, index=i,
                                   incarnation=self.incarnation[i], table=self.table,
                                   listen_socks=self.listen_socks[i], listener_specs=self.listener_specs,
                                   internal_sock=self.internal_socks[i],
@@ -307,6 +309,6 @@ class Supervisor:
         return 0
 
 
-def run_supervisor(config: BrokerConfig, workers: int, broker_class: type[Broker] = Broker,
+def run_supervisor(config: BrokerConfig, workers: int, control: Callable[[Broker], Any] = LocalControl,
                    placement_class: type[WorkerPlacement] = WorkerPlacement) -> int:
-    return Supervisor(config, workers, broker_class, placement_class).run()
+    return Supervisor(config, workers, control, placement_class).run()

@@ -3,8 +3,8 @@
 Everything here starts after the fork (`run_worker`): the uvloop event loop, the Broker,
 the logs this worker owns, its servers on the inherited listening sockets.
 
-The broker is the control plane's class (`Broker`, or cluster mode's `ClusterBroker`) over
-this worker's placement (`runtime/placement.py:WorkerPlacement`, or cluster mode's
+The broker is a `Broker` with its control plane (`broker/control.py:LocalControl`, or cluster
+mode's `cluster/zk_control.py:ZkControl`) over this worker's placement (`runtime/placement.py:WorkerPlacement`, or cluster mode's
 `cluster/worker_placement.py:ClusterWorkerPlacement`): where each partition lives, and the
 worker paths (owned logs, forwarding, shared append, wake-ups). The command line chooses
 both and hands them to `run_worker` (this package imports nothing of kafkafast/cluster).
@@ -18,9 +18,10 @@ import os
 import signal
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kafkafast.broker.broker import Broker
+from kafkafast.broker.control import LocalControl
 from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import InternalConnection
@@ -138,15 +139,15 @@ async def _serve(broker: Broker, listen_socks: list[socket.socket], listener_spe
     return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 
-def run_worker(config: BrokerConfig, broker_class: type[Broker] = Broker,
+def run_worker(config: BrokerConfig, control: Callable[[Broker], Any] = LocalControl,
                placement_class: type[WorkerPlacement] = WorkerPlacement, *, index: int,
                incarnation: int, table: shm.PartitionTable,
                listen_socks: list[socket.socket], listener_specs: list, internal_sock: socket.socket,
                wake_r: int, wake_fds: list[int],
                run_dir: str, clean: bool, counters: Any = None) -> int:
-    """The worker's main, called in the child right after the fork. `broker_class`: the
-    control plane's broker (`Broker`, or cluster mode's), over `placement_class` (this
-    worker's placement, or cluster mode's), both chosen by the command line."""
+    """The worker's main, called in the child right after the fork. `control`: the broker's
+    control plane (`LocalControl`, or cluster mode's), over `placement_class` (this worker's
+    placement, or cluster mode's), both chosen by the command line."""
     _set_parent_death_signal()
     table.after_fork()
     table.clear_worker_waiters(index)
@@ -162,7 +163,7 @@ def run_worker(config: BrokerConfig, broker_class: type[Broker] = Broker,
         loop.add_signal_handler(sig, stop.set)
     placement = placement_class(index=index, incarnation=incarnation, table=table, wake_fds=wake_fds,
                                 run_dir=run_dir, clean=clean)
-    broker = broker_class(config, placement=placement)
+    broker = Broker(config, placement, control)
     if counters is not None:  # runtime/shared_counters.py: connection limits and quotas, broker-wide
         counters.after_fork()
         broker.counters = counters

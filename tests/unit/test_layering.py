@@ -209,6 +209,42 @@ def test_one_view_of_partitions_and_one_lifecycle_in_every_mode():
     assert not any(overrides.values()), overrides
 
 
+def test_one_broker_class_whatever_the_control_plane():
+    """`Broker` is the only broker class: what makes it a ZooKeeper cluster member (its node,
+    identity, start, controller requests, stores) is its control plane's, chosen by the command
+    line (`cli/main.py:control_class`), never a subclass's."""
+    assert not subclasses_of("kafkafast.broker.broker.Broker")
+    start = {"initial_cluster_id", "attach", "load", "started", "config_for_topic"}
+    assert start <= class_methods("kafkafast.broker.control.LocalControl")
+    assert start <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+
+
+def test_controller_requests_are_the_control_planes():
+    """What a broker knows of its controller (the controller epoch its requests are checked
+    against, the connection to it, AlterPartition, a new registration, the controlled shutdown)
+    is the ZooKeeper control plane's, not a Broker subclass's."""
+    on_control = {"check_controller_epoch", "leader_and_isr", "update_metadata", "stop_replica", "alter_isr",
+                  "_controller_connection", "register_again", "_reregister", "ask_controller",
+                  "run_controlled_shutdown", "_wait_not_leading"}
+    assert on_control <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    moved = on_control | {"apply_leader_and_isr", "apply_update_metadata", "apply_stop_replica",
+                          "send_alter_partition", "handle_alter_partition", "controlled_shutdown"}
+    owners = {cls: class_methods(cls) & moved for cls in subclasses_of("kafkafast.broker.broker.Broker")}
+    assert not any(owners.values()), owners
+
+
+def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane():
+    """The dynamic configs, the follower fetchers, the share coordinator (its state store and
+    group configs) and the transaction coordinator are each control plane's `make_*`, which
+    `Broker` calls: no Broker subclass makes them."""
+    factories = {"make_dynamic_configs", "make_fetchers", "make_share_coordinator", "make_txn_coordinator"}
+    assert factories <= class_methods("kafkafast.broker.control.LocalControl")
+    assert factories <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    owners = {cls: class_methods(cls) & (factories | {"_make_dynamic_configs"})
+              for cls in {"kafkafast.broker.broker.Broker"} | subclasses_of("kafkafast.broker.broker.Broker")}
+    assert not any(owners.values()), owners
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
