@@ -384,6 +384,8 @@ class ZkControl:
         """A leader's ISR change: AlterPartition to the controller; an accepted one is applied."""
         broker, node = self.broker, self.broker.node
         R = AlterPartitionRequest
+        asked_from = list(part.isr)  # what the change was made from: the controller's own
+        # LeaderAndIsr may apply the accepted ISR here before this answer is read
         try:
             conn = await self._controller_connection()
             if conn is None:
@@ -409,7 +411,7 @@ class ZkControl:
                 await asyncio.sleep(0.5)
                 return
             if part.is_leader and part.leader_epoch == pd.leader_epoch:
-                recorder.isr_changed(part.isr, list(pd.isr))
+                recorder.isr_changed(asked_from, list(pd.isr))
                 part.isr = list(pd.isr)
                 part.partition_epoch = pd.partition_epoch
                 log.info("%s-%d: ISR now %s (partition epoch %d)", part.topic, part.index, part.isr,
