@@ -1,7 +1,7 @@
 """Share-group consume throughput (KIP-932, issue 27) beside a classic consumer group, in one run.
 
     python -m perf.share_groups [--records 500000] [--sizes 100,1024] [--repeats 3] [--workers 0]
-                                [--out perf/results/share_groups.json]
+                                [--work-us 200] [--out perf/results/share_groups.json]
     python -m perf.share_groups --smoke       # a few thousand records, seconds; the tests run it
     python -m perf.share_groups --profile-broker /tmp/broker.prof --sizes 1024 --repeats 1
                                               # the broker (one process) under cProfile
@@ -18,7 +18,17 @@ confluent-kafka producer). Then every configuration reads the whole topic with a
   holding them, and the members still in their last poll received them again: the 0.2-3.4%
   `duplicates` with 16 consumers in earlier runs);
 * `classic N` (N = 1, 4): N confluent-kafka `Consumer`s subscribed in one consumer group
-  (auto.offset.reset=earliest, librdkafka's defaults otherwise, auto commit on).
+  (auto.offset.reset=earliest, librdkafka's defaults otherwise, auto commit on);
+* with `--work-us T` (200 by default, 0: none), classic 4, share 4 and share 16 again, each
+  consumer spending T microseconds per record: after each poll, one sleep of the poll's record
+  count x T (the CPU stays free, as for an application that waits on a database or a remote
+  call for each record), the records counted once processed. These read a topic of their own,
+  produced with batch.size 16384 (the Java producer's default; the other topics have librdkafka's
+  1 MB), so that a share-partition's record locks hold several batches. This is the use share
+  groups are for: processing slower than the broker. A classic group's rate stops at
+  partitions / T (4 partitions at 200 us: 20,000 records/s), a share group's at consumers / T
+  (16: 80,000/s), as long as the share-partitions' record locks (2000 each) cover what the
+  consumers hold at once (16 x librdkafka's 500 per ShareFetch = 8000 over 4 partitions).
 
 Every consumer runs in its own process (a pool of 16 spawned once): a process per consumer
 keeps each client's Python work (the Message objects of every poll) off the others' GIL, as
@@ -45,7 +55,12 @@ application saw more than once, `incomplete` runs that did not get every record 
 `--timeout`; with the spread of records over the members, a run that lost or repeated
 records shows.
 
-Why `share 16` need not read faster than `share 4` here: a share-partition holds at most
+The broker runs with its Prometheus endpoint (`metrics.port`), read before and after each
+window: `fetches/1000` is the ShareFetch (share) or Fetch (classic) requests answered per 1000
+records read, `acquired/ShareFetch` the records acquired per ShareFetch, `broker us/record` the
+broker's CPU per distinct record read.
+
+Why `share 16` need not read faster than `share 4` without work: a share-partition holds at most
 `group.share.partition.max.record.locks` (2000, Kafka's default) records in flight, records are
 acquired in whole producer batches (the preload's are librdkafka's 1 MB ones: about 1,000
 records of 1 KiB, a few hundred to 10,000 of 100 B), and the batch that reaches the limit is finished
@@ -312,8 +327,10 @@ def run_once(pool: Pool, b: Kafkafast, kind: str, members: int, topic: str, expe
             "broker_cpu_s_per_GB": broker_cpu / max(received * size / 1e9, 1e-12),
             "broker_cores_busy": broker_cpu / cpu_window, "broker_us_per_record": broker_cpu / max(received, 1) * 1e6,
             "requests": requests, "fetches_per_1000_records": fetches / max(received, 1) * 1000,
-            "records_per_share_fetch": requests.get("acquired", 0.0) / fetches if kind == "share" and fetches else float("nan"),
-            "client_cores_busy": client_cpu / seconds, "members_min_records": per_member[0],
+            "records_per_share_fetch": (requests.get("acquired", 0.0) / fetches if kind == "share" and fetches
+                                        else float("nan")),
+            "client_cores_busy": client_cpu / seconds, "client_us_per_record": client_cpu / max(received, 1) * 1e6,
+            "members_min_records": per_member[0],
             "members_max_records": per_member[-1], "members_with_records": sum(1 for x in per_member if x)}
 
 
@@ -436,6 +453,7 @@ def summarize(runs: list[dict], sizes: list[int], rows_wanted: list[tuple[str, i
                    "errors": sum(r["errors"] for r in rs)}
             for key in ("records_per_s", "MB_per_s", "steady_records_per_s", "steady_MB_per_s",
                         "broker_cpu_s_per_GB", "broker_us_per_record", "broker_cores_busy", "client_cores_busy",
+                        "client_us_per_record",
                         "fetches_per_1000_records", "records_per_share_fetch"):
                 row[key] = _stat([r[key] for r in rs])
             row["members_with_records_min"] = min(r["members_with_records"] for r in rs)
@@ -497,13 +515,15 @@ def markdown(res: dict) -> str:
               f"batch.size={res.get('work_batch_bytes', WORK_BATCH_BYTES)} (the Java producer's default); a "
               "record counts once processed. `broker us/record`: broker CPU per distinct record read; "
               "`fetches/1000`: ShareFetch (share) or Fetch (classic) requests answered per 1000 records; "
-              "`acquired/ShareFetch`: records acquired per ShareFetch (the broker's metrics).") if res.get("work_us") else "",
+              "`acquired/ShareFetch`: records acquired per ShareFetch (the broker's metrics); "
+              "`client us/record`: the consumer processes' CPU per record.") if res.get("work_us") else "",
              "",
              "| size | group | members | work us/record | records/s end to end | MB/s | records/s steady | MB/s steady | "
-             "broker CPU-s/GB | broker us/record | broker cores busy | client cores busy | fetches/1000 | "
+             "broker CPU-s/GB | broker us/record | broker cores busy | client cores busy | client us/record | "
+             "fetches/1000 | "
              "acquired/ShareFetch | members with records | "
              "records of one member, least / most | redelivered | duplicates | incomplete |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res["rows"]:
         if "ratio" in r:
             continue
@@ -514,6 +534,7 @@ def markdown(res: dict) -> str:
                      f"{r['steady_MB_per_s']['median']:.1f} | {r['broker_cpu_s_per_GB']['median']:.1f} | "
                      f"{r['broker_us_per_record']['median']:.2f} | "
                      f"{r['broker_cores_busy']['median']:.2f} | {r['client_cores_busy']['median']:.2f} | "
+                     f"{r['client_us_per_record']['median']:.2f} | "
                      f"{r['fetches_per_1000_records']['median']:.2f} | "
                      f"{'-' if per_fetch != per_fetch else f'{per_fetch:.0f}'} | "
                      f"{r['members_with_records_min']} | {r['members_min_records']:,.0f} / {r['members_max_records']:,.0f} | "
