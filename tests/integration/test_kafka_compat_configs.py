@@ -20,7 +20,6 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafkafast.config_def import BROKER_CONFIGS
 from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest as DC
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
-from kafkafast.protocol._generated.metadata import MetadataRequest
 from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
@@ -43,10 +42,7 @@ def admin(kafka):
 @pytest.fixture(scope="module")
 def node(kafka) -> tuple[str, int]:
     """One broker's id (the name of its BROKER resource) and port."""
-    port = next(iter(kafka.ports().values()))
-    with RawClient(port) as c:
-        brokers = c.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers
-    return next(str(b.node_id) for b in brokers if b.port == port), port
+    return kafka.a_broker()
 
 
 def topic_config(admin: AdminClient, topic: str) -> dict:
