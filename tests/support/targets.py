@@ -136,10 +136,11 @@ class Target:
         return {-1: self.node.port}  # type: ignore[union-attr]
 
     def a_broker(self) -> tuple[str, int]:
-        """One broker's id (the name of its BROKER config resource) and PLAINTEXT port."""
+        """The id (the name of its BROKER config resource) and PLAINTEXT port of the broker whose
+        ports `listener_port` gives."""
         if self.cluster is not None:
-            first = min(self.cluster.brokers)
-            return str(first), self.cluster.brokers[first].port
+            first = next(iter(self.listener_ports))
+            return str(first), self.listener_ports[first]["PLAINTEXT"]
         with RawClient(self.node.port) as rc:  # type: ignore[union-attr]
             (broker,) = rc.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers
         return str(broker.node_id), self.node.port  # type: ignore[union-attr]
