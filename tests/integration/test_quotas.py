@@ -27,23 +27,24 @@ SECONDS = 12
 # (+7% over 12 s on a busy machine, +2% over 20 s).
 SECONDS_FOUR_CONNECTIONS = 20
 VALUE = b"q" * 10_000
+ADMIN = "quota-admin"  # the client id that sets the quotas
 
 
-def set_quota(port: int, client_id: str, key: str, value: float | None) -> None:
-    """Set (None: removed) through the broker at `port`, returns once that broker describes it
-    so (a cluster's brokers take it from ZooKeeper a moment later)."""
-    with RawClient(port) as c:
+def set_quota(port: int, client_id: str, key: str, value: float) -> None:
+    """Set through the broker at `port`, returns once that broker describes it (a cluster's
+    brokers take it from ZooKeeper a moment later). Sent as a client of its own: the broker's
+    time on these (a ZooKeeper write in a cluster) counts against the sender's
+    request_percentage, not the measured client's."""
+    with RawClient(port, client_id=ADMIN) as c:
         resp = c.request(AQ(entries=[AQ.EntryData(entity=[AQ.EntityData(entity_type="client-id", entity_name=client_id)],
-                                                  ops=[AQ.OpData(key=key, value=value or 0.0,
-                                                                 remove=value is None)])]), 1)
+                                                  ops=[AQ.OpData(key=key, value=value)])]), 1)
     assert resp.entries[0].error_code == 0
     deadline = time.monotonic() + 15
     while True:
-        with RawClient(port) as c:
+        with RawClient(port, client_id=ADMIN) as c:
             resp = c.request(DQ(components=[DQ.ComponentData(entity_type="client-id", match_type=0, match=client_id)],
                                 strict=False), 1)
-        values = {v.key: v.value for e in resp.entries or [] for v in e.values}
-        if values.get(key) == value:
+        if (key, value) in [(v.key, v.value) for e in resp.entries or [] for v in e.values]:
             return
         assert time.monotonic() < deadline, f"{key}={value} of {client_id} not described"
         time.sleep(0.1)
@@ -122,7 +123,6 @@ def test_consumer_byte_rate_quota_throttles_fetch_and_mutes_the_connection(kafka
         started = time.monotonic()
         c.request(ApiVersionsRequest(), 0)  # read only once the throttle time has passed
         assert time.monotonic() - started >= first.throttle_time_ms / 1000.0 * 0.9
-    set_quota(leader, "raw-test", "consumer_byte_rate", None)  # RawClient's others in the module go unthrottled
 
 
 def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data(kafka):
@@ -131,8 +131,10 @@ def test_request_percentage_counts_handler_time_but_not_a_fetch_waiting_for_data
 
     kafka.create_topic("quota-cpu", 1)
     leader = kafka.leader_port("quota-cpu", 0)
-    set_quota(leader, "raw-test", "request_percentage", 1.0)  # 10 ms of handler time per second
-    with RawClient(leader) as c:
+    # 10 ms of handler time per second, for a client id with no requests before (the window
+    # holds the last 11 s, this module's other tests' raw requests too)
+    set_quota(leader, "cpu-test", "request_percentage", 1.0)
+    with RawClient(leader, client_id="cpu-test") as c:
         idle = c.request(FetchRequest(replica_id=-1, max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20,
                                       session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="quota-cpu", partitions=[
                                           FetchRequest.FetchPartition(partition=0, fetch_offset=0,
