@@ -1,7 +1,9 @@
 """Dynamic broker configs in ZooKeeper (`kafkafast/cluster/dynamic_configs.py`) read by several
 threads at once: a read that ZooKeeper answered before a later change, and that returns after
 that change was taken, never puts the old entry back. Real ZooKeeper; the test only holds the
-slow reader's answer until the newer change has been read."""
+slow reader's answer until the newer change has been read. Cluster only: the ZooKeeper store's
+own concurrency (dynamic broker configs themselves run on both modes in
+tests/integration/test_kafka_compat_configs.py)."""
 from __future__ import annotations
 
 import threading

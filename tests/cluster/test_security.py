@@ -2,6 +2,10 @@
 listener (certificates made by the test), an ACL authorizer whose ACLs and a SCRAM store
 whose credentials live in ZooKeeper in Kafka's layout, seen by every broker.
 
+Everything here is what only a cluster has (inter-broker security, stores in ZooKeeper read
+by every broker); the features on both modes are tests/security/test_authorization.py's (ACLs)
+and tests/integration/test_kafka_compat_configs.py's (configs).
+
 Each broker: PLAINTEXT (clients, the harness's probe) and INTERNAL (SASL_SSL, PLAIN and
 SCRAM; `inter.broker.listener.name=INTERNAL`, the brokers log in as User:broker, the only
 super user); `allow.everyone.if.no.acl.found=true`, so only resources with ACLs are guarded.
@@ -156,6 +160,11 @@ def _produce_error(bootstrap: str, topic: str) -> int | None:
 
 
 def test_an_acl_created_through_one_broker_is_enforced_by_another(secure):
+    """Cluster only (what each API needs is tests/security/test_authorization.py's, on both
+    modes): ACLs kept in ZooKeeper in Kafka's layout (/kafka-acl, /kafka-acl-extended and their
+    change notifications), written through one broker and enforced and described by another, and
+    the inter-broker APIs refused to an anonymous client once the cluster resource has ACLs while
+    the brokers, super users, keep replicating."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
                                        ResourcePatternType, ResourceType)
@@ -239,6 +248,8 @@ def _logs_in(config: dict) -> bool:
 
 
 def test_a_scram_user_created_on_one_broker_logs_in_on_another(secure):
+    """Cluster only: SCRAM credentials in ZooKeeper in Kafka's layout (/config/users, written by
+    kafkafast or by Kafka's tools), created through one broker and used to log in on another."""
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     admin = AdminClient({"bootstrap.servers": secure.plaintext(1)})

@@ -20,10 +20,8 @@ from pathlib import Path
 import pytest
 
 from kafkafast.config import BrokerConfig, parse_properties
-from kafkafast.config_def import BROKER_CONFIGS
 from tests.support.broker_process import REPO, api_versions_ok, free_port
 from tests.support.cli import kafkafast
-from tests.support.raw_client import RawClient
 
 BROKER = [sys.executable, "-m", "kafkafast.cli.main", "broker"]
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -195,22 +193,6 @@ def test_help_configs_prints_every_known_config_with_type_and_default():
     assert entry is not None and "forever" in entry.group(1)
     assert re.search(r"^auto\.create\.topics\.enable\n.*\n    Type: boolean  Default: true$", res.stdout, re.M)
     assert re.search(r"^metrics\.port\n", res.stdout, re.M)
-
-
-def test_describe_configs_answers_types_and_documentation_from_the_table(broker):
-    """The config types (v3+) and documentation of broker configs are the table's."""
-    from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest as DC
-
-    keys = ["num.partitions", "log.cleanup.policy", "offsets.topic.replication.factor", "log.retention.ms"]
-    with RawClient(broker.port) as c:
-        res = c.request(DC(resources=[DC.DescribeConfigsResource(resource_type=4, resource_name="0",
-                                                                  configuration_keys=keys)],
-                           include_documentation=True), 4)
-    entries = {e.name: e for e in res.results[0].configs}
-    # Kafka's ConfigType codes: INT 3, SHORT 4, LONG 5, LIST 7
-    assert {n: e.config_type for n, e in entries.items()} == {
-        "num.partitions": 3, "log.cleanup.policy": 7, "offsets.topic.replication.factor": 4, "log.retention.ms": 5}
-    assert entries["log.retention.ms"].documentation == BROKER_CONFIGS["log.retention.ms"].doc
 
 
 # -- the properties in README.md and deploy/ --------------------------------------------

@@ -10,9 +10,7 @@ import pytest
 
 from kafkafast.protocol.errors import ErrorCode
 from kafkafast.protocol.primitives import ZERO_UUID
-from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
 from kafkafast.protocol._generated.describe_log_dirs import DescribeLogDirsRequest
-from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
 from kafkafast.protocol._generated.describe_producers import DescribeProducersRequest
 from kafkafast.protocol._generated.describe_topic_partitions import DescribeTopicPartitionsRequest
 from kafkafast.protocol._generated.fetch import FetchRequest
@@ -170,48 +168,6 @@ def test_telemetry_as_a_broker_without_a_metrics_plugin(broker):
         wrong = c.request(PushTelemetryRequest(client_instance_id=sub.client_instance_id,
                                                subscription_id=sub.subscription_id + 1, metrics=b""), 0)
     assert ok.error_code == 0 and wrong.error_code == ErrorCode.UNKNOWN_SUBSCRIPTION_ID
-
-
-def test_dynamic_broker_configs_persist_and_apply(broker):
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
-    make_topics(broker.bootstrap, dyn=1)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    node = ConfigResource(ResourceType.BROKER, "0")
-
-    def alter(resource, *entries):
-        (fut,) = admin.incremental_alter_configs([ConfigResource(
-            resource.restype, resource.name, incremental_configs=list(entries))]).values()
-        return fut.result(10)
-
-    def topic_value(name):
-        (fut,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "dyn")]).values()
-        return fut.result(10)[name].value
-
-    with RawClient(broker.port) as c:  # the cluster-wide default resource (confluent-kafka cannot name it)
-        resp = c.request(IAC(resources=[IAC.AlterConfigsResource(resource_type=4, resource_name="", configs=[
-            IAC.AlterableConfig(name="log.retention.ms", config_operation=0, value="7200000")])]), 1)
-    assert resp.responses[0].error_code == 0
-    alter(node, ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET))
-    with pytest.raises(ck.KafkaException, match="dynamically"):
-        alter(node, ConfigEntry("num.partitions", "4", incremental_operation=AlterConfigOpType.SET))
-    with pytest.raises(ck.KafkaException):
-        alter(node, ConfigEntry("log.retention.ms", "soon", incremental_operation=AlterConfigOpType.SET))
-    assert topic_value("retention.ms") == "3600000"  # this broker's over the cluster default
-    (fut,) = admin.describe_configs([node]).values()
-    entry = fut.result(10)["log.retention.ms"]
-    assert entry.value == "3600000" and not entry.is_read_only
-    assert entry.source == ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
-
-    broker.restart()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    assert topic_value("retention.ms") == "3600000"
-    alter(node, ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE))
-    assert topic_value("retention.ms") == "7200000"  # the cluster-wide default remains
-    with RawClient(broker.port) as c:
-        desc = c.request(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
-            resource_type=4, resource_name="", configuration_keys=None)]), 4)
-    assert [(e.name, e.value, e.config_source) for e in desc.results[0].configs] == [("log.retention.ms", "7200000", 3)]
 
 
 def test_client_quotas_are_stored_described_and_validated(kafka):

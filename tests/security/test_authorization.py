@@ -1,9 +1,10 @@
 """The ACL authorizer end to end: every API answers Kafka's authorization error without
 the ACL and succeeds with it; PREFIXED and LITERAL patterns, DENY over ALLOW, super users,
 Metadata hiding what a principal may not describe, follower fetches refused to clients,
-ACLs managed through CreateAcls/DescribeAcls/DeleteAcls by a real admin client (on a single
-node and a 3-broker cluster, the `kafka` fixture), and changes seen by every worker of a
-multi-process broker."""
+ACLs managed through CreateAcls/DescribeAcls/DeleteAcls by a real admin client, share groups'
+APIs (on a single node and a 3-broker cluster, the `kafka` fixture), and changes seen by every
+worker of a multi-process broker. That an ACL written through one broker is enforced by another,
+in Kafka's ZooKeeper layout, is tests/cluster/test_security.py's."""
 from __future__ import annotations
 
 import time
@@ -31,6 +32,7 @@ SETTINGS = {
     # the PLAINTEXT listener is the operators' (and a cluster's brokers') back door here
     "super.users": "User:admin;User:ANONYMOUS",
     "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true",
+    "share.coordinator.state.topic.num.partitions": "3",
 }
 
 
@@ -527,3 +529,62 @@ def test_every_other_checked_api_answers_its_authorization_error(env):
     with login(port, "eve") as c:
         for req, version, code_of, expected in cases:
             assert code_of(c.request(req, version)) == expected, type(req).__name__
+
+
+def test_share_group_apis_need_read_on_the_group_and_the_topic(env):
+    """As Kafka checks them: ShareGroupHeartbeat needs READ on the group and DESCRIBE on the
+    subscribed topics, ShareFetch / ShareAcknowledge READ on the group and READ on each topic,
+    ShareGroupDescribe DESCRIBE on the group, and the group configs ALTER_CONFIGS on the group
+    (DescribeConfigs DESCRIBE_CONFIGS, which ALTER_CONFIGS implies)."""
+    import confluent_kafka as ck
+
+    from kafkafast.protocol._generated.describe_configs import DescribeConfigsRequest
+    from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+    from kafkafast.protocol._generated.share_fetch import ShareFetchRequest as F
+    from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
+    from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+    from kafkafast.protocol.errors import ErrorCode as EC
+
+    kafka, port = env
+    kafka.create_topic("jobs", 1)
+    p = ck.Producer({"bootstrap.servers": kafka.bootstrap})
+    p.produce("jobs", b"job-1")
+    assert p.flush(20) == 0
+    with login(kafka.coordinator_port("workers", 0, "SASL_PLAINTEXT"), "bob") as c:
+        hb = ShareGroupHeartbeatRequest(group_id="workers", member_id="m1", member_epoch=0,
+                                        subscribed_topic_names=["jobs"])
+        assert c.request(hb, 1).error_code == EC.GROUP_AUTHORIZATION_FAILED
+        alter = IAC(resources=[IAC.AlterConfigsResource(resource_type=32, resource_name="workers", configs=[
+            IAC.AlterableConfig(name="share.auto.offset.reset", config_operation=0, value="earliest")])])
+        assert c.request(alter, 1).responses[0].error_code == EC.GROUP_AUTHORIZATION_FAILED
+        describe = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=32, resource_name="workers", configuration_keys=["share.auto.offset.reset"])])
+        assert c.request(describe, 4).results[0].error_code == EC.GROUP_AUTHORIZATION_FAILED
+        assert c.request(ShareGroupDescribeRequest(group_ids=["workers"]), 1).groups[0].error_code == \
+            EC.GROUP_AUTHORIZATION_FAILED
+        grant(port, acl("GROUP", "workers", "User:bob", "READ"), acl("GROUP", "workers", "User:bob", "ALTER_CONFIGS"))
+        assert c.request(alter, 1).responses[0].error_code == 0
+        assert [(r.error_code, [(e.name, e.value) for e in r.configs]) for r in c.request(describe, 4).results] == [
+            (0, [("share.auto.offset.reset", "earliest")])]
+        assert c.request(hb, 1).error_code == EC.TOPIC_AUTHORIZATION_FAILED
+        grant(port, acl("TOPIC", "jobs", "User:bob", "DESCRIBE"))
+        assert c.request(hb, 1).error_code == 0
+        assert c.request(ShareGroupDescribeRequest(group_ids=["workers"]), 1).groups[0].error_code == 0  # READ implies DESCRIBE
+        tid = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="jobs")]), 12).topics[0].topic_id
+    fetch = F(group_id="workers", member_id="m1", share_session_epoch=0, max_wait_ms=100, min_bytes=1,
+              max_records=10, batch_size=10, topics=[F.FetchTopic(topic_id=tid, partitions=[
+                  F.FetchPartition(partition_index=0)])])
+    leader = kafka.leader_port("jobs", 0, "SASL_PLAINTEXT")
+    with login(leader, "bob") as c:
+        part = c.request(fetch, 1).responses[0].partitions[0]
+        assert part.error_code == EC.TOPIC_AUTHORIZATION_FAILED and not part.acquired_records
+        grant(port, acl("TOPIC", "jobs", "User:bob", "READ"))
+        # NOT_LEADER_OR_FOLLOWER until the share-partition's state is readable (a cluster creates the
+        # replicated share-state topic first): the client fetches again, as librdkafka does
+        part = kafka.wait_for(lambda: (lambda p: p if p.error_code != EC.NOT_LEADER_OR_FOLLOWER else None)(
+            c.request(fetch, 1).responses[0].partitions[0]), 30, "the share-partition's state loaded")
+        assert (part.error_code, [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records]) \
+            == (0, [(0, 0, 1)])
+    with login(leader, "eve") as c:
+        fetch.member_id = "m2"
+        assert c.request(fetch, 1).error_code == EC.GROUP_AUTHORIZATION_FAILED

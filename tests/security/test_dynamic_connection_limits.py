@@ -1,7 +1,10 @@
 """Connection quotas as dynamic broker configs (Kafka's DynamicConnectionQuota): set at run time
 by IncrementalAlterConfigs on this broker or on the cluster-wide default, applied by every
 worker to the connections it accepts from then on, shown by DescribeConfigs with their dynamic
-source, kept across a restart, and refused with INVALID_CONFIG when malformed."""
+source, kept across a restart, and refused with INVALID_CONFIG when malformed. On a single node
+and a 3-broker cluster (the `kafka` fixture: a broker's caps are set through that broker; the
+cluster-wide default reaches every broker), and on a broker with two workers. That a cap set
+through one broker holds on another is tests/cluster/test_controller.py's."""
 from __future__ import annotations
 
 import time
@@ -19,11 +22,21 @@ pytestmark = pytest.mark.timeout(120)
 OTHER_IP = "127.0.0.2"  # the raw connections' source: the admin's own connections come from 127.0.0.1
 
 
-def alter(admin: AdminClient, name: str, op: AlterConfigOpType, value: str | None = None) -> None:
+def alter(admin: AdminClient, name: str, op: AlterConfigOpType, value: str | None = None,
+          broker_id: str = "0") -> None:
     entry = ConfigEntry(name, value, incremental_operation=op)
-    (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+    (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, broker_id,
                                                              incremental_configs=[entry])]).values()
     fut.result(10)
+
+
+def alter_default(port: int, **configs: str | None) -> None:
+    """The cluster-wide default resource (confluent-kafka cannot name it): SET, or DELETE where None."""
+    with RawClient(port) as c:
+        resp = c.request(IAC(resources=[IAC.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+            IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0 if v is not None else 1, value=v)
+            for k, v in configs.items()])]), 1)
+    assert resp.responses[0].error_code == 0
 
 
 def open_until_refused(port: int, most: int) -> list:
@@ -58,56 +71,65 @@ def eventually_open_until_refused(port: int, most: int, expect: int) -> list:
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("workers", [0, 2], ids=["one-process", "workers-2"])
-def test_max_connections_per_ip_changes_at_run_time_and_survives_a_restart(broker_factory, workers):
-    broker = broker_factory(workers=workers)
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    close_all(eventually_open_until_refused(broker.port, 6, 6))  # no cap yet
+@pytest.fixture(scope="module")
+def node(kafka) -> tuple[str, int, AdminClient]:
+    """One broker's id and port, and an admin client."""
+    return (*kafka.a_broker(), AdminClient({"bootstrap.servers": kafka.bootstrap}))
 
-    alter(admin, "max.connections.per.ip", AlterConfigOpType.SET, "3")
-    alter(admin, "max.connections.per.ip.overrides", AlterConfigOpType.SET, "127.0.0.1:100")
-    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+
+def cap_changes_at_run_time_and_survives_a_restart(broker_id: str, port: int, admin: AdminClient, restart) -> None:
+    close_all(eventually_open_until_refused(port, 6, 6))  # no cap yet
+
+    # the override first: a cluster's brokers connect to each other from 127.0.0.1
+    alter(admin, "max.connections.per.ip.overrides", AlterConfigOpType.SET, "127.0.0.1:100", broker_id)
+    alter(admin, "max.connections.per.ip", AlterConfigOpType.SET, "3", broker_id)
+    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker_id)]).values()
     entry = fut.result(10)["max.connections.per.ip"]
     assert (entry.value, entry.is_read_only) == ("3", False)
     assert entry.source == ck.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
-    capped = eventually_open_until_refused(broker.port, 6, 3)  # every worker applies the new cap
+    capped = eventually_open_until_refused(port, 6, 3)  # every worker applies the new cap
     assert capped[-1] is None
     close_all(capped)
 
-    broker.restart()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    capped = eventually_open_until_refused(broker.port, 6, 3)  # persisted: applies from the start
+    restart()
+    capped = eventually_open_until_refused(port, 6, 3)  # persisted: applies from the start
     close_all(capped)
 
-    alter(admin, "max.connections.per.ip", AlterConfigOpType.DELETE)
-    close_all(eventually_open_until_refused(broker.port, 6, 6))  # back to the static value
+    alter(admin, "max.connections.per.ip", AlterConfigOpType.DELETE, None, broker_id)
+    close_all(eventually_open_until_refused(port, 6, 6))  # back to the static value
 
 
-def test_cluster_wide_default_applies_and_the_broker_own_value_wins(broker_factory):
-    broker = broker_factory()
-    with RawClient(broker.port) as c:  # the cluster-wide default resource (confluent-kafka cannot name it)
-        resp = c.request(IAC(resources=[IAC.AlterConfigsResource(resource_type=4, resource_name="", configs=[
-            IAC.AlterableConfig(name="max.connections.per.ip", config_operation=0, value="2"),
-            IAC.AlterableConfig(name="max.connections.per.ip.overrides", config_operation=0,
-                                value="127.0.0.1:100")])]), 1)
-    assert resp.responses[0].error_code == 0
-    close_all(eventually_open_until_refused(broker.port, 5, 2))
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    alter(admin, "max.connections.per.ip", AlterConfigOpType.SET, "4")  # this broker's over the default
-    close_all(eventually_open_until_refused(broker.port, 5, 4))
+def test_max_connections_per_ip_changes_at_run_time_and_survives_a_restart(kafka, node):
+    cap_changes_at_run_time_and_survives_a_restart(*node, kafka.restart)
 
 
-def test_malformed_connection_quotas_are_refused_and_change_nothing(broker_factory):
-    broker = broker_factory()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+def test_max_connections_per_ip_changes_on_every_worker_and_survives_a_restart(broker_factory):
+    broker = broker_factory(workers=2)
+    cap_changes_at_run_time_and_survives_a_restart("0", broker.port, AdminClient({"bootstrap.servers": broker.bootstrap}),
+                                                   broker.restart)
+
+
+def test_cluster_wide_default_applies_and_the_broker_own_value_wins(node):
+    broker_id, port, admin = node
+    alter_default(port, max_connections_per_ip="2", max_connections_per_ip_overrides="127.0.0.1:100")
+    close_all(eventually_open_until_refused(port, 5, 2))
+    alter(admin, "max.connections.per.ip", AlterConfigOpType.SET, "4", broker_id)  # this broker's over the default
+    close_all(eventually_open_until_refused(port, 5, 4))
+    alter(admin, "max.connections.per.ip", AlterConfigOpType.DELETE, None, broker_id)
+    alter_default(port, max_connections_per_ip=None)
+    close_all(eventually_open_until_refused(port, 5, 5))
+
+
+def test_malformed_connection_quotas_are_refused_and_change_nothing(node):
+    broker_id, port, admin = node
     for name, value in [("max.connections.per.ip", "-1"), ("max.connections", "many"),
                         ("max.connections.per.ip.overrides", "127.0.0.2")]:
         with pytest.raises(ck.KafkaException) as exc:
-            alter(admin, name, AlterConfigOpType.SET, value)
+            alter(admin, name, AlterConfigOpType.SET, value, broker_id)
         assert exc.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, (name, value)
-    with RawClient(broker.port) as c:  # validate_only checks but changes nothing
+    with RawClient(port) as c:  # validate_only checks but changes nothing
         resp = c.request(IAC(validate_only=True, resources=[IAC.AlterConfigsResource(
-            resource_type=4, resource_name="0", configs=[
+            resource_type=4, resource_name=broker_id, configs=[
                 IAC.AlterableConfig(name="max.connections.per.ip", config_operation=0, value="1")])]), 1)
     assert resp.responses[0].error_code == 0
-    close_all(eventually_open_until_refused(broker.port, 4, 4))
+    close_all(eventually_open_until_refused(port, 4, 4))

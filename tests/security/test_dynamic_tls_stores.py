@@ -2,8 +2,9 @@
 listener's key store is replaced by IncrementalAlterConfigs on this broker's resource with
 the `listener.name.<listener>.` prefix, every worker serves new connections with it while
 open ones go on, a store rewritten in place is reloaded by altering it to the same value, the
-change survives a restart; what Kafka refuses is refused; and DescribeConfigs never shows a
-secret."""
+change survives a restart; what Kafka refuses is refused (on a single node and a 3-broker
+cluster, the `kafka` fixture); and DescribeConfigs never shows a secret. A cluster broker's
+inter-broker store rotating through that broker only is tests/cluster/test_security.py's."""
 from __future__ import annotations
 
 import socket
@@ -14,6 +15,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, AdminClient, ConfigEntry, ConfigResource, ResourceType
 
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
+from tests.security.conftest import tls_settings
 from tests.security.pki import server_keystore
 from tests.support.raw_client import RawClient
 
@@ -64,6 +66,16 @@ def produce(p: ck.Producer, value: bytes) -> None:
     assert errors == [None]
 
 
+@pytest.fixture(scope="module")
+def kafka_settings(pki) -> dict[str, str]:
+    return tls_settings(pki)
+
+
+@pytest.fixture(scope="module")
+def kafka_listeners() -> tuple[str, ...]:
+    return ("SSL",)
+
+
 def test_key_store_rotates_at_run_time_on_every_worker_and_survives_a_restart(secure_broker, pki, tmp_path):
     broker = secure_broker(listeners=("SSL", "SASL_PLAINTEXT"), workers=2)
     port, ca = broker.ports["SSL"], str(pki.ca)
@@ -108,33 +120,33 @@ def test_key_store_rotates_at_run_time_on_every_worker_and_survives_a_restart(se
     assert served_certificate(port, ca) == in_place
 
 
-def test_what_kafka_refuses_is_refused_and_changes_nothing(secure_broker, pki, tmp_path):
-    broker = secure_broker(listeners=("SSL",))
-    port, ca = broker.ports["SSL"], str(pki.ca)
-    admin = AdminClient({"bootstrap.servers": broker.plaintext})
+def test_what_kafka_refuses_is_refused_and_changes_nothing(kafka, pki, tmp_path):
+    broker_id, plaintext = kafka.a_broker()
+    port, ca = kafka.listener_port("SSL"), str(pki.ca)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     original = certificate_der(pki.server_keystore)
     other = server_keystore(pki, tmp_path / "other.pem", cn="some other host")
     good = server_keystore(pki, tmp_path / "good.pem")
 
-    err = refused(admin, "0", {"ssl.keystore.location": str(good)})  # no listener prefix
+    err = refused(admin, broker_id, {"ssl.keystore.location": str(good)})  # no listener prefix
     assert err.code() == ck.KafkaError.INVALID_REQUEST and "per-listener" in err.str()
-    with RawClient(broker.proc.port) as c:  # the cluster-wide default (confluent-kafka cannot name it): per broker only
+    with RawClient(plaintext) as c:  # the cluster-wide default (confluent-kafka cannot name it): per broker only
         resp = c.request(IAC(resources=[IAC.AlterConfigsResource(resource_type=4, resource_name="", configs=[
             IAC.AlterableConfig(name=KEYSTORE, config_operation=0, value=str(good))])]), 1)
     assert resp.responses[0].error_code == ck.KafkaError.INVALID_REQUEST
     assert "broker id must be specified" in resp.responses[0].error_message
-    err = refused(admin, "0", {"listener.name.plaintext.ssl.keystore.location": str(good)})
+    err = refused(admin, broker_id, {"listener.name.plaintext.ssl.keystore.location": str(good)})
     assert err.code() == ck.KafkaError.INVALID_REQUEST and "not an SSL or SASL_SSL listener" in err.str()
-    err = refused(admin, "0", {KEYSTORE: str(other), KEY_PASSWORD: ""})  # another subject
+    err = refused(admin, broker_id, {KEYSTORE: str(other), KEY_PASSWORD: ""})  # another subject
     assert err.code() == ck.KafkaError.INVALID_CONFIG and "subject" in err.str()
-    err = refused(admin, "0", {KEYSTORE: str(tmp_path / "missing.pem")})
+    err = refused(admin, broker_id, {KEYSTORE: str(tmp_path / "missing.pem")})
     assert err.code() == ck.KafkaError.INVALID_CONFIG
-    err = refused(admin, "0", {"listener.name.ssl.ssl.client.auth": "required"})  # not reconfigurable in Kafka
+    err = refused(admin, broker_id, {"listener.name.ssl.ssl.client.auth": "required"})  # not reconfigurable in Kafka
     assert err.code() == ck.KafkaError.INVALID_REQUEST and "dynamically" in err.str()
 
-    err = refused(admin, "0", {"num.io.threads": "16"})  # dynamic in Kafka, no such pool here: says why
+    err = refused(admin, broker_id, {"num.io.threads": "16"})  # dynamic in Kafka, no such pool here: says why
     assert err.code() == ck.KafkaError.INVALID_REQUEST and "thread pools" in err.str()
 
-    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    (fut,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, broker_id)]).values()
     assert KEYSTORE not in fut.result(10)
     assert served_certificate(port, ca) == original

@@ -9,9 +9,10 @@ from kafkafast.protocol import api
 
 
 class RawClient:
-    def __init__(self, port: int, timeout: float = 10.0) -> None:
+    def __init__(self, port: int, timeout: float = 10.0, client_id: str = "raw-test") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.correlation = 0
+        self.client_id = client_id
 
     def close(self) -> None:
         self.sock.close()
@@ -55,7 +56,7 @@ class RawClient:
 
     def request(self, req, version: int):
         self.correlation += 1
-        self.sock.sendall(api.encode_request(req, version, self.correlation, "raw-test"))
+        self.sock.sendall(api.encode_request(req, version, self.correlation, self.client_id))
         frame = self.recv_frame()
         if frame is None:
             raise ConnectionError("broker closed the connection")

@@ -135,6 +135,16 @@ class Target:
             return {i: b.port for i, b in self.cluster.brokers.items()}
         return {-1: self.node.port}  # type: ignore[union-attr]
 
+    def a_broker(self) -> tuple[str, int]:
+        """The id (the name of its BROKER config resource) and PLAINTEXT port of the broker whose
+        ports `listener_port` gives."""
+        if self.cluster is not None:
+            first = next(iter(self.listener_ports))
+            return str(first), self.listener_ports[first]["PLAINTEXT"]
+        with RawClient(self.node.port) as rc:  # type: ignore[union-attr]
+            (broker,) = rc.request(MetadataRequest(topics=[], allow_auto_topic_creation=False), 9).brokers
+        return str(broker.node_id), self.node.port  # type: ignore[union-attr]
+
     def create_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> None:
         """Created with the target's replication factor; returns once every partition has a
         leader (and, in the cluster, every replica in sync)."""
