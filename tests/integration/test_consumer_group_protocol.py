@@ -285,41 +285,43 @@ def test_revocation_comes_before_reassignment(kafka, version):
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_heartbeat_errors(cbroker, version):
-    create_topics(cbroker.bootstrap, {"errs": 2})
-    with RawClient(cbroker.port) as c:
-        r = join(c, "ge", ["errs"], version)
+def test_heartbeat_errors(kafka, version):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    topic, ge = f"errs-v{version}", f"ge-v{version}"
+    nobody = missing_group_beside(ge)
+    with coordinator(kafka, ge, {topic: 2}) as c:
+        r = join(c, ge, [topic], version)
         m, epoch = r.member_id, r.member_epoch
         assert r.error_code == 0
-        fenced = beat(c, "ge", m, epoch + 5, None, version)
+        fenced = beat(c, ge, m, epoch + 5, None, version)
         assert fenced.error_code == EC.FENCED_MEMBER_EPOCH and fenced.error_message
-        assert beat(c, "ge", "nobody", 1, None, version).error_code == EC.UNKNOWN_MEMBER_ID
-        assert beat(c, "nogroup", "nobody", 1, None, version).error_code == EC.GROUP_ID_NOT_FOUND
+        assert beat(c, ge, "nobody", 1, None, version).error_code == EC.UNKNOWN_MEMBER_ID
+        assert beat(c, nobody, "nobody", 1, None, version).error_code == EC.GROUP_ID_NOT_FOUND
         invalid = [
             HB(group_id="", member_id="x", member_epoch=1),  # no group id
-            HB(group_id="ge", member_id="x", member_epoch=-3),  # no such epoch
-            HB(group_id="ge", member_id="x", member_epoch=0, rebalance_timeout_ms=1000, topic_partitions=[]),  # no topics
-            HB(group_id="ge", member_id="x", member_epoch=0, subscribed_topic_names=["errs"], topic_partitions=[]),  # no timeout
-            HB(group_id="ge", member_id="x", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=["errs"],
+            HB(group_id=ge, member_id="x", member_epoch=-3),  # no such epoch
+            HB(group_id=ge, member_id="x", member_epoch=0, rebalance_timeout_ms=1000, topic_partitions=[]),  # no topics
+            HB(group_id=ge, member_id="x", member_epoch=0, subscribed_topic_names=[topic], topic_partitions=[]),  # no timeout
+            HB(group_id=ge, member_id="x", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=[topic],
                topic_partitions=[TP(topic_id=b"\x01" * 16, partitions=[0])]),  # joining with partitions
-            HB(group_id="ge", member_id="", member_epoch=1),  # no member id
-            HB(group_id="ge", member_id=m, member_epoch=-2),  # static leave without an instance id
-            HB(group_id="ge", member_id=m, member_epoch=epoch, instance_id=""),
+            HB(group_id=ge, member_id="", member_epoch=1),  # no member id
+            HB(group_id=ge, member_id=m, member_epoch=-2),  # static leave without an instance id
+            HB(group_id=ge, member_id=m, member_epoch=epoch, instance_id=""),
         ]
         if version >= 1:
-            invalid.append(HB(group_id="ge", member_id="", member_epoch=0, rebalance_timeout_ms=1000,
-                              subscribed_topic_names=["errs"], topic_partitions=[]))  # v1: the client makes the id
-            invalid.append(HB(group_id="ge", member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
+            invalid.append(HB(group_id=ge, member_id="", member_epoch=0, rebalance_timeout_ms=1000,
+                              subscribed_topic_names=[topic], topic_partitions=[]))  # v1: the client makes the id
+            invalid.append(HB(group_id=ge, member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
                               subscribed_topic_names=[], subscribed_topic_regex="", topic_partitions=[]))  # neither
         for req in invalid:
             resp = c.request(req, version)
             assert resp.error_code == EC.INVALID_REQUEST and resp.error_message, req
-        r = join(c, "ge", ["errs"], version, server_assignor="sticky-nonexistent")
+        r = join(c, ge, [topic], version, server_assignor="sticky-nonexistent")
         assert r.error_code == EC.UNSUPPORTED_ASSIGNOR
-        r = join(c, "ge", ["errs"], version, server_assignor="range")
+        r = join(c, ge, [topic], version, server_assignor="range")
         assert r.error_code == 0
         # The member is still there and well after all that.
-        assert beat(c, "ge", m, epoch, None, version).error_code == 0
+        assert beat(c, ge, m, epoch, None, version).error_code == 0
 
 
 def test_static_member_leaves_for_now_and_rejoins_with_its_partitions(kafka):
