@@ -5,9 +5,10 @@ ConsumerGroupHeartbeat / ConsumerGroupDescribe requests at versions 0 and 1 for 
 protocol's rules: revocation before reassignment, member and group epochs, fencing,
 invalid requests, static members, member-epoch checks of OffsetCommit / OffsetFetch, the
 coexistence with classic groups, and multi-worker routing. The librdkafka group, revocation
-before reassignment, static members and the rebalance-timeout fencing run on a single node and
-a 3-broker cluster (the `kafka` fixture; raw requests go to the group's coordinator); a
-coordinator moving between brokers is tests/cluster/test_consumer_group_protocol_cluster.py's."""
+before reassignment, heartbeat errors, static members, the session timeout and the
+rebalance-timeout fencing run on a single node and a 3-broker cluster (the `kafka` fixture;
+raw requests go to the group's coordinator); a coordinator moving between brokers is
+tests/cluster/test_consumer_group_protocol_cluster.py's."""
 from __future__ import annotations
 
 import time
@@ -352,9 +353,9 @@ def test_static_member_leaves_for_now_and_rejoins_with_its_partitions(kafka):
         assert tid in owned(back)
 
 
-def test_session_timeout_removes_a_silent_member(cbroker):
-    create_topics(cbroker.bootstrap, {"sess": 2})
-    with RawClient(cbroker.port) as c:
+def test_session_timeout_removes_a_silent_member(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    with coordinator(kafka, "gt", {"sess": 2}) as c:
         a = join(c, "gt", ["sess"], 1)
         b = join(c, "gt", ["sess"], 1)
         held_a = owned(a)
