@@ -1,4 +1,9 @@
-"""Consumer groups and kafkafast's own client over the three-broker cluster."""
+"""Consumer groups and kafkafast's own client over the three-broker cluster, where what a single
+node has not happens: the group coordinator's broker killed, a partition leader stopped, offsets
+committed for partitions the coordinator's broker does not host. Produce and consume with every
+client and groups that join and leave, the same in both modes, run on a single node and a
+cluster from the `kafka` fixture (tests/integration/test_real_clients.py, test_client_matrix.py,
+test_groups.py)."""
 from __future__ import annotations
 
 import time
@@ -18,7 +23,12 @@ def _commit_ok(consumer) -> bool:
         return False
 
 
-def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
+@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["workers2"])
+def test_consumer_group_survives_the_coordinators_broker_being_killed_with_worker_processes(cluster):
+    """Cluster only (the coordinator moves to another broker), in brokers of two worker
+    processes: the new coordinator loads the group in the worker owning its __consumer_offsets
+    partition, the members' commits go on there, and a new member resumes from them. (With
+    one process per broker: the three-client failover test below.)"""
     cluster.create_topic("grp", 3, 3, {"min.insync.replicas": "2"})
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
     for i in range(300):
@@ -74,6 +84,8 @@ def test_consumer_group_survives_the_coordinators_broker_being_killed(cluster):
 
 
 def test_kafkafast_client_follows_a_leader_change(cluster):
+    """Cluster only (leader failover): kafkafast's producer (acks=all) goes on with the new leader
+    of a partition whose leader stopped; its consumer group reads every record."""
     cluster.create_topic("own", 2, 3, {"min.insync.replicas": "2"})
     producer = KafkaProducer(cluster.bootstrap, acks="all")
     victim = None
@@ -110,6 +122,9 @@ def test_kafkafast_client_follows_a_leader_change(cluster):
 
 
 def test_three_client_libraries_share_a_group_through_a_coordinator_failover(cluster):
+    """Cluster only (the coordinator moves): confluent-kafka, kafka-python and kafkafast consumers
+    in one group keep consuming when the coordinator's broker is SIGKILLed; their auto-commits
+    reach the new coordinator (every partition's committed offset is its end)."""
     import threading
 
     import kafka
@@ -195,6 +210,8 @@ def test_three_client_libraries_share_a_group_through_a_coordinator_failover(clu
 
 
 def test_offsets_commit_for_partitions_the_coordinator_does_not_host(cluster):
+    """Cluster only (a single node hosts every partition): a group commits offsets for three
+    partitions with one replica each, on three brokers, two of which are not the coordinator's."""
     from confluent_kafka import TopicPartition as CTP
 
     cluster.create_topic("spread", 3, 1)  # one replica each: the coordinator hosts at most one of them
@@ -211,8 +228,3 @@ def test_offsets_commit_for_partitions_the_coordinator_does_not_host(cluster):
     finally:
         c.close()
 
-
-@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["workers2"])
-def test_consumer_group_survives_the_coordinators_broker_being_killed_with_worker_processes(cluster):
-    """The same, with brokers of two worker processes (replication over the pre-fork runtime)."""
-    test_consumer_group_survives_the_coordinators_broker_being_killed(cluster)

@@ -2,7 +2,10 @@
 the leader of its __consumer_offsets partition (the others answer NOT_COORDINATOR), and
 librdkafka consumers with group.protocol=consumer get complete assignments and keep
 consuming after the coordinator's broker is killed (the new leader loads the group, its
-members rejoin) with their commits intact."""
+members rejoin) with their commits intact. Both tests are cluster only: the coordinator moves
+to another broker. The protocol's behaviour the same in both modes (joins, leaves, complete
+and disjoint assignments, commit and resume beside a classic group) runs on a single node and a
+cluster from the `kafka` fixture in tests/integration/test_consumer_group_protocol.py."""
 from __future__ import annotations
 
 import time
@@ -11,6 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol.errors import ErrorCode as EC
 from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
@@ -37,6 +41,8 @@ def poll_into(consumers, seen: set) -> None:
 
 
 def test_consumer_protocol_group_follows_its_coordinator(kip848_cluster):
+    """Brokers other than the coordinator answer NOT_COORDINATOR; after the coordinator's broker
+    is SIGKILLed, the members go on consuming through the new one."""
     cluster = kip848_cluster
     cluster.create_topic("k848", 4, 3, {"min.insync.replicas": "2"})
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
@@ -93,6 +99,15 @@ def test_assignments_answered_survive_a_coordinator_failover(kip848_cluster):
     cluster.create_topic("k848fo", 4, 3, {"min.insync.replicas": "2"})
     group = "k848-failover"
     coordinator = cluster.wait_for(lambda: max(group_coordinator(cluster, group), 0), 20, "the coordinator")
+
+    def leaders_known() -> bool:  # the coordinator assigns what its metadata has (UpdateMetadata can lag ZooKeeper)
+        with RawClient(cluster.brokers[coordinator].port) as rc:
+            md = rc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="k848fo")],
+                                            allow_auto_topic_creation=False), 9)
+        return md.topics[0].error_code == 0 and sorted(p.partition_index for p in md.topics[0].partitions
+                                                       if p.leader_id >= 0) == [0, 1, 2, 3]
+
+    cluster.wait_for(leaders_known, 30, "the coordinator's metadata of k848fo")
 
     def hb(rc, member, epoch, held, **kw):
         tps = None if held is None else [HB.TopicPartitions(topic_id=t, partitions=sorted(p)) for t, p in held.items()]

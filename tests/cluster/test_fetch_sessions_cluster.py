@@ -1,6 +1,7 @@
 """Followers fetch in incremental fetch sessions (KIP-227): counted on the leaders' side, a
 steady follower Fetch names no partition, one whose log end moved names it, and
-replication stays complete (acks=all with min.insync.replicas=3)."""
+replication stays complete (acks=all with min.insync.replicas=3). Cluster only: a single node
+has no followers (consumers' fetch sessions are tests/integration/test_fetch_sessions.py's)."""
 from __future__ import annotations
 
 import confluent_kafka as ck

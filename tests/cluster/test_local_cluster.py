@@ -1,6 +1,7 @@
 """`python -m kafkafast.cluster.local`, the development cluster: "ready" only once every broker
 answers, a broker that cannot start named with the reason (exit 1), ports outside the kernel's
-ephemeral range, and help text for every option."""
+ephemeral range, and help text for every option. Cluster only: the command starts a ZooKeeper
+cluster for development (its brokers' features are the `kafka` fixture's tests)."""
 from __future__ import annotations
 
 import os

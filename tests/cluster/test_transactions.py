@@ -1,6 +1,7 @@
 """Transactions in cluster mode: a replicated `__transaction_state` whose partition leaders
 coordinate, markers sent to partition leaders on other brokers, read_committed across
-leader changes, the coordinator's broker SIGKILLed mid-transaction. (The clients' transactions,
+leader changes, the coordinator's broker SIGKILLed mid-transaction: all cluster only (the
+coordinator moves, markers cross brokers). (The clients' transactions,
 the same in both modes, run on a single node and a cluster in tests/integration/test_transactions.py:
 commit, abort, offsets in transactions, read_committed, fencing, timeouts.)"""
 from __future__ import annotations
@@ -217,8 +218,10 @@ def txn_workers_cluster(tmp_path_factory):
 
 
 def test_transactions_on_multi_worker_brokers(txn_workers_cluster):
-    """Brokers of two workers: the transaction APIs reach the worker owning the id's
-    __transaction_state partition, markers for partitions another worker owns go through it."""
+    """Cluster only, in brokers of two workers: the transaction APIs reach the worker owning the
+    id's replicated __transaction_state partition, and the WriteTxnMarkers a coordinator on
+    another broker sends land on either worker of a partition's leader and reach the one owning
+    the partition (a single node's markers never cross brokers)."""
     c = txn_workers_cluster
     c.create_topic("tx-w", 3, 3, assignment=ASSIGNMENT)
     c.create_topic("tx-w-in", 1, 3)

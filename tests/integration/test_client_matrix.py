@@ -6,7 +6,10 @@ read the committed offsets back and list offsets (tests/matrix_scripts/, one JSO
 run). What they wrote is checked in the segment files: v2 batches compressed with the
 producer's codec, every record where it was sent. The older kafka-python also runs pinned
 to `api_version` (0, 9) and (0, 10, 1), through the legacy formats (the pinned kafka-python
-does that in test_legacy_formats.py)."""
+does that in test_legacy_formats.py). Every case runs on a single node; kcat and KafkaJS, the
+clients no other test takes through both modes, also run on a 3-broker cluster (the `kafka`
+fixture: topics with replication factor 3, the segment files read on each partition's leader).
+The Python clients' cluster runs are tests/integration/test_real_clients.py's."""
 from __future__ import annotations
 
 import json
@@ -20,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker_process import BrokerProcess
 from tests.support.client_matrix import ClientVersion, Interpreters, matrix_versions
 from tests.support.segments import CODEC_IDS, stored_batches
 from tests.support.tools import missing_tool
@@ -56,8 +58,9 @@ def python_cases() -> list[Case]:
     return out
 
 
-CASES = python_cases() + [Case("kafkajs", "kafkajs_client.js", ("none", "gzip")),
-                          Case("kcat", "kcat_client.py", tuple(ALL), timestamps=False)]
+NOT_PYTHON = [Case("kafkajs", "kafkajs_client.js", ("none", "gzip")),
+              Case("kcat", "kcat_client.py", tuple(ALL), timestamps=False)]
+CASES = python_cases() + NOT_PYTHON
 
 
 @pytest.fixture(scope="session")
@@ -66,14 +69,6 @@ def interpreters() -> Interpreters:
     interp = Interpreters()
     interp.prepare(sorted({c.client for c in CASES if c.client is not None}, key=lambda cv: cv.id))
     return interp
-
-
-@pytest.fixture(scope="module")
-def matrix_broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("matrix") / "data",
-                      settings={"group.initial.rebalance.delay.ms": "0"}).start()
-    yield b
-    b.kill()
 
 
 def command(case: Case, interp: Interpreters, spec: dict) -> list[str]:
@@ -95,14 +90,6 @@ def command(case: Case, interp: Interpreters, spec: dict) -> list[str]:
     return [python, str(SCRIPTS / case.script), json.dumps(spec)]
 
 
-def create_topics(bootstrap: str, topics: list[str]) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
-        f.result(15)
-
-
 def expected(codec: str, t0: int) -> dict[int, list[tuple[int, bytes, bytes, int]]]:
     """partition -> [(record index, key, value, timestamp)] as the scripts produce (common.py)."""
     out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
@@ -116,13 +103,15 @@ def by_partition(d: dict) -> dict[str, dict[int, int]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_client_produces_consumes_commits_and_lists_offsets(matrix_broker, interpreters, case):
+@pytest.mark.in_cluster_only(case=NOT_PYTHON)
+def test_client_produces_consumes_commits_and_lists_offsets(kafka, interpreters, case):
     t0 = int(time.time() * 1000) - 3_600_000
     topics = {codec: f"mx-{case.id}-{codec}" for codec in case.codecs}
-    spec = {"bootstrap": matrix_broker.bootstrap, "topics": topics, "n": N, "t0": t0, "group": f"mx-{case.id}",
+    spec = {"bootstrap": kafka.bootstrap, "topics": topics, "n": N, "t0": t0, "group": f"mx-{case.id}",
             "api_version": case.api_version}
     cmd = command(case, interpreters, spec)
-    create_topics(matrix_broker.bootstrap, list(topics.values()))
+    for topic in topics.values():
+        kafka.create_topic(topic, PARTITIONS)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["NODE_PATH"] = str(JS_MODULES)
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
@@ -136,7 +125,7 @@ def test_client_produces_consumes_commits_and_lists_offsets(matrix_broker, inter
     for codec, topic in topics.items():
         want = expected(codec, t0)
         for p in range(PARTITIONS):
-            batches = stored_batches(matrix_broker.data_dir, topic, p)
+            batches = stored_batches(kafka.partition_dir(topic, p).parent, topic, p)
             assert batches, (topic, p)
             assert {(h.magic, h.compression) for h, _ in batches} == {(2, CODEC_IDS[codec])}, (topic, p)
             records = [r for _, rs in batches for r in rs]

@@ -4,7 +4,11 @@ leave, commit and resume) beside a classic group on the same broker; and raw
 ConsumerGroupHeartbeat / ConsumerGroupDescribe requests at versions 0 and 1 for the
 protocol's rules: revocation before reassignment, member and group epochs, fencing,
 invalid requests, static members, member-epoch checks of OffsetCommit / OffsetFetch, the
-coexistence with classic groups, and multi-worker routing."""
+coexistence with classic groups, and multi-worker routing. The librdkafka group, revocation
+before reassignment, heartbeat errors, static members, the session timeout and the
+rebalance-timeout fencing run on a single node and a 3-broker cluster (the `kafka` fixture;
+raw requests go to the group's coordinator); a coordinator moving between brokers is
+tests/cluster/test_consumer_group_protocol_cluster.py's."""
 from __future__ import annotations
 
 import time
@@ -14,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafkafast.broker.group_coordinator import java_string_hash
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.consumer_group_describe import ConsumerGroupDescribeRequest
 from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
@@ -25,6 +30,7 @@ from kafkafast.protocol._generated.offset_commit import OffsetCommitRequest
 from kafkafast.protocol._generated.offset_fetch import OffsetFetchRequest
 from kafkafast.protocol.errors import ErrorCode as EC
 from tests.support.raw_client import RawClient
+from tests.support.targets import SETTINGS as TARGET_SETTINGS
 
 # librdkafka gives each heartbeat the heartbeat interval as its request timeout: 1 s leaves
 # room for a loaded machine.
@@ -128,7 +134,8 @@ def test_librdkafka_consumer_protocol_rebalances_commits_and_resumes_beside_a_cl
         {("kip848", p) for p in range(6)}
     assert [m.assignment.topic_partitions for m in old.members][0]
     listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10)
-    assert [(g.group_id, g.type) for g in listed.valid] == [("g848", ConsumerGroupType.CONSUMER)]
+    listed_types = {g.group_id: g.type for g in listed.valid}  # (other tests' groups share the target)
+    assert listed_types["g848"] == ConsumerGroupType.CONSUMER and "classic-side" not in listed_types
 
     drain([c1, c3, classic], records, 60 + 15)
     assert {v for v in records if v.startswith(b"0-") or v.startswith(b"5-")}  # both ends of the topic
@@ -197,6 +204,23 @@ def beat(c: RawClient, group: str, member_id: str, epoch: int, held: dict | None
                         topic_partitions=None if held is None else tps(held), **kw), version)
 
 
+def coordinator(kafka, group: str, topics: dict[str, int]) -> RawClient:
+    """A connection to the group's coordinator once every broker's metadata has `topics`
+    (created with the target's replication factor): the coordinator assigns what it knows."""
+    for t, n in topics.items():
+        kafka.create_topic(t, n)
+        kafka.wait_for_leaders(t, n)
+    return RawClient(kafka.coordinator_port(group))
+
+
+def missing_group_beside(group: str) -> str:
+    """A group id of no group, in the same __consumer_offsets partition as `group` (in a
+    cluster, another partition's coordinator may be another broker: NOT_COORDINATOR there)."""
+    n = int(TARGET_SETTINGS["offsets.topic.num.partitions"])
+    home = (java_string_hash(group) & 0x7FFFFFFF) % n
+    return next(g for g in (f"no-such-group-{i}" for i in range(1000)) if (java_string_hash(g) & 0x7FFFFFFF) % n == home)
+
+
 def count(m: dict) -> int:
     return sum(len(p) for p in m.values())
 
@@ -206,100 +230,105 @@ def overlap(a: dict, b: dict) -> set:
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_revocation_comes_before_reassignment(cbroker, version):
-    create_topics(cbroker.bootstrap, {"rev": 4})
-    with RawClient(cbroker.port) as c:
-        tid = topic_id(c, "rev")
-        r1 = join(c, "gr", ["rev"], version)
+def test_revocation_comes_before_reassignment(kafka, version):
+    """On a single node and a 3-broker cluster (the `kafka` fixture): in the cluster every
+    answer waits for the group's records to reach the ISR of its __consumer_offsets partition."""
+    topic, gr = f"rev-v{version}", f"gr-v{version}"
+    nobody = missing_group_beside(gr)
+    with coordinator(kafka, gr, {topic: 4}) as c:
+        tid = topic_id(c, topic)
+        r1 = join(c, gr, [topic], version)
         assert r1.error_code == 0 and r1.member_epoch == 1 and r1.heartbeat_interval_ms == 1000
         assert r1.member_id  # made up by the broker (v0) or echoed (v1)
         m1, held1 = r1.member_id, owned(r1)
         assert held1 == {tid: {0, 1, 2, 3}}
 
-        r2 = join(c, "gr", ["rev"], version)
+        r2 = join(c, gr, [topic], version)
         m2 = r2.member_id
         assert r2.error_code == 0 and r2.member_epoch == 2
         held2 = owned(r2)
         assert count(held2) == 0  # its partitions are still m1's: not handed out yet
 
         # m1 learns what to revoke: it keeps its epoch until it has let them go.
-        r = beat(c, "gr", m1, 1, held1, version)
+        r = beat(c, gr, m1, 1, held1, version)
         assert r.error_code == 0 and r.member_epoch == 1
         keep = owned(r)
         assert count(keep) == 2 and keep[tid] < held1[tid]
         # m2 still gets nothing while m1 has not acknowledged the revocation.
-        r = beat(c, "gr", m2, 2, held2, version)
+        r = beat(c, gr, m2, 2, held2, version)
         assert r.error_code == 0 and count(owned(r) or {}) == 0
 
         # m1 acknowledges (its heartbeat lists only what it keeps): next epoch.
-        r = beat(c, "gr", m1, 1, keep, version)
+        r = beat(c, gr, m1, 1, keep, version)
         assert r.error_code == 0 and r.member_epoch == 2
         held1 = keep
-        r = beat(c, "gr", m2, 2, held2, version)
+        r = beat(c, gr, m2, 2, held2, version)
         held2 = owned(r)
         assert r.error_code == 0 and count(held2) == 2 and not overlap(held1, held2)
         assert held1[tid] | held2[tid] == {0, 1, 2, 3}
 
-        d = c.request(ConsumerGroupDescribeRequest(group_ids=["gr", "no-such-group"]), version)
+        d = c.request(ConsumerGroupDescribeRequest(group_ids=[gr, nobody]), version)
         g, missing = d.groups
         assert g.error_code == 0 and g.group_state == "Stable" and g.group_epoch == 2 and g.assignment_epoch == 2
         assert g.assignor_name == "uniform"
         assert {m.member_id: (m.member_epoch, {p for t in m.assignment.topic_partitions for p in t.partitions})
                 for m in g.members} == {m1: (2, held1[tid]), m2: (2, held2[tid])}
-        assert all(t.topic_name == "rev" for m in g.members for t in m.assignment.topic_partitions)
-        assert all(m.subscribed_topic_names == ["rev"] for m in g.members)
+        assert all(t.topic_name == topic for m in g.members for t in m.assignment.topic_partitions)
+        assert all(m.subscribed_topic_names == [topic] for m in g.members)
         if version >= 1:
             assert {m.member_type for m in g.members} == {1}
         assert missing.error_code == EC.GROUP_ID_NOT_FOUND
 
         # m2 leaves (epoch -1): m1 gets everything, with a new epoch.
-        r = beat(c, "gr", m2, -1, None, version)
+        r = beat(c, gr, m2, -1, None, version)
         assert r.error_code == 0 and r.member_epoch == -1
-        r = beat(c, "gr", m1, 2, held1, version)
+        r = beat(c, gr, m1, 2, held1, version)
         assert r.error_code == 0 and r.member_epoch == 3 and owned(r) == {tid: {0, 1, 2, 3}}
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_heartbeat_errors(cbroker, version):
-    create_topics(cbroker.bootstrap, {"errs": 2})
-    with RawClient(cbroker.port) as c:
-        r = join(c, "ge", ["errs"], version)
+def test_heartbeat_errors(kafka, version):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    topic, ge = f"errs-v{version}", f"ge-v{version}"
+    nobody = missing_group_beside(ge)
+    with coordinator(kafka, ge, {topic: 2}) as c:
+        r = join(c, ge, [topic], version)
         m, epoch = r.member_id, r.member_epoch
         assert r.error_code == 0
-        fenced = beat(c, "ge", m, epoch + 5, None, version)
+        fenced = beat(c, ge, m, epoch + 5, None, version)
         assert fenced.error_code == EC.FENCED_MEMBER_EPOCH and fenced.error_message
-        assert beat(c, "ge", "nobody", 1, None, version).error_code == EC.UNKNOWN_MEMBER_ID
-        assert beat(c, "nogroup", "nobody", 1, None, version).error_code == EC.GROUP_ID_NOT_FOUND
+        assert beat(c, ge, "nobody", 1, None, version).error_code == EC.UNKNOWN_MEMBER_ID
+        assert beat(c, nobody, "nobody", 1, None, version).error_code == EC.GROUP_ID_NOT_FOUND
         invalid = [
             HB(group_id="", member_id="x", member_epoch=1),  # no group id
-            HB(group_id="ge", member_id="x", member_epoch=-3),  # no such epoch
-            HB(group_id="ge", member_id="x", member_epoch=0, rebalance_timeout_ms=1000, topic_partitions=[]),  # no topics
-            HB(group_id="ge", member_id="x", member_epoch=0, subscribed_topic_names=["errs"], topic_partitions=[]),  # no timeout
-            HB(group_id="ge", member_id="x", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=["errs"],
+            HB(group_id=ge, member_id="x", member_epoch=-3),  # no such epoch
+            HB(group_id=ge, member_id="x", member_epoch=0, rebalance_timeout_ms=1000, topic_partitions=[]),  # no topics
+            HB(group_id=ge, member_id="x", member_epoch=0, subscribed_topic_names=[topic], topic_partitions=[]),  # no timeout
+            HB(group_id=ge, member_id="x", member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=[topic],
                topic_partitions=[TP(topic_id=b"\x01" * 16, partitions=[0])]),  # joining with partitions
-            HB(group_id="ge", member_id="", member_epoch=1),  # no member id
-            HB(group_id="ge", member_id=m, member_epoch=-2),  # static leave without an instance id
-            HB(group_id="ge", member_id=m, member_epoch=epoch, instance_id=""),
+            HB(group_id=ge, member_id="", member_epoch=1),  # no member id
+            HB(group_id=ge, member_id=m, member_epoch=-2),  # static leave without an instance id
+            HB(group_id=ge, member_id=m, member_epoch=epoch, instance_id=""),
         ]
         if version >= 1:
-            invalid.append(HB(group_id="ge", member_id="", member_epoch=0, rebalance_timeout_ms=1000,
-                              subscribed_topic_names=["errs"], topic_partitions=[]))  # v1: the client makes the id
-            invalid.append(HB(group_id="ge", member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
+            invalid.append(HB(group_id=ge, member_id="", member_epoch=0, rebalance_timeout_ms=1000,
+                              subscribed_topic_names=[topic], topic_partitions=[]))  # v1: the client makes the id
+            invalid.append(HB(group_id=ge, member_id="r", member_epoch=0, rebalance_timeout_ms=1000,
                               subscribed_topic_names=[], subscribed_topic_regex="", topic_partitions=[]))  # neither
         for req in invalid:
             resp = c.request(req, version)
             assert resp.error_code == EC.INVALID_REQUEST and resp.error_message, req
-        r = join(c, "ge", ["errs"], version, server_assignor="sticky-nonexistent")
+        r = join(c, ge, [topic], version, server_assignor="sticky-nonexistent")
         assert r.error_code == EC.UNSUPPORTED_ASSIGNOR
-        r = join(c, "ge", ["errs"], version, server_assignor="range")
+        r = join(c, ge, [topic], version, server_assignor="range")
         assert r.error_code == 0
         # The member is still there and well after all that.
-        assert beat(c, "ge", m, epoch, None, version).error_code == 0
+        assert beat(c, ge, m, epoch, None, version).error_code == 0
 
 
-def test_static_member_leaves_for_now_and_rejoins_with_its_partitions(cbroker):
-    create_topics(cbroker.bootstrap, {"stat": 4})
-    with RawClient(cbroker.port) as c:
+def test_static_member_leaves_for_now_and_rejoins_with_its_partitions(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    with coordinator(kafka, "gs", {"stat": 4}) as c:
         tid = topic_id(c, "stat")
         a = join(c, "gs", ["stat"], 1, instance_id="inst-a")
         b = join(c, "gs", ["stat"], 1, instance_id="inst-b")
@@ -325,9 +354,9 @@ def test_static_member_leaves_for_now_and_rejoins_with_its_partitions(cbroker):
         assert tid in owned(back)
 
 
-def test_session_timeout_removes_a_silent_member(cbroker):
-    create_topics(cbroker.bootstrap, {"sess": 2})
-    with RawClient(cbroker.port) as c:
+def test_session_timeout_removes_a_silent_member(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    with coordinator(kafka, "gt", {"sess": 2}) as c:
         a = join(c, "gt", ["sess"], 1)
         b = join(c, "gt", ["sess"], 1)
         held_a = owned(a)
@@ -481,9 +510,9 @@ def test_consumer_group_describe_spans_workers(broker_factory):
     assert d.groups[-1].error_code == EC.GROUP_ID_NOT_FOUND
 
 
-def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced(cbroker):
-    create_topics(cbroker.bootstrap, {"slow": 2})
-    with RawClient(cbroker.port) as c:
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    with coordinator(kafka, "gf", {"slow": 2}) as c:
         a = c.request(HB(group_id="gf", member_id="slow-a", member_epoch=0, rebalance_timeout_ms=1000,
                          subscribed_topic_names=["slow"], topic_partitions=[]), 1)
         held_a = owned(a)

@@ -1,7 +1,8 @@
 """Consumer groups with real clients (confluent-kafka, kafka-python, aiokafka) against a real
 kafkafast broker: complete and disjoint assignments through joins and leaves (on a single node
 and a 3-broker cluster, the `kafka` fixture), every assignor, exactly-once consumption across rebalances with synchronous commits, eviction
-of a SIGKILLed member, committed offsets across broker restarts and crashes."""
+of a SIGKILLed member (both on the `kafka` fixture too), committed offsets across broker restarts and crashes.
+A coordinator moving between brokers is tests/cluster/test_clients.py's."""
 from __future__ import annotations
 
 import asyncio
@@ -230,12 +231,14 @@ def test_roundrobin_assignor_with_kafka_python_and_aiokafka(group_broker):
                        "roundrobin")
 
 
-def test_produce_while_rebalancing_loses_and_duplicates_nothing(group_broker):
+def test_produce_while_rebalancing_loses_and_duplicates_nothing(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture): members commit what they
+    consumed when their partitions are revoked, while records keep coming."""
     from confluent_kafka import Producer
 
-    bootstrap = group_broker.bootstrap
+    bootstrap = kafka.bootstrap
     topic, group = "churn", "churn-group"
-    create_topic(bootstrap, topic)
+    kafka.create_topic(topic, PARTITIONS)
     total = 6000
     done = threading.Event()
 
@@ -289,10 +292,11 @@ while True:
 """ % KILLED_SESSION_MS
 
 
-def test_sigkilled_consumer_is_evicted_after_session_timeout(group_broker):
-    bootstrap = group_broker.bootstrap
+def test_sigkilled_consumer_is_evicted_after_session_timeout(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture)."""
+    bootstrap = kafka.bootstrap
     topic, group = "evict", "evict-group"
-    create_topic(bootstrap, topic)
+    kafka.create_topic(topic, PARTITIONS)
     survivor = ConfluentMember(bootstrap, group, topic)
     survivor.start()
     child = subprocess.Popen([sys.executable, "-c", KILLABLE_CONSUMER, bootstrap, group, topic],

@@ -6,7 +6,9 @@ factor 3) with none and lz4 (the codecs are the storage's business, the same cod
 confluent-kafka (librdkafka) sends 100,000 records: several fetches per partition. The
 pure-Python clients send 20,000 (still dozens of batches per partition): encoding and decoding
 in the client was most of their tests' time, and the volume takes the broker path the
-confluent-kafka test covers."""
+confluent-kafka test covers. kafkafast's own client does the same with lz4 in both modes (its
+every-codec round trips are tests/integration/test_client_consumer.py's); kcat and
+KafkaJS go through both modes in tests/integration/test_client_matrix.py."""
 from __future__ import annotations
 
 import asyncio
@@ -209,3 +211,47 @@ async def _aiokafka_round_trip(kafka, codec: str) -> None:
     await admin.delete_topics([topic])
     assert topic not in await admin.list_topics()
     await admin.close()
+
+
+# ---------------------------------------------------------------------------- kafkafast's own client
+def test_kafkafast_client_round_trip(kafka):
+    """lz4 only: the client's every-codec round trips are test_client_consumer.py's."""
+    from kafkafast.client import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafkafast.client.admin import create_topics_sync, delete_topics_sync
+    from kafkafast.client.lowlevel import topics_sync
+
+    topic, codec = "kf-lz4", "lz4"
+    create_topics_sync(kafka.bootstrap, [(topic, PARTITIONS)], replication_factor=kafka.replication_factor)
+    kafka.wait_for_leaders(topic, PARTITIONS)
+    with KafkaProducer(kafka.bootstrap, compression_type=codec, linger_ms=5) as p:
+        futures = []
+        for i in range(N_PURE_PYTHON):
+            key, value, headers, ts = record(i)
+            futures.append((i, p.send(topic, value, key, headers=headers, timestamp_ms=ts)))
+        p.flush(60)
+        produced = {}
+        for i, f in futures:
+            md = f.get(30)
+            produced[(md.partition, md.offset)] = i
+
+    tps = [TopicPartition(topic, i) for i in range(PARTITIONS)]
+    with KafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False) as c:
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        consumed = {}
+        deadline = time.monotonic() + 120
+        while len(consumed) < N_PURE_PYTHON and time.monotonic() < deadline:
+            for tp, msgs in c.poll(1000).items():
+                for m in msgs:
+                    consumed[(tp.partition, m.offset)] = (m.key, m.value, m.headers, m.timestamp)
+        check(produced, consumed, N_PURE_PYTHON)
+        counts = {p_: sum(1 for (pp, _) in produced if pp == p_) for p_ in range(PARTITIONS)}
+        assert c.end_offsets(tps) == {tp: counts[tp.partition] for tp in tps}
+        assert c.beginning_offsets(tps) == {tp: 0 for tp in tps}
+        target = T0 + N_PURE_PYTHON // 2
+        found = c.offsets_for_times({tp: target for tp in tps})
+        for tp, (offset, _ts) in found.items():
+            expect = min(o for (pp, o), i in produced.items() if pp == tp.partition and T0 + i >= target)
+            assert offset == expect
+    delete_topics_sync(kafka.bootstrap, [topic])
+    assert topic not in topics_sync(kafka.bootstrap)

@@ -637,18 +637,13 @@ def test_kafkajs_transactional_producer_on_worker_processes(txn_broker):
     check_kafkajs_transactions(txn_broker.bootstrap_servers, lambda: txn_broker.port)
 
 
-@needs_kafkajs
-@pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])
-def test_kafkajs_read_committed_consumer(txn_broker):
+def check_kafkajs_read_committed(bs: str) -> None:
     """KafkaJS's read_committed consumer skips the aborted transactions (the fetch response's
     aborted_transactions) and the markers of records a confluent-kafka transactional producer
-    wrote, also where an aborted and a committed transaction of two producers interleave."""
+    wrote (topic "ck-tx", two partitions), also where an aborted and a committed transaction of
+    two producers interleave."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    bs = txn_broker.bootstrap_servers
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics([NewTopic("ck-tx", 2, 1)])["ck-tx"].result(30)
     a, b = (Producer({"bootstrap.servers": bs, "transactional.id": tid, "linger.ms": 0}) for tid in ("ck-a", "ck-b"))
     a.init_transactions(30)
     b.init_transactions(30)
@@ -678,6 +673,21 @@ def test_kafkajs_read_committed_consumer(txn_broker):
     a.commit_transaction(30)
     assert len(read_all(bs, "ck-tx", "read_uncommitted", 61, partition=0)) == 61  # 50 of a, 10 of b, end
     assert run_kafkajs("kafkajs_transactions.js", "consume", bs, "ck-tx", "2")["values"] == expected
+
+
+@needs_kafkajs
+def test_kafkajs_read_committed_consumer(kafka):
+    """On a single node and a 3-broker cluster (the `kafka` fixture): in the cluster the two
+    partitions have leaders on two brokers, each with its own aborted transactions."""
+    kafka.create_topic("ck-tx", 2)
+    check_kafkajs_read_committed(kafka.bootstrap)
+
+
+@needs_kafkajs
+@pytest.mark.parametrize("txn_broker", [2], indirect=True, ids=["workers-2"])
+def test_kafkajs_read_committed_consumer_on_worker_processes(txn_broker):
+    txn_broker.create_topic("ck-tx", 2)
+    check_kafkajs_read_committed(txn_broker.bootstrap_servers)
 
 
 @pytest.mark.parametrize("txn_broker", [0, 2], indirect=True, ids=["one-process", "workers-2"])

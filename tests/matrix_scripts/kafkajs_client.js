@@ -5,7 +5,7 @@ const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 const s = JSON.parse(process.argv[2])
 const PARTITIONS = 2
 process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
-const kafka = new Kafka({ clientId: 'kjs-matrix', brokers: [s.bootstrap], logLevel: logLevel.WARN })
+const kafka = new Kafka({ clientId: 'kjs-matrix', brokers: s.bootstrap.split(','), logLevel: logLevel.WARN })
 const CODECS = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP }
 
 function record (codec, i) {
