@@ -52,12 +52,8 @@ import logging
 import time
 from typing import Any
 
-from kafkafast.broker.share import SHARE_STATE_API_KEYS
-from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.node import ClusterNode
-from kafkafast.cluster.share_state import ClusterWorkerShareStateStore
-from kafkafast.protocol import api
 from kafkafast.runtime import shm
 from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.worker import controlled_shutdown_budget
@@ -128,45 +124,6 @@ class ClusterWorkerPlacement(WorkerPlacement):
     replica and publishes its state in the slot) with what ZooKeeper's broker needs besides
     (`cluster/placement.py:ReplicaPlacement`): worker 0 holds the broker's registration."""
 
-    hw_follows_end = False  # the owner's replica bookkeeping publishes a replicated partition's HW
-    shared_append_transactional = False  # a transactional produce goes to the owner
-
-    @staticmethod
-    def shared_append_enabled(config: Any) -> bool:
-        """Shared append in cluster mode only with its own setting too (true by default)."""
-        return config.get_bool("kafkafast.produce.shared.append") and config.get_bool(
-            "kafkafast.produce.shared.append.cluster")
-
-    def group_owner(self, frame: Any, api_key: int) -> int | None:
-        """The share coordinator APIs go to the worker owning the key's `__share_group_state`
-        partition (it loaded them as its leader); the other group APIs to the group's worker."""
-        if api_key not in SHARE_STATE_API_KEYS:
-            return super().group_owner(frame, api_key)
-        try:
-            _, req = api.decode_request(frame)
-            partition_for = self.broker.share.store.partition_for
-            owners = {self.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id), p.partition)))
-                      for t in req.topics for p in t.partitions}
-        except Exception:
-            return None  # the normal path answers a malformed request
-        return owners.pop() if len(owners) == 1 else None
-
-    def _stored_topic_id(self, topic: str) -> bytes | None:
-        """From UpdateMetadata or the topic's znode (the slots of a shared-append handle,
-        `kafkafast.produce.shared.append.cluster`, too)."""
-        topic_id = self.broker.metadata.topic_ids.get(topic) or self._zk_topic_id(topic)
-        if topic_id is not None:
-            self._topic_ids[topic] = topic_id
-        return topic_id
-
-    def _zk_topic_id(self, topic: str) -> bytes | None:
-        try:
-            data, _ = self.broker.node.zk.get(Z.topic_path(topic))  # type: ignore[union-attr]
-        except Exception:
-            return None
-        topic_id, _ = Z.parse_topic_assignment(data)
-        return topic_id
-
     def on_wake_pipe(self, fd: int) -> None:
         super().on_wake_pipe(fd)
         if self.index == 0 and self.table.header_word(shm.H_REREGISTER) and self.broker.node.controller is not None:
@@ -176,9 +133,6 @@ class ClusterWorkerPlacement(WorkerPlacement):
     # -- the broker's session, start and stop (worker 0 holds the registration) ---------------
     def make_node(self, config: Any, log_dir: str) -> ClusterNode:
         return WorkerClusterNode(config, log_dir, self.table, self.index)
-
-    def make_share_store(self) -> ClusterWorkerShareStateStore:
-        return ClusterWorkerShareStateStore(self.broker)
 
     def before_start(self) -> None:
         if self.index == 0:

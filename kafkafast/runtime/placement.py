@@ -36,7 +36,9 @@ workers over the internal Unix sockets (`forwarding.Forwarder`).
   ISR and the high watermark there (`SlotResidence`, `remote`), and append through shared
   memory only while the slot's leader epoch is the one they know. A single node's partitions
   lead alone at epoch 0, so that is a cluster of one; a replicated partition's high watermark
-  is the owner's, which recomputes it on a wake-up (`hw_follows_end` false).
+  is the owner's, which recomputes it on a wake-up (`hw_follows_end` false: the control plane
+  says whether its replicas are lone ones, `lone_replicas`, and which setting allows shared
+  append, `shared_append_enabled`).
 * controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) are applied by every worker,
   the controller's own APIs go to worker 0.
 
@@ -59,7 +61,9 @@ from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import wait_for_wake
 from kafkafast.broker.quotas import SHARE_FETCH
+from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
+from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.protocol import api
@@ -277,12 +281,6 @@ class WorkerPlacement:
     """This worker among the broker's N (the `Placement` interface, the means to reach the
     others, and the broker's worker paths: see the module docstring)."""
 
-    # A lone replica's high watermark is its log end, published with each append (a replicated
-    # partition's is the owner's replica bookkeeping's, moved on a wake-up: cluster/worker_placement.py).
-    hw_follows_end = True
-    # A transactional produce may be appended by a non-owner (see `appends_here`).
-    shared_append_transactional = True
-
     def __init__(self, *, index: int, incarnation: int, table: shm.PartitionTable, wake_fds: list[int],
                  run_dir: str, clean: bool) -> None:
         self.index = index
@@ -296,16 +294,16 @@ class WorkerPlacement:
         self.clean = clean  # the supervisor's decision: the last stop was clean (no recovery scan)
         self.broker: Any = None
         self.shared_append = False
+        # A lone replica's high watermark is its log end, published with each append; a
+        # replicated partition's is the owner's replica bookkeeping, moved on a wake-up. Any
+        # worker appends a lone replica's transactional produce (see `appends_here`).
+        self.hw_follows_end = True
+        self.shared_append_transactional = True
         self._seen_generation = -1
         self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
         self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
         self._load_started = 0.0
         self._topic_ids: dict[str, bytes] = {}  # named by the controller (new_replica)
-
-    @staticmethod
-    def shared_append_enabled(config: Any) -> bool:
-        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
-        return config.get_bool("kafkafast.produce.shared.append")
 
     def attach(self, broker: Any) -> None:
         """The broker's worker parts: its fetch sessions are this worker's shard, its logs the owned ones."""
@@ -313,7 +311,9 @@ class WorkerPlacement:
         config = broker.config
         broker.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
                                                   shard=self.index, shards=self.workers)
-        self.shared_append = broker.shared_append = self.shared_append_enabled(config)
+        control = broker.control  # (what its replicas are: a lone broker's, or replicated)
+        self.shared_append = broker.shared_append = control.shared_append_enabled(config)
+        self.hw_follows_end = self.shared_append_transactional = control.lone_replicas
         broker.log_manager = OwnedLogManager(broker.log_dirs, broker.default_log_config, owns=self.owns_key,
                                              clean=self.clean, table=self.table, state_factory=self._state_for,
                                              shared_factory=self._shared_for if self.shared_append else None,
@@ -421,13 +421,9 @@ class WorkerPlacement:
 
     def topic_id_of(self, topic: str) -> bytes | None:
         """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic):
-        the controller's (new_replica), else the topic store's."""
+        the controller's (new_replica), else the topic store's (the control plane's)."""
         topic_id = self._topic_ids.get(topic)
-        return topic_id if topic_id is not None else self._stored_topic_id(topic)
-
-    def _stored_topic_id(self, topic: str) -> bytes | None:
-        meta = self.broker.topics.get(topic)
-        return None if meta is None else meta.topic_id
+        return topic_id if topic_id is not None else self.broker.control.stored_topic_id(topic)
 
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
@@ -858,11 +854,23 @@ class WorkerPlacement:
         return resp.markers[0].topics[0].partitions[0].error_code
 
     def group_owner(self, frame: Any, api_key: int) -> int | None:
-        """The worker whose `__consumer_offsets` partition holds the request's groups (None: here, or several)."""
+        """The worker whose `__consumer_offsets` partition holds the request's groups (None: here,
+        or several); the share coordinator APIs go to the worker owning the keys'
+        `__share_group_state` partition where the state store answers them there (ZooKeeper's:
+        it loaded them as that partition's leader), else to the group's worker."""
         try:
             _, req = api.decode_request(frame)
         except Exception:
             return None  # let the normal path answer the malformed request
+        share = self.broker.share
+        if api_key in SHARE_STATE_API_KEYS and share is not None and share.store.served_by_partition_owner:
+            try:
+                partition_for = share.store.partition_for
+                owners = {self.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id), p.partition)))
+                          for t in req.topics for p in t.partitions}
+            except Exception:
+                return None  # the normal path answers a malformed request
+            return owners.pop() if len(owners) == 1 else None
         gids = _group_ids(api_key, req)
         if not gids:
             return None
