@@ -354,7 +354,7 @@ class WorkerPlacement:
             part.apply_state(ps, is_leader=True)
             part.wake()
             return
-        if self.shared_append:
+        if self.shared_append and not part.state.offline:
             part.log.catch_up()  # other workers' appends of an earlier leadership
         self.broker.replicas.make_leader(part, ps)
         self.table.set_isr(part.slot, part.isr)
@@ -367,7 +367,7 @@ class WorkerPlacement:
             part.wake()
             return
         self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
-        if self.shared_append:
+        if self.shared_append and not part.state.offline:
             part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
         self.broker.replicas.make_follower(part, ps)
 
