@@ -114,6 +114,15 @@ class LocalControl:
 
     zk = None  # no ZooKeeper: ACLs and SCRAM credentials are kept in the first log dir
     fence_reason = None  # a lone broker always knows that it leads (ReplicaManager.leadership_fence)
+    # Every replica is this broker's alone: its high watermark is the log end each append
+    # publishes, so with workers any worker may append to it, a transactional produce too
+    # (runtime/placement.py: WorkerPlacement.appends_here).
+    lone_replicas = True
+
+    @staticmethod
+    def shared_append_enabled(config: Any) -> bool:
+        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
+        return config.get_bool("kafkafast.produce.shared.append")
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
@@ -236,6 +245,10 @@ class LocalControl:
         """The topic's id, None when the image has no such topic."""
         meta = self.broker.topics.get(name)
         return meta.topic_id if meta is not None else None
+
+    def stored_topic_id(self, name: str) -> bytes | None:
+        """The id of a topic whose partition gets a slot (the image is the topic store here)."""
+        return self.topic_id(name)
 
     def topic_named_by(self, topic_id: bytes) -> str | None:
         meta = self.broker.topics.by_id.get(topic_id)

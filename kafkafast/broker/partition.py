@@ -17,13 +17,13 @@ produce finds its high watermark there already and never waits (`wait_for_hw`).
 
 Home: where the replica's writer and published state live, as its placement says. `HERE` in one
 process (broker/placement.py); a slot of the shared partition table with its owner worker in
-the pre-fork runtime (runtime/placement.py: `SlotResidence`; a cluster worker's
-`cluster/worker_placement.py:ClusterSlotResidence`). What differs between homes goes through
-the home, checked by a plain flag off the lone replica's path: a `remote` home (a cluster
-worker's replica another worker keeps) gives the ISR from the slot and waits for the high
-watermark there; an `announcing` one (that replica's owner) wakes the other workers' parked
-requests with its own (`wake_everywhere`, on the replicated partition's paths). The placement's per-partition bookkeeping (what a parked fetch saw, how
-many are parked, a non-owner's shared-mode writer) is kept in plain fields beside it.
+the pre-fork runtime (runtime/placement.py: `SlotResidence`, one class under either control
+plane). What differs between homes goes through the home, checked by a plain flag off the lone
+replica's path: a `remote` home (a replica another worker keeps) gives the ISR from the slot
+and waits for the high watermark there; an `announcing` one (that replica's owner) wakes the
+other workers' parked requests with its own (`wake_everywhere`, on the replicated partition's
+paths). The placement's per-partition bookkeeping (what a parked fetch saw, how many are parked,
+a non-owner's shared-mode writer) is kept in plain fields beside it.
 """
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ class Partition:
         """The ISR as its keeper has it: `isr` here, or, for a replica another worker keeps,
         the owner's in the slot (`isr` there is the last LeaderAndIsr's)."""
         home = self.home
-        return home.isr() if home.remote else self.isr
+        return home.isr(self) if home.remote else self.isr
 
     @property
     def in_sync_count(self) -> int:

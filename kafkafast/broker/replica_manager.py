@@ -295,7 +295,7 @@ class ReplicaManager:
         write), over the ISR its keeper has (a worker that does not own a replicated partition:
         the owner's, in the slot)."""
         home = part.home
-        isr = home.isr() if home.remote else part.isr
+        isr = home.isr(part) if home.remote else part.isr
         return EC.NOT_ENOUGH_REPLICAS if len(isr) < part.log.config.min_insync_replicas else 0
 
     # -- the fetch path ----------------------------------------------------------------------

@@ -163,8 +163,8 @@ def placement_class(config: BrokerConfig) -> type:
 
 
 def worker_placement_class(config: BrokerConfig) -> type:
-    """Each worker's placement: the worker runtime's, with the replica state in the slots in
-    cluster mode."""
+    """Each worker's placement: the worker runtime's (the replica state in the slots whatever the
+    control plane), in cluster mode with ZooKeeper's session, start and stop."""
     if config.get("zookeeper.connect"):
         from kafkafast.cluster.worker_placement import ClusterWorkerPlacement  # deferred: cluster mode only (kazoo)
 

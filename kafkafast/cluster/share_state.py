@@ -18,7 +18,7 @@ changed them is answered: one request in flight per share coordinator and group,
 meanwhile sent together in the next, a share-partition's merged in order, as Kafka's persister
 coalesces them), over one inter-broker connection per broker (`cluster/peers.py`),
 or over the forwarding link to the worker owning the partition when this broker is the
-coordinator (`ClusterWorkerShareStateStore`). So a new partition leader continues from the last
+coordinator (`_ask_here`). So a new partition leader continues from the last
 acknowledged state, and a new share coordinator from what the ISR held. The group's coordinator
 changes the state for AlterShareGroupOffsets / DeleteShareGroupOffsets the same way: here, or
 with InitializeShareGroupState / DeleteShareGroupState to the key's share coordinator; and
@@ -114,6 +114,8 @@ class _QueuedWrites:
 
 
 class ClusterShareStateStore(ShareStateStore):
+    served_by_partition_owner = True  # the worker owning the key's partition leads and loaded it
+
     def __init__(self, broker: Any) -> None:
         super().__init__(broker)
         self.led: set[int] = set()  # __share_group_state partitions led and loaded here
@@ -326,17 +328,12 @@ class ClusterShareStateStore(ShareStateStore):
         return resp
 
     async def _ask_here(self, key: Key, request: Any) -> Any:
-        """This broker leads the key's partition but has not loaded it yet (its LeaderAndIsr is being applied)."""
+        """This broker leads the key's partition. With workers, the worker that owns it loaded
+        and writes it; the others (the group's worker, where its share-partitions live) send it
+        Read/WriteShareGroupState over the forwarding link, as they send other brokers. The owner
+        has not loaded it yet if it is asked (its LeaderAndIsr is being applied)."""
+        placement = self.broker.placement
+        owner = placement.owner_of(STATE_TOPIC, self.partition_for(key))
+        if owner != placement.index:
+            return await placement.forwarder.request(owner, request, 0)
         raise E.CoordinatorLoadInProgressError(f"share state of {key[0]} is loading")
-
-
-class ClusterWorkerShareStateStore(ClusterShareStateStore):
-    """In a multi-worker cluster broker: a `__share_group_state` partition is loaded and written by
-    the worker that owns it; the others (the group's worker, where its share-partitions live) send
-    it Read/WriteShareGroupState over the forwarding link, as they send other brokers."""
-
-    async def _ask_here(self, key: Key, request: Any) -> Any:
-        owner = self.broker.placement.owner_of(STATE_TOPIC, self.partition_for(key))
-        if owner == self.broker.placement.index:
-            return await super()._ask_here(key, request)
-        return await self.broker.placement.forwarder.request(owner, request, 0)

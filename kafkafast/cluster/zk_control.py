@@ -32,6 +32,7 @@ from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
+from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
@@ -73,6 +74,17 @@ def _ensure_txn_topic(broker: Any) -> int:
 class ZkControl:
     """Control plane of a broker in a ZooKeeper cluster (in one process or in any worker)."""
 
+    # A replicated partition's high watermark is the leader's bookkeeping (with workers, the
+    # owner's: other workers' appends wake it), and a transactional produce goes to the owner
+    # (runtime/placement.py: WorkerPlacement.appends_here).
+    lone_replicas = False
+
+    @staticmethod
+    def shared_append_enabled(config: Any) -> bool:
+        """Shared append with workers only with cluster mode's own setting too (true by default)."""
+        return config.get_bool("kafkafast.produce.shared.append") and config.get_bool(
+            "kafkafast.produce.shared.append.cluster")
+
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.seen_config_changes: set[str] = set()  # the config change notifications taken (load's, the watch's)
@@ -81,6 +93,7 @@ class ZkControl:
         self._controller_conn: BrokerConnection | None = None
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
         self._reregistered_at = float("-inf")
+        self._stored_topic_ids: dict[str, bytes] = {}
 
     @property
     def zk(self) -> Any:
@@ -186,7 +199,7 @@ class ZkControl:
         broker = self.broker
         group_configs = ZkGroupConfigs(broker.config)
         await asyncio.to_thread(group_configs.attach, broker.node)
-        return ShareCoordinator(broker, broker.placement.make_share_store(), group_configs)
+        return ShareCoordinator(broker, ClusterShareStateStore(broker), group_configs)
 
     def make_txn_coordinator(self) -> ClusterTxnCoordinator:
         return ClusterTxnCoordinator(self.broker)  # markers to the partitions' leaders
@@ -557,6 +570,20 @@ class ZkControl:
     def topic_id(self, name: str) -> bytes | None:
         cache = self.broker.metadata
         return cache.topic_ids.get(name, bytes(16)) if name in cache.partitions else None
+
+    def stored_topic_id(self, name: str) -> bytes | None:
+        """The id of a topic whose partition gets a slot: from UpdateMetadata or the topic's znode
+        (read once: at load, before any UpdateMetadata, the logs found on disk ask)."""
+        topic_id = self._stored_topic_ids.get(name) or self.broker.metadata.topic_ids.get(name)
+        if topic_id is None:
+            try:
+                data, _ = self.broker.node.zk.get(Z.topic_path(name))
+            except Exception:
+                return None
+            topic_id, _ = Z.parse_topic_assignment(data)
+        if topic_id is not None:
+            self._stored_topic_ids[name] = topic_id
+        return topic_id
 
     def topic_named_by(self, topic_id: bytes) -> str | None:
         return next((n for n, tid in self.broker.metadata.topic_ids.items() if tid == topic_id), None)

@@ -30,8 +30,21 @@ workers over the internal Unix sockets (`forwarding.Forwarder`).
 * topic changes bump the metadata generation in shared memory; every request first
   compares it with the generation this worker has loaded and reloads topics if needed.
 
-Cluster mode's additions (replica state in the slot) are `cluster/worker_placement.py`'s
-`ClusterWorkerPlacement`; this package imports nothing of kafkafast/cluster."""
+* replicas: the owner of a partition keeps its replica state (the replica manager's role,
+  followers, ISR, high watermark) and publishes the ISR and the leader epoch it leads at in
+  the slot (`become_leader`, `on_isr_changed`); the other workers learn the role, read the
+  ISR and the high watermark there (`SlotResidence`, `remote`), and append through shared
+  memory only while the slot's leader epoch is the one they know. A single node's partitions
+  lead alone at epoch 0, so that is a cluster of one; a replicated partition's high watermark
+  is the owner's, which recomputes it on a wake-up (`hw_follows_end` false: the control plane
+  says whether its replicas are lone ones, `lone_replicas`, and which setting allows shared
+  append, `shared_append_enabled`).
+* controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) are applied by every worker,
+  the controller's own APIs go to worker 0.
+
+What is ZooKeeper's alone (the session in the shared-memory header, the registration held by
+worker 0, the controlled shutdown) is `cluster/worker_placement.py`'s `ClusterWorkerPlacement`;
+this package imports nothing of kafkafast/cluster."""
 from __future__ import annotations
 
 import asyncio
@@ -42,12 +55,15 @@ import time
 import uuid
 from typing import Any, Iterable
 
+from kafkafast import clock
 from kafkafast.broker.broker import OFFSETS_TOPIC, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import wait_for_wake
 from kafkafast.broker.quotas import SHARE_FETCH
+from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
+from kafkafast.broker.share.state_store import STATE_TOPIC
 from kafkafast.broker.topics import TopicMeta
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.protocol import api
@@ -85,8 +101,11 @@ GROUP_KEYS = {8: "OffsetCommit", 9: "OffsetFetch", 11: "JoinGroup", 12: "Heartbe
               83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
               86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary", 90: "DescribeShareGroupOffsets",
               91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets"}
-# Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 SHARE_ACKNOWLEDGE = 79
+CONTROLLER_REQUESTS = frozenset({4, 5, 6})  # LeaderAndIsr, StopReplica, UpdateMetadata: every worker applies them
+# ControlledShutdown, ElectLeaders, Alter/ListPartitionReassignments, AlterPartition: worker 0 runs the controller
+TO_CONTROLLER = frozenset({7, 43, 45, 46, 56})
+# Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
 
@@ -207,36 +226,60 @@ class RemoteLog:
 
 class SlotResidence:
     """Where a partition lives among the workers (a `Partition`'s `home`): its owner worker, which
-    holds its writer, and its slot in the shared partition table, where the owner publishes its
-    state."""
+    holds its writer and keeps its replica state (role, ISR, high watermark, followers), and its
+    slot in the shared partition table, where the owner publishes that state. On another worker
+    (`remote`) the ISR and the high watermark are read there; on the owner (`announcing`) a
+    wake-up of the requests parked on it wakes the other workers' too (a lone replica's append
+    paths wake them themselves: `on_append`)."""
 
-    __slots__ = ("slot", "owner", "table", "known_at_load")
-    remote = False  # a lone replica's state: the writer's (any worker's, with shared append) is the state
-    announcing = False  # the append paths wake the other workers' parked fetches (`on_append`)
+    __slots__ = ("slot", "owner", "table", "known_at_load", "placement", "remote", "announcing")
 
-    def __init__(self, slot: int, owner: int, table: shm.PartitionTable, known_at_load: bool) -> None:
+    def __init__(self, slot: int, owner: int, placement: WorkerPlacement, known_at_load: bool) -> None:
         self.slot = slot
         self.owner = owner
-        self.table = table
+        self.table = placement.table
+        self.placement = placement
         self.known_at_load = known_at_load  # its topic was there when this worker loaded: it may hold records
+        self.remote = owner != placement.index
+        self.announcing = not self.remote
 
     @property
     def loading(self) -> bool:
         """Until its owner has loaded its partitions in this start, the slot of a partition
         this worker found at its own load holds zeros (the table is new at every start), not
-        its state: nothing may be read from it. A partition created after that is empty until
-        its owner opens it (no append happens before: a produce goes to the owner until it
-        has), so its zeros are its state."""
+        its state: nothing may be read from it. A partition created after that (or named by a
+        LeaderAndIsr, which its owner applies too) is empty until its owner opens it (no append
+        happens before: a produce goes to the owner until it has), so its zeros are its state."""
         return self.known_at_load and not self.table.worker_word(self.owner, shm.W_LOADED)
+
+    def isr(self, part: Partition) -> list[int]:
+        """The owner's ISR, from the slot (a remote home's); before the owner published one
+        (it has not led the partition yet: a produce goes to it), the last partition state's."""
+        return self.table.isr(self.slot) or part.isr
+
+    def announce(self, part: Partition) -> None:
+        """The owner woke the requests parked on it: fetches and acks=all produces parked in
+        other workers re-check too."""
+        self.placement.on_append(part)
+
+    async def wait_for_hw(self, part: Partition, offset: int, timeout_s: float) -> int:
+        """An acks=all produce appended by this non-owner waits on the slot, parked like a
+        fetch, until the owner's high watermark passes it (`Partition.wait_for_hw`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not part.is_leader:
+                return E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if part.high_watermark >= offset:
+                return 0
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return E.ErrorCode.REQUEST_TIMED_OUT
+            await self.placement.wait_for_data([part], remaining)
 
 
 class WorkerPlacement:
     """This worker among the broker's N (the `Placement` interface, the means to reach the
     others, and the broker's worker paths: see the module docstring)."""
-
-    # A lone replica's high watermark is its log end, published with each append (a replicated
-    # partition's is the owner's replica bookkeeping's: cluster/worker_placement.py).
-    hw_follows_end = True
 
     def __init__(self, *, index: int, incarnation: int, table: shm.PartitionTable, wake_fds: list[int],
                  run_dir: str, clean: bool) -> None:
@@ -251,15 +294,16 @@ class WorkerPlacement:
         self.clean = clean  # the supervisor's decision: the last stop was clean (no recovery scan)
         self.broker: Any = None
         self.shared_append = False
+        # A lone replica's high watermark is its log end, published with each append; a
+        # replicated partition's is the owner's replica bookkeeping, moved on a wake-up. Any
+        # worker appends a lone replica's transactional produce (see `appends_here`).
+        self.hw_follows_end = True
+        self.shared_append_transactional = True
         self._seen_generation = -1
         self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
         self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
         self._load_started = 0.0
-
-    @staticmethod
-    def shared_append_enabled(config: Any) -> bool:
-        """Whether any worker may append (`kafkafast.produce.shared.append`), else the owner only."""
-        return config.get_bool("kafkafast.produce.shared.append")
+        self._topic_ids: dict[str, bytes] = {}  # named by the controller (new_replica)
 
     def attach(self, broker: Any) -> None:
         """The broker's worker parts: its fetch sessions are this worker's shard, its logs the owned ones."""
@@ -267,7 +311,9 @@ class WorkerPlacement:
         config = broker.config
         broker.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"),
                                                   shard=self.index, shards=self.workers)
-        self.shared_append = broker.shared_append = self.shared_append_enabled(config)
+        control = broker.control  # (what its replicas are: a lone broker's, or replicated)
+        self.shared_append = broker.shared_append = control.shared_append_enabled(config)
+        self.hw_follows_end = self.shared_append_transactional = control.lone_replicas
         broker.log_manager = OwnedLogManager(broker.log_dirs, broker.default_log_config, owns=self.owns_key,
                                              clean=self.clean, table=self.table, state_factory=self._state_for,
                                              shared_factory=self._shared_for if self.shared_append else None,
@@ -301,26 +347,59 @@ class WorkerPlacement:
 
     # -- roles (the replica manager's, broker/replica_manager.py) --------------------------
     def become_leader(self, part: Any, ps: Any) -> None:
-        """The owner leads; another worker learns the role and epoch."""
-        if self.owns(part):
-            self.broker.replicas.make_leader(part, ps)
+        """The owner leads and publishes the ISR and the leader epoch it leads at in the slot
+        (from then on other workers may append: `appends_here`); another worker learns the
+        role and epoch."""
+        if not self.owns(part):
+            part.apply_state(ps, is_leader=True)
+            part.wake()
             return
-        part.apply_state(ps, is_leader=True)
-        part.wake()
+        if self.shared_append and not part.state.offline:
+            part.log.catch_up()  # other workers' appends of an earlier leadership
+        self.broker.replicas.make_leader(part, ps)
+        self.table.set_isr(part.slot, part.isr)
+        self.table.set_leading_epoch(part.slot, ps.leader_epoch)
 
     def become_follower(self, part: Any, ps: Any) -> None:
-        if self.owns(part):
-            self.broker.replicas.make_follower(part, ps)
+        if not self.owns(part):
+            part.apply_state(ps, is_leader=False)
+            part.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            part.wake()
             return
-        part.apply_state(ps, is_leader=False)
-        part.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        part.wake()
+        self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
+        if self.shared_append and not part.state.offline:
+            part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
+        self.broker.replicas.make_follower(part, ps)
 
     def on_isr_changed(self, part: Any) -> None:
-        """After an ISR change of `part` (a leader's AlterPartition, accepted or not)."""
+        """After an ISR change of `part` (a leader's AlterPartition, accepted or not): the
+        owner publishes it."""
+        if part.is_leader:
+            self.table.set_isr(part.slot, part.isr)
 
     def replica_removed(self, part: Any) -> None:
-        """StopReplica deleted `part`: what this process held of it goes."""
+        """StopReplica deleted `part` (the broker deleted the files): its owner frees the slot
+        (a re-created topic has a new id), another worker closes what it read or wrote it with."""
+        if self.owns(part):
+            self.table.set_leading_epoch(part.slot, -1)
+            self.table.release(part.slot)
+        else:
+            self.close_shared_log(part)
+            part.log.close()
+
+    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
+        """A replica the controller named this broker's: the owner's over its log; another
+        worker's over a `RemoteLog` of the owner's files and slot."""
+        self._topic_ids[topic] = topic_id  # (the owner's new log takes the slot of this topic id)
+        broker = self.broker
+        owner = self.owner_of(topic, index)
+        if owner == self.index:
+            lg = await broker.replica_log(topic, index)
+            slot = self.table.allocate(topic_id, index, owner)
+        else:
+            slot = self.table.allocate(topic_id, index, owner)
+            lg = RemoteLog(broker.log_dirs, topic, index, self.table.state(slot), await broker.replica_config(topic))
+        return Partition(topic, index, lg, SlotResidence(slot, owner, self, known_at_load=False), topic_id)
 
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
@@ -341,9 +420,10 @@ class WorkerPlacement:
             self.table.worker_word(part.owner, shm.W_READY) == 1
 
     def topic_id_of(self, topic: str) -> bytes | None:
-        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic)."""
-        meta = self.broker.topics.get(topic)
-        return None if meta is None else meta.topic_id
+        """The id of a topic whose partition gets a slot (None: a leftover of a deleted topic):
+        the controller's (new_replica), else the topic store's (the control plane's)."""
+        topic_id = self._topic_ids.get(topic)
+        return topic_id if topic_id is not None else self.broker.control.stored_topic_id(topic)
 
     def _shared_for(self, topic: str, partition: int) -> SharedAppend | None:
         """The append lock and slot words every worker's Log of the partition shares."""
@@ -431,7 +511,7 @@ class WorkerPlacement:
                     lg = broker.log_manager.create(meta.name, i, cfg)
             else:
                 lg = RemoteLog(broker.log_dirs, meta.name, i, self.table.state(slot), cfg)
-            home = SlotResidence(slot, owner, self.table, known_at_load=not broker.started)
+            home = SlotResidence(slot, owner, self, known_at_load=not broker.started)
             part = broker.partitions[key] = Partition(meta.name, i, lg, home, meta.topic_id)
             broker.control.partition_opened(part)
 
@@ -504,22 +584,46 @@ class WorkerPlacement:
 
     # -- data path ----------------------------------------------------------------------
     def appends_here(self, part: Partition, transactional_id: str | None) -> bool:
-        """The owner appends; with shared append any worker does, once the owner has loaded
-        the partition (the slot's append generation moved), transactional produce included (the
-        caught-up producer state keeps the open transaction's first offset, so the LSO it
-        publishes holds there; markers and `.txnindex` stay with the owner)."""
+        """The owner appends; with shared append any worker does while this broker leads the
+        partition at the epoch the owner published (it loaded the partition and leads it: the
+        slot's append generation moved, its leading epoch is set). A transactional produce too
+        where `shared_append_transactional` (the caught-up producer state keeps the open
+        transaction's first offset, so the LSO it publishes holds there; markers and
+        `.txnindex` stay with the owner)."""
         if self.broker.owns(part):
             return True
-        if not self.shared_append:
+        if not self.shared_append or not part.is_leader:
             return False
-        slot = part.slot
-        return self.table.q[self.table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
+        if transactional_id is not None and not self.shared_append_transactional:
+            return False
+        table, slot = self.table, part.slot
+        return table.leading_epoch(slot) == part.leader_epoch and \
+            table.q[table.slot_word_offset(slot, shm.S_APPEND_GEN) // 8] > 0
 
     def append(self, part: Partition, records: Any, *, allow_control: bool = False) -> Any:
-        broker = self.broker
-        if broker.owns(part) or not self.shared_append:
-            return broker.replicas.append(part, part.log, records, allow_control=allow_control)
-        res = broker.replicas.append(part, self.shared_writer(part), records, allow_control=allow_control)
+        """The owner's append is the replica manager's; a non-owner's goes through its
+        shared-mode Log under the partition's append lock, then wakes the fetches parked here
+        and in other workers, and the owner where the append did not publish the high
+        watermark (a replicated partition's is the owner's bookkeeping)."""
+        replicas = self.broker.replicas
+        if self.broker.owns(part) or not self.shared_append:
+            return replicas.append(part, part.log, records, allow_control=allow_control)
+        if not part.is_leader:
+            raise E.NotLeaderOrFollowerError(f"broker {self.broker.node_id} does not lead {part.topic}-{part.index}")
+        fenced = replicas.fence_reason is not None
+        if fenced:
+            replicas.check_fence(part)
+        lg = self.shared_writer(part)
+        try:
+            res = lg.append(records, part.leader_epoch, now_ms=clock.now_ms(), allow_control=allow_control)
+        except OSError as exc:
+            raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
+        part.wake()
+        self.on_append(part)
+        if not lg.publishes_high_watermark:
+            self.wake_owner(part)  # the owner moves the high watermark, which wakes acks=all waits
+        if fenced:
+            replicas.check_fence(part)  # as in ReplicaManager.append: written, never acknowledged
         if not part.shared_txn_logged and len(records) > 22 and records[22] & ATTR_TRANSACTIONAL:  # type: ignore
             part.shared_txn_logged = True
             log.info("worker %d appended a transactional batch to %s-%d (owner: worker %d) through shared memory",
@@ -527,7 +631,8 @@ class WorkerPlacement:
         return res
 
     def shared_writer(self, part: Any) -> Log:
-        """This (non-owner) worker's shared-mode Log of `part`, attached on first use."""
+        """This (non-owner) worker's shared-mode Log of `part`, attached on first use; its
+        appends pass the lock only while the owner publishes the epoch they are made at."""
         lg = part.shared_log
         if lg is None:
             try:
@@ -536,6 +641,14 @@ class WorkerPlacement:
                                 self._shared_of_slot(part.slot))
             except OSError as exc:
                 raise E.KafkaStorageError(f"{part.topic}-{part.index}: {exc}") from exc
+            slot, table, node_id = part.slot, self.table, self.broker.node_id
+
+            def guard(epoch: int) -> None:  # under the append lock
+                if table.leading_epoch(slot) != epoch:
+                    raise E.NotLeaderOrFollowerError(
+                        f"{part.topic}-{part.index} is not led at epoch {epoch} by broker {node_id}")
+
+            lg.shared.guard = guard
             part.shared_log = lg
             log.info("worker %d appends to %s-%d (owner: worker %d) through shared memory", self.index,
                      part.topic, part.index, part.owner)
@@ -588,18 +701,52 @@ class WorkerPlacement:
         for p in list(self._parked.values()):
             if self._should_wake(p):
                 p.wake()
+        if not self.hw_follows_end:  # other workers appended or served a follower: the owner's turn
+            self._recheck_led()
+
+    def _recheck_led(self) -> None:
+        """The high watermark and the ISR of each partition led here, recomputed from the slot."""
+        broker = self.broker
+        for part in list(broker.partitions.values()):
+            if self.owns(part) and part.is_leader:
+                # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
+                part.maybe_increment_hw(broker.node_id)
+                for r, f in list(part.followers.items()):  # only followers that fetched since the last look
+                    if part.fetches_seen.get(r) != f.last_fetch_ms:
+                        part.fetches_seen[r] = f.last_fetch_ms
+                        broker.replicas.maybe_expand_isr(part, r, f.leo)
 
     def _should_wake(self, part: Any) -> bool:
-        """On a wake-up byte: whether the requests parked on this partition re-check."""
-        return self._moved(part)
+        """On a wake-up byte: whether the requests parked on this partition re-check. Compared
+        with what they were last woken at, not with what the last reader saw: several requests
+        (fetches, acks=all produces) park on one partition, and a reader between the wake-up
+        byte and this check must not swallow it."""
+        st = part.log.state
+        now = (st.high_watermark, st.log_end_offset)
+        if now == part.notified:
+            return False
+        part.notified = now
+        return True
 
     def _moved(self, part: Any) -> bool:
-        """Whether what a parked request waits for changed since it looked: the high watermark."""
-        return self.table.high_watermark(part.slot) != part.seen_hw
+        """Whether what a parked request waits for changed since it looked: the high watermark
+        (a consumer's fetch), the log end (a follower's)."""
+        st = part.log.state
+        return st.high_watermark != part.seen_hw or st.log_end_offset != part.seen_leo
 
     # -- dispatch -----------------------------------------------------------------------
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+        """Controller requests: LeaderAndIsr, UpdateMetadata and StopReplica applied by every
+        worker (sent on to the others first), the controller's own APIs forwarded to worker 0
+        (where the control plane's controller runs). Group, transaction and share requests go
+        to the worker holding their coordinator's partition; the rest is served here."""
         broker = self.broker
+        if not internal and len(frame) >= 8:
+            api_key = int.from_bytes(frame[0:2], "big", signed=True)
+            if api_key in TO_CONTROLLER and self.index != 0:
+                return await self.forwarder.frame(0, principal_trailer(frame, conn))
+            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
+                await self._apply_everywhere(api_key, frame, conn)
         if self.table.metadata_generation != self._seen_generation:
             broker.refresh_topics()
         if self.table.acl_generation != self._seen_acl_generation:
@@ -625,6 +772,15 @@ class WorkerPlacement:
                 if owner is not None and owner != self.index:
                     return await self.forwarder.frame(owner, principal_trailer(frame, conn))
         return await broker.dispatch(frame, conn, internal=internal)
+
+    async def _apply_everywhere(self, api_key: int, frame: Any, conn: Any) -> None:
+        others = [w for w in range(self.workers) if w != self.index]
+        copies = [bytearray(principal_trailer(frame, conn)) for _ in others]  # each gets its correlation id
+        answers = await asyncio.gather(*(self.forwarder.frame(w, c) for w, c in zip(others, copies)),
+                                       return_exceptions=True)
+        for w, a in zip(others, answers):
+            if isinstance(a, BaseException):
+                log.warning("worker %d did not apply controller request %d: %r", w, api_key, a)
 
     def _track_share_session(self, api_key: int, owner: int, frame: Any, conn: Any) -> None:
         """A share session opened (ShareFetch epoch 0) through this worker on a client
@@ -698,11 +854,23 @@ class WorkerPlacement:
         return resp.markers[0].topics[0].partitions[0].error_code
 
     def group_owner(self, frame: Any, api_key: int) -> int | None:
-        """The worker whose `__consumer_offsets` partition holds the request's groups (None: here, or several)."""
+        """The worker whose `__consumer_offsets` partition holds the request's groups (None: here,
+        or several); the share coordinator APIs go to the worker owning the keys'
+        `__share_group_state` partition where the state store answers them there (ZooKeeper's:
+        it loaded them as that partition's leader), else to the group's worker."""
         try:
             _, req = api.decode_request(frame)
         except Exception:
             return None  # let the normal path answer the malformed request
+        share = self.broker.share
+        if api_key in SHARE_STATE_API_KEYS and share is not None and share.store.served_by_partition_owner:
+            try:
+                partition_for = share.store.partition_for
+                owners = {self.owner_of(STATE_TOPIC, partition_for((req.group_id, bytes(t.topic_id), p.partition)))
+                          for t in req.topics for p in t.partitions}
+            except Exception:
+                return None  # the normal path answers a malformed request
+            return owners.pop() if len(owners) == 1 else None
         gids = _group_ids(api_key, req)
         if not gids:
             return None

@@ -57,10 +57,11 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       bytes [192..255]  waiters: byte i is non-zero while worker i has a fetch parked on
                      this partition. One byte per worker (not one bit) so every worker
                      only ever stores its own byte: no read-modify-write across processes.
-      cluster mode (`cluster/worker_placement.py`), written while this broker leads the partition:
+      written by the owner while this broker leads the partition (`placement.WorkerPlacement`,
+      in every mode: a single node's partitions lead alone, ISR [this broker]):
       int64 [32]     ISR size (as the owner last learnt it: LeaderAndIsr, AlterPartition answer)
       int64 [33..41] ISR broker ids (the first [32] of them)
-      int64 [42 + 5*j .. 46 + 5*j], j < 8: follower j's fetch state (`SlotFollower`):
+      int64 [42 + 5*j .. 46 + 5*j], j < 8: follower j's fetch state (`SlotFollower`, cluster mode):
                      broker id + 1 (0: entry free), log end offset (its last fetch offset),
                      time of its last fetch (ms), leader's log end offset at that fetch,
                      when it last was caught up (ms). Entries are claimed by the owner when
@@ -73,8 +74,8 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
                      time-index entry, the segment's max timestamp and its offset, the time
                      of its first append
       int64 [89]     appends taken over from a dead lock holder (the log repaired first)
-      int64 [90]     cluster mode with shared append (`kafkafast.produce.shared.append.cluster`):
-                     the leader epoch + 1 while the owner leads the partition, else 0; another
+      int64 [90]     the leader epoch + 1 while the owner leads the partition, else 0 (every
+                     mode; read with shared append, `kafkafast.produce.shared.append`); another
                      worker appends a client's produce itself only while it matches its own
                      view, checked under the append lock (the owner clears it before it
                      becomes a follower and truncates, which takes the lock)

@@ -245,6 +245,21 @@ def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane()
     assert not any(owners.values()), owners
 
 
+def test_a_workers_data_plane_is_one_placement_whatever_the_control_plane():
+    """Where a worker's partitions live and how their replica state is kept (roles, ISR and
+    leading epoch in the slot, new replicas, shared append, routing, wake-ups) is
+    `WorkerPlacement`'s under either control plane; a subclass adds only ZooKeeper's session,
+    start and stop. One residence class: `SlotResidence`."""
+    data_plane = {"become_leader", "become_follower", "on_isr_changed", "replica_removed", "new_replica",
+                  "appends_here", "append", "shared_writer", "group_owner", "topic_id_of", "handle_frame",
+                  "_should_wake", "_moved", "shared_append_enabled"}
+    assert data_plane - {"shared_append_enabled"} <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
+    owners = {cls: class_methods(cls) & data_plane
+              for cls in subclasses_of("kafkafast.runtime.placement.WorkerPlacement")}
+    assert not any(owners.values()), owners
+    assert not subclasses_of("kafkafast.runtime.placement.SlotResidence")
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 

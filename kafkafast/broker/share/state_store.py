@@ -132,6 +132,10 @@ class _KeyState:
 
 
 class ShareStateStore:
+    # The share coordinator APIs (83-87) are answered by the group's worker (with workers), not
+    # by the owner of the key's partition (runtime/placement.py:WorkerPlacement.group_owner).
+    served_by_partition_owner = False
+
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         cfg = broker.config
