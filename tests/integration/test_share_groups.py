@@ -24,6 +24,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic, ResourceType)
 
 from kafkafast.broker.group_coordinator import java_string_hash
+from kafkafast.broker.groups.offsets_records import ShareGroupRecord, decode_record
 from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.coordinator_records import (ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey,
@@ -50,6 +51,7 @@ from kafkafast.testing import KafkaTestBroker
 from tests.integration.test_metrics import scrape, value
 from tests.integration.test_shared_append import clients_on_every_worker
 from tests.support.broker_process import free_port
+from tests.support.cluster import KafkaCluster
 from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
@@ -1137,3 +1139,79 @@ def test_a_share_fetch_starts_at_another_partition_of_its_session_each_epoch(sbr
             assert resp.error_code == 0 and not any(p.error_code for p in parts), resp
             got += [(p.partition_index, acquired(p)) for p in parts if p.acquired_records]
     assert got == [(0, [(0, 0, 1)]), (1, [(0, 0, 1)]), (0, [(1, 1, 1)]), (1, [(1, 1, 1)])]
+
+
+@pytest.fixture(scope="module")
+def kafka_settings() -> dict[str, str]:
+    return dict(SETTINGS)
+
+
+def stored_start_offset(kafka, group: str, tid: bytes) -> int:
+    """ReadShareGroupState of (group, tid, 0) at its share coordinator (the leader of its
+    `__share_group_state` partition): the start offset, -1 when there is no state."""
+    with RawClient(kafka.leader_port(STATE_TOPIC, 0)) as raw:
+        n = len(raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=STATE_TOPIC)]), 12)
+                .topics[0].partitions)
+    return read_state(kafka.leader_port(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % n),
+                      group, tid)[0]
+
+
+def share_partition_metadata(kafka, group: str) -> Any:
+    """The group's latest ShareGroupPartitionMetadata value in `__consumer_offsets`."""
+    with RawClient(kafka.leader_port("__consumer_offsets", 0)) as raw:
+        n = len(raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="__consumer_offsets")]),
+                            12).topics[0].partitions)
+    tp = TopicPartition("__consumer_offsets", (java_string_hash(group) & 0x7FFFFFFF) % n, 0)
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": new_group(), "enable.auto.commit": False, **QUIET})
+    try:
+        end = c.get_watermark_offsets(tp, 15)[1]
+        c.assign([tp])
+        latest, at = None, 0
+        deadline = time.monotonic() + 15
+        while at < end and time.monotonic() < deadline:
+            for m in c.consume(100, 0.5):
+                at = m.offset() + 1
+                r = decode_record(m.key(), m.value())
+                if isinstance(r, ShareGroupRecord) and r.group == group and r.kind == "partition_metadata":
+                    latest = r.value
+    finally:
+        c.close()
+    return latest
+
+
+def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fresh(kafka):
+    """DeleteTopics of a topic a share group consumes: the group's coordinator (at its member's
+    next heartbeat) moves the topic to the deleting topics of the group's partition metadata,
+    deletes its share-partitions' state at their share coordinators (DeleteShareGroupState) and
+    then names it no more; created again under its name, the topic's records are all delivered,
+    from offset 0, once (the acknowledgements of the old one do not apply)."""
+    bs = kafka.bootstrap
+    topic = f"sq-deleted-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, topic, 1, 5)
+    old = topic_id(kafka.leader_port(topic, 0), topic)
+    c = share_consumer(bs, group, topic)
+    try:
+        got: list[tuple[int, int]] = []
+        poll_until([c], lambda: len(got) >= 5, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
+        assert got == [(o, 1) for o in range(5)]
+        KafkaCluster.wait_for(lambda: not c.poll(0.2) and stored_start_offset(kafka, group, old) == 5, 30,
+                              "the acknowledgements stored")  # (implicit mode: accepted at the next poll)
+        meta = share_partition_metadata(kafka, group)
+        assert [(bytes(t.topic_id), t.topic_name, t.partitions) for t in meta.initialized_topics] == [(old, topic, [0])]
+        admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+        for f in admin.delete_topics([topic], operation_timeout=30).values():
+            f.result(30)
+        KafkaCluster.wait_for(lambda: not c.poll(0.2) and stored_start_offset(kafka, group, old) == -1, 30,
+                              f"the share state of the deleted {topic} deleted")
+        KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
+                              and not m.deleting_topics, 30, f"{group}'s partition metadata without {topic}")
+        kafka.create_topic(topic, 1)
+        produce(bs, topic, 1, 3)
+        got.clear()
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
+        assert got == [(o, 1) for o in range(3)]
+    finally:
+        c.close()
