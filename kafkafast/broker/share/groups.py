@@ -70,6 +70,7 @@ from typing import Any, Callable
 
 from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import HeartbeatResult
+from kafkafast.broker.group_coordinator import OFFSETS_TOPIC
 from kafkafast.broker.groups.consumer_group import HeartbeatError
 from kafkafast.broker.groups.group import GroupState
 from kafkafast.broker.groups.offsets_records import consumer_value, share_key
@@ -318,7 +319,10 @@ class ShareGroups:
         their name with a new topic id) move to the deleting ones, in the record returned (to be
         written first), and their share-partition state is deleted at the share coordinators
         (`_delete_state`; again at a later heartbeat when that failed)."""
-        gone = [tid for tid in group.initialized if tid not in self.broker.topics.by_id]
+        topics = self.broker.topics
+        # (a starting cluster broker may coordinate before its first metadata arrives: it knows
+        # the topic it coordinates from once it knows them all, and only then can a topic be missing)
+        gone = [tid for tid in group.initialized if tid not in topics.by_id] if topics.get(OFFSETS_TOPIC) else []
         for tid in gone:
             group.deleting[tid] = group.initialized.pop(tid)
         if group.deleting and group.deleting_task is None and self._loop is not None:
