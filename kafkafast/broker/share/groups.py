@@ -47,6 +47,10 @@ assigned). Loading the partition brings the group back (`restore`) with its epoc
 members, whose session timers start again: a member that goes on heartbeating keeps its
 membership (at the group epoch, with its assignment computed again), one that does not
 expires and the group becomes Empty; a new member's epoch continues from the stored one.
+The members' own epochs are not written (Kafka's ShareGroupCurrentMemberAssignment records
+are not among the schemas here): every restored member is at the stored group epoch, so one
+whose last heartbeat came before the latest bump gets FENCED_MEMBER_EPOCH and joins again
+(epoch 0, same member id: no bump, its share sessions stay).
 DeleteGroups writes tombstones for the group's records. The records' delivery state is
 durable elsewhere, in `__share_group_state` (`broker/share/state_store.py`).
 
