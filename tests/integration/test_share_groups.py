@@ -6,7 +6,8 @@ delivery count limit, no acknowledgement lost over a broker restart; a batch ack
 offset by offset, and the state records (snapshot, then one update of the changed ranges per
 ShareFetch); and the admin side:
 ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, group configs,
-ApiVersions and the `--as-kafka` profiles, ACLs."""
+ApiVersions and the `--as-kafka` profiles, ACLs; a deleted topic's share state deleted (on a
+single node and in a cluster: the `kafka` targets)."""
 from __future__ import annotations
 
 import signal
@@ -1143,7 +1144,7 @@ def test_a_share_fetch_starts_at_another_partition_of_its_session_each_epoch(sbr
 
 @pytest.fixture(scope="module")
 def kafka_settings() -> dict[str, str]:
-    return dict(SETTINGS)
+    return {**SETTINGS, "offsets.retention.check.interval.ms": "500"}  # (it also cleans share groups up)
 
 
 def stored_start_offset(kafka, group: str, tid: bytes) -> int:
@@ -1179,20 +1180,36 @@ def share_partition_metadata(kafka, group: str) -> Any:
     return latest
 
 
+def delete_and_forgotten(kafka, group: str, topic: str, tid: bytes) -> None:
+    """DeleteTopics of the group's only topic, once its share state is deleted and the group's
+    partition metadata names it no more."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **QUIET})
+    for f in admin.delete_topics([topic], operation_timeout=30).values():
+        f.result(30)
+    KafkaCluster.wait_for(lambda: stored_start_offset(kafka, group, tid) == -1, 30,
+                          f"the share state of the deleted {topic} deleted")
+    KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
+                          and not m.deleting_topics, 30, f"{group}'s partition metadata without {topic}")
+
+
+def topic_of_a_new_group(kafka, records: int) -> tuple[str, str, bytes, ShareConsumer]:
+    """A new 1-partition topic with `records` records and a new share group reading it from the
+    earliest offset: (topic, group, topic id, a subscribed share consumer of the group)."""
+    topic = f"sq-deleted-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, 1)
+    group = new_group()
+    set_group_configs(kafka.bootstrap, group, share_auto_offset_reset="earliest")
+    produce(kafka.bootstrap, topic, 1, records)
+    return topic, group, topic_id(kafka.leader_port(topic, 0), topic), share_consumer(kafka.bootstrap, group, topic)
+
+
 def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fresh(kafka):
     """DeleteTopics of a topic a share group consumes: the group's coordinator (at its member's
     next heartbeat) moves the topic to the deleting topics of the group's partition metadata,
     deletes its share-partitions' state at their share coordinators (DeleteShareGroupState) and
     then names it no more; created again under its name, the topic's records are all delivered,
     from offset 0, once (the acknowledgements of the old one do not apply)."""
-    bs = kafka.bootstrap
-    topic = f"sq-deleted-{uuid.uuid4().hex[:6]}"
-    kafka.create_topic(topic, 1)
-    group = new_group()
-    set_group_configs(bs, group, share_auto_offset_reset="earliest")
-    produce(bs, topic, 1, 5)
-    old = topic_id(kafka.leader_port(topic, 0), topic)
-    c = share_consumer(bs, group, topic)
+    topic, group, old, c = topic_of_a_new_group(kafka, 5)
     try:
         got: list[tuple[int, int]] = []
         poll_until([c], lambda: len(got) >= 5, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
@@ -1201,17 +1218,26 @@ def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fr
                               "the acknowledgements stored")  # (implicit mode: accepted at the next poll)
         meta = share_partition_metadata(kafka, group)
         assert [(bytes(t.topic_id), t.topic_name, t.partitions) for t in meta.initialized_topics] == [(old, topic, [0])]
-        admin = AdminClient({"bootstrap.servers": bs, **QUIET})
-        for f in admin.delete_topics([topic], operation_timeout=30).values():
-            f.result(30)
-        KafkaCluster.wait_for(lambda: not c.poll(0.2) and stored_start_offset(kafka, group, old) == -1, 30,
-                              f"the share state of the deleted {topic} deleted")
-        KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
-                              and not m.deleting_topics, 30, f"{group}'s partition metadata without {topic}")
+        delete_and_forgotten(kafka, group, topic, old)  # (the member heartbeats on)
         kafka.create_topic(topic, 1)
-        produce(bs, topic, 1, 3)
+        produce(kafka.bootstrap, topic, 1, 3)
         got.clear()
         poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
         assert got == [(o, 1) for o in range(3)]
     finally:
         c.close()
+
+
+def test_a_share_group_without_members_forgets_a_deleted_topic_at_the_periodic_cleanup(kafka):
+    """The topic of a share group whose last member left deleted: no heartbeat comes, the group
+    coordinator's periodic cleanup (offsets.retention.check.interval.ms) deletes its
+    share-partitions' state and the group's partition metadata names it no more."""
+    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
+    try:
+        got: list[int] = []
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
+        c.poll(0.2)  # accepts them
+    finally:
+        c.close()
+    assert stored_start_offset(kafka, group, tid) == 3
+    delete_and_forgotten(kafka, group, topic, tid)

@@ -59,8 +59,8 @@ created again under its name: a new id, so new share-partitions) is moved to the
 topics of a new ShareGroupPartitionMetadata record; its share-partitions' state is deleted at
 their share coordinators (DeleteShareGroupState), then a record without it is written, as
 Kafka's group coordinator does when the metadata image drops a topic. Here that is noticed at
-a member's heartbeat and when the group is loaded, so the state of a deleted topic stays while
-the group has no members (it names a topic id nothing uses again). A deletion interrupted by a
+a member's heartbeat, when the group is loaded, and for groups without members at the group
+coordinator's periodic cleanup (offsets.retention.check.interval.ms). A deletion interrupted by a
 coordinator move is finished by the next one, without the state: the record names no
 partitions of a deleting topic, which are unknown once the topic is gone.
 """
@@ -318,6 +318,17 @@ class ShareGroups:
             deleting_topics=[V.TopicInfo(topic_id=tid, topic_name=name) for tid, (name, _) in group.deleting.items()]))
 
     # -- deleted topics -----------------------------------------------------------------------
+    def forget_deleted_topics(self, coordinated: Callable[[str], bool]) -> None:
+        """`_forget_deleted_topics` for every share group coordinated here (`coordinated`): the
+        group coordinator's periodic cleanup, which reaches groups that no member heartbeats to."""
+        for group in list(self.groups.values()):
+            if not group.dead and coordinated(group.group_id):
+                self._write_forgotten(group)
+
+    def _write_forgotten(self, group: ShareGroup) -> None:
+        if self._write(group, self._forget_deleted_topics(group)):
+            log.warning("share group %s: could not write its partition metadata", group.group_id)
+
     def _forget_deleted_topics(self, group: ShareGroup) -> Records:
         """The initialised topics that no longer exist (deleted, perhaps created again under
         their name with a new topic id) move to the deleting ones, in the record returned (to be
@@ -379,8 +390,7 @@ class ShareGroups:
         self._assign(group)
         for m in group.members.values():
             self._schedule_session(group, m)
-        if self._write(group, self._forget_deleted_topics(group)):
-            log.warning("share group %s: could not write its partition metadata", group_id)
+        self._write_forgotten(group)
 
     def unload(self, owned: Callable[[str], bool]) -> None:
         """This process no longer coordinates the groups `owned` says (a `__consumer_offsets`
