@@ -19,7 +19,8 @@ Timers (loop `call_later`): a member's session expiry (reset by every heartbeat,
 sync and commit), the join phase (initial rebalance delay for a group leaving Empty, then
 the largest rebalance timeout of the members), the sync phase (members that never send
 SyncGroup within the rebalance timeout are removed), pending MEMBER_ID_REQUIRED joins
-(session timeout), and the periodic offset expiry (offsets.retention.check.interval.ms).
+(session timeout), and the periodic offset expiry (offsets.retention.check.interval.ms), which
+also lets share groups forget their deleted topics (`ShareGroups.forget_deleted_topics`).
 """
 from __future__ import annotations
 
@@ -881,6 +882,8 @@ class GroupCoordinator:
             await clock.sleep(max(self.retention_check_interval_ms, 100))
             try:
                 self.expire_offsets(now_ms())
+                self.broker.share.groups.forget_deleted_topics(  # (share groups without members too)
+                    lambda gid: self.partition_for(gid) not in self.loading and self._owns(self.partition_for(gid)))
             except Exception:
                 log.exception("offset expiry failed")
 

@@ -259,21 +259,24 @@ class ClusterShareStateStore(ShareStateStore):
         topic (the group coordinator does not know which ones the group used; a coordinator
         without state for a key has nothing to delete), one DeleteShareGroupState per
         `__share_group_state` partition, at once; raises the first KafkaError."""
-        if self.broker.topics.get(STATE_TOPIC) is None:
+        await self.delete_state([(group_id, meta.topic_id, p) for meta in list(self.broker.topics.by_id.values())
+                                 if not meta.is_internal for p in range(meta.partitions)])
+
+    async def delete_state(self, keys: list[Key]) -> None:
+        """The state of `keys` at their share coordinators: one DeleteShareGroupState per
+        `__share_group_state` partition, at once; raises the first KafkaError."""
+        if self.broker.topics.get(STATE_TOPIC) is None or not keys:
             return
         per_index: dict[int, list[Key]] = {}
-        for meta in list(self.broker.topics.by_id.values()):
-            if not meta.is_internal:
-                for p in range(meta.partitions):
-                    key = (group_id, meta.topic_id, p)
-                    per_index.setdefault(self.partition_for(key), []).append(key)
-        done = await asyncio.gather(*(self._delete_keys(keys) for keys in per_index.values()), return_exceptions=True)
+        for key in keys:
+            per_index.setdefault(self.partition_for(key), []).append(key)
+        done = await asyncio.gather(*(self._delete_keys(ks) for ks in per_index.values()), return_exceptions=True)
         for exc in done:
             if isinstance(exc, E.KafkaError):
                 raise exc
             if isinstance(exc, BaseException):  # the coordinator went away
-                raise E.CoordinatorNotAvailableError(f"deleting the share state of {group_id}: {exc}") from exc
-        await self.raise_unsettled(f"deleting the share-partition state of {group_id}")
+                raise E.CoordinatorNotAvailableError(f"deleting the share state of {keys[0][0]}: {exc}") from exc
+        await self.raise_unsettled(f"deleting the share-partition state of {keys[0][0]}")
 
     async def _delete_keys(self, keys: list[Key]) -> None:
         """Deletes the state of `keys` (all in one `__share_group_state` partition) at their

@@ -10,7 +10,8 @@ AlterShareGroupOffsets / DeleteShareGroupOffsets (kafka-share-groups.sh --reset-
 --delete-offsets) are served by the group's coordinator and written by each key's share
 coordinator; DeleteGroups of an empty share group deletes its state at every share coordinator.
 Group configs set through any broker are kept in ZooKeeper and in force on every
-broker."""
+broker. The group coordinator SIGKILLed: its successor loads the share group (epoch, members,
+subscriptions) from `__consumer_offsets`."""
 from __future__ import annotations
 
 import json
@@ -523,3 +524,85 @@ def test_share_coordinators_writing_to_each_other_answer_at_once(share_cluster):
     assert not failed
     assert got == dict.fromkeys(values, 1)
     assert time.monotonic() - started < 30  # no write waited for a timeout
+
+
+def test_the_group_coordinator_moving_keeps_the_share_group(share_cluster):
+    """The broker leading a share group's `__consumer_offsets` partition SIGKILLed (here not the
+    topic's leader): the new coordinator loads the group from the log, its epoch, members and
+    their subscriptions (DescribeShareGroup at the new coordinator; a member's epoch never
+    moves back); the member heartbeating on keeps consuming, a new member joins beside it, the
+    share-partition keeps its start offset, and no accepted record is delivered again, none
+    produced after the move is lost."""
+    cluster = share_cluster
+    topic = f"cq-moved-{uuid.uuid4().hex[:6]}"
+    group, first = records_for_a_new_group(cluster, topic, 1, 10)
+    leader = cluster.leader(topic, 0)
+    while group_coordinator(cluster, group) in (leader, -1):  # the coordinator alone goes
+        group = f"csg-{uuid.uuid4().hex[:8]}"
+        set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    described = ShareGroupDescribeRequest(group_ids=[group])
+    a = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", **QUIET})
+    a.subscribe([topic])
+    consumers = [a]
+    got: dict[bytes, list[int]] = {}
+
+    def poll_and_accept(c: ShareConsumer) -> None:
+        msgs = poll_through_a_kill(c, 0.3)
+        for m in msgs:
+            got.setdefault(m.value(), []).append(m.delivery_count())
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync(30)
+
+    killed = -1
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and set(got) != set(first):
+            poll_and_accept(a)
+        assert set(got) == set(first)
+        passing = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, **QUIET})
+        passing.subscribe([topic])  # a member joining and leaving: the group epoch at 3
+        try:
+            cluster.wait_for(lambda: not passing.poll(0.2) and len(at_group_coordinator(
+                cluster, group, described, 1).groups[0].members) == 2, 30, f"a second member in {group}")
+        finally:
+            passing.close()
+        before = cluster.wait_for(lambda: not a.poll(0.2) and at_group_coordinator(  # (a heartbeat of a at epoch 3)
+            cluster, group, described, 1, lambda r: [m.member_epoch for m in r.groups[0].members] == [3]).groups[0],
+            30, f"{group} at epoch 3")
+        assert [(m.member_epoch, m.subscribed_topic_names) for m in before.members] == [(3, [topic])]
+        killed = group_coordinator(cluster, group)
+        cluster.brokers[killed].kill()
+        cluster.wait_for(lambda: group_coordinator(cluster, group) not in (-1, killed), 30, f"a new coordinator of {group}")
+        assert start_offsets(cluster, group, topic, 1) == {0: 10}
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+        later = [f"r-{i}".encode() for i in range(10, 20)]
+        for v in later:
+            p.produce(topic, value=v, partition=0)
+        assert p.flush(30) == 0
+        b = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit", **QUIET})
+        b.subscribe([topic])
+        consumers.append(b)
+        quiet_until = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            for c in consumers:
+                poll_and_accept(c)
+            if quiet_until is None and set(got) >= set(later):
+                quiet_until = time.monotonic() + 1.5  # nothing else comes
+        after = at_group_coordinator(cluster, group, described, 1, lambda r: len(r.groups[0].members) == 2).groups[0]
+    finally:
+        for c in consumers:
+            c.close()
+        if killed >= 0:
+            cluster.brokers[killed].start()
+    # each record once to the application; the accepted ones were never acquired again (a later
+    # one may have been: a new member's first fetches, in librdkafka, can acquire records it
+    # never hands to the application, which then come back after their lock)
+    assert {v: len(counts) for v, counts in got.items()} == dict.fromkeys(first + later, 1)
+    assert {v: got[v] for v in first} == {v: [1] for v in first}
+    assert (after.group_epoch, after.assignment_epoch) == (4, 4)  # went on from the stored 3: one member joined
+    assert before.members[0].member_id in {m.member_id for m in after.members}  # kept its membership
+    assert all(m.subscribed_topic_names == [topic] and m.member_epoch == after.group_epoch for m in after.members)

@@ -6,7 +6,8 @@ delivery count limit, no acknowledgement lost over a broker restart; a batch ack
 offset by offset, and the state records (snapshot, then one update of the changed ranges per
 ShareFetch); and the admin side:
 ShareGroupDescribe, ListGroups (type "share"), DescribeGroups / DeleteGroups, group configs,
-ApiVersions and the `--as-kafka` profiles, ACLs."""
+ApiVersions and the `--as-kafka` profiles, ACLs; a deleted topic's share state deleted (on a
+single node and in a cluster: the `kafka` targets)."""
 from __future__ import annotations
 
 import signal
@@ -24,6 +25,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic, ResourceType)
 
 from kafkafast.broker.group_coordinator import java_string_hash
+from kafkafast.broker.groups.offsets_records import ShareGroupRecord, decode_record
 from kafkafast.broker.share.state_store import STATE_TOPIC, coordinator_key
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
 from kafkafast.protocol._generated.coordinator_records import (ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey,
@@ -50,6 +52,7 @@ from kafkafast.testing import KafkaTestBroker
 from tests.integration.test_metrics import scrape, value
 from tests.integration.test_shared_append import clients_on_every_worker
 from tests.support.broker_process import free_port
+from tests.support.cluster import KafkaCluster
 from tests.support.cli import kafkafast
 from tests.support.raw_client import RawClient
 
@@ -1137,3 +1140,104 @@ def test_a_share_fetch_starts_at_another_partition_of_its_session_each_epoch(sbr
             assert resp.error_code == 0 and not any(p.error_code for p in parts), resp
             got += [(p.partition_index, acquired(p)) for p in parts if p.acquired_records]
     assert got == [(0, [(0, 0, 1)]), (1, [(0, 0, 1)]), (0, [(1, 1, 1)]), (1, [(1, 1, 1)])]
+
+
+@pytest.fixture(scope="module")
+def kafka_settings() -> dict[str, str]:
+    return {**SETTINGS, "offsets.retention.check.interval.ms": "500"}  # (it also cleans share groups up)
+
+
+def stored_start_offset(kafka, group: str, tid: bytes) -> int:
+    """ReadShareGroupState of (group, tid, 0) at its share coordinator (the leader of its
+    `__share_group_state` partition): the start offset, -1 when there is no state."""
+    with RawClient(kafka.leader_port(STATE_TOPIC, 0)) as raw:
+        n = len(raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=STATE_TOPIC)]), 12)
+                .topics[0].partitions)
+    return read_state(kafka.leader_port(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % n),
+                      group, tid)[0]
+
+
+def share_partition_metadata(kafka, group: str) -> Any:
+    """The group's latest ShareGroupPartitionMetadata value in `__consumer_offsets`."""
+    with RawClient(kafka.leader_port("__consumer_offsets", 0)) as raw:
+        n = len(raw.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="__consumer_offsets")]),
+                            12).topics[0].partitions)
+    tp = TopicPartition("__consumer_offsets", (java_string_hash(group) & 0x7FFFFFFF) % n, 0)
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": new_group(), "enable.auto.commit": False, **QUIET})
+    try:
+        end = c.get_watermark_offsets(tp, 15)[1]
+        c.assign([tp])
+        latest, at = None, 0
+        deadline = time.monotonic() + 15
+        while at < end and time.monotonic() < deadline:
+            for m in c.consume(100, 0.5):
+                at = m.offset() + 1
+                r = decode_record(m.key(), m.value())
+                if isinstance(r, ShareGroupRecord) and r.group == group and r.kind == "partition_metadata":
+                    latest = r.value
+    finally:
+        c.close()
+    return latest
+
+
+def delete_and_forgotten(kafka, group: str, topic: str, tid: bytes) -> None:
+    """DeleteTopics of the group's only topic, once its share state is deleted and the group's
+    partition metadata names it no more."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **QUIET})
+    for f in admin.delete_topics([topic], operation_timeout=30).values():
+        f.result(30)
+    KafkaCluster.wait_for(lambda: stored_start_offset(kafka, group, tid) == -1, 30,
+                          f"the share state of the deleted {topic} deleted")
+    KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
+                          and not m.deleting_topics, 30, f"{group}'s partition metadata without {topic}")
+
+
+def topic_of_a_new_group(kafka, records: int) -> tuple[str, str, bytes, ShareConsumer]:
+    """A new 1-partition topic with `records` records and a new share group reading it from the
+    earliest offset: (topic, group, topic id, a subscribed share consumer of the group)."""
+    topic = f"sq-deleted-{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(topic, 1)
+    group = new_group()
+    set_group_configs(kafka.bootstrap, group, share_auto_offset_reset="earliest")
+    produce(kafka.bootstrap, topic, 1, records)
+    return topic, group, topic_id(kafka.leader_port(topic, 0), topic), share_consumer(kafka.bootstrap, group, topic)
+
+
+def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fresh(kafka):
+    """DeleteTopics of a topic a share group consumes: the group's coordinator (at its member's
+    next heartbeat) moves the topic to the deleting topics of the group's partition metadata,
+    deletes its share-partitions' state at their share coordinators (DeleteShareGroupState) and
+    then names it no more; created again under its name, the topic's records are all delivered,
+    from offset 0, once (the acknowledgements of the old one do not apply)."""
+    topic, group, old, c = topic_of_a_new_group(kafka, 5)
+    try:
+        got: list[tuple[int, int]] = []
+        poll_until([c], lambda: len(got) >= 5, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
+        assert got == [(o, 1) for o in range(5)]
+        KafkaCluster.wait_for(lambda: not c.poll(0.2) and stored_start_offset(kafka, group, old) == 5, 30,
+                              "the acknowledgements stored")  # (implicit mode: accepted at the next poll)
+        meta = share_partition_metadata(kafka, group)
+        assert [(bytes(t.topic_id), t.topic_name, t.partitions) for t in meta.initialized_topics] == [(old, topic, [0])]
+        delete_and_forgotten(kafka, group, topic, old)  # (the member heartbeats on)
+        kafka.create_topic(topic, 1)
+        produce(kafka.bootstrap, topic, 1, 3)
+        got.clear()
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append((m.offset(), m.delivery_count())))
+        assert got == [(o, 1) for o in range(3)]
+    finally:
+        c.close()
+
+
+def test_a_share_group_without_members_forgets_a_deleted_topic_at_the_periodic_cleanup(kafka):
+    """The topic of a share group whose last member left deleted: no heartbeat comes, the group
+    coordinator's periodic cleanup (offsets.retention.check.interval.ms) deletes its
+    share-partitions' state and the group's partition metadata names it no more."""
+    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
+    try:
+        got: list[int] = []
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
+        c.poll(0.2)  # accepts them
+    finally:
+        c.close()
+    assert stored_start_offset(kafka, group, tid) == 3
+    delete_and_forgotten(kafka, group, topic, tid)

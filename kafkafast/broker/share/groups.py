@@ -47,8 +47,22 @@ assigned). Loading the partition brings the group back (`restore`) with its epoc
 members, whose session timers start again: a member that goes on heartbeating keeps its
 membership (at the group epoch, with its assignment computed again), one that does not
 expires and the group becomes Empty; a new member's epoch continues from the stored one.
+The members' own epochs are not written (Kafka's ShareGroupCurrentMemberAssignment records
+are not among the schemas here): every restored member is at the stored group epoch, so one
+whose last heartbeat came before the latest bump gets FENCED_MEMBER_EPOCH and joins again
+(epoch 0, same member id: no bump, its share sessions stay).
 DeleteGroups writes tombstones for the group's records. The records' delivery state is
 durable elsewhere, in `__share_group_state` (`broker/share/state_store.py`).
+
+Deleted topics: an initialised topic whose id is gone from the metadata (deleted, perhaps
+created again under its name: a new id, so new share-partitions) is moved to the deleting
+topics of a new ShareGroupPartitionMetadata record; its share-partitions' state is deleted at
+their share coordinators (DeleteShareGroupState), then a record without it is written, as
+Kafka's group coordinator does when the metadata image drops a topic. Here that is noticed at
+a member's heartbeat, when the group is loaded, and for groups without members at the group
+coordinator's periodic cleanup (offsets.retention.check.interval.ms). A deletion interrupted by a
+coordinator move is finished by the next one, without the state: the record names no
+partitions of a deleting topic, which are unknown once the topic is gone.
 """
 from __future__ import annotations
 
@@ -60,6 +74,7 @@ from typing import Any, Callable
 
 from kafkafast import clock
 from kafkafast.broker.consumer_coordinator import HeartbeatResult
+from kafkafast.broker.group_coordinator import OFFSETS_TOPIC
 from kafkafast.broker.groups.consumer_group import HeartbeatError
 from kafkafast.broker.groups.group import GroupState
 from kafkafast.broker.groups.offsets_records import consumer_value, share_key
@@ -102,6 +117,8 @@ class ShareGroup:
     members: dict[str, ShareMember] = field(default_factory=dict)
     topic_signature: tuple = ()  # (name, id, partitions) of the subscribed topics at the last assignment
     initialized: dict[bytes, tuple[str, set[int]]] = field(default_factory=dict)  # topic id -> (name, partitions)
+    deleting: dict[bytes, tuple[str, set[int]]] = field(default_factory=dict)  # deleted topics whose state goes
+    deleting_task: Any = None
     dead: bool = False
 
     @property
@@ -240,6 +257,7 @@ class ShareGroups:
             bump = True
         if bump or stored != (member.rack_id, list(member.subscribed_topics)):
             records.append(self._member_record(group, member))
+        records += self._forget_deleted_topics(group)
         signature = self._topic_signature(group)
         if signature != group.topic_signature:
             group.topic_signature = signature
@@ -287,12 +305,65 @@ class ShareGroups:
                 parts.update(range(count))
                 grown = True
         if grown:
-            records.append((share_key("partition_metadata", group.group_id), consumer_value(PartitionMetaValue(
-                initialized_topics=[PartitionMetaValue.TopicPartitionsInfo(topic_id=tid, topic_name=name,
-                                                                           partitions=sorted(parts))
-                                    for tid, (name, parts) in group.initialized.items()]))))
+            records.append(ShareGroups._partition_metadata_record(group))
         records.append((share_key("group", group.group_id), consumer_value(GroupValue(epoch=group.group_epoch))))
         return records
+
+    @staticmethod
+    def _partition_metadata_record(group: ShareGroup) -> tuple[bytes, bytes]:
+        V = PartitionMetaValue
+        return share_key("partition_metadata", group.group_id), consumer_value(V(
+            initialized_topics=[V.TopicPartitionsInfo(topic_id=tid, topic_name=name, partitions=sorted(parts))
+                                for tid, (name, parts) in group.initialized.items()],
+            deleting_topics=[V.TopicInfo(topic_id=tid, topic_name=name) for tid, (name, _) in group.deleting.items()]))
+
+    # -- deleted topics -----------------------------------------------------------------------
+    def forget_deleted_topics(self, coordinated: Callable[[str], bool]) -> None:
+        """`_forget_deleted_topics` for every share group coordinated here (`coordinated`): the
+        group coordinator's periodic cleanup, which reaches groups that no member heartbeats to."""
+        for group in list(self.groups.values()):
+            if not group.dead and coordinated(group.group_id):
+                self._write_forgotten(group)
+
+    def _write_forgotten(self, group: ShareGroup) -> None:
+        if self._write(group, self._forget_deleted_topics(group)):
+            log.warning("share group %s: could not write its partition metadata", group.group_id)
+
+    def _forget_deleted_topics(self, group: ShareGroup) -> Records:
+        """The initialised topics that no longer exist (deleted, perhaps created again under
+        their name with a new topic id) move to the deleting ones, in the record returned (to be
+        written first), and their share-partition state is deleted at the share coordinators
+        (`_delete_state`; again at a later heartbeat when that failed)."""
+        topics = self.broker.topics
+        # (a starting cluster broker may coordinate before its first metadata arrives: it knows
+        # the topic it coordinates from once it knows them all, and only then can a topic be missing)
+        gone = [tid for tid in group.initialized if tid not in topics.by_id] if topics.get(OFFSETS_TOPIC) else []
+        for tid in gone:
+            group.deleting[tid] = group.initialized.pop(tid)
+        if group.deleting and group.deleting_task is None and self._loop is not None:
+            group.deleting_task = self._loop.create_task(self._delete_state(group))
+        return [self._partition_metadata_record(group)] if gone else []
+
+    async def _delete_state(self, group: ShareGroup) -> None:
+        """DeleteShareGroupState of every partition of the group's deleting topics, then the
+        group's partition metadata without them (Kafka's group coordinator does the same when
+        the metadata image drops a topic)."""
+        try:  # (a task: it starts once the record naming them deleting is written)
+            deleting = dict(group.deleting)
+            keys = [(group.group_id, tid, p) for tid, (_, parts) in deleting.items() for p in sorted(parts)]
+            try:
+                await self.broker.share.store.delete_state(keys)
+            except E.KafkaError as exc:
+                log.warning("share group %s: deleting the state of deleted topics failed: %s", group.group_id, exc)
+                return
+            if self.groups.get(group.group_id) is not group:
+                return  # deleted, or no longer coordinated here
+            for tid in deleting:
+                group.deleting.pop(tid, None)
+            if self._write(group, [self._partition_metadata_record(group)]):
+                log.warning("share group %s: could not write its partition metadata", group.group_id)
+        finally:
+            group.deleting_task = None
 
     def _write(self, group: ShareGroup, records: Records) -> int:
         return self.broker.group_coordinator._append(group.group_id, records, clock.now_ms()) if records else 0
@@ -309,6 +380,8 @@ class ShareGroups:
         meta = records.get(("partition_metadata", None))
         for t in meta.initialized_topics if meta is not None else ():
             group.initialized[bytes(t.topic_id)] = (t.topic_name, set(t.partitions))
+        for t in meta.deleting_topics if meta is not None else ():  # (the record does not say their partitions)
+            group.deleting[bytes(t.topic_id)] = (t.topic_name, set())
         for (kind, mid), v in records.items():
             if kind == "member" and mid and v is not None:
                 group.members[mid] = ShareMember(mid, v.client_id, v.client_host, v.rack_id,
@@ -317,6 +390,7 @@ class ShareGroups:
         self._assign(group)
         for m in group.members.values():
             self._schedule_session(group, m)
+        self._write_forgotten(group)
 
     def unload(self, owned: Callable[[str], bool]) -> None:
         """This process no longer coordinates the groups `owned` says (a `__consumer_offsets`

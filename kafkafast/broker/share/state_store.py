@@ -7,7 +7,7 @@ Records, in Kafka's formats (`kafkafast/protocol/schemas/share-coordinator/`), k
                    state epoch, leader epoch, start offset, create/write time, state batches)
     key version 1  ShareUpdateKey   -> ShareUpdateValue: snapshot epoch, leader epoch, start
                    offset and the state batches changed since that snapshot
-    null value     the share-partition's state was deleted (DeleteGroups)
+    null value     the share-partition's state was deleted (DeleteGroups, its topic deleted)
 
 A state batch is (first offset, last offset, delivery state 0 Available / 2 Acknowledged /
 4 Archived, delivery count); acquired records are written Available with their delivery
@@ -273,9 +273,14 @@ class ShareStateStore:
         """DeleteGroups of a share group: the state of each of its share-partitions goes, written
         before the group is removed (here the process coordinating the group keeps all of it);
         raises KafkaError."""
-        for key in [k for k in self.keys if k[0] == group_id]:
+        await self.delete_state([k for k in self.keys if k[0] == group_id])
+
+    async def delete_state(self, keys: list[Key]) -> None:
+        """The state of `keys` goes (DeleteShareGroupState at their share coordinators: here,
+        the process coordinating their group); raises KafkaError."""
+        for key in keys:
             self.delete(key)
-        await self.raise_unsettled(f"deleting the share-partition state of {group_id}")
+        await self.raise_unsettled(f"deleting the share-partition state of {keys[0][0] if keys else '-'}")
 
     # -- the share coordinator APIs (Read/Write/Initialize/DeleteShareGroupState, the summary) ------
     def coordinator_error(self, key: Key) -> int:
