@@ -278,11 +278,13 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
                     broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     news_due = None  # when a follower's answer carrying only a new high watermark goes out
-    follower = req.replica_id >= 0 and req.min_bytes > 0
+    # a follower's fetch is checked for nothing new before it first parks (a wake-up nearly
+    # always brings records: then the full pass at once)
+    check = req.replica_id >= 0 and req.min_bytes > 0
     while True:
         now = time.monotonic()
         remaining = deadline - now
-        if follower and news_due is None and remaining > 0 and broker.started and plan \
+        if check and news_due is None and remaining > 0 and broker.started and plan \
                 and _nothing_for_follower(broker, req, plan):
             responses, total, news = [], 0, False  # it parks: its answer is built when it goes out
         else:
@@ -301,6 +303,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
+        check = False
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
