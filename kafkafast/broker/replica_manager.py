@@ -355,10 +355,15 @@ class ReplicaManager:
         if self._leader_throttled(part):
             self.leader_quota.record(nbytes)
 
+    @staticmethod
+    def answered_high_watermark(part: Partition, replica_id: int, hw: int) -> bool:
+        """Whether `hw` is what this process answered the follower last (nothing recorded)."""
+        return part.answered_hw.get(replica_id) == hw
+
     def high_watermark_news(self, part: Partition, replica_id: int, hw: int) -> bool:
         """Records `hw` as what the follower is answered now; True when it differs from what this
         process answered it last (docs/ARCHITECTURE.md, "acks=all in one round trip")."""
-        if part.answered_hw.get(replica_id) == hw:
+        if self.answered_high_watermark(part, replica_id, hw):
             return False
         part.answered_hw[replica_id] = hw
         return True

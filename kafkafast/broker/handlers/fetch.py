@@ -19,7 +19,9 @@ the connection), never beyond the high watermark. Limits as Kafka: the first par
 with data always gets at least one whole batch (KIP-74), then `max_bytes` for the
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
-`max_wait_ms` passes; a follower's fetch (replica_id >= 0) one of whose partitions has a high
+`max_wait_ms` passes (a follower's fetch that finds every partition at its upper bound with
+nothing new parks without building an answer, `_nothing_for_follower`, and a partition at its
+bound is answered without asking the reader); a follower's fetch (replica_id >= 0) one of whose partitions has a high
 watermark the leader has not answered that follower yet (`broker.replicas.high_watermark_news`) is
 also answered once kafkafast.replica.fetch.hw.delay.ms passed without records (records
 appended before carry it: under load one answer per append), so a follower learns a new high
@@ -110,18 +112,21 @@ def _read_all(broker, req, version, plan):
             if req.isolation_level == READ_COMMITTED and req.replica_id < 0:
                 upper = min(upper, lso)
             limit = min(fp.partition_max_bytes, max(budget - total, 0))
-            try:
-                result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
-                                              min_one_batch=(total == 0))
-            except E.KafkaError as exc:
-                if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
-                    log_storage_error(part, "read", str(exc))
-                tresp.partitions.append(_error(fp.partition, exc.code, part))
-                continue
-            except OSError as exc:  # the file cannot be read (an I/O error): this partition only
-                log_storage_error(part, f"errno {exc.errno}", str(exc))
-                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
-                continue
+            if upper <= fp.fetch_offset <= part.log_end_offset and fp.fetch_offset >= part.log_start_offset:
+                result = None  # at the bound: nothing to read (what the reader would answer, unread)
+            else:
+                try:
+                    result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
+                                                  min_one_batch=(total == 0))
+                except E.KafkaError as exc:
+                    if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
+                        log_storage_error(part, "read", str(exc))
+                    tresp.partitions.append(_error(fp.partition, exc.code, part))
+                    continue
+                except OSError as exc:  # the file cannot be read (an I/O error): this partition only
+                    log_storage_error(part, f"errno {exc.errno}", str(exc))
+                    tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                    continue
             region = result.region if result is not None else None
             if version <= 3 and region is not None:
                 try:
@@ -144,6 +149,27 @@ def _read_all(broker, req, version, plan):
                 preferred_read_replica=-1, records=region if size else b""))
         responses.append(tresp)
     return responses, total, news
+
+
+def _nothing_for_follower(broker, req, plan) -> bool:
+    """Whether `_read_all` would find nothing for this follower's fetch: every partition led
+    here, readable, at its fetch upper bound (no records) and with a high watermark the
+    follower was answered already; then the fetch parks without building an answer. Reads
+    what `_read_all` reads (the partition's seen log end and high watermark: what a worker's
+    wake-up compares), records nothing; any other case (errors included) takes the full pass."""
+    replicas = broker.replicas
+    replica_id = req.replica_id
+    for _, fp_list, _ in plan:
+        for fp, part in fp_list:
+            if part is None or part.loading or part.state.offline or not part.is_leader:
+                return False
+            offset = fp.fetch_offset
+            if (fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch) \
+                    or not replicas.answered_high_watermark(part, replica_id, part.high_watermark) \
+                    or not part.log_start_offset <= offset <= part.log_end_offset \
+                    or replicas.fetch_upper_bound(part, replica_id) > offset:
+                return False
+    return True
 
 
 def redirects(responses: list) -> bool:
@@ -252,10 +278,19 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
                     broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     news_due = None  # when a follower's answer carrying only a new high watermark goes out
+    # a follower's fetch is checked for nothing new before it first parks (a wake-up nearly
+    # always brings records: then the full pass at once)
+    check = req.replica_id >= 0 and req.min_bytes > 0
     while True:
-        responses, total, news = _read_all(broker, req, version, plan)
         now = time.monotonic()
         remaining = deadline - now
+        if check and news_due is None and remaining > 0 and broker.started and plan \
+                and _nothing_for_follower(broker, req, plan):
+            responses, total, news = [], 0, False  # it parks: its answer is built when it goes out
+        else:
+            responses, total, news = _read_all(broker, req, version, plan)
+            now = time.monotonic()
+            remaining = deadline - now
         if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
             break
         if news and news_due is None:
@@ -268,6 +303,7 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
+        check = False
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
