@@ -326,17 +326,16 @@ class ClusterShareStateStore(ShareStateStore):
         return resp
 
     async def _ask_here(self, key: Key, request: Any) -> Any:
-        """This broker leads the key's partition but has not loaded it yet (its LeaderAndIsr is being applied)."""
+        """This broker leads the key's partition: the process holding it answers (with workers,
+        the owner worker, over the forwarding link, as other brokers are sent it); here it has
+        not loaded it yet (its LeaderAndIsr is being applied)."""
+        placement = self.broker.placement
+        owner = placement.owner_of(STATE_TOPIC, self.partition_for(key))
+        if owner != placement.index:
+            return await placement.forwarder.request(owner, request, 0)
         raise E.CoordinatorLoadInProgressError(f"share state of {key[0]} is loading")
 
 
-class ClusterWorkerShareStateStore(ClusterShareStateStore):
-    """In a multi-worker cluster broker: a `__share_group_state` partition is loaded and written by
-    the worker that owns it; the others (the group's worker, where its share-partitions live) send
-    it Read/WriteShareGroupState over the forwarding link, as they send other brokers."""
-
-    async def _ask_here(self, key: Key, request: Any) -> Any:
-        owner = self.broker.placement.owner_of(STATE_TOPIC, self.partition_for(key))
-        if owner == self.broker.placement.index:
-            return await super()._ask_here(key, request)
-        return await self.broker.placement.forwarder.request(owner, request, 0)
+# (imported by cluster/worker_placement.py's make_share_store, which nothing calls any more: the
+# control plane makes the one store, whatever the placement)
+ClusterWorkerShareStateStore = ClusterShareStateStore

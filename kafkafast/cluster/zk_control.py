@@ -32,6 +32,7 @@ from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.fetcher import FetcherManager
 from kafkafast.cluster.group_configs import ZkGroupConfigs
 from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
+from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
 from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
@@ -182,11 +183,12 @@ class ZkControl:
 
     async def make_share_coordinator(self) -> ShareCoordinator:
         """Group configs in /config/groups (read after load() took the change notifications seen
-        so far), the state in `__share_group_state` as the placement holds it."""
+        so far), the state in `__share_group_state` (its partitions' leaders, among the brokers
+        and the workers)."""
         broker = self.broker
         group_configs = ZkGroupConfigs(broker.config)
         await asyncio.to_thread(group_configs.attach, broker.node)
-        return ShareCoordinator(broker, broker.placement.make_share_store(), group_configs)
+        return ShareCoordinator(broker, ClusterShareStateStore(broker), group_configs)
 
     def make_txn_coordinator(self) -> ClusterTxnCoordinator:
         return ClusterTxnCoordinator(self.broker)  # markers to the partitions' leaders

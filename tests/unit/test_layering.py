@@ -245,6 +245,17 @@ def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane()
     assert not any(owners.values()), owners
 
 
+def test_a_placement_per_control_plane_adds_only_the_zookeeper_session():
+    """Opening the replicas a controller names, the start, the controlled shutdown and a new
+    registration are every placement's hooks (`LocalPlacement`'s in one process), and the share
+    state store is the control plane's: the one-process placement of a ZooKeeper broker adds
+    only its ZooKeeper session (`make_node`) to `LocalPlacement`, and no placement subclasses it."""
+    hooks = {"new_replica", "before_start", "after_start", "controlled_shutdown", "request_reregistration"}
+    assert hooks <= class_methods("kafkafast.broker.placement.LocalPlacement")
+    assert subclasses_of("kafkafast.broker.placement.LocalPlacement") == {"kafkafast.cluster.placement.ClusterLocalPlacement"}
+    assert class_methods("kafkafast.cluster.placement.ClusterLocalPlacement") == {"make_node"}
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
