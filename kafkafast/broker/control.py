@@ -31,6 +31,8 @@ from typing import Any, Callable
 from kafkafast.broker.dynamic_configs import DynamicConfigs
 from kafkafast.broker.replica_manager import NO_FETCHERS, PartitionState
 from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.topic_admin import FileTopicStore
+from kafkafast.broker.topics import TopicStore
 from kafkafast.broker.txn_coordinator import TransactionCoordinator
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
@@ -127,8 +129,16 @@ class LocalControl:
     def initial_cluster_id(self) -> str:
         return self.broker._load_cluster_id()  # meta.properties in the first log dir
 
+    def make_topics(self) -> TopicStore:
+        """The topics of the metadata image: the topics file in the first log dir."""
+        return TopicStore(self.broker.log_dirs[0])
+
+    def make_topic_store(self) -> FileTopicStore:
+        """Topic administration's store: the topics file (and the logs, in each process)."""
+        return FileTopicStore(self.broker)
+
     def attach(self) -> None:
-        """The broker is built: its topics are the log dir's store already."""
+        """The broker is built: nothing more to attach."""
 
     async def load(self) -> None:
         self.broker.load()  # topics, logs (recovery), partitions, on the loop
