@@ -36,8 +36,8 @@ from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_gr
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.replica_manager import ReplicaManager
-from kafkafast.broker.topic_admin import FileTopicStore, TopicAdmin
-from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta, TopicStore
+from kafkafast.broker.topic_admin import TopicAdmin
+from kafkafast.broker.topics import INTERNAL_TOPICS, TopicMeta
 from kafkafast.config import TOPIC_SYNONYMS, BrokerConfig, parse_properties
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import api
@@ -86,8 +86,8 @@ class Broker:
         os.makedirs(self.log_dirs[0], exist_ok=True)  # topics and cluster id live there; the others
         # may fail (the LogManager takes such a dir offline)
         self.cluster_id = self.control.initial_cluster_id()
-        self.topics = TopicStore(self.log_dirs[0])
-        self.topic_admin = TopicAdmin(self, FileTopicStore(self))  # (ZkControl.attach: ZooKeeper's store)
+        self.topics = self.control.make_topics()  # the metadata image's topics (topics file | ZooKeeper's cache)
+        self.topic_admin = TopicAdmin(self, self.control.make_topic_store())  # one admin over either store
         self._topics_applied = -1  # the store's generation whose partitions are open (_apply_topics)
         self.dynamic = self.control.make_dynamic_configs()  # dynamic broker configs, client quotas
         self.dynamic.refresh(force=True)

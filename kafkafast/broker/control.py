@@ -11,9 +11,10 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
   broker is no member of another's cluster, BROKER_NOT_AVAILABLE;
 * reassignment: nothing can move, every partition INVALID_REPLICA_ASSIGNMENT; none in progress;
 * the cluster view (DescribeCluster): this broker, which is also the controller;
-* the data plane (`broker.replicas`, broker/replica_manager.py): each partition opened here gets
-  the state a controller's LeaderAndIsr gives a lone broker (leader this broker at epoch 0, ISR
-  and replicas [this broker]); a lone leader has no follower, so no ISR change is ever asked
+* the data plane (`broker.replicas`, broker/replica_manager.py): each partition the placement
+  opens gets the state a controller's LeaderAndIsr gives a lone broker (leader this broker at
+  the epoch of its leader-epoch checkpoint, ISR and replicas [this broker]), through the
+  replica manager's `apply_state` as a LeaderAndIsr's states; a lone leader has no follower, so no ISR change is ever asked
   for, and nothing fences it;
 * the stores and coordinators that differ by control plane (`make_*`): the dynamic configs and
   the share groups' state and configs in the first log dir, the transaction coordinator that
@@ -22,19 +23,24 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from kafkafast.broker.dynamic_configs import DynamicConfigs
-from kafkafast.broker.replica_manager import NO_FETCHERS, lone_leader_state
+from kafkafast.broker.replica_manager import NO_FETCHERS, PartitionState
 from kafkafast.broker.share.coordinator import ShareCoordinator
+from kafkafast.broker.topic_admin import FileTopicStore
+from kafkafast.broker.topics import TopicStore
 from kafkafast.broker.txn_coordinator import TransactionCoordinator
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
 from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
+from kafkafast.storage.leader_epoch import LeaderEpochCache
+from kafkafast.storage.log import LEADER_EPOCH_CHECKPOINT
 
 Reassignments = AlterPartitionReassignmentsResponse
 TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator; "
@@ -132,8 +138,16 @@ class LocalControl:
     def initial_cluster_id(self) -> str:
         return self.broker._load_cluster_id()  # meta.properties in the first log dir
 
+    def make_topics(self) -> TopicStore:
+        """The topics of the metadata image: the topics file in the first log dir."""
+        return TopicStore(self.broker.log_dirs[0])
+
+    def make_topic_store(self) -> FileTopicStore:
+        """Topic administration's store: the topics file (and the logs, in each process)."""
+        return FileTopicStore(self.broker)
+
     def attach(self) -> None:
-        """The broker is built: its topics are the log dir's store already."""
+        """The broker is built: nothing more to attach."""
 
     async def load(self) -> None:
         self.broker.load()  # topics, logs (recovery), partitions, on the loop
@@ -170,9 +184,32 @@ class LocalControl:
     # -- the data plane's partition states ------------------------------------------------
 
     def partition_opened(self, part: Any) -> None:
-        """A partition of the topic store opened here: it leads alone, as a controller's
-        LeaderAndIsr for a cluster of one would say."""
-        self.broker.replicas.become(part, lone_leader_state(self.broker.node_id))
+        """A partition of the topic store, just opened by the placement: the partition state a
+        controller's LeaderAndIsr gives a cluster of one (leader and ISR and replicas this
+        broker, at the leader epoch of the log's leader-epoch checkpoint, 0 for none), applied
+        as the ZooKeeper side applies the controller's (ReplicaManager.apply_state)."""
+        node = self.broker.node_id
+        ps = PartitionState(partition_index=part.index, leader=node, leader_epoch=self._checkpointed_epoch(part),
+                            partition_epoch=0, isr=[node], replicas=[node])
+        self.broker.replicas.apply_state(part, ps, -1)
+
+    def _checkpointed_epoch(self, part: Any) -> int:
+        """The latest leader epoch of the partition's leader-epoch checkpoint (0: none): the
+        log's where this process holds it, else the file its owner keeps (so every worker names
+        the same epoch); 0 for an offline partition."""
+        if part.state.offline:
+            return 0
+        if self.broker.placement.owns(part):
+            return max(part.log.leader_epochs.latest_epoch, 0)
+        name = f"{part.topic}-{part.index}"
+        for d in self.broker.log_dirs:
+            path = os.path.join(d, name, LEADER_EPOCH_CHECKPOINT)
+            if os.path.exists(path):
+                try:
+                    return max(LeaderEpochCache(path).latest_epoch, 0)
+                except OSError:
+                    return 0
+        return 0
 
     # -- requests a cluster's brokers send to the controller ---------------------------
 

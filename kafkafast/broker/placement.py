@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable, Protocol
 
+from kafkafast.broker.partition import Partition
+
 
 class Placement(Protocol):
     index: int  # this process among the broker's processes
@@ -84,6 +86,23 @@ class Placement(Protocol):
 
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
+
+    # -- asked by a control plane that opens replicas and registers the broker (ZooKeeper's) --
+    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Any:
+        """The replica the controller just named this broker's, as this process holds it."""
+
+    def before_start(self) -> None:
+        """First thing of the broker's start."""
+
+    def after_start(self) -> None:
+        """Last thing of the broker's start (before it listens and registers)."""
+
+    async def controlled_shutdown(self) -> None:
+        """SIGTERM, before any listener closes: the control plane's controlled shutdown, run by
+        the process holding the broker's registration."""
+
+    def request_reregistration(self) -> None:
+        """Registers the broker again (a new broker epoch), in the process holding its registration."""
 
 
 async def wait_for_wake(parts: list[Any], timeout: float) -> None:
@@ -190,3 +209,20 @@ class LocalPlacement:
 
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
         return await self.broker.dispatch(frame, conn, internal=internal)
+
+    # -- asked by a control plane that opens replicas and registers the broker (ZooKeeper's):
+    # this process holds every replica and the registration
+    async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
+        return Partition(topic, index, await self.broker.replica_log(topic, index))
+
+    def before_start(self) -> None:
+        pass
+
+    def after_start(self) -> None:
+        pass
+
+    async def controlled_shutdown(self) -> None:
+        await self.broker.control.run_controlled_shutdown()
+
+    def request_reregistration(self) -> None:
+        self.broker.control.register_again()

@@ -6,8 +6,9 @@ LeaderAndIsr carries them (leader, leader epoch, partition epoch, ISR, replicas)
 replica leader or follower through the placement's hooks (`become_leader`, `become_follower`:
 the process that holds the replica's log applies the role, the others learn it). The single
 node's control plane (`broker/control.py:LocalControl`) hands every partition the state a
-controller gives a lone broker: leader this broker at epoch 0, ISR = replicas = [this broker];
-ZooKeeper's (`cluster/zk_control.py`) hands it the controller's LeaderAndIsr and StopReplica.
+controller gives a lone broker: leader this broker at the epoch of its leader-epoch checkpoint
+(0 for none), ISR = replicas = [this broker]; ZooKeeper's (`cluster/zk_control.py`) hands it
+the controller's LeaderAndIsr and StopReplica. Both go through `apply_state`.
 
 What it holds, the same code for a replication factor of 1 and of 3:
 
@@ -52,12 +53,6 @@ from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
 PartitionState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
-
-
-def lone_leader_state(broker_id: int) -> Any:
-    """The partition state a controller sends a lone broker: it leads at epoch 0, alone in the ISR."""
-    return PartitionState(leader=broker_id, leader_epoch=0, partition_epoch=0, isr=[broker_id],
-                          replicas=[broker_id])
 
 
 class NoFetchers:
@@ -112,12 +107,23 @@ class ReplicaManager:
 
     # -- partition states (the control plane's) --------------------------------------------
     async def apply_partition_state(self, topic: str, topic_id: bytes, ps: Any, broker_epoch: int) -> int:
-        """One LeaderAndIsr partition state: the replica opened if new, its role applied; the
-        partition's error code (STALE_CONTROLLER_EPOCH for a state not newer than the one held)."""
-        broker = self.broker
-        tp = (topic, ps.partition_index)
-        part = broker.partitions.get(tp)
-        if part is not None and part.partition_epoch >= 0:
+        """One LeaderAndIsr partition state: the replica opened by the placement if new
+        (`new_replica`), then `apply_state`; the partition's error code."""
+        part = self.broker.partitions.get((topic, ps.partition_index))
+        if part is None:
+            if self.broker.node_id not in ps.replicas:
+                return EC.UNKNOWN_TOPIC_OR_PARTITION
+            part = await self.placement.new_replica(topic, topic_id, ps.partition_index)
+            part.topic_id = topic_id
+        return self.apply_state(part, ps, broker_epoch)
+
+    def apply_state(self, part: Partition, ps: Any, broker_epoch: int) -> int:
+        """A partition state for `part`, a replica held here or just opened by the placement
+        (a controller's LeaderAndIsr, or the single node's control plane opening its topics'
+        partitions): its role applied; the partition's error code (STALE_CONTROLLER_EPOCH for a
+        state not newer than the one held, UNKNOWN_TOPIC_OR_PARTITION for a state that does not
+        name this broker a replica)."""
+        if part.partition_epoch >= 0:
             if ps.leader_epoch < part.leader_epoch or (ps.leader_epoch == part.leader_epoch
                                                        and ps.partition_epoch <= part.partition_epoch):
                 if ps.leader_epoch == part.leader_epoch and ps.leader == part.leader_id:
@@ -126,12 +132,9 @@ class ReplicaManager:
                     # a re-registration after which no leader changed, sends only such states)
                     part.confirmed_epoch = broker_epoch
                 return EC.STALE_CONTROLLER_EPOCH
-        if broker.node_id not in ps.replicas:
+        if self.broker.node_id not in ps.replicas:
             return EC.UNKNOWN_TOPIC_OR_PARTITION
-        if part is None:
-            part = await self.placement.new_replica(topic, topic_id, ps.partition_index)
-            part.topic_id = topic_id
-            broker.partitions[tp] = part
+        self.broker.partitions[(part.topic, part.index)] = part
         self.become(part, ps, broker_epoch)
         return 0
 

@@ -68,8 +68,9 @@ class FetchState:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Any, leader_id: int, host: str, port: int) -> None:
+    def __init__(self, broker: Any, leader_id: int, host: str, port: int, quota: ReplicationQuota) -> None:
         self.broker = broker
+        self.quota = quota  # the broker's follower.replication.throttled.rate, shared by its fetchers
         self.leader_id = leader_id
         self.host, self.port = host, port
         cfg = broker.config
@@ -200,12 +201,12 @@ class ReplicaFetcher:
     async def _fetch(self, conn: BrokerConnection) -> None:
         now = time.monotonic()
         ready = {tp: s for tp, s in self.partitions.items() if not s.truncating and s.delay_until <= now}
-        quota: ReplicationQuota | None = getattr(self.broker, "follower_quota", None)
+        quota = self.quota
         node = self.broker.node_id
-        is_throttled = set() if quota is None or quota.unlimited else {
+        is_throttled = set() if quota.unlimited else {
             tp for tp, s in ready.items()
             if throttled(s.part.log.config.follower_replication_throttled_replicas, tp[1], node)}
-        if is_throttled and quota is not None and quota.exceeded():
+        if is_throttled and quota.exceeded():
             for tp in is_throttled:
                 ready.pop(tp)
             if not ready:
@@ -259,7 +260,7 @@ class ReplicaFetcher:
                 continue
             records = pd.records
             if records is not None and len(records):
-                if tp in is_throttled and quota is not None:
+                if tp in is_throttled:
                     quota.record(len(records))
                 try:
                     lg.append_as_follower(records, now_ms=now_ms)
@@ -280,6 +281,7 @@ class FetcherManager:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
         self.count = max(1, broker.config.get_int("num.replica.fetchers"))
+        self.quota = ReplicationQuota(broker.config.get_int("follower.replication.throttled.rate"))
         self.fetchers: dict[tuple[int, int, str, int], ReplicaFetcher] = {}
         self.assigned: dict[TP, tuple[int, int, str, int]] = {}
 
@@ -288,7 +290,7 @@ class FetcherManager:
         key = (leader_id, zlib.crc32(f"{tp[0]}-{tp[1]}".encode()) % self.count, host, port)
         f = self.fetchers.get(key)
         if f is None:
-            f = self.fetchers[key] = ReplicaFetcher(self.broker, leader_id, host, port)
+            f = self.fetchers[key] = ReplicaFetcher(self.broker, leader_id, host, port, self.quota)
         f.add(tp, part, epoch)
         self.assigned[tp] = key
 

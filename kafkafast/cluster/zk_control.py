@@ -22,9 +22,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
-from kafkafast.broker.replication_throttle import ReplicationQuota
 from kafkafast.broker.share.coordinator import ShareCoordinator
-from kafkafast.broker.topic_admin import TopicAdmin
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
 from kafkafast.cluster.controller import Controller
@@ -94,6 +92,11 @@ class ZkControl:
         self._stale_epoch_since: float | None = None  # when AlterPartition first met STALE_BROKER_EPOCH
         self._reregistered_at = float("-inf")
         self._stored_topic_ids: dict[str, bytes] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop, known once started
+        # this broker's ZooKeeper session (not connected yet: load()'s) and metadata cache (the
+        # controller's UpdateMetadata): the broker's topics are read through them
+        self.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
+        self.metadata = MetadataCache(self.node.inter_broker_listener)
 
     @property
     def zk(self) -> Any:
@@ -109,24 +112,28 @@ class ZkControl:
     def initial_cluster_id(self) -> str:
         return ""  # read from ZooKeeper in load()
 
+    def make_topics(self) -> ClusterTopics:
+        """The topics of the metadata image: the metadata cache's, their configs from ZooKeeper."""
+        return ClusterTopics(self.metadata, self.node.topic_configs)
+
+    def make_topic_store(self) -> ZkTopicStore:
+        """Topic administration's store: the assignment, config and deletion znodes."""
+        return ZkTopicStore(self.broker, self.node)
+
     def attach(self) -> None:
-        """The broker is built: its ZooKeeper session (not connected yet: that is load()'s, after
-        the fork), its metadata cache (the controller's UpdateMetadata), its topics through them."""
+        """The broker is built: the ZooKeeper session (made with the control plane, connected in
+        load(), after the fork) and the metadata cache where the cluster's modules read them
+        (`broker.node`, `broker.metadata`)."""
         broker = self.broker
-        broker.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
-        broker.cluster = broker.node
-        broker.metadata = MetadataCache(broker.node.inter_broker_listener)
-        broker.topics = ClusterTopics(broker.metadata, broker.node.topic_configs)
-        broker.topic_admin = TopicAdmin(broker, ZkTopicStore(broker))
-        broker.loop = None  # the event loop, known once started
-        broker.follower_quota = ReplicationQuota(broker.config.get_int("follower.replication.throttled.rate"))
+        broker.node = broker.cluster = self.node
+        broker.metadata = self.metadata
 
     async def load(self) -> None:
         """The first thing of Broker.start: the placement's, then the ZooKeeper session and what
         is read through it (in a thread)."""
         broker = self.broker
         broker.placement.before_start()
-        broker.loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._load)
 
     def _load(self) -> None:
@@ -167,7 +174,7 @@ class ZkControl:
         if broker.placement.index == 0:
             await asyncio.to_thread(node.register)
             node.controller = Controller(node)
-            node.on_session_reset = lambda: broker.loop.call_soon_threadsafe(self._session_reset)
+            node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)
             node.controller.start()
         node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
@@ -195,7 +202,8 @@ class ZkControl:
 
     async def make_share_coordinator(self) -> ShareCoordinator:
         """Group configs in /config/groups (read after load() took the change notifications seen
-        so far), the state in `__share_group_state` as the placement holds it."""
+        so far), the state in `__share_group_state` (its partitions' leaders, among the brokers
+        and the workers)."""
         broker = self.broker
         group_configs = ZkGroupConfigs(broker.config)
         await asyncio.to_thread(group_configs.attach, broker.node)
@@ -210,7 +218,7 @@ class ZkControl:
     def _on_config_changes(self, children: list[str]) -> None:
         """Kazoo's thread: a topic's configs, dynamic broker configs, client quotas or a group's
         configs changed somewhere; reload them on the loop."""
-        loop = self.broker.loop
+        loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(lambda: loop.create_task(self._reload_configs(children)))
 
@@ -466,8 +474,8 @@ class ZkControl:
     def register_again(self) -> None:
         """Registers this broker again (a new broker epoch), in the session that holds the
         registration (this process's: the placement's `request_reregistration`)."""
-        assert self.broker.loop is not None
-        self.broker.loop.create_task(self._reregister())
+        assert self.loop is not None
+        self.loop.create_task(self._reregister())
 
     async def _reregister(self) -> None:
         try:

@@ -25,9 +25,9 @@ T = TypeVar("T")
 
 
 class ZkTopicStore:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Any, node: Any) -> None:
         self.broker = broker
-        self.node = broker.node
+        self.node = node  # the broker's ZooKeeper session (its control plane's)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)

@@ -330,3 +330,44 @@ def test_offset_checkpoints_are_written_on_their_intervals(broker_factory, inter
         time.sleep(2)
         assert checkpoint_entry(b, "log-start-offset-checkpoint", "cp") is None
         assert checkpoint_entry(b, "recovery-point-offset-checkpoint", "cp") is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_single_node_leads_at_the_epoch_of_its_leader_epoch_checkpoint(broker_factory, workers):
+    """A single node's partitions get the state a controller's LeaderAndIsr gives a cluster of one,
+    at the latest leader epoch of the log's checkpoint (here one written by an earlier leadership
+    at epoch 3, as a log dir taken over from a cluster has): Metadata from every worker names that
+    epoch, new batches carry it and OffsetForLeaderEpoch answers the epochs' ends (the checkpoint
+    says epoch 3 began at offset 4)."""
+    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as Req
+
+    b = broker_factory(workers=workers)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("epoch3", 1, 1)])["epoch3"].result(10)
+    produce_n(b.bootstrap, "epoch3", 5)
+    b.stop()
+    (b.data_dir / "epoch3-0" / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n3 4\n")
+    b.start()
+    produce_n(b.bootstrap, "epoch3", 5)
+    for _ in range(4):  # (a new connection may reach another worker)
+        with RawClient(b.port) as c:
+            meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="epoch3")]), 9)
+        assert meta.topics[0].partitions[0].leader_epoch == 3
+
+    def ask(epoch):
+        with RawClient(b.port) as c:
+            req = Req(replica_id=-1, topics=[Req.OffsetForLeaderTopic(topic="epoch3", partitions=[
+                Req.OffsetForLeaderPartition(partition=0, current_leader_epoch=3, leader_epoch=epoch)])])
+            r = c.request(req, 4).topics[0].partitions[0]
+            return r.error_code, r.leader_epoch, r.end_offset
+
+    assert ask(0) == (0, 0, 4)
+    assert ask(3) == (0, 3, 10)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "epoch3", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition("epoch3", 0, 9)])
+        msg = c.poll(10)
+        assert msg is not None and msg.error() is None and msg.offset() == 9
+        assert msg.leader_epoch() == 3
+    finally:
+        c.close()

@@ -260,6 +260,32 @@ def test_a_workers_data_plane_is_one_placement_whatever_the_control_plane():
     assert not subclasses_of("kafkafast.runtime.placement.SlotResidence")
 
 
+def test_a_placement_per_control_plane_adds_only_the_zookeeper_session():
+    """Opening the replicas a controller names, the start, the controlled shutdown and a new
+    registration are every placement's hooks (`LocalPlacement`'s in one process), and the share
+    state store is the control plane's: the one-process placement of a ZooKeeper broker adds
+    only its ZooKeeper session (`make_node`) to `LocalPlacement`, and no placement subclasses it."""
+    hooks = {"new_replica", "before_start", "after_start", "controlled_shutdown", "request_reregistration"}
+    assert hooks <= class_methods("kafkafast.broker.placement.LocalPlacement")
+    assert subclasses_of("kafkafast.broker.placement.LocalPlacement") == {"kafkafast.cluster.placement.ClusterLocalPlacement"}
+    assert class_methods("kafkafast.cluster.placement.ClusterLocalPlacement") == {"make_node"}
+
+
+def test_the_broker_builds_its_topics_once_through_its_control_plane():
+    """The broker asks its control plane for its topics and its topic store when it builds itself
+    (a cluster broker builds no topics file store it then replaces), and ZooKeeper's `attach`
+    writes no more than the session and metadata cache the cluster's modules read on the broker."""
+    factories = {"make_topics", "make_topic_store"}
+    assert factories <= class_methods("kafkafast.broker.control.LocalControl")
+    assert factories <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    path = ROOT / "cluster" / "zk_control.py"
+    cls = next(n for n in parse(path).body if isinstance(n, ast.ClassDef) and n.name == "ZkControl")
+    attach = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "attach")
+    targets = [t for node in ast.walk(attach) if isinstance(node, ast.Assign) for t in node.targets]
+    written = {t.attr for t in targets if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "broker"}
+    assert written <= {"node", "cluster", "metadata"}, written
+
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
