@@ -124,6 +124,14 @@ class LocalControl:
     # publishes, so with workers any worker may append to it, a transactional produce too
     # (runtime/placement.py: WorkerPlacement.appends_here).
     lone_replicas = True
+    # The cluster id is meta.properties' in the first log dir (with workers the supervisor
+    # writes it once, before the fork).
+    cluster_id_in_log_dir = True
+
+    @staticmethod
+    def shutdown_budget_s(config: Any) -> float:
+        """No controlled shutdown: nothing to hand over before the workers stop."""
+        return 0.0
 
     @staticmethod
     def shared_append_enabled(config: Any) -> bool:

@@ -41,6 +41,7 @@ from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
+from kafkafast.runtime.worker import controlled_shutdown_budget
 from kafkafast.security.context import security_of
 from kafkafast.storage.config import LogConfig
 
@@ -76,6 +77,12 @@ class ZkControl:
     # owner's: other workers' appends wake it), and a transactional produce goes to the owner
     # (runtime/placement.py: WorkerPlacement.appends_here).
     lone_replicas = False
+    cluster_id_in_log_dir = False  # ZooKeeper's (/cluster/id)
+
+    @staticmethod
+    def shutdown_budget_s(config: Any) -> float:
+        """How long the workers wait for the controlled shutdown (leaderships moved) first."""
+        return controlled_shutdown_budget(config)
 
     @staticmethod
     def shared_append_enabled(config: Any) -> bool:

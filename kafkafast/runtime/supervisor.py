@@ -59,7 +59,7 @@ from kafkafast.runtime import shm
 from kafkafast.runtime.shared_counters import SharedCounters
 from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.worker import (CANNOT_START_FILE, EXIT_CANNOT_START, EXIT_STATE_UNWRITTEN,
-                                      controlled_shutdown_budget, run_worker)
+                                      run_worker)
 from kafkafast.runtime.listening import bind_listeners
 from kafkafast.storage.checkpoint import fsync_dir, write_atomically
 from kafkafast.storage.log_manager import CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, clean_start
@@ -97,7 +97,7 @@ class Supervisor:
 
     def _controlled_shutdown_budget(self) -> float:
         """Cluster mode: the workers first wait for the controlled shutdown (leaderships moved)."""
-        return controlled_shutdown_budget(self.config)
+        return self.control.shutdown_budget_s(self.config)
 
     # -- set-up -------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -119,7 +119,7 @@ class Supervisor:
             r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self.pipes.append((r, w))
         self.clean_start = self._take_clean_markers()
-        if not self.config.get("zookeeper.connect"):  # in cluster mode the cluster id is ZooKeeper's
+        if self.control.cluster_id_in_log_dir:  # not when the cluster id is ZooKeeper's
             self._ensure_cluster_id()
         # Everything a worker imports, imported once here: forks start serving at once (the
         # control plane, cluster mode's too, came imported from the command line).

@@ -65,9 +65,10 @@ def _install_sendfile_stats(directory: str) -> None:
 
 
 def controlled_shutdown_budget(config: Any) -> float:
-    """Seconds a broker's controlled shutdown may take (Kafka's retries x backoff, plus the
-    wait for the LeaderAndIsr and one slow request); 0 when it is off or not in cluster mode."""
-    if not config.get("zookeeper.connect") or not config.get_bool("controlled.shutdown.enable"):
+    """Seconds a ZooKeeper broker's controlled shutdown may take (Kafka's retries x backoff,
+    plus the wait for the LeaderAndIsr and one slow request); 0 when it is off. The control
+    plane says whether it has one (`shutdown_budget_s`)."""
+    if not config.get_bool("controlled.shutdown.enable"):
         return 0.0
     retries = max(config.get_int("controlled.shutdown.max.retries"), 1)
     return retries * config.get_int("controlled.shutdown.retry.backoff.ms") / 1000.0 + 15.0

@@ -286,6 +286,23 @@ def test_the_broker_builds_its_topics_once_through_its_control_plane():
     assert written <= {"node", "cluster", "metadata"}, written
 
 
+
+def test_only_the_command_line_and_zookeepers_session_read_zookeeper_connect():
+    """Which control plane a broker runs is the command line's choice (cli/main.py); the
+    ZooKeeper session reads its connect string (cluster/node.py) and the test harness writes it
+    (testing/). Anything else reading `zookeeper.connect` asks which mode it runs in: it asks its
+    control plane instead (e.g. `shutdown_budget_s`, `cluster_id_in_log_dir`)."""
+    allowed = {"kafkafast/cli/main.py", "kafkafast/cluster/node.py", "kafkafast/config.py", "kafkafast/config_def.py"}
+    readers = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).as_posix()
+        if rel in allowed or rel.startswith("kafkafast/testing/"):
+            continue
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Constant) and node.value == "zookeeper.connect":
+                readers.add(f"{rel}:{node.lineno}")
+    assert not readers, sorted(readers)
+
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
