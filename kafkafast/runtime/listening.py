@@ -149,10 +149,9 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
     if getattr(broker, "counters", None) is None:  # a single-process broker: its own area, no lock
         broker.counters = SharedCounters.for_config(broker.config, 1, None)
     limits = ConnectionLimits(broker.config, broker.counters, broker.placement.index, specs)
-    if hasattr(broker, "effective_connection_configs"):  # dynamic connection quotas (single node)
-        limits.reconfigure(broker.effective_connection_configs())
-        broker.limits = limits
-        limits.refresh = broker.refresh_dynamic
+    limits.reconfigure(broker.effective_connection_configs())  # dynamic connection quotas
+    broker.limits = limits
+    limits.refresh = broker.refresh_dynamic
     limits.start()
     for i, (spec, sock) in enumerate(zip(specs, socks)):
         ctx = server_context(spec) if spec.tls else None
@@ -162,8 +161,7 @@ async def serve_listeners(broker: Any, specs: list[ListenerSpec], socks: list[so
 
         limits.acceptors.append(Acceptor(limits, i, spec, sock, factory, ctx))
         request_metrics.listener_served(spec.name)
-    if hasattr(broker, "effective_connection_configs"):  # key stores replaced at run time (security/tls.py)
-        limits.reload_tls(broker.dynamic_broker_configs())
+    limits.reload_tls(broker.dynamic_broker_configs())  # key stores replaced at run time (security/tls.py)
     for acceptor in limits.acceptors:
         acceptor.start()
     broker.listener_specs = specs
