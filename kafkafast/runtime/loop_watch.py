@@ -62,6 +62,12 @@ class LoopWatch:
         self.lag = Tally()
         self.gc = [Tally(), Tally(), Tally()]
         self._gc_started = 0.0
+        # pauses not yet recorded: a collection runs in whatever thread allocates (the kazoo
+        # thread too) and at any allocation, inside the loop's own bookkeeping as well, so
+        # the callback touches neither the loop nor the recorder (its `call_soon` from there
+        # lost the loop's callbacks: parked fetches and produces never woken); the probe
+        # records them from the loop
+        self._pauses: list[tuple[int, float]] = []
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -98,6 +104,10 @@ class LoopWatch:
         ms = max(0.0, (self._loop.time() - self._due) * 1000.0)
         self.lag.add(ms)
         recorder.loop_lag(ms)
+        if self._pauses:
+            pauses, self._pauses = self._pauses, []
+            for generation, pause_ms in pauses:
+                recorder.gc_pause(generation, pause_ms)
         self._schedule()
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -107,4 +117,4 @@ class LoopWatch:
         ms = (time.perf_counter() - self._gc_started) * 1000.0
         generation = info.get("generation", 2)
         self.gc[generation].add(ms)
-        recorder.gc_pause(generation, ms)
+        self._pauses.append((generation, ms))
