@@ -11,7 +11,9 @@ one run, rounds alternated, a fresh cluster per round and tree.
 latency`) producing 1 KiB records with acks=all at N msg/s to 6 partitions of replication
 factor 3 for `--seconds` (after 1 s of warm-up); its p50/p99/max over each tree's rounds. Each
 broker process writes its event-loop lag and garbage-collection pauses (runtime/loop_watch.py,
-KAFKAFAST_LOOP_REPORT) and they are summed per tree (a tree without loop_watch writes none).
+KAFKAFAST_LOOP_REPORT) and they are summed per tree (a tree without loop_watch writes none);
+each broker serves /metrics, and each round also prints the brokers' Produce and Fetch request
+times (queue, local, remote, send, total: p50/p99/p99.9 bucket bounds over the three brokers).
 
 The client is a plain blocking socket sending Produce v8 to the partition's leader (no client
 library batching or linger in the measurement). Reported per tree: p50/p99/max of all rounds'
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
-from perf.brokers import REPO, Kafkafast, free_port
+from perf.brokers import REPO, free_port
 from perf.cluster import SIZE, create_topic as create_rf3_topic, load, three_brokers
 from perf.forwarding import Conn
 
