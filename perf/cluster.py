@@ -102,12 +102,14 @@ def measure(name: str, brokers: list[Kafkafast], rf: int, args: argparse.Namespa
 
 @contextmanager
 def three_brokers(root: Path, workers: int = 0, settings: dict[str, str] | None = None,
-                  tree: Path | None = None) -> Iterator[list[Kafkafast]]:
-    """ZooKeeper and brokers 1-3 (from `tree`, default this checkout), registered; stopped after."""
+                  tree: Path | None = None, metrics_ports: list[int] | None = None) -> Iterator[list[Kafkafast]]:
+    """ZooKeeper and brokers 1-3 (from `tree`, default this checkout), registered; stopped after.
+    `metrics_ports`: brokers 1-3 serve /metrics on these."""
     zk = ZooKeeperServer(root / "zookeeper", free_port()).start()
     brokers = [Kafkafast(root / f"broker-{i}", workers, {
         "broker.id": str(i), "zookeeper.connect": f"{zk.connect}/kafka", "offsets.topic.replication.factor": "3",
-        "log.cleaner.enable": "false", **(settings or {})}, tree=tree) for i in (1, 2, 3)]
+        "log.cleaner.enable": "false", **(settings or {}),
+        **({"metrics.port": str(metrics_ports[i - 1])} if metrics_ports else {})}, tree=tree) for i in (1, 2, 3)]
     try:
         for b in brokers:
             b.start(timeout=60)

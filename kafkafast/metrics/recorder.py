@@ -67,6 +67,9 @@ _UNCLEAN: Any = None
 _ISR_EXPANDS: Any = None
 _FLUSH_TIME: Any = None
 _ZK_LATENCY: Any = None
+_LOOP_LAG: Any = None
+_GC_PAUSE: Any = None
+_GC_FROZEN: Any = None
 _AUTH_OK: Any = None
 _AUTH_FAILED: Any = None
 _UNCLEANABLE: Any = None
@@ -89,6 +92,9 @@ REQUEST_TIMES = ("totaltimems", "requestqueuetimems", "localtimems", "remotetime
 REQUEST_TIME_PREFIX = "kafka_network_requestmetrics_"
 FLUSH_TIME = "kafka_log_logflushstats_logflushrateandtimems"
 ZK_LATENCY = "kafka_server_zookeeperclientmetrics_zookeeperrequestlatencyms"
+LOOP_LAG = "kafkafast_eventloop_lag_ms"
+GC_PAUSE = "kafkafast_gc_pause_ms"
+GC_FROZEN = "kafkafast_gc_frozen_objects"
 # Kafka's brokerTopicStats rates whose per-topic counters are also served summed over all topics.
 RATES = {0: ("kafka_server_brokertopicmetrics_totalproducerequests", "kafka_server_brokertopicmetrics_failedproducerequests"),
          1: ("kafka_server_brokertopicmetrics_totalfetchrequests", "kafka_server_brokertopicmetrics_failedfetchrequests")}
@@ -108,7 +114,7 @@ def enable(directory: str) -> None:
     """Turns recording on in this process and every process forked from it; `directory`
     holds the per-process files (prometheus_client's PROMETHEUS_MULTIPROC_DIR)."""
     global active, _REQUESTS, _MESSAGES_IN, _BYTES_IN, _BYTES_OUT, _ISR_SHRINKS, _ISR_EXPANDS, _UNCLEAN
-    global _FLUSH_TIME, _ZK_LATENCY, _AUTH_OK, _AUTH_FAILED, _UNCLEANABLE
+    global _FLUSH_TIME, _ZK_LATENCY, _AUTH_OK, _AUTH_FAILED, _UNCLEANABLE, _LOOP_LAG, _GC_PAUSE, _GC_FROZEN
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     from prometheus_client import Counter, Gauge, Histogram, values  # deferred: reads the env set above
 
@@ -128,6 +134,12 @@ def enable(directory: str) -> None:
                             buckets=FINE_BUCKETS_MS, registry=None)
     _ZK_LATENCY = Histogram(ZK_LATENCY, "Time from a ZooKeeper request's sending to its answer, in ms",
                             buckets=FINE_BUCKETS_MS, registry=None)
+    _LOOP_LAG = Histogram(LOOP_LAG, "How late the event loop ran a callback due every 5 ms (its lag), in ms",
+                          buckets=FINE_BUCKETS_MS, registry=None)
+    _GC_PAUSE = Histogram(GC_PAUSE, "Time of each garbage collection, by generation, in ms", ["generation"],
+                          buckets=FINE_BUCKETS_MS, registry=None)
+    _GC_FROZEN = Gauge(GC_FROZEN, "Objects in the garbage collector's permanent generation (gc.freeze() after start-up)",
+                       multiprocess_mode="livesum", registry=None)
     _AUTH_OK = Counter("kafka_server_socket_server_metrics_successful_authentication",
                        "Connections authenticated (SSL at the end of the TLS handshake, SASL at the exchange's end)",
                        ["listener"], registry=None)
@@ -200,6 +212,24 @@ def zookeeper_request(ms: float) -> None:
     """A ZooKeeper request answered after `ms` (Kafka's ZooKeeperRequestLatencyMs)."""
     if active:
         _ZK_LATENCY.observe(ms)
+
+
+def loop_lag(ms: float) -> None:
+    """The loop ran its lag probe `ms` late (see runtime/loop_watch.py)."""
+    if active:
+        _observe(_LOOP_LAG, ms)
+
+
+def gc_pause(generation: int, ms: float) -> None:
+    """A garbage collection of `generation` took `ms`."""
+    if active:
+        _observe(_GC_PAUSE.labels(str(generation)), ms)
+
+
+def gc_frozen(objects: int) -> None:
+    """`objects` were frozen out of the collector's reach after start-up."""
+    if active:
+        _GC_FROZEN.set(objects)
 
 
 def begin() -> float:

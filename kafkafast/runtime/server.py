@@ -23,6 +23,7 @@ from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.config import BrokerConfig
 from kafkafast.runtime.connection import KafkaConnection
 from kafkafast.runtime.listening import ListenerError, bind_listeners, serve_listeners  # noqa: F401
+from kafkafast.runtime.loop_watch import LoopWatch
 
 log = logging.getLogger("kafkafast.server")
 SHUTDOWN_GRACE = 5.0
@@ -67,9 +68,11 @@ async def serve_forever(config: BrokerConfig, control: Callable[[Broker], Any] =
     broker = Broker(config, placement(), control)
     await broker.start()
     server = Server(broker, specs, socks[0])
+    watch = LoopWatch()
     if not stop.is_set():
         await server.start()
         await broker.on_listening()  # cluster mode: registers in ZooKeeper now
+        watch.start()  # the start-up's objects frozen out of the collector's walks
         log.info("kafkafast broker %d listening on %s, data in %s", broker.node_id,
                  ", ".join(f"{s.name} ({s.protocol}) {s.host}:{s.port}" for s in specs), ",".join(config.log_dirs))
         if ready is not None:
@@ -78,6 +81,7 @@ async def serve_forever(config: BrokerConfig, control: Callable[[Broker], Any] =
     log.info("shutting down")
     await broker.before_stop()  # cluster mode: leaderships move while still serving
     await server.stop()
+    watch.stop()
     for lock in locks:
         lock.close()
     return 0

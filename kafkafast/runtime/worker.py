@@ -26,6 +26,7 @@ from kafkafast.config import BrokerConfig, ConfigError
 from kafkafast.runtime import shm
 from kafkafast.runtime.forwarding import InternalConnection
 from kafkafast.runtime.listening import serve_listeners
+from kafkafast.runtime.loop_watch import LoopWatch
 from kafkafast.runtime.placement import WorkerPlacement
 from kafkafast.runtime.server import close_loop, new_event_loop
 from kafkafast.storage.checkpoint import write_atomically
@@ -104,8 +105,10 @@ async def _serve(broker: Broker, listen_socks: list[socket.socket], listener_spe
     loop.add_reader(wake_r, broker.placement.on_wake_pipe, wake_r)
     table = broker.placement.table
     table.set_worker_word(broker.placement.index, shm.W_READY, 1)
+    watch = LoopWatch()
     if not stop.is_set():
         await broker.on_listening()  # cluster mode: worker 0 registers once serving
+        watch.start()  # the start-up's objects frozen out of the collector's walks
     await stop.wait()
     # cluster mode: worker 0 asks the controller to move the broker's leaderships (every
     # worker's partitions) while every worker still serves; the others wait for it
@@ -137,6 +140,7 @@ async def _serve(broker: Broker, listen_socks: list[socket.socket], listener_spe
         c.abort()
     loop.remove_reader(wake_r)
     await broker.stop()
+    watch.stop()
     return EXIT_STATE_UNWRITTEN if broker.log_manager.unwritten_dirs else 0
 
 

@@ -138,6 +138,11 @@ def test_metrics_move_with_traffic(broker_factory, workers):
         assert sum(m[k] for k in m if k[0] == f"kafkafast_worker_{name}_total") == \
             value(m, f"kafka_server_brokertopicmetrics_{name}_total")
 
+    # Every serving process froze its start-up's objects out of the collector's walks
+    # (runtime/loop_watch.py) and probes its event loop's lag.
+    assert value(m, "kafkafast_gc_frozen_objects") > 10_000 * max(workers, 1)
+    assert value(m, "kafkafast_eventloop_lag_ms_count") > 0
+
     # Every query of the Grafana dashboard in deploy/ names a series served (those that need
     # failed logins, flushes or a broken compacted log: in the next test).
     assert not unserved_queries(m, NEEDS_SPECIAL_TRAFFIC)
