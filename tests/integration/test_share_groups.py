@@ -10,6 +10,7 @@ ApiVersions and the `--as-kafka` profiles, ACLs; a deleted topic's share state d
 single node and in a cluster: the `kafka` targets)."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -559,30 +560,44 @@ def test_a_share_group_survives_a_restart_in_consumer_offsets_until_deleted(any_
         kept = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=0,
                                                       subscribed_topic_names=["qpersist"]), 1)
         assert kept.error_code == 0
-        epoch = describe(raw).group_epoch
+        other = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="other", member_epoch=0,
+                                                       subscribed_topic_names=["qpersist"]), 1)
+        epoch = describe(raw).group_epoch  # "kept" has not heard of it: still at the epoch before
+        assert (kept.member_epoch, other.member_epoch) == (epoch - 1, epoch)
     any_broker.restart()
     with RawClient(any_broker.port) as raw:
         g = describe(raw)
-        assert (g.error_code, g.group_state, g.group_epoch, [m.member_id for m in g.members]) == \
-            (0, "Stable", epoch, ["kept"])
-        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=epoch), 1)
+        assert (g.error_code, g.group_state, g.group_epoch, sorted(m.member_id for m in g.members)) == \
+            (0, "Stable", epoch, ["kept", "other"])
+        # its epoch and target were stored (ShareGroupCurrentMemberAssignment, -TargetAssignment*):
+        # the pre-restart epoch is accepted, not fenced, and moves on with the target it had
+        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=epoch - 1), 1)
         assert (again.error_code, again.member_epoch) == (0, epoch)
-        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 1]
-        raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=-1), 1)
+        assert [p for t in again.assignment.topic_partitions for p in t.partitions] == [0]
+        for m in ("kept", "other"):
+            raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=m, member_epoch=-1), 1)
         listed = raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups
         assert [(x.group_id, x.group_type, x.group_state) for x in listed] == [(group, "share", "Empty")]
         assert kafkafast("share-groups", "--bootstrap-server", bs, "--list").stdout.split() == [group]
         new = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=0,
                                                      subscribed_topic_names=["qpersist"]), 1)
-        assert (new.error_code, new.member_epoch) == (0, epoch + 2)  # the leave, then the join
+        assert (new.error_code, new.member_epoch) == (0, epoch + 3)  # the leaves, then the join
         raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=-1), 1)
         assert raw.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0].error_code == 0
     index = (java_string_hash(group) & 0x7FFFFFFF) % int(SETTINGS["offsets.topic.num.partitions"])
     segment = any_broker.data_dir / f"__consumer_offsets-{index}" / "00000000000000000000.log"
     dumped = kafkafast("dump-log", "--files", str(segment), "--offsets-decoder").stdout
-    for kind in ("9", "10", "11"):  # ShareGroupPartitionMetadata, -MemberMetadata, -Metadata, with tombstones
+    # ShareGroupPartitionMetadata, -MemberMetadata, -Metadata, -TargetAssignmentMetadata,
+    # -TargetAssignmentMember, -CurrentMemberAssignment, with tombstones
+    for kind in ("9", "10", "11", "12", "13", "14"):
         assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}"' in dumped, dumped
-    assert f'key: {{"type":"11","data":{{"groupId":"{group}"}}}} payload: <DELETE>' in dumped
+    for kind in ("11", "12"):
+        assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}"}}}} payload: <DELETE>' in dumped
+    for kind in ("13", "14"):
+        assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}","memberId":"kept"}}}} payload: <DELETE>' in dumped
+    assert re.search(f'key: {{"type":"14","data":{{"groupId":"{group}","memberId":"kept"}}}} payload: '
+                     f'{{"version":"0","data":{{"memberEpoch":{epoch},"previousMemberEpoch":{epoch - 1},"state":0,'
+                     r'"assignedPartitions":\[\{"topicId":"[^"]+","partitions":\[0\]\}\]\}\}', dumped), dumped
     any_broker.restart()
     with RawClient(any_broker.port) as raw:
         assert raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups == []
