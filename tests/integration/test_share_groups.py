@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -1195,12 +1196,16 @@ def share_partition_metadata(kafka, group: str) -> Any:
     return latest
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for f in admin.delete_topics([topic], operation_timeout=30).values():
+        f.result(30)
+
+
 def delete_and_forgotten(kafka, group: str, topic: str, tid: bytes) -> None:
     """DeleteTopics of the group's only topic, once its share state is deleted and the group's
     partition metadata names it no more."""
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **QUIET})
-    for f in admin.delete_topics([topic], operation_timeout=30).values():
-        f.result(30)
+    delete_topic(kafka.bootstrap, topic)
     KafkaCluster.wait_for(lambda: stored_start_offset(kafka, group, tid) == -1, 30,
                           f"the share state of the deleted {topic} deleted")
     KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
@@ -1216,6 +1221,20 @@ def topic_of_a_new_group(kafka, records: int) -> tuple[str, str, bytes, ShareCon
     set_group_configs(kafka.bootstrap, group, share_auto_offset_reset="earliest")
     produce(kafka.bootstrap, topic, 1, records)
     return topic, group, topic_id(kafka.leader_port(topic, 0), topic), share_consumer(kafka.bootstrap, group, topic)
+
+
+def topic_of_a_group_without_members(kafka) -> tuple[str, str, bytes]:
+    """`topic_of_a_new_group` with 3 records, all accepted by its member, which then left:
+    (topic, group, topic id)."""
+    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
+    try:
+        got: list[int] = []
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
+        c.poll(0.2)  # accepts them
+    finally:
+        c.close()
+    assert stored_start_offset(kafka, group, tid) == 3
+    return topic, group, tid
 
 
 def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fresh(kafka):
@@ -1247,12 +1266,37 @@ def test_a_share_group_without_members_forgets_a_deleted_topic_at_the_periodic_c
     """The topic of a share group whose last member left deleted: no heartbeat comes, the group
     coordinator's periodic cleanup (offsets.retention.check.interval.ms) deletes its
     share-partitions' state and the group's partition metadata names it no more."""
-    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
-    try:
-        got: list[int] = []
-        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
-        c.poll(0.2)  # accepts them
-    finally:
-        c.close()
-    assert stored_start_offset(kafka, group, tid) == 3
+    topic, group, tid = topic_of_a_group_without_members(kafka)
     delete_and_forgotten(kafka, group, topic, tid)
+
+
+def test_a_topic_deletion_interrupted_by_a_restart_is_finished_when_the_group_loads(tmp_path):
+    """A share group's topic deleted while its share state cannot be deleted (disk errors on its
+    `__share_group_state` partition): the group's partition metadata names the topic deleting,
+    without its partitions (Kafka's record). The broker stopped then and started again, loading
+    the group finds the partitions in the group's earlier records and deletes their state."""
+    b = KafkaTestBroker(tmp_path / "b", settings={**SETTINGS, "offsets.retention.check.interval.ms": "500"})
+    b.start()
+    at = SimpleNamespace(bootstrap=b.bootstrap_servers, leader_port=lambda _topic, _partition: b.port,
+                         create_topic=lambda topic, partitions: create_topic(b.bootstrap_servers, topic, partitions))
+    try:
+        topic, group, tid = topic_of_a_group_without_members(at)
+        with RawClient(b.port) as meta:
+            parts = len(meta.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+                name=STATE_TOPIC)]), 12).topics[0].partitions)
+        b.faults.disk_error(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % parts,
+                            count=10_000)
+        delete_topic(b.bootstrap_servers, topic)
+        deleting = KafkaCluster.wait_for(lambda: share_partition_metadata(at, group).deleting_topics, 30,
+                                         f"{topic} deleting in {group}'s partition metadata")
+        assert [(bytes(t.topic_id), t.topic_name) for t in deleting] == [(tid, topic)]
+        assert stored_start_offset(at, group, tid) == 3  # not deleted (the cleanup tries again meanwhile)
+        b.stop()
+        b.faults.clear()
+        b.start()
+        meta = KafkaCluster.wait_for(lambda: (lambda m: m if not m.deleting_topics else None)(
+            share_partition_metadata(at, group)), 30, f"{group}'s partition metadata without {topic}")
+        assert meta.initialized_topics == []
+        assert stored_start_offset(at, group, tid) == -1
+    finally:
+        b.kill()

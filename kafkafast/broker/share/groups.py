@@ -62,8 +62,11 @@ their share coordinators (DeleteShareGroupState), then a record without it is wr
 Kafka's group coordinator does when the metadata image drops a topic. Here that is noticed at
 a member's heartbeat, when the group is loaded, and for groups without members at the group
 coordinator's periodic cleanup (offsets.retention.check.interval.ms). A deletion interrupted by a
-coordinator move is finished by the next one, without the state: the record names no
-partitions of a deleting topic, which are unknown once the topic is gone.
+coordinator move (or a restart) is finished by the next one: the record names a deleting
+topic without its partitions (Kafka's format), so loading the partition keeps every partition
+an earlier record of the group listed as initialised (`replay`), and those are deleted. (Once
+compaction has removed every such earlier record, the partitions are unknown and the state of
+the deleted topic stays in `__share_group_state`, unread: a topic created again has a new id.)
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ from kafkafast.broker.consumer_coordinator import HeartbeatResult
 from kafkafast.broker.group_coordinator import OFFSETS_TOPIC
 from kafkafast.broker.groups.consumer_group import HeartbeatError
 from kafkafast.broker.groups.group import GroupState
-from kafkafast.broker.groups.offsets_records import consumer_value, share_key
+from kafkafast.broker.groups.offsets_records import ShareGroupRecord, consumer_value, share_key
 from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import (
@@ -99,6 +102,7 @@ ASSIGNOR = "simple"
 
 Assignment = dict[bytes, list[int]]  # topic id -> partitions
 Records = list[tuple[bytes, bytes | None]]
+EVER_INITIALIZED = ("ever_initialized", None)  # a loading group's records: topic id -> partitions ever initialised
 
 
 @dataclass(slots=True)
@@ -397,6 +401,21 @@ class ShareGroups:
     def _write(self, group: ShareGroup, records: Records) -> int:
         return self.broker.group_coordinator._append(group.group_id, records, clock.now_ms()) if records else 0
 
+    @staticmethod
+    def replay(records: dict[tuple[str, str | None], Any], record: ShareGroupRecord) -> None:
+        """A share-group record read while loading `__consumer_offsets`, into its group's
+        `records` (for `restore`): the latest value of each kind (and member), and under
+        EVER_INITIALIZED the partitions every ShareGroupPartitionMetadata of the group listed
+        as initialised, by topic id (a topic being deleted is listed without them)."""
+        records[(record.kind, record.member_id)] = record.value
+        if record.kind == "partition_metadata":
+            if record.value is None:  # the group was deleted
+                records.pop(EVER_INITIALIZED, None)
+                return
+            ever = records.setdefault(EVER_INITIALIZED, {})
+            for t in record.value.initialized_topics:
+                ever.setdefault(bytes(t.topic_id), set()).update(t.partitions)
+
     def restore(self, group_id: str, records: dict[tuple[str, str | None], Any]) -> None:
         """The share group as its records in `__consumer_offsets` left it (loading a partition):
         its epoch, initialised partitions and members; the members' sessions start again and
@@ -411,8 +430,9 @@ class ShareGroups:
         meta = records.get(("partition_metadata", None))
         for t in meta.initialized_topics if meta is not None else ():
             group.initialized[bytes(t.topic_id)] = (t.topic_name, set(t.partitions))
+        ever = records.get(EVER_INITIALIZED, {})
         for t in meta.deleting_topics if meta is not None else ():  # (the record does not say their partitions)
-            group.deleting[bytes(t.topic_id)] = (t.topic_name, set())
+            group.deleting[bytes(t.topic_id)] = (t.topic_name, set(ever.get(bytes(t.topic_id), ())))
         for (kind, mid), v in records.items():
             if kind == "member" and mid and v is not None:
                 group.members[mid] = ShareMember(mid, v.client_id, v.client_host, v.rack_id,
