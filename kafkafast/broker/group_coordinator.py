@@ -1054,7 +1054,7 @@ class GroupCoordinator:
                 elif isinstance(decoded, ConsumerGroupRecord):
                     consumer.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
                 elif isinstance(decoded, ShareGroupRecord):
-                    share.setdefault(decoded.group, {})[(decoded.kind, decoded.member_id)] = decoded.value
+                    self.broker.share.groups.replay(share.setdefault(decoded.group, {}), decoded)
         for pid, groups in pending.items():  # still open: applied when their marker comes
             for gid, entries in groups.items():
                 self.pending_txn.setdefault(pid, {}).setdefault(gid, {}).update(

@@ -251,7 +251,8 @@ async def remote(awaitable: Awaitable[T]) -> T:
             account[0] += clock() - t
 
 
-# Share group record events (kafkafast.broker.share.partition.observer) -> counter name and help.
+# Share group record events (kafkafast.broker.share.partition.observer) -> counter name and help;
+# and the parked ShareFetches woken (kafkafast.broker.share.manager).
 SHARE_EVENTS = {
     "acquired": ("kafka_server_share_records_acquired", "Records acquired by share group members"),
     "redelivered": ("kafka_server_share_records_redelivered", "Records acquired again after a release or lock timeout"),
@@ -260,13 +261,16 @@ SHARE_EVENTS = {
     "rejected": ("kafka_server_share_records_acknowledged", "Records acknowledged by share group members, by type"),
     "archived": ("kafka_server_share_records_archived", "Records archived at the delivery count limit or as gaps"),
     "lock_timeouts": ("kafka_server_share_lock_timeouts", "Acquired records released because their lock expired"),
+    "fetch_wakeups": ("kafka_server_share_fetch_wakeups",
+                      "Parked ShareFetches woken by a change in a share-partition that may let them acquire"),
 }
 ACK_TYPES = {"accepted": "accept", "released": "release", "rejected": "reject"}
 _SHARE: dict[str, Any] = {}
 
 
 def share_event(event: str, n: int) -> None:
-    """`n` records of a share-partition event (kafkafast/broker/share/partition.py)."""
+    """`n` records of a share-partition event (kafkafast/broker/share/partition.py), or `n`
+    parked ShareFetches woken ("fetch_wakeups", kafkafast/broker/share/manager.py)."""
     _SHARE[event].inc(n)
 
 

@@ -34,6 +34,7 @@ from kafkafast.protocol._generated.describe_share_group_offsets import DescribeS
 from kafkafast.protocol._generated.incremental_alter_configs import IncrementalAlterConfigsRequest as IAC
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol._generated.share_group_describe import ShareGroupDescribeRequest
+from kafkafast.protocol._generated.share_group_heartbeat import ShareGroupHeartbeatRequest as Heartbeat
 from tests.support.cli import kafkafast
 from tests.support.cluster import KafkaCluster, group_coordinator
 from tests.support.raw_client import RawClient
@@ -48,6 +49,7 @@ SETTINGS = {
 QUIET = {"log_level": 0}
 EC = E.ErrorCode
 GROUP_CONFIG, DEFAULT_CONFIG = 8, 5  # DescribeConfigs' config sources
+LOADING = (EC.NOT_COORDINATOR, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.COORDINATOR_NOT_AVAILABLE)  # asked again
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "2-workers"])
@@ -532,7 +534,9 @@ def test_the_group_coordinator_moving_keeps_the_share_group(share_cluster):
     their subscriptions (DescribeShareGroup at the new coordinator; a member's epoch never
     moves back); the member heartbeating on keeps consuming, a new member joins beside it, the
     share-partition keeps its start offset, and no accepted record is delivered again, none
-    produced after the move is lost."""
+    produced after the move is lost. A member that has not heartbeated since the last epoch
+    bump is accepted with its own epoch by the new coordinator (its epoch was stored,
+    ShareGroupCurrentMemberAssignment), not fenced."""
     cluster = share_cluster
     topic = f"cq-moved-{uuid.uuid4().hex[:6]}"
     group, first = records_for_a_new_group(cluster, topic, 1, 10)
@@ -572,9 +576,19 @@ def test_the_group_coordinator_moving_keeps_the_share_group(share_cluster):
             cluster, group, described, 1, lambda r: [m.member_epoch for m in r.groups[0].members] == [3]).groups[0],
             30, f"{group} at epoch 3")
         assert [(m.member_epoch, m.subscribed_topic_names) for m in before.members] == [(3, [topic])]
-        killed = group_coordinator(cluster, group)
+        joined = {m: at_group_coordinator(cluster, group, Heartbeat(  # raw members: "late" at 4, "bump" at 5
+            group_id=group, member_id=m, member_epoch=0, subscribed_topic_names=[topic]), 1).member_epoch
+            for m in ("late", "bump")}
+        assert joined == {"late": 4, "bump": 5}
+        killed = group_coordinator(cluster, group)  # at once: "late" stays in its session (6 s)
         cluster.brokers[killed].kill()
         cluster.wait_for(lambda: group_coordinator(cluster, group) not in (-1, killed), 30, f"a new coordinator of {group}")
+        late = at_group_coordinator(cluster, group, Heartbeat(group_id=group, member_id="late", member_epoch=4), 1,
+                                    lambda r: r.error_code not in LOADING)
+        assert (late.error_code, late.member_epoch) == (0, 5)
+        for m in joined:  # the group epoch at 7
+            assert at_group_coordinator(cluster, group, Heartbeat(group_id=group, member_id=m, member_epoch=-1),
+                                        1).error_code == 0
         assert start_offsets(cluster, group, topic, 1) == {0: 10}
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
         later = [f"r-{i}".encode() for i in range(10, 20)]
@@ -603,6 +617,6 @@ def test_the_group_coordinator_moving_keeps_the_share_group(share_cluster):
     # never hands to the application, which then come back after their lock)
     assert {v: len(counts) for v, counts in got.items()} == dict.fromkeys(first + later, 1)
     assert {v: got[v] for v in first} == {v: [1] for v in first}
-    assert (after.group_epoch, after.assignment_epoch) == (4, 4)  # went on from the stored 3: one member joined
+    assert (after.group_epoch, after.assignment_epoch) == (8, 8)  # went on from the stored 7: one member joined
     assert before.members[0].member_id in {m.member_id for m in after.members}  # kept its membership
     assert all(m.subscribed_topic_names == [topic] and m.member_epoch == after.group_epoch for m in after.members)

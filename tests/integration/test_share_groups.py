@@ -10,6 +10,7 @@ ApiVersions and the `--as-kafka` profiles, ACLs; a deleted topic's share state d
 single node and in a cluster: the `kafka` targets)."""
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -559,30 +561,44 @@ def test_a_share_group_survives_a_restart_in_consumer_offsets_until_deleted(any_
         kept = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=0,
                                                       subscribed_topic_names=["qpersist"]), 1)
         assert kept.error_code == 0
-        epoch = describe(raw).group_epoch
+        other = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="other", member_epoch=0,
+                                                       subscribed_topic_names=["qpersist"]), 1)
+        epoch = describe(raw).group_epoch  # "kept" has not heard of it: still at the epoch before
+        assert (kept.member_epoch, other.member_epoch) == (epoch - 1, epoch)
     any_broker.restart()
     with RawClient(any_broker.port) as raw:
         g = describe(raw)
-        assert (g.error_code, g.group_state, g.group_epoch, [m.member_id for m in g.members]) == \
-            (0, "Stable", epoch, ["kept"])
-        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=epoch), 1)
+        assert (g.error_code, g.group_state, g.group_epoch, sorted(m.member_id for m in g.members)) == \
+            (0, "Stable", epoch, ["kept", "other"])
+        # its epoch and target were stored (ShareGroupCurrentMemberAssignment, -TargetAssignment*):
+        # the pre-restart epoch is accepted, not fenced, and moves on with the target it had
+        again = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=epoch - 1), 1)
         assert (again.error_code, again.member_epoch) == (0, epoch)
-        assert sorted(p for t in again.assignment.topic_partitions for p in t.partitions) == [0, 1]
-        raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="kept", member_epoch=-1), 1)
+        assert [p for t in again.assignment.topic_partitions for p in t.partitions] == [0]
+        for m in ("kept", "other"):
+            raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id=m, member_epoch=-1), 1)
         listed = raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups
         assert [(x.group_id, x.group_type, x.group_state) for x in listed] == [(group, "share", "Empty")]
         assert kafkafast("share-groups", "--bootstrap-server", bs, "--list").stdout.split() == [group]
         new = raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=0,
                                                      subscribed_topic_names=["qpersist"]), 1)
-        assert (new.error_code, new.member_epoch) == (0, epoch + 2)  # the leave, then the join
+        assert (new.error_code, new.member_epoch) == (0, epoch + 3)  # the leaves, then the join
         raw.request(ShareGroupHeartbeatRequest(group_id=group, member_id="new", member_epoch=-1), 1)
         assert raw.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0].error_code == 0
     index = (java_string_hash(group) & 0x7FFFFFFF) % int(SETTINGS["offsets.topic.num.partitions"])
     segment = any_broker.data_dir / f"__consumer_offsets-{index}" / "00000000000000000000.log"
     dumped = kafkafast("dump-log", "--files", str(segment), "--offsets-decoder").stdout
-    for kind in ("9", "10", "11"):  # ShareGroupPartitionMetadata, -MemberMetadata, -Metadata, with tombstones
+    # ShareGroupPartitionMetadata, -MemberMetadata, -Metadata, -TargetAssignmentMetadata,
+    # -TargetAssignmentMember, -CurrentMemberAssignment, with tombstones
+    for kind in ("9", "10", "11", "12", "13", "14"):
         assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}"' in dumped, dumped
-    assert f'key: {{"type":"11","data":{{"groupId":"{group}"}}}} payload: <DELETE>' in dumped
+    for kind in ("11", "12"):
+        assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}"}}}} payload: <DELETE>' in dumped
+    for kind in ("13", "14"):
+        assert f'key: {{"type":"{kind}","data":{{"groupId":"{group}","memberId":"kept"}}}} payload: <DELETE>' in dumped
+    assert re.search(f'key: {{"type":"14","data":{{"groupId":"{group}","memberId":"kept"}}}} payload: '
+                     f'{{"version":"0","data":{{"memberEpoch":{epoch},"previousMemberEpoch":{epoch - 1},"state":0,'
+                     r'"assignedPartitions":\[\{"topicId":"[^"]+","partitions":\[0\]\}\]\}\}', dumped), dumped
     any_broker.restart()
     with RawClient(any_broker.port) as raw:
         assert raw.request(ListGroupsRequest(types_filter=["share"]), 5).groups == []
@@ -724,6 +740,39 @@ def test_share_record_metrics_count_acquisitions_acknowledgements_and_archiving(
             break
         time.sleep(0.2)
     assert got == (12, 3, 3, 3, 3, 3)
+
+
+def test_an_acknowledgement_wakes_a_parked_share_fetch_only_for_records_left_to_it(broker_factory):
+    """Member a's ShareFetch releases its records and acquires them again itself: member b's
+    ShareFetch parked on the partition is not woken for nothing (kafka_server_share_fetch_wakeups
+    stays at 0) and goes on waiting. A ShareAcknowledge releasing them (no acquisition after it)
+    wakes it once, and it gets them."""
+    mport = free_port()
+    broker = broker_factory(settings={**SETTINGS, "metrics.port": str(mport), "metrics.host": "127.0.0.1"})
+    group, tid = one_batch_group(broker.bootstrap, broker.port, "qwake", 5)
+    A = ShareAcknowledgeRequest
+    parked: list[Any] = []
+    with RawClient(broker.port, timeout=30) as ra, RawClient(broker.port, timeout=30) as rb:
+        a = RawShareMember(ra, group, "qwake", tid, member="a")
+        b = RawShareMember(rb, group, "qwake", tid, member="b")
+        assert acquired(a.first_fetch()) == [(0, 4, 1)]
+        waiting = threading.Thread(target=lambda: parked.append(b.fetch(wait_ms=15000)))
+        waiting.start()
+        try:
+            # (a parked fetch is not visible from outside: this gives b's time to park; were it
+            # late, it would find nothing either, park, and the test could only pass)
+            time.sleep(0.5)
+            assert acquired(a.fetch([(0, 4, [2])])) == [(0, 4, 2)]  # released, taken again at once
+            assert value(scrape(mport), "kafka_server_share_fetch_wakeups_total") == 0
+            assert waiting.is_alive()
+            released = ra.request(A(group_id=group, member_id="a", share_session_epoch=a.epoch, topics=[
+                A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+                    A.AcknowledgementBatch(first_offset=0, last_offset=4, acknowledge_types=[2])])])]), 1)
+            assert released.error_code == 0 and released.responses[0].partitions[0].error_code == 0
+        finally:
+            waiting.join(20)
+    assert acquired(parked[0]) == [(0, 4, 3)]
+    assert value(scrape(mport), "kafka_server_share_fetch_wakeups_total") == 1
 
 
 def test_a_member_that_stops_heartbeating_leaves_after_the_session_timeout(sbroker):
@@ -1180,12 +1229,16 @@ def share_partition_metadata(kafka, group: str) -> Any:
     return latest
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for f in admin.delete_topics([topic], operation_timeout=30).values():
+        f.result(30)
+
+
 def delete_and_forgotten(kafka, group: str, topic: str, tid: bytes) -> None:
     """DeleteTopics of the group's only topic, once its share state is deleted and the group's
     partition metadata names it no more."""
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap, **QUIET})
-    for f in admin.delete_topics([topic], operation_timeout=30).values():
-        f.result(30)
+    delete_topic(kafka.bootstrap, topic)
     KafkaCluster.wait_for(lambda: stored_start_offset(kafka, group, tid) == -1, 30,
                           f"the share state of the deleted {topic} deleted")
     KafkaCluster.wait_for(lambda: not (m := share_partition_metadata(kafka, group)).initialized_topics
@@ -1201,6 +1254,20 @@ def topic_of_a_new_group(kafka, records: int) -> tuple[str, str, bytes, ShareCon
     set_group_configs(kafka.bootstrap, group, share_auto_offset_reset="earliest")
     produce(kafka.bootstrap, topic, 1, records)
     return topic, group, topic_id(kafka.leader_port(topic, 0), topic), share_consumer(kafka.bootstrap, group, topic)
+
+
+def topic_of_a_group_without_members(kafka) -> tuple[str, str, bytes]:
+    """`topic_of_a_new_group` with 3 records, all accepted by its member, which then left:
+    (topic, group, topic id)."""
+    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
+    try:
+        got: list[int] = []
+        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
+        c.poll(0.2)  # accepts them
+    finally:
+        c.close()
+    assert stored_start_offset(kafka, group, tid) == 3
+    return topic, group, tid
 
 
 def test_deleting_a_topic_deletes_its_share_state_and_created_again_it_starts_fresh(kafka):
@@ -1232,12 +1299,37 @@ def test_a_share_group_without_members_forgets_a_deleted_topic_at_the_periodic_c
     """The topic of a share group whose last member left deleted: no heartbeat comes, the group
     coordinator's periodic cleanup (offsets.retention.check.interval.ms) deletes its
     share-partitions' state and the group's partition metadata names it no more."""
-    topic, group, tid, c = topic_of_a_new_group(kafka, 3)
-    try:
-        got: list[int] = []
-        poll_until([c], lambda: len(got) >= 3, 30, lambda _c, m: got.append(m.offset()))
-        c.poll(0.2)  # accepts them
-    finally:
-        c.close()
-    assert stored_start_offset(kafka, group, tid) == 3
+    topic, group, tid = topic_of_a_group_without_members(kafka)
     delete_and_forgotten(kafka, group, topic, tid)
+
+
+def test_a_topic_deletion_interrupted_by_a_restart_is_finished_when_the_group_loads(tmp_path):
+    """A share group's topic deleted while its share state cannot be deleted (disk errors on its
+    `__share_group_state` partition): the group's partition metadata names the topic deleting,
+    without its partitions (Kafka's record). The broker stopped then and started again, loading
+    the group finds the partitions in the group's earlier records and deletes their state."""
+    b = KafkaTestBroker(tmp_path / "b", settings={**SETTINGS, "offsets.retention.check.interval.ms": "500"})
+    b.start()
+    at = SimpleNamespace(bootstrap=b.bootstrap_servers, leader_port=lambda _topic, _partition: b.port,
+                         create_topic=lambda topic, partitions: create_topic(b.bootstrap_servers, topic, partitions))
+    try:
+        topic, group, tid = topic_of_a_group_without_members(at)
+        with RawClient(b.port) as meta:
+            parts = len(meta.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+                name=STATE_TOPIC)]), 12).topics[0].partitions)
+        b.faults.disk_error(STATE_TOPIC, (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % parts,
+                            count=10_000)
+        delete_topic(b.bootstrap_servers, topic)
+        deleting = KafkaCluster.wait_for(lambda: share_partition_metadata(at, group).deleting_topics, 30,
+                                         f"{topic} deleting in {group}'s partition metadata")
+        assert [(bytes(t.topic_id), t.topic_name) for t in deleting] == [(tid, topic)]
+        assert stored_start_offset(at, group, tid) == 3  # not deleted (the cleanup tries again meanwhile)
+        b.stop()
+        b.faults.clear()
+        b.start()
+        meta = KafkaCluster.wait_for(lambda: (lambda m: m if not m.deleting_topics else None)(
+            share_partition_metadata(at, group)), 30, f"{group}'s partition metadata without {topic}")
+        assert meta.initialized_topics == []
+        assert stored_start_offset(at, group, tid) == -1
+    finally:
+        b.kill()

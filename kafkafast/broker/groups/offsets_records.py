@@ -21,6 +21,10 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
                        share-partition state the share group initialised
     key version 10     ShareGroupMemberMetadata: a share group member's subscription and client
     key version 11     ShareGroupMetadata: the group is a share group; value: its group epoch
+    key version 12     ShareGroupTargetAssignmentMetadata: the share group's assignment epoch
+    key version 13     ShareGroupTargetAssignmentMember: a share group member's target assignment
+    key version 14     ShareGroupCurrentMemberAssignment: a share group member's epoch, previous
+                       epoch, state (0 stable) and assigned partitions
 
     OffsetCommitValue  version 1 when an expire timestamp is set (OffsetCommit v2-v4 with a
                        retention time), otherwise version 3 (with the leader epoch), as
@@ -51,12 +55,18 @@ from kafkafast.protocol._generated.coordinator_records import (
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupCurrentMemberAssignmentValue,
     ShareGroupMemberMetadataKey,
     ShareGroupMemberMetadataValue,
     ShareGroupMetadataKey,
     ShareGroupMetadataValue,
     ShareGroupPartitionMetadataKey,
     ShareGroupPartitionMetadataValue,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMemberValue,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMetadataValue,
 )
 from kafkafast.protocol.primitives import Reader, Writer
 
@@ -82,6 +92,9 @@ SHARE_RECORDS = {
     9: ("partition_metadata", ShareGroupPartitionMetadataKey, ShareGroupPartitionMetadataValue),
     10: ("member", ShareGroupMemberMetadataKey, ShareGroupMemberMetadataValue),
     11: ("group", ShareGroupMetadataKey, ShareGroupMetadataValue),
+    12: ("target_epoch", ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue),
+    13: ("target", ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue),
+    14: ("current", ShareGroupCurrentMemberAssignmentKey, ShareGroupCurrentMemberAssignmentValue),
 }
 _SHARE_KEY_VERSION = {name: version for version, (name, _, _) in SHARE_RECORDS.items()}
 
@@ -175,7 +188,7 @@ class ConsumerGroupRecord:
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupRecord:
-    kind: str  # "group", "partition_metadata", "member"
+    kind: str  # "group", "partition_metadata", "member", "target_epoch", "target", "current"
     group: str
     member_id: str | None
     value: object | None  # the decoded value struct; None: tombstone

@@ -43,15 +43,16 @@ coordinator's `_append` as consumer groups are, with the share-group records of 
 ShareGroupMemberMetadata (a member's client and subscription, when it joins or changes it; a
 tombstone when it goes) and ShareGroupPartitionMetadata (the topics and partitions whose
 share-partition state the group initialised: every partition of a subscribed topic, once
-assigned). Loading the partition brings the group back (`restore`) with its epoch and
-members, whose session timers start again: a member that goes on heartbeating keeps its
-membership (at the group epoch, with its assignment computed again), one that does not
+assigned), and as Kafka's coordinator the assignment: ShareGroupTargetAssignmentMember (a
+member's target, when it changes) with ShareGroupTargetAssignmentMetadata (the assignment
+epoch), and ShareGroupCurrentMemberAssignment (a member's epoch and previous epoch, when its
+heartbeat moves it to the assignment epoch); a leaving member's three records get
+tombstones. Loading the partition brings the group back (`restore`) with its epoch, members,
+their targets and epochs; their session timers start again: a member that goes on
+heartbeating keeps its membership, with the epoch it last heard (or the one before, as Kafka
+accepts the previous epoch: the answer bumping it may have been lost), one that does not
 expires and the group becomes Empty; a new member's epoch continues from the stored one.
-The members' own epochs are not written (Kafka's ShareGroupCurrentMemberAssignment records
-are not among the schemas here): every restored member is at the stored group epoch, so one
-whose last heartbeat came before the latest bump gets FENCED_MEMBER_EPOCH and joins again
-(epoch 0, same member id: no bump, its share sessions stay).
-DeleteGroups writes tombstones for the group's records. The records' delivery state is
+DeleteGroups writes tombstones for the group's records (the members' went as they left). The records' delivery state is
 durable elsewhere, in `__share_group_state` (`broker/share/state_store.py`).
 
 Deleted topics: an initialised topic whose id is gone from the metadata (deleted, perhaps
@@ -61,8 +62,11 @@ their share coordinators (DeleteShareGroupState), then a record without it is wr
 Kafka's group coordinator does when the metadata image drops a topic. Here that is noticed at
 a member's heartbeat, when the group is loaded, and for groups without members at the group
 coordinator's periodic cleanup (offsets.retention.check.interval.ms). A deletion interrupted by a
-coordinator move is finished by the next one, without the state: the record names no
-partitions of a deleting topic, which are unknown once the topic is gone.
+coordinator move (or a restart) is finished by the next one: the record names a deleting
+topic without its partitions (Kafka's format), so loading the partition keeps every partition
+an earlier record of the group listed as initialised (`replay`), and those are deleted. (Once
+compaction has removed every such earlier record, the partitions are unknown and the state of
+the deleted topic stays in `__share_group_state`, unread: a topic created again has a new id.)
 """
 from __future__ import annotations
 
@@ -77,23 +81,28 @@ from kafkafast.broker.consumer_coordinator import HeartbeatResult
 from kafkafast.broker.group_coordinator import OFFSETS_TOPIC
 from kafkafast.broker.groups.consumer_group import HeartbeatError
 from kafkafast.broker.groups.group import GroupState
-from kafkafast.broker.groups.offsets_records import consumer_value, share_key
+from kafkafast.broker.groups.offsets_records import ShareGroupRecord, consumer_value, share_key
 from kafkafast.broker.topics import INTERNAL_TOPICS
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.coordinator_records import (
+    ShareGroupCurrentMemberAssignmentValue as CurrentValue,
     ShareGroupMemberMetadataValue as MemberValue,
     ShareGroupMetadataValue as GroupValue,
     ShareGroupPartitionMetadataValue as PartitionMetaValue,
+    ShareGroupTargetAssignmentMemberValue as TargetValue,
+    ShareGroupTargetAssignmentMetadataValue as TargetEpochValue,
 )
 
 log = logging.getLogger("kafkafast.share")
 EC = E.ErrorCode
 LEAVE_EPOCH = -1
+STABLE_MEMBER = 0  # ShareGroupCurrentMemberAssignment's State (Kafka's MemberState.STABLE): nothing is revoked first
 EMPTY, STABLE, DEAD = "Empty", "Stable", "Dead"
 ASSIGNOR = "simple"
 
 Assignment = dict[bytes, list[int]]  # topic id -> partitions
 Records = list[tuple[bytes, bytes | None]]
+EVER_INITIALIZED = ("ever_initialized", None)  # a loading group's records: topic id -> partitions ever initialised
 
 
 @dataclass(slots=True)
@@ -104,7 +113,8 @@ class ShareMember:
     rack_id: str | None = None
     subscribed_topics: list[str] = field(default_factory=list)
     member_epoch: int = 0
-    assignment: Assignment = field(default_factory=dict)
+    previous_member_epoch: int = -1  # accepted too: the answer bumping the epoch may have been lost
+    assignment: Assignment = field(default_factory=dict)  # its target assignment
     sent_epoch: int = -1  # the epoch whose assignment the member was last sent
     timer: Any = None
 
@@ -244,11 +254,11 @@ class ShareGroups:
             member.sent_epoch = -1  # a (re)join always gets its assignment
         elif member is None:
             raise HeartbeatError(EC.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
-        elif epoch != member.member_epoch:
+        elif epoch != member.member_epoch and epoch != member.previous_member_epoch:
             raise HeartbeatError(EC.FENCED_MEMBER_EPOCH,
-                                 f"The share group member has a smaller member epoch ({epoch}) than the one known "
-                                 f"by the group coordinator ({member.member_epoch}). The member must abandon all "
-                                 "its partitions and rejoin.")
+                                 f"The share group member has a {'greater' if epoch > member.member_epoch else 'smaller'}"
+                                 f" member epoch ({epoch}) than the one known by the group coordinator "
+                                 f"({member.member_epoch}). The member must abandon all its partitions and rejoin.")
         stored = (member.rack_id, list(member.subscribed_topics))
         if rack_id is not None:
             member.rack_id = rack_id
@@ -264,16 +274,20 @@ class ShareGroups:
             bump = True
         if bump:
             group.group_epoch += 1
-            self._assign(group)
-            records += self._epoch_records(group)
+            targets = self._assign(group)
+            records += self._epoch_records(group) + targets
+        moved = member.member_epoch != group.assignment_epoch
+        if moved:
+            records.append(self._current_record(group, member, group.assignment_epoch, member.member_epoch))
         err = self._write(group, records)
         if err:  # the member retries; what changed in memory stays consistent
             raise HeartbeatError(err)
-        member.member_epoch = group.assignment_epoch
+        if moved:
+            member.previous_member_epoch, member.member_epoch = member.member_epoch, group.assignment_epoch
         self._schedule_session(group, member)
         result = HeartbeatResult(member_id=member_id, member_epoch=member.member_epoch,
                                  heartbeat_interval_ms=self._setting(group_id, "heartbeat.interval.ms"))
-        if member.sent_epoch != member.member_epoch:
+        if member.sent_epoch != member.member_epoch or epoch != member.member_epoch:
             result.assignment = member.assignment
             member.sent_epoch = member.member_epoch
         return result
@@ -292,6 +306,25 @@ class ShareGroups:
         return share_key("member", group.group_id, member.member_id), consumer_value(MemberValue(
             rack_id=member.rack_id, client_id=member.client_id, client_host=member.client_host,
             subscribed_topic_names=list(member.subscribed_topics)))
+
+    @staticmethod
+    def _current_record(group: ShareGroup, member: ShareMember, epoch: int, previous: int) -> tuple[bytes, bytes]:
+        """ShareGroupCurrentMemberAssignment: the member at `epoch` with its target assignment."""
+        return share_key("current", group.group_id, member.member_id), consumer_value(CurrentValue(
+            member_epoch=epoch, previous_member_epoch=previous, state=STABLE_MEMBER,
+            assigned_partitions=[CurrentValue.TopicPartitions(topic_id=tid, partitions=ps)
+                                 for tid, ps in sorted(member.assignment.items())]))
+
+    @staticmethod
+    def _target_records(group: ShareGroup, changed: list[ShareMember]) -> Records:
+        """ShareGroupTargetAssignmentMember of the members whose target changed, then
+        ShareGroupTargetAssignmentMetadata with the assignment epoch."""
+        records: Records = [(share_key("target", group.group_id, m.member_id), consumer_value(TargetValue(
+            topic_partitions=[TargetValue.TopicPartition(topic_id=tid, partitions=ps)
+                              for tid, ps in sorted(m.assignment.items())]))) for m in changed]
+        records.append((share_key("target_epoch", group.group_id),
+                        consumer_value(TargetEpochValue(assignment_epoch=group.assignment_epoch))))
+        return records
 
     @staticmethod
     def _epoch_records(group: ShareGroup) -> Records:
@@ -368,6 +401,21 @@ class ShareGroups:
     def _write(self, group: ShareGroup, records: Records) -> int:
         return self.broker.group_coordinator._append(group.group_id, records, clock.now_ms()) if records else 0
 
+    @staticmethod
+    def replay(records: dict[tuple[str, str | None], Any], record: ShareGroupRecord) -> None:
+        """A share-group record read while loading `__consumer_offsets`, into its group's
+        `records` (for `restore`): the latest value of each kind (and member), and under
+        EVER_INITIALIZED the partitions every ShareGroupPartitionMetadata of the group listed
+        as initialised, by topic id (a topic being deleted is listed without them)."""
+        records[(record.kind, record.member_id)] = record.value
+        if record.kind == "partition_metadata":
+            if record.value is None:  # the group was deleted
+                records.pop(EVER_INITIALIZED, None)
+                return
+            ever = records.setdefault(EVER_INITIALIZED, {})
+            for t in record.value.initialized_topics:
+                ever.setdefault(bytes(t.topic_id), set()).update(t.partitions)
+
     def restore(self, group_id: str, records: dict[tuple[str, str | None], Any]) -> None:
         """The share group as its records in `__consumer_offsets` left it (loading a partition):
         its epoch, initialised partitions and members; the members' sessions start again and
@@ -376,20 +424,33 @@ class ShareGroups:
             self._loop = asyncio.get_running_loop()
         self.unload(lambda gid: gid == group_id)  # (loaded again: the records are the truth)
         head = records[("group", None)]
-        group = self.groups[group_id] = ShareGroup(group_id, group_epoch=head.epoch)
+        target_epoch = records.get(("target_epoch", None))
+        group = self.groups[group_id] = ShareGroup(
+            group_id, group_epoch=head.epoch, assignment_epoch=target_epoch.assignment_epoch if target_epoch else 0)
         meta = records.get(("partition_metadata", None))
         for t in meta.initialized_topics if meta is not None else ():
             group.initialized[bytes(t.topic_id)] = (t.topic_name, set(t.partitions))
+        ever = records.get(EVER_INITIALIZED, {})
         for t in meta.deleting_topics if meta is not None else ():  # (the record does not say their partitions)
-            group.deleting[bytes(t.topic_id)] = (t.topic_name, set())
+            group.deleting[bytes(t.topic_id)] = (t.topic_name, set(ever.get(bytes(t.topic_id), ())))
         for (kind, mid), v in records.items():
             if kind == "member" and mid and v is not None:
                 group.members[mid] = ShareMember(mid, v.client_id, v.client_host, v.rack_id,
                                                  list(v.subscribed_topic_names), member_epoch=head.epoch)
+        for (kind, mid), v in records.items():
+            member = group.members.get(mid or "")
+            if member is None or v is None:
+                continue
+            if kind == "current":
+                member.member_epoch, member.previous_member_epoch = v.member_epoch, v.previous_member_epoch
+            elif kind == "target":
+                member.assignment = {bytes(t.topic_id): sorted(t.partitions) for t in v.topic_partitions}
         group.topic_signature = self._topic_signature(group)
-        self._assign(group)
+        targets = self._assign(group)  # (the stored targets again, unless the topics changed meanwhile)
         for m in group.members.values():
             self._schedule_session(group, m)
+        if self._write(group, targets):
+            log.warning("share group %s: could not write its target assignment", group.group_id)
         self._write_forgotten(group)
 
     def unload(self, owned: Callable[[str], bool]) -> None:
@@ -400,10 +461,12 @@ class ShareGroups:
                 if m.timer is not None:
                     m.timer.cancel()
 
-    def _assign(self, group: ShareGroup) -> None:
+    def _assign(self, group: ShareGroup) -> Records:
         """A new target assignment at the group epoch. Members with the same subscription are
-        assigned together (the homogeneous case); different subscriptions each by their own."""
+        assigned together (the homogeneous case); different subscriptions each by their own.
+        Returns the records of what changed (none when neither a target nor the epoch did)."""
         by_subscription: dict[tuple[str, ...], list[str]] = {}
+        changed: list[ShareMember] = []
         for m in group.members.values():
             by_subscription.setdefault(tuple(sorted(set(m.subscribed_topics))), []).append(m.member_id)
         topics = {name: (tid, count) for name, tid, count in group.topic_signature}
@@ -411,8 +474,14 @@ class ShareGroups:
             partitions = [(topics[t][0], p) for t in subscription if t in topics for p in range(topics[t][1])]
             current = {mid: group.members[mid].assignment for mid in members}
             for mid, assignment in simple_assign(members, partitions, current).items():
-                group.members[mid].assignment = {tid: sorted(ps) for tid, ps in assignment.items()}
+                target = {tid: sorted(ps) for tid, ps in assignment.items()}
+                if target != group.members[mid].assignment:
+                    group.members[mid].assignment = target
+                    changed.append(group.members[mid])
+        if not changed and group.assignment_epoch == group.group_epoch:
+            return []
         group.assignment_epoch = group.group_epoch
+        return self._target_records(group, changed)
 
     def _leave(self, group_id: str, member_id: str) -> HeartbeatResult:
         group = self._group(group_id, create=False)
@@ -434,9 +503,9 @@ class ShareGroups:
         del group.members[member.member_id]
         group.group_epoch += 1
         group.topic_signature = self._topic_signature(group)
-        self._assign(group)
-        if self._write(group, [(share_key("member", group.group_id, member.member_id), None)]
-                       + self._epoch_records(group)):
+        targets = self._assign(group)
+        if self._write(group, [(share_key(kind, group.group_id, member.member_id), None)
+                               for kind in ("current", "target", "member")] + self._epoch_records(group) + targets):
             log.warning("share group %s: could not write the removal of member %s", group.group_id, member.member_id)
         if expired:
             self.on_member_gone(group.group_id, member.member_id)
@@ -479,7 +548,7 @@ class ShareGroups:
         """DeleteGroups for a share group: only an empty one (`deletable`); its records in
         `__consumer_offsets` get tombstones."""
         err = self.deletable(group_id) or self._write(self.groups[group_id], [
-            (share_key(kind, group_id), None) for kind in ("partition_metadata", "group")])
+            (share_key(kind, group_id), None) for kind in ("target_epoch", "partition_metadata", "group")])
         if err:
             return err
         group = self.groups[group_id]

@@ -18,7 +18,11 @@ delivery counts, and a lock timer is started for them. With nothing acquired the
 until an append to one of its partitions, or a change in one of the group's share-partitions
 that may let it acquire (records released, a lock expired, an acknowledgement moved the start
 offset and so freed record locks: as Kafka completes a share-partition's delayed share
-fetches), wakes it, or MaxWaitMs passes.
+fetches), wakes it, or MaxWaitMs passes. A ShareFetch whose acknowledgements free records
+wakes the parked ones only after its own acquisition, and only if records are left for them
+(else every consumer's acknowledgement would wake every parked fetch of the partition, each to
+find that the acknowledging fetch took the records; kafka_server_share_fetch_wakeups counts
+the wake-ups).
 
 Settings: group.share.record.lock.duration.ms (within group.share.min/max.record.lock.
 duration.ms; per group `share.record.lock.duration.ms`), group.share.delivery.count.limit
@@ -39,6 +43,7 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 from kafkafast import clock
 from kafkafast.broker.share.partition import InvalidRecordState, SharePartition, StateBatch
+from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.primitives import FileRegion
 from kafkafast.records.batch import read_batch_header
@@ -83,11 +88,14 @@ class PartitionAnswer:
 class HeldWrites:
     """State writes held back while one ShareFetch applies its acknowledgements and acquires,
     so a share-partition changed by both is written once (`SharePartitionManager.flush`, before
-    the request parks or is answered): share-partition -> (topic id, offset ranges changed)."""
-    __slots__ = ("spans",)
+    the request parks or is answered): share-partition -> (topic id, offset ranges changed);
+    and the share-partitions whose acknowledgements freed records, whose parked fetches are
+    woken after the acquisition if records are left (`wake`: share-partition -> partition)."""
+    __slots__ = ("spans", "wake")
 
     def __init__(self) -> None:
         self.spans: dict[SharePartition, tuple[bytes, list[tuple[int, int]]]] = {}
+        self.wake: dict[SharePartition, Any] = {}
 
 
 @dataclass(slots=True)
@@ -297,7 +305,8 @@ class SharePartitionManager:
         """Writes what `held` holds, one write per share-partition with the current state of
         every range it changed; the errors by (topic, partition). A share-partition loaded
         again meanwhile (its stored state changed under it, or a new leader epoch) is skipped:
-        its state is the stored one now."""
+        its state is the stored one now. Then the parked fetches of the share-partitions whose
+        acknowledgements freed records are woken, where records are left to acquire."""
         spans, held.spans = held.spans, {}
         errors: dict[tuple[str, int], E.KafkaError] = {}
         for sp, (topic_id, changed) in spans.items():
@@ -307,6 +316,9 @@ class SharePartitionManager:
                 self._write(sp, topic_id, changed)
             except E.KafkaError as exc:
                 errors[(sp.topic, sp.partition)] = exc
+        wake, held.wake = held.wake, {}
+        for sp, part in wake.items():
+            self._wake_if_acquirable(sp, part)
         return errors
 
     def forget_group(self, group_id: str) -> None:
@@ -410,7 +422,10 @@ class SharePartitionManager:
         except E.KafkaError as exc:  # the state could not be persisted
             err = (exc.code, exc.message)
         if released[0] or sp.start_offset != start:  # records to acquire again, or record locks freed
-            self._wake_for(sp)
+            if held is not None:
+                held.wake[sp] = part  # once the request acquired what it takes of them
+            else:
+                self._wake_if_acquirable(sp, part)
         return err
 
     # -- acquisition -----------------------------------------------------------------------------
@@ -420,15 +435,10 @@ class SharePartitionManager:
         """Acquires records of one partition for the member; (batch bytes, acquired ranges). The
         state write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
-        if sp.in_flight() >= self.max_locks and sp.next_candidate() == sp.end_offset:
+        bounds = self._acquirable(sp, part)
+        if bounds is None:
             return b"", []
-        upper = part.high_watermark
-        committed = (self.group_config(group_id, "share.isolation.level") or "read_uncommitted") == "read_committed"
-        if committed:
-            upper = min(upper, part.state.last_stable_offset)
-        start = sp.next_candidate()
-        if start is None or start >= upper:
-            return b"", []
+        start, upper, committed = bounds
         result = part.log.reader.read(start, max(max_bytes, 1), upper_bound_offset=upper, min_one_batch=True)
         region = result.region if result is not None else None
         if region is None or not len(region):
@@ -442,6 +452,23 @@ class SharePartitionManager:
             return b"", []
         self._lock(sp, member_id, token, ranges)
         return walk.answer(used), ranges
+
+    def _acquirable(self, sp: SharePartition, part: Any) -> tuple[int, int, bool] | None:
+        """(the first offset to look at, the offset to stop before, read_committed) when an
+        acquisition could take records of the share-partition now, else None: no Available
+        record below the high watermark (or last stable offset), or the record-lock limit reached."""
+        start = sp.next_candidate()
+        if start is None or (sp.in_flight() >= self.max_locks and start == sp.end_offset):
+            return None
+        upper = part.high_watermark
+        committed = (self.group_config(sp.group_id, "share.isolation.level") or "read_uncommitted") == "read_committed"
+        if committed:
+            upper = min(upper, part.state.last_stable_offset)
+        return (start, upper, committed) if start < upper else None
+
+    def _wake_if_acquirable(self, sp: SharePartition, part: Any) -> None:
+        if self._acquirable(sp, part) is not None:
+            self._wake_for(sp)
 
     def _lock(self, sp: SharePartition, member_id: str, token: int, ranges: list[tuple[int, int, int]]) -> None:
         def expire() -> None:
@@ -465,6 +492,8 @@ class SharePartitionManager:
         for fut in self._waiters.pop(key, ()):
             if not fut.done():
                 fut.set_result(None)
+                if request_metrics.active:
+                    request_metrics.share_event("fetch_wakeups", 1)
 
     async def wait(self, group_id: str, parts: list[Any], timeout: float) -> None:
         """Until an append to one of `parts` (the broker's wait, across workers too), a change

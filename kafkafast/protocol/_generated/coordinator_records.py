@@ -1935,6 +1935,431 @@ class TransactionLogValue:
 TransactionLogValue.PartitionsSchema = TransactionLogValuePartitionsSchema
 
 
+class ShareGroupCurrentMemberAssignmentKey:
+    MIN_VERSION = 14
+    MAX_VERSION = 14
+    FLEXIBLE_VERSION = None
+    __slots__ = ('group_id', 'member_id', '_unknown_tags',)
+
+    def __init__(self, group_id='', member_id='', _unknown_tags=None):
+        self.group_id = group_id
+        self.member_id = member_id
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupCurrentMemberAssignmentKey(group_id={self.group_id!r}, member_id={self.member_id!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = False
+        self.group_id = (r.compact_string() if flexible else r.string())
+        self.member_id = (r.compact_string() if flexible else r.string())
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = False
+        w.compact_string(self.group_id) if flexible else w.string(self.group_id)
+        w.compact_string(self.member_id) if flexible else w.string(self.member_id)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+
+
+class ShareGroupCurrentMemberAssignmentValueTopicPartitions:
+    __slots__ = ('topic_id', 'partitions', '_unknown_tags',)
+
+    def __init__(self, topic_id=ZERO_UUID, partitions=_UNSET, _unknown_tags=None):
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _UNSET else partitions
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupCurrentMemberAssignmentValueTopicPartitions(topic_id={self.topic_id!r}, partitions={self.partitions!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.topic_id, other.topic_id) and _eq(self.partitions, other.partitions)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = True
+        self.topic_id = r.uuid()
+        n = r.compact_array_length() if flexible else r.array_length()
+        if n < 0:
+            raise DecodeError('null array where not nullable')
+        else:
+            self.partitions = [r.int32() for _ in range(n)]
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = True
+        w.uuid(self.topic_id)
+        v = self.partitions
+        if v is None:
+            w.compact_array_length(-1) if flexible else w.array_length(-1)
+        else:
+            w.compact_array_length(len(v)) if flexible else w.array_length(len(v))
+            for item in v:
+                w.int32(item)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+class ShareGroupCurrentMemberAssignmentValue:
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_VERSION = 0
+    TopicPartitions: "ClassVar[type[ShareGroupCurrentMemberAssignmentValueTopicPartitions]]"
+    __slots__ = ('member_epoch', 'previous_member_epoch', 'state', 'assigned_partitions', '_unknown_tags',)
+
+    def __init__(self, member_epoch=0, previous_member_epoch=0, state=0, assigned_partitions=_UNSET, _unknown_tags=None):
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is _UNSET else assigned_partitions
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupCurrentMemberAssignmentValue(member_epoch={self.member_epoch!r}, previous_member_epoch={self.previous_member_epoch!r}, state={self.state!r}, assigned_partitions={self.assigned_partitions!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.member_epoch, other.member_epoch) and _eq(self.previous_member_epoch, other.previous_member_epoch) and _eq(self.state, other.state) and _eq(self.assigned_partitions, other.assigned_partitions)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = True
+        self.member_epoch = r.int32()
+        self.previous_member_epoch = r.int32()
+        self.state = r.int8()
+        n = r.compact_array_length() if flexible else r.array_length()
+        if n < 0:
+            raise DecodeError('null array where not nullable')
+        else:
+            _dec = ShareGroupCurrentMemberAssignmentValueTopicPartitions.decode
+            self.assigned_partitions = [_dec(r, version) for _ in range(n)]
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = True
+        w.int32(self.member_epoch)
+        w.int32(self.previous_member_epoch)
+        w.int8(self.state)
+        v = self.assigned_partitions
+        if v is None:
+            w.compact_array_length(-1) if flexible else w.array_length(-1)
+        else:
+            w.compact_array_length(len(v)) if flexible else w.array_length(len(v))
+            for item in v:
+                item.encode(w, version)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+ShareGroupCurrentMemberAssignmentValue.TopicPartitions = ShareGroupCurrentMemberAssignmentValueTopicPartitions
+
+
+class ShareGroupTargetAssignmentMemberKey:
+    MIN_VERSION = 13
+    MAX_VERSION = 13
+    FLEXIBLE_VERSION = None
+    __slots__ = ('group_id', 'member_id', '_unknown_tags',)
+
+    def __init__(self, group_id='', member_id='', _unknown_tags=None):
+        self.group_id = group_id
+        self.member_id = member_id
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupTargetAssignmentMemberKey(group_id={self.group_id!r}, member_id={self.member_id!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.group_id, other.group_id) and _eq(self.member_id, other.member_id)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = False
+        self.group_id = (r.compact_string() if flexible else r.string())
+        self.member_id = (r.compact_string() if flexible else r.string())
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = False
+        w.compact_string(self.group_id) if flexible else w.string(self.group_id)
+        w.compact_string(self.member_id) if flexible else w.string(self.member_id)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+
+
+class ShareGroupTargetAssignmentMemberValueTopicPartition:
+    __slots__ = ('topic_id', 'partitions', '_unknown_tags',)
+
+    def __init__(self, topic_id=ZERO_UUID, partitions=_UNSET, _unknown_tags=None):
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is _UNSET else partitions
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupTargetAssignmentMemberValueTopicPartition(topic_id={self.topic_id!r}, partitions={self.partitions!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.topic_id, other.topic_id) and _eq(self.partitions, other.partitions)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = True
+        self.topic_id = r.uuid()
+        n = r.compact_array_length() if flexible else r.array_length()
+        if n < 0:
+            raise DecodeError('null array where not nullable')
+        else:
+            self.partitions = [r.int32() for _ in range(n)]
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = True
+        w.uuid(self.topic_id)
+        v = self.partitions
+        if v is None:
+            w.compact_array_length(-1) if flexible else w.array_length(-1)
+        else:
+            w.compact_array_length(len(v)) if flexible else w.array_length(len(v))
+            for item in v:
+                w.int32(item)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+class ShareGroupTargetAssignmentMemberValue:
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_VERSION = 0
+    TopicPartition: "ClassVar[type[ShareGroupTargetAssignmentMemberValueTopicPartition]]"
+    __slots__ = ('topic_partitions', '_unknown_tags',)
+
+    def __init__(self, topic_partitions=_UNSET, _unknown_tags=None):
+        self.topic_partitions = [] if topic_partitions is _UNSET else topic_partitions
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupTargetAssignmentMemberValue(topic_partitions={self.topic_partitions!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.topic_partitions, other.topic_partitions)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = True
+        n = r.compact_array_length() if flexible else r.array_length()
+        if n < 0:
+            raise DecodeError('null array where not nullable')
+        else:
+            _dec = ShareGroupTargetAssignmentMemberValueTopicPartition.decode
+            self.topic_partitions = [_dec(r, version) for _ in range(n)]
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = True
+        v = self.topic_partitions
+        if v is None:
+            w.compact_array_length(-1) if flexible else w.array_length(-1)
+        else:
+            w.compact_array_length(len(v)) if flexible else w.array_length(len(v))
+            for item in v:
+                item.encode(w, version)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+ShareGroupTargetAssignmentMemberValue.TopicPartition = ShareGroupTargetAssignmentMemberValueTopicPartition
+
+
+class ShareGroupTargetAssignmentMetadataKey:
+    MIN_VERSION = 12
+    MAX_VERSION = 12
+    FLEXIBLE_VERSION = None
+    __slots__ = ('group_id', '_unknown_tags',)
+
+    def __init__(self, group_id='', _unknown_tags=None):
+        self.group_id = group_id
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupTargetAssignmentMetadataKey(group_id={self.group_id!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.group_id, other.group_id)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = False
+        self.group_id = (r.compact_string() if flexible else r.string())
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = False
+        w.compact_string(self.group_id) if flexible else w.string(self.group_id)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+
+
+class ShareGroupTargetAssignmentMetadataValue:
+    MIN_VERSION = 0
+    MAX_VERSION = 0
+    FLEXIBLE_VERSION = 0
+    __slots__ = ('assignment_epoch', '_unknown_tags',)
+
+    def __init__(self, assignment_epoch=0, _unknown_tags=None):
+        self.assignment_epoch = assignment_epoch
+        self._unknown_tags = _unknown_tags
+
+    def __repr__(self):
+        return f"ShareGroupTargetAssignmentMetadataValue(assignment_epoch={self.assignment_epoch!r})"
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return _eq(self.assignment_epoch, other.assignment_epoch)
+
+    @classmethod
+    def decode(cls, r, version):
+        self = cls.__new__(cls)
+        self._unknown_tags = None
+        flexible = True
+        self.assignment_epoch = r.int32()
+        if flexible:
+            n_tags = r.uvarint()
+            if n_tags > r.remaining():
+                raise DecodeError('tag count longer than the bytes left')
+            for _ in range(n_tags):
+                tag = r.uvarint()
+                size = r.uvarint()
+                if True:
+                    if self._unknown_tags is None:
+                        self._unknown_tags = {}
+                    self._unknown_tags[tag] = bytes(r.raw(size))
+        return self
+
+    def encode(self, w, version):
+        flexible = True
+        w.int32(self.assignment_epoch)
+        if flexible:
+            w.tagged_fields(self._unknown_tags)
+
+
+
+
 class ShareSnapshotKey:
     MIN_VERSION = 0
     MAX_VERSION = 0
