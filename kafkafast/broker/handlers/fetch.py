@@ -68,14 +68,18 @@ def _error(index, code, part=None):
                     aborted_transactions=None, preferred_read_replica=-1, records=b"")
 
 
-def _read_all(broker, req, version, plan):
+def _read_all(broker, req, version, plan, session=None):
     """One pass over the requested partitions. Returns (responses, bytes, whether a follower's
-    answer carries a high watermark it has not been answered yet)."""
+    answer carries a high watermark it has not been answered yet). With the `session` of an
+    incremental fetch (a FetchSession), a partition with no records, no error and offsets its
+    session answered already gets no answer object: the session's answer would leave it out
+    (`CachedPartition.unchanged`)."""
     budget = req.max_bytes if version >= 3 else 0x7FFFFFFF
     total = 0
     news = False
     any_replica = version >= 11 and req.replica_id < 0  # KIP-392: a consumer that may read from followers
     replicas = broker.replicas  # the data plane (broker/replica_manager.py)
+    cached = session.partitions if session is not None else None
     responses = []
     for topic_name, fp_list, tresp in plan:
         tresp.partitions = []
@@ -141,6 +145,10 @@ def _read_all(broker, req, version, plan):
                 if size:
                     replicas.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
                 news |= replicas.high_watermark_news(part, req.replica_id, hw)
+            if not size and cached is not None:
+                cp = cached.get((topic_name, fp.partition))
+                if cp is not None and cp.unchanged(hw, lso, part.log_start_offset):
+                    continue
             tresp.partitions.append(PartData(
                 partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
                 log_start_offset=part.log_start_offset,
@@ -151,25 +159,34 @@ def _read_all(broker, req, version, plan):
     return responses, total, news
 
 
-def _nothing_for_follower(broker, req, plan) -> bool:
-    """Whether `_read_all` would find nothing for this follower's fetch: every partition led
-    here, readable, at its fetch upper bound (no records) and with a high watermark the
-    follower was answered already; then the fetch parks without building an answer. Reads
-    what `_read_all` reads (the partition's seen log end and high watermark: what a worker's
-    wake-up compares), records nothing; any other case (errors included) takes the full pass."""
+def _on_follower_fetch(broker, req, plan, check: bool) -> bool:
+    """One pass over a follower's fetch: each partition's fetch offset recorded as the follower's
+    log end (`on_replica_fetch`: the high watermark and the ISR may move), and, when `check`,
+    whether `_read_all` would find nothing for it: every partition led here, readable, at its
+    fetch upper bound (no records) and with a high watermark the follower was answered
+    already; then the fetch parks without building an answer. The check reads what
+    `_read_all` reads (the partition's seen log end and high watermark: what a worker's
+    wake-up compares) and records nothing; any other case (errors included) takes the full
+    pass. A partition's check follows its own bookkeeping, which touches no other partition."""
     replicas = broker.replicas
     replica_id = req.replica_id
+    nothing = check
     for _, fp_list, _ in plan:
         for fp, part in fp_list:
-            if part is None or part.loading or part.state.offline or not part.is_leader:
-                return False
+            if part is None:
+                nothing = False
+                continue
             offset = fp.fetch_offset
-            if (fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch) \
+            replicas.on_replica_fetch(part, replica_id, offset)
+            if not nothing:
+                continue
+            if part.loading or part.state.offline or not part.is_leader \
+                    or (fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch) \
                     or not replicas.answered_high_watermark(part, replica_id, part.high_watermark) \
                     or not part.log_start_offset <= offset <= part.log_end_offset \
                     or replicas.fetch_upper_bound(part, replica_id) > offset:
-                return False
-    return True
+                nothing = False
+    return nothing
 
 
 def redirects(responses: list) -> bool:
@@ -271,26 +288,23 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
         plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
-    if req.replica_id >= 0:
-        for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
-            for fp, part in parts:
-                if part is not None:
-                    broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     news_due = None  # when a follower's answer carrying only a new high watermark goes out
-    # a follower's fetch is checked for nothing new before it first parks (a wake-up nearly
-    # always brings records: then the full pass at once)
-    check = req.replica_id >= 0 and req.min_bytes > 0
+    # a follower's fetch offset is its log end: the leader tracks it; and its fetch is checked
+    # for nothing new before it first parks (a wake-up nearly always brings records: then the
+    # full pass at once)
+    nothing = req.replica_id >= 0 and _on_follower_fetch(broker, req, plan, req.min_bytes > 0 and broker.started)
+    cached = session.session
     while True:
         now = time.monotonic()
         remaining = deadline - now
-        if check and news_due is None and remaining > 0 and broker.started and plan \
-                and _nothing_for_follower(broker, req, plan):
+        if nothing and remaining > 0 and plan:
             responses, total, news = [], 0, False  # it parks: its answer is built when it goes out
         else:
-            responses, total, news = _read_all(broker, req, version, plan)
+            responses, total, news = _read_all(broker, req, version, plan, cached)
             now = time.monotonic()
             remaining = deadline - now
+        nothing = False
         if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
             break
         if news and news_due is None:
@@ -303,11 +317,10 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
-        check = False
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
-            responses, _, _ = _read_all(broker, req, version, plan)
+            responses, _, _ = _read_all(broker, req, version, plan, cached)
             break
     session_id, responses = session.respond(responses + refused)
     return with_leader_hints(broker, version, FetchResponse(
