@@ -65,6 +65,12 @@ class CachedPartition:
         self.fetch = fetch
         self.high_watermark = self.last_stable_offset = self.log_start_offset = -1
 
+    def unchanged(self, high_watermark: int, last_stable_offset: int, log_start_offset: int) -> bool:
+        """Whether an answer with these offsets, no records and no error would be left out of an
+        incremental response (`must_respond` False, nothing recorded)."""
+        return (high_watermark == self.high_watermark and last_stable_offset == self.last_stable_offset
+                and log_start_offset == self.log_start_offset)
+
     def must_respond(self, p: Any) -> bool:
         """Whether the partition's answer `p` (a PartitionData) goes in an incremental
         response; records what it tells."""

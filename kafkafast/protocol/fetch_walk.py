@@ -10,7 +10,8 @@ The frame is the response without its size prefix (`BrokerConnection.send_frame`
         partitions [compact array]
             partition_index int32, error_code int16, high_watermark int64,
             last_stable_offset int64, log_start_offset int64,
-            aborted_transactions [compact nullable array of (producer_id int64, first_offset int64)],
+            aborted_transactions [compact nullable array of (producer_id int64, first_offset int64,
+                tagged fields)],
             preferred_read_replica int32, records compact_nullable_bytes,
             tagged fields (0 diverging_epoch, 1 current_leader, 2 snapshot_id)
         tagged fields
@@ -29,6 +30,13 @@ from kafkafast.protocol.primitives import DecodeError, Reader
 FETCH_WALK_VERSION = 12
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset: read at once
 _PARTITION_HEAD = struct.Struct(">ihqqq")
+
+
+def _aborted(r: Reader) -> tuple[int, int]:
+    """One aborted transaction: producer_id int64, first_offset int64, tagged fields."""
+    entry = (r.int64(), r.int64())
+    r.skip_tagged_fields()
+    return entry
 
 
 class FetchedPartition:
@@ -72,7 +80,7 @@ class FetchAnswer:
                 partition, error_code, high_watermark, last_stable_offset, log_start_offset = \
                     _PARTITION_HEAD.unpack_from(r.buf, r._take(_PARTITION_HEAD.size))
                 n = r.compact_array_length()
-                aborted = None if n < 0 else [(r.int64(), r.int64()) for _ in range(n)]
+                aborted = None if n < 0 else [_aborted(r) for _ in range(n)]
                 r.int32()  # preferred_read_replica: consumers only (KIP-392)
                 records = r.compact_nullable_bytes()
                 r.skip_tagged_fields()

@@ -19,9 +19,11 @@ the connection), never beyond the high watermark. Limits as Kafka: the first par
 with data always gets at least one whole batch (KIP-74), then `max_bytes` for the
 response and `partition_max_bytes` per partition. When fewer than `min_bytes` are
 available the fetch parks until an append to one of its partitions wakes it or
-`max_wait_ms` passes (a follower's fetch that finds every partition at its upper bound with
-nothing new parks without building an answer, `_nothing_for_follower`, and a partition at its
-bound is answered without asking the reader); a follower's fetch (replica_id >= 0) one of whose partitions has a high
+`max_wait_ms` passes (a partition at its bound is answered without asking the reader, and in
+an incremental session a partition with nothing new gets no answer object: a follower's fetch
+that finds nothing parks without building one). A follower's fetch offsets are recorded as its
+log ends in the first pass over its partitions (one pass before it parks, one after). A
+follower's fetch (replica_id >= 0) one of whose partitions has a high
 watermark the leader has not answered that follower yet (`broker.replicas.high_watermark_news`) is
 also answered once kafkafast.replica.fetch.hw.delay.ms passed without records (records
 appended before carry it: under load one answer per append), so a follower learns a new high
@@ -49,6 +51,7 @@ from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
+from kafkafast.protocol.fetch_answer import FLEXIBLE_VERSION, PartitionAnswer
 from kafkafast.records.convert import downconvert_batch
 from kafkafast.security.context import fetch_denied
 from kafkafast.storage.txn_index import collect_aborted
@@ -68,108 +71,110 @@ def _error(index, code, part=None):
                     aborted_transactions=None, preferred_read_replica=-1, records=b"")
 
 
-def _read_all(broker, req, version, plan):
+def _read_all(broker, req, version, plan, session=None, first=False):
     """One pass over the requested partitions. Returns (responses, bytes, whether a follower's
-    answer carries a high watermark it has not been answered yet)."""
+    answer carries a high watermark it has not been answered yet). The `first` pass of a
+    follower's fetch also records each partition's fetch offset as the follower's log end
+    (`on_replica_fetch`: the high watermark and the ISR may move), just before the partition
+    is read (it touches no other partition). With the `session` of an incremental fetch (a
+    FetchSession), a partition with no records, no error and offsets its session answered
+    already gets no answer object: the session's answer would leave it out
+    (`CachedPartition.unchanged`); so a follower's fetch that finds nothing new builds
+    nothing before it parks. v12+ partitions without an error are `PartitionAnswer`s
+    (protocol/fetch_answer.py: the same bytes as the generated object, written at once)."""
     budget = req.max_bytes if version >= 3 else 0x7FFFFFFF
     total = 0
     news = False
-    any_replica = version >= 11 and req.replica_id < 0  # KIP-392: a consumer that may read from followers
+    replica_id = req.replica_id
+    follower = replica_id >= 0
+    track = first and follower
+    any_replica = version >= 11 and not follower  # KIP-392: a consumer that may read from followers
+    committed = req.isolation_level == READ_COMMITTED
+    flexible = version >= FLEXIBLE_VERSION
     replicas = broker.replicas  # the data plane (broker/replica_manager.py)
+    cached = session.partitions if session is not None else None
     responses = []
     for topic_name, fp_list, tresp in plan:
-        tresp.partitions = []
+        answers = tresp.partitions = []
         for fp, part in fp_list:
+            index = fp.partition
             if part is None:  # not hosted here: Kafka's NOT_LEADER_OR_FOLLOWER when the cluster has it
-                tresp.partitions.append(_error(fp.partition, E.ErrorCode.NOT_LEADER_OR_FOLLOWER
-                                               if broker.partition_exists(topic_name, fp.partition)
-                                               else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                answers.append(_error(index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                      if broker.partition_exists(topic_name, index)
+                                      else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            offset = fp.fetch_offset
+            if track:  # a follower's fetch offset is its log end: the leader tracks it
+                replicas.on_replica_fetch(part, replica_id, offset)
             if part.loading:  # its owner worker still loads it: nothing is published, no offsets either
-                tresp.partitions.append(_error(fp.partition, E.ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                answers.append(_error(index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER))
                 continue
-            if part.state.offline:
+            st = part.state
+            if st.offline:
                 log_storage_error(part, "offline", "its log could not be opened")
-                tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                answers.append(_error(index, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                 continue
-            not_leader = replicas.fetch_error(part, req.replica_id, any_replica)
+            not_leader = replicas.fetch_error(part, replica_id, any_replica)
             if not_leader:
-                tresp.partitions.append(_error(fp.partition, not_leader, part))
+                answers.append(_error(index, not_leader, part))
                 continue
             if version >= 9 and fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch:
                 code = (E.ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
                         else E.ErrorCode.UNKNOWN_LEADER_EPOCH)
-                tresp.partitions.append(_error(fp.partition, code, part))
+                answers.append(_error(index, code, part))
                 continue
-            preferred = replicas.preferred_read_replica(part, req.rack_id, fp.fetch_offset) if any_replica else -1
+            preferred = replicas.preferred_read_replica(part, req.rack_id, offset) if any_replica else -1
             if preferred >= 0:  # no records: the consumer goes to that replica (answered at once, see handle)
-                tresp.partitions.append(_error(fp.partition, 0, part))
-                tresp.partitions[-1].preferred_read_replica = preferred
+                answers.append(_error(index, 0, part))
+                answers[-1].preferred_read_replica = preferred
                 continue
             hw = part.high_watermark
-            lso = stable_offset(part)
-            upper = replicas.fetch_upper_bound(part, req.replica_id)
-            if req.isolation_level == READ_COMMITTED and req.replica_id < 0:
+            lso = min(st.last_stable_offset, hw)  # stable_offset(part)
+            upper = replicas.fetch_upper_bound(part, replica_id)
+            if committed and not follower:
                 upper = min(upper, lso)
-            limit = min(fp.partition_max_bytes, max(budget - total, 0))
-            if upper <= fp.fetch_offset <= part.log_end_offset and fp.fetch_offset >= part.log_start_offset:
-                result = None  # at the bound: nothing to read (what the reader would answer, unread)
+            log_start = st.log_start_offset
+            if upper <= offset <= st.log_end_offset and offset >= log_start:
+                region = None  # at the bound: nothing to read (what the reader would answer, unread)
             else:
+                limit = min(fp.partition_max_bytes, max(budget - total, 0))
                 try:
-                    result = part.log.reader.read(fp.fetch_offset, limit, upper_bound_offset=upper,
+                    result = part.log.reader.read(offset, limit, upper_bound_offset=upper,
                                                   min_one_batch=(total == 0))
                 except E.KafkaError as exc:
                     if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
                         log_storage_error(part, "read", str(exc))
-                    tresp.partitions.append(_error(fp.partition, exc.code, part))
+                    answers.append(_error(index, exc.code, part))
                     continue
                 except OSError as exc:  # the file cannot be read (an I/O error): this partition only
                     log_storage_error(part, f"errno {exc.errno}", str(exc))
-                    tresp.partitions.append(_error(fp.partition, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
+                    answers.append(_error(index, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
                     continue
-            region = result.region if result is not None else None
-            if version <= 3 and region is not None:
-                try:
-                    region = down_converted(part, region, 0 if version <= 1 else 1, fp.fetch_offset,
-                                            limit, total == 0)
-                except E.KafkaError as exc:
-                    tresp.partitions.append(_error(fp.partition, exc.code, part))
-                    continue
+                region = result.region if result is not None else None
+                if version <= 3 and region is not None:
+                    try:
+                        region = down_converted(part, region, 0 if version <= 1 else 1, offset, limit, total == 0)
+                    except E.KafkaError as exc:
+                        answers.append(_error(index, exc.code, part))
+                        continue
             size = len(region) if region is not None else 0
             total += size
-            if req.replica_id >= 0:
+            if follower:
                 if size:
-                    replicas.on_replica_read(part, req.replica_id, size)  # the leader's replication throttle
-                news |= replicas.high_watermark_news(part, req.replica_id, hw)
-            tresp.partitions.append(PartData(
-                partition_index=fp.partition, error_code=0, high_watermark=hw, last_stable_offset=lso,
-                log_start_offset=part.log_start_offset,
-                aborted_transactions=(aborted_in(part, fp.fetch_offset, upper if size else -1)
-                                      if req.isolation_level == READ_COMMITTED else None),
-                preferred_read_replica=-1, records=region if size else b""))
+                    replicas.on_replica_read(part, replica_id, size)  # the leader's replication throttle
+                news |= replicas.high_watermark_news(part, replica_id, hw)
+            if not size and cached is not None:
+                cp = cached.get((topic_name, index))
+                if cp is not None and cp.unchanged(hw, lso, log_start):
+                    continue
+            aborted = aborted_in(part, offset, upper if size else -1) if committed else None
+            records = region if size else b""
+            answers.append(PartitionAnswer(index, hw, lso, log_start, aborted, records) if flexible else PartData(
+                partition_index=index, error_code=0, high_watermark=hw, last_stable_offset=lso,
+                log_start_offset=log_start, aborted_transactions=aborted, preferred_read_replica=-1,
+                records=records))
         responses.append(tresp)
     return responses, total, news
-
-
-def _nothing_for_follower(broker, req, plan) -> bool:
-    """Whether `_read_all` would find nothing for this follower's fetch: every partition led
-    here, readable, at its fetch upper bound (no records) and with a high watermark the
-    follower was answered already; then the fetch parks without building an answer. Reads
-    what `_read_all` reads (the partition's seen log end and high watermark: what a worker's
-    wake-up compares), records nothing; any other case (errors included) takes the full pass."""
-    replicas = broker.replicas
-    replica_id = req.replica_id
-    for _, fp_list, _ in plan:
-        for fp, part in fp_list:
-            if part is None or part.loading or part.state.offline or not part.is_leader:
-                return False
-            offset = fp.fetch_offset
-            if (fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch) \
-                    or not replicas.answered_high_watermark(part, replica_id, part.high_watermark) \
-                    or not part.log_start_offset <= offset <= part.log_end_offset \
-                    or replicas.fetch_upper_bound(part, replica_id) > offset:
-                return False
-    return True
 
 
 def redirects(responses: list) -> bool:
@@ -271,26 +276,15 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
             continue
         parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
         plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
-    if req.replica_id >= 0:
-        for _, parts, _ in plan:  # a follower's fetch offset is its log end: the leader tracks it
-            for fp, part in parts:
-                if part is not None:
-                    broker.replicas.on_replica_fetch(part, req.replica_id, fp.fetch_offset)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
     news_due = None  # when a follower's answer carrying only a new high watermark goes out
-    # a follower's fetch is checked for nothing new before it first parks (a wake-up nearly
-    # always brings records: then the full pass at once)
-    check = req.replica_id >= 0 and req.min_bytes > 0
+    cached = session.session
+    first = True  # the first pass records a follower's fetch offsets (`_read_all`)
     while True:
+        responses, total, news = _read_all(broker, req, version, plan, cached, first)
+        first = False
         now = time.monotonic()
         remaining = deadline - now
-        if check and news_due is None and remaining > 0 and broker.started and plan \
-                and _nothing_for_follower(broker, req, plan):
-            responses, total, news = [], 0, False  # it parks: its answer is built when it goes out
-        else:
-            responses, total, news = _read_all(broker, req, version, plan)
-            now = time.monotonic()
-            remaining = deadline - now
         if total >= req.min_bytes or remaining <= 0 or not plan or not broker.started or redirects(responses):
             break
         if news and news_due is None:
@@ -303,11 +297,10 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
         live = [p for _, fps, _ in plan for _, p in fps if p is not None]
         if not live:
             break
-        check = False
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
         if time.monotonic() >= deadline:
-            responses, _, _ = _read_all(broker, req, version, plan)
+            responses, _, _ = _read_all(broker, req, version, plan, cached)
             break
     session_id, responses = session.respond(responses + refused)
     return with_leader_hints(broker, version, FetchResponse(
