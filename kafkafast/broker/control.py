@@ -192,14 +192,15 @@ class LocalControl:
         controller's LeaderAndIsr gives a cluster of one (leader and ISR and replicas this
         broker, partition epoch 0), applied as the ZooKeeper side applies the controller's
         (ReplicaManager.apply_state). Its leader epoch: where this process holds its log, the
-        latest of the log's leader-epoch checkpoint (0 for none or offline); else the one its
+        latest of the log's leader-epoch checkpoint (`latest_known_epoch`: an empty log's too,
+        which its load dropped from the cache; 0 for none or offline); else the one its
         owner worker published in the partition's slot that it leads at (0 if it leads at none
         once loaded, as a partition created after the owner's load until it opens it). Until
         the owner has loaded (`loading`) it has published nothing: the partition gets its role
         here once it has (`_take_published`; meanwhile it is served as loading, then led by no
         one here: NOT_LEADER_OR_FOLLOWER, which clients retry)."""
         if self.broker.placement.owns(part):
-            self._lead(part, 0 if part.state.offline else max(part.log.leader_epochs.latest_epoch, 0))
+            self._lead(part, 0 if part.state.offline else max(part.log.leader_epochs.latest_known_epoch, 0))
             return
         epoch = part.home.leading_epoch()
         if epoch < 0 and part.loading:

@@ -62,6 +62,14 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
+    @property
+    def latest_known_epoch(self) -> int:
+        """The latest epoch of the cache or of its file: a log's load drops (in memory) an epoch
+        that starts at or after its log end, e.g. an empty log's only one, which the file keeps
+        until the next write; a lone leader leads on at it, never at an earlier one."""
+        on_file = self._on_file[-1][0] if self._on_file else UNDEFINED_EPOCH
+        return max(self.latest_epoch, on_file)
+
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` started at `start_offset` (Kafka's assign: conflicting later
         entries -- epoch >= `epoch` or start offset >= `start_offset` -- are removed; the

@@ -393,7 +393,8 @@ def test_a_restart_rewrites_no_unchanged_leader_epoch_checkpoint(broker_factory,
     """A partition that leads again at the epoch its leader-epoch checkpoint names writes nothing
     there at start nor at stop (Kafka writes the file when an entry is added or truncated; the
     load drops an empty log's `0 0` entry in memory and the leadership at epoch 0 puts the same
-    one back: no change), empty or not; the epochs answered stay right."""
+    one back: no change), empty or not; the epochs answered stay right, an empty partition's at
+    epoch 2 too (its load drops that epoch's only entry: it still leads at 2, not 0)."""
     n = 6
     b = broker_factory(workers=workers)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -403,15 +404,17 @@ def test_a_restart_rewrites_no_unchanged_leader_epoch_checkpoint(broker_factory,
     b.stop()
     files = [b.data_dir / f"quiet-{i}" / "leader-epoch-checkpoint" for i in range(n)]
     assert all(f.read_text() == "0\n1\n0 0\n" for f in files)
+    files[-1].write_text("0\n1\n2 0\n")  # (as a leadership at epoch 2 that wrote nothing leaves it)
 
     def stats():
         return [(f.stat().st_ino, f.stat().st_mtime_ns) for f in files]
 
     before = stats()
     b.start()
-    assert leader_epochs_served(b.port, "quiet") == {i: 0 for i in range(n)}
+    assert leader_epochs_served(b.port, "quiet") == {**{i: 0 for i in range(n - 1)}, n - 1: 2}
     for _ in range(max(workers, 1)):  # (a new connection may reach another worker)
-        assert epoch_ends(b.port, "quiet", range(n), 0, current=0) == [(0, 0, 3)] + [(0, 0, 0)] * (n - 1)
+        assert epoch_ends(b.port, "quiet", range(n - 1), 0, current=0) == [(0, 0, 3)] + [(0, 0, 0)] * (n - 2)
+        assert epoch_ends(b.port, "quiet", [n - 1], 2, current=2) == [(0, 2, 0)]
     assert stats() == before
     b.stop()
     assert stats() == before
