@@ -13,7 +13,8 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 * the cluster view (DescribeCluster): this broker, which is also the controller;
 * the data plane (`broker.replicas`, broker/replica_manager.py): each partition the placement
   opens gets the state a controller's LeaderAndIsr gives a lone broker (leader this broker at
-  the epoch of its leader-epoch checkpoint, ISR and replicas [this broker]), through the
+  the epoch of its leader-epoch checkpoint, which another worker takes from the owner's
+  slot, ISR and replicas [this broker]), through the
   replica manager's `apply_state` as a LeaderAndIsr's states; a lone leader has no follower, so no ISR change is ever asked
   for, and nothing fences it;
 * the stores and coordinators that differ by control plane (`make_*`): the dynamic configs and
@@ -23,7 +24,6 @@ answer; here, with no other broker, that is Kafka's answer for a lone broker:
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -39,8 +39,6 @@ from kafkafast.protocol._generated.alter_partition import AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownResponse
 from kafkafast.protocol._generated.elect_leaders import ElectLeadersResponse
-from kafkafast.storage.leader_epoch import LeaderEpochCache
-from kafkafast.storage.log import LEADER_EPOCH_CHECKPOINT
 
 Reassignments = AlterPartitionReassignmentsResponse
 TRANSACTIONS_UNSUPPORTED = ("this kafkafast broker runs no transaction coordinator; "
@@ -140,6 +138,10 @@ class LocalControl:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
+        # owner worker -> partitions it owns, opened here before it published their epochs
+        # (`partition_opened`), and the task that gives them their role once it has
+        self._unpublished: dict[int, list[Any]] = {}
+        self._publications: asyncio.Task | None = None
 
     # -- the broker's lifecycle: nothing to register, watch or hand over ----------------
 
@@ -161,7 +163,8 @@ class LocalControl:
         self.broker.load()  # topics, logs (recovery), partitions, on the loop
 
     def started(self) -> None:
-        pass
+        if self._unpublished:
+            self._publications = asyncio.get_running_loop().create_task(self._await_publications())
 
     def config_for_topic(self, topic: str) -> Any:
         return self.broker.local_config_for_topic(topic)
@@ -173,7 +176,8 @@ class LocalControl:
         pass
 
     async def stop(self) -> None:
-        pass
+        if self._publications is not None:
+            self._publications.cancel()
 
     # -- what the broker builds: the single node's stores and coordinators --------------
 
@@ -194,30 +198,49 @@ class LocalControl:
     def partition_opened(self, part: Any) -> None:
         """A partition of the topic store, just opened by the placement: the partition state a
         controller's LeaderAndIsr gives a cluster of one (leader and ISR and replicas this
-        broker, at the leader epoch of the log's leader-epoch checkpoint, 0 for none), applied
-        as the ZooKeeper side applies the controller's (ReplicaManager.apply_state)."""
+        broker, partition epoch 0), applied as the ZooKeeper side applies the controller's
+        (ReplicaManager.apply_state). Its leader epoch: where this process holds its log, the
+        latest of the log's leader-epoch checkpoint (`latest_known_epoch`: an empty log's too,
+        which its load dropped from the cache; 0 for none or offline); else the one its
+        owner worker published in the partition's slot that it leads at (0 if it leads at none
+        once loaded, as a partition created after the owner's load until it opens it). Until
+        the owner has loaded (`loading`) it has published nothing: the partition gets its role
+        here once it has (`_take_published`; meanwhile it is served as loading, then led by no
+        one here: NOT_LEADER_OR_FOLLOWER, which clients retry)."""
+        if self.broker.placement.owns(part):
+            self._lead(part, 0 if part.state.offline else max(part.log.leader_epochs.latest_known_epoch, 0))
+            return
+        epoch = part.home.leading_epoch()
+        if epoch < 0 and part.loading:
+            self._unpublished.setdefault(part.owner, []).append(part)
+            return
+        self._lead(part, max(epoch, 0))
+
+    def _lead(self, part: Any, epoch: int) -> None:
         node = self.broker.node_id
-        ps = PartitionState(partition_index=part.index, leader=node, leader_epoch=self._checkpointed_epoch(part),
+        ps = PartitionState(partition_index=part.index, leader=node, leader_epoch=epoch,
                             partition_epoch=0, isr=[node], replicas=[node])
         self.broker.replicas.apply_state(part, ps, -1)
 
-    def _checkpointed_epoch(self, part: Any) -> int:
-        """The latest leader epoch of the partition's leader-epoch checkpoint (0: none): the
-        log's where this process holds it, else the file its owner keeps (so every worker names
-        the same epoch); 0 for an offline partition."""
-        if part.state.offline:
-            return 0
-        if self.broker.placement.owns(part):
-            return max(part.log.leader_epochs.latest_epoch, 0)
-        name = f"{part.topic}-{part.index}"
-        for d in self.broker.log_dirs:
-            path = os.path.join(d, name, LEADER_EPOCH_CHECKPOINT)
-            if os.path.exists(path):
-                try:
-                    return max(LeaderEpochCache(path).latest_epoch, 0)
-                except OSError:
-                    return 0
-        return 0
+    def _take_published(self) -> None:
+        """The partitions of each owner worker that has loaded since they were opened here
+        take the epochs it published (a partition dropped meanwhile is left alone)."""
+        partitions = self.broker.partitions
+        for owner, parts in list(self._unpublished.items()):
+            if parts[0].loading:  # (the owner's: all of its partitions are, or none)
+                continue
+            del self._unpublished[owner]
+            for part in parts:
+                if partitions.get((part.topic, part.index)) is part:
+                    self._lead(part, max(part.home.leading_epoch(), 0))
+
+    async def _await_publications(self) -> None:
+        """At start, until every owner worker has published the epochs of the partitions
+        opened here before it loaded: taken as each one has (shared memory has no
+        notification: looked at every 10 ms; a request's `refresh` takes them sooner)."""
+        while self._unpublished:
+            await asyncio.sleep(0.01)
+            self._take_published()
 
     # -- requests a cluster's brokers send to the controller ---------------------------
 
@@ -276,8 +299,11 @@ class LocalControl:
     # -- the cluster as clients see it: the metadata image -----------------------------
 
     def refresh(self) -> None:
-        """Bring the image up to date (another worker may have changed the topic file)."""
+        """Bring the image up to date (another worker may have changed the topic file, or
+        published the epochs of partitions it owns)."""
         self.broker.placement.refresh_topics()
+        if self._unpublished:
+            self._take_published()
 
     def has_partition(self, topic: str, index: int) -> bool:
         """Whether the image has the partition: here, whether this broker has it."""

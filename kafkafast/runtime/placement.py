@@ -252,6 +252,11 @@ class SlotResidence:
         happens before: a produce goes to the owner until it has), so its zeros are its state."""
         return self.known_at_load and not self.table.worker_word(self.owner, shm.W_LOADED)
 
+    def leading_epoch(self) -> int:
+        """The leader epoch the owner published that it leads the partition at, from the slot
+        (-1: none yet; meaningful once not `loading`)."""
+        return self.table.leading_epoch(self.slot)
+
     def isr(self, part: Partition) -> list[int]:
         """The owner's ISR, from the slot (a remote home's); before the owner published one
         (it has not led the partition yet: a produce goes to it), the last partition state's."""

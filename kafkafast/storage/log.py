@@ -478,8 +478,10 @@ class Log:
             self._replay_producers(self.log_start_offset)
         else:
             self._replay_producers(snap)
-        self.leader_epochs.truncate_from_end(self.log_end_offset)
-        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        # (in memory: the file is written at the next change, the leadership's assign; a
+        # partition leading again at its epoch writes nothing, see LeaderEpochCache)
+        self.leader_epochs.truncate_from_end(self.log_end_offset, write=False)
+        self.leader_epochs.truncate_from_start(self.log_start_offset, write=False)
         self._truncate_txn_indexes(self.log_end_offset)
         st = self.state
         st.segments_version += 1 + (st.segments_version & 1)  # odd
@@ -1058,7 +1060,7 @@ class Log:
             if clean:
                 self._flush()
                 self._segments[-1].on_become_inactive()
-                complete = self.leader_epochs.flush_if_unwritten()
+                complete = self.leader_epochs.flush_if_behind()
                 try:
                     self.producers.write_snapshot(self.log_end_offset)
                 except OSError as exc:

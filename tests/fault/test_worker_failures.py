@@ -199,3 +199,50 @@ def test_a_crash_looping_worker_backs_off_and_the_broker_keeps_serving(broker_fa
     c.close()
     assert got == {b"v-%04d" % i for i in range(400)}
     assert b.stop() == 0
+
+
+def test_a_replaced_worker_takes_a_partitions_leader_epoch_from_its_owner(broker_factory):
+    """A worker names the leader epoch of a partition another worker owns as the owner published
+    it in the partition's slot (the epoch it leads at), not as the partition's checkpoint file
+    says: worker 0, replaced after a SIGKILL, names worker 1's epoch 3 though the file, rewritten
+    here meanwhile, says 0."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kafkafast.protocol._generated.metadata import MetadataRequest
+    from kafkafast.runtime.shm import owner_for
+    from tests.support.raw_client import RawClient
+
+    b = broker_factory("epochs", workers=WORKERS)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("epochs", 4, 1)])["epochs"].result(10)
+    owned_by_1 = next(p for p in range(4) if owner_for("epochs", p, WORKERS) == 1)
+    b.stop()
+    checkpoint = b.data_dir / f"epochs-{owned_by_1}" / "leader-epoch-checkpoint"
+    checkpoint.parent.mkdir(exist_ok=True)
+    checkpoint.write_text("0\n1\n3 0\n")
+    b.start()
+
+    def epochs_named(connections: int) -> set[int]:
+        """The partition's leader epoch in Metadata, over new connections (landing on either
+        worker), once it has a leader."""
+        named = set()
+        deadline = time.monotonic() + 10
+        while len(named) < connections and time.monotonic() < deadline:
+            with RawClient(b.port) as c:
+                meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="epochs")]), 9)
+            part = meta.topics[0].partitions[owned_by_1]
+            if part.leader_id >= 0:
+                named.add((len(named), part.leader_epoch))
+            else:
+                time.sleep(0.02)
+        return {epoch for _, epoch in named}
+
+    assert epochs_named(4) == {3}
+    checkpoint.write_text("0\n1\n0 0\n")  # (worker 1 leads on at epoch 3: it writes the file at a change only)
+    mark = b.log_path.stat().st_size
+    pid, incarnation = latest_worker_pid(b, 0)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while not any(s[:2] == (0, incarnation + 1) for s in scans(read_log(b, mark))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert epochs_named(12) == {3}

@@ -20,6 +20,7 @@ from kafkafast.protocol._generated.create_topics import CreateTopicsRequest
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.list_offsets import ListOffsetsRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kafkafast.protocol.errors import ErrorCode
 from tests.support.raw_client import RawClient
 
@@ -339,8 +340,6 @@ def test_a_single_node_leads_at_the_epoch_of_its_leader_epoch_checkpoint(broker_
     at epoch 3, as a log dir taken over from a cluster has): Metadata from every worker names that
     epoch, new batches carry it and OffsetForLeaderEpoch answers the epochs' ends (the checkpoint
     says epoch 3 began at offset 4)."""
-    from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as Req
-
     b = broker_factory(workers=workers)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("epoch3", 1, 1)])["epoch3"].result(10)
@@ -354,15 +353,8 @@ def test_a_single_node_leads_at_the_epoch_of_its_leader_epoch_checkpoint(broker_
             meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="epoch3")]), 9)
         assert meta.topics[0].partitions[0].leader_epoch == 3
 
-    def ask(epoch):
-        with RawClient(b.port) as c:
-            req = Req(replica_id=-1, topics=[Req.OffsetForLeaderTopic(topic="epoch3", partitions=[
-                Req.OffsetForLeaderPartition(partition=0, current_leader_epoch=3, leader_epoch=epoch)])])
-            r = c.request(req, 4).topics[0].partitions[0]
-            return r.error_code, r.leader_epoch, r.end_offset
-
-    assert ask(0) == (0, 0, 4)
-    assert ask(3) == (0, 3, 10)
+    assert epoch_ends(b.port, "epoch3", [0], 0, current=3) == [(0, 0, 4)]
+    assert epoch_ends(b.port, "epoch3", [0], 3, current=3) == [(0, 3, 10)]
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "epoch3", "enable.auto.commit": False})
     try:
         c.assign([TopicPartition("epoch3", 0, 9)])
@@ -371,3 +363,58 @@ def test_a_single_node_leads_at_the_epoch_of_its_leader_epoch_checkpoint(broker_
         assert msg.leader_epoch() == 3
     finally:
         c.close()
+
+
+def epoch_ends(port, topic, partitions, epoch, *, current):
+    """OffsetForLeaderEpoch (v4) of `epoch` in each partition: [(error, epoch, end offset)]."""
+    req_ = OffsetForLeaderEpochRequest
+    with RawClient(port) as c:
+        req = req_(replica_id=-1, topics=[req_.OffsetForLeaderTopic(topic=topic, partitions=[
+            req_.OffsetForLeaderPartition(partition=p, current_leader_epoch=current, leader_epoch=epoch)
+            for p in partitions])])
+        return [(r.error_code, r.leader_epoch, r.end_offset) for r in c.request(req, 4).topics[0].partitions]
+
+
+def leader_epochs_served(port, topic, timeout=10.0):
+    """{partition: leader epoch} from Metadata once every partition has a leader (with worker
+    processes, once each owner has loaded its partitions)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with RawClient(port) as c:
+            meta = c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 9)
+        parts = meta.topics[0].partitions
+        if (parts and all(p.leader_id >= 0 for p in parts)) or time.monotonic() > deadline:
+            return {p.partition_index: p.leader_epoch for p in parts}
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_restart_rewrites_no_unchanged_leader_epoch_checkpoint(broker_factory, workers):
+    """A partition that leads again at the epoch its leader-epoch checkpoint names writes nothing
+    there at start nor at stop (Kafka writes the file when an entry is added or truncated; the
+    load drops an empty log's `0 0` entry in memory and the leadership at epoch 0 puts the same
+    one back: no change), empty or not; the epochs answered stay right, an empty partition's at
+    epoch 2 too (its load drops that epoch's only entry: it still leads at 2, not 0)."""
+    n = 6
+    b = broker_factory(workers=workers)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("quiet", n, 1)])["quiet"].result(10)
+    produce_n(b.bootstrap, "quiet", 3, partition=0)
+    b.restart()  # (with workers, a partition's owner may first open it, and write its checkpoint, at its load)
+    b.stop()
+    files = [b.data_dir / f"quiet-{i}" / "leader-epoch-checkpoint" for i in range(n)]
+    assert all(f.read_text() == "0\n1\n0 0\n" for f in files)
+    files[-1].write_text("0\n1\n2 0\n")  # (as a leadership at epoch 2 that wrote nothing leaves it)
+
+    def stats():
+        return [(f.stat().st_ino, f.stat().st_mtime_ns) for f in files]
+
+    before = stats()
+    b.start()
+    assert leader_epochs_served(b.port, "quiet") == {**{i: 0 for i in range(n - 1)}, n - 1: 2}
+    for _ in range(max(workers, 1)):  # (a new connection may reach another worker)
+        assert epoch_ends(b.port, "quiet", range(n - 1), 0, current=0) == [(0, 0, 3)] + [(0, 0, 0)] * (n - 2)
+        assert epoch_ends(b.port, "quiet", [n - 1], 2, current=2) == [(0, 2, 0)]
+    assert stats() == before
+    b.stop()
+    assert stats() == before
