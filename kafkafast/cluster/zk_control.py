@@ -22,6 +22,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.placement import REREGISTER_WORD
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -33,14 +34,15 @@ from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
-from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
-                                    monotonic_ms)
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
+                                    ZkProducerIds, monotonic_ms)
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
 from kafkafast.protocol._generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from kafkafast.protocol._generated.alter_partition_reassignments import AlterPartitionReassignmentsResponse
 from kafkafast.protocol._generated.controlled_shutdown import ControlledShutdownRequest, ControlledShutdownResponse
+from kafkafast.runtime.worker import controlled_shutdown_budget
 from kafkafast.security.context import security_of
 from kafkafast.storage.config import LogConfig
 
@@ -95,7 +97,7 @@ class ZkControl:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop, known once started
         # this broker's ZooKeeper session (not connected yet: load()'s) and metadata cache (the
         # controller's UpdateMetadata): the broker's topics are read through them
-        self.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
+        self.node = ClusterNode(broker.config, broker.log_dirs[0], broker.placement)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
 
     @property
@@ -129,10 +131,11 @@ class ZkControl:
         broker.metadata = self.metadata
 
     async def load(self) -> None:
-        """The first thing of Broker.start: the placement's, then the ZooKeeper session and what
-        is read through it (in a thread)."""
+        """The first thing of Broker.start: the ZooKeeper session and what is read through it
+        (in a thread)."""
         broker = self.broker
-        broker.placement.before_start()
+        if broker.placement.index == 0:  # registering now gives every process every replica state
+            broker.placement.set_broker_word(REREGISTER_WORD, 0)
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._load)
 
@@ -155,7 +158,13 @@ class ZkControl:
         broker.started = True
 
     def started(self) -> None:
-        self.broker.placement.after_start()  # (before the broker listens and registers)
+        """Before the broker listens and registers: a replaced worker (its predecessor died)
+        knows no replica state, so the broker registers again to receive them all."""
+        placement = self.broker.placement
+        if placement.incarnation > 1 and placement.index != 0:
+            log.warning("worker %d replaced: registering broker %d again to receive its replica states",
+                        placement.index, self.broker.node_id)
+            self.request_reregistration()
 
     def config_for_topic(self, topic: str) -> LogConfig:
         """The topic's overrides read from ZooKeeper over the broker's defaults."""
@@ -176,12 +185,30 @@ class ZkControl:
             node.controller = Controller(node)
             node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)
             node.controller.start()
+            broker.placement.add_wake_check(self._reregistration_asked)
         node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
     async def before_stop(self) -> None:
-        """SIGTERM, while every listener still serves: the controlled shutdown (run by the
-        process holding the registration)."""
-        await self.broker.placement.controlled_shutdown()
+        """SIGTERM, while every listener still serves, before any process stops serving: the
+        controlled shutdown. The process holding the registration (worker 0) runs it: one
+        ControlledShutdown names the broker, and the controller moves every partition the
+        broker leads, whichever worker owns it; worker 0 returns once its own view (the
+        fanned-out LeaderAndIsr) shows no replicated partition led here, and then stops
+        serving. The other workers keep serving clients, forwarded requests and the
+        LeaderAndIsr fan-out until then (or until the controlled shutdown's time is up), so
+        no worker closes the log of a partition the broker still leads."""
+        broker, placement = self.broker, self.broker.placement
+        if placement.index == 0:
+            await self.run_controlled_shutdown()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + controlled_shutdown_budget(broker.config)
+        while placement.process_serving(0) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        led = sorted(tp for tp, p in broker.partitions.items()
+                     if placement.owns(p) and p.is_leader and len(p.replicas) > 1)
+        log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
+                 placement.index, len(led), f": {led[:5]}" if led else "")
 
     async def stop(self) -> None:
         """The replicas stopped: the controller connection and the ZooKeeper session close."""
@@ -469,11 +496,28 @@ class ZkControl:
                     "epoch %d); registering again", broker.node_id, epoch, registered)
         self._stale_epoch_since = None
         self._reregistered_at = now
-        broker.placement.request_reregistration()
+        self.request_reregistration()
+
+    def request_reregistration(self) -> None:
+        """Registers the broker again (a new broker epoch): here if this process holds the
+        registration, else asked of worker 0 through the broker-shared word and a poke."""
+        placement = self.broker.placement
+        if placement.index == 0:
+            self.register_again()
+            return
+        placement.set_broker_word(REREGISTER_WORD, 1)
+        placement.poke(0)
+
+    def _reregistration_asked(self) -> None:
+        """A wake-up of the registration's holder: another process may have asked for a new registration."""
+        placement = self.broker.placement
+        if placement.broker_word(REREGISTER_WORD):
+            placement.set_broker_word(REREGISTER_WORD, 0)
+            self.register_again()
 
     def register_again(self) -> None:
         """Registers this broker again (a new broker epoch), in the session that holds the
-        registration (this process's: the placement's `request_reregistration`)."""
+        registration (this process's)."""
         assert self.loop is not None
         self.loop.create_task(self._reregister())
 

@@ -248,27 +248,30 @@ def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane()
 def test_a_workers_data_plane_is_one_placement_whatever_the_control_plane():
     """Where a worker's partitions live and how their replica state is kept (roles, ISR and
     leading epoch in the slot, new replicas, shared append, routing, wake-ups) is
-    `WorkerPlacement`'s under either control plane; a subclass adds only ZooKeeper's session,
-    start and stop. One residence class: `SlotResidence`."""
+    `WorkerPlacement`'s under either control plane, and no class subclasses it. One residence
+    class: `SlotResidence`."""
     data_plane = {"become_leader", "become_follower", "on_isr_changed", "replica_removed", "new_replica",
                   "appends_here", "append", "shared_writer", "group_owner", "topic_id_of", "handle_frame",
-                  "_should_wake", "_moved", "shared_append_enabled"}
-    assert data_plane - {"shared_append_enabled"} <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
-    owners = {cls: class_methods(cls) & data_plane
-              for cls in subclasses_of("kafkafast.runtime.placement.WorkerPlacement")}
-    assert not any(owners.values()), owners
+                  "_should_wake", "_moved"}
+    assert data_plane <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
+    assert not subclasses_of("kafkafast.runtime.placement.WorkerPlacement")
     assert not subclasses_of("kafkafast.runtime.placement.SlotResidence")
 
 
-def test_a_placement_per_control_plane_adds_only_the_zookeeper_session():
-    """Opening the replicas a controller names, the start, the controlled shutdown and a new
-    registration are every placement's hooks (`LocalPlacement`'s in one process), and the share
-    state store is the control plane's: the one-process placement of a ZooKeeper broker adds
-    only its ZooKeeper session (`make_node`) to `LocalPlacement`, and no placement subclasses it."""
-    hooks = {"new_replica", "before_start", "after_start", "controlled_shutdown", "request_reregistration"}
-    assert hooks <= class_methods("kafkafast.broker.placement.LocalPlacement")
-    assert subclasses_of("kafkafast.broker.placement.LocalPlacement") == {"kafkafast.cluster.placement.ClusterLocalPlacement"}
-    assert class_methods("kafkafast.cluster.placement.ClusterLocalPlacement") == {"make_node"}
+def test_one_placement_per_runtime_whatever_the_control_plane():
+    """Processes are a placement, not a subclass: no placement subclasses `LocalPlacement` or
+    `WorkerPlacement`; both offer the broker-shared words (the broker's identity and session,
+    which ZooKeeper's `ClusterNode` keeps in them) and the wake-ups a control plane uses, and
+    ZooKeeper's control plane holds the registration, the start and the controlled shutdown."""
+    shared = {"new_replica", "broker_word", "set_broker_word", "poke", "add_wake_check", "process_serving"}
+    assert shared <= class_methods("kafkafast.broker.placement.LocalPlacement")
+    assert shared <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
+    assert not subclasses_of("kafkafast.broker.placement.LocalPlacement")
+    assert not subclasses_of("kafkafast.cluster.node.ClusterNode")
+    registration = {"before_start", "after_start", "controlled_shutdown", "request_reregistration", "make_node"}
+    for cls in ("kafkafast.broker.placement.LocalPlacement", "kafkafast.runtime.placement.WorkerPlacement"):
+        assert not class_methods(cls) & registration, cls
+    assert {"request_reregistration", "before_stop", "started"} <= class_methods("kafkafast.cluster.zk_control.ZkControl")
 
 
 def test_the_broker_builds_its_topics_once_through_its_control_plane():
