@@ -214,7 +214,7 @@ def test_one_broker_class_whatever_the_control_plane():
     identity, start, controller requests, stores) is its control plane's, chosen by the command
     line (`cli/main.py:control_class`), never a subclass's."""
     assert not subclasses_of("kafkafast.broker.broker.Broker")
-    start = {"initial_cluster_id", "attach", "load", "started", "config_for_topic"}
+    start = {"initial_cluster_id", "load", "started", "config_for_topic"}
     assert start <= class_methods("kafkafast.broker.control.LocalControl")
     assert start <= class_methods("kafkafast.cluster.zk_control.ZkControl")
 
@@ -224,7 +224,7 @@ def test_controller_requests_are_the_control_planes():
     against, the connection to it, AlterPartition, a new registration, the controlled shutdown)
     is the ZooKeeper control plane's, not a Broker subclass's."""
     on_control = {"check_controller_epoch", "leader_and_isr", "update_metadata", "stop_replica", "alter_isr",
-                  "_controller_connection", "register_again", "_reregister", "ask_controller",
+                  "_controller_connection", "register_again", "_reregister", "request_reregistration", "ask_controller",
                   "run_controlled_shutdown", "_wait_not_leading"}
     assert on_control <= class_methods("kafkafast.cluster.zk_control.ZkControl")
     moved = on_control | {"apply_leader_and_isr", "apply_update_metadata", "apply_stop_replica",
@@ -271,22 +271,22 @@ def test_one_placement_per_runtime_whatever_the_control_plane():
     registration = {"before_start", "after_start", "controlled_shutdown", "request_reregistration", "make_node"}
     for cls in ("kafkafast.broker.placement.LocalPlacement", "kafkafast.runtime.placement.WorkerPlacement"):
         assert not class_methods(cls) & registration, cls
-    assert {"request_reregistration", "before_stop", "started"} <= class_methods("kafkafast.cluster.zk_control.ZkControl")
+    zk_control = class_methods("kafkafast.cluster.zk_control.ZkControl")
+    assert {"request_reregistration", "_reregistration_asked", "before_stop", "started"} <= zk_control
 
 
 def test_the_broker_builds_its_topics_once_through_its_control_plane():
     """The broker asks its control plane for its topics and its topic store when it builds itself
-    (a cluster broker builds no topics file store it then replaces), and ZooKeeper's `attach`
-    writes no more than the session and metadata cache the cluster's modules read on the broker."""
+    (a cluster broker builds no topics file store it then replaces), and ZooKeeper's control plane
+    writes nothing onto the broker for the cluster's modules: they read its node and metadata
+    cache through `broker.control`."""
     factories = {"make_topics", "make_topic_store"}
     assert factories <= class_methods("kafkafast.broker.control.LocalControl")
     assert factories <= class_methods("kafkafast.cluster.zk_control.ZkControl")
-    path = ROOT / "cluster" / "zk_control.py"
-    cls = next(n for n in parse(path).body if isinstance(n, ast.ClassDef) and n.name == "ZkControl")
-    attach = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "attach")
-    targets = [t for node in ast.walk(attach) if isinstance(node, ast.Assign) for t in node.targets]
-    written = {t.attr for t in targets if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "broker"}
-    assert written <= {"node", "cluster", "metadata"}, written
+    for path in (ROOT / "cluster").glob("*.py"):
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Attribute) and node.attr in ("node", "metadata", "cluster"):
+                assert not ast.unparse(node.value).endswith("broker"), f"{path.name}: {ast.unparse(node)}"
 
 
 PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
