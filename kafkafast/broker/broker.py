@@ -113,7 +113,6 @@ class Broker:
         self.extensions = load_extensions(self, config)
         self.test_control: Any = frame_hook(self.extensions)  # takes client request frames, if any
         self.placement.attach(self)  # a worker's placement: its fetch-session shard, its owned logs
-        self.control.attach()  # (ZooKeeper's: the session, the metadata cache, the topics through it)
 
     def log_manager_settings(self) -> dict[str, Any]:
         """The LogManager's schedule, from the broker settings of the same names as Kafka's."""

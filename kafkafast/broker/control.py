@@ -156,9 +156,6 @@ class LocalControl:
         """Topic administration's store: the topics file (and the logs, in each process)."""
         return FileTopicStore(self.broker)
 
-    def attach(self) -> None:
-        """The broker is built: nothing more to attach."""
-
     async def load(self) -> None:
         self.broker.load()  # topics, logs (recovery), partitions, on the loop
 

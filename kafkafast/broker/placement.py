@@ -9,13 +9,24 @@ broker's own path. The pre-fork runtime's `runtime/placement.py:WorkerPlacement`
 them over N worker processes: the owner worker of each partition, its shared-memory slot,
 the wake-up pipes and the internal links between workers. Each places the one partition class
 (`partition.Partition`) by the home it gives it: `HERE`, or a `SlotResidence` (owner, slot).
-Either control plane (the local one, ZooKeeper's) runs over either placement."""
+Either control plane (the local one, ZooKeeper's) runs over either placement, and no
+placement class exists per control plane: what a control plane keeps for every process of the
+broker (ZooKeeper's: the broker's identity and session) is in the broker-shared words, and a
+control plane reaches another process by a poke (`poke`, `add_wake_check`)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from kafkafast.broker.partition import Partition
+
+# The broker-shared words (`Placement.broker_word`): what a control plane that registers the
+# broker (ZooKeeper's, cluster/node.py) keeps of its identity and session where every process of
+# the broker reads it: the session word (generation << 2 | registered | connected), the end of
+# the leadership lease (monotonic ms), the broker epoch (-1: not registered yet), the broker
+# id + 1 (0: not established yet) and a request to register the broker again (1: asked).
+SESSION_WORD, LEASE_END_WORD, BROKER_EPOCH_WORD, BROKER_ID_WORD, REREGISTER_WORD = range(5)
+LOCAL_BROKER_WORDS = (0, 0, -1, 0, 0)  # one process's, before the control plane writes them
 
 
 class Placement(Protocol):
@@ -87,22 +98,22 @@ class Placement(Protocol):
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
 
-    # -- asked by a control plane that opens replicas and registers the broker (ZooKeeper's) --
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Any:
-        """The replica the controller just named this broker's, as this process holds it."""
+        """The replica a controller just named this broker's, as this process holds it."""
 
-    def before_start(self) -> None:
-        """First thing of the broker's start."""
+    # -- the broker-shared words (`*_WORD`): the control plane's record of the broker's identity
+    # and session, written by the process holding its registration and read by every process --
+    def broker_word(self, word: int) -> int: ...
+    def set_broker_word(self, word: int, value: int) -> None: ...
 
-    def after_start(self) -> None:
-        """Last thing of the broker's start (before it listens and registers)."""
+    def poke(self, index: int) -> None:
+        """Wakes process `index`: its wake checks run (`add_wake_check`)."""
 
-    async def controlled_shutdown(self) -> None:
-        """SIGTERM, before any listener closes: the control plane's controlled shutdown, run by
-        the process holding the broker's registration."""
+    def add_wake_check(self, check: Callable[[], None]) -> None:
+        """`check` runs in this process whenever another process pokes it."""
 
-    def request_reregistration(self) -> None:
-        """Registers the broker again (a new broker epoch), in the process holding its registration."""
+    def process_serving(self, index: int) -> bool:
+        """Whether process `index` serves requests (it started and has not begun to stop)."""
 
 
 async def wait_for_wake(parts: list[Any], timeout: float) -> None:
@@ -125,6 +136,10 @@ class LocalPlacement:
     index = 0
     workers = 1
     incarnation = 1
+
+    def __init__(self) -> None:
+        self._words = list(LOCAL_BROKER_WORDS)
+        self._wake_checks: list[Callable[[], None]] = []
 
     def attach(self, broker: Any) -> None:
         self.broker = broker
@@ -210,19 +225,22 @@ class LocalPlacement:
     async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
         return await self.broker.dispatch(frame, conn, internal=internal)
 
-    # -- asked by a control plane that opens replicas and registers the broker (ZooKeeper's):
-    # this process holds every replica and the registration
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         return Partition(topic, index, await self.broker.replica_log(topic, index))
 
-    def before_start(self) -> None:
-        pass
+    # -- the broker-shared words: this process's own (it is every process of the broker)
+    def broker_word(self, word: int) -> int:
+        return self._words[word]
 
-    def after_start(self) -> None:
-        pass
+    def set_broker_word(self, word: int, value: int) -> None:
+        self._words[word] = value
 
-    async def controlled_shutdown(self) -> None:
-        await self.broker.control.run_controlled_shutdown()
+    def poke(self, index: int) -> None:
+        for check in self._wake_checks:  # (the only process: the one poked)
+            check()
 
-    def request_reregistration(self) -> None:
-        self.broker.control.register_again()
+    def add_wake_check(self, check: Callable[[], None]) -> None:
+        self._wake_checks.append(check)
+
+    def process_serving(self, index: int) -> bool:
+        return bool(self.broker.started)

@@ -151,24 +151,14 @@ def control_class(config: BrokerConfig) -> type:
 
 
 def placement_class(config: BrokerConfig) -> type:
-    """The placement of a broker in one process: every replica here (in cluster mode also the
-    registration, the start and the controlled shutdown)."""
-    if config.get("zookeeper.connect"):
-        from kafkafast.cluster.placement import ClusterLocalPlacement  # deferred: cluster mode only (kazoo)
-
-        return ClusterLocalPlacement
+    """The placement of a broker in one process (every replica here), whatever its control plane."""
     from kafkafast.broker.placement import LocalPlacement  # deferred: the broker's modules load only for `broker`
 
     return LocalPlacement
 
 
 def worker_placement_class(config: BrokerConfig) -> type:
-    """Each worker's placement: the worker runtime's (the replica state in the slots whatever the
-    control plane), in cluster mode with ZooKeeper's session, start and stop."""
-    if config.get("zookeeper.connect"):
-        from kafkafast.cluster.worker_placement import ClusterWorkerPlacement  # deferred: cluster mode only (kazoo)
-
-        return ClusterWorkerPlacement
+    """Each worker's placement (the replica state in the slots), whatever the control plane."""
     from kafkafast.runtime.placement import WorkerPlacement  # deferred: the broker's modules load only for `broker`
 
     return WorkerPlacement

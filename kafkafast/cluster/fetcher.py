@@ -111,7 +111,7 @@ class ReplicaFetcher:
         if self.conn is None or self.conn.closed:
             self.conn = await BrokerConnection(
                 self.host, self.port, node_id=self.leader_id, client_id=f"broker-{self.broker.node_id}-fetcher",
-                request_timeout_ms=int(self.liveness_s * 1000), security=self.broker.node.inter_broker,
+                request_timeout_ms=int(self.liveness_s * 1000), security=self.broker.control.node.inter_broker,
                 receive_buffer=self.receive_buffer).connect(timeout=self.liveness_s)
         return self.conn
 

@@ -18,6 +18,8 @@ from typing import Any, Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from kafkafast.broker.placement import (BROKER_EPOCH_WORD, BROKER_ID_WORD, LEASE_END_WORD, SESSION_WORD,
+                                        Placement)
 from kafkafast.cluster import zk_data as Z
 from kafkafast.config import ConfigError, parse_properties
 from kafkafast.metrics import recorder as request_metrics
@@ -36,6 +38,7 @@ class BrokerIdInUseError(SystemExit):
 
 
 REREGISTER_BACKOFF_S = 1.0
+IDENTITY_WAIT_S = 120.0  # a process other than the holder waits this long for the broker id
 # The session word (`ClusterNode.session_word`): generation << 2 | REGISTERED | CONNECTED.
 # The generation counts the broker's lost registrations (its session expired, or it deleted
 # the registration to register again); REGISTERED: the broker's registration was made in the
@@ -80,8 +83,36 @@ class TimedKazooClient(KazooClient):
         return super()._call(request, async_object)
 
 
+class BrokerWord:
+    """A broker-shared word of the node's placement as an attribute: every process reads it,
+    only the process holding the registration writes it (another's writes are dropped)."""
+
+    def __init__(self, word: int) -> None:
+        self.word = word
+
+    def __get__(self, node: Any, owner: Any = None) -> int:
+        return node.placement.broker_word(self.word)
+
+    def __set__(self, node: Any, value: int) -> None:
+        if node.holder:
+            node.placement.set_broker_word(self.word, value)
+
+
 class ClusterNode:
-    def __init__(self, config: Any, log_dir: str) -> None:
+    """The ZooKeeper session of one process of the broker (with workers each has its own). The
+    process holding the registration (the placement's index 0) establishes the broker id and
+    registers; the broker id, the broker epoch and the session state the fence follows are
+    kept in the placement's broker-shared words (broker/placement.py: with workers, the
+    shared-memory header), written by that process and read by every one."""
+
+    session_word = BrokerWord(SESSION_WORD)  # the session the fence follows: see SESSION_CONNECTED
+    lease_end_ms = BrokerWord(LEASE_END_WORD)
+    broker_epoch = BrokerWord(BROKER_EPOCH_WORD)
+
+    def __init__(self, config: Any, log_dir: str, placement: Placement) -> None:
+        self.placement = placement
+        self.holder = placement.index == 0  # the process that registers the broker
+        previous = placement.broker_word(SESSION_WORD)
         self.config = config
         self.log_dir = log_dir
         hosts, self.chroot = split_connect(config.get("zookeeper.connect") or "")
@@ -95,7 +126,7 @@ class ClusterNode:
         self.inter_broker_listener = self.inter_broker.listener.name
         self.zk: KazooClient | None = None
         self.broker_id = -1
-        self.broker_epoch = -1
+        self.broker_epoch = -1  # (these three: the broker-shared words, written by the holder alone)
         self.cluster_id = ""
         self.controller: Any = None
         self.on_session_reset: Callable[[], None] | None = None
@@ -111,6 +142,8 @@ class ClusterNode:
         self.lease_end_ms = 0  # appends of led partitions stop here (see "Self-fencing" in ARCHITECTURE.md)
         self._lease_thread: threading.Thread | None = None
         self._lease_kick = threading.Event()  # a read at once: the session is back
+        if self.holder:  # a new holder (a respawned worker 0 too): what a predecessor confirmed is void
+            self.session_word = ((previous >> 2) + 1) << 2
 
     # -- the leadership lease --------------------------------------------------------------------
     def lease_ms(self) -> int:
@@ -243,8 +276,11 @@ class ClusterNode:
 
     def establish_identity(self, configured_cluster_id: str | None) -> tuple[str, int]:
         """Cluster id from /cluster/id (created if absent), checked against meta.properties;
-        broker id from config, meta.properties or /brokers/seqid. Writes meta.properties."""
+        broker id from config, meta.properties or /brokers/seqid. Writes meta.properties. The
+        holder establishes them and publishes the broker id; another process waits for it."""
         assert self.zk is not None
+        if not self.holder:
+            return self._await_identity()
         meta = self.read_meta()
         try:
             data, _ = self.zk.get(Z.CLUSTER_ID)
@@ -281,7 +317,21 @@ class ClusterNode:
             with open(os.path.join(self.log_dir, "meta.properties"), "w", encoding="utf-8") as fh:
                 fh.write(f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n")
         self.cluster_id, self.broker_id = cluster_id, broker_id
+        self.placement.set_broker_word(BROKER_ID_WORD, broker_id + 1)
         return cluster_id, broker_id
+
+    def _await_identity(self) -> tuple[str, int]:
+        """The broker id the holder published, the cluster id from ZooKeeper."""
+        assert self.zk is not None
+        deadline = time.monotonic() + IDENTITY_WAIT_S
+        while self.placement.broker_word(BROKER_ID_WORD) == 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("worker 0 did not establish the broker id")
+            time.sleep(0.05)
+        data, _ = self.zk.get(Z.CLUSTER_ID)
+        self.cluster_id = Z.loads(data)["id"]
+        self.broker_id = self.placement.broker_word(BROKER_ID_WORD) - 1
+        return self.cluster_id, self.broker_id
 
     def broker_info(self) -> Z.BrokerInfo:
         """Every listener's advertised endpoint and its security protocol (Kafka's v5 JSON)."""

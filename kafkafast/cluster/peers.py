@@ -20,7 +20,7 @@ class PeerConnections:
     async def get(self, broker_id: int) -> BrokerConnection | None:
         """The connection to `broker_id` (None when the metadata does not know the broker)."""
         async with self._connecting.setdefault(broker_id, asyncio.Lock()):
-            b = self.broker.metadata.brokers.get(broker_id)
+            b = self.broker.control.metadata.brokers.get(broker_id)
             if b is None:
                 return None
             conn = self._conns.get(broker_id)
@@ -30,7 +30,7 @@ class PeerConnections:
                 conn.close()
             conn = await BrokerConnection(b.host, b.port, node_id=broker_id,
                                           client_id=f"broker-{self.broker.node_id}-{self.purpose}",
-                                          security=self.broker.node.inter_broker).connect()
+                                          security=self.broker.control.node.inter_broker).connect()
             self._conns[broker_id] = conn
             return conn
 

@@ -210,7 +210,7 @@ class ClusterShareStateStore(ShareStateStore):
         if self.coordinator_error(key) == 0:
             super().write(group_id, topic_id, partition, start_offset, state_epoch, batches)
             return
-        dest = (self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key)), group_id)
+        dest = (self.broker.control.metadata.leader_of(STATE_TOPIC, self.partition_for(key)), group_id)
         fut = asyncio.get_running_loop().create_future()
         self._queued.setdefault(dest, _QueuedWrites()).add(key, state_epoch, start_offset, batches, fut)
         self.pending.append((key, fut))
@@ -318,7 +318,8 @@ class ClusterShareStateStore(ShareStateStore):
 
     # -- inter-broker requests ----------------------------------------------------------------------
     async def _ask(self, key: Key, request: Any) -> Any:
-        return await self._send(self.broker.metadata.leader_of(STATE_TOPIC, self.partition_for(key)), key, request)
+        leader = self.broker.control.metadata.leader_of(STATE_TOPIC, self.partition_for(key))
+        return await self._send(leader, key, request)
 
     async def _send(self, leader: int, key: Key, request: Any) -> Any:
         if leader == self.broker.node_id:

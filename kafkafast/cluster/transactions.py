@@ -140,9 +140,9 @@ class ClusterTxnCoordinator(TransactionCoordinator):
         part = broker.get_partition(topic, index)
         if part is not None and getattr(part, "is_leader", False):
             return await write_marker(broker, part, producer_id, producer_epoch, commit, coordinator_epoch)
-        if topic not in broker.metadata.partitions:
+        if topic not in broker.control.metadata.partitions:
             return 0  # the topic was deleted: no marker needed
-        leader = broker.metadata.leader_of(topic, index)
+        leader = broker.control.metadata.leader_of(topic, index)
         if leader < 0:
             return EC.LEADER_NOT_AVAILABLE
         if leader == broker.node_id:

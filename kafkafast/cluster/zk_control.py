@@ -1,8 +1,9 @@
 """The control plane of a ZooKeeper-mode broker: the same calls as the single node's
 (`kafkafast/broker/control.py`), answered by this broker's controller thread when it is the
 active controller, by the cluster member this broker is, and from its metadata cache. It is
-all that makes the one `Broker` class a ZooKeeper cluster member: the broker's ZooKeeper node,
-metadata cache and topics through them (`attach`), its session, identity, dynamic configs,
+all that makes the one `Broker` class a ZooKeeper cluster member: the broker's ZooKeeper node
+and metadata cache (`node`, `metadata`: the cluster's modules read them here, through
+`broker.control`) and topics through them, its session, identity, dynamic configs,
 ACLs and SCRAM credentials read at start (`load`, after the fork, in the serving process).
 
 It feeds the data plane (`broker.replicas`, broker/replica_manager.py) the controller's
@@ -22,6 +23,7 @@ from typing import Any
 
 from kafkafast.broker.broker import OFFSETS_TOPIC
 from kafkafast.broker.control import PartitionView, election_everywhere
+from kafkafast.broker.placement import REREGISTER_WORD
 from kafkafast.broker.share.coordinator import ShareCoordinator
 from kafkafast.broker.txn_coordinator import TXN_TOPIC
 from kafkafast.cluster import zk_data as Z
@@ -33,8 +35,8 @@ from kafkafast.cluster.metadata_cache import ClusterTopics, MetadataCache
 from kafkafast.cluster.share_state import ClusterShareStateStore
 from kafkafast.cluster.zk_topic_store import ZkTopicStore
 from kafkafast.cluster.transactions import ClusterTxnCoordinator
-from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ZkProducerIds,
-                                    monotonic_ms)
+from kafkafast.cluster.node import (SESSION_CONNECTED, SESSION_REGISTERED, BrokerIdInUseError, ClusterNode,
+                                    ZkProducerIds, monotonic_ms)
 from kafkafast.client.connection import BrokerConnection
 from kafkafast.metrics import recorder
 from kafkafast.protocol import errors as E
@@ -52,7 +54,7 @@ EC = E.ErrorCode
 
 def _ensure_offsets_topic(broker: Any) -> int:
     """0 once `__consumer_offsets` exists (created here if not), else COORDINATOR_NOT_AVAILABLE."""
-    if OFFSETS_TOPIC in broker.metadata.partitions or broker.topics.get(OFFSETS_TOPIC) is not None:
+    if OFFSETS_TOPIC in broker.control.metadata.partitions or broker.topics.get(OFFSETS_TOPIC) is not None:
         return 0
     try:
         broker.create_topic(OFFSETS_TOPIC, broker.config.get_int("offsets.topic.num.partitions"))
@@ -102,16 +104,16 @@ class ZkControl:
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop, known once started
         # this broker's ZooKeeper session (not connected yet: load()'s) and metadata cache (the
         # controller's UpdateMetadata): the broker's topics are read through them
-        self.node = broker.placement.make_node(broker.config, broker.log_dirs[0])
+        self.node = ClusterNode(broker.config, broker.log_dirs[0], broker.placement)
         self.metadata = MetadataCache(self.node.inter_broker_listener)
 
     @property
     def zk(self) -> Any:
         """This broker's ZooKeeper session: ACLs and SCRAM credentials live there (security/)."""
-        return self.broker.node.zk
+        return self.node.zk
 
     def _controller_active(self) -> bool:
-        controller = self.broker.node.controller
+        controller = self.node.controller
         return controller is not None and controller.active
 
     # -- the broker's identity and start (Broker.__init__, Broker.start) ----------------
@@ -127,24 +129,17 @@ class ZkControl:
         """Topic administration's store: the assignment, config and deletion znodes."""
         return ZkTopicStore(self.broker, self.node)
 
-    def attach(self) -> None:
-        """The broker is built: the ZooKeeper session (made with the control plane, connected in
-        load(), after the fork) and the metadata cache where the cluster's modules read them
-        (`broker.node`, `broker.metadata`)."""
-        broker = self.broker
-        broker.node = broker.cluster = self.node
-        broker.metadata = self.metadata
-
     async def load(self) -> None:
-        """The first thing of Broker.start: the placement's, then the ZooKeeper session and what
-        is read through it (in a thread)."""
+        """The first thing of Broker.start: the ZooKeeper session and what is read through it
+        (in a thread)."""
         broker = self.broker
-        broker.placement.before_start()
+        if broker.placement.index == 0:  # registering now gives every process every replica state
+            broker.placement.set_broker_word(REREGISTER_WORD, 0)
         self.loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._load)
 
     def _load(self) -> None:
-        broker, node = self.broker, self.broker.node
+        broker, node = self.broker, self.node
         node.connect()
         broker.cluster_id, broker.node_id = node.establish_identity(broker.config.get("cluster.id"))
         # the change notifications seen before the dynamic broker configs are read: the watch
@@ -162,12 +157,18 @@ class ZkControl:
         broker.started = True
 
     def started(self) -> None:
-        self.broker.placement.after_start()  # (before the broker listens and registers)
+        """Before the broker listens and registers: a replaced worker (its predecessor died)
+        knows no replica state, so the broker registers again to receive them all."""
+        placement = self.broker.placement
+        if placement.incarnation > 1 and placement.index != 0:
+            log.warning("worker %d replaced: registering broker %d again to receive its replica states",
+                        placement.index, self.broker.node_id)
+            self.request_reregistration()
 
     def config_for_topic(self, topic: str) -> LogConfig:
         """The topic's overrides read from ZooKeeper over the broker's defaults."""
         broker = self.broker
-        configs = broker.node.topic_configs(topic)
+        configs = self.node.topic_configs(topic)
         return LogConfig.from_props(configs, broker.default_log_config) if configs else broker.default_log_config
 
     # -- the broker's lifecycle (Broker.on_listening, before_stop, stop) ----------------
@@ -177,18 +178,36 @@ class ZkControl:
         (the process that holds the registration and runs the controller, worker 0), so that the
         controller's LeaderAndIsr for this broker finds it reachable, as Kafka registers only
         after its socket server is up; then watch the config change notifications."""
-        broker, node = self.broker, self.broker.node
+        broker, node = self.broker, self.node
         if broker.placement.index == 0:
             await asyncio.to_thread(node.register)
             node.controller = Controller(node)
             node.on_session_reset = lambda: self.loop.call_soon_threadsafe(self._session_reset)
             node.controller.start()
+            broker.placement.add_wake_check(self._reregistration_asked)
         node.zk.ChildrenWatch(Z.CONFIG_CHANGES, self._on_config_changes)
 
     async def before_stop(self) -> None:
-        """SIGTERM, while every listener still serves: the controlled shutdown (run by the
-        process holding the registration)."""
-        await self.broker.placement.controlled_shutdown()
+        """SIGTERM, while every listener still serves, before any process stops serving: the
+        controlled shutdown. The process holding the registration (worker 0) runs it: one
+        ControlledShutdown names the broker, and the controller moves every partition the
+        broker leads, whichever worker owns it; worker 0 returns once its own view (the
+        fanned-out LeaderAndIsr) shows no replicated partition led here, and then stops
+        serving. The other workers keep serving clients, forwarded requests and the
+        LeaderAndIsr fan-out until then (or until the controlled shutdown's time is up), so
+        no worker closes the log of a partition the broker still leads."""
+        broker, placement = self.broker, self.broker.placement
+        if placement.index == 0:
+            await self.run_controlled_shutdown()
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + controlled_shutdown_budget(broker.config)
+        while placement.process_serving(0) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        led = sorted(tp for tp, p in broker.partitions.items()
+                     if placement.owns(p) and p.is_leader and len(p.replicas) > 1)
+        log.info("worker %d: stopping after the controlled shutdown (still leading %d replicated partitions%s)",
+                 placement.index, len(led), f": {led[:5]}" if led else "")
 
     async def stop(self) -> None:
         """The replicas stopped: the controller connection and the ZooKeeper session close."""
@@ -197,7 +216,7 @@ class ZkControl:
             self._controller_conn.close()
         for p in broker.partitions.values():
             p.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        await asyncio.to_thread(broker.node.close)
+        await asyncio.to_thread(self.node.close)
 
     # -- what the broker builds: ZooKeeper's stores and coordinators ---------------------
 
@@ -213,14 +232,14 @@ class ZkControl:
         and the workers)."""
         broker = self.broker
         group_configs = ZkGroupConfigs(broker.config)
-        await asyncio.to_thread(group_configs.attach, broker.node)
+        await asyncio.to_thread(group_configs.attach, self.node)
         return ShareCoordinator(broker, ClusterShareStateStore(broker), group_configs)
 
     def make_txn_coordinator(self) -> ClusterTxnCoordinator:
         return ClusterTxnCoordinator(self.broker)  # markers to the partitions' leaders
 
     def _session_reset(self) -> None:
-        log.info("new ZooKeeper session (broker epoch %d)", self.broker.node.broker_epoch)
+        log.info("new ZooKeeper session (broker epoch %d)", self.node.broker_epoch)
 
     def _on_config_changes(self, children: list[str]) -> None:
         """Kazoo's thread: a topic's configs, dynamic broker configs, client quotas or a group's
@@ -240,7 +259,7 @@ class ZkControl:
         for child in sorted(set(children) - self.seen_config_changes):
             self.seen_config_changes.add(child)
             try:
-                data, _ = await asyncio.to_thread(broker.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
+                data, _ = await asyncio.to_thread(self.node.zk.get, f"{Z.CONFIG_CHANGES}/{child}")
             except Exception:
                 continue
             entity = Z.loads(data).get("entity_path", "")
@@ -275,7 +294,7 @@ class ZkControl:
             if not entity.startswith("topics/"):
                 continue
             topic = entity[len("topics/"):]
-            configs = await asyncio.to_thread(broker.node.topic_configs, topic)
+            configs = await asyncio.to_thread(self.node.topic_configs, topic)
             broker.topics.configs[topic] = configs
             cfg = LogConfig.from_props(configs, broker.default_log_config) if configs else broker.default_log_config
             for (t, _), part in broker.partitions.items():
@@ -327,7 +346,7 @@ class ZkControl:
         if err:
             return -1, "", -1, err, None
         p = (broker.group_coordinator if key_type == 0 else broker.txn_coordinator).partition_for(key)
-        b = broker.metadata.brokers.get(broker.metadata.leader_of(topic, p))
+        b = self.metadata.brokers.get(self.metadata.leader_of(topic, p))
         ep = b.endpoint(ctx.listener_name) if b is not None else None
         if b is None or ep is None:
             return -1, "", -1, E.ErrorCode.COORDINATOR_NOT_AVAILABLE, None
@@ -338,7 +357,7 @@ class ZkControl:
     def fence_reason(self, part: Any) -> str | None:
         """Why this broker cannot confirm now that it still leads `part`, or None
         (docs/ARCHITECTURE.md, "Self-fencing of a cut-off leader")."""
-        node = self.broker.node
+        node = self.node
         word = node.session_word
         if not word & SESSION_CONNECTED:
             return "its ZooKeeper session is suspended or lost"
@@ -353,7 +372,7 @@ class ZkControl:
     def check_controller_epoch(self, controller_epoch: int, broker_epoch: int = -1) -> int:
         if controller_epoch < self.controller_epoch:
             return EC.STALE_CONTROLLER_EPOCH
-        if 0 <= broker_epoch < self.broker.node.broker_epoch:
+        if 0 <= broker_epoch < self.node.broker_epoch:
             return EC.STALE_BROKER_EPOCH
         self.controller_epoch = controller_epoch
         return 0
@@ -367,7 +386,7 @@ class ZkControl:
         results = []
         # the registration the controller addressed this to: its roles are confirmed for that one
         # (sent before this broker learnt its own new epoch: it counts once it has)
-        epoch = req.broker_epoch if req.broker_epoch >= 0 else self.broker.node.broker_epoch
+        epoch = req.broker_epoch if req.broker_epoch >= 0 else self.node.broker_epoch
         for ts in req.topic_states:
             for ps in ts.partition_states:
                 code = await self.broker.replicas.apply_partition_state(ts.topic_name, bytes(ts.topic_id), ps, epoch)
@@ -378,8 +397,8 @@ class ZkControl:
         err = self.check_controller_epoch(req.controller_epoch, req.broker_epoch)
         if err:
             return err
-        self.broker.metadata.update(req)
-        for b in self.broker.metadata.brokers.values():
+        self.metadata.update(req)
+        for b in self.metadata.brokers.values():
             self.broker.replicas.leader_endpoints[b.broker_id] = (b.host, b.port)
         return 0
 
@@ -395,8 +414,8 @@ class ZkControl:
         return 0, out
 
     async def _controller_connection(self) -> BrokerConnection | None:
-        cid = self.broker.metadata.controller_id
-        b = self.broker.metadata.brokers.get(cid)
+        cid = self.metadata.controller_id
+        b = self.metadata.brokers.get(cid)
         if b is None:
             return None
         conn = self._controller_conn
@@ -405,12 +424,12 @@ class ZkControl:
                 conn.close()
             self._controller_conn = conn = await BrokerConnection(
                 b.host, b.port, node_id=cid, client_id=f"broker-{self.broker.node_id}-alter-partition",
-                security=self.broker.node.inter_broker).connect()
+                security=self.node.inter_broker).connect()
         return conn
 
     async def alter_isr(self, part: Any, new_isr: list[int], epoch: int) -> None:
         """A leader's ISR change: AlterPartition to the controller; an accepted one is applied."""
-        broker, node = self.broker, self.broker.node
+        broker, node = self.broker, self.node
         R = AlterPartitionRequest
         asked_from = list(part.isr)  # what the change was made from: the controller's own
         # LeaderAndIsr may apply the accepted ISR here before this answer is read
@@ -459,7 +478,7 @@ class ZkControl:
         carry), or the refusals go on for longer than a session timeout, the broker registers
         again: retrying the same request would be refused forever. A registration the
         controller has not read yet, or one a new session is about to make, is waited for."""
-        broker, node = self.broker, self.broker.node
+        broker, node = self.broker, self.node
         now = asyncio.get_running_loop().time()
         if epoch != node.broker_epoch or now - self._reregistered_at < node.session_timeout_s:
             return  # registered again since (or being registered): the next request carries the new epoch
@@ -476,17 +495,34 @@ class ZkControl:
                     "epoch %d); registering again", broker.node_id, epoch, registered)
         self._stale_epoch_since = None
         self._reregistered_at = now
-        broker.placement.request_reregistration()
+        self.request_reregistration()
+
+    def request_reregistration(self) -> None:
+        """Registers the broker again (a new broker epoch): here if this process holds the
+        registration, else asked of worker 0 through the broker-shared word and a poke."""
+        placement = self.broker.placement
+        if placement.index == 0:
+            self.register_again()
+            return
+        placement.set_broker_word(REREGISTER_WORD, 1)
+        placement.poke(0)
+
+    def _reregistration_asked(self) -> None:
+        """A wake-up of the registration's holder: another process may have asked for a new registration."""
+        placement = self.broker.placement
+        if placement.broker_word(REREGISTER_WORD):
+            placement.set_broker_word(REREGISTER_WORD, 0)
+            self.register_again()
 
     def register_again(self) -> None:
         """Registers this broker again (a new broker epoch), in the session that holds the
-        registration (this process's: the placement's `request_reregistration`)."""
+        registration (this process's)."""
         assert self.loop is not None
         self.loop.create_task(self._reregister())
 
     async def _reregister(self) -> None:
         try:
-            await asyncio.to_thread(self.broker.node.reregister)
+            await asyncio.to_thread(self.node.reregister)
         except (Exception, BrokerIdInUseError) as exc:
             log.error("registering broker %d again failed: %r", self.broker.node_id, exc)
 
@@ -495,7 +531,7 @@ class ZkControl:
         answer was lost was applied): take its ISR and partition epoch if it still names this
         leader at this leader epoch, so the next AlterPartition is not refused forever."""
         try:
-            data, stat = await asyncio.to_thread(self.broker.node.zk.get, Z.state_path(part.topic, part.index))
+            data, stat = await asyncio.to_thread(self.node.zk.get, Z.state_path(part.topic, part.index))
         except Exception as exc:
             log.info("%s-%d: cannot read the partition state: %r", part.topic, part.index, exc)
             return
@@ -509,7 +545,7 @@ class ZkControl:
 
     async def ask_controller(self, kind: str, *args: Any) -> Any:
         """Puts an event on this broker's controller queue; its last argument is the reply."""
-        controller = self.broker.node.controller
+        controller = self.node.controller
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
 
@@ -525,7 +561,7 @@ class ZkControl:
         to move this broker's leaderships away, up to controlled.shutdown.max.retries times
         controlled.shutdown.retry.backoff.ms apart, while this broker still serves; then waits
         for the LeaderAndIsr that makes it follower. True when no leadership is left."""
-        broker, node = self.broker, self.broker.node
+        broker, node = self.broker, self.node
         if not broker.config.get_bool("controlled.shutdown.enable") or node.zk is None:
             return False
         retries = max(broker.config.get_int("controlled.shutdown.max.retries"), 1)
@@ -534,7 +570,7 @@ class ZkControl:
             remaining: list[tuple[str, int]] | None = None
             try:
                 req = ControlledShutdownRequest(broker_id=broker.node_id, broker_epoch=node.broker_epoch)
-                if broker.metadata.controller_id == broker.node_id and node.controller.active:
+                if self.metadata.controller_id == broker.node_id and node.controller.active:
                     resp = await self.ask_controller("controlled_shutdown", req.broker_id, req.broker_epoch)
                 else:
                     conn = await self._controller_connection()
@@ -577,22 +613,22 @@ class ZkControl:
 
     def has_partition(self, topic: str, index: int) -> bool:
         """Whether the partition exists anywhere in the cluster, not only here."""
-        return index in self.broker.metadata.partitions.get(topic, {})
+        return index in self.metadata.partitions.get(topic, {})
 
     def topic_names(self) -> list[str]:
-        return sorted(self.broker.metadata.partitions)
+        return sorted(self.metadata.partitions)
 
     def topic_id(self, name: str) -> bytes | None:
-        cache = self.broker.metadata
+        cache = self.metadata
         return cache.topic_ids.get(name, bytes(16)) if name in cache.partitions else None
 
     def stored_topic_id(self, name: str) -> bytes | None:
         """The id of a topic whose partition gets a slot: from UpdateMetadata or the topic's znode
         (read once: at load, before any UpdateMetadata, the logs found on disk ask)."""
-        topic_id = self._stored_topic_ids.get(name) or self.broker.metadata.topic_ids.get(name)
+        topic_id = self._stored_topic_ids.get(name) or self.metadata.topic_ids.get(name)
         if topic_id is None:
             try:
-                data, _ = self.broker.node.zk.get(Z.topic_path(name))
+                data, _ = self.node.zk.get(Z.topic_path(name))
             except Exception:
                 return None
             topic_id, _ = Z.parse_topic_assignment(data)
@@ -601,23 +637,23 @@ class ZkControl:
         return topic_id
 
     def topic_named_by(self, topic_id: bytes) -> str | None:
-        return next((n for n, tid in self.broker.metadata.topic_ids.items() if tid == topic_id), None)
+        return next((n for n, tid in self.metadata.topic_ids.items() if tid == topic_id), None)
 
     def partitions_of(self, name: str) -> list[PartitionView]:
         return [PartitionView(index, info.leader, info.leader_epoch, list(info.replicas), list(info.isr),
                               list(info.offline))
-                for index, info in sorted(self.broker.metadata.partitions.get(name, {}).items())]
+                for index, info in sorted(self.metadata.partitions.get(name, {}).items())]
 
     def controller_id(self) -> int:
-        return self.broker.metadata.controller_id
+        return self.metadata.controller_id
 
     def leader_of(self, topic: str, partition: int) -> tuple[int, int] | None:
-        info = self.broker.metadata.partitions.get(topic, {}).get(partition)
+        info = self.metadata.partitions.get(topic, {}).get(partition)
         return (info.leader, info.leader_epoch) if info is not None and info.leader >= 0 else None
 
     def endpoint_of(self, broker_id: int) -> tuple[str, int, str | None] | None:
-        b = self.broker.metadata.brokers.get(broker_id)
+        b = self.metadata.brokers.get(broker_id)
         return (b.host, b.port, b.rack) if b is not None else None
 
     def brokers_for(self, ctx: Any) -> list[tuple[int, str, int, str | None]]:
-        return list(self.broker.metadata.brokers_on(ctx.listener_name))
+        return list(self.metadata.brokers_on(ctx.listener_name))

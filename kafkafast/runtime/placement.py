@@ -41,9 +41,10 @@ workers over the internal Unix sockets (`forwarding.Forwarder`).
   append, `shared_append_enabled`).
 * controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) are applied by every worker,
   the controller's own APIs go to worker 0.
-
-What is ZooKeeper's alone (the session in the shared-memory header, the registration held by
-worker 0, the controlled shutdown) is `cluster/worker_placement.py`'s `ClusterWorkerPlacement`;
+* the broker-shared words (`broker_word`: the identity and session a control plane that
+  registers the broker keeps, cluster/node.py) are words of the shared-memory header; a
+  control plane's wake checks (`add_wake_check`: ZooKeeper's, a new registration another
+  worker asked worker 0 for) run on each wake-up. The same class under either control plane:
 this package imports nothing of kafkafast/cluster."""
 from __future__ import annotations
 
@@ -53,13 +54,14 @@ import os
 import shutil
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kafkafast import clock
 from kafkafast.broker.broker import OFFSETS_TOPIC, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
-from kafkafast.broker.placement import wait_for_wake
+from kafkafast.broker.placement import (BROKER_EPOCH_WORD, BROKER_ID_WORD, LEASE_END_WORD, REREGISTER_WORD,
+                                        SESSION_WORD, wait_for_wake)
 from kafkafast.broker.quotas import SHARE_FETCH
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
@@ -85,6 +87,9 @@ from kafkafast.storage.reader import LogReader
 from kafkafast.storage.shared_append import SharedAppend
 
 log = logging.getLogger("kafkafast.worker")
+# The broker-shared words (broker/placement.py) in the shared-memory header.
+HEADER_WORDS = {SESSION_WORD: shm.H_SESSION, LEASE_END_WORD: shm.H_LEASE_END, BROKER_EPOCH_WORD: shm.H_BROKER_EPOCH,
+                BROKER_ID_WORD: shm.H_BROKER_ID, REREGISTER_WORD: shm.H_REREGISTER}
 
 
 def _log_share_close_failure(task: asyncio.Task) -> None:
@@ -309,6 +314,7 @@ class WorkerPlacement:
         self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
         self._load_started = 0.0
         self._topic_ids: dict[str, bytes] = {}  # named by the controller (new_replica)
+        self._wake_checks: list[Callable[[], None]] = []  # the control plane's, on each wake-up
 
     def attach(self, broker: Any) -> None:
         """The broker's worker parts: its fetch sessions are this worker's shard, its logs the owned ones."""
@@ -337,6 +343,18 @@ class WorkerPlacement:
             os.write(self.wake_fds[worker], b"\x01")
         except BlockingIOError:
             pass  # the pipe is full of wake-ups already
+
+    def add_wake_check(self, check: Callable[[], None]) -> None:
+        self._wake_checks.append(check)
+
+    def broker_word(self, word: int) -> int:
+        return self.table.header_word(HEADER_WORDS[word])
+
+    def set_broker_word(self, word: int, value: int) -> None:
+        self.table.set_header_word(HEADER_WORDS[word], value)
+
+    def process_serving(self, index: int) -> bool:
+        return bool(self.table.worker_word(index, shm.W_READY))
 
     def wake_owner(self, part: Any) -> None:
         """Another worker's partition changed here (an append, a follower's fetch): its owner re-checks."""
@@ -708,6 +726,8 @@ class WorkerPlacement:
                 p.wake()
         if not self.hw_follows_end:  # other workers appended or served a follower: the owner's turn
             self._recheck_led()
+        for check in self._wake_checks:
+            check()
 
     def _recheck_led(self) -> None:
         """The high watermark and the ISR of each partition led here, recomputed from the slot."""

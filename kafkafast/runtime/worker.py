@@ -4,8 +4,8 @@ Everything here starts after the fork (`run_worker`): the uvloop event loop, the
 the logs this worker owns, its servers on the inherited listening sockets.
 
 The broker is a `Broker` with its control plane (`broker/control.py:LocalControl`, or cluster
-mode's `cluster/zk_control.py:ZkControl`) over this worker's placement (`runtime/placement.py:WorkerPlacement`, or cluster mode's
-`cluster/worker_placement.py:ClusterWorkerPlacement`): where each partition lives, and the
+mode's `cluster/zk_control.py:ZkControl`) over this worker's placement (`runtime/placement.py:WorkerPlacement`,
+whatever the control plane): where each partition lives, and the
 worker paths (owned logs, forwarding, shared append, wake-ups). The command line chooses
 both and hands them to `run_worker` (this package imports nothing of kafkafast/cluster).
 """

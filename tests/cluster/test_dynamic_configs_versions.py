@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+from kafkafast.broker.placement import LocalPlacement
 from kafkafast.cluster.dynamic_configs import ZkDynamicConfigs
 from kafkafast.cluster.node import ClusterNode
 from kafkafast.config import BrokerConfig
@@ -16,7 +17,7 @@ from tests.support.zookeeper_process import ZooKeeperProcess
 
 def test_a_slow_read_of_an_older_version_does_not_replace_a_newer_entry(tmp_path):
     zk = ZooKeeperProcess(tmp_path / "zookeeper").start()
-    node = ClusterNode(BrokerConfig.load(overrides={"zookeeper.connect": zk.connect}), str(tmp_path))
+    node = ClusterNode(BrokerConfig.load(overrides={"zookeeper.connect": zk.connect}), str(tmp_path), LocalPlacement())
     try:
         node.connect()
         node.set_broker_configs("7", {"message.max.bytes": "1000"})

@@ -214,7 +214,7 @@ def test_one_broker_class_whatever_the_control_plane():
     identity, start, controller requests, stores) is its control plane's, chosen by the command
     line (`cli/main.py:control_class`), never a subclass's."""
     assert not subclasses_of("kafkafast.broker.broker.Broker")
-    start = {"initial_cluster_id", "attach", "load", "started", "config_for_topic"}
+    start = {"initial_cluster_id", "load", "started", "config_for_topic"}
     assert start <= class_methods("kafkafast.broker.control.LocalControl")
     assert start <= class_methods("kafkafast.cluster.zk_control.ZkControl")
 
@@ -224,7 +224,7 @@ def test_controller_requests_are_the_control_planes():
     against, the connection to it, AlterPartition, a new registration, the controlled shutdown)
     is the ZooKeeper control plane's, not a Broker subclass's."""
     on_control = {"check_controller_epoch", "leader_and_isr", "update_metadata", "stop_replica", "alter_isr",
-                  "_controller_connection", "register_again", "_reregister", "ask_controller",
+                  "_controller_connection", "register_again", "_reregister", "request_reregistration", "ask_controller",
                   "run_controlled_shutdown", "_wait_not_leading"}
     assert on_control <= class_methods("kafkafast.cluster.zk_control.ZkControl")
     moved = on_control | {"apply_leader_and_isr", "apply_update_metadata", "apply_stop_replica",
@@ -248,42 +248,45 @@ def test_the_stores_and_coordinators_that_differ_are_made_by_the_control_plane()
 def test_a_workers_data_plane_is_one_placement_whatever_the_control_plane():
     """Where a worker's partitions live and how their replica state is kept (roles, ISR and
     leading epoch in the slot, new replicas, shared append, routing, wake-ups) is
-    `WorkerPlacement`'s under either control plane; a subclass adds only ZooKeeper's session,
-    start and stop. One residence class: `SlotResidence`."""
+    `WorkerPlacement`'s under either control plane, and no class subclasses it. One residence
+    class: `SlotResidence`."""
     data_plane = {"become_leader", "become_follower", "on_isr_changed", "replica_removed", "new_replica",
                   "appends_here", "append", "shared_writer", "group_owner", "topic_id_of", "handle_frame",
-                  "_should_wake", "_moved", "shared_append_enabled"}
-    assert data_plane - {"shared_append_enabled"} <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
-    owners = {cls: class_methods(cls) & data_plane
-              for cls in subclasses_of("kafkafast.runtime.placement.WorkerPlacement")}
-    assert not any(owners.values()), owners
+                  "_should_wake", "_moved"}
+    assert data_plane <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
+    assert not subclasses_of("kafkafast.runtime.placement.WorkerPlacement")
     assert not subclasses_of("kafkafast.runtime.placement.SlotResidence")
 
 
-def test_a_placement_per_control_plane_adds_only_the_zookeeper_session():
-    """Opening the replicas a controller names, the start, the controlled shutdown and a new
-    registration are every placement's hooks (`LocalPlacement`'s in one process), and the share
-    state store is the control plane's: the one-process placement of a ZooKeeper broker adds
-    only its ZooKeeper session (`make_node`) to `LocalPlacement`, and no placement subclasses it."""
-    hooks = {"new_replica", "before_start", "after_start", "controlled_shutdown", "request_reregistration"}
-    assert hooks <= class_methods("kafkafast.broker.placement.LocalPlacement")
-    assert subclasses_of("kafkafast.broker.placement.LocalPlacement") == {"kafkafast.cluster.placement.ClusterLocalPlacement"}
-    assert class_methods("kafkafast.cluster.placement.ClusterLocalPlacement") == {"make_node"}
+def test_one_placement_per_runtime_whatever_the_control_plane():
+    """Processes are a placement, not a subclass: no placement subclasses `LocalPlacement` or
+    `WorkerPlacement`; both offer the broker-shared words (the broker's identity and session,
+    which ZooKeeper's `ClusterNode` keeps in them) and the wake-ups a control plane uses, and
+    ZooKeeper's control plane holds the registration, the start and the controlled shutdown."""
+    shared = {"new_replica", "broker_word", "set_broker_word", "poke", "add_wake_check", "process_serving"}
+    assert shared <= class_methods("kafkafast.broker.placement.LocalPlacement")
+    assert shared <= class_methods("kafkafast.runtime.placement.WorkerPlacement")
+    assert not subclasses_of("kafkafast.broker.placement.LocalPlacement")
+    assert not subclasses_of("kafkafast.cluster.node.ClusterNode")
+    registration = {"before_start", "after_start", "controlled_shutdown", "request_reregistration", "make_node"}
+    for cls in ("kafkafast.broker.placement.LocalPlacement", "kafkafast.runtime.placement.WorkerPlacement"):
+        assert not class_methods(cls) & registration, cls
+    zk_control = class_methods("kafkafast.cluster.zk_control.ZkControl")
+    assert {"request_reregistration", "_reregistration_asked", "before_stop", "started"} <= zk_control
 
 
 def test_the_broker_builds_its_topics_once_through_its_control_plane():
     """The broker asks its control plane for its topics and its topic store when it builds itself
-    (a cluster broker builds no topics file store it then replaces), and ZooKeeper's `attach`
-    writes no more than the session and metadata cache the cluster's modules read on the broker."""
+    (a cluster broker builds no topics file store it then replaces), and ZooKeeper's control plane
+    writes nothing onto the broker for the cluster's modules: they read its node and metadata
+    cache through `broker.control`."""
     factories = {"make_topics", "make_topic_store"}
     assert factories <= class_methods("kafkafast.broker.control.LocalControl")
     assert factories <= class_methods("kafkafast.cluster.zk_control.ZkControl")
-    path = ROOT / "cluster" / "zk_control.py"
-    cls = next(n for n in parse(path).body if isinstance(n, ast.ClassDef) and n.name == "ZkControl")
-    attach = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "attach")
-    targets = [t for node in ast.walk(attach) if isinstance(node, ast.Assign) for t in node.targets]
-    written = {t.attr for t in targets if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "broker"}
-    assert written <= {"node", "cluster", "metadata"}, written
+    for path in (ROOT / "cluster").glob("*.py"):
+        for node in ast.walk(parse(path)):
+            if isinstance(node, ast.Attribute) and node.attr in ("node", "metadata", "cluster"):
+                assert not ast.unparse(node.value).endswith("broker"), f"{path.name}: {ast.unparse(node)}"
 
 
 
