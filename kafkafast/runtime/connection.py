@@ -3,7 +3,11 @@
 Framing: a 4-byte big-endian size, then the request. A size below 8 or above
 `socket.request.max.bytes` closes the connection at once. Requests on one connection are
 handled one at a time, in order, as Kafka does (responses must come back in request
-order); reading pauses while MAX_QUEUED frames wait.
+order); reading pauses while MAX_QUEUED frames wait. One exception (issue 25): an acks=all
+Produce runs as a task of its own, and once its appends are done (its handler calls
+`appended()`) the connection handles the next requests while it waits for replication, up
+to MAX_IN_FLIGHT of them; every answer is still written after all earlier ones, and the
+next request starts only after the appends of the one before (see docs/ARCHITECTURE.md).
 
 Receiving (a BufferedProtocol): the socket is read into a per-connection scratch buffer,
 from which frames up to SMALL_FRAME bytes are cut out. A larger frame (a produce request)
