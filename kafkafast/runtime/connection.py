@@ -127,7 +127,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.task: asyncio.Task | None = None
         self.closing = False
         self.paused = False
-        self.busy = False  # a request's handler runs (`handling`; see `busy`)
+        self.busy = False  # sets `handling`: a request's handler runs (`busy` also counts waiting answers)
         self._appended: asyncio.Future | None = None  # set by `appended()` (see _start_produce)
         self.in_flight: deque[asyncio.Task] = deque()  # answers of acks=all produces still waiting, in order
         self.throttled_until = 0.0  # monotonic time before which no request is read (client quotas)
