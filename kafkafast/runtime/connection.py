@@ -3,7 +3,11 @@
 Framing: a 4-byte big-endian size, then the request. A size below 8 or above
 `socket.request.max.bytes` closes the connection at once. Requests on one connection are
 handled one at a time, in order, as Kafka does (responses must come back in request
-order); reading pauses while MAX_QUEUED frames wait.
+order); reading pauses while MAX_QUEUED frames wait. One exception (issue 25): an acks=all
+Produce runs as a task of its own, and once its appends are done (its handler calls
+`appended()`) the connection handles the next requests while it waits for replication, up
+to MAX_IN_FLIGHT of them; every answer is still written after all earlier ones, and the
+next request starts only after the appends of the one before (see docs/ARCHITECTURE.md).
 
 Receiving (a BufferedProtocol): the socket is read into a per-connection scratch buffer,
 from which frames up to SMALL_FRAME bytes are cut out. A larger frame (a produce request)
@@ -56,6 +60,7 @@ from kafkafast.security.sasl import PRE_AUTH_MAX_BYTES
 log = logging.getLogger("kafkafast.connection")
 
 MAX_QUEUED = 32
+MAX_IN_FLIGHT = 5  # acks=all produces of a connection in progress at once (librdkafka's max.in.flight)
 TLS_CHUNK = 256 * 1024  # fetch bytes read per step on TLS connections
 SMALL_FRAME = 8 * 1024  # frames up to this size are cut out of the scratch buffer
 SCRATCH = 2 * SMALL_FRAME
@@ -63,6 +68,34 @@ SPARE_BUFFERS = 4  # large-frame buffers kept per connection for reuse (5 produc
 SPARE_BYTES = 8 << 20  # ...up to this many bytes in all...
 SPARE_POOL_BYTES = 64 << 20  # ...and all connections of a process together up to this many
 _SIZE = int.from_bytes
+
+
+def _acks_all_produce(frame: bytearray | memoryview) -> bool:
+    """Whether `frame` is a Produce request that may wait for replication: acks=-1 (or a
+    header it cannot read quickly, which the handler then reads). Header: api key, version,
+    correlation id, client id (int16 size), v9+ tagged fields; body v3+: transactional id."""
+    if frame[0] != 0 or frame[1] != 0 or len(frame) < 16:
+        return False
+    try:
+        return _acks_field_is_all(frame)
+    except IndexError:  # a short frame: the handler answers it
+        return True
+
+
+def _acks_field_is_all(frame: bytearray | memoryview) -> bool:
+    version = _SIZE(frame[2:4], "big")
+    pos = 10 + max(_SIZE(frame[8:10], "big", signed=True), 0)
+    if version >= 9:
+        if frame[pos] != 0:  # tagged fields in the header
+            return True
+        pos += 1
+        size = frame[pos]  # compact nullable string: size + 1, a one-byte varint below 128
+        if size >= 0x80:
+            return True
+        pos += 1 + max(size - 1, 0)
+    elif version >= 3:
+        pos += 2 + max(_SIZE(frame[pos:pos + 2], "big", signed=True), 0)
+    return pos + 2 > len(frame) or frame[pos:pos + 2] == b"\xff\xff"
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -94,7 +127,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.task: asyncio.Task | None = None
         self.closing = False
         self.paused = False
-        self.busy = False
+        self.busy = False  # sets `handling`: a request's handler runs (`busy` also counts waiting answers)
+        self._appended: asyncio.Future | None = None  # set by `appended()` (see _start_produce)
+        self.in_flight: deque[asyncio.Task] = deque()  # answers of acks=all produces still waiting, in order
         self.throttled_until = 0.0  # monotonic time before which no request is read (client quotas)
         self.peer = None
         self._drain_waiter: asyncio.Future | None = None
@@ -111,6 +146,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._tls_buf: bytearray | None = None
         # what ends with this connection, by its owner's key (the share sessions opened on it)
         self.on_lost: dict[Any, Callable[[], None]] = {}
+
+    @property
+    def busy(self) -> bool:
+        """A request is being handled or answered (the idle sweep and shutdown wait for it)."""
+        return self.handling or bool(self.in_flight)
+
+    @busy.setter
+    def busy(self, value: bool) -> None:
+        self.handling = value
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -326,6 +370,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _process(self) -> None:
         try:
             while not self.closing:
+                if self.throttled_until:  # a client quota was exceeded: read nothing until then
+                    delay, self.throttled_until = self.throttled_until - time.monotonic(), 0.0
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    continue
                 if not self.queue:
                     self.wakeup.clear()  # type: ignore[union-attr]
                     await self.wakeup.wait()  # type: ignore[union-attr]
@@ -333,34 +382,45 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 frame = self.queue.popleft()
                 arrived = self.arrivals.popleft() if self.arrivals else None
                 self._dequeued(frame)
-                self.busy = True
+                self.handling = True
                 started = request_metrics.begin() if request_metrics.active else 0.0
+                task = None
                 try:
                     parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
-                        parts = await self._dispatch(frame)
+                        if not self.internal and _acks_all_produce(frame):
+                            task = await self._start_produce(frame)
+                            parts = task.result() if task.done() else None
+                        else:
+                            parts = await self._dispatch(frame)
                     if self.admission is not None and self.admission.pending and self.session.authenticated:
                         self.limits.setup_done(self.admission)  # SASL done: no longer a pending connection
                 except CloseConnection as exc:
+                    await self._earlier_answers()
                     log.info("closing %s: %s", self.peer, exc)
                     if self.session is not None and not self.session.authenticated:
                         self._count_authentication(False)
                     self.abort()
                     return
                 except Exception:
+                    await self._earlier_answers()
                     log.exception("request from %s failed; closing the connection", self.peer)
                     self.abort()
                     return
                 finally:
-                    self.busy = False
+                    self.handling = False
+                if task is not None and not task.done():  # appended, waiting for replication: read on
+                    self._answer_later(task, frame, started, arrived)
+                    while len(self.in_flight) >= MAX_IN_FLIGHT and not self.closing:
+                        await asyncio.wait((self.in_flight[0],))
+                    del frame, task
+                    continue
                 handled = request_metrics.clock()
+                if self.in_flight:
+                    await self._earlier_answers()
                 if parts is not None and not self.closing:
                     await self._send(parts)
                 sent = request_metrics.clock()
-                if self.throttled_until:  # a client quota was exceeded: read nothing until then
-                    delay, self.throttled_until = self.throttled_until - time.monotonic(), 0.0
-                    if delay > 0:
-                        await asyncio.sleep(delay)
                 if request_metrics.active:
                     request_metrics.observe(frame, parts, started, arrived, handled, sent)
                     if (not self._auth_counted and self.session is not None and self.session.authenticated
@@ -373,6 +433,68 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
                 self._recycle(frame)
                 del frame
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+
+    # -- acks=all produces: the replication wait overlaps the next requests -----------------
+    async def _start_produce(self, frame: bytearray | memoryview) -> asyncio.Task:
+        """Runs an acks=all Produce as a task of its own until it is answered or its appends
+        are done (the handler calls `appended()` before its replication wait): the task."""
+        loop = asyncio.get_running_loop()
+        gate = self._appended = loop.create_future()
+        task = loop.create_task(self._dispatch(frame))
+        task.add_done_callback(lambda _t: gate.done() or gate.set_result(None))
+        try:
+            await gate
+        finally:
+            self._appended = None
+        return task
+
+    def appended(self) -> None:
+        """The current request's appends are done: the connection may handle the next one
+        while this one waits (the produce handler, before its acks=all replication wait)."""
+        gate = self._appended
+        if gate is not None and not gate.done():
+            gate.set_result(None)
+
+    def _answer_later(self, task: asyncio.Task, frame: Any, started: float, arrived: float | None) -> None:
+        """Answers `task` (its appends done) once it ends and every earlier answer is written."""
+        earlier = self.in_flight[-1] if self.in_flight else None
+        answer = asyncio.get_running_loop().create_task(self._answer(earlier, task, frame, started, arrived))
+        self.in_flight.append(answer)
+        answer.add_done_callback(self._answered)
+
+    def _answered(self, answer: asyncio.Task) -> None:
+        self.in_flight.remove(answer)
+
+    async def _earlier_answers(self) -> None:
+        """Until every request still in progress is answered (or dropped with the connection)."""
+        if self.in_flight:
+            await asyncio.wait((self.in_flight[-1],))
+
+    async def _answer(self, earlier: asyncio.Task | None, task: asyncio.Task, frame: Any,
+                      started: float, arrived: float | None) -> None:
+        try:
+            await asyncio.wait((task,))
+            handled = request_metrics.clock()
+            if earlier is not None:  # the earlier answers are written first
+                await asyncio.wait((earlier,))
+            try:
+                parts = task.result()
+            except CloseConnection as exc:
+                log.info("closing %s: %s", self.peer, exc)
+                self.abort()
+                return
+            except Exception:
+                log.exception("request from %s failed; closing the connection", self.peer)
+                self.abort()
+                return
+            if parts is not None and not self.closing:
+                await self._send(parts)
+            if request_metrics.active:
+                request_metrics.observe(frame, parts, started, arrived, handled, request_metrics.clock())
+            parts = None
+            self._recycle(frame)
         except (asyncio.CancelledError, ConnectionError):
             pass
 

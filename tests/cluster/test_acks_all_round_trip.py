@@ -11,11 +11,15 @@ Measured on a quiet cluster with a raw client (one connection, one request at a 
 with 2 workers the requests may land on a worker that does not own the partition."""
 from __future__ import annotations
 
+import os
+import select
+import signal
 import statistics
 import time
 
 import pytest
 
+from kafkafast.protocol import api
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
@@ -38,13 +42,17 @@ def long_poll_cluster(tmp_path_factory, request):
         c.close()
 
 
-def _produce(rc: RawClient, topic: str, value: bytes) -> tuple[int, int]:
-    """(error code, base offset) of one acks=all Produce v8 of one record to partition 0."""
+def _produce_request(topic: str, value: bytes) -> ProduceRequest:
+    """An acks=all Produce of one record to partition 0."""
     batch = encode_batch([(int(time.time() * 1000), None, value, [])])
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.PartitionProduceData(index=0, records=batch)])])
-    pr = rc.request(req, 8).responses[0].partition_responses[0]
+
+
+def _produce(rc: RawClient, topic: str, value: bytes) -> tuple[int, int]:
+    """(error code, base offset) of one acks=all Produce v8 of one record to partition 0."""
+    pr = rc.request(_produce_request(topic, value), 8).responses[0].partition_responses[0]
     return pr.error_code, pr.base_offset
 
 
@@ -117,3 +125,42 @@ def test_a_new_high_watermark_goes_to_the_followers_with_the_next_records(long_p
         assert _produce(rc, "hwnews", b"next") == (0, first + 2)
         c.wait_for(lambda: followers_know(first + 2), 2 * FETCH_WAIT_MS / 1000, "the followers learning it")
         assert time.monotonic() - start < HOLD_MS / 1000
+
+
+def test_the_next_produce_is_appended_while_an_acks_all_produce_waits(long_poll_cluster):
+    """A connection handles its next request while an acks=all produce waits for replication
+    (the appends in request order, the answers too): with both followers stopped, the second
+    of two produces sent back to back on one connection is in the leader's log before the
+    first is answered; once the followers run again both are answered, in order."""
+    c = long_poll_cluster
+    c.create_topic("pipelined", 1, 3, {"min.insync.replicas": "2"})
+    state = c.partition_state("pipelined", 0)
+    leader = state["leader"]
+    followers = [r for r in state["isr"] if r != leader]
+    log_dir = c.brokers[leader].data_dir / "pipelined-0"
+
+    def log_bytes() -> int:
+        return sum(f.stat().st_size for f in log_dir.glob("*.log"))
+
+    with RawClient(c.brokers[leader].port, timeout=30) as rc:
+        c.wait_for(lambda: _produce(rc, "pipelined", b"warm-up")[0] == 0, 15, "an acks=all produce accepted")
+        first = _high_watermark(c.brokers[leader].port, "pipelined")
+        requests = [_produce_request("pipelined", b"one"), _produce_request("pipelined", b"two")]
+        size = sum(len(r.topic_data[0].partition_data[0].records) for r in requests)
+        before = log_bytes()
+        for f in followers:  # (well within replica.lag.time.max.ms: they stay in the ISR)
+            os.killpg(c.brokers[f].proc.pid, signal.SIGSTOP)
+        try:
+            for corr, req in enumerate(requests, start=rc.correlation + 1):
+                rc.send_raw(api.encode_request(req, 8, corr, rc.client_id))
+            c.wait_for(lambda: log_bytes() == before + size, 2.5, "both produces in the leader's log", interval=0.02)
+            assert select.select([rc.sock], [], [], 0)[0] == []  # the first still waits for the followers
+        finally:
+            for f in followers:
+                os.killpg(c.brokers[f].proc.pid, signal.SIGCONT)
+        answers = []
+        for _ in requests:
+            corr, body = api.decode_response(0, 8, rc.recv_frame())
+            pr = body.responses[0].partition_responses[0]
+            answers.append((corr, pr.error_code, pr.base_offset))
+    assert answers == [(rc.correlation + 1, 0, first), (rc.correlation + 2, 0, first + 1)]

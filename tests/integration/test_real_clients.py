@@ -102,6 +102,41 @@ def test_confluent_kafka_round_trip(kafka, codec):
     assert topic not in admin.list_topics(timeout=10).topics
 
 
+def test_confluent_kafka_idempotent_acks_all_with_five_requests_in_flight_keeps_order(kafka):
+    """librdkafka's idempotent producer (acks=all, max.in.flight 5) on one partition, in
+    batches of 100 records: the broker appends each request while the one before it waits for
+    replication (runtime/connection.py); every record comes back once, in the order sent."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, n = "ck-in-flight", N_PURE_PYTHON
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, kafka.replication_factor)])[topic].result(15)
+    kafka.wait_for_leaders(topic, 1)
+    errors = []
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "max.in.flight.requests.per.connection": 5, "linger.ms": 1, "batch.num.messages": 100})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, b"%d" % i, on_delivery=lambda err, _msg: err is None or errors.append(err))
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    assert not errors
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        for m in c.consume(10000, 1.0):
+            assert m.error() is None, m.error()
+            got.append((m.offset(), int(m.value())))
+    c.close()
+    assert got == [(i, i) for i in range(n)]
+
+
 # ---------------------------------------------------------------------------- kafka-python
 @pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.in_cluster_only(codec=["none", "lz4"])

@@ -189,6 +189,8 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
         if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
             waits.append((tr, i, part, part.log.state.log_end_offset))
     if waits:
+        if ctx.conn is not None:  # appended: the connection may handle its next request meanwhile
+            ctx.conn.appended()
         await _wait_for_replication(broker, waits, max(req.timeout_ms, 0) / 1000.0)
     if acks == 0:
         if ctx.listener_name is not None and any(r is not None and r.error_code for tr in responses
