@@ -372,8 +372,7 @@ def test_broker_side_client_authenticates_over_sasl_ssl(env, mechanism):
     user, password = ("alice", "alice-secret") if mechanism == "PLAIN" else SCRAM_USERS[mechanism]
     with ctx.wrap_socket(socket_.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=10),
                          server_hostname="localhost") as s:
-        c = RawClient.__new__(RawClient)
-        c.sock, c.correlation = s, 0
+        c = RawClient.on_socket(s)
         assert c.request(SaslHandshakeRequest(mechanism=mechanism), 1).error_code == 0
         client = sasl_client(mechanism, user, password)
         token = client.first()

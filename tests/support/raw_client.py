@@ -14,6 +14,13 @@ class RawClient:
         self.correlation = 0
         self.client_id = client_id
 
+    @classmethod
+    def on_socket(cls, sock: socket.socket, client_id: str = "raw-test") -> "RawClient":
+        """A client over a socket the test connected itself (e.g. wrapped in TLS)."""
+        c = cls.__new__(cls)
+        c.sock, c.correlation, c.client_id = sock, 0, client_id
+        return c
+
     def close(self) -> None:
         self.sock.close()
 
