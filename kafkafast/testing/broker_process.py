@@ -21,6 +21,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -61,10 +62,47 @@ class LogRecord:
     headers: list[tuple[str, bytes | None]]
 
 
+_given_ports: set[int] = set()  # the ports free_port() handed out in this process
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            lo, hi = (int(x) for x in fh.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, for a server started a little later. Taken below the
+    kernel's ephemeral range where there is room: a port chosen inside it can be given to an
+    outgoing connection (another broker's, ZooKeeper's, a client's) before the server binds
+    it ("Address already in use" at a cluster broker's start). Never the same port twice in
+    one process."""
+    lo, _ = _ephemeral_range()
+    low_end = 10000
+    if lo - low_end >= 2000:
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(low_end, lo)
+            if port in _given_ports:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given_ports.add(port)
+            return port
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
 
 
 def default_spawn() -> str:

@@ -21,15 +21,11 @@ from pathlib import Path
 
 import pyspark
 
+from kafkafast.testing.broker_process import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ARCHIVE_ALIAS = "kafkafast_env"  # directory the archive is unpacked to in each executor's work dir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def package_archive(dest: Path) -> Path:
