@@ -15,14 +15,28 @@ import pytest
 from kafkafast.testing.broker_process import KafkaTestBroker, free_port
 
 
+STARTED = [0.0]  # when the test's broker was started
+
+
 def run_folders(pid: int) -> list[str]:
+    """The run folders of process `pid` made since the test's broker started (a folder left by
+    an earlier process of the same pid, killed in another test, is not this broker's)."""
     tmp = tempfile.gettempdir()
-    return sorted(glob.glob(os.path.join(tmp, f"kafkafast-{pid}-*"))
-                  + glob.glob(os.path.join(tmp, f"kafkafast-metrics-{pid}-*")))
+    found = (glob.glob(os.path.join(tmp, f"kafkafast-{pid}-*"))
+             + glob.glob(os.path.join(tmp, f"kafkafast-metrics-{pid}-*")))
+    out = []
+    for path in found:
+        try:
+            if os.stat(path).st_ctime >= STARTED[0] - 1.0:
+                out.append(path)
+        except FileNotFoundError:
+            pass
+    return sorted(out)
 
 
 @pytest.fixture
 def broker(tmp_path):
+    STARTED[0] = time.time()
     b = KafkaTestBroker(tmp_path, workers=1, settings={"metrics.port": str(free_port())}).start()
     yield b
     b.kill()
