@@ -11,7 +11,14 @@ long-lived objects made):
   reason).
 - every collection is timed through `gc.callbacks`, by generation;
 - a callback every PROBE_S records how late the loop ran it (the loop's lag: a long callback,
-  a collection, a blocking system call).
+  a collection, a blocking system call). It samples: a stall of PROBE_S or longer always
+  delays the pending probe and shows with its full length; a shorter one shows in the share
+  of probes it catches. The period is what keeps it nearly free: an idle serving process
+  woken every 5 ms spent ten times the CPU of one woken by its connections alone
+  (0.010 vs 0.001 CPU-s per second), which showed as 20-35% more broker CPU per GB in a
+  consume benchmark whose broker is mostly idle between fetches (perf/results/one_broker.md).
+  Even at 50 ms a wake-up of an idle process costs about 0.1 ms of CPU here, so the probe runs
+  only when its readings have a reader: the metrics endpoint is on, or KAFKAFAST_LOOP_REPORT.
 
 Both are served under /metrics (kafkafast_eventloop_lag_ms, kafkafast_gc_pause_ms) when the
 metrics endpoint is on. With KAFKAFAST_LOOP_REPORT=DIR set (perf runs) each process writes
@@ -30,7 +37,7 @@ from typing import Any
 
 from kafkafast.metrics import recorder
 
-PROBE_S = 0.005
+PROBE_S = 0.05
 GC_THRESHOLDS = (50_000, 50, 100)  # gen 0 every 50k allocations (CPython's default: 700), gen 2 rarely
 REPORT_ENV = "KAFKAFAST_LOOP_REPORT"
 BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, float("inf"))
@@ -71,6 +78,7 @@ class LoopWatch:
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._probing = False  # the probe runs (and drains _pauses into the metrics)
 
     def start(self) -> None:
         gc.collect()
@@ -79,7 +87,9 @@ class LoopWatch:
         gc.callbacks.append(self._on_gc)
         recorder.gc_frozen(gc.get_freeze_count())
         self._loop = asyncio.get_running_loop()
-        self._schedule()
+        self._probing = recorder.active or bool(os.environ.get(REPORT_ENV))
+        if self._probing:
+            self._schedule()
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -117,4 +127,5 @@ class LoopWatch:
         ms = (time.perf_counter() - self._gc_started) * 1000.0
         generation = info.get("generation", 2)
         self.gc[generation].add(ms)
-        self._pauses.append((generation, ms))
+        if self._probing:
+            self._pauses.append((generation, ms))
