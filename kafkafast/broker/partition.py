@@ -56,7 +56,7 @@ class Partition:
     __slots__ = ("topic", "index", "log", "state", "home", "topic_id", "waiters",
                  # role (the control plane's)
                  "is_leader", "leader_id", "leader_epoch", "partition_epoch", "isr", "replicas", "confirmed_epoch",
-                 "fenced",
+                 "fenced", "leading_since",
                  # the leader's replication state
                  "followers", "alter_in_flight", "epoch_start_offset", "hw_waiters", "answered_hw",
                  # the placement's bookkeeping
@@ -75,6 +75,7 @@ class Partition:
         self.is_leader = False
         self.leader_id = -1
         self.leader_epoch = 0
+        self.leading_since = 0  # see `apply_state`
         self.partition_epoch = -1
         self.isr: list[int] = []
         self.replicas: list[int] = []
@@ -154,7 +155,16 @@ class Partition:
 
     # -- role ----------------------------------------------------------------------------
     def apply_state(self, ps: Any, *, is_leader: bool) -> None:
-        """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas)."""
+        """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas). `leading_since`
+        is the leader epoch from which this broker has led the partition without a break (-1
+        while it does not): a state keeping it the leader at the same or the next epoch (the
+        controller bumps the epoch by one for each change, an ISR change included) continues
+        the run; any larger jump may hide another leader in between, and starts a new one."""
+        if not is_leader:
+            self.leading_since = -1
+        elif not (self.is_leader and self.leading_since >= 0
+                  and self.leader_epoch <= ps.leader_epoch <= self.leader_epoch + 1):
+            self.leading_since = ps.leader_epoch
         self.is_leader = is_leader
         self.leader_id = ps.leader
         self.leader_epoch = ps.leader_epoch

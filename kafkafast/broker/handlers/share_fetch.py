@@ -36,8 +36,10 @@ from kafkafast.protocol._generated.share_fetch import ShareFetchRequest, ShareFe
 R = ShareFetchResponse
 EC = E.ErrorCode
 DEFAULT_MAX_RECORDS = 500
-# The share-partition's state cannot be read yet (its share coordinator is moving or loading).
-STATE_UNAVAILABLE = frozenset({EC.COORDINATOR_NOT_AVAILABLE, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR})
+# The share-partition's state cannot be read yet (its share coordinator is moving or loading, or
+# the broker the metadata names as its share coordinator does not answer: killed, not yet replaced).
+STATE_UNAVAILABLE = frozenset({EC.COORDINATOR_NOT_AVAILABLE, EC.COORDINATOR_LOAD_IN_PROGRESS, EC.NOT_COORDINATOR,
+                               EC.NETWORK_EXCEPTION, EC.REQUEST_TIMED_OUT})
 
 
 async def _fetch_once(broker, req, session, answers, budget: list[int], verify: bool,

@@ -130,9 +130,15 @@ def _archived(header: Any, aborted: list[tuple[int, int, int]]) -> bool:
 
 
 def _loaded(sp: SharePartition | None, topic_id: bytes, part: Any) -> bool:
-    """Whether `sp` is the share-partition of this partition as it is now: loaded at its leader
-    epoch, and of this topic id (not of a topic of the same name deleted before)."""
-    return sp is not None and sp.leader_epoch == part.leader_epoch and sp.topic_id == topic_id
+    """Whether `sp` is the share-partition of this partition as it is now: loaded while this
+    broker has led the partition without a break (a leader epoch bumped with this broker still
+    the leader, as the ZooKeeper controller does when a follower leaves the ISR, keeps it: its
+    in-memory state is the newest, writes of it may still be on their way to the share
+    coordinator, and reading the stored state again would lose them; Kafka's KRaft controller
+    has not bumped the leader epoch for an ISR shrink since KAFKA-15021), and of this topic id
+    (not of a topic of the same name deleted before)."""
+    return (sp is not None and 0 <= part.leading_since <= sp.leader_epoch <= part.leader_epoch
+            and sp.topic_id == topic_id)
 
 
 def _replaced(sp: SharePartition, saved: PersistedState | None) -> bool:
@@ -247,8 +253,9 @@ class SharePartitionManager:
     # -- share-partitions ------------------------------------------------------------------------
     async def prepare(self, group_id: str, topic: str, topic_id: bytes, part: Any, *, verify: bool = False) -> None:
         """Loads the share-partition from its stored state (the share coordinator's, possibly on
-        another broker), or starts it where share.auto.offset.reset says, unless it is loaded at
-        the partition's current leader epoch (a leader elected again reads the state again).
+        another broker), or starts it where share.auto.offset.reset says, unless it was loaded in
+        this broker's current run of leadership of the partition (a leader elected again reads
+        the state again; `_loaded`).
         `verify` (a share session opens): the stored state is read even so, and loaded again if
         AlterShareGroupOffsets gave it a new state epoch or DeleteShareGroupOffsets removed it
         (both only while the group is empty, so no live member holds its records)."""
