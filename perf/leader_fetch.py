@@ -1,0 +1,112 @@
+"""The leader's cost of answering follower Fetches: three kafkafast brokers (ZooKeeper mode), one
+topic of replication factor 3 whose 6 partitions all have broker 1 as leader, two code trees
+compared in one run, rounds alternated (issue 25: the leader's side of replication).
+
+    python -m perf.leader_fetch --before /path/to/other/tree [--rounds 3] [--produces 2000] [--count-fetches]
+
+Each round and tree: a fresh cluster, then `--produces` acks=all Produce v8 requests, one at a
+time on one connection (a plain socket: no client batching, so both trees get the same requests
+whatever the machine's load), each one batch of 16 records of 1 KiB per partition (~100 KB a
+request). Every produce is answered only once both followers fetched it, so the leader answers
+about two follower Fetches with records per produce. Counted on the leader only, from the first
+produce until both followers have every byte: its CPU seconds (user+sys, /proc) and, with
+`--count-fetches`, the Fetch requests it answered (its /metrics: kafka_network_requestmetrics_requests;
+recording metrics costs the leader CPU too, so the CPU rows of such a run are higher). Reported:
+leader CPU-ms per produce (the produce and the fetches it causes), follower Fetches per produce,
+leader CPU-s per GB. Every process shares the machine's cores: compare the two trees of one run; the
+counts per produce and per GB hold up under load, wall-clock rates do not.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import time
+import urllib.request
+from pathlib import Path
+
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.records.batch import encode_batch
+from perf.brokers import free_port
+from perf.cluster import PARTITIONS, SIZE, three_brokers
+from perf.follower_cpu import TOPIC, caught_up, create_topic, log_bytes, paired_rounds
+from perf.forwarding import Conn
+
+BATCH_RECORDS = 16
+IDLE_S = 3.0
+
+
+def requests_answered(port: int) -> dict[str, float]:
+    """Requests answered by API (all versions), from the broker's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as f:
+        text = f.read().decode()
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^kafka_network_requestmetrics_requests_total\{([^}]*)\} (\S+)$', text, re.M):
+        api = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))).get("request", "")
+        out[api] = out.get(api, 0.0) + float(m.group(2))
+    return out
+
+
+def produce_request() -> ProduceRequest:
+    batch = encode_batch([(1_700_000_000_000 + i, None, bytes([i]) * SIZE, []) for i in range(BATCH_RECORDS)])
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+        ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
+            ProduceRequest.PartitionProduceData(index=p, records=batch) for p in range(PARTITIONS)])])
+
+
+def one_round(root: Path, tree: Path, produces: int, count_fetches: bool = False) -> dict:
+    ports = [free_port() for _ in range(3)] if count_fetches else None
+    with three_brokers(root, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree,
+                       metrics_ports=ports) as brokers:
+        create_topic(",".join(b.bootstrap for b in brokers))
+        leader = brokers[0]
+        conn = Conn(leader.port)
+        try:
+            req = produce_request()
+            for _ in range(20):  # warm-up: connections, fetch sessions
+                conn.request(req, 8)
+            caught_up(brokers)
+            idle0, t0 = leader.cpu_seconds(), time.monotonic()
+            time.sleep(IDLE_S)
+            idle = (leader.cpu_seconds() - idle0) / (time.monotonic() - t0)  # CPU-s/s with no load
+            start, cpu0 = log_bytes(leader), leader.cpu_seconds()
+            fetch0 = requests_answered(ports[0]).get("Fetch", 0.0) if ports else 0.0
+            t0 = time.monotonic()
+            for _ in range(produces):
+                resp = conn.request(req, 8)
+                codes = {p.error_code for t in resp.responses for p in t.partition_responses}
+                if codes != {0}:
+                    raise RuntimeError(f"produce answered {codes}")
+            caught_up(brokers)
+            cpu = leader.cpu_seconds() - cpu0
+            seconds = time.monotonic() - t0
+            fetches = requests_answered(ports[0]).get("Fetch", 0.0) - fetch0 if ports else float("nan")
+            gb = (log_bytes(leader) - start) / 1e9
+        finally:
+            conn.sock.close()
+        return {"tree": str(tree), "gb": gb, "seconds": seconds, "leader_cpu_s": cpu, "idle_cpu_s_per_s": idle,
+                "fetches": fetches,
+                "leader_cpu_ms_per_produce": 1000 * cpu / produces, "fetches_per_produce": fetches / produces,
+                "leader_cpu_s_per_gb": cpu / gb}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perf.leader_fetch")
+    ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--produces", type=int, default=2000)
+    ap.add_argument("--count-fetches", action="store_true", help="serve /metrics to count the leader's Fetch requests")
+    args = ap.parse_args(argv)
+    rows = paired_rounds(args.before, args.rounds, "kafkafast-leader-fetch-",
+                         lambda root, tree: one_round(root, tree, args.produces, args.count_fetches))
+    for name, rs in rows.items():
+        print(f"{name}: " + "; ".join(
+            f"{what} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for what, v in (
+                ("leader CPU-ms/produce", [x["leader_cpu_ms_per_produce"] for x in rs]),
+                ("follower Fetches/produce", [x["fetches_per_produce"] for x in rs]),
+                ("leader CPU-s/GB", [x["leader_cpu_s_per_gb"] for x in rs]))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
