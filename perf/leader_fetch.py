@@ -12,9 +12,12 @@ about two follower Fetches with records per produce. Counted on the leader only,
 produce until both followers have every byte: its CPU seconds (user+sys, /proc) and, with
 `--count-fetches`, the Fetch requests it answered (its /metrics: kafka_network_requestmetrics_requests;
 recording metrics costs the leader CPU too, so the CPU rows of such a run are higher). Reported:
-leader CPU-ms per produce (the produce and the fetches it causes), follower Fetches per produce,
-leader CPU-s per GB. Every process shares the machine's cores: compare the two trees of one run; the
-counts per produce and per GB hold up under load, wall-clock rates do not.
+leader CPU-ms per produce (the produce and the fetches it causes), the same less the leader's idle
+CPU rate (measured for 3 s before the load) times the load's duration, follower Fetches per
+produce, leader CPU-s per GB. Every process shares the machine's cores: compare the two trees of
+one run, rounds paired. CPU per produce still moves with the machine's other load (by a third
+between rounds of one tree on a busy machine: a slower round costs more passes and wake-ups), so
+take many rounds or a quiet machine; `perf/reader_reads.py` measures the read alone, in-process.
 """
 from __future__ import annotations
 
@@ -86,7 +89,9 @@ def one_round(root: Path, tree: Path, produces: int, count_fetches: bool = False
             conn.sock.close()
         return {"tree": str(tree), "gb": gb, "seconds": seconds, "leader_cpu_s": cpu, "idle_cpu_s_per_s": idle,
                 "fetches": fetches,
-                "leader_cpu_ms_per_produce": 1000 * cpu / produces, "fetches_per_produce": fetches / produces,
+                "leader_cpu_ms_per_produce": 1000 * cpu / produces,
+                "net_leader_cpu_ms_per_produce": 1000 * (cpu - idle * seconds) / produces,
+                "fetches_per_produce": fetches / produces,
                 "leader_cpu_s_per_gb": cpu / gb}
 
 
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: " + "; ".join(
             f"{what} {statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" for what, v in (
                 ("leader CPU-ms/produce", [x["leader_cpu_ms_per_produce"] for x in rs]),
+                ("less its idle CPU", [x["net_leader_cpu_ms_per_produce"] for x in rs]),
                 ("follower Fetches/produce", [x["fetches_per_produce"] for x in rs]),
                 ("leader CPU-s/GB", [x["leader_cpu_s_per_gb"] for x in rs]))))
     return 0

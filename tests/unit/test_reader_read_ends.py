@@ -73,12 +73,18 @@ def follow(log: Log, reader: LogReader, offset: int, max_bytes: int = 1 << 20) -
     return offset
 
 
-def test_a_read_where_the_last_ended_skips_the_lookup(tmp_path):
+def followed(tmp_path, batches: int, records: int) -> tuple[Log, CountingReader, int]:
+    """A log of `batches` batches of `records` records, a reader that read it all as a follower
+    does, and where its last read ended."""
     log = open_log(tmp_path)
     reader = CountingReader(log)
-    for _ in range(3):
-        append(log, 3)
-    offset = follow(log, reader, 0)
+    for _ in range(batches):
+        append(log, records)
+    return log, reader, follow(log, reader, 0)
+
+
+def test_a_read_where_the_last_ended_skips_the_lookup(tmp_path):
+    log, reader, offset = followed(tmp_path, 3, 3)
     assert reader.lookups == 1
     for _ in range(5):  # a follower keeping up: one batch at a time at the log end
         append(log, 2)
@@ -116,11 +122,7 @@ def test_after_a_roll(tmp_path):
 
 
 def test_after_truncation_and_new_appends(tmp_path):
-    log = open_log(tmp_path)
-    reader = CountingReader(log)
-    for _ in range(4):
-        append(log, 1)
-    end = follow(log, reader, 0)
+    log, reader, end = followed(tmp_path, 4, 1)
     assert end == 4
     size = len(same_as_fresh(log, reader, 0, max_bytes=1)[1])
     _, region = same_as_fresh(log, reader, 0, max_bytes=2 * size + 10)  # ends before offset 2
@@ -169,11 +171,7 @@ def test_after_compaction_replaces_the_segment(tmp_path):
 
 @pytest.mark.parametrize("upper_gap", [0, 1])
 def test_a_remembered_end_past_the_bound_reads_nothing_beyond_it(tmp_path, upper_gap):
-    log = open_log(tmp_path)
-    reader = CountingReader(log)
-    for _ in range(4):
-        append(log, 2)
-    end = follow(log, reader, 0)
+    log, reader, end = followed(tmp_path, 4, 2)
     append(log, 2)
     append(log, 2)
     upper = log.log_end_offset - 2 * upper_gap
