@@ -3,6 +3,7 @@ topic of replication factor 3 whose 6 partitions all have broker 1 as leader, tw
 compared in one run, rounds alternated (issue 25: the leader's side of replication).
 
     python -m perf.leader_fetch --before /path/to/other/tree [--rounds 3] [--produces 2000] [--count-fetches]
+    python -m perf.leader_fetch --profile-leader OUT.prof [--tree TREE] [--produces 600]
 
 Each round and tree: a fresh cluster, then `--produces` acks=all Produce v8 requests, one at a
 time on one connection (a plain socket: no client batching, so both trees get the same requests
@@ -18,25 +19,53 @@ produce, leader CPU-s per GB. Every process shares the machine's cores: compare 
 one run, rounds paired. CPU per produce still moves with the machine's other load (by a third
 between rounds of one tree on a busy machine: a slower round costs more passes and wake-ups), so
 take many rounds or a quiet machine; `perf/reader_reads.py` measures the read alone, in-process.
+`--profile-leader OUT`: one round of one tree (`--tree`, default this checkout) with the leader
+run under cProfile on the CPU clock, its stats written to OUT when it stops (counted work: calls
+per produce do not move with the machine's load).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
+import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
-from perf.brokers import free_port
+from perf.brokers import REPO, Kafkafast, free_port
 from perf.cluster import PARTITIONS, SIZE, three_brokers
 from perf.follower_cpu import TOPIC, caught_up, create_topic, log_bytes, paired_rounds
 from perf.forwarding import Conn
 
 BATCH_RECORDS = 16
 IDLE_S = 3.0
+# the broker's command line under cProfile on the CPU clock: argv[1] the stats file, then its own
+PROFILED = ("import cProfile, sys, time\nfrom kafkafast.cli.main import main\n"
+            "prof = cProfile.Profile(time.process_time)\nprof.enable()\n"
+            "try:\n    rc = main(sys.argv[2:])\nfinally:\n    prof.disable()\n    prof.dump_stats(sys.argv[1])\n"
+            "sys.exit(rc)\n")
+
+
+@contextmanager
+def leader_profiled(out: Path) -> Iterator[None]:
+    """Brokers started meanwhile with broker.id=1 run under cProfile, their stats written to `out`."""
+    plain = Kafkafast.command
+
+    def command(self: Kafkafast) -> list[str]:
+        cmd = plain(self)  # [python, -m, kafkafast.cli.main, ...]
+        return [cmd[0], "-c", PROFILED, str(out)] + cmd[3:] if "broker.id=1" in cmd else cmd
+
+    Kafkafast.command = command  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Kafkafast.command = plain  # type: ignore[method-assign]
 
 
 def requests_answered(port: int) -> dict[str, float]:
@@ -97,11 +126,20 @@ def one_round(root: Path, tree: Path, produces: int, count_fetches: bool = False
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.leader_fetch")
-    ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
+    ap.add_argument("--before", help="the other code tree (Cython twins built)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--produces", type=int, default=2000)
     ap.add_argument("--count-fetches", action="store_true", help="serve /metrics to count the leader's Fetch requests")
+    ap.add_argument("--profile-leader", type=Path, help="one round, the leader under cProfile: its stats file")
+    ap.add_argument("--tree", type=Path, default=REPO, help="with --profile-leader: the code tree")
     args = ap.parse_args(argv)
+    if args.profile_leader:
+        with leader_profiled(args.profile_leader.resolve()), \
+                tempfile.TemporaryDirectory(prefix="kafkafast-leader-profile-") as root:
+            print(json.dumps(one_round(Path(root), args.tree.resolve(), args.produces, args.count_fetches)))
+        return 0
+    if not args.before:
+        ap.error("--before is needed (or --profile-leader)")
     rows = paired_rounds(args.before, args.rounds, "kafkafast-leader-fetch-",
                          lambda root, tree: one_round(root, tree, args.produces, args.count_fetches))
     for name, rs in rows.items():
