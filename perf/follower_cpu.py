@@ -33,6 +33,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from perf.brokers import REPO, Kafkafast
 from perf.cluster import PARTITIONS, SIZE, load, three_brokers
@@ -126,6 +127,23 @@ def one_round(root: Path, tree: Path, duration: float, acks: str = "1", rate: fl
                 "concurrent_leader_io_calls_per_mb": calls[0], "concurrent_follower_io_calls_per_mb": calls[1:]}
 
 
+def paired_rounds(before: str, rounds: int, prefix: str, run: Callable[[Path, Path], dict]) -> dict[str, list[dict]]:
+    """`run(directory, tree)` for the `before` tree and this checkout, `rounds` times, alternating
+    which goes first; each row printed as it comes. The rows by tree ("before", "after")."""
+    trees = {"before": Path(before).resolve(), "after": REPO}
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    rows: dict[str, list[dict]] = {"before": [], "after": []}
+    try:
+        for r in range(rounds):
+            for name in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
+                row = run(root / f"{name}-{r}", trees[name])
+                rows[name].append(row)
+                print(json.dumps({"setup": name, "round": r, **row}), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.follower_cpu")
     ap.add_argument("--before", required=True, help="the other code tree (Cython twins built)")
@@ -138,18 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                          "keeps the load the same whatever else runs on the machine")
     ap.add_argument("--linger-ms", type=int, default=5, help="the paced producer's linger.ms (smaller: smaller batches)")
     args = ap.parse_args(argv)
-    trees = {"before": Path(args.before).resolve(), "after": REPO}
-    root = Path(tempfile.mkdtemp(prefix="kafkafast-follower-cpu-"))
-    rows: dict[str, list[dict]] = {"before": [], "after": []}
-    try:
-        for r in range(args.rounds):
-            order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
-            for name in order:
-                row = one_round(root / f"{name}-{r}", trees[name], args.duration, args.acks, args.rate, args.linger_ms)
-                rows[name].append(row)
-                print(json.dumps({"setup": name, "round": r, **row}), flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    rows = paired_rounds(args.before, args.rounds, "kafkafast-follower-cpu-", lambda root, tree: one_round(
+        root, tree, args.duration, args.acks, args.rate, args.linger_ms))
     for name, rs in rows.items():
         print(f"{name}: " + "; ".join(
             f"{what} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for what, v in (

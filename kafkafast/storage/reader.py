@@ -4,7 +4,6 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from dataclasses import dataclass
 
 from kafkafast.protocol.errors import KafkaError, KafkaStorageError, OffsetOutOfRangeError
 from kafkafast.protocol.primitives import FileRegion
@@ -27,23 +26,28 @@ from kafkafast.storage.time_index import TimeIndexView
 RETIRE_GRACE_S = 60.0
 _SEQLOCK_SPINS = 1000
 _MAX_BATCH_DECODE = 64 << 20  # a batch to decode (ListOffsets by timestamp) must be smaller
+_MAX_READ_ENDS = 16  # where recent reads ended (`LogReader._ends`): cleared when it holds more
 
 
-@dataclass(frozen=True, slots=True)
 class ReadResult:
-    """What `LogReader.read` found.
+    """What `LogReader.read` found (a plain class: one is made per read).
 
     `region` covers whole batches only (or is None when there is nothing to send);
     `first_batch_offset` is the base offset of its first batch (-1 if none). The offsets
     are the published state as the read saw it.
     """
 
-    region: FileRegion | None
-    first_batch_offset: int
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
-    last_stable_offset: int
+    __slots__ = ("region", "first_batch_offset", "high_watermark", "log_start_offset", "log_end_offset",
+                 "last_stable_offset")
+
+    def __init__(self, region: FileRegion | None, first_batch_offset: int, high_watermark: int,
+                 log_start_offset: int, log_end_offset: int, last_stable_offset: int) -> None:
+        self.region = region
+        self.first_batch_offset = first_batch_offset
+        self.high_watermark = high_watermark
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.last_stable_offset = last_stable_offset
 
     @property
     def size(self) -> int:
@@ -121,15 +125,21 @@ def _batch_at(h: _SegmentHandle, pos: int, base_offset: int) -> BatchHeader | No
     return header
 
 
-@dataclass(frozen=True, slots=True)
 class _Snapshot:
-    version: int
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    last_stable_offset: int
-    active_base_offset: int
-    active_committed_size: int
+    """The published state one read saw (a plain class: one is made per read)."""
+
+    __slots__ = ("version", "log_start_offset", "log_end_offset", "high_watermark", "last_stable_offset",
+                 "active_base_offset", "active_committed_size")
+
+    def __init__(self, version: int, log_start_offset: int, log_end_offset: int, high_watermark: int,
+                 last_stable_offset: int, active_base_offset: int, active_committed_size: int) -> None:
+        self.version = version
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.active_base_offset = active_base_offset
+        self.active_committed_size = active_committed_size
 
 
 class LogReader:
@@ -142,9 +152,17 @@ class LogReader:
     `.index` files through read-only mmaps. What it may return is bounded by the published
     `state`: the active segment only up to `active_committed_size`, never at or past the
     log end offset, never past `upper_bound_offset`. See `partition_state` for the protocol.
+
+    Where a read ended is remembered (`_ends`: the offset the next batch should start at ->
+    segment, file position, segments version), since a follower's next fetch, and a consumer's,
+    asks for exactly that offset: such a read starts there without an index lookup (which at the
+    log end also re-maps the growing `.index` file). The position is used only while the segment
+    list is the one it was found in (any roll, retention, truncation or compaction changes
+    `segments_version`) and the batch header read there starts at the fetch offset (then no
+    earlier batch can hold it); otherwise the read looks the offset up as before.
     """
 
-    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired")
+    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired", "_ends")
 
     def __init__(self, dir: str, state: PartitionState, *, topic: str, partition: int) -> None:
         self.dir = dir
@@ -155,6 +173,7 @@ class LogReader:
         self._bases: list[int] = []
         self._version = -1
         self._retired: list[tuple[float, _SegmentHandle]] = []
+        self._ends: dict[int, tuple[_SegmentHandle, int, int]] = {}
 
     # -- segment list ------------------------------------------------------------------
 
@@ -203,6 +222,7 @@ class LogReader:
         for h in old.values():
             self._retired.append((now, h))
         handles.sort(key=lambda h: h.base_offset)
+        self._ends.clear()
         self._handles = handles
         self._bases = [h.base_offset for h in handles]
         self._version = version
@@ -226,6 +246,7 @@ class LogReader:
         for _, h in self._retired:
             h.close()
         self._handles, self._bases, self._retired = [], [], []
+        self._ends.clear()
         self._version = -1
 
     # -- reads -------------------------------------------------------------------------
@@ -308,7 +329,7 @@ class LogReader:
               snap: _Snapshot) -> tuple[FileRegion | None, int] | None:
         if not self._handles:
             return None
-        found = self.locate(fetch_offset, snap)
+        found = self._from_end(fetch_offset, snap) or self.locate(fetch_offset, snap)
         if found is None:
             return (None, -1) if self._bases and fetch_offset >= self._bases[0] else None
         h, pos, first, limit = found
@@ -320,11 +341,17 @@ class LogReader:
         end = limit
         segment_below_upper = (next_base is not None and next_base <= upper and h.base_offset < snap.active_base_offset) \
             or (h.base_offset == snap.active_base_offset and upper >= snap.log_end_offset)
+        # the offset the batch after the region should start at (the next read's, checked there)
+        next_offset = snap.log_end_offset if h.base_offset == snap.active_base_offset else -1
         if not segment_below_upper:
-            start = max(self._start(h, upper, limit), pos)
-            upos, uheader = scan_to_offset(fd, start, limit, upper)
+            at = self._from_end(upper, snap)  # a follower's read ended at the high watermark
+            if at is not None and at[0] is h and at[1] >= pos:
+                upos, uheader = at[1], at[2]
+            else:
+                upos, uheader = scan_to_offset(fd, max(self._start(h, upper, limit), pos), limit, upper)
             if uheader is not None:
                 end = upos
+                next_offset = uheader.base_offset
         if end - pos <= max_bytes:
             cut = end
         else:
@@ -336,6 +363,7 @@ class LogReader:
             while q + BATCH_HEADER_SIZE <= end:
                 header = read_header_at(fd, q)
                 if header is None or q + header.size > target:
+                    next_offset = header.base_offset if header is not None else -1
                     break
                 q += header.size
             cut = q
@@ -343,7 +371,34 @@ class LogReader:
                 if not min_one:
                     return None, -1
                 cut = pos + first.size
+                next_offset = first.last_offset + 1
+        if next_offset >= 0 and snap.version >= 0:
+            ends = self._ends
+            if len(ends) >= _MAX_READ_ENDS:
+                ends.clear()
+            ends[next_offset] = (h, cut, snap.version)
         return FileRegion(fd, pos, cut - pos), first.base_offset
+
+    def _from_end(self, offset: int, snap: _Snapshot) -> tuple[_SegmentHandle, int, BatchHeader, int] | None:
+        """What `locate` finds for `offset`, from where an earlier read ended (`_ends`), or None:
+        only in the same segment list (`segments_version`) and when the batch there starts
+        exactly at `offset` (every batch before it then ends below it)."""
+        end = self._ends.get(offset)
+        if end is None:
+            return None
+        h, pos, version = end
+        if version != snap.version:
+            return None
+        limit = self._limit(h, snap)
+        if pos + BATCH_HEADER_SIZE > limit:
+            return None
+        try:
+            header = read_header_at(h.fd, pos)
+        except KafkaError:  # not a batch there after all: the lookup decides
+            return None
+        if header is None or header.base_offset != offset or pos + header.size > limit:
+            return None
+        return h, pos, header, limit
 
     # -- timestamps (ListOffsets) ------------------------------------------------------
 
