@@ -1,12 +1,13 @@
 """The replica fetcher's Fetch request (protocol/fetch_ask.py) is the generated encoder's bytes,
-and its session bookkeeping (SessionRequests.build_params) names what `build` names."""
+its session bookkeeping (SessionRequests.build_params) names what `build` names, and the request
+headers encode_request_parts writes itself are the generated ones."""
 from __future__ import annotations
 
 import pytest
 
 from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.client.connection import encode_request_parts
-from kafkafast.protocol import api
+from kafkafast.protocol import _generated as gen, api
 from kafkafast.protocol._generated.fetch import FetchRequest as F
 from kafkafast.protocol.fetch_ask import FETCH_ASK_VERSION, encode_fetch_ask
 from kafkafast.protocol.primitives import Writer
@@ -79,3 +80,13 @@ def test_build_params_names_what_build_names():
             assert ptopics == {"a": [params[("a", 1)]]}
         for s in (by_objects, by_params):
             s.answered(0, 77)
+
+
+@pytest.mark.parametrize("client_id", ["broker-2-fetcher", "", None, "é" * 40])
+@pytest.mark.parametrize("api_key,api_version", [(1, 12), (1, 4), (3, 12), (18, 0), (18, 3), (7, 0), (7, 3)])
+def test_the_request_header_is_the_generated_one(client_id, api_key, api_version):
+    """encode_request_parts writes v1 and v2 request headers itself (the client id's bytes made
+    once): the same frame as protocol.api.encode_request for every header version."""
+    request = gen.REQUESTS[api_key]()
+    frame = b"".join(bytes(p) for p in encode_request_parts(request, api_version, 2**31 - 5, client_id))
+    assert frame == api.encode_request(request, api_version, 2**31 - 5, client_id)
