@@ -15,6 +15,11 @@ system's cost does not hide the rest), rolled at 64 MiB and deleted between roun
 Reports CPU seconds (process time) per GB of records for each shape of answer: six
 partitions of 1 MiB (a follower catching up), six of 24 KiB (a follower keeping up), and six of
 24 KiB from an idempotent producer (every batch updates the follower's producer state).
+
+Then the follower's Fetch request for six partitions whose offsets all moved (a steady
+session names them all), in microseconds of process time per request: built from generated
+objects (FetchPartition, SessionRequests.build, FetchRequest, a generated RequestHeader, as
+before `protocol/fetch_ask.py`) and packed from the fetch parameters (as the fetcher does now).
 """
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ import statistics
 import tempfile
 import time
 
-from kafkafast.client.connection import ReceiveBuffer
+from kafkafast.broker.fetch_sessions import SessionRequests
+from kafkafast.client.connection import ReceiveBuffer, encode_request_parts
+from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.fetch import FetchResponse
-from kafkafast.protocol.api import decode_response, encode_response
+from kafkafast.protocol.api import decode_response, encode_request, encode_response
+from kafkafast.protocol.fetch_ask import encode_fetch_ask
 from kafkafast.protocol.fetch_walk import FETCH_WALK_VERSION, FetchAnswer
 from kafkafast.records import assign_offsets, encode_batch
 from kafkafast.storage import LogConfig
@@ -88,6 +96,29 @@ def after(frames: list[bytes], logs: list[Log]) -> None:
         del frame, pd
 
 
+def requests_generated(n: int) -> None:
+    F = FetchRequest
+    session = SessionRequests()
+    session.answered(0, 5)  # a session exists: incremental requests
+    for i in range(n):
+        wanted = {("t", p): F.FetchPartition(partition=p, current_leader_epoch=1, fetch_offset=i * 100, last_fetched_epoch=-1,
+                                             log_start_offset=0, partition_max_bytes=1 << 20) for p in range(PARTITIONS)}
+        session_id, epoch, topics, forgotten = session.build(wanted)
+        encode_request(F(replica_id=2, max_wait_ms=500, min_bytes=1, max_bytes=10 << 20, isolation_level=0,
+                         session_id=session_id, session_epoch=epoch, topics=topics, forgotten_topics_data=forgotten,
+                         rack_id=""), FETCH_WALK_VERSION, i, "broker-2-fetcher")
+
+
+def requests_packed(n: int) -> None:
+    session = SessionRequests()
+    session.answered(0, 5)
+    for i in range(n):
+        params = {("t", p): (p, 1, i * 100, -1, 0, 1 << 20) for p in range(PARTITIONS)}
+        session_id, epoch, topics, forgotten = session.build_params(params)
+        encode_request_parts(encode_fetch_ask(2, 500, 1, 10 << 20, 0, session_id, epoch, topics, forgotten),
+                             FETCH_WALK_VERSION, i, "broker-2-fetcher")
+
+
 def run(path, frames: list[bytes], gb: float) -> float:
     root = tempfile.mkdtemp(dir="/dev/shm", prefix="follower-path-")
     logs = open_logs(root)
@@ -118,6 +149,16 @@ def main(argv: list[str] | None = None) -> int:
                 got[label].append(run(path, frames, gb))
         print(f"{name} ({gb:.2f} GB a round): " + "; ".join(
             f"{k} {statistics.median(v):.3f} CPU-s/GB ({min(v):.3f}-{max(v):.3f})" for k, v in got.items()))
+    n = args.answers * 100
+    us: dict[str, list[float]] = {"generated": [], "packed": []}
+    for r in range(args.rounds):
+        for label, build in ((("generated", requests_generated), ("packed", requests_packed)) if r % 2 == 0 else
+                             (("packed", requests_packed), ("generated", requests_generated))):
+            t0 = time.process_time()
+            build(n)
+            us[label].append((time.process_time() - t0) / n * 1e6)
+    print(f"Fetch request, {PARTITIONS} partitions moved: " + "; ".join(
+        f"{k} {statistics.median(v):.1f} us ({min(v):.1f}-{max(v):.1f})" for k, v in us.items()))
     return 0
 
 

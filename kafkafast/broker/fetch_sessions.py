@@ -274,21 +274,32 @@ class SessionRequests:
         """(session id, epoch, topics, forgotten topics) of the request for `wanted`, its
         FetchPartitions by partition: all of them when full, else only those added or
         changed since the session last had them."""
-        params = {key: (fp.fetch_offset, fp.current_leader_epoch, fp.log_start_offset, fp.partition_max_bytes)
-                  for key, fp in wanted.items()}
+        session_id, epoch, topics, forgotten = self.build_params({
+            key: (fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch,
+                  fp.log_start_offset, fp.partition_max_bytes) for key, fp in wanted.items()})
+        return (session_id, epoch,
+                [FetchRequest.FetchTopic(topic=t, partitions=[wanted[(t, p[0])] for p in ps]) for t, ps in topics.items()],
+                [FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()])
+
+    def build_params(self, params: dict[Key, tuple]) -> tuple[int, int, dict[str, list[tuple]], dict[str, list[int]]]:
+        """`build` over plain fetch parameters (`protocol/fetch_ask.py`'s Params tuples, by
+        partition): (session id, epoch, the named partitions' parameters by topic, the
+        forgotten partitions by topic)."""
         self.full = self.epoch == INITIAL_EPOCH
-        named = wanted if self.full else {k: fp for k, fp in wanted.items() if self.sent.get(k) != params[k]}
+        sent = self.sent
+        topics: dict[str, list[tuple]] = {}
         forgotten: dict[str, list[int]] = {}
-        if not self.full:
-            for key in self.sent.keys() - wanted.keys():
+        if self.full:
+            for key, p in params.items():
+                topics.setdefault(key[0], []).append(p)
+        else:
+            for key, p in params.items():
+                if sent.get(key) != p:
+                    topics.setdefault(key[0], []).append(p)
+            for key in sent.keys() - params.keys():
                 forgotten.setdefault(key[0], []).append(key[1])
         self.sent = params
-        topics: dict[str, list] = {}
-        for (topic, _), fp in named.items():
-            topics.setdefault(topic, []).append(fp)
-        return (self.session_id, self.epoch,
-                [FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                [FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()])
+        return self.session_id, self.epoch, topics, forgotten
 
     def answered(self, error_code: int, session_id: int) -> None:
         if error_code == E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND:

@@ -74,15 +74,39 @@ class _FrameWriter(Writer):
         self.buf = bytearray()
 
 
+_FRAME_HEAD = struct.Struct(">ihhi")
+_CLIENT_ID_TAILS: dict[tuple[str | None, int], bytes] = {}
+
+
+def _client_id_tail(client_id: str | None, header_version: int) -> bytes:
+    """RequestHeader v1/v2 after the correlation id: client_id (nullable string), v2's empty
+    tagged fields; made once per client id."""
+    tail = _CLIENT_ID_TAILS.get((client_id, header_version))
+    if tail is None:
+        w = Writer()
+        w.nullable_string(client_id)
+        if header_version >= 2:
+            w.tagged_fields(None)
+        tail = bytes(w.buf)
+        if len(_CLIENT_ID_TAILS) < 1024:
+            _CLIENT_ID_TAILS[(client_id, header_version)] = tail
+    return tail
+
+
 def encode_request_parts(request: Any, api_version: int, correlation_id: int,
                          client_id: str | None) -> list[bytes | bytearray | memoryview]:
     """A request frame (size prefix included) as parts for `writelines`: the same bytes as
     `kafkafast.protocol.api.encode_request`, without copying large record sets."""
     w = _FrameWriter()
-    w.int32(0)
-    RequestHeader(request_api_key=request.API_KEY, request_api_version=api_version,
-                  correlation_id=correlation_id, client_id=client_id).encode(
-        w, request_header_version(request.API_KEY, api_version))
+    api_key = request.API_KEY
+    header_version = request_header_version(api_key, api_version)
+    if header_version:  # v1/v2: size, key, version, correlation id, then the client id's bytes (and v2's tags)
+        w.buf += _FRAME_HEAD.pack(0, api_key, api_version, correlation_id)
+        w.buf += _client_id_tail(client_id, header_version)
+    else:
+        w.int32(0)
+        RequestHeader(request_api_key=api_key, request_api_version=api_version,
+                      correlation_id=correlation_id, client_id=client_id).encode(w, header_version)
     request.encode(w, api_version)
     parts = w.finish()
     first = parts[0]

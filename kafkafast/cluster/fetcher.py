@@ -11,7 +11,8 @@ to its high watermark. Then it fetches (Fetch v12 with replica_id and the curren
 epoch, long-polled with replica.fetch.wait.max.ms) in an incremental fetch session (KIP-227,
 `SessionRequests` in kafkafast/broker/fetch_sessions.py): once the session exists a request
 names only the partitions whose fetch offset or leader epoch changed and forgets those it
-no longer fetches, and the leader answers only partitions with records or a new high
+no longer fetches (the request packed from the partitions' fetch parameters,
+`protocol/fetch_ask.py`: no generated objects), and the leader answers only partitions with records or a new high
 watermark; an unknown session or a wrong epoch (the leader restarted or evicted it, a
 reconnection reached another worker) or a failed request starts a full session again. It appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
@@ -42,13 +43,14 @@ from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.client.connection import BrokerConnection, ReceiveBuffer
 from kafkafast.broker.replication_throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
-from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+from kafkafast.protocol.fetch_ask import FETCH_ASK_VERSION, encode_fetch_ask
 from kafkafast.protocol.fetch_walk import FETCH_WALK_VERSION, FetchAnswer
 
 log = logging.getLogger("kafkafast.replica_fetcher")
 TP = tuple[str, int]
 FETCH_VERSION = FETCH_WALK_VERSION
+assert FETCH_ASK_VERSION == FETCH_VERSION
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
@@ -219,19 +221,17 @@ class ReplicaFetcher:
             except asyncio.TimeoutError:
                 pass
             return
-        F = FetchRequest
-        wanted = {}
+        params = {}
         sent: dict[TP, tuple[FetchState, int, int]] = {}
+        max_bytes = self.max_bytes
         for tp, s in ready.items():
             lg = s.part.log
-            sent[tp] = (s, s.epoch, lg.log_end_offset)
-            wanted[tp] = F.FetchPartition(
-                partition=tp[1], current_leader_epoch=s.epoch, fetch_offset=lg.log_end_offset,
-                last_fetched_epoch=-1, log_start_offset=lg.log_start_offset, partition_max_bytes=self.max_bytes)
-        session_id, epoch, topics, forgotten = self.session.build(wanted)
-        req = F(replica_id=self.broker.node_id, max_wait_ms=self.wait_ms, min_bytes=self.min_bytes,
-                max_bytes=self.response_max_bytes, isolation_level=0, session_id=session_id, session_epoch=epoch,
-                topics=topics, forgotten_topics_data=forgotten, rack_id="")
+            end = lg.log_end_offset
+            sent[tp] = (s, s.epoch, end)
+            params[tp] = (tp[1], s.epoch, end, -1, lg.log_start_offset, max_bytes)
+        session_id, epoch, topics, forgotten = self.session.build_params(params)
+        req = encode_fetch_ask(self.broker.node_id, self.wait_ms, self.min_bytes, self.response_max_bytes, 0,
+                               session_id, epoch, topics, forgotten)
         frame = await conn.send_frame(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
         resp = FetchAnswer(frame)
         self.session.answered(resp.error_code, resp.session_id)

@@ -30,6 +30,9 @@ from kafkafast.protocol.primitives import DecodeError, Reader
 FETCH_WALK_VERSION = 12
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset: read at once
 _PARTITION_HEAD = struct.Struct(">ihqqq")
+# the same, then a null aborted_transactions (the one byte 0) and preferred_read_replica: a
+# follower's usual partition (read_uncommitted), read at once
+_PLAIN_HEAD = struct.Struct(">ihqqqBi")
 
 
 def _aborted(r: Reader) -> tuple[int, int]:
@@ -76,14 +79,25 @@ class FetchAnswer:
         r = self._reader
         for _ in range(r.compact_array_length()):
             topic = r.compact_string()
+            buf = r.buf
             for _ in range(r.compact_array_length()):
-                partition, error_code, high_watermark, last_stable_offset, log_start_offset = \
-                    _PARTITION_HEAD.unpack_from(r.buf, r._take(_PARTITION_HEAD.size))
-                n = r.compact_array_length()
-                aborted = None if n < 0 else [_aborted(r) for _ in range(n)]
-                r.int32()  # preferred_read_replica: consumers only (KIP-392)
+                pos = r.pos
+                if r.end - pos >= _PLAIN_HEAD.size and buf[pos + _PARTITION_HEAD.size] == 0:
+                    partition, error_code, high_watermark, last_stable_offset, log_start_offset, _, _ = \
+                        _PLAIN_HEAD.unpack_from(buf, pos)
+                    r.pos = pos + _PLAIN_HEAD.size
+                    aborted = None
+                else:
+                    partition, error_code, high_watermark, last_stable_offset, log_start_offset = \
+                        _PARTITION_HEAD.unpack_from(buf, r._take(_PARTITION_HEAD.size))
+                    n = r.compact_array_length()
+                    aborted = None if n < 0 else [_aborted(r) for _ in range(n)]
+                    r.int32()  # preferred_read_replica: consumers only (KIP-392)
                 records = r.compact_nullable_bytes()
-                r.skip_tagged_fields()
+                if r.pos < r.end and buf[r.pos] == 0:  # no tagged fields
+                    r.pos += 1
+                else:
+                    r.skip_tagged_fields()
                 yield FetchedPartition(topic, partition, error_code, high_watermark, last_stable_offset,
                                        log_start_offset, aborted, records)
             r.skip_tagged_fields()

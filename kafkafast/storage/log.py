@@ -669,6 +669,8 @@ class Log:
         follower). Batches wholly below the log end are skipped; the producer state and the
         leader-epoch cache follow the batches' own fields. Returns the new log end offset.
         (Shared mode, cluster: under the append lock, as a leader append.)"""
+        if self._shared is None:  # (a follower appends once per fetched partition: no context manager)
+            return self._append_as_follower(records, now_ms)
         with self._exclusive():
             return self._append_as_follower(records, now_ms)
 

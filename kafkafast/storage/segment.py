@@ -218,14 +218,23 @@ class LogSegment:
                 raise OSError("short write to segment")
             written += n
         oi, ti = self.offset_index, self.time_index
-        for base, next_offset, max_ts, size in batches:
-            if max_ts > self.max_timestamp:
-                self.max_timestamp = max_ts
-                self.offset_of_max_timestamp = base
-            oi.maybe_track(base, pos, size)
-            ti.maybe_track(self.max_timestamp, self.offset_of_max_timestamp, size)
-            pos += size
-            self.next_offset = next_offset
+        many = len(batches) > 1
+        if many:  # the index entries of all the batches: one write per index
+            oi.hold()
+            ti.hold()
+        try:
+            for base, next_offset, max_ts, size in batches:
+                if max_ts > self.max_timestamp:
+                    self.max_timestamp = max_ts
+                    self.offset_of_max_timestamp = base
+                oi.maybe_track(base, pos, size)
+                ti.maybe_track(self.max_timestamp, self.offset_of_max_timestamp, size)
+                pos += size
+                self.next_offset = next_offset
+        finally:
+            if many:
+                oi.release()
+                ti.release()
         if self.first_append_ms < 0:
             self.first_append_ms = now_ms
         self.size = pos

@@ -213,12 +213,15 @@ def partition_files(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
 
 
-def test_a_follower_keeps_the_leaders_producer_state_and_epochs(tmp_path, twin_scan) -> None:
+@pytest.mark.parametrize("index_interval,cut", [("4096", 700), ("1", 700), ("1", 1 << 20)])
+def test_a_follower_keeps_the_leaders_producer_state_and_epochs(tmp_path, twin_scan, index_interval, cut) -> None:
     """The follower's scan picks out the producers' batches and the epoch changes: its files
     after a clean close (producer snapshot, leader-epoch-checkpoint, .txnindex, segment and
     indexes) are the leader's, and so is its last stable offset (an open transaction), fed the
-    leader's segment in answers cut anywhere, mid-batch included."""
-    cfg = LogConfig.from_props({})
+    leader's segment in answers cut anywhere, mid-batch included, or in one answer. With
+    index.interval.bytes=1 every batch has index entries: the follower writes those of one
+    answer's batches together, the leader those of each batch alone, and the files are the same."""
+    cfg = LogConfig.from_props({"index.interval.bytes": index_interval})
     leader = Log.open(str(tmp_path / "leader" / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
     follower = Log.open(str(tmp_path / "follower" / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
     try:
@@ -226,7 +229,7 @@ def test_a_follower_keeps_the_leaders_producer_state_and_epochs(tmp_path, twin_s
             leader.append(batch, epoch, now_ms=0)
         leader.flush()
         data = (tmp_path / "leader" / "t-0" / "00000000000000000000.log").read_bytes()
-        pos, cut = 0, 700  # about five batches an answer, cut inside a batch
+        pos = 0  # cut=700: about five batches an answer, cut inside a batch
         while pos < len(data):
             answer = bytearray(b"\xee" * 3 + data[pos:pos + cut])  # a view inside a larger buffer
             follower.append_as_follower(memoryview(answer)[3:], now_ms=0)
@@ -239,4 +242,6 @@ def test_a_follower_keeps_the_leaders_producer_state_and_epochs(tmp_path, twin_s
         follower.close()
     want = partition_files(tmp_path / "leader" / "t-0")
     assert {n for n in want if n.endswith((".snapshot", ".txnindex"))}
+    if index_interval == "1":  # an entry for every batch but the first (none at position 0)
+        assert len(want["00000000000000000000.index"]) == 8 * (len(leader_batches()) - 1)
     assert partition_files(tmp_path / "follower" / "t-0") == want
