@@ -26,6 +26,7 @@ from kafkafast.storage.time_index import TimeIndexView
 # (the response writer sends it long before); then the reader closes the fd.
 RETIRE_GRACE_S = 60.0
 _SEQLOCK_SPINS = 1000
+MAX_ENDS = 4  # read ends remembered per reader (`LogReader._ends`): followers and consumers keeping up
 _MAX_BATCH_DECODE = 64 << 20  # a batch to decode (ListOffsets by timestamp) must be smaller
 
 
@@ -142,9 +143,16 @@ class LogReader:
     `.index` files through read-only mmaps. What it may return is bounded by the published
     `state`: the active segment only up to `active_committed_size`, never at or past the
     log end offset, never past `upper_bound_offset`. See `partition_state` for the protocol.
+
+    It remembers where its last reads ended (`_ends`: the offset of the batch that follows, its
+    segment and position, a few of them), so that the next read from there (a follower or a
+    consumer keeping up: they fetch from where their last answer ended) starts at that batch
+    instead of walking the batch headers from the nearest index entry (up to
+    log.index.interval.bytes of them: dozens of small batches); the header found there must
+    start at that offset, else the index is used as always.
     """
 
-    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired")
+    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired", "_ends")
 
     def __init__(self, dir: str, state: PartitionState, *, topic: str, partition: int) -> None:
         self.dir = dir
@@ -155,6 +163,7 @@ class LogReader:
         self._bases: list[int] = []
         self._version = -1
         self._retired: list[tuple[float, _SegmentHandle]] = []
+        self._ends: dict[int, tuple[_SegmentHandle, int]] = {}  # offset -> (segment, position) of its batch
 
     # -- segment list ------------------------------------------------------------------
 
@@ -206,6 +215,7 @@ class LogReader:
         self._handles = handles
         self._bases = [h.base_offset for h in handles]
         self._version = version
+        self._ends = {}
         keep = []
         for t, h in self._retired:
             if now - t >= RETIRE_GRACE_S:
@@ -292,6 +302,14 @@ class LogReader:
             snap = self._snapshot()
             if snap.version != self._version or snap.version < 0:
                 self.refresh(snap.version)
+        end = self._ends.get(offset)
+        if end is not None:  # where an earlier read ended: the batch starting at `offset`, if it is there
+            h, pos = end
+            limit = self._limit(h, snap)
+            if pos + BATCH_HEADER_SIZE <= limit:
+                header = read_header_at(h.fd, pos)
+                if header is not None and header.base_offset == offset and pos + header.size <= limit:
+                    return h, pos, header, limit
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         while i < len(self._handles):
             h = self._handles[i]
@@ -318,13 +336,15 @@ class LogReader:
         i = bisect.bisect_right(self._bases, h.base_offset)
         next_base = self._bases[i] if i < len(self._bases) else None
         end = limit
+        # the offset of the batch at `end`, when known (the active segment's end: the log end)
+        end_offset = snap.log_end_offset if h.base_offset == snap.active_base_offset else None
         segment_below_upper = (next_base is not None and next_base <= upper and h.base_offset < snap.active_base_offset) \
             or (h.base_offset == snap.active_base_offset and upper >= snap.log_end_offset)
         if not segment_below_upper:
             start = max(self._start(h, upper, limit), pos)
             upos, uheader = scan_to_offset(fd, start, limit, upper)
             if uheader is not None:
-                end = upos
+                end, end_offset = upos, uheader.base_offset
         if end - pos <= max_bytes:
             cut = end
         else:
@@ -343,6 +363,11 @@ class LogReader:
                 if not min_one:
                     return None, -1
                 cut = pos + first.size
+        if cut == end and end_offset is not None:
+            ends = self._ends
+            ends[end_offset] = (h, cut)
+            if len(ends) > MAX_ENDS:
+                del ends[next(iter(ends))]
         return FileRegion(fd, pos, cut - pos), first.base_offset
 
     # -- timestamps (ListOffsets) ------------------------------------------------------
