@@ -105,9 +105,9 @@ def rate_round(root: Path, tree: Path, rate: int, seconds: float, workers: int) 
     return r, [json.loads(f.read_text()) for f in sorted(reports.glob("loop-*.json"))] if reports.is_dir() else []
 
 
-def broker_times(ports: list[int]) -> str:
-    """p50/p99 (bucket upper bounds) of the brokers' request times for Produce and Fetch, and of
-    their event-loop lag, summed over the three brokers' /metrics histograms."""
+def time_buckets(ports: list[int]) -> dict[tuple[str, str], dict[float, float]]:
+    """The brokers' Produce and Fetch request-time histograms and their event-loop lag's, summed
+    over the brokers' /metrics: (request or "", time or "eventloop_lag") -> {le: cumulative count}."""
     buckets: dict[tuple[str, str], dict[float, float]] = {}
     line_re = re.compile(r'^(kafka_network_requestmetrics_(\w+)|kafkafast_eventloop_lag_ms)_bucket\{(.*)\} (\S+)$')
     for port in ports:
@@ -122,6 +122,13 @@ def broker_times(ports: list[int]) -> str:
             if key[0] in ("Produce", "Fetch", ""):
                 le = float(labels["le"])
                 buckets.setdefault(key, {})[le] = buckets.setdefault(key, {}).get(le, 0.0) + float(m.group(4))
+    return buckets
+
+
+def broker_times(ports: list[int]) -> str:
+    """p50/p99 (bucket upper bounds) of the brokers' request times for Produce and Fetch, and of
+    their event-loop lag, summed over the three brokers' /metrics histograms."""
+    buckets = time_buckets(ports)
     out = []
     for (request, what), cum in sorted(buckets.items()):
         bounds = sorted(cum)

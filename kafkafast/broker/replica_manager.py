@@ -371,6 +371,37 @@ class ReplicaManager:
         part.answered_hw[replica_id] = hw
         return True
 
+    def quiet_follower_partition(self, part: Partition, replica_id: int, fp: Any, cached: Any, track: bool,
+                                 now_ms: int) -> bool:
+        """Whether a follower's incremental-session partition has nothing to tell it: led here
+        (this process keeps its state), the follower at the log end and at the current leader
+        epoch, no error, and the high watermark, last stable offset and log start offset the ones
+        the session (`cached`) and this follower were answered last. Such a partition needs no
+        read and no answer; on the pass that records fetch offsets (`track`) the follower's
+        position is unchanged (in the ISR, at the offset it fetched last), so only its caught-up
+        time moves: the high watermark and the ISR cannot. False whenever any of that is not so
+        (the full pass then handles the partition). A follower's fetch names every partition of
+        its session, mostly quiet (e.g. the internal topics' 50 partitions each): this keeps
+        their cost per fetch to these checks."""
+        if cached is None or not part.is_leader or not self.placement.owns(part) or part.home.loading:
+            return False
+        st = part.state
+        offset = fp.fetch_offset
+        if offset != st.log_end_offset or st.offline or (
+                fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch):
+            return False
+        hw = part.high_watermark  # (records what a fetch about to park saw, as the full pass does)
+        part.seen_leo = offset
+        if part.answered_hw.get(replica_id) != hw or not cached.unchanged(
+                hw, min(st.last_stable_offset, hw), st.log_start_offset):
+            return False
+        if track:
+            f = part.followers.get(replica_id)
+            if f is None or f.leo != offset or replica_id not in part.isr:
+                return False
+            f.on_fetch(offset, offset, now_ms)
+        return True
+
     def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end, which may move the high watermark and the ISR."""
         if not part.is_leader:

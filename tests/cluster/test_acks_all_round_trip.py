@@ -42,27 +42,27 @@ def long_poll_cluster(tmp_path_factory, request):
         c.close()
 
 
-def _produce_request(topic: str, value: bytes) -> ProduceRequest:
-    """An acks=all Produce of one record to partition 0."""
+def _produce_request(topic: str, value: bytes, partition: int = 0) -> ProduceRequest:
+    """An acks=all Produce of one record to `partition`."""
     batch = encode_batch([(int(time.time() * 1000), None, value, [])])
     return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
-            ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+            ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
 
 
-def _produce(rc: RawClient, topic: str, value: bytes) -> tuple[int, int]:
-    """(error code, base offset) of one acks=all Produce v8 of one record to partition 0."""
-    pr = rc.request(_produce_request(topic, value), 8).responses[0].partition_responses[0]
+def _produce(rc: RawClient, topic: str, value: bytes, partition: int = 0) -> tuple[int, int]:
+    """(error code, base offset) of one acks=all Produce v8 of one record to `partition`."""
+    pr = rc.request(_produce_request(topic, value, partition), 8).responses[0].partition_responses[0]
     return pr.error_code, pr.base_offset
 
 
-def _high_watermark(port: int, topic: str) -> int:
+def _high_watermark(port: int, topic: str, partition: int = 0) -> int:
     """The high watermark a replica knows: a consumer's Fetch v11 at offset 0 (KIP-392 lets a
     follower serve it, up to the high watermark it learnt from its leader), not waiting."""
     F = FetchRequest
     req = F(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1024, isolation_level=0, session_id=0,
             session_epoch=-1, rack_id="", forgotten_topics_data=[], topics=[F.FetchTopic(topic=topic, partitions=[
-                F.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+                F.FetchPartition(partition=partition, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
                                  partition_max_bytes=1024)])])
     with RawClient(port, timeout=10) as rc:
         pd = rc.request(req, 11).responses[0].partitions[0]
@@ -125,6 +125,35 @@ def test_a_new_high_watermark_goes_to_the_followers_with_the_next_records(long_p
         assert _produce(rc, "hwnews", b"next") == (0, first + 2)
         c.wait_for(lambda: followers_know(first + 2), 2 * FETCH_WAIT_MS / 1000, "the followers learning it")
         assert time.monotonic() - start < HOLD_MS / 1000
+
+
+def test_quiet_partitions_of_a_follower_session_get_their_records_and_high_watermark(long_poll_cluster):
+    """A follower's incremental fetch passes over the session's partitions with nothing new for
+    it (at the log end, offsets answered already): each partition, written in turn while the
+    others stay quiet, still reaches both followers' logs (acks=all, min.insync.replicas=3) and
+    they learn its new high watermark within the hold, not at the end of their fetch wait; the
+    followers stay in the ISR."""
+    c = long_poll_cluster
+    parts = 6
+    c.create_topic("quiet", parts, 3, {"min.insync.replicas": "3"})
+    states = {p: c.partition_state("quiet", p) for p in range(parts)}
+    for p, state in states.items():
+        leader = state["leader"]
+        followers = [r for r in state["isr"] if r != leader]
+        with RawClient(c.brokers[leader].port, timeout=30) as rc:
+            c.wait_for(lambda: _produce(rc, "quiet", b"warm-up", p)[0] == 0, 15, f"an acks=all produce to [{p}]")
+            for n in range(2, 4):
+                start = time.monotonic()
+                assert _produce(rc, "quiet", b"v%d" % n, p) == (0, n - 1)
+                c.wait_for(lambda: all(_high_watermark(c.brokers[f].port, "quiet", p) == n for f in followers),
+                           2 * FETCH_WAIT_MS / 1000, f"the followers' high watermark of [{p}] at {n}")
+                assert time.monotonic() - start < FETCH_WAIT_MS / 1000
+    for p in range(parts):  # the quiet ones kept theirs, and no ISR changed
+        state = c.partition_state("quiet", p)
+        assert sorted(state["isr"]) == sorted(states[p]["isr"]) and len(state["isr"]) == 3, state
+        assert state["leader_epoch"] == states[p]["leader_epoch"], (states[p], state)
+        for f in state["isr"]:
+            assert _high_watermark(c.brokers[f].port, "quiet", p) == 3
 
 
 def test_the_next_produce_is_appended_while_an_acks_all_produce_waits(long_poll_cluster):

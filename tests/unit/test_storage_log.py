@@ -275,3 +275,37 @@ def test_replace_segments_swaps_in_cleaned_segments(tmp_path):
     log.close()
     again = open_log(tmp_path)
     assert again.log_end_offset == 10
+
+
+def test_reads_from_where_the_last_read_ended_follow_appends_and_truncations(tmp_path):
+    """A reader keeping up (each read from the offset after its last answer, as a follower
+    fetches) starts at the batch where its last read ended (`LogReader._ends`) and gets every
+    record once, in order, across index entries and segment rolls; after a truncation and
+    appends of other batch sizes at the same offsets, it reads the new batches, not the old
+    positions."""
+    log = open_log(tmp_path, segment_bytes="4000", index_interval_bytes="400", file_delete_delay_ms="0")
+    reader = log.reader
+    seen, next_offset = [], 0
+    for i in range(120):
+        log.append(batch(1 + i % 3), 1, now_ms=1)
+        publish_hw(log)
+        res = reader.read(next_offset, 1 << 20)
+        got = offsets_in(res.region.read())
+        seen += got
+        next_offset = got[-1] + 1
+        if i % 7 == 0:  # a reader with a small byte limit: its read ends mid-log
+            part = reader.read(max(next_offset - 2, 0), 1, upper_bound_offset=next_offset)
+            assert offsets_in(part.region.read())[0] <= max(next_offset - 2, 0)
+    assert seen == list(range(log.log_end_offset))
+    assert len(log.segments) > 2
+    end = log.log_end_offset
+    log.truncate_to(end - 5)
+    log.append(batch(5, value=b"w" * 50), 2, now_ms=1)  # offsets end-5 .. end-1 again, other positions
+    log.append(batch(1, value=b"x"), 2, now_ms=1)
+    publish_hw(log)
+    res = reader.read(end - 5, 1 << 20)
+    header, records = decode_batch(res.region.read()[:res.region.length])
+    assert header.base_offset == end - 5 and [r.value for r in records] == [b"w" * 50] * 5
+    after = reader.read(end, 1 << 20)
+    assert offsets_in(after.region.read()) == [end]
+    assert decode_batch(after.region.read())[1][0].value == b"x"

@@ -21,7 +21,9 @@ response and `partition_max_bytes` per partition. When fewer than `min_bytes` ar
 available the fetch parks until an append to one of its partitions wakes it or
 `max_wait_ms` passes (a partition at its bound is answered without asking the reader, and in
 an incremental session a partition with nothing new gets no answer object: a follower's fetch
-that finds nothing parks without building one). A follower's fetch offsets are recorded as its
+that finds nothing parks without building one; a follower's incremental fetch passes over its
+session's quiet partitions with a few checks, `ReplicaManager.quiet_follower_partition`). A
+follower's fetch offsets are recorded as its
 log ends in the first pass over its partitions (one pass before it parks, one after). A
 follower's fetch (replica_id >= 0) one of whose partitions has a high
 watermark the leader has not answered that follower yet (`broker.replicas.high_watermark_news`) is
@@ -46,6 +48,7 @@ import logging
 import os
 import time
 
+from kafkafast import clock
 from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
@@ -93,6 +96,9 @@ def _read_all(broker, req, version, plan, session=None, first=False):
     flexible = version >= FLEXIBLE_VERSION
     replicas = broker.replicas  # the data plane (broker/replica_manager.py)
     cached = session.partitions if session is not None else None
+    # a follower's incremental fetch: its session's quiet partitions are passed over (no read, no answer)
+    quiet = replicas.quiet_follower_partition if follower and cached is not None and version >= 9 else None
+    now_ms = clock.now_ms()
     responses = []
     for topic_name, fp_list, tresp in plan:
         answers = tresp.partitions = []
@@ -102,6 +108,8 @@ def _read_all(broker, req, version, plan, session=None, first=False):
                 answers.append(_error(index, E.ErrorCode.NOT_LEADER_OR_FOLLOWER
                                       if broker.partition_exists(topic_name, index)
                                       else E.ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if quiet is not None and quiet(part, replica_id, fp, cached.get((topic_name, index)), track, now_ms):
                 continue
             offset = fp.fetch_offset
             if track:  # a follower's fetch offset is its log end: the leader tracks it

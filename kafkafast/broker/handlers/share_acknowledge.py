@@ -43,7 +43,9 @@ async def handle(broker, ctx, req: ShareAcknowledgeRequest, version: int) -> Sha
                        answers)
     if req.share_session_epoch == FINAL_EPOCH:
         mgr.close_session(session)
-    await persisted(broker, answers)
+        await persisted(broker, answers)
+    else:
+        await persisted(broker, answers, req.group_id)
     topics: dict[bytes, list] = {}
     for a in answers.values():
         topics.setdefault(a.topic_id, []).append(R.PartitionData(

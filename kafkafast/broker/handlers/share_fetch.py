@@ -151,5 +151,5 @@ async def handle(broker, ctx, req: ShareFetchRequest, version: int) -> ShareFetc
             await mgr.wait(req.group_id, parts, remaining)
         if mgr.sessions.get((req.group_id, req.member_id)) is not session:
             break  # closed meanwhile (the member left)
-    await persisted(broker, answers)
+    await persisted(broker, answers, req.group_id)
     return _response(broker, answers, epoch == 0, lock_ms)

@@ -106,10 +106,21 @@ def write_held(broker: Any, held: HeldWrites, answers: dict[tuple[str, int], Par
             a.error, a.message, a.records, a.acquired = exc.code, exc.message, b"", []
 
 
-async def persisted(broker: Any, answers: dict[tuple[str, int], PartitionAnswer]) -> None:
-    """Waits for the state writes of this request that went to other workers; their error (if
-    any) becomes the acknowledgement error of the partitions acknowledged."""
-    err = await broker.share.store.settled()
+async def persisted(broker: Any, answers: dict[tuple[str, int], PartitionAnswer], group_id: str | None = None) -> None:
+    """Waits for the state writes of this request (forwarded to another worker, sent to the
+    share coordinator, or waiting for the ISR); their error (if any) becomes the acknowledgement
+    error of the partitions acknowledged. With the request's `group_id`: the writes not done yet
+    of the share-partitions it answers for (its own, and earlier ones of the same share-partitions,
+    which its state follows), not those of other share-partitions or groups (the acknowledgements
+    and acquisitions of other members and the state writes this broker coordinates for other
+    brokers' share-partitions, which it has nothing to wait for); without: every write not done
+    yet (a session's close releases records of partitions the request does not name)."""
+    store = broker.share.store
+    if group_id is None:
+        err = await store.settled()
+    else:
+        keys = {(group_id, a.topic_id, a.partition) for a in answers.values()}
+        err = await store.settled([(key, fut) for key, fut in store.pending if key in keys])
     if err:
         for a in answers.values():
             if a.acked and not a.ack_error:
