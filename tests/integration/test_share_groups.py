@@ -488,6 +488,51 @@ def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_
         assert raw.request(read, 0).results[0].partitions[0].start_offset == -1
 
 
+def test_the_share_coordinator_fences_a_former_leaders_reads_and_writes(sbroker):
+    """Kafka's share coordinator keeps, per share-partition, the newest leader epoch its
+    leader read or wrote the state with (in the state records too): a WriteShareGroupState or
+    ReadShareGroupState with an older one is a former leader's, answered FENCED_LEADER_EPOCH,
+    before the state epoch is checked; the epoch survives a restart."""
+    bs = sbroker.bootstrap
+    create_topic(bs, "qe", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qe", 1, 4)
+    c = share_consumer(bs, group, "qe")
+    got: set[int] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 4, 20, lambda _c, m: got.add(m.offset()))
+        c.commit_sync()
+    finally:
+        c.close()
+    tid = topic_id(sbroker.port, "qe")
+    RS, W = ReadShareGroupStateRequest, WriteShareGroupStateRequest
+
+    def read(leader_epoch: int) -> int:
+        with RawClient(sbroker.port) as raw:
+            return raw.request(RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[
+                RS.PartitionData(partition=0, leader_epoch=leader_epoch)])]), 0).results[0].partitions[0].error_code
+
+    def write(leader_epoch: int, state_epoch: int = 0) -> int:
+        with RawClient(sbroker.port) as raw:
+            return raw.request(W(group_id=group, topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+                partition=0, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=-1,
+                state_batches=[])])]), 0).results[0].partitions[0].error_code
+
+    assert read(0) == 0  # the broker's own leader epoch (a single node's is 0)
+    assert write(3) == 0
+    assert (write(2), read(2)) == (EC.FENCED_LEADER_EPOCH, EC.FENCED_LEADER_EPOCH)
+    assert write(2, state_epoch=-5) == EC.FENCED_LEADER_EPOCH  # before the state epoch
+    assert read(5) == 0  # a new leader read the state: the older leaders' writes are fenced from now on
+    assert (write(4), write(5)) == (EC.FENCED_LEADER_EPOCH, 0)
+    assert write(6, state_epoch=-5) == EC.FENCED_STATE_EPOCH
+    sbroker.restart()
+    deadline = time.monotonic() + 20
+    while read(6) == EC.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (write(5), write(6)) == (EC.FENCED_LEADER_EPOCH, 0)
+
+
 def group_reading_from_earliest(bs: str, topic: str, partitions: int, per_partition: int) -> tuple[str, ShareConsumer]:
     """A new topic with records, a new group starting at the earliest offset and its consumer."""
     create_topic(bs, topic, partitions)

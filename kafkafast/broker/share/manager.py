@@ -263,7 +263,10 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if _loaded(sp, topic_id, part) and not verify:
             return
-        saved = await self.store.fetch(group_id, topic_id, part.index)
+        # read with the leader epoch its writes carry (the loaded one's, kept through an epoch bump):
+        # the share coordinator fences a write older than the newest epoch it was read or written with
+        epoch = sp.leader_epoch if _loaded(sp, topic_id, part) else part.leader_epoch
+        saved = await self.store.fetch(group_id, topic_id, part.index, epoch)
         if saved is None or saved.start_offset < 0:
             await self.refresh_configs(group_id)  # its share.auto.offset.reset as stored now
         sp = self.partitions.get(key)
@@ -273,7 +276,7 @@ class SharePartitionManager:
             sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
         else:
             sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
-        sp.leader_epoch, sp.topic_id = part.leader_epoch, topic_id
+        sp.leader_epoch, sp.topic_id = epoch, topic_id
         sp.persist = self._persister(topic_id)
         self.partitions[key] = sp
         if saved is None or saved.start_offset < 0:
@@ -297,7 +300,8 @@ class SharePartitionManager:
         return persist
 
     def _write(self, sp: SharePartition, topic_id: bytes, spans: list[tuple[int, int]]) -> None:
-        self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, sp.state_batches(spans))
+        self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, sp.state_batches(spans),
+                         sp.leader_epoch)
 
     @contextmanager
     def _holding(self, held: HeldWrites | None) -> Iterator[None]:
