@@ -300,8 +300,53 @@ class SharePartitionManager:
         return persist
 
     def _write(self, sp: SharePartition, topic_id: bytes, spans: list[tuple[int, int]]) -> None:
-        self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, sp.state_batches(spans),
-                         sp.leader_epoch)
+        """One state write of `sp`'s `spans`; the acknowledgements it holds are confirmed with
+        its outcome (at once when it was appended here, else once the share coordinator, or the
+        worker owning its partition, answered): see `SharePartition.confirm`."""
+        acked = sp.take_unconfirmed()
+        mark = len(self.store.pending)
+        try:
+            self.store.write(sp.group_id, topic_id, sp.partition, sp.write_start_offset(), sp.state_epoch,
+                             sp.state_batches(spans), sp.leader_epoch)
+        except E.KafkaError:
+            if acked:
+                self._confirm(sp, acked, False)
+            raise
+        if acked:
+            self._confirm_when_written(sp, acked, [fut for _, fut in self.store.pending[mark:]])
+
+    def _confirm_when_written(self, sp: SharePartition, acked: list[tuple[int, int]], writes: list[Any]) -> None:
+        if not writes:
+            self._confirm(sp, acked, True)
+            return
+        left, failed = [len(writes)], [False]
+
+        def done(fut: Any) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                failed[0] = True
+            else:
+                res = fut.result()  # an error code, or a response part with one
+                failed[0] = failed[0] or bool(res if isinstance(res, int) else res.error_code)
+            left[0] -= 1
+            if not left[0]:
+                self._confirm(sp, acked, not failed[0])
+        for fut in writes:
+            fut.add_done_callback(done)
+
+    def _confirm(self, sp: SharePartition, acked: list[tuple[int, int]], ok: bool) -> None:
+        """The acknowledgements of `acked` are final (`ok`), or rolled back (their write failed)."""
+        start = sp.start_offset
+        try:
+            released = sp.confirm(acked, ok, self.delivery_count_limit(sp.group_id))
+        except E.KafkaError as exc:  # persisting the release of records whose lock expired meanwhile
+            log.warning("share group %s: %s-%d: persisting a release failed: %s", sp.group_id, sp.topic,
+                        sp.partition, exc)
+            released = 1
+        if not ok:
+            log.info("share group %s: %s-%d: a state write failed: its acknowledgements are rolled back",
+                     sp.group_id, sp.topic, sp.partition)
+        if released or sp.start_offset != start:  # records to acquire again, or record locks freed
+            self._wake_for(sp)
 
     @contextmanager
     def _holding(self, held: HeldWrites | None) -> Iterator[None]:
