@@ -342,9 +342,10 @@ class ShareStateStore:
         if ks is not None and state_epoch < ks.state_epoch:
             raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
         epoch = ks.snapshot_epoch + 1 if ks is not None else 0
+        leader_epoch = ks.leader_epoch if ks is not None else 0  # (still fenced: a reset is no new leader)
         state = PersistedState(start_offset, state_epoch, [])
-        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms()))
-        self.keys[key] = _KeyState(state, epoch, clock.now_ms())
+        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms(), leader_epoch))
+        self.keys[key] = _KeyState(state, epoch, clock.now_ms(), leader_epoch)
 
     def delete(self, key: Key) -> None:
         """DeleteShareGroupState: tombstones for the key's records (none for a key without state,
