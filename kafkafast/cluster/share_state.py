@@ -13,12 +13,15 @@ The share-partitions live at the data partition's leader (where clients send Sha
 ShareAcknowledge). Their state goes to the share coordinator: kept here when this broker
 coordinates the key, else read with ReadShareGroupState (when the share-partition is loaded:
 on first use and whenever the partition's leader epoch moved) and written with
-WriteShareGroupState (the changed batches and the start offset; awaited before the request that
-changed them is answered: one request in flight per share coordinator and group, the writes made
-meanwhile sent together in the next, a share-partition's merged in order, as Kafka's persister
-coalesces them), over one inter-broker connection per broker (`cluster/peers.py`),
+WriteShareGroupState (the changed batches, the start offset and the share-partition's leader
+epoch; awaited before the request that changed them is answered: one request in flight per
+`__share_group_state` partition and group, the writes made meanwhile sent together in the next,
+a share-partition's merged in order, as Kafka's persister coalesces them), over one
+inter-broker connection per broker (`cluster/peers.py`),
 or over the forwarding link to the worker owning the partition when this broker is the
-coordinator (`_ask_here`). So a new partition leader continues from the last
+coordinator (`_ask_here`). A state request answered NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or
+COORDINATOR_LOAD_IN_PROGRESS, or whose coordinator could not be reached, is sent again to the
+coordinator named then (see RETRY_ATTEMPTS). So a new partition leader continues from the last
 acknowledged state, and a new share coordinator from what the ISR held. The group's coordinator
 changes the state for AlterShareGroupOffsets / DeleteShareGroupOffsets the same way: here, or
 with InitializeShareGroupState / DeleteShareGroupState to the key's share coordinator; and

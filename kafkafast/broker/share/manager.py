@@ -335,7 +335,6 @@ class SharePartitionManager:
 
     def _confirm(self, sp: SharePartition, acked: list[tuple[int, int]], ok: bool) -> None:
         """The acknowledgements of `acked` are final (`ok`), or rolled back (their write failed)."""
-        start = sp.start_offset
         try:
             released = sp.confirm(acked, ok, self.delivery_count_limit(sp.group_id))
         except E.KafkaError as exc:  # persisting the release of records whose lock expired meanwhile
@@ -345,7 +344,7 @@ class SharePartitionManager:
         if not ok:
             log.info("share group %s: %s-%d: a state write failed: its acknowledgements are rolled back",
                      sp.group_id, sp.topic, sp.partition)
-        if released or sp.start_offset != start:  # records to acquire again, or record locks freed
+        if released:  # (the record locks the acknowledgements freed were free from the start: `acknowledge`)
             self._wake_for(sp)
 
     @contextmanager
@@ -468,7 +467,7 @@ class SharePartitionManager:
         write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
         released = [0]
-        start = sp.start_offset
+        start = sp.write_start_offset()  # (the SPSO past the acknowledged records, confirmed or not)
         try:
             with self._holding(held):
                 sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
@@ -477,7 +476,7 @@ class SharePartitionManager:
             err = (EC.INVALID_RECORD_STATE, str(exc))
         except E.KafkaError as exc:  # the state could not be persisted
             err = (exc.code, exc.message)
-        if released[0] or sp.start_offset != start:  # records to acquire again, or record locks freed
+        if released[0] or sp.write_start_offset() != start:  # records to acquire again, or record locks freed
             if held is not None:
                 held.wake[sp] = part  # once the request acquired what it takes of them
             else:

@@ -410,7 +410,7 @@ class SharePartition:
                 if e.token not in self.locks:
                     expired.append(e)
             e.undo = None
-        self._cut_any = True
+        self._cut_any = self._cut_any or bool(entries)
         self._join()
         self._advance()
         return self._release_all(expired, limit)
