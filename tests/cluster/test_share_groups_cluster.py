@@ -147,6 +147,71 @@ def values_consumed(cluster, group: str, topic: str, values: set[bytes], timeout
     return got
 
 
+def state_leaders(cluster, topic: str) -> dict[int, int]:
+    """The leader of each `__share_group_state` partition (the topic created by a share
+    consumer's first fetch of `topic`, if it was not yet)."""
+    indexes = range(int(SETTINGS["share.coordinator.state.topic.num.partitions"]))
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"csg-{uuid.uuid4().hex[:8]}", **QUIET})
+    c.subscribe([topic])
+    try:
+        cluster.wait_for(lambda: not c.poll(0.2) and all(cluster.leader(STATE_TOPIC, i) >= 0 for i in indexes),
+                         30, f"leaders of {STATE_TOPIC}")
+    finally:
+        c.close()
+    return {i: cluster.leader(STATE_TOPIC, i) for i in indexes}
+
+
+def test_acknowledgements_written_while_the_share_coordinator_is_killed_succeed_after_retries(share_cluster):
+    """The share coordinator of a share-partition's state (a broker leading neither the data
+    partition, nor the group, nor the cluster) SIGKILLed just before a consumer commits its
+    acknowledgements: the partition's leader sends the state write again, with backoff, to the
+    coordinator the metadata names then (Kafka's persister retries a refused connection,
+    NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS), until the new
+    coordinator, elected once the killed broker's ZooKeeper session expired, has it: the commit
+    succeeds, and the acknowledged records never come again."""
+    cluster = share_cluster
+    topic = f"cq-retry-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, 1, 3)
+    cluster.wait_for(lambda: cluster.leader(topic, 0) >= 0, 30, f"a leader of {topic}")
+    leader, controller = cluster.leader(topic, 0), cluster.controller_id()
+    coordinators = state_leaders(cluster, topic)
+    group = coordinator = None
+    for _ in range(200):
+        group = f"csg-{uuid.uuid4().hex[:8]}"
+        coordinator = coordinators[state_partition(cluster, group, topic, 0)]
+        if coordinator not in (leader, controller, group_coordinator(cluster, group)):
+            break
+    else:
+        pytest.skip("no group whose share coordinator is a broker of its own")
+    set_everywhere(cluster, group, share_auto_offset_reset="earliest")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **QUIET})
+    values = {f"r-{i}".encode() for i in range(20)}
+    for v in sorted(values):
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+    c = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", **QUIET})
+    c.subscribe([topic])
+    acked: set[bytes] = set()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not acked:
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    acked.add(m.value())
+        assert acked
+        cluster.brokers[coordinator].kill()
+        try:
+            errors = [e for e in c.commit_sync(30).values() if e is not None]
+        finally:
+            cluster.brokers[coordinator].start()
+    finally:
+        c.close()
+    assert not errors
+    assert values_consumed(cluster, group, topic, values - acked, 30) == values - acked
+
+
 @pytest.mark.parametrize("victim", ["partition-leader", "share-coordinator"])
 def test_a_broker_killed_loses_no_acknowledgement(share_cluster, victim):
     cluster = share_cluster

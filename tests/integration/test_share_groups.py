@@ -436,6 +436,60 @@ def test_state_written_through_the_owner_worker_survives_a_restart_and_a_failed_
         b.kill()
 
 
+@pytest.mark.parametrize("workers", [0, 3], ids=["appended-here", "forwarded-to-the-owner-worker"])
+def test_acknowledgements_whose_state_write_failed_are_rolled_back_and_redelivered(tmp_path, workers):
+    """The state write of an acknowledgement fails (a disk error on the `__share_group_state`
+    partition: appended by this process, or by the worker owning it, forwarded there): the
+    acknowledgement is answered with the error and, as Kafka's SharePartition rolls a failed
+    write back, its records are acquired again under the lock they had, so they are delivered
+    again once it expires (not kept acknowledged in memory, lost to the group until a restart)."""
+    b = KafkaTestBroker(tmp_path / "b", workers=workers, settings={
+        **SETTINGS, "share.coordinator.state.topic.num.partitions": "6", "kafkafast.produce.shared.append": "false"})
+    b.start()
+    try:
+        bs = b.bootstrap_servers
+        create_topic(bs, "qr", 1)
+        tid = topic_id(b.port, "qr")
+        for _ in range(100):  # with workers: a group coordinated by another worker than its state's owner
+            group = new_group()
+            offsets = (java_string_hash(group) & 0x7FFFFFFF) % int(SETTINGS["offsets.topic.num.partitions"])
+            state = (java_string_hash(coordinator_key(group, tid, 0)) & 0x7FFFFFFF) % 6
+            if not workers or owner_for("__consumer_offsets", offsets, workers) != owner_for(STATE_TOPIC, state, workers):
+                break
+        set_group_configs(bs, group, share_auto_offset_reset="earliest")
+        p = Producer({"bootstrap.servers": bs, "linger.ms": 200, **QUIET})
+        values = {f"r-{i}".encode() for i in range(6)}
+        for v in sorted(values):
+            p.produce("qr", value=v, partition=0)
+        assert p.flush(30) == 0
+        c = share_consumer(bs, group, "qr", **{"share.acknowledgement.mode": "explicit"})
+        try:
+            first: list = []
+            deadline = time.monotonic() + 20
+            while not first and time.monotonic() < deadline:
+                first = [m for m in c.poll(0.2) if m.error() is None]
+            assert {m.value() for m in first} == values  # one batch, acquired (and its state written) at once
+            b.faults.disk_error(STATE_TOPIC, state)
+            for m in first:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            errors = [e for e in c.commit_sync(30).values() if e is not None]
+            assert errors and b.faults.active() == []  # the acknowledgements' write failed
+            again: dict[bytes, int] = {}
+            deadline = time.monotonic() + 4 * LOCK_MS / 1000
+            while set(again) != values and time.monotonic() < deadline:
+                for m in c.poll(0.2):
+                    if m.error() is None:
+                        again[m.value()] = m.delivery_count()
+                        c.acknowledge(m, AcknowledgeType.ACCEPT)
+                if again:
+                    assert all(e is None for e in c.commit_sync(30).values())
+        finally:
+            c.close()
+        assert again == dict.fromkeys(values, 2)
+    finally:
+        b.kill()
+
+
 def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_state(sbroker):
     bs = sbroker.bootstrap
     create_topic(bs, "qc", 1)
@@ -486,6 +540,51 @@ def test_the_share_coordinator_apis_read_write_initialize_and_delete_the_stored_
         assert raw.request(DS(group_id=group, topics=[DS.DeleteStateData(topic_id=tid, partitions=[
             DS.PartitionData(partition=0)])]), 0).results[0].partitions[0].error_code == 0
         assert raw.request(read, 0).results[0].partitions[0].start_offset == -1
+
+
+def test_the_share_coordinator_fences_a_former_leaders_reads_and_writes(sbroker):
+    """Kafka's share coordinator keeps, per share-partition, the newest leader epoch its
+    leader read or wrote the state with (in the state records too): a WriteShareGroupState or
+    ReadShareGroupState with an older one is a former leader's, answered FENCED_LEADER_EPOCH,
+    before the state epoch is checked; the epoch survives a restart."""
+    bs = sbroker.bootstrap
+    create_topic(bs, "qe", 1)
+    group = new_group()
+    set_group_configs(bs, group, share_auto_offset_reset="earliest")
+    produce(bs, "qe", 1, 4)
+    c = share_consumer(bs, group, "qe")
+    got: set[int] = set()
+    try:
+        poll_until([c], lambda: len(got) >= 4, 20, lambda _c, m: got.add(m.offset()))
+        c.commit_sync()
+    finally:
+        c.close()
+    tid = topic_id(sbroker.port, "qe")
+    RS, W = ReadShareGroupStateRequest, WriteShareGroupStateRequest
+
+    def read(leader_epoch: int) -> int:
+        with RawClient(sbroker.port) as raw:
+            return raw.request(RS(group_id=group, topics=[RS.ReadStateData(topic_id=tid, partitions=[
+                RS.PartitionData(partition=0, leader_epoch=leader_epoch)])]), 0).results[0].partitions[0].error_code
+
+    def write(leader_epoch: int, state_epoch: int = 0) -> int:
+        with RawClient(sbroker.port) as raw:
+            return raw.request(W(group_id=group, topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+                partition=0, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=-1,
+                state_batches=[])])]), 0).results[0].partitions[0].error_code
+
+    assert read(0) == 0  # the broker's own leader epoch (a single node's is 0)
+    assert write(3) == 0
+    assert (write(2), read(2)) == (EC.FENCED_LEADER_EPOCH, EC.FENCED_LEADER_EPOCH)
+    assert write(2, state_epoch=-5) == EC.FENCED_LEADER_EPOCH  # before the state epoch
+    assert read(5) == 0  # a new leader read the state: the older leaders' writes are fenced from now on
+    assert (write(4), write(5)) == (EC.FENCED_LEADER_EPOCH, 0)
+    assert write(6, state_epoch=-5) == EC.FENCED_STATE_EPOCH
+    sbroker.restart()
+    deadline = time.monotonic() + 20
+    while read(6) == EC.COORDINATOR_LOAD_IN_PROGRESS and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (write(5), write(6)) == (EC.FENCED_LEADER_EPOCH, 0)
 
 
 def group_reading_from_earliest(bs: str, topic: str, partitions: int, per_partition: int) -> tuple[str, ShareConsumer]:
@@ -1135,7 +1234,8 @@ def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_
     """A ShareFetch's acknowledgements and its acquisition are written in one state record:
     when that write fails (a disk error on the `__share_group_state` partition) both answer
     the error and no records are handed out; the records it acquired come again once their
-    lock expires."""
+    lock expires, and the ones it acknowledged, rolled back to acquired under the lock they had
+    (Kafka's SharePartition), once that one does."""
     b = KafkaTestBroker(tmp_path / "b", settings=SETTINGS)
     b.start()
     try:
@@ -1153,8 +1253,12 @@ def test_a_failed_state_write_fails_the_acknowledgements_and_the_acquisition_it_
             assert b.faults.active() == []
             assert (failed.acknowledge_error_code, failed.error_code) == (EC.KAFKA_STORAGE_ERROR,) * 2
             assert (failed.acquired_records, len(failed.records or b"")) == ([], 0)
-            again = m.fetch(wait_ms=3 * LOCK_MS)  # records 20-29 come back after the lock
-            assert acquired(again) == [(20, 29, 2)]
+            again: list[tuple[int, int, int]] = []
+            deadline = time.monotonic() + 4 * LOCK_MS / 1000
+            while sum(b - a + 1 for a, b, _ in again) < 30 and time.monotonic() < deadline:
+                got = m.fetch(wait_ms=3 * LOCK_MS)
+                again += acquired(got) if got is not None else []
+            assert sorted((o, c) for a, b, c in again for o in range(a, b + 1)) == [(o, 2) for o in range(30)]
     finally:
         b.kill()
 

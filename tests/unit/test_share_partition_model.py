@@ -214,3 +214,27 @@ def run(seed: int, steps: int) -> None:
 @pytest.mark.parametrize("seed", range(40))
 def test_in_flight_ranges_agree_with_a_per_offset_model(seed):
     run(seed, 400)
+
+
+def test_an_acknowledgement_is_final_only_once_its_state_write_is_confirmed():
+    """Accepted or rejected records keep their acquisition (`undo`) until the write holding the
+    acknowledgement is confirmed: the SPSO moves past them only then (the write carries the SPSO
+    past them, and the record-lock count frees them at once); a failed write makes them the
+    member's again under the same lock, or releases them at once if that lock expired meanwhile."""
+    writes: list = []
+    sp = SharePartition("g", "t", 0, 0, persist=lambda _sp, spans: writes.append(spans))
+    ranges, token, _ = sp.acquire("m", [(0, 9, False)], 100, 100, 0)
+    assert ranges == [(0, 9, 1)]
+    sp.acknowledge("m", [(0, 4, [ACCEPT])], LIMIT, [0])
+    acked = sp.take_unconfirmed()
+    assert (acked, sp.start_offset, sp.write_start_offset(), sp.in_flight()) == ([(0, 4)], 0, 5, 5)
+    assert sp.state_batches([(0, 9)]) == [(5, 9, AVAILABLE, 1)]
+    assert sp.confirm(acked, False, LIMIT) == 0
+    assert [(e.first, e.last, e.state, e.member, e.token) for e in sp.inflight] == [(0, 9, ACQUIRED, "m", token)]
+    sp.acknowledge("m", [(0, 4, [ACCEPT])], LIMIT, [0])
+    sp.confirm(sp.take_unconfirmed(), True, LIMIT)
+    assert sp.start_offset == 5
+    sp.acknowledge("m", [(5, 9, [REJECT])], LIMIT, [0])
+    assert sp.release_lock("m", token, ranges, LIMIT) == 0  # the lock expires while the write is out
+    assert sp.confirm(sp.take_unconfirmed(), False, LIMIT) == 5
+    assert [(e.first, e.last, e.state, e.count, e.member) for e in sp.inflight] == [(5, 9, AVAILABLE, 1, None)]

@@ -3,7 +3,8 @@ state epoch, start offset (-1: no state yet) and the state batches (Available, A
 Archived, with delivery counts) kept in `__share_group_state` (`broker/share/state_store.py`).
 Inter-broker: CLUSTER_ACTION on the cluster; NOT_COORDINATOR where the group is not
 coordinated (the state of a group's share-partitions is kept with the group), COORDINATOR_LOAD_IN_PROGRESS
-while `__share_group_state` loads.
+while `__share_group_state` loads; FENCED_LEADER_EPOCH for a leader epoch older than the newest
+a share-partition's leader read or wrote the state with (a newer one is the state's from now on).
 """
 from kafkafast.broker.registry import handles
 from kafkafast.broker.share.state_requests import per_partition
@@ -23,5 +24,5 @@ async def handle(broker, ctx, req: ReadShareGroupStateRequest, version: int) -> 
                                      R.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
                                      for a, b, s, c in state.batches])
 
-    done = await per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.read(*key))
+    done = await per_partition(broker, ctx, req.group_id, req.topics, lambda key, p: broker.share.store.read(*key, p.leader_epoch))
     return R(results=[R.ReadStateResult(topic_id=tid, partitions=[answer(*r) for r in rs]) for tid, rs in done])

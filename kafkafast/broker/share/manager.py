@@ -263,7 +263,10 @@ class SharePartitionManager:
         sp = self.partitions.get(key)
         if _loaded(sp, topic_id, part) and not verify:
             return
-        saved = await self.store.fetch(group_id, topic_id, part.index)
+        # read with the leader epoch its writes carry (the loaded one's, kept through an epoch bump):
+        # the share coordinator fences a write older than the newest epoch it was read or written with
+        epoch = sp.leader_epoch if _loaded(sp, topic_id, part) else part.leader_epoch
+        saved = await self.store.fetch(group_id, topic_id, part.index, epoch)
         if saved is None or saved.start_offset < 0:
             await self.refresh_configs(group_id)  # its share.auto.offset.reset as stored now
         sp = self.partitions.get(key)
@@ -273,7 +276,7 @@ class SharePartitionManager:
             sp = SharePartition(group_id, topic, part.index, saved.start_offset, saved.batches, saved.state_epoch)
         else:
             sp = SharePartition(group_id, topic, part.index, self._initial_offset(group_id, part))
-        sp.leader_epoch, sp.topic_id = part.leader_epoch, topic_id
+        sp.leader_epoch, sp.topic_id = epoch, topic_id
         sp.persist = self._persister(topic_id)
         self.partitions[key] = sp
         if saved is None or saved.start_offset < 0:
@@ -297,7 +300,52 @@ class SharePartitionManager:
         return persist
 
     def _write(self, sp: SharePartition, topic_id: bytes, spans: list[tuple[int, int]]) -> None:
-        self.store.write(sp.group_id, topic_id, sp.partition, sp.start_offset, sp.state_epoch, sp.state_batches(spans))
+        """One state write of `sp`'s `spans`; the acknowledgements it holds are confirmed with
+        its outcome (at once when it was appended here, else once the share coordinator, or the
+        worker owning its partition, answered): see `SharePartition.confirm`."""
+        acked = sp.take_unconfirmed()
+        mark = len(self.store.pending)
+        try:
+            self.store.write(sp.group_id, topic_id, sp.partition, sp.write_start_offset(), sp.state_epoch,
+                             sp.state_batches(spans), sp.leader_epoch)
+        except E.KafkaError:
+            if acked:
+                self._confirm(sp, acked, False)
+            raise
+        if acked:
+            self._confirm_when_written(sp, acked, [fut for _, fut in self.store.pending[mark:]])
+
+    def _confirm_when_written(self, sp: SharePartition, acked: list[tuple[int, int]], writes: list[Any]) -> None:
+        if not writes:
+            self._confirm(sp, acked, True)
+            return
+        left, failed = [len(writes)], [False]
+
+        def done(fut: Any) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                failed[0] = True
+            else:
+                res = fut.result()  # an error code, or a response part with one
+                failed[0] = failed[0] or bool(res if isinstance(res, int) else res.error_code)
+            left[0] -= 1
+            if not left[0]:
+                self._confirm(sp, acked, not failed[0])
+        for fut in writes:
+            fut.add_done_callback(done)
+
+    def _confirm(self, sp: SharePartition, acked: list[tuple[int, int]], ok: bool) -> None:
+        """The acknowledgements of `acked` are final (`ok`), or rolled back (their write failed)."""
+        try:
+            released = sp.confirm(acked, ok, self.delivery_count_limit(sp.group_id))
+        except E.KafkaError as exc:  # persisting the release of records whose lock expired meanwhile
+            log.warning("share group %s: %s-%d: persisting a release failed: %s", sp.group_id, sp.topic,
+                        sp.partition, exc)
+            released = 1
+        if not ok:
+            log.info("share group %s: %s-%d: a state write failed: its acknowledgements are rolled back",
+                     sp.group_id, sp.topic, sp.partition)
+        if released:  # (the record locks the acknowledgements freed were free from the start: `acknowledge`)
+            self._wake_for(sp)
 
     @contextmanager
     def _holding(self, held: HeldWrites | None) -> Iterator[None]:
@@ -419,7 +467,7 @@ class SharePartitionManager:
         write goes to `held` when given (the caller flushes it), else out at once."""
         sp = self.share_partition(group_id, topic, topic_id, part)
         released = [0]
-        start = sp.start_offset
+        start = sp.write_start_offset()  # (the SPSO past the acknowledged records, confirmed or not)
         try:
             with self._holding(held):
                 sp.acknowledge(member_id, batches, self.delivery_count_limit(group_id), released)
@@ -428,7 +476,7 @@ class SharePartitionManager:
             err = (EC.INVALID_RECORD_STATE, str(exc))
         except E.KafkaError as exc:  # the state could not be persisted
             err = (exc.code, exc.message)
-        if released[0] or sp.start_offset != start:  # records to acquire again, or record locks freed
+        if released[0] or sp.write_start_offset() != start:  # records to acquire again, or record locks freed
             if held is not None:
                 held.wake[sp] = part  # once the request acquired what it takes of them
             else:

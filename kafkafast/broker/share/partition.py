@@ -21,7 +21,10 @@ Available again (or Archived at the delivery count limit). When the records from
 are acknowledged or archived the SPSO moves past them and they leave the in-flight map.
 
 Only the member that acquired a record may acknowledge it (else INVALID_RECORD_STATE, and
-nothing of that acknowledgement batch is applied). State changes are handed to `persist` as
+nothing of that acknowledgement batch is applied). An acceptance, rejection or gap is final only
+once the state write holding it succeeded (`confirm`): until then its records keep their former
+state in `undo` and the SPSO stops before them; a failed write restores it (the member's
+acquisition again, under its lock, as Kafka's SharePartition rolls back). State changes are handed to `persist` as
 the offset ranges that changed; `state_batches` gives their state batches (first offset, last
 offset, delivery state, delivery count), acquired records written as Available, so a restart
 redelivers what was acquired and not acknowledged.
@@ -96,13 +99,15 @@ class InvalidRecordState(Exception):
 
 class InFlight:
     """The in-flight records first..last, all of one state and delivery count, and while
-    acquired, of one member and acquisition lock (`token`)."""
-    __slots__ = ("first", "last", "state", "count", "member", "token")
+    acquired, of one member and acquisition lock (`token`). `undo`: (state, count, member,
+    token) before an acknowledgement (accept, reject, gap) whose state write is not yet
+    confirmed, restored if it fails."""
+    __slots__ = ("first", "last", "state", "count", "member", "token", "undo")
 
     def __init__(self, first: int, last: int, state: int, count: int, member: str | None = None,
-                 token: int = 0) -> None:
+                 token: int = 0, undo: tuple[int, int, str | None, int] | None = None) -> None:
         self.first, self.last, self.state, self.count = first, last, state, count
-        self.member, self.token = member, token
+        self.member, self.token, self.undo = member, token, undo
 
     def __repr__(self) -> str:
         return f"InFlight({self.first}-{self.last}, state={self.state}, count={self.count}, member={self.member!r})"
@@ -112,7 +117,7 @@ class InFlight:
 
     def same(self, other: "InFlight") -> bool:
         return (self.state == other.state and self.count == other.count and self.member == other.member
-                and self.token == other.token)
+                and self.token == other.token and self.undo == other.undo)
 
 
 def _entry_first(entry: InFlight) -> int:
@@ -121,7 +126,7 @@ def _entry_first(entry: InFlight) -> int:
 
 class SharePartition:
     __slots__ = ("group_id", "topic", "partition", "start_offset", "end_offset", "inflight", "state_epoch",
-                 "leader_epoch", "topic_id", "persist", "_token", "_cut_any")
+                 "leader_epoch", "topic_id", "persist", "_token", "_cut_any", "locks", "unconfirmed")
 
     def __init__(self, group_id: str, topic: str, partition: int, start_offset: int,
                  batches: Iterable[StateBatch] = (), state_epoch: int = 0,
@@ -136,6 +141,8 @@ class SharePartition:
         self.persist = persist
         self._token = 0
         self._cut_any = False
+        self.locks: set[int] = set()  # the acquisition locks not expired yet
+        self.unconfirmed: list[tuple[int, int]] = []  # acknowledged since the last state write (`take_unconfirmed`)
         stored = overlay((), batches, start_offset)
         self.end_offset = max([start_offset] + [b + 1 for _, b, _, _ in stored])
         self.inflight: list[InFlight] = []
@@ -160,7 +167,7 @@ class SharePartition:
         e = fl[i]
         if e.first == off:
             return i
-        fl.insert(i + 1, InFlight(off, e.last, e.state, e.count, e.member, e.token))
+        fl.insert(i + 1, InFlight(off, e.last, e.state, e.count, e.member, e.token, e.undo))
         e.last = off - 1
         self._cut_any = True
         return i + 1
@@ -203,7 +210,9 @@ class SharePartition:
         return any(e.state == ACQUIRED for e in self.inflight)
 
     def in_flight(self) -> int:
-        return self.end_offset - self.start_offset
+        """The records holding record locks (`group.share.partition.max.record.locks`), those
+        acknowledged but not yet confirmed counted free (as they are once confirmed)."""
+        return self.end_offset - self.write_start_offset()
 
     def acquire(self, member_id: str, batches: Iterable[tuple[int, int, bool]], max_records: int, max_locks: int,
                 first_offset: int) -> tuple[list[tuple[int, int, int]], int, list[int]]:
@@ -267,6 +276,8 @@ class SharePartition:
             expected = last + 1
             if self.end_offset <= last:
                 break  # the record-lock limit stopped it inside this batch: later batches add nothing
+        if ranges:
+            self.locks.add(token)
         if changed:
             self._join()
             self._advance()
@@ -280,6 +291,7 @@ class SharePartition:
     def release_lock(self, member_id: str, token: int, ranges: Iterable[tuple[int, int, int]], limit: int) -> int:
         """The lock of acquisition `token` (its acquired `ranges`) expired: its records still
         acquired under it go back. Returns how many did."""
+        self.locks.discard(token)
         held = {id(e): e for a, b, _ in ranges for e in self._overlapping(a, b)
                 if e.state == ACQUIRED and e.token == token and e.member == member_id}
         n = self._release_all(list(held.values()), limit)
@@ -326,6 +338,8 @@ class SharePartition:
                     start, stop = self._cut(a), self._cut(b + 1)
                     for e in self.inflight[start:stop]:
                         n = e.last - e.first + 1
+                        if kind != RELEASE:  # (a release needs no undo: acquired records are stored Available)
+                            e.undo = (e.state, e.count, e.member, e.token)
                         if kind == ACCEPT:
                             e.state, e.member, e.token = ACKNOWLEDGED, None, 0
                             _event("accepted", n)
@@ -336,6 +350,8 @@ class SharePartition:
                             e.state, e.member, e.token = ARCHIVED, None, 0
                             _event("rejected" if kind == REJECT else "archived", n)
                     changed.append((a, b))
+                    if kind != RELEASE:
+                        self.unconfirmed.append((a, b))
         finally:
             if changed:
                 self._cut_any = True
@@ -374,10 +390,47 @@ class SharePartition:
         return runs
 
     # -- state ---------------------------------------------------------------------------------
+    def take_unconfirmed(self) -> list[tuple[int, int]]:
+        """The offset ranges acknowledged since the last call: the state write about to be made
+        holds them (`confirm` them with its outcome)."""
+        spans, self.unconfirmed = self.unconfirmed, []
+        return spans
+
+    def confirm(self, spans: list[tuple[int, int]], ok: bool, limit: int) -> int:
+        """The state write holding the acknowledgements of `spans` succeeded (`ok`: they are
+        final, and the SPSO may move past them) or failed: their records are acquired again, by
+        the member and under the lock they had (redelivered when it expires; as Kafka's
+        SharePartition rolls back a failed write), or released at once if that lock expired
+        meanwhile. Returns how many records were released."""
+        entries = {id(e): e for a, b in spans for e in self._overlapping(a, b) if e.undo is not None}
+        expired = []
+        for e in entries.values():
+            if not ok:
+                e.state, e.count, e.member, e.token = e.undo
+                if e.token not in self.locks:
+                    expired.append(e)
+            e.undo = None
+        self._cut_any = self._cut_any or bool(entries)
+        self._join()
+        self._advance()
+        return self._release_all(expired, limit)
+
+    def write_start_offset(self) -> int:
+        """The SPSO a state write carries: past the records acknowledged or archived, those whose
+        acknowledgement is not confirmed yet too (the write confirms them; the SPSO here moves
+        past them only once it did)."""
+        fl = self.inflight
+        if not fl or fl[0].undo is None:
+            return self.start_offset
+        n = 0
+        while n < len(fl) and fl[n].state in _DONE:
+            n += 1
+        return fl[n].first if n < len(fl) else self.end_offset
+
     def _advance(self) -> None:
         fl = self.inflight
         n = 0
-        while n < len(fl) and fl[n].state in _DONE:
+        while n < len(fl) and fl[n].state in _DONE and fl[n].undo is None:
             n += 1
         if n:
             del fl[:n]
@@ -397,8 +450,10 @@ class SharePartition:
     def state_batches(self, spans: Iterable[tuple[int, int]]) -> list[StateBatch]:
         """The in-flight records of the offset ranges `spans` as state batches, acquired ones as Available."""
         return overlay((), [(max(a, e.first), min(b, e.last), e.persisted_state(), e.count)
-                            for a, b in sorted(spans) for e in self._overlapping(a, b)], self.start_offset)
+                            for a, b in sorted(spans) for e in self._overlapping(a, b)], self.write_start_offset())
 
     def _persist(self, spans: list[tuple[int, int]]) -> None:
         if self.persist is not None:
             self.persist(self, spans)
+        elif self.unconfirmed:  # nothing is written: nothing to wait for
+            self.confirm(self.take_unconfirmed(), True, 0)

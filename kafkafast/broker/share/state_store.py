@@ -89,31 +89,42 @@ def state_key(kind: int, key: Key) -> bytes:
     return _encode(kind, cls(group_id=key[0], topic_id=key[1], partition=key[2]))
 
 
-def snapshot_value(snapshot_epoch: int, state: PersistedState, created: int) -> bytes:
+def snapshot_value(snapshot_epoch: int, state: PersistedState, created: int, leader_epoch: int = 0) -> bytes:
     V = ShareSnapshotValue
     return _encode(VALUE_VERSION, V(
-        snapshot_epoch=snapshot_epoch, state_epoch=state.state_epoch, leader_epoch=0, start_offset=state.start_offset,
+        snapshot_epoch=snapshot_epoch, state_epoch=state.state_epoch, leader_epoch=leader_epoch,
+        start_offset=state.start_offset,
         create_timestamp=created, write_timestamp=clock.now_ms(),
         state_batches=[V.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
                        for a, b, s, c in state.batches]))
 
 
-def update_value(snapshot_epoch: int, start_offset: int, batches: list[StateBatch]) -> bytes:
+def update_value(snapshot_epoch: int, start_offset: int, batches: list[StateBatch], leader_epoch: int = 0) -> bytes:
     V = ShareUpdateValue
     return _encode(VALUE_VERSION, V(
-        snapshot_epoch=snapshot_epoch, leader_epoch=0, start_offset=start_offset,
+        snapshot_epoch=snapshot_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
         state_batches=[V.StateBatch(first_offset=a, last_offset=b, delivery_state=s, delivery_count=c)
                        for a, b, s, c in batches]))
+
+
+def _check_leader_epoch(ks: "_KeyState", leader_epoch: int) -> None:
+    """FencedLeaderEpochError when a share-partition's leader epoch is older than the key's
+    (-1, from the group's coordinator or a Kafka writer that sends none, is never fenced)."""
+    if 0 <= leader_epoch < ks.leader_epoch:
+        raise E.FencedLeaderEpochError(f"leader epoch {leader_epoch} is older than {ks.leader_epoch}")
 
 
 class _KeyState:
     """The store's view of one key: the latest snapshot's batches (`base`) and every batch
     changed since then (`changed`, cumulative: what the next ShareUpdate holds), laid over the
-    snapshot only when the whole state is asked for (a read, the next snapshot)."""
+    snapshot only when the whole state is asked for (a read, the next snapshot). `leader_epoch`:
+    the newest leader epoch of the share-partition's leader that read or wrote it (Kafka's share
+    coordinator fences a write, or a read, with an older one: FENCED_LEADER_EPOCH), from the
+    records too (a read's is kept in memory only, as Kafka's)."""
     __slots__ = ("base", "start_offset", "state_epoch", "snapshot_epoch", "updates", "changed", "created",
-                 "unwritten")
+                 "unwritten", "leader_epoch")
 
-    def __init__(self, snapshot: PersistedState, snapshot_epoch: int, created: int) -> None:
+    def __init__(self, snapshot: PersistedState, snapshot_epoch: int, created: int, leader_epoch: int = 0) -> None:
         self.base = snapshot.batches
         self.start_offset = snapshot.start_offset
         self.state_epoch = snapshot.state_epoch
@@ -122,6 +133,7 @@ class _KeyState:
         self.changed: list[StateBatch] = []
         self.created = created
         self.unwritten = False  # a write of it failed after this view took it in: the next one is a snapshot
+        self.leader_epoch = leader_epoch
 
     def state(self, newer: Iterable[StateBatch] = (), start_offset: int | None = None,
               state_epoch: int | None = None) -> PersistedState:
@@ -224,13 +236,15 @@ class ShareStateStore:
         if kind == SNAPSHOT_KEY:
             v = ShareSnapshotValue.decode(vr, version)
             batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in v.state_batches]
+            earlier = self.keys.get(key)
             self.keys[key] = _KeyState(PersistedState(v.start_offset, v.state_epoch, batches), v.snapshot_epoch,
-                                       v.create_timestamp)
+                                       v.create_timestamp, max(v.leader_epoch, earlier.leader_epoch if earlier else 0))
             return
         u = ShareUpdateValue.decode(vr, version)
         ks = self.keys.get(key)
         if ks is None or u.snapshot_epoch != ks.snapshot_epoch:
             return  # written before the latest snapshot
+        ks.leader_epoch = max(ks.leader_epoch, u.leader_epoch)
         batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in u.state_batches]
         if u.start_offset >= 0:
             ks.start_offset = u.start_offset
@@ -238,23 +252,39 @@ class ShareStateStore:
         ks.updates += 1
 
     # -- the manager's interface ----------------------------------------------------------------
-    def read(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+    def read(self, group_id: str, topic_id: bytes, partition: int, leader_epoch: int = -1) -> PersistedState | None:
+        """The stored state. A share-partition's leader reads with its leader epoch (-1: the
+        group's coordinator, not a leader): an older one than the key's is fenced
+        (FencedLeaderEpochError), a newer one is the key's from now on, so the writes of a former
+        leader are fenced from the moment the new one read the state (Kafka's readState)."""
         ks = self.keys.get((group_id, topic_id, partition))
-        return ks.state() if ks is not None else None
+        if ks is None:
+            return None
+        if leader_epoch >= 0:
+            _check_leader_epoch(ks, leader_epoch)
+            ks.leader_epoch = leader_epoch
+        return ks.state()
 
-    async def fetch(self, group_id: str, topic_id: bytes, partition: int) -> PersistedState | None:
+    async def fetch(self, group_id: str, topic_id: bytes, partition: int,
+                    leader_epoch: int = -1) -> PersistedState | None:
         """The stored state, for loading a share-partition (here: what `read` says, once loaded)."""
         if not self.loaded:
             raise E.CoordinatorLoadInProgressError(f"{STATE_TOPIC} is being loaded")
-        return self.read(group_id, topic_id, partition)
+        return self.read(group_id, topic_id, partition, leader_epoch)
 
     def write(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, state_epoch: int,
-              batches: list[StateBatch]) -> None:
+              batches: list[StateBatch], leader_epoch: int = -1) -> None:
         """Persists the `batches` a share-partition changed and its start offset (see the module
-        docstring); raises KafkaError when the record cannot be appended. The work is per batch
-        changed since the snapshot, whatever the share-partition holds in flight."""
+        docstring); raises KafkaError when the record cannot be appended, FencedLeaderEpochError
+        when `leader_epoch` is older than the key's (the share-partition's leader moved on; -1:
+        the key's). The work is per batch changed since the snapshot, whatever the
+        share-partition holds in flight."""
         key = (group_id, topic_id, partition)
         ks = self.keys.get(key)
+        if ks is not None:
+            _check_leader_epoch(ks, leader_epoch)
+            leader_epoch = max(leader_epoch, ks.leader_epoch)
+        leader_epoch = max(leader_epoch, 0)
         if ks is None or ks.unwritten or ks.updates + 1 >= self.per_snapshot:
             if ks is None:
                 epoch, created = 0, clock.now_ms()
@@ -262,12 +292,14 @@ class ShareStateStore:
             else:
                 epoch, created = ks.snapshot_epoch + 1, ks.created
                 state = ks.state(batches, start_offset, state_epoch)
-            self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created))
-            self.keys[key] = _KeyState(state, epoch, created)
+            self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, created, leader_epoch))
+            self.keys[key] = _KeyState(state, epoch, created, leader_epoch)
             return
         changed = overlay(ks.changed, batches, start_offset)
-        self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed))
+        self._append(key, state_key(UPDATE_KEY, key), update_value(ks.snapshot_epoch, start_offset, changed,
+                                                                  leader_epoch))
         ks.changed, ks.start_offset, ks.state_epoch, ks.updates = changed, start_offset, state_epoch, ks.updates + 1
+        ks.leader_epoch = leader_epoch
 
     async def delete_group(self, group_id: str) -> None:
         """DeleteGroups of a share group: the state of each of its share-partitions goes, written
@@ -292,13 +324,17 @@ class ShareStateStore:
             return E.ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return self.broker.group_coordinator.status(key[0], "share_group_state")
 
-    def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
-        """WriteShareGroupState: `batches` over the stored state; FencedStateEpochError for an older state epoch."""
+    def write_batches(self, key: Key, state_epoch: int, start_offset: int, batches: list[StateBatch],
+                      leader_epoch: int = -1) -> None:
+        """WriteShareGroupState: `batches` over the stored state; FencedLeaderEpochError for an
+        older leader epoch, then FencedStateEpochError for an older state epoch (Kafka's order)."""
         ks = self.keys.get(key)
-        if ks is not None and state_epoch < ks.state_epoch:
-            raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
+        if ks is not None:
+            _check_leader_epoch(ks, leader_epoch)
+            if state_epoch < ks.state_epoch:
+                raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
         start = start_offset if start_offset >= 0 else (ks.start_offset if ks is not None else 0)
-        self.write(*key, start, state_epoch, batches)
+        ShareStateStore.write(self, *key, start, state_epoch, batches, leader_epoch)  # here, the key's coordinator
 
     def initialize(self, key: Key, state_epoch: int, start_offset: int) -> None:
         """InitializeShareGroupState: a new snapshot with no in-flight records."""
@@ -306,9 +342,10 @@ class ShareStateStore:
         if ks is not None and state_epoch < ks.state_epoch:
             raise E.FencedStateEpochError(f"state epoch {state_epoch} is older than {ks.state_epoch}")
         epoch = ks.snapshot_epoch + 1 if ks is not None else 0
+        leader_epoch = ks.leader_epoch if ks is not None else 0  # (still fenced: a reset is no new leader)
         state = PersistedState(start_offset, state_epoch, [])
-        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms()))
-        self.keys[key] = _KeyState(state, epoch, clock.now_ms())
+        self._append(key, state_key(SNAPSHOT_KEY, key), snapshot_value(epoch, state, clock.now_ms(), leader_epoch))
+        self.keys[key] = _KeyState(state, epoch, clock.now_ms(), leader_epoch)
 
     def delete(self, key: Key) -> None:
         """DeleteShareGroupState: tombstones for the key's records (none for a key without state,
