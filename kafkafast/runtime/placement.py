@@ -56,7 +56,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable
 
-from kafkafast import clock
+from kafkafast import clock, native
 from kafkafast.broker.broker import OFFSETS_TOPIC, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
@@ -87,6 +87,7 @@ from kafkafast.storage.reader import LogReader
 from kafkafast.storage.shared_append import SharedAppend
 
 log = logging.getLogger("kafkafast.worker")
+_atomic = native.load("shm_atomic")
 # The broker-shared words (broker/placement.py) in the shared-memory header.
 HEADER_WORDS = {SESSION_WORD: shm.H_SESSION, LEASE_END_WORD: shm.H_LEASE_END, BROKER_EPOCH_WORD: shm.H_BROKER_EPOCH,
                 BROKER_ID_WORD: shm.H_BROKER_ID, REREGISTER_WORD: shm.H_REREGISTER}
@@ -301,6 +302,7 @@ class WorkerPlacement:
         self.forwarder = Forwarder(run_dir, index)
         self._share_sessions: dict[tuple[str, str], Any] = {}  # share sessions opened through here: their connection
         self.wakeups_sent = 0
+        self.wakeups_coalesced = 0  # pokes that found the worker's wake-up still pending: no byte written
         self.clean = clean  # the supervisor's decision: the last stop was clean (no recovery scan)
         self.broker: Any = None
         self.shared_append = False
@@ -312,6 +314,8 @@ class WorkerPlacement:
         self._seen_generation = -1
         self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
         self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
+        self._led: dict[tuple[str, int], Any] = {}  # owned partitions led here: a wake-up's recheck (`_recheck_led`)
+        self.owner_wakes_skipped = 0  # `wake_owner` calls that could not move the owner's high watermark nor ISR
         self._load_started = 0.0
         self._topic_ids: dict[str, bytes] = {}  # named by the controller (new_replica)
         self._wake_checks: list[Callable[[], None]] = []  # the control plane's, on each wake-up
@@ -337,7 +341,13 @@ class WorkerPlacement:
         return self.owner_of(topic, partition) == self.index
 
     def poke(self, worker: int) -> None:
-        """A byte on the worker's wake-up pipe: it re-checks what its parked requests wait for."""
+        """A byte on the worker's wake-up pipe: it re-checks what its parked requests wait for.
+        None when a wake-up is pending there already (its wake-pending word is 1: it has not
+        drained its pipe yet, and re-checks after it does; see shm's "Wake-ups")."""
+        table = self.table
+        if not _atomic.compare_and_swap(table.mm, table.worker_word_offset(worker, shm.W_WAKE_PENDING), 0, 1):
+            self.wakeups_coalesced += 1
+            return
         self.wakeups_sent += 1
         try:
             os.write(self.wake_fds[worker], b"\x01")
@@ -357,8 +367,44 @@ class WorkerPlacement:
         return bool(self.table.worker_word(index, shm.W_READY))
 
     def wake_owner(self, part: Any) -> None:
-        """Another worker's partition changed here (an append, a follower's fetch): its owner re-checks."""
-        self.poke(part.owner)
+        """Another worker's partition changed here (an append, a follower's fetch): its owner
+        re-checks, when what changed can move its high watermark or its ISR (`_owner_may_move`)."""
+        if self._owner_may_move(part):
+            self.poke(part.owner)
+        else:
+            self.owner_wakes_skipped += 1
+
+    def _owner_may_move(self, part: Any) -> bool:
+        """Whether the owner's recheck (`_recheck_led`) could change anything, from the slot: the
+        high watermark the published ISR allows (the smallest log end over its members; the
+        owner's own rule takes pending additions too, so never more) is above the published one,
+        or a follower is out of the ISR (it may rejoin). Otherwise the owner's wake-up (a pipe
+        byte, a loop pass there, a recheck of its led partitions) would find nothing to do: after
+        a non-owner's append the followers have not fetched it yet, and most follower fetches
+        report a log end that is not the smallest. (A follower's fetch served on the owner moves
+        the high watermark there; one served here is checked here after its position is
+        written, so the last of two concurrent fetches sees both positions: a read that missed
+        the other's store still in its store buffer is retried by the next fetch, within
+        replica.fetch.wait.max.ms.)"""
+        table, slot = self.table, part.slot
+        isr = table.isr(slot)
+        if not isr:
+            return True
+        st = part.log.state
+        new_hw = st.log_end_offset
+        me = self.broker.node_id
+        for r in isr:
+            if r == me:
+                continue
+            f = table.follower(slot, r)
+            if f is None:
+                return True  # no entry yet: the owner's own record, which this cannot read
+            leo = f.leo
+            if leo < new_hw:
+                new_hw = leo
+        if new_hw > st.high_watermark:
+            return True
+        return any(r != me and r not in isr for r in part.replicas)
 
     def slot_follower(self, part: Any, replica_id: int) -> Any:
         """The owner's record of a follower of a partition another worker owns, in its slot."""
@@ -380,6 +426,7 @@ class WorkerPlacement:
         if self.shared_append and not part.state.offline:
             part.log.catch_up()  # other workers' appends of an earlier leadership
         self.broker.replicas.make_leader(part, ps)
+        self._led[(part.topic, part.index)] = part
         self.table.set_isr(part.slot, part.isr)
         self.table.set_leading_epoch(part.slot, ps.leader_epoch)
 
@@ -390,6 +437,7 @@ class WorkerPlacement:
             part.wake()
             return
         self.table.set_leading_epoch(part.slot, -1)  # no other worker's append passes the lock after this
+        self._led.pop((part.topic, part.index), None)
         if self.shared_append and not part.state.offline:
             part.log.catch_up()  # waits for an append in flight: the fetcher starts from the true log end
         self.broker.replicas.make_follower(part, ps)
@@ -404,6 +452,7 @@ class WorkerPlacement:
         """StopReplica deleted `part` (the broker deleted the files): its owner frees the slot
         (a re-created topic has a new id), another worker closes what it read or wrote it with."""
         if self.owns(part):
+            self._led.pop((part.topic, part.index), None)
             self.table.set_leading_epoch(part.slot, -1)
             self.table.release(part.slot)
         else:
@@ -721,6 +770,12 @@ class WorkerPlacement:
                 pass
         except BlockingIOError:
             pass
+        # Cleared after the drain (a byte written after this clear stays in the pipe for the next
+        # call; cleared before it, the drain could swallow it with the word left 1 and no byte
+        # to come: every later wake-up would be coalesced into none) and before the re-checks
+        # (a full barrier: they read what a waker that found the word still 1 published).
+        table = self.table
+        _atomic.store(table.mm, table.worker_word_offset(self.index, shm.W_WAKE_PENDING), 0)
         for p in list(self._parked.values()):
             if self._should_wake(p):
                 p.wake()
@@ -732,8 +787,11 @@ class WorkerPlacement:
     def _recheck_led(self) -> None:
         """The high watermark and the ISR of each partition led here, recomputed from the slot."""
         broker = self.broker
-        for part in list(broker.partitions.values()):
-            if self.owns(part) and part.is_leader:
+        for key, part in list(self._led.items()):
+            if broker.partitions.get(key) is not part:
+                del self._led[key]  # deleted (or re-created: its new partition registers when it leads)
+                continue
+            if part.is_leader:
                 # (the log end from the slot: no catch-up, so no append lock taken on a wake-up)
                 part.maybe_increment_hw(broker.node_id)
                 for r, f in list(part.followers.items()):  # only followers that fetched since the last look

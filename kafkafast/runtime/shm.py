@@ -29,14 +29,15 @@ Layout (`HEADER_BYTES` + `num_slots` * `SLOT_BYTES`)::
       [12] ACL generation: +1 after every ACL change (CreateAcls, DeleteAcls) made through any
            worker, before it is answered; a worker that sees a new value re-reads the ACLs
            before it handles its next request, so the broker's workers act as one authorizer
-      [16 + 5*i ... 16 + 5*i + 4]  worker i (i < MAX_WORKERS):
+      [16 + 6*i ... 16 + 6*i + 5]  worker i (i < MAX_WORKERS):
            pid, incarnation (1 for the first start, +1 per respawn), ready (1 while
            serving), recovered partitions at its last start, loaded (1 once an
            incarnation of it has loaded its partitions since the supervisor started: from
            then on their slots hold state it published; never cleared, a replacement's
            load starts from its predecessor's published state). Until then the other
            workers answer its partitions as not served yet (`placement.SlotResidence.loading`):
-           their slots are still zeros.
+           their slots are still zeros. Then wake pending (1 from the wake-up byte a
+           worker wrote to its pipe until it drains it: see "Wake-ups" below).
 
     slot k, 768 bytes at HEADER_BYTES + k * SLOT_BYTES
       int64 [0]      state: 0 free, 1 live, 2 deleted (a tombstone: probing continues)
@@ -93,6 +94,13 @@ waiter byte before it re-reads the high watermark, so an append either sees the 
 happened before the re-read. (The store->load ordering across processes is not fenced
 explicitly; the interpreter runs thousands of instructions between the two, far longer
 than a store buffer holds a store, and `max_wait_ms` bounds any miss.)
+Wake-ups coalesce: a worker writes the byte only when its compare-and-swap of the woken
+worker's wake-pending word from 0 to 1 succeeds; the woken worker drains its pipe, then
+stores 0 there (atomic, sequentially consistent), then re-checks, so a wake-up either finds
+the word 0 and writes (a byte the drain has passed), or finds the 1 that the woken worker
+clears before its re-check reads what the waker published. (Cleared before the drain, the
+drain could swallow a byte written just after the clear and leave the word 1 for good.) Several appends before the woken worker runs cost one byte,
+one pipe read and one re-check.
 """
 from __future__ import annotations
 
@@ -108,7 +116,7 @@ from kafkafast.runtime.file_lock import ProcessFileLock
 from kafkafast.storage.partition_state import FIELDS
 
 MAGIC = 0x4B4653484D303031
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 HEADER_BYTES = 4096
 SLOT_BYTES = 768
 SLOT_WORDS = SLOT_BYTES // 8
@@ -117,8 +125,8 @@ WAITERS_AT = 192  # byte offset of the waiter bytes inside a slot
 
 H_MAGIC, H_VERSION, H_WORKERS, H_SLOTS, H_METADATA_GEN, H_SUPERVISOR_PID, H_SHUTTING_DOWN = range(7)
 H_WORKER_TABLE = 16
-WORKER_WORDS = 5
-W_PID, W_INCARNATION, W_READY, W_RECOVERED, W_LOADED = range(WORKER_WORDS)
+WORKER_WORDS = 6
+W_PID, W_INCARNATION, W_READY, W_RECOVERED, W_LOADED, W_WAKE_PENDING = range(WORKER_WORDS)
 
 S_STATE, S_OWNER, S_PARTITION, S_TOPIC_HI, S_TOPIC_LO = range(5)
 S_FIELDS = 5
@@ -280,6 +288,10 @@ class PartitionTable:
 
     def worker_word(self, worker: int, field: int) -> int:
         return self.q[H_WORKER_TABLE + WORKER_WORDS * worker + field]
+
+    def worker_word_offset(self, worker: int, field: int) -> int:
+        """Byte offset of a worker word in the mapping (for the atomic operations)."""
+        return (H_WORKER_TABLE + WORKER_WORDS * worker + field) * 8
 
     def set_worker_word(self, worker: int, field: int, value: int) -> None:
         self.q[H_WORKER_TABLE + WORKER_WORDS * worker + field] = value

@@ -156,6 +156,7 @@ def run_worker(config: BrokerConfig, control: Callable[[Broker], Any] = LocalCon
     _set_parent_death_signal()
     table.after_fork()
     table.clear_worker_waiters(index)
+    table.set_worker_word(index, shm.W_WAKE_PENDING, 0)  # a predecessor's pending wake-up: the pipe is drained on start
     table.set_worker_word(index, shm.W_PID, os.getpid())
     table.set_worker_word(index, shm.W_INCARNATION, incarnation)
     stats_dir = os.environ.get("KAFKAFAST_SENDFILE_STATS")

@@ -85,3 +85,64 @@ def test_follower_positions_and_isr_written_in_a_child_are_read_by_the_owner(tmp
     assert f4 is not None and t.follower(k, 3) is None and t.follower(k, 2) is not None
     t.set_isr(k, [1, 2])
     assert t.isr(k) == [1, 2]
+
+
+def _placements(tmp_path):
+    from kafkafast.runtime.placement import WorkerPlacement
+
+    t = table(tmp_path, workers=2)
+    pipes = [os.pipe2(os.O_NONBLOCK) for _ in range(2)]
+    ws = [WorkerPlacement(index=i, incarnation=1, table=t, wake_fds=[w for _, w in pipes], run_dir=str(tmp_path),
+                          clean=True) for i in range(2)]
+    return t, pipes, ws
+
+
+def _pending_bytes(fd: int) -> int:
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def test_wake_ups_before_the_woken_worker_drains_its_pipe_cost_one_byte(tmp_path):
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    for _ in range(5):
+        w0.poke(1)
+    assert (w0.wakeups_sent, w0.wakeups_coalesced, _pending_bytes(pipes[1][0])) == (1, 4, 1)
+    assert t.worker_word(1, shm.W_WAKE_PENDING) == 1
+    w1.on_wake_pipe(pipes[1][0])
+    assert (_pending_bytes(pipes[1][0]), t.worker_word(1, shm.W_WAKE_PENDING)) == (0, 0)
+    w0.poke(1)  # after the drain: a byte again
+    assert (w0.wakeups_sent, _pending_bytes(pipes[1][0])) == (2, 1)
+
+
+def test_a_wake_up_racing_the_woken_workers_drain_is_never_lost(tmp_path):
+    """A child pokes worker 1 as fast as it can while worker 1 drains: a pending word (1)
+    always has its byte in the pipe or about to be written, so a wake-up is coalesced into a
+    pending one, never into none (the word left 1 with no byte to come would swallow every
+    later wake-up of the worker)."""
+    import time
+
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    stop = t.slot_word_offset(0, shm.S_STATE) // 8  # slot 0 is free: its state word is the test's stop flag
+    pid = os.fork()
+    if pid == 0:
+        try:
+            while t.q[stop] == 0:
+                w0.poke(1)
+        finally:
+            os._exit(0)
+    lost = 0
+    try:
+        for _ in range(20000):
+            w1.on_wake_pipe(pipes[1][0])
+            if t.worker_word(1, shm.W_WAKE_PENDING) == 1 and _pending_bytes(pipes[1][0]) == 0:
+                time.sleep(0.05)  # a poke between its compare-and-swap and its write
+                if t.worker_word(1, shm.W_WAKE_PENDING) == 1 and _pending_bytes(pipes[1][0]) == 0:
+                    lost += 1
+                    break
+    finally:
+        t.q[stop] = 1
+        os.waitpid(pid, 0)
+    assert lost == 0
