@@ -23,7 +23,9 @@ full, a larger buffer replaces the smallest), so steady produce traffic allocate
 Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
 is drained first (so framing stays in order), then the region is pushed with sendfile,
-waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
+waiting for writability on a duplicate of the socket's fd when the kernel buffer is full; an
+answer holding regions is written corked (TCP_CORK, cleared at its end), so its small byte
+parts ride in the regions' full segments instead of going out as a segment each.
 On TLS connections the region is read with os.preadv into a reused TLS_CHUNK buffer and
 written through the SSL transport (which encrypts it at once into its own buffer; the
 buffer is reused only when the transport kept no view of it).
