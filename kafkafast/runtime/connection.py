@@ -23,7 +23,9 @@ full, a larger buffer replaces the smallest), so steady produce traffic allocate
 Responses are lists of parts. Byte parts go through the transport; a FileRegion part is
 sent with os.sendfile straight from the segment file on plaintext sockets: the transport
 is drained first (so framing stays in order), then the region is pushed with sendfile,
-waiting for writability on a duplicate of the socket's fd when the kernel buffer is full.
+waiting for writability on a duplicate of the socket's fd when the kernel buffer is full; an
+answer holding regions is written corked (TCP_CORK, cleared at its end), so its small byte
+parts ride in the regions' full segments instead of going out as a segment each.
 On TLS connections the region is read with os.preadv into a reused TLS_CHUNK buffer and
 written through the SSL transport (which encrypts it at once into its own buffer; the
 buffer is reused only when the transport kept no view of it).
@@ -140,6 +142,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._drain_waiter: asyncio.Future | None = None
         self._write_paused = False
         self._dup_fd = -1
+        # plaintext TCP: answers with file regions are corked, through a socket object of our own
+        # on a duplicate of the fd (the transport's socket object makes one for every call)
+        self._tcp = False
+        self._cork_sock: socket.socket | None = None
         # kafkafast.testing: faults applied at the edge, on client connections only
         self.test_control = None if internal else getattr(broker, "test_control", None)
         self.listener = listener  # kafkafast.security.listeners.ListenerSpec (None: internal)
@@ -169,6 +175,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.listener is None or not self.listener.tls:
+                    self._tcp = True
             except OSError:
                 pass
         self.wakeup = asyncio.Event()
@@ -340,6 +348,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._dup_fd >= 0:
             os.close(self._dup_fd)
             self._dup_fd = -1
+        if self._cork_sock is not None:
+            self._cork_sock.close()
+            self._cork_sock = None
         if self.tracker is not None:
             self.tracker.discard(self)
         lost, self.on_lost = self.on_lost, {}
@@ -389,13 +400,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._dequeued(frame)
                 self.handling = True
                 started = request_metrics.begin() if request_metrics.active else 0.0
-                task = None
+                overlapped = False
                 try:
                     parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
                         if self.overlap_produces and _acks_all_produce(frame):
-                            task = await self._start_produce(frame)
-                            parts = task.result() if task.done() else None
+                            overlapped = await self._start_produce(frame, started, arrived)
                         else:
                             parts = await self._dispatch(frame)
                     if self.admission is not None and self.admission.pending and self.session.authenticated:
@@ -414,11 +424,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
                 finally:
                     self.handling = False
-                if task is not None and not task.done():  # appended, waiting for replication: read on
-                    self._answer_later(task, frame, started, arrived)
+                if overlapped:  # answered by its own task (appended, maybe waiting for replication): read on
                     while len(self.in_flight) >= MAX_IN_FLIGHT and not self.closing:
                         await asyncio.wait((self.in_flight[0],))
-                    del frame, task
+                    del frame
                     continue
                 handled = request_metrics.clock()
                 if self.in_flight:
@@ -442,18 +451,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
             pass
 
     # -- acks=all produces: the replication wait overlaps the next requests -----------------
-    async def _start_produce(self, frame: bytearray | memoryview) -> asyncio.Task:
-        """Runs an acks=all Produce as a task of its own until it is answered or its appends
-        are done (the handler calls `appended()` before its replication wait): the task."""
+    async def _start_produce(self, frame: bytearray | memoryview, started: float, arrived: float | None) -> bool:
+        """Starts an acks=all Produce as a task of its own (`_produce`: handled, then answered
+        after every earlier answer) and returns once its appends are done (the handler calls
+        `appended()` before its replication wait) or it ended: True (it is in `in_flight`)."""
         loop = asyncio.get_running_loop()
         gate = self._appended = loop.create_future()
-        task = loop.create_task(self._dispatch(frame))
+        earlier = self.in_flight[-1] if self.in_flight else None
+        task = loop.create_task(self._produce(earlier, frame, started, arrived))
+        self.in_flight.append(task)
+        task.add_done_callback(self._answered)
         task.add_done_callback(lambda _t: gate.done() or gate.set_result(None))
         try:
             await gate
         finally:
             self._appended = None
-        return task
+        return True
 
     def appended(self) -> None:
         """The current request's appends are done: the connection may handle the next one
@@ -461,13 +474,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         gate = self._appended
         if gate is not None and not gate.done():
             gate.set_result(None)
-
-    def _answer_later(self, task: asyncio.Task, frame: Any, started: float, arrived: float | None) -> None:
-        """Answers `task` (its appends done) once it ends and every earlier answer is written."""
-        earlier = self.in_flight[-1] if self.in_flight else None
-        answer = asyncio.get_running_loop().create_task(self._answer(earlier, task, frame, started, arrived))
-        self.in_flight.append(answer)
-        answer.add_done_callback(self._answered)
 
     def _answered(self, answer: asyncio.Task) -> None:
         self.in_flight.remove(answer)
@@ -477,21 +483,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.in_flight:
             await asyncio.wait((self.in_flight[-1],))
 
-    async def _answer(self, earlier: asyncio.Task | None, task: asyncio.Task, frame: Any,
-                      started: float, arrived: float | None) -> None:
+    async def _produce(self, earlier: asyncio.Task | None, frame: Any, started: float, arrived: float | None) -> None:
+        """An acks=all Produce handled and answered in one task: the answer is written in the
+        step that ends the handler's wait (the pass after the follower Fetch that moved the high
+        watermark), once `earlier` (the answer before it on this connection) is written."""
         try:
-            await asyncio.wait((task,))
-            handled = request_metrics.clock()
-            if earlier is not None:  # the earlier answers are written first
-                await asyncio.wait((earlier,))
             try:
-                parts = task.result()
+                parts = await self._dispatch(frame)
+                failed = None
             except CloseConnection as exc:
-                log.info("closing %s: %s", self.peer, exc)
-                self.abort()
-                return
-            except Exception:
-                log.exception("request from %s failed; closing the connection", self.peer)
+                parts, failed = None, exc
+            except Exception as exc:  # noqa: BLE001 - logged below, after the earlier answers
+                parts, failed = None, exc
+            handled = request_metrics.clock()
+            if earlier is not None and not earlier.done():  # the earlier answers are written first
+                await earlier
+            if failed is not None:
+                if isinstance(failed, CloseConnection):
+                    log.info("closing %s: %s", self.peer, failed)
+                else:
+                    log.error("request from %s failed; closing the connection", self.peer, exc_info=failed)
                 self.abort()
                 return
             if parts is not None and not self.closing:
@@ -524,18 +535,43 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _send(self, parts: list) -> None:
         t = self.transport
-        for part in parts:
-            if isinstance(part, FileRegion):
-                if self.listener is not None and self.listener.tls:
-                    await self._send_region_tls(part)
+        cork = self._corked() if self._tcp and len(parts) > 1 and any(type(p) is FileRegion for p in parts) else None
+        try:
+            for part in parts:
+                if isinstance(part, FileRegion):
+                    if self.listener is not None and self.listener.tls:
+                        await self._send_region_tls(part)
+                    else:
+                        await self._sendfile(part)
                 else:
-                    await self._sendfile(part)
-            else:
-                t.write(part)  # type: ignore[union-attr]
+                    t.write(part)  # type: ignore[union-attr]
+        finally:
+            if cork is not None and not self.closing:
+                try:
+                    cork.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # sends what is held
+                except OSError:
+                    pass
         if self._write_paused:
             await self._wait_drained(False)
         if self.limits is not None:
             self.last_active, self.activity = self.limits.touch()
+
+    def _corked(self) -> socket.socket | None:
+        """Corks the connection's socket (TCP_CORK) for an answer holding file regions, so its
+        small parts (the frame header, each partition's header before its records, the tail)
+        go out inside full segments with the records instead of a segment each; `_send`
+        uncorks at the end, which sends what is held. The socket object it did that on (None:
+        not corked)."""
+        sock = self._cork_sock
+        try:
+            if sock is None:
+                fd = self.transport.get_extra_info("socket").fileno()  # type: ignore[union-attr]
+                sock = self._cork_sock = socket.socket(fileno=os.dup(fd))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:
+            self._tcp = False
+            return None
+        return sock
 
     async def _send_region_tls(self, region: FileRegion) -> None:
         """No sendfile through TLS: the region is read into a reused buffer and handed to

@@ -118,7 +118,7 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
     acks = req.acks
     responses = []
     hinted: set[int] = set()  # leaders named in NOT_LEADER_OR_FOLLOWER answers (v10+)
-    waits = []  # (topic response, index, partition, offset the high watermark must reach): acks=all
+    waits = []  # (topic response, index, partition, offset the high watermark must reach, its leading_since): acks=all
     forwarded = []  # (topic response, index, partition, the owner worker's answer)
     txn_refused = transactional_refused(broker, ctx, req.transactional_id) if req.transactional_id is not None else 0
     for topic in req.topic_data:
@@ -183,11 +183,11 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                                 log_append_time_ms=res.log_append_time, log_start_offset=res.log_start_offset,
                                 record_errors=[], error_message=None))
             if acks == -1:
-                waits.append((tr, len(out) - 1, part, res.last_offset + 1))
+                waits.append((tr, len(out) - 1, part, res.last_offset + 1, part.leading_since))
     for tr, i, part, answer in forwarded:  # a ready PartitionProduceResponse from the owner
         resp = tr.partition_responses[i] = await request_metrics.remote(answer)
         if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
-            waits.append((tr, i, part, part.log.state.log_end_offset))
+            waits.append((tr, i, part, part.log.state.log_end_offset, part.leading_since))
     if waits:
         if ctx.conn is not None:  # appended: the connection may handle its next request meanwhile
             ctx.conn.appended()
@@ -229,15 +229,35 @@ async def _wait_for_replication(broker, waits: list, timeout_s: float) -> None:
     once for a lone replica): REQUEST_TIMED_OUT after the request's timeout,
     NOT_LEADER_OR_FOLLOWER when leadership moved meanwhile, NOT_ENOUGH_REPLICAS_AFTER_APPEND
     when the ISR fell below min.insync.replicas."""
-    if len(waits) == 1:  # (no gather: its callbacks would cost loop passes before the answer)
-        _, _, part, offset = waits[0]
-        codes = [await request_metrics.remote(part.wait_for_hw(offset, timeout_s))]
-    else:
+    if any(part.home.remote for _, _, part, _, _ in waits):  # kept by other workers: wait for all at once
         codes = await request_metrics.remote(asyncio.gather(*(part.wait_for_hw(offset, timeout_s)
-                                                              for _, _, part, offset in waits)))
-    for (tr, i, part, _), code in zip(waits, codes):
+                                                              for _, _, part, offset, _ in waits)))
+    else:
+        codes = await request_metrics.remote(_waited_in_turn(waits, timeout_s))
+    for (tr, i, part, _, _), code in zip(waits, codes):
         if code == 0 and broker.replicas.isr_error(part):
             code = E.ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if code:
             tr.partition_responses[i] = _error(tr.partition_responses[i].index, code)
 
+
+async def _waited_in_turn(waits: list, timeout_s: float) -> list[int]:
+    """The waits of partitions kept here, one after the other within one deadline: a follower's
+    Fetch reports every partition it fetched, so the high watermarks the first wait needed
+    moved the others' too, which are then past at once (one parked future, one timer and one
+    resumption per request; no task per partition, no gather with its extra loop passes before
+    the answer). A partition not waited for yet whose leadership broke since its append (not
+    led here now, or led again from a new run: `leading_since`) answers NOT_LEADER_OR_FOLLOWER,
+    as a parked wait is failed then: its high watermark may have passed records other than
+    the ones appended."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    codes = []
+    for _, _, part, offset, since in waits:
+        if not part.is_leader or part.leading_since != since:
+            codes.append(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        elif part.state.high_watermark >= offset:
+            codes.append(0)
+        else:
+            codes.append(await part.wait_for_hw(offset, max(deadline - loop.time(), 0.0)))
+    return codes
