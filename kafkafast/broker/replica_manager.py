@@ -402,6 +402,16 @@ class ReplicaManager:
             f.on_fetch(offset, offset, now_ms)
         return True
 
+    def steady_follower_partition(self, part: Partition, replica_id: int, current_leader_epoch: int) -> bool:
+        """Whether a follower's fetch of `part` can only be answered with records, offsets or
+        nothing (the lean path, handlers/fetch.py `follower_fetch`): led and kept by this process,
+        not loading, not offline, `replica_id` one of its followers, the fetch at the current
+        leader epoch (or naming none), and no leader replication throttle configured. Anything
+        else (an error to answer, a throttle to apply) goes the general way."""
+        return (part.is_leader and self.leader_quota.unlimited and replica_id in part.followers
+                and (current_leader_epoch < 0 or current_leader_epoch == part.leader_epoch)
+                and self.placement.owns(part) and not part.home.loading and not part.state.offline)
+
     def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end, which may move the high watermark and the ISR."""
         if not part.is_leader:
