@@ -46,7 +46,6 @@ NOT_LEADER_OR_FOLLOWER.
 import asyncio
 import logging
 import os
-import struct
 import time
 
 from kafkafast import clock
@@ -58,8 +57,8 @@ from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.api import encode_response
 from kafkafast.protocol.fetch_scan import ScannedFetch, scan_fetch
-from kafkafast.protocol.primitives import Writer
 from kafkafast.protocol.fetch_answer import FLEXIBLE_VERSION, PartitionAnswer
+from kafkafast.protocol.fetch_answer_frame import fetch_answer_frame
 from kafkafast.records.convert import downconvert_batch
 from kafkafast.security.context import fetch_denied
 from kafkafast.storage.txn_index import collect_aborted
@@ -363,10 +362,6 @@ def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchRespons
 
 
 # -- the lean path of a follower's steady incremental fetch ----------------------------------
-# size (set last), correlation_id, no header tags; throttle_time_ms, error_code, session_id
-_HEAD = struct.Struct(">iiBihi")
-
-
 class Caller:
     """Who sent a request, as the ACL checks read it (`security.context.identity`)."""
     __slots__ = ("conn", "internal")
@@ -448,15 +443,14 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
 
 
 def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
-    """`_read_all` over a lean fetch's partitions: (answers as (run, key, answer), bytes, news)."""
+    """`_read_all` over a lean fetch's partitions: (answers as (run, key, answer), bytes, news), an
+    answer an `Answered` tuple (protocol/fetch_answer_frame.py), or the PartData of an error."""
     replicas = broker.replicas
     scan = lean.scan
     replica_id = scan.replica_id
     budget = scan.max_bytes
     version = scan.version
-    quiet = replicas.quiet_follower_partition
-    on_fetch = replicas.on_replica_fetch
-    upper_bound = replicas.fetch_upper_bound
+    steady = replicas.steady_follower_fetch
     hw_news = replicas.high_watermark_news
     now_ms = clock.now_ms()
     total = 0
@@ -464,18 +458,13 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
     answers = []
     for run, key, cp, part in lean.entries:
         fp = cp.fetch
-        if quiet(part, replica_id, fp, cp, first, now_ms):
-            continue
         offset = fp.fetch_offset
-        if first:
-            on_fetch(part, replica_id, offset)
-        st = part.state
-        hw = part.high_watermark
-        lso = min(st.last_stable_offset, hw)
-        upper = upper_bound(part, replica_id)
-        log_start = st.log_start_offset
-        if upper <= offset <= st.log_end_offset and offset >= log_start:
-            region = None
+        got = steady(part, replica_id, offset, cp, first, now_ms)
+        if got is None:  # quiet: nothing to read, nothing to answer
+            continue
+        hw, lso, log_start, upper = got
+        if offset == upper and offset >= log_start:
+            region = None  # at the log end (a follower's bound)
         else:
             region = _read(part, offset, min(fp.partition_max_bytes, max(budget - total, 0)), upper, total == 0,
                            version)
@@ -487,7 +476,7 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
         news |= hw_news(part, replica_id, hw)
         if not size and cp.unchanged(hw, lso, log_start):
             continue
-        answers.append((run, key, PartitionAnswer(key[1], hw, lso, log_start, None, region if size else b"")))
+        answers.append((run, key, (key[1], hw, lso, log_start, region if size else b"")))
     return answers, total, news
 
 
@@ -548,43 +537,33 @@ async def _handed_over(broker, lean: LeanFetch, conn, internal: bool, deadline: 
 
 
 def _lean_answer(broker, lean: LeanFetch, answers: list) -> list:
-    """The response frame parts (as `encode_response` writes them) of a lean fetch's answers:
-    those its session must send (`CachedPartition.must_respond`, which moves them to the end
-    of the session), grouped as the general path's topic responses."""
+    """The response frame parts (the bytes `encode_response` writes) of a lean fetch's answers:
+    those its session must send (`CachedPartition.answered`, `must_respond`; they move to the
+    end of the session), grouped as the general path's topic responses."""
     session = lean.session
     cached = session.partitions
     runs = lean.runs
     scan = lean.scan
-    version = scan.version
     groups: dict[int, list] = {}
     errors = False
     for run, key, answer in answers:
         cp = cached.get(key)
-        if cp is None or cp.must_respond(answer):
+        if type(answer) is tuple:
+            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], len(answer[4]) > 0)
+        else:
+            respond = cp is None or cp.must_respond(answer)
+            errors = True
+        if respond:
             groups.setdefault(run, []).append(answer)
             if cp is not None:
                 cached[key] = cached.pop(key)
-            errors = errors or answer.error_code != 0
     if errors:  # errors may carry leader hints: the general response
+        version = scan.version
         resp = with_leader_hints(broker, version, FetchResponse(
             throttle_time_ms=0, error_code=0, session_id=session.id, node_endpoints=[], responses=[
-                TopicResp(topic=runs[run][0], topic_id=runs[run][1], partitions=ps) for run, ps in groups.items()]))
+                TopicResp(topic=runs[run][0], topic_id=runs[run][1], partitions=[
+                    PartitionAnswer(a[0], a[1], a[2], a[3], None, a[4]) if type(a) is tuple else a for a in ps])
+                for run, ps in groups.items()]))
         return encode_response(FetchRequest.API_KEY, version, scan.correlation_id, resp)
-    w = Writer()
-    w.buf += _HEAD.pack(0, scan.correlation_id, 0, 0, 0, session.id)
-    w.compact_array_length(len(groups))
-    by_name = version <= 12
-    for run, ps in groups.items():
-        if by_name:
-            w.compact_string(runs[run][0])
-        else:
-            w.uuid(runs[run][1])
-        w.compact_array_length(len(ps))
-        for p in ps:
-            p.encode(w, version)
-        w.buf.append(0)
-    w.buf.append(0)
-    parts = w.finish()
-    head = parts[0] = bytearray(parts[0])  # (bytes when a FileRegion follows)
-    head[0:4] = (sum(len(p) for p in parts) - 4).to_bytes(4, "big")
-    return parts
+    return fetch_answer_frame(scan.correlation_id, session.id, scan.version,
+                              [(runs[run][0], runs[run][1], ps) for run, ps in groups.items()])
