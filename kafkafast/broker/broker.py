@@ -454,7 +454,7 @@ class Broker:
             if api_key == api.API_VERSIONS_KEY:
                 return api.encode_response(api_key, 0, correlation_id, unsupported_version_response(self))
             raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
-        if api_key == 1 and not request_metrics.active and (internal or not self.quotas.active()):
+        if api_key == 1 and (internal or not self.quotas.active()):
             lean = follower_fetch(self, frame, conn, internal)  # a follower's steady fetch: the lean path
             if lean is not None:
                 return await answer_follower_fetch(self, lean, conn, internal)

@@ -11,7 +11,11 @@ them, to the other through the general handler only. Their answers are compared 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +30,7 @@ from kafkafast.protocol.primitives import FileRegion
 from kafkafast.records.batch import encode_batch
 
 F = FetchRequest
+REPO = Path(__file__).resolve().parents[2]
 TOPICS = {"a": 3, "b": 2}
 MAX = 1 << 20
 
@@ -207,3 +212,43 @@ async def scenario(pair, v):
     await both(pair, lambda t: t.frame(v, 3, s3, 3, {}), lean_expected=False)
     # a stale session epoch: general, INVALID_FETCH_SESSION_EPOCH
     ans = await both(pair, lambda t: t.frame(v, 2, s2, 3, {}), lean_expected=False)
+
+
+def test_with_the_metrics_recorder_on_lean_answers_are_the_same_and_counted(tmp_path):
+    """The recorder on (in a child: enabling it is process-wide): the same bytes, and each
+    partition a lean fetch answered counted in its topic's fetch request total, as the general
+    path's `Broker.dispatch` counts them."""
+    script = f"""
+import asyncio, pathlib
+from kafkafast.metrics import recorder
+from kafkafast.protocol import api
+from tests.unit import test_follower_fetch_lean as T
+pathlib.Path({str(tmp_path / "metrics")!r}).mkdir()
+recorder.enable({str(tmp_path / "metrics")!r})
+
+async def main():
+    pair = await T.twins(pathlib.Path({str(tmp_path)!r}))
+    lean = pair[0]
+    try:
+        await T.scenario(pair, 13)
+        before = recorder._rates(1, "a")[0]._value.get()
+        frame = lean.frame(13, 2, 0, 0, {{("a", 0): (0, 5), ("a", 1): (0, 5)}})
+        sid = lean.session_of(api.encode_response(1, 13, 0, await T.fetch.handle(
+            lean.broker, T.RequestContext(*api.decode_request(frame)[:1], 13, "c", None, False),
+            api.decode_request(frame)[1], 13))[0])
+        lean.append("a", 0, 40)
+        lean.append("a", 1, 41)
+        taken = T.fetch.follower_fetch(lean.broker, lean.frame(13, 2, sid, 1, {{}}), None, False)
+        assert taken is not None
+        await T.fetch.answer_follower_fetch(lean.broker, taken, None, False)
+        await asyncio.sleep(0)
+        print("counted", recorder._rates(1, "a")[0]._value.get() - before)
+    finally:
+        for t in pair:
+            await t.broker.stop()
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "counted 2.0" in out.stdout

@@ -47,6 +47,7 @@ import asyncio
 import logging
 import os
 import time
+from types import SimpleNamespace
 
 from kafkafast import clock
 from kafkafast.broker.fetch_sessions import FetchContext, next_epoch
@@ -362,6 +363,9 @@ def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchRespons
 
 
 # -- the lean path of a follower's steady incremental fetch ----------------------------------
+_ANSWERED = SimpleNamespace(error_code=0)  # an answered partition, as the metrics recorder reads it
+
+
 class Caller:
     """Who sent a request, as the ACL checks read it (`security.context.identity`)."""
     __slots__ = ("conn", "internal")
@@ -518,7 +522,7 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
         if time.monotonic() >= deadline:
             answers, _, _ = _lean_pass(broker, lean, False)
             break
-    return _lean_answer(broker, lean, answers)
+    return _lean_answer(broker, lean, answers, internal)
 
 
 async def _handed_over(broker, lean: LeanFetch, conn, internal: bool, deadline: float, news_due) -> list:
@@ -533,13 +537,17 @@ async def _handed_over(broker, lean: LeanFetch, conn, internal: bool, deadline: 
     plan, refused = planned(broker, Caller(conn, internal), req)
     resp = await answered(broker, req, scan.version, plan, FetchContext(broker.fetch_sessions, session=session),
                           refused, [], deadline, first=False, news_due=news_due)
+    if request_metrics.active and not internal:
+        request_metrics.answered(FetchRequest.API_KEY, req, resp)
     return encode_response(FetchRequest.API_KEY, scan.version, scan.correlation_id, resp)
 
 
-def _lean_answer(broker, lean: LeanFetch, answers: list) -> list:
+def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list:
     """The response frame parts (the bytes `encode_response` writes) of a lean fetch's answers:
     those its session must send (`CachedPartition.answered`, `must_respond`; they move to the
-    end of the session), grouped as the general path's topic responses."""
+    end of the session), grouped as the general path's topic responses. With an error among
+    them, through the generated response (leader hints). The metrics recorder, when on, counts
+    them as `Broker.dispatch` counts a general answer."""
     session = lean.session
     cached = session.partitions
     runs = lean.runs
@@ -557,6 +565,10 @@ def _lean_answer(broker, lean: LeanFetch, answers: list) -> list:
             groups.setdefault(run, []).append(answer)
             if cp is not None:
                 cached[key] = cached.pop(key)
+    if request_metrics.active and not internal:  # (what the recorder reads of a response: partitions' errors)
+        request_metrics.answered(FetchRequest.API_KEY, None, SimpleNamespace(responses=[
+            SimpleNamespace(topic=runs[run][0], partitions=[_ANSWERED if type(a) is tuple else a for a in ps])
+            for run, ps in groups.items()]))
     if errors:  # errors may carry leader hints: the general response
         version = scan.version
         resp = with_leader_hints(broker, version, FetchResponse(
