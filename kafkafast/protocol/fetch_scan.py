@@ -128,15 +128,26 @@ def _uuid(buf: bytes, pos: int, end: int) -> tuple[bytes, int]:
     return bytes(buf[pos:pos + 16]), pos + 16
 
 
-def scan_fetch(frame: bytes | bytearray | memoryview) -> ScannedFetch | None:
-    """The Fetch v12-17 request in `frame` (header and body, no size prefix), or None."""
+def _topic(buf: bytes, pos: int, end: int, by_name: bool) -> tuple[str, bytes, int]:
+    """A topic's name (v12) or id (v13+): (name or '', id or 16 zero bytes, position after)."""
+    if by_name:
+        name, pos = _compact_string(buf, pos, end)
+        return name, ZERO_UUID, pos
+    topic_id, pos = _uuid(buf, pos, end)
+    return "", topic_id, pos
+
+
+def scan_fetch(frame: bytes | bytearray | memoryview, followers_incremental: bool = False) -> ScannedFetch | None:
+    """The Fetch v12-17 request in `frame` (header and body, no size prefix), or None. With
+    `followers_incremental`, also None as soon as the request shows it is not an incremental
+    one (session id 0, epoch <= 0) or, up to v14, not a follower's (replica_id < 0)."""
     try:
-        return _scan(frame)
+        return _scan(frame, followers_incremental)
     except (Malformed, struct.error):
         return None
 
 
-def _scan(buf: bytes | bytearray | memoryview) -> ScannedFetch | None:
+def _scan(buf: bytes | bytearray | memoryview, followers_incremental: bool) -> ScannedFetch | None:
     end = len(buf)
     api_key, version, correlation_id, n = _HEADER.unpack_from(buf, 0)
     if api_key != FETCH_KEY or not MIN_SCAN_VERSION <= version <= MAX_SCAN_VERSION:
@@ -159,18 +170,15 @@ def _scan(buf: bytes | bytearray | memoryview) -> ScannedFetch | None:
         (s.replica_id, s.max_wait_ms, s.min_bytes, s.max_bytes, s.isolation_level, s.session_id,
          s.session_epoch) = _HEAD_V12.unpack_from(buf, pos)
         pos += _HEAD_V12.size
+    if followers_incremental and (s.session_id == 0 or s.session_epoch <= 0 or (version < 15 and s.replica_id < 0)):
+        return None
     by_name = version <= 12
     unpack_partition = _PARTITION.unpack_from
     psize = _PARTITION.size
     topics = []
     count, pos = _array_length(buf, pos, end)
     for _ in range(count):
-        if by_name:
-            name, pos = _compact_string(buf, pos, end)
-            topic_id = ZERO_UUID
-        else:
-            name = ""
-            topic_id, pos = _uuid(buf, pos, end)
+        name, topic_id, pos = _topic(buf, pos, end, by_name)
         parts = []
         nparts, pos = _array_length(buf, pos, end)
         for _ in range(nparts):
@@ -194,12 +202,7 @@ def _scan(buf: bytes | bytearray | memoryview) -> ScannedFetch | None:
     forgotten = []
     count, pos = _array_length(buf, pos, end)
     for _ in range(count):
-        if by_name:
-            name, pos = _compact_string(buf, pos, end)
-            topic_id = ZERO_UUID
-        else:
-            name = ""
-            topic_id, pos = _uuid(buf, pos, end)
+        name, topic_id, pos = _topic(buf, pos, end, by_name)
         nparts, pos = _array_length(buf, pos, end)
         if pos + 4 * nparts > end:
             raise Malformed("partitions past the end")

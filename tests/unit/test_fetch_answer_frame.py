@@ -4,8 +4,6 @@ flexible version: records as file regions (their own parts, for sendfile), bytes
 topic or several, none at all."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from kafkafast.protocol import api
@@ -13,15 +11,9 @@ from kafkafast.protocol._generated.fetch import FetchResponse
 from kafkafast.protocol.fetch_answer import PartitionAnswer
 from kafkafast.protocol.fetch_answer_frame import fetch_answer_frame
 from kafkafast.protocol.primitives import FileRegion
+from tests.unit.test_fetch_answer import segment  # noqa: F401  (the fixture: a file for the regions)
 
 
-@pytest.fixture(scope="module")
-def segment(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fetch_answer_frame") / "segment"
-    path.write_bytes(bytes(range(256)) * 8)
-    fd = os.open(path, os.O_RDONLY)
-    yield fd
-    os.close(fd)
 
 
 def topics(segment):

@@ -98,3 +98,17 @@ def test_scan_answers_none_for_other_apis_and_versions():
     frame = api.encode_request(request(12, tags=False), 11, 1, "c")[4:]
     assert scan_fetch(frame) is None
     assert scan_fetch(b"\x00\x00\x00\x0c\x00\x00\x00\x01\x00\x00\x00") is None
+
+
+def test_followers_incremental_stops_at_a_full_or_a_consumers_request():
+    for version in (12, 14, 15, 17):
+        req = request(version, tags=True)
+        assert scan_fetch(api.encode_request(req, version, 1, "c")[4:], followers_incremental=True) is not None
+        req.session_epoch = 0
+        assert scan_fetch(api.encode_request(req, version, 1, "c")[4:], followers_incremental=True) is None
+        req.session_epoch, req.session_id = 3, 0
+        assert scan_fetch(api.encode_request(req, version, 1, "c")[4:], followers_incremental=True) is None
+    req = request(12, tags=False)
+    req.replica_id = -1
+    assert scan_fetch(api.encode_request(req, 12, 1, "c")[4:], followers_incremental=True) is None
+    assert scan_fetch(api.encode_request(req, 12, 1, "c")[4:]) is not None

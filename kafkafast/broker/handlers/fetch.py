@@ -42,6 +42,19 @@ consumer that names its rack_id with the preferred_read_replica to go to (KIP-39
 `broker.replicas.preferred_read_replica`) and no records, at once. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR, one still loading at its owner worker
 NOT_LEADER_OR_FOLLOWER.
+
+A follower's steady fetch takes a lean path, `follower_fetch` (called by `Broker.dispatch`
+before any decoding) then `answer_follower_fetch`: an incremental v12-17 fetch on a session of
+this process at its epoch, naming no new and no forgotten partition, every partition of its
+session `ReplicaManager.steady_follower_partition` (led and kept here, not loading or offline,
+at its leader epoch, no leader throttle). Its frame is read by `protocol/fetch_scan.py`, the
+session's partitions and their Partitions are looked up once, each pass over them is one
+`ReplicaManager.steady_follower_fetch` per partition, and the answer is written whole by
+`protocol/fetch_answer_frame.py`; the same bytes as the general path (tests/unit/
+test_follower_fetch_lean.py) without the generated request, context, plan and response
+objects. Should a partition stop being steady while the fetch parks, the fetch goes on in
+`answered`, the general loop. Anything else is never taken (nothing changed): the general
+handler answers it.
 """
 import asyncio
 import logging
@@ -396,7 +409,7 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
     uncommitted, by a broker with ClusterAction, every partition of its session
     `ReplicaManager.steady_follower_partition`. Taken, the session moves on as
     `FetchSessionCache.context` moves it."""
-    scan = scan_fetch(frame)
+    scan = scan_fetch(frame, followers_incremental=True)
     if (scan is None or scan.replica_id < 0 or scan.session_id == 0 or scan.session_epoch <= 0 or scan.forgotten
             or scan.isolation_level == READ_COMMITTED):
         return None
