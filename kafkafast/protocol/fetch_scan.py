@@ -104,22 +104,30 @@ def _array_length(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return n - 1, pos
 
 
-def _tags(buf: bytes, pos: int, end: int) -> tuple[dict[int, bytes] | None, int]:
-    """The tagged fields at `pos` as {tag: bytes} (None when there are none)."""
+def _tag_list(buf: bytes, pos: int, end: int) -> tuple[list[tuple[int, bytes]], int]:
+    """The tagged fields at `pos` as (tag, bytes) in order, a repeated tag as often as it
+    comes (the generated decoder reads each occurrence)."""
     count, pos = _uvarint(buf, pos, end)
     if not count:
-        return None, pos
+        return [], pos
     if count > end - pos:
         raise Malformed("tag count longer than the bytes left")
-    tags = {}
+    tags = []
     for _ in range(count):
         tag, pos = _uvarint(buf, pos, end)
         size, pos = _uvarint(buf, pos, end)
         if pos + size > end:
             raise Malformed("tagged field past the end")
-        tags[tag] = bytes(buf[pos:pos + size])
+        tags.append((tag, bytes(buf[pos:pos + size])))
         pos += size
     return tags, pos
+
+
+def _tags(buf: bytes, pos: int, end: int) -> tuple[dict[int, bytes] | None, int]:
+    """The tagged fields at `pos` as {tag: bytes} (None when there are none; a repeated tag's
+    last bytes, as the generated decoder keeps unknown tags)."""
+    tags, pos = _tag_list(buf, pos, end)
+    return (dict(tags) if tags else None), pos
 
 
 def _uuid(buf: bytes, pos: int, end: int) -> tuple[bytes, int]:
@@ -143,7 +151,7 @@ def scan_fetch(frame: bytes | bytearray | memoryview, followers_incremental: boo
     one (session id 0, epoch <= 0) or, up to v14, not a follower's (replica_id < 0)."""
     try:
         return _scan(frame, followers_incremental)
-    except (Malformed, struct.error):
+    except (Malformed, struct.error, IndexError):
         return None
 
 
@@ -160,7 +168,10 @@ def _scan(buf: bytes | bytearray | memoryview, followers_incremental: bool) -> S
         pos += n
     else:
         s.client_id = None
-    _, pos = _tags(buf, pos, end)  # the header's (none is read)
+    if buf[pos] == 0:  # the header's tagged fields (none is read): none, usually
+        pos += 1
+    else:
+        _, pos = _tags(buf, pos, end)
     if version >= 15:
         s.replica_id = -1
         (s.max_wait_ms, s.min_bytes, s.max_bytes, s.isolation_level, s.session_id,
@@ -180,7 +191,11 @@ def _scan(buf: bytes | bytearray | memoryview, followers_incremental: bool) -> S
     for _ in range(count):
         name, topic_id, pos = _topic(buf, pos, end, by_name)
         parts = []
-        nparts, pos = _array_length(buf, pos, end)
+        nparts = buf[pos] - 1
+        if 0 <= nparts < 0x7F and nparts <= end - pos - 1:  # one byte, as a session's requests have
+            pos += 1
+        else:
+            nparts, pos = _array_length(buf, pos, end)
         for _ in range(nparts):
             fields = unpack_partition(buf, pos)
             pos += psize
@@ -188,19 +203,30 @@ def _scan(buf: bytes | bytearray | memoryview, followers_incremental: bool) -> S
                 pos += 1
                 parts.append(fields + (ZERO_UUID, None))
                 continue
-            tags, pos = _tags(buf, pos, end)
+            found, pos = _tag_list(buf, pos, end)
             directory = ZERO_UUID
-            if tags is not None and version >= 17 and 0 in tags:
-                raw = tags.pop(0)
-                if len(raw) < 16:
-                    raise Malformed("replica_directory_id shorter than a uuid")
-                directory = raw[:16]
-            parts.append(fields + (directory, tags or None))
-        _, pos = _tags(buf, pos, end)
+            tags = None
+            for tag, raw in found:
+                if tag == 0 and version >= 17:
+                    if len(raw) < 16:
+                        raise Malformed("replica_directory_id shorter than a uuid")
+                    directory = raw[:16]
+                else:
+                    tags = tags or {}
+                    tags[tag] = raw
+            parts.append(fields + (directory, tags))
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            _, pos = _tags(buf, pos, end)
         topics.append((name, topic_id, parts))
     s.topics = topics
     forgotten = []
-    count, pos = _array_length(buf, pos, end)
+    if buf[pos] == 1:  # none (the usual case)
+        count = 0
+        pos += 1
+    else:
+        count, pos = _array_length(buf, pos, end)
     for _ in range(count):
         name, topic_id, pos = _topic(buf, pos, end, by_name)
         nparts, pos = _array_length(buf, pos, end)
@@ -210,17 +236,20 @@ def _scan(buf: bytes | bytearray | memoryview, followers_incremental: bool) -> S
         pos += 4 * nparts
         _, pos = _tags(buf, pos, end)
     s.forgotten = forgotten
-    s.rack_id, pos = _compact_string(buf, pos, end)
-    tags, pos = _tags(buf, pos, end)
-    if tags:
-        if 0 in tags:
-            raw = tags[0]
-            n, p = _uvarint(raw, 0, len(raw))
-            s.cluster_id = None if n == 0 else _text(raw, p, n - 1, len(raw))
-        if version >= 15 and 1 in tags:
-            raw = tags[1]
-            s.replica_id, s.replica_epoch = _REPLICA_STATE.unpack_from(raw, 0)
-            _tags(raw, _REPLICA_STATE.size, len(raw))
+    if buf[pos] == 1:  # no rack (a follower's usual rack_id)
+        s.rack_id = ""
+        pos += 1
+    else:
+        s.rack_id, pos = _compact_string(buf, pos, end)
+    if buf[pos] != 0:
+        found, pos = _tag_list(buf, pos, end)
+        for tag, raw in found:
+            if tag == 0:
+                n, p = _uvarint(raw, 0, len(raw))
+                s.cluster_id = None if n == 0 else _text(raw, p, n - 1, len(raw))
+            elif tag == 1 and version >= 15:
+                s.replica_id, s.replica_epoch = _REPLICA_STATE.unpack_from(raw, 0)
+                _tags(raw, _REPLICA_STATE.size, len(raw))
     return s
 
 

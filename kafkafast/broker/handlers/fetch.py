@@ -501,8 +501,10 @@ def _still_steady(broker, lean: LeanFetch) -> bool:
     steady = broker.replicas.steady_follower_partition
     replica_id = lean.scan.replica_id
     get = broker.partitions.get
-    return all(get(key) is part and steady(part, replica_id, cp.fetch.current_leader_epoch)
-               for _, key, cp, part in lean.entries)
+    for _, key, cp, part in lean.entries:
+        if get(key) is not part or not steady(part, replica_id, cp.fetch.current_leader_epoch):
+            return False
+    return True
 
 
 async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -> list:
@@ -528,8 +530,9 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
                 await asyncio.sleep(0)
                 break
             remaining = min(remaining, news_due - now)
-        with parked():
-            await request_metrics.remote(broker.wait_for_data([e[3] for e in lean.entries], remaining))
+        # (not `parked()`: no quota measures a lean fetch's handler time, see Broker.dispatch)
+        waited = broker.wait_for_data([e[3] for e in lean.entries], remaining)
+        await (request_metrics.remote(waited) if request_metrics.active else waited)
         if not _still_steady(broker, lean):
             return await _handed_over(broker, lean, conn, internal, deadline, news_due)
         if time.monotonic() >= deadline:
@@ -565,7 +568,8 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
     cached = session.partitions
     runs = lean.runs
     scan = lean.scan
-    groups: dict[int, list] = {}
+    topics: list = []  # (name, topic id, answers) per run with answers, in order (answers come so)
+    last = -1
     errors = False
     for run, key, answer in answers:
         cp = cached.get(key)
@@ -575,20 +579,22 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
             respond = cp is None or cp.must_respond(answer)
             errors = True
         if respond:
-            groups.setdefault(run, []).append(answer)
+            if run != last:
+                last = run
+                topics.append((runs[run][0], runs[run][1], []))
+            topics[-1][2].append(answer)
             if cp is not None:
                 cached[key] = cached.pop(key)
     if request_metrics.active and not internal:  # (what the recorder reads of a response: partitions' errors)
         request_metrics.answered(FetchRequest.API_KEY, None, SimpleNamespace(responses=[
-            SimpleNamespace(topic=runs[run][0], partitions=[_ANSWERED if type(a) is tuple else a for a in ps])
-            for run, ps in groups.items()]))
+            SimpleNamespace(topic=name, partitions=[_ANSWERED if type(a) is tuple else a for a in ps])
+            for name, _, ps in topics]))
     if errors:  # errors may carry leader hints: the general response
         version = scan.version
         resp = with_leader_hints(broker, version, FetchResponse(
             throttle_time_ms=0, error_code=0, session_id=session.id, node_endpoints=[], responses=[
-                TopicResp(topic=runs[run][0], topic_id=runs[run][1], partitions=[
+                TopicResp(topic=name, topic_id=topic_id, partitions=[
                     PartitionAnswer(a[0], a[1], a[2], a[3], None, a[4]) if type(a) is tuple else a for a in ps])
-                for run, ps in groups.items()]))
+                for name, topic_id, ps in topics]))
         return encode_response(FetchRequest.API_KEY, version, scan.correlation_id, resp)
-    return fetch_answer_frame(scan.correlation_id, session.id, scan.version,
-                              [(runs[run][0], runs[run][1], ps) for run, ps in groups.items()])
+    return fetch_answer_frame(scan.correlation_id, session.id, scan.version, topics)
