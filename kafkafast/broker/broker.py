@@ -31,9 +31,9 @@ from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.group_coordinator import GroupCoordinator
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import LocalPlacement, Placement
-from kafkafast.broker.handlers.fetch import answer_follower_fetch, follower_fetch
 from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
                                                     unsupported_version_response)
+from kafkafast.broker.handlers.fetch import answer_follower_fetch, follower_fetch
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.replica_manager import ReplicaManager
