@@ -33,6 +33,7 @@ from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import LocalPlacement, Placement
 from kafkafast.broker.handlers.api_versions import (PROFILE_PROPERTY, enabled_group_protocols, served_handlers,
                                                     unsupported_version_response)
+from kafkafast.broker.handlers.fetch import answer_follower_fetch, follower_fetch
 from kafkafast.broker.producer_ids import ProducerIdAllocator
 from kafkafast.broker.registry import load_handlers
 from kafkafast.broker.replica_manager import ReplicaManager
@@ -453,6 +454,10 @@ class Broker:
             if api_key == api.API_VERSIONS_KEY:
                 return api.encode_response(api_key, 0, correlation_id, unsupported_version_response(self))
             raise CloseConnection(f"unsupported version {api_version} of API {api_key}")
+        if api_key == 1 and (internal or not self.quotas.active()):
+            lean = follower_fetch(self, frame, conn, internal)  # a follower's steady fetch: the lean path
+            if lean is not None:
+                return await answer_follower_fetch(self, lean, conn, internal)
         try:
             header, request = api.decode_request(frame)
         except (DecodeError, E.KafkaError) as exc:

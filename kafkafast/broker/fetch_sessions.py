@@ -74,16 +74,21 @@ class CachedPartition:
     def must_respond(self, p: Any) -> bool:
         """Whether the partition's answer `p` (a PartitionData) goes in an incremental
         response; records what it tells."""
-        respond = (p.records is not None and len(p.records) > 0) or p.preferred_read_replica >= 0
         if p.error_code:
             self.high_watermark = -1  # resent once the error is gone
             return True
-        if (p.high_watermark, p.last_stable_offset, p.log_start_offset) != (
+        return self.answered(p.high_watermark, p.last_stable_offset, p.log_start_offset,
+                             (p.records is not None and len(p.records) > 0) or p.preferred_read_replica >= 0)
+
+    def answered(self, high_watermark: int, last_stable_offset: int, log_start_offset: int, news: bool) -> bool:
+        """`must_respond` for an answer without an error given as its offsets and whether it has
+        `news` (records, a preferred read replica)."""
+        if (high_watermark, last_stable_offset, log_start_offset) != (
                 self.high_watermark, self.last_stable_offset, self.log_start_offset):
-            self.high_watermark, self.last_stable_offset = p.high_watermark, p.last_stable_offset
-            self.log_start_offset = p.log_start_offset
-            respond = True
-        return respond
+            self.high_watermark, self.last_stable_offset = high_watermark, last_stable_offset
+            self.log_start_offset = log_start_offset
+            return True
+        return news
 
 
 class FetchSession:

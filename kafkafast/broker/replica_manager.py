@@ -402,6 +402,43 @@ class ReplicaManager:
             f.on_fetch(offset, offset, now_ms)
         return True
 
+    def steady_follower_partition(self, part: Partition, replica_id: int, current_leader_epoch: int) -> bool:
+        """Whether a follower's fetch of `part` can only be answered with records, offsets or
+        nothing (the lean path, handlers/fetch.py `follower_fetch`): led and kept by this process,
+        not loading, not offline, `replica_id` one of its followers, the fetch at the current
+        leader epoch (or naming none), and no leader replication throttle configured. Anything
+        else (an error to answer, a throttle to apply) goes the general way."""
+        return (part.is_leader and self.leader_quota.unlimited and replica_id in part.followers
+                and (current_leader_epoch < 0 or current_leader_epoch == part.leader_epoch)
+                and self.placement.owns(part) and not part.home.loading and not part.state.offline)
+
+    def steady_follower_fetch(self, part: Partition, replica_id: int, fetch_offset: int, cached: Any, track: bool,
+                              now_ms: int) -> tuple[int, int, int, int] | None:
+        """`quiet_follower_partition`, then (`track`) `on_replica_fetch` and `fetch_upper_bound`,
+        for a partition `steady_follower_partition` accepted with nothing awaited since (its
+        checks hold): None when the partition is quiet, else (high watermark, last stable offset,
+        log start offset, upper bound) after the follower's offset was recorded."""
+        st = part.state
+        leo = st.log_end_offset
+        hw = st.high_watermark
+        f = part.followers[replica_id]
+        if (fetch_offset == leo and part.answered_hw.get(replica_id) == hw
+                and cached.unchanged(hw, min(st.last_stable_offset, hw), st.log_start_offset)
+                and (not track or (f.leo == fetch_offset and replica_id in part.isr))):
+            part.seen_hw, part.seen_leo = hw, leo
+            if track:
+                f.on_fetch(fetch_offset, fetch_offset, now_ms)
+            return None
+        if track:
+            f.on_fetch(fetch_offset, leo, now_ms)
+            part.maybe_increment_hw(self.broker.node_id)
+            if replica_id not in part.isr:
+                self.maybe_expand_isr(part, replica_id, fetch_offset)
+            hw = st.high_watermark
+            leo = st.log_end_offset
+        part.seen_hw, part.seen_leo = hw, leo
+        return hw, min(st.last_stable_offset, hw), st.log_start_offset, leo
+
     def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end, which may move the high watermark and the ISR."""
         if not part.is_leader:

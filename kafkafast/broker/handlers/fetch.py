@@ -42,19 +42,37 @@ consumer that names its rack_id with the preferred_read_replica to go to (KIP-39
 `broker.replicas.preferred_read_replica`) and no records, at once. An offline partition (its log
 could not be opened) answers KAFKA_STORAGE_ERROR, one still loading at its owner worker
 NOT_LEADER_OR_FOLLOWER.
+
+A follower's steady fetch takes a lean path, `follower_fetch` (called by `Broker.dispatch`
+before any decoding) then `answer_follower_fetch`: an incremental v12-17 fetch on a session of
+this process at its epoch, naming no new and no forgotten partition, every partition of its
+session `ReplicaManager.steady_follower_partition` (led and kept here, not loading or offline,
+at its leader epoch, no leader throttle). Its frame is read by `protocol/fetch_scan.py`, the
+session's partitions and their Partitions are looked up once, each pass over them is one
+`ReplicaManager.steady_follower_fetch` per partition, and the answer is written whole by
+`protocol/fetch_answer_frame.py`; the same bytes as the general path (tests/unit/
+test_follower_fetch_lean.py) without the generated request, context, plan and response
+objects. Should a partition stop being steady while the fetch parks, the fetch goes on in
+`answered`, the general loop. Anything else is never taken (nothing changed): the general
+handler answers it.
 """
 import asyncio
 import logging
 import os
 import time
+from types import SimpleNamespace
 
 from kafkafast import clock
+from kafkafast.broker.fetch_sessions import FetchContext, next_epoch
 from kafkafast.broker.quotas import parked
 from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.fetch import FetchRequest, FetchResponse
 from kafkafast.protocol import errors as E
+from kafkafast.protocol.api import encode_response
+from kafkafast.protocol.fetch_scan import ScannedFetch, scan_fetch
 from kafkafast.protocol.fetch_answer import FLEXIBLE_VERSION, PartitionAnswer
+from kafkafast.protocol.fetch_answer_frame import fetch_answer_frame
 from kafkafast.records.convert import downconvert_batch
 from kafkafast.security.context import fetch_denied
 from kafkafast.storage.txn_index import collect_aborted
@@ -145,26 +163,11 @@ def _read_all(broker, req, version, plan, session=None, first=False):
             if upper <= offset <= st.log_end_offset and offset >= log_start:
                 region = None  # at the bound: nothing to read (what the reader would answer, unread)
             else:
-                limit = min(fp.partition_max_bytes, max(budget - total, 0))
-                try:
-                    result = part.log.reader.read(offset, limit, upper_bound_offset=upper,
-                                                  min_one_batch=(total == 0))
-                except E.KafkaError as exc:
-                    if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
-                        log_storage_error(part, "read", str(exc))
-                    answers.append(_error(index, exc.code, part))
+                region = _read(part, offset, min(fp.partition_max_bytes, max(budget - total, 0)), upper,
+                               total == 0, version)
+                if type(region) is PartData:  # an error answer
+                    answers.append(region)
                     continue
-                except OSError as exc:  # the file cannot be read (an I/O error): this partition only
-                    log_storage_error(part, f"errno {exc.errno}", str(exc))
-                    answers.append(_error(index, E.ErrorCode.KAFKA_STORAGE_ERROR, part))
-                    continue
-                region = result.region if result is not None else None
-                if version <= 3 and region is not None:
-                    try:
-                        region = down_converted(part, region, 0 if version <= 1 else 1, offset, limit, total == 0)
-                    except E.KafkaError as exc:
-                        answers.append(_error(index, exc.code, part))
-                        continue
             size = len(region) if region is not None else 0
             total += size
             if follower:
@@ -183,6 +186,27 @@ def _read_all(broker, req, version, plan, session=None, first=False):
                 records=records))
         responses.append(tresp)
     return responses, total, news
+
+
+def _read(part, offset: int, limit: int, upper: int, first: bool, version: int):
+    """The records of `part` from `offset` (a FileRegion, bytes when down-converted for v0-3,
+    or None), or the PartData of the error answering the read."""
+    try:
+        result = part.log.reader.read(offset, limit, upper_bound_offset=upper, min_one_batch=first)
+    except E.KafkaError as exc:
+        if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
+            log_storage_error(part, "read", str(exc))
+        return _error(part.index, exc.code, part)
+    except OSError as exc:  # the file cannot be read (an I/O error): this partition only
+        log_storage_error(part, f"errno {exc.errno}", str(exc))
+        return _error(part.index, E.ErrorCode.KAFKA_STORAGE_ERROR, part)
+    region = result.region if result is not None else None
+    if version <= 3 and region is not None:
+        try:
+            region = down_converted(part, region, 0 if version <= 1 else 1, offset, limit, first)
+        except E.KafkaError as exc:
+            return _error(part.index, exc.code, part)
+    return region
 
 
 def redirects(responses: list) -> bool:
@@ -267,6 +291,22 @@ def resolve_topic_ids(broker, req: FetchRequest, version: int) -> list:
     return unknown
 
 
+def planned(broker, ctx, req: FetchRequest) -> tuple[list, list]:
+    """(plan, refused): each requested topic the principal may read with its partitions
+    (FetchPartition, Partition or None) and an empty topic response; the topic responses
+    TOPIC_AUTHORIZATION_FAILED of the others (a replica_id needs ClusterAction)."""
+    plan = []
+    refused = []
+    for ft in req.topics:
+        if fetch_denied(broker, ctx, req.replica_id, ft.topic):
+            refused.append(TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[
+                _error(fp.partition, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in ft.partitions]))
+            continue
+        parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
+        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
+    return plan, refused
+
+
 @handles(FetchRequest, 0, 17)
 async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     if version >= 15:  # the replica id moved into replica_state
@@ -275,19 +315,18 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     session = broker.fetch_sessions.context(req, version, lambda topic_id: topic_name_of_id(broker, topic_id))
     if session.error:
         return FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0, responses=[])
-    plan = []
-    refused = []  # topics the principal may not read (a replica_id needs ClusterAction)
-    for ft in req.topics:
-        if fetch_denied(broker, ctx, req.replica_id, ft.topic):
-            refused.append(TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[
-                _error(fp.partition, E.ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in ft.partitions]))
-            continue
-        parts = [(fp, broker.get_partition(ft.topic, fp.partition)) for fp in ft.partitions]
-        plan.append((ft.topic, parts, TopicResp(topic=ft.topic, topic_id=ft.topic_id, partitions=[])))
+    plan, refused = planned(broker, ctx, req)
     deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
-    news_due = None  # when a follower's answer carrying only a new high watermark goes out
+    return await answered(broker, req, version, plan, session, refused, unknown_ids, deadline)
+
+
+async def answered(broker, req: FetchRequest, version: int, plan: list, session, refused: list, unknown_ids: list,
+                   deadline: float, first: bool = True, news_due: float | None = None) -> FetchResponse:
+    """The response of a fetch whose partitions `plan` holds: read (`_read_all`), parked until
+    min_bytes, the deadline or a high watermark's news (`news_due`, when that answer goes out),
+    and given to the session. `first` is False when a lean fetch (`follower_fetch`) already
+    made the pass that records a follower's fetch offsets and hands over after parking."""
     cached = session.session
-    first = True  # the first pass records a follower's fetch offsets (`_read_all`)
     while True:
         responses, total, news = _read_all(broker, req, version, plan, cached, first)
         first = False
@@ -334,3 +373,228 @@ def with_leader_hints(broker, version: int, resp: FetchResponse) -> FetchRespons
         resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=i, host=e[0], port=e[1], rack=e[2])
                                for i, e in ((i, broker.control.endpoint_of(i)) for i in sorted(leaders)) if e is not None]
     return resp
+
+
+# -- the lean path of a follower's steady incremental fetch ----------------------------------
+_ANSWERED = SimpleNamespace(error_code=0)  # an answered partition, as the metrics recorder reads it
+
+
+class Caller:
+    """Who sent a request, as the ACL checks read it (`security.context.identity`)."""
+    __slots__ = ("conn", "internal")
+
+    def __init__(self, conn, internal: bool) -> None:
+        self.conn = conn
+        self.internal = internal
+
+
+class LeanFetch:
+    """A follower's incremental fetch the lean path answers (`follower_fetch`): its scanned
+    request, its session, and per session partition (in session order) the run of
+    consecutive same-topic partitions it is in (a topic response of the general path), its
+    key, CachedPartition and Partition."""
+    __slots__ = ("scan", "session", "entries", "runs")
+
+    def __init__(self, scan: ScannedFetch, session, entries: list, runs: list) -> None:
+        self.scan = scan
+        self.session = session
+        self.entries = entries
+        self.runs = runs
+
+
+def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
+    """A follower's Fetch v12-17 that the lean path answers, or None (nothing changed: the
+    general path takes it). It is an incremental fetch (session id, epoch > 0) on a session
+    of this process at that epoch, naming no new and no forgotten partition, reading
+    uncommitted, by a broker with ClusterAction, every partition of its session
+    `ReplicaManager.steady_follower_partition`. Taken, the session moves on as
+    `FetchSessionCache.context` moves it."""
+    scan = scan_fetch(frame, followers_incremental=True)
+    if (scan is None or scan.replica_id < 0 or scan.session_id == 0 or scan.session_epoch <= 0 or scan.forgotten
+            or scan.isolation_level == READ_COMMITTED):
+        return None
+    version = scan.version
+    cache = broker.fetch_sessions
+    session = cache.sessions.get(scan.session_id)
+    if session is None or session.epoch != scan.session_epoch or session.uses_topic_ids != (version >= 13):
+        return None
+    cached = session.partitions
+    updates = []
+    for name, topic_id, parts in scan.topics:
+        if version >= 13:
+            meta = broker.topics.by_id.get(topic_id)
+            if meta is None:
+                return None
+            name = meta.name
+        for p in parts:
+            cp = cached.get((name, p[0]))
+            if cp is None:  # a partition added to the session
+                return None
+            updates.append((cp, p))
+    if fetch_denied(broker, Caller(conn, internal), scan.replica_id, ""):
+        return None
+    epochs = {id(cp): p[1] for cp, p in updates}
+    steady = broker.replicas.steady_follower_partition
+    replica_id = scan.replica_id
+    entries = []
+    runs = []
+    topic = None
+    get = broker.partitions.get
+    for key, cp in cached.items():
+        part = get(key)
+        if part is None or not steady(part, replica_id, epochs.get(id(cp), cp.fetch.current_leader_epoch)):
+            return None
+        if key[0] != topic:
+            topic = key[0]
+            runs.append((topic, cp.topic_id))
+        entries.append((len(runs) - 1, key, cp, part))
+    request_metrics.incremental_fetch(True, len(updates))
+    new_fetch = FetchRequest.FetchTopic.FetchPartition
+    for cp, p in updates:
+        fp = cp.fetch = new_fetch.__new__(new_fetch)
+        (fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch, fp.log_start_offset,
+         fp.partition_max_bytes, fp.replica_directory_id, fp._unknown_tags) = p
+    session.last_used = cache.clock()
+    session.epoch = next_epoch(session.epoch)
+    return LeanFetch(scan, session, entries, runs)
+
+
+def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
+    """`_read_all` over a lean fetch's partitions: (answers as (run, key, answer), bytes, news), an
+    answer an `Answered` tuple (protocol/fetch_answer_frame.py), or the PartData of an error."""
+    replicas = broker.replicas
+    scan = lean.scan
+    replica_id = scan.replica_id
+    budget = scan.max_bytes
+    version = scan.version
+    steady = replicas.steady_follower_fetch
+    hw_news = replicas.high_watermark_news
+    now_ms = clock.now_ms()
+    total = 0
+    news = False
+    answers = []
+    for run, key, cp, part in lean.entries:
+        fp = cp.fetch
+        offset = fp.fetch_offset
+        got = steady(part, replica_id, offset, cp, first, now_ms)
+        if got is None:  # quiet: nothing to read, nothing to answer
+            continue
+        hw, lso, log_start, upper = got
+        if offset == upper and offset >= log_start:
+            region = None  # at the log end (a follower's bound)
+        else:
+            region = _read(part, offset, min(fp.partition_max_bytes, max(budget - total, 0)), upper, total == 0,
+                           version)
+            if type(region) is PartData:
+                answers.append((run, key, region))
+                continue
+        size = len(region) if region is not None else 0
+        total += size
+        news |= hw_news(part, replica_id, hw)
+        if not size and cp.unchanged(hw, lso, log_start):
+            continue
+        answers.append((run, key, (key[1], hw, lso, log_start, region if size else b"")))
+    return answers, total, news
+
+
+def _still_steady(broker, lean: LeanFetch) -> bool:
+    steady = broker.replicas.steady_follower_partition
+    replica_id = lean.scan.replica_id
+    get = broker.partitions.get
+    for _, key, cp, part in lean.entries:
+        if get(key) is not part or not steady(part, replica_id, cp.fetch.current_leader_epoch):
+            return False
+    return True
+
+
+async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -> list:
+    """The response frame parts of a lean fetch: `answered`'s loop over its session's
+    partitions, written straight to bytes. Should a partition stop being steady while it parks
+    (leadership moved, a new epoch, the topic deleted), the fetch goes on in `answered`."""
+    scan = lean.scan
+    version = scan.version
+    deadline = time.monotonic() + max(scan.max_wait_ms, 0) / 1000.0
+    news_due = None
+    first = True
+    while True:
+        answers, total, news = _lean_pass(broker, lean, first)
+        first = False
+        now = time.monotonic()
+        remaining = deadline - now
+        if total >= scan.min_bytes or remaining <= 0 or not lean.entries or not broker.started:
+            break
+        if news and news_due is None:
+            news_due = now + broker.config.get_int("kafkafast.replica.fetch.hw.delay.ms") / 1000.0
+        if news_due is not None:
+            if now >= news_due:
+                await asyncio.sleep(0)
+                break
+            remaining = min(remaining, news_due - now)
+        # (not `parked()`: no quota measures a lean fetch's handler time, see Broker.dispatch)
+        waited = broker.wait_for_data([e[3] for e in lean.entries], remaining)
+        await (request_metrics.remote(waited) if request_metrics.active else waited)
+        if not _still_steady(broker, lean):
+            return await _handed_over(broker, lean, conn, internal, deadline, news_due)
+        if time.monotonic() >= deadline:
+            answers, _, _ = _lean_pass(broker, lean, False)
+            break
+    return _lean_answer(broker, lean, answers, internal)
+
+
+async def _handed_over(broker, lean: LeanFetch, conn, internal: bool, deadline: float, news_due) -> list:
+    """A lean fetch that parked and found a partition no longer steady, answered from here on
+    by `answered` (the fetch offsets were recorded on its first pass)."""
+    scan = lean.scan
+    session = lean.session
+    req = FetchRequest(replica_id=scan.replica_id, max_wait_ms=scan.max_wait_ms, min_bytes=scan.min_bytes,
+                       max_bytes=scan.max_bytes, isolation_level=scan.isolation_level, session_id=scan.session_id,
+                       session_epoch=scan.session_epoch, topics=session.fetch_topics(), forgotten_topics_data=[],
+                       rack_id=scan.rack_id)
+    plan, refused = planned(broker, Caller(conn, internal), req)
+    resp = await answered(broker, req, scan.version, plan, FetchContext(broker.fetch_sessions, session=session),
+                          refused, [], deadline, first=False, news_due=news_due)
+    if request_metrics.active and not internal:
+        request_metrics.answered(FetchRequest.API_KEY, req, resp)
+    return encode_response(FetchRequest.API_KEY, scan.version, scan.correlation_id, resp)
+
+
+def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list:
+    """The response frame parts (the bytes `encode_response` writes) of a lean fetch's answers:
+    those its session must send (`CachedPartition.answered`, `must_respond`; they move to the
+    end of the session), grouped as the general path's topic responses. With an error among
+    them, through the generated response (leader hints). The metrics recorder, when on, counts
+    them as `Broker.dispatch` counts a general answer."""
+    session = lean.session
+    cached = session.partitions
+    runs = lean.runs
+    scan = lean.scan
+    topics: list = []  # (name, topic id, answers) per run with answers, in order (answers come so)
+    last = -1
+    errors = False
+    for run, key, answer in answers:
+        cp = cached.get(key)
+        if type(answer) is tuple:
+            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], len(answer[4]) > 0)
+        else:
+            respond = cp is None or cp.must_respond(answer)
+            errors = True
+        if respond:
+            if run != last:
+                last = run
+                topics.append((runs[run][0], runs[run][1], []))
+            topics[-1][2].append(answer)
+            if cp is not None:
+                cached[key] = cached.pop(key)
+    if request_metrics.active and not internal:  # (what the recorder reads of a response: partitions' errors)
+        request_metrics.answered(FetchRequest.API_KEY, None, SimpleNamespace(responses=[
+            SimpleNamespace(topic=name, partitions=[_ANSWERED if type(a) is tuple else a for a in ps])
+            for name, _, ps in topics]))
+    if errors:  # errors may carry leader hints: the general response
+        version = scan.version
+        resp = with_leader_hints(broker, version, FetchResponse(
+            throttle_time_ms=0, error_code=0, session_id=session.id, node_endpoints=[], responses=[
+                TopicResp(topic=name, topic_id=topic_id, partitions=[
+                    PartitionAnswer(a[0], a[1], a[2], a[3], None, a[4]) if type(a) is tuple else a for a in ps])
+                for name, topic_id, ps in topics]))
+        return encode_response(FetchRequest.API_KEY, version, scan.correlation_id, resp)
+    return fetch_answer_frame(scan.correlation_id, session.id, scan.version, topics)
