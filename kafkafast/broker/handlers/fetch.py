@@ -490,7 +490,7 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
             if type(region) is PartData:
                 answers.append((run, key, region))
                 continue
-        size = len(region) if region is not None else 0
+        size = region.length if region is not None else 0  # (v12+: a FileRegion, never down-converted)
         total += size
         news |= hw_news(part, replica_id, hw)
         if not size and cp.unchanged(hw, lso, log_start):
@@ -576,7 +576,8 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
     for run, key, answer in answers:
         cp = cached.get(key)
         if type(answer) is tuple:
-            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], len(answer[4]) > 0)
+            # (records: a FileRegion, or b"" when none)
+            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], type(answer[4]) is not bytes)
         else:
             respond = cp is None or cp.must_respond(answer)
             errors = True
