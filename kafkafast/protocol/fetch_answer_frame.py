@@ -40,7 +40,7 @@ def _count(buf: bytearray, n: int) -> None:
 def fetch_answer_frame(correlation_id: int, session_id: int, version: int, topics: list) -> list:
     """The frame's parts (size prefix included); `topics`: (name, topic id, [Answered]) in order.
     Records are bytes or a FileRegion (sent with sendfile). The size is counted as the parts
-    are made (a region's length taken once); counts below 128 are one byte."""
+    are made (a region's length taken once); an array count under 127 is one byte, appended."""
     buf = bytearray(_HEAD.pack(0, correlation_id, 0, 0, 0, session_id))
     _count(buf, len(topics))
     parts = []
