@@ -116,16 +116,27 @@ class Placement(Protocol):
         """Whether process `index` serves requests (it started and has not begun to stop)."""
 
 
+def _timed_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 async def wait_for_wake(parts: list[Any], timeout: float) -> None:
-    """Until one of the partitions is woken (an append, a new high watermark) or `timeout` s."""
-    fut = asyncio.get_running_loop().create_future()
+    """Until one of the partitions is woken (an append, a new high watermark) or `timeout` s.
+    One future per park, completed by the wake or by the loop's timer (cancelled after a wake;
+    none when `timeout` is None), instead of `asyncio.wait_for` with its second future, its
+    callbacks and its TimeoutError (perf/results/leader_fetch.md, "Parking, the read at the log
+    end")."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
     for p in parts:
         p.waiters.add(fut)
+    timer = loop.call_later(timeout, _timed_out, fut) if timeout is not None else None
     try:
-        await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        pass
+        await fut
     finally:
+        if timer is not None:
+            timer.cancel()
         for p in parts:
             p.waiters.discard(fut)
 

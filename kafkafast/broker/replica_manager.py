@@ -421,9 +421,10 @@ class ReplicaManager:
         st = part.state
         leo = st.log_end_offset
         hw = st.high_watermark
+        lso = st.last_stable_offset
         f = part.followers[replica_id]
         if (fetch_offset == leo and part.answered_hw.get(replica_id) == hw
-                and cached.unchanged(hw, min(st.last_stable_offset, hw), st.log_start_offset)
+                and cached.unchanged(hw, lso if lso < hw else hw, st.log_start_offset)
                 and (not track or (f.leo == fetch_offset and replica_id in part.isr))):
             part.seen_hw, part.seen_leo = hw, leo
             if track:
@@ -436,8 +437,9 @@ class ReplicaManager:
                 self.maybe_expand_isr(part, replica_id, fetch_offset)
             hw = st.high_watermark
             leo = st.log_end_offset
+            lso = st.last_stable_offset
         part.seen_hw, part.seen_leo = hw, leo
-        return hw, min(st.last_stable_offset, hw), st.log_start_offset, leo
+        return hw, lso if lso < hw else hw, st.log_start_offset, leo
 
     def on_replica_fetch(self, part: Partition, replica_id: int, fetch_offset: int) -> None:
         """A follower's fetch: its log end, which may move the high watermark and the ISR."""

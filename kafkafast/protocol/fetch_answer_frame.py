@@ -19,6 +19,7 @@ from __future__ import annotations
 import struct
 
 from kafkafast.protocol.fetch_ask import _compact_string, _uvarint
+from kafkafast.protocol.primitives import FileRegion
 
 _HEAD = struct.Struct(">iiBihi")  # size (set last), correlation_id, tags; throttle, error_code, session_id
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted (null),
@@ -28,32 +29,46 @@ _PARTITION = struct.Struct(">ihqqqBi")
 Answered = tuple
 
 
+def _count(buf: bytearray, n: int) -> None:
+    """A compact array's count (n + 1 as an unsigned varint) onto `buf`."""
+    if n < 0x7f:
+        buf.append(n + 1)
+    else:
+        buf += _uvarint(n + 1)
+
+
 def fetch_answer_frame(correlation_id: int, session_id: int, version: int, topics: list) -> list:
     """The frame's parts (size prefix included); `topics`: (name, topic id, [Answered]) in order.
-    Records are bytes or a FileRegion (sent with sendfile)."""
+    Records are bytes or a FileRegion (sent with sendfile). The size is counted as the parts
+    are made (a region's length taken once); an array count under 127 is one byte, appended."""
     buf = bytearray(_HEAD.pack(0, correlation_id, 0, 0, 0, session_id))
-    buf += _uvarint(len(topics) + 1)
+    _count(buf, len(topics))
     parts = []
+    size = -4  # the frame's size, without its prefix
     by_name = version <= 12
     pack = _PARTITION.pack
     for name, topic_id, answered in topics:
         buf += _compact_string(name) if by_name else topic_id
-        buf += _uvarint(len(answered) + 1)
+        _count(buf, len(answered))
         for index, hw, lso, log_start, records in answered:
             buf += pack(index, 0, hw, lso, log_start, 0, -1)
-            n = len(records)
-            buf += _uvarint(n + 1)
-            if n and not isinstance(records, (bytes, bytearray, memoryview)):
-                parts.append(buf)
-                parts.append(records)
-                buf = bytearray()
+            if type(records) is bytes and not records:
+                buf.append(1)  # empty records: compact length 0
             else:
-                buf += records
+                n = records.length if type(records) is FileRegion else len(records)
+                buf += _uvarint(n + 1)
+                if n and not isinstance(records, (bytes, bytearray, memoryview)):
+                    size += len(buf) + n
+                    parts.append(buf)
+                    parts.append(records)
+                    buf = bytearray()
+                else:
+                    buf += records
             buf.append(0)
         buf.append(0)
     buf.append(0)
     parts.append(buf)
-    parts[0][0:4] = (sum(len(p) for p in parts) - 4).to_bytes(4, "big")
+    parts[0][0:4] = (size + len(buf)).to_bytes(4, "big")
     return parts
 
 

@@ -282,6 +282,43 @@ class LogReader:
             self._version = -1  # inconsistent view: re-list and retry
         return self._result(None, -1, self._snapshot())
 
+    def region(self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None,
+               min_one_batch: bool = True) -> FileRegion | None:
+        """`read(...).region`. A read starting where an earlier read ended in the active segment
+        (`_ends`) and ending at the log end within `max_bytes` (a caught-up follower's, or a
+        consumer's at the high watermark with nothing uncommitted) skips what `read` builds
+        for its other cases (snapshot and result objects, the segment search, the upper bound
+        scan): the state is read as `_snapshot` reads it, and every check `read` and
+        `_from_end` make still holds (the segment list the position was found in, the offset
+        within the log, the batch header at the position starting at `fetch_offset` and
+        ending within the committed bytes)."""
+        end = self._ends.get(fetch_offset)
+        if end is not None:
+            st = self.state
+            v = st.segments_version
+            h, pos, version = end
+            if version == v and v == self._version and not v & 1:
+                log_start = st.log_start_offset
+                leo = st.log_end_offset
+                active = st.active_base_offset
+                limit = st.active_committed_size
+                if (st.segments_version == v and h.base_offset == active and log_start <= fetch_offset < leo
+                        and (upper_bound_offset is None or upper_bound_offset >= leo)
+                        and pos + BATCH_HEADER_SIZE <= limit and limit - pos <= max_bytes):
+                    try:
+                        header = read_header_at(h.fd, pos)
+                    except (KafkaError, OSError):
+                        header = None  # `read` decides
+                    if (header is not None and header.base_offset == fetch_offset and pos + header.size <= limit
+                            and header.last_offset < leo):
+                        ends = self._ends
+                        if len(ends) >= _MAX_READ_ENDS:
+                            ends.clear()
+                        ends[leo] = (h, limit, v)
+                        return FileRegion(h.fd, pos, limit - pos)
+        return self.read(fetch_offset, max_bytes, upper_bound_offset=upper_bound_offset,
+                         min_one_batch=min_one_batch).region
+
     @staticmethod
     def _result(region: FileRegion | None, first: int, snap: _Snapshot) -> ReadResult:
         return ReadResult(region, first, snap.high_watermark, snap.log_start_offset,

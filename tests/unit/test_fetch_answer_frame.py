@@ -38,3 +38,23 @@ def test_same_parts_as_the_generated_encoder(segment, version, pick):
             PartitionAnswer(i, hw, lso, start, None, records) for i, hw, lso, start, records in ps])
         for name, tid, ps in chosen])
     assert flat(fetch_answer_frame(99, 2**31 - 5, version, chosen)) == flat(api.encode_response(1, version, 99, resp))
+
+
+def many(segment):
+    """Counts of two bytes: 200 partitions in a topic, 130 topics; records empty as bytes,
+    bytearray and memoryview, a region among them."""
+    empties = [b"", bytearray(), memoryview(b"")]
+    big = ("big", bytes(16), [(i, i, i, 0, empties[i % 3] if i != 126 else FileRegion(segment, 0, 61))
+                              for i in range(200)])
+    return [big] + [("t%d" % i, bytes([i]) * 16, [(0, 5, 5, 0, b"\x07" * i)]) for i in range(129)]
+
+
+@pytest.mark.parametrize("version", [12, 13, 17])
+@pytest.mark.parametrize("count", [126, 127, 128, 130])
+def test_counts_over_a_byte(segment, version, count):
+    chosen = many(segment)[:count]
+    resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=7, node_endpoints=[], responses=[
+        FetchResponse.FetchableTopicResponse(topic=name, topic_id=tid, partitions=[
+            PartitionAnswer(i, hw, lso, start, None, records) for i, hw, lso, start, records in ps])
+        for name, tid, ps in chosen])
+    assert flat(fetch_answer_frame(3, 7, version, chosen)) == flat(api.encode_response(1, version, 3, resp))

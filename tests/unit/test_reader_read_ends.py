@@ -1,7 +1,9 @@
 """LogReader remembers where a read ended (`_ends`) and starts the next read at that offset there,
 without the index lookup; the position is never used once the segment list changed: after a
 roll, a truncation and new appends, retention deleting the segment, or compaction replacing it,
-every read answers what a reader that never read before answers."""
+every read answers what a reader that never read before answers. Every test runs twice: reading
+with `read`, and with `region` (the fetch handler's call, which answers a read that starts at a
+remembered end in the active segment and ends at the log end without `read`'s other steps)."""
 from __future__ import annotations
 
 import pytest
@@ -16,17 +18,30 @@ NOW = 10_000_000
 
 
 class CountingReader(LogReader):
-    """A reader that counts its index lookups."""
+    """A reader that counts its index lookups and its `read` calls; `via_region`: the tests
+    read with `region`."""
 
-    __slots__ = ("lookups",)
+    __slots__ = ("lookups", "reads")
+    via_region = False
 
     def __init__(self, log: Log) -> None:
         super().__init__(log.dir, log.state, topic="t", partition=0)
         self.lookups = 0
+        self.reads = 0
 
     def _start(self, h, offset, limit):
         self.lookups += 1
         return LogReader._start(h, offset, limit)
+
+    def read(self, *args, **kwargs):
+        self.reads += 1
+        return LogReader.read(self, *args, **kwargs)
+
+
+@pytest.fixture(autouse=True, params=["read", "region"])
+def via(request, monkeypatch):
+    monkeypatch.setattr(CountingReader, "via_region", request.param == "region")
+    return request.param
 
 
 def open_log(tmp_path, **props: str) -> Log:
@@ -44,6 +59,10 @@ def append(log: Log, n: int = 1, key: bytes | None = None, value: bytes = b"v" *
 def answer(reader: LogReader, offset: int, max_bytes: int, upper: int | None = None):
     """(first batch offset, region bytes) of a read, or the error's type."""
     try:
+        if isinstance(reader, CountingReader) and reader.via_region:
+            region = reader.region(offset, max_bytes, upper)
+            data = region.read() if region is not None else b""
+            return next(iter_record_batches(data))[0].base_offset if data else -1, data
         res = reader.read(offset, max_bytes, upper_bound_offset=upper)
     except OffsetOutOfRangeError as exc:
         return type(exc)
@@ -177,3 +196,48 @@ def test_a_remembered_end_past_the_bound_reads_nothing_beyond_it(tmp_path, upper
     upper = log.log_end_offset - 2 * upper_gap
     first, region = same_as_fresh(log, reader, end, upper=upper)
     assert region and next_offset(region) <= upper
+
+
+def test_a_caught_up_follower_reads_through_region_alone(tmp_path, via):
+    log, reader, offset = followed(tmp_path, 3, 3)
+    reads = reader.reads
+    for n in range(1, 6):  # a follower keeping up: one batch at a time at the log end
+        append(log, n)
+        offset = follow(log, reader, offset)
+    assert offset == log.log_end_offset
+    assert reader.lookups == 1
+    assert reader.reads == (reads if via == "region" else reads + 5)
+    append(log, 40)  # more than the byte limit: `read` cuts it
+    same_as_fresh(log, reader, offset, max_bytes=300)
+    assert reader.reads > reads
+
+
+def test_a_read_that_saw_the_bytes_of_an_append_before_its_log_end(tmp_path):
+    """A reader in another process may see an append's committed size before its log end
+    (the writer stores them in that order): the read's end is then remembered under an offset
+    whose batch lies before that position. A later read at that offset (another follower)
+    finds the batch header there not starting at it and looks the offset up."""
+    log, reader, offset = followed(tmp_path, 2, 2)
+    append(log, 3)
+    st = log.state
+    st.log_end_offset = offset  # as seen between the two stores
+    assert same_as_fresh(log, reader, offset - 2)[0] == offset - 2  # remembered: offset -> after the new batch
+    st.log_end_offset = log.log_end_offset
+    append(log, 2)
+    first, region = same_as_fresh(log, reader, offset)  # the other follower, at the old log end
+    assert first == offset and next_offset(region) == log.log_end_offset
+
+
+def test_a_follower_that_truncates_and_fetches_again(tmp_path):
+    log, reader, offset = followed(tmp_path, 4, 2)
+    append(log, 2)
+    back = offset - 2  # the follower truncated to a batch boundary below its log end
+    first, region = same_as_fresh(log, reader, back)
+    assert first == back and next_offset(region) == log.log_end_offset
+    append(log, 1)
+    follow(log, reader, next_offset(region))
+    log.truncate_to(back)  # the leader's log truncated below both (a new leader's history)
+    append(log, 3, value=b"y" * 5)
+    for at in (back, offset, log.log_end_offset):
+        same_as_fresh(log, reader, at)
+    follow(log, reader, back)

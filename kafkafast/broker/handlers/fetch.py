@@ -192,7 +192,7 @@ def _read(part, offset: int, limit: int, upper: int, first: bool, version: int):
     """The records of `part` from `offset` (a FileRegion, bytes when down-converted for v0-3,
     or None), or the PartData of the error answering the read."""
     try:
-        result = part.log.reader.read(offset, limit, upper_bound_offset=upper, min_one_batch=first)
+        region = part.log.reader.region(offset, limit, upper, first)
     except E.KafkaError as exc:
         if exc.code == E.ErrorCode.KAFKA_STORAGE_ERROR:
             log_storage_error(part, "read", str(exc))
@@ -200,7 +200,6 @@ def _read(part, offset: int, limit: int, upper: int, first: bool, version: int):
     except OSError as exc:  # the file cannot be read (an I/O error): this partition only
         log_storage_error(part, f"errno {exc.errno}", str(exc))
         return _error(part.index, E.ErrorCode.KAFKA_STORAGE_ERROR, part)
-    region = result.region if result is not None else None
     if version <= 3 and region is not None:
         try:
             region = down_converted(part, region, 0 if version <= 1 else 1, offset, limit, first)
@@ -392,14 +391,15 @@ class LeanFetch:
     """A follower's incremental fetch the lean path answers (`follower_fetch`): its scanned
     request, its session, and per session partition (in session order) the run of
     consecutive same-topic partitions it is in (a topic response of the general path), its
-    key, CachedPartition and Partition."""
-    __slots__ = ("scan", "session", "entries", "runs")
+    key, CachedPartition and Partition; `parts` the Partitions alone (what a park waits on)."""
+    __slots__ = ("scan", "session", "entries", "runs", "parts")
 
-    def __init__(self, scan: ScannedFetch, session, entries: list, runs: list) -> None:
+    def __init__(self, scan: ScannedFetch, session, entries: list, runs: list, parts: list) -> None:
         self.scan = scan
         self.session = session
         self.entries = entries
         self.runs = runs
+        self.parts = parts
 
 
 def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
@@ -438,6 +438,7 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
     replica_id = scan.replica_id
     entries = []
     runs = []
+    parts = []
     topic = None
     get = broker.partitions.get
     for key, cp in cached.items():
@@ -448,6 +449,7 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
             topic = key[0]
             runs.append((topic, cp.topic_id))
         entries.append((len(runs) - 1, key, cp, part))
+        parts.append(part)
     request_metrics.incremental_fetch(True, len(updates))
     new_fetch = FetchRequest.FetchTopic.FetchPartition
     for cp, p in updates:
@@ -456,7 +458,7 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
          fp.partition_max_bytes, fp.replica_directory_id, fp._unknown_tags) = p
     session.last_used = cache.clock()
     session.epoch = next_epoch(session.epoch)
-    return LeanFetch(scan, session, entries, runs)
+    return LeanFetch(scan, session, entries, runs, parts)
 
 
 def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
@@ -488,7 +490,7 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
             if type(region) is PartData:
                 answers.append((run, key, region))
                 continue
-        size = len(region) if region is not None else 0
+        size = region.length if region is not None else 0  # (v12+: a FileRegion, never down-converted)
         total += size
         news |= hw_news(part, replica_id, hw)
         if not size and cp.unchanged(hw, lso, log_start):
@@ -531,7 +533,7 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
                 break
             remaining = min(remaining, news_due - now)
         # (not `parked()`: no quota measures a lean fetch's handler time, see Broker.dispatch)
-        waited = broker.wait_for_data([e[3] for e in lean.entries], remaining)
+        waited = broker.placement.wait_for_data(lean.parts, remaining)
         await (request_metrics.remote(waited) if request_metrics.active else waited)
         if not _still_steady(broker, lean):
             return await _handed_over(broker, lean, conn, internal, deadline, news_due)
@@ -574,7 +576,8 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
     for run, key, answer in answers:
         cp = cached.get(key)
         if type(answer) is tuple:
-            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], len(answer[4]) > 0)
+            # (records: a FileRegion, or b"" when none)
+            respond = cp is None or cp.answered(answer[1], answer[2], answer[3], type(answer[4]) is not bytes)
         else:
             respond = cp is None or cp.must_respond(answer)
             errors = True
