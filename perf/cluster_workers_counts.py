@@ -27,11 +27,13 @@ from perf.cluster import SIZE, create_topic, three_brokers
 from perf.cluster_workers import per_process_cpu
 
 TOPIC = "w2"
-# a follower Fetch's pass at the leader: a fetch, the partitions it passes over as quiet (owner
-# or not), those given the full pass (`on_replica_fetch`), and the lean path's partitions
-COUNTED = {"fetches (general path)": ("handlers/fetch.py", "answered"),
-           "fetches (lean path)": ("handlers/fetch.py", "answer_follower_fetch"),
+# a follower Fetch at the leader (only sync functions: cProfile counts a coroutine's every resumption
+# as a call): the requests, the passes over their partitions (general, lean), the partitions
+# passed over as quiet (owner or not), those given the full pass (`on_replica_fetch`), the lean
+# path's partitions, the pokes of an owner
+COUNTED = {"Fetch requests": ("handlers/fetch.py", "follower_fetch"),  # (called for every Fetch; sync: once)
            "general passes": ("handlers/fetch.py", "_read_all"),
+           "lean passes": ("handlers/fetch.py", "_lean_pass"),
            "quiet checks": ("broker/replica_manager.py", "quiet_follower_partition"),
            "quiet checks in a non-owner": ("broker/replica_manager.py", "_quiet_elsewhere"),
            "full passes (on_replica_fetch)": ("broker/replica_manager.py", "on_replica_fetch"),
