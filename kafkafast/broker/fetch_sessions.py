@@ -151,11 +151,21 @@ class FetchContext:
         return 0, responses
 
 
+def _span(shards: int) -> int:
+    """How many session ids each shard of a cache split `shards` ways hands out."""
+    return 0x7FFFFFFF // max(shards, 1)
+
+
+def session_shard(session_id: int, shards: int) -> int:
+    """The shard (worker index) whose ids include `session_id`, in a cache split `shards` ways."""
+    return (session_id - 1) // _span(shards)
+
+
 class FetchSessionCache:
     def __init__(self, slots: int, shard: int = 0, shards: int = 1, eviction_ms: int = EVICTION_MS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = max(slots, 0) // max(shards, 1)
-        span = 0x7FFFFFFF // max(shards, 1)
+        span = _span(shards)
         self.id_range = (shard * span + 1, (shard + 1) * span)
         self.eviction_s = eviction_ms / 1000.0
         self.clock = clock

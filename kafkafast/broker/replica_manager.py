@@ -374,16 +374,17 @@ class ReplicaManager:
     def quiet_follower_partition(self, part: Partition, replica_id: int, fp: Any, cached: Any, track: bool,
                                  now_ms: int) -> bool:
         """Whether a follower's incremental-session partition has nothing to tell it: led here
-        (this process keeps its state), the follower at the log end and at the current leader
-        epoch, no error, and the high watermark, last stable offset and log start offset the ones
-        the session (`cached`) and this follower were answered last. Such a partition needs no
+        (this process keeps its state, or another worker does: `_quiet_elsewhere`), the follower at
+        the log end and at the current leader epoch, no error, and the high watermark, last stable
+        offset and log start offset the ones the session (`cached`) and this follower were answered
+        last. Such a partition needs no
         read and no answer; on the pass that records fetch offsets (`track`) the follower's
         position is unchanged (in the ISR, at the offset it fetched last), so only its caught-up
         time moves: the high watermark and the ISR cannot. False whenever any of that is not so
         (the full pass then handles the partition). A follower's fetch names every partition of
         its session, mostly quiet (e.g. the internal topics' 50 partitions each): this keeps
         their cost per fetch to these checks."""
-        if cached is None or not part.is_leader or not self.placement.owns(part) or part.home.loading:
+        if cached is None or not part.is_leader or part.home.loading:
             return False
         st = part.state
         offset = fp.fetch_offset
@@ -395,9 +396,30 @@ class ReplicaManager:
         if part.answered_hw.get(replica_id) != hw or not cached.unchanged(
                 hw, min(st.last_stable_offset, hw), st.log_start_offset):
             return False
+        if self.placement.owns(part):
+            if track:
+                f = part.followers.get(replica_id)
+                if f is None or f.leo != offset or replica_id not in part.isr:
+                    return False
+                f.on_fetch(offset, offset, now_ms)
+            return True
+        return self._quiet_elsewhere(part, replica_id, offset, hw, track, now_ms)
+
+    def _quiet_elsewhere(self, part: Partition, replica_id: int, offset: int, hw: int, track: bool,
+                         now_ms: int) -> bool:
+        """`quiet_follower_partition` in a worker that does not own `part` (it reads the owner's
+        state from the slot): also the high watermark at the log end and every replica in the ISR
+        the owner published. Then the full pass's `on_replica_fetch` would only move the
+        follower's caught-up time and skip waking the owner (placement's `_owner_may_move`: no
+        higher watermark possible, no replica to rejoin), so that is all this does."""
+        if hw != offset:
+            return False
+        isr = part.home.published_isr()
+        if replica_id not in isr or any(r not in isr for r in part.replicas):
+            return False
         if track:
-            f = part.followers.get(replica_id)
-            if f is None or f.leo != offset or replica_id not in part.isr:
+            f = self.placement.slot_follower(part, replica_id)
+            if f is None or f.leo != offset:
                 return False
             f.on_fetch(offset, offset, now_ms)
         return True

@@ -14,7 +14,15 @@ names only the partitions whose fetch offset or leader epoch changed and forgets
 no longer fetches (the request packed from the partitions' fetch parameters,
 `protocol/fetch_ask.py`: no generated objects), and the leader answers only partitions with records or a new high
 watermark; an unknown session or a wrong epoch (the leader restarted or evicted it, a
-reconnection reached another worker) or a failed request starts a full session again. It appends the leader's batches byte for
+reconnection reached another worker) or a failed request starts a full session again.
+The leader's worker: in a broker of N worker processes the fetchers of worker i fetch the
+partitions worker i owns, which the leader's worker i owns as well when it runs as many workers
+(the same hash). The kernel spreads connections over the leader's workers, and a fetch served
+by a worker that does not own the partitions reads their state from shared memory and pokes
+their owner to move the high watermark (an acks=all produce then waits one more hop). So a
+fetcher whose new session's id (the leader's workers draw ids from separate ranges,
+`fetch_sessions.session_shard`) says another worker took it makes its connection again, a
+few times at most (`_home_or_reconnect`). It appends the leader's batches byte for
 byte at the leader's offsets, and takes the leader's high watermark (bounded by its own log
 end). The answer is received into the fetcher's `ReceiveBuffer` (one buffer reused for every
 answer, never allocated or zero-filled per answer: the fetcher has one request in flight and is
@@ -39,7 +47,7 @@ import time
 import zlib
 from typing import Any
 
-from kafkafast.broker.fetch_sessions import SessionRequests
+from kafkafast.broker.fetch_sessions import SessionRequests, session_shard
 from kafkafast.client.connection import BrokerConnection, ReceiveBuffer
 from kafkafast.broker.replication_throttle import ReplicationQuota, throttled
 from kafkafast.protocol import errors as E
@@ -53,6 +61,8 @@ FETCH_VERSION = FETCH_WALK_VERSION
 assert FETCH_ASK_VERSION == FETCH_VERSION
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
+MAX_REHOMES = 8  # reconnections in a row to reach the leader's worker of the same index
+REHOME_AGAIN_S = 30.0  # after which a fetcher that did not reach it tries again (a worker was being replaced)
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                   E.ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
 
@@ -90,6 +100,10 @@ class ReplicaFetcher:
         # (an answer may pass replica.fetch.response.max.bytes by one partition's first batch, KIP-74)
         self.receive_buffer = ReceiveBuffer(cap=self.response_max_bytes + self.max_bytes)
         self.session = SessionRequests()  # KIP-227: a steady fetch names only partitions whose offset moved
+        placement = broker.placement  # (module docstring, "the leader's worker")
+        self.worker, self.workers = placement.index, placement.workers
+        self.rehomes = 0
+        self.rehome_after = 0.0
         self.changed = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -234,6 +248,7 @@ class ReplicaFetcher:
                                session_id, epoch, topics, forgotten)
         frame = await conn.send_frame(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
         resp = FetchAnswer(frame)
+        full = self.session.full
         self.session.answered(resp.error_code, resp.session_id)
         if resp.error_code in SESSION_ERRORS:  # the next request is full: a new session
             log.info("fetcher for leader %d: %s; starting a new fetch session", self.leader_id,
@@ -275,6 +290,32 @@ class ReplicaFetcher:
                 st.high_watermark = hw
                 st.last_stable_offset = lg.last_stable_offset(hw)
             s.part.wake_everywhere()
+        session_id = self.session.session_id
+        if session_id and (full or self.rehomes >= MAX_REHOMES):
+            self._home_or_reconnect(session_id)
+
+    def _home_or_reconnect(self, session_id: int) -> None:
+        """After a new session (or, once it gave up, each answer): when its id says another
+        worker of the leader holds it than the one of this worker's index (the leader's workers
+        split the session ids as this broker's do), the connection is closed and made again (the
+        next request is a full one), at most MAX_REHOMES times in a row (a leader of another
+        worker count may never look home, its worker may be being replaced), then again after
+        REHOME_AGAIN_S."""
+        if session_shard(session_id, self.workers) == self.worker:
+            self.rehomes = 0
+            return
+        if self.rehomes >= MAX_REHOMES:
+            now = time.monotonic()
+            if self.rehome_after == 0.0:
+                self.rehome_after = now + REHOME_AGAIN_S
+            if now < self.rehome_after:
+                return
+            self.rehomes, self.rehome_after = 0, 0.0
+        self.rehomes += 1
+        self.session.failed()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 class FetcherManager:

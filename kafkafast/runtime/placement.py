@@ -268,6 +268,10 @@ class SlotResidence:
         (it has not led the partition yet: a produce goes to it), the last partition state's."""
         return self.table.isr(self.slot) or part.isr
 
+    def published_isr(self) -> list[int]:
+        """The ISR the owner published in the slot (empty: none yet)."""
+        return self.table.isr(self.slot)
+
     def announce(self, part: Partition) -> None:
         """The owner woke the requests parked on it: fetches and acks=all produces parked in
         other workers re-check too."""

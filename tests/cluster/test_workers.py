@@ -166,10 +166,135 @@ def test_follower_fetch_on_one_worker_releases_acks_all_parked_on_another(worker
             rc.close()
 
 
-def _list_offset(port: int, timestamp: int) -> int:
-    """The latest offset (the high watermark, for a consumer) of partition 0."""
+def test_a_follower_session_on_a_worker_owning_none_of_its_partitions_gets_records_and_news(workers_cluster):
+    """A follower's incremental fetch session served by a worker that owns none of its
+    partitions: a partition with nothing new is passed over (quiet: it reads its state from the
+    slot), one with records or a new high watermark is answered, and the high watermarks its
+    fetches moved through the owners reach it and the consumers."""
+    c = workers_cluster
+    first, second = sorted(c.brokers)
+    topic = "quietelse"
+    c.create_topic(topic, 2, 2, {"min.insync.replicas": "1"}, [[first, second]] * 2)
+    leader_id = c.leader(topic, 0)
+    assert leader_id == c.leader(topic, 1)
+    follower_id = second if leader_id == first else first
+    leader, follower = c.brokers[leader_id], c.brokers[follower_id]
+    workers = c.wait_for(lambda: (w := _worker_pids(leader.proc.pid)) and len(w) == WORKERS and w, 30,
+                         "the leader's worker processes")
+    fetch_worker = next(w for w in range(WORKERS) if all(owner_for(topic, p, WORKERS) != w for p in (0, 1)))
+    epochs = {p: c.partition_state(topic, p)["leader_epoch"] for p in (0, 1)}
+    conn = _connections_on(leader.port, workers, [fetch_worker])[fetch_worker]
+    os.killpg(follower.proc.pid, signal.SIGSTOP)  # the follower's own fetches stop: ours are the only ones
+    F = FetchRequest
+    session = {"id": 0, "epoch": 0}
+
+    def fetch(offsets: dict[int, int]) -> dict[int, tuple[int, int]]:
+        """One fetch as the follower naming `offsets` (the session's other partitions unchanged):
+        {partition: (high watermark, records' bytes)} of the partitions answered."""
+        req = F(replica_id=follower_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                session_id=session["id"], session_epoch=session["epoch"], forgotten_topics_data=[], rack_id="",
+                topics=[F.FetchTopic(topic=topic, partitions=[
+                    F.FetchPartition(partition=p, current_leader_epoch=epochs[p], fetch_offset=o, last_fetched_epoch=-1,
+                                     log_start_offset=0, partition_max_bytes=1 << 20)
+                    for p, o in offsets.items()])] if offsets else [])
+        resp = conn.request(req, 12)
+        assert resp.error_code == 0, resp.error_code
+        session["id"], session["epoch"] = resp.session_id, session["epoch"] + 1
+        out = {}
+        for t in resp.responses:
+            for pd in t.partitions:
+                assert pd.error_code == 0, (pd.partition_index, pd.error_code)
+                out[pd.partition_index] = (pd.high_watermark, len(pd.records or b""))
+        return out
+
+    def answered_until(first: dict[int, tuple[int, int]], want: dict[int, int]) -> None:
+        """Steady fetches until every partition of `want` was answered that high watermark
+        (`first`: the answer of the fetch that moved it, which may carry it already)."""
+        seen = {p: hw for p, (hw, _) in first.items()}
+
+        def done():
+            for p, (hw, _) in fetch({}).items():
+                seen[p] = hw
+            return all(seen.get(p) == hw for p, hw in want.items())
+        c.wait_for(done, 15, f"high watermarks {want} answered")
+
+    try:
+        time.sleep(1.0)  # let a fetch the follower had in flight at the leader end
+        with RawClient(leader.port, timeout=30) as pc:
+            for p, n in ((0, 3), (1, 1)):
+                batch = encode_batch([(int(time.time() * 1000), None, b"r%d" % i, []) for i in range(n)])
+                produce = ProduceRequest(transactional_id=None, acks=1, timeout_ms=10000, topic_data=[
+                    ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                        ProduceRequest.PartitionProduceData(index=p, records=batch)])])
+                assert pc.request(produce, 8).responses[0].partition_responses[0].error_code == 0
+        start = fetch({0: 0, 1: 0})  # the full fetch: both partitions' records from 0
+        assert session["id"] != 0 and start[0][1] > 0 and start[1][1] > 0
+        answered_until(fetch({0: 3, 1: 1}), {0: 3, 1: 1})  # at the log ends: the owners move the high watermarks
+        assert fetch({}) == {}  # both quiet now
+        with RawClient(leader.port, timeout=30) as pc:
+            batch = encode_batch([(int(time.time() * 1000), None, b"later", [])])
+            produce = ProduceRequest(transactional_id=None, acks=1, timeout_ms=10000, topic_data=[
+                ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    ProduceRequest.PartitionProduceData(index=1, records=batch)])])
+            assert pc.request(produce, 8).responses[0].partition_responses[0].error_code == 0
+        got = fetch({})  # partition 1's fetch offset (1) is below its log end now: its record
+        assert list(got) == [1] and got[1][1] > 0
+        answered_until(fetch({1: 2}), {1: 2})
+        assert fetch({}) == {}
+    finally:
+        os.killpg(follower.proc.pid, signal.SIGCONT)
+        conn.close()
+    consumer_hw = {p: _list_offset(leader.port, -1, topic, p) for p in (0, 1)}
+    assert consumer_hw == {0: 3, 1: 2}
+
+
+def _tcp_peers(port: int) -> dict[int, tuple[int, int]]:
+    """Socket inode -> (local port, remote port) of the TCP connections from or to `port`."""
+    out = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as fh:
+            for line in fh.readlines()[1:]:
+                cols = line.split()
+                local, remote = int(cols[1].split(":")[-1], 16), int(cols[2].split(":")[-1], 16)
+                if (local == port or remote == port) and cols[3] == "01":  # established
+                    out[int(cols[9])] = (local, remote)
+    return out
+
+
+def test_a_followers_fetchers_are_served_by_the_leaders_worker_owning_their_partitions(workers_cluster):
+    """Worker i of a follower broker fetches the partitions it owns, which worker i of the
+    leader (as many workers, the same hash) owns: its fetcher's connection ends up served there
+    (it makes it again when its new session's id names another worker)."""
+    c = workers_cluster
+    first, second = sorted(c.brokers)
+    topic = "homed"
+    c.create_topic(topic, 6, 2, {}, [[first, second]] * 6)
+    owners = {owner_for(topic, p, WORKERS) for p in range(6)} - {0}  # (worker 0 also makes the control connections)
+    assert owners
+    leader, follower = c.brokers[first], c.brokers[second]
+
+    def served():
+        lead_w, follow_w = _worker_pids(leader.proc.pid), _worker_pids(follower.proc.pid)
+        if len(lead_w) != WORKERS or len(follow_w) != WORKERS:
+            return None
+        peers = _tcp_peers(leader.port)
+        server_side = {rem: inode for inode, (loc, rem) in peers.items() if loc == leader.port}  # by client port
+        out = {}
+        for w in owners:
+            for inode in _socket_inodes(follow_w[w]):
+                if inode in peers and peers[inode][1] == leader.port:
+                    server_inode = server_side.get(peers[inode][0])
+                    out.setdefault(w, set()).update(
+                        i for i, pid in lead_w.items() if server_inode in _socket_inodes(pid))
+        return out if set(out) == owners and all(out[w] == {w} for w in owners) else None
+    c.wait_for(served, 30, "each fetcher's connection served by the leader's worker of its index")
+
+
+def _list_offset(port: int, timestamp: int, topic: str = TOPIC, partition: int = 0) -> int:
+    """The offset for `timestamp` (-1: the latest, the high watermark for a consumer) of the partition."""
     req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[ListOffsetsRequest.ListOffsetsTopic(
-        name=TOPIC, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
+        name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition,
+                                                                        current_leader_epoch=-1,
                                                                         timestamp=timestamp)])])
     with RawClient(port) as rc:
         p = rc.request(req, 5).topics[0].partitions[0]
