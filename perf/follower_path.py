@@ -11,6 +11,15 @@ recv_into does). Appends go to real logs under /dev/shm (page cache only, so the
 system's cost does not hide the rest), rolled at 64 MiB and deleted between rounds.
 
     python -m perf.follower_path [--answers 40] [--rounds 5]
+    python -m perf.follower_path --before /path/to/other/tree [--answers 20] [--rounds 6]
+
+The second form compares two code trees (Cython twins built in each) on the "now" path only:
+each round runs it in a fresh interpreter per tree (this file, with the tree's `kafkafast` first
+on the path), trees alternated, and reports per shape each tree's CPU seconds per GB (min of five
+passes a process: the machine's other load only ever adds) and the Python function calls per
+appended partition (cProfile's count, which no other load changes). Its 24 KiB shapes have null
+aborted transactions, as a kafkafast or Kafka leader answers a follower (read_uncommitted), and
+one with the empty list the generated encoder writes for `[]`.
 
 Reports CPU seconds (process time) per GB of records for each shape of answer: six
 partitions of 1 MiB (a follower catching up), six of 24 KiB (a follower keeping up), and six of
@@ -24,8 +33,14 @@ before `protocol/fetch_ask.py`) and packed from the fetch parameters (as the fet
 from __future__ import annotations
 
 import argparse
+import cProfile
+import json
+import os
+import pstats
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -45,9 +60,10 @@ RECORD = 1024
 BATCH_RECORDS = 16  # 16 KiB batches, as a producer with linger makes them
 
 
-def answers(partition_bytes: int, count: int, producer_id: int = -1) -> list[bytes]:
+def answers(partition_bytes: int, count: int, producer_id: int = -1, aborted: list | None = []) -> list[bytes]:
     """`count` consecutive Fetch v12 answers (frames without the size prefix); batches of
-    an idempotent producer if `producer_id` >= 0 (each one then updates the producer state)."""
+    an idempotent producer if `producer_id` >= 0 (each one then updates the producer state);
+    each partition's aborted_transactions `aborted` (None: null)."""
     batch = bytearray(encode_batch([(1_700_000_000_000 + i, None, bytes([i]) * RECORD, []) for i in range(BATCH_RECORDS)],
                                    producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
                                    base_sequence=0 if producer_id >= 0 else -1))
@@ -64,7 +80,7 @@ def answers(partition_bytes: int, count: int, producer_id: int = -1) -> list[byt
         R = FetchResponse
         resp = R(throttle_time_ms=0, error_code=0, session_id=1, responses=[R.FetchableTopicResponse(
             topic="t", partitions=[R.PartitionData(partition_index=p, high_watermark=offset, last_stable_offset=offset,
-                                                   log_start_offset=0, aborted_transactions=[], records=bytes(records))
+                                                   log_start_offset=0, aborted_transactions=aborted, records=bytes(records))
                                    for p in range(PARTITIONS)])])
         parts = encode_response(FetchResponse.API_KEY, FETCH_WALK_VERSION, 7, resp)
         out.append(b"".join(bytes(p) for p in parts)[4:])
@@ -132,11 +148,59 @@ def run(path, frames: list[bytes], gb: float) -> float:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# --before: (name, bytes per partition, answers per --answers, producer id, aborted transactions)
+TREE_SHAPES = (("6 x 1 MiB", 1 << 20, 1, -1, None), ("6 x 24 KiB", 24 << 10, 40, -1, None),
+               ("6 x 24 KiB, idempotent producer", 24 << 10, 40, 7, None),
+               ("6 x 24 KiB, idempotent producer, aborted []", 24 << 10, 40, 7, []))
+
+
+def one_tree(n: int) -> dict[str, tuple[float, float]]:
+    """In the child process of `--before`: shape -> (CPU-s/GB, Python calls per partition)."""
+    out = {}
+    for name, partition_bytes, per, producer_id, aborted in TREE_SHAPES:
+        frames = answers(partition_bytes, n * per, producer_id, aborted)
+        gb = sum(len(f) for f in frames) / 1e9
+        cpu = min(run(after, frames, gb) for _ in range(5))
+        prof = cProfile.Profile()
+        prof.runcall(run, after, frames, gb)
+        out[name] = (cpu, pstats.Stats(prof).total_calls / (n * per * PARTITIONS))
+    return out
+
+
+def compare_trees(before: str, n: int, rounds: int) -> None:
+    trees = {"before": os.path.abspath(before), "this tree": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    got: dict[str, list[dict]] = {k: [] for k in trees}
+    for r in range(rounds):
+        for label in (list(trees) if r % 2 == 0 else list(reversed(list(trees)))):
+            env = {**os.environ, "PYTHONPATH": trees[label]}
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", "--answers", str(n)],
+                                 cwd=trees[label], env=env, capture_output=True, text=True, check=True)
+            got[label].append(json.loads(out.stdout.splitlines()[-1]))
+            print(json.dumps({"tree": label, "round": r, **got[label][-1]}), flush=True)
+    for name, *_ in TREE_SHAPES:
+        line = []
+        for label, rows in got.items():
+            cpu = [row[name][0] for row in rows]
+            line.append(f"{label} {statistics.median(cpu):.3f} CPU-s/GB ({min(cpu):.3f}-{max(cpu):.3f}), "
+                        f"{rows[0][name][1]:.1f} calls/partition")
+        ratios = [a[name][0] / b[name][0] for a, b in zip(got["this tree"], got["before"])]
+        print(f"{name}: " + "; ".join(line) + f"; paired ratio {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perf.follower_path")
     ap.add_argument("--answers", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--before", help="another code tree: compare its follower path with this one's")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a --before child
     args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one_tree(args.answers)))
+        return 0
+    if args.before:
+        compare_trees(args.before, args.answers, args.rounds)
+        return 0
     for name, partition_bytes, count, producer_id in (
             ("6 x 1 MiB", 1 << 20, args.answers, -1), ("6 x 24 KiB", 24 << 10, args.answers * 40, -1),
             ("6 x 24 KiB, idempotent producer", 24 << 10, args.answers * 40, 7)):
