@@ -14,9 +14,10 @@ system's cost does not hide the rest), rolled at 64 MiB and deleted between roun
     python -m perf.follower_path --before /path/to/other/tree [--answers 20] [--rounds 6]
 
 The second form compares two code trees (Cython twins built in each) on the "now" path only:
-each round runs it in a fresh interpreter per tree (this file, with the tree's `kafkafast` first
-on the path), trees alternated, and reports per shape each tree's CPU seconds per GB (min of five
-passes a process: the machine's other load only ever adds) and the Python function calls per
+one interpreter per tree (this file, with the tree's `kafkafast` first on the path), both
+running, handed each shape's answers in turn (`--rounds` pairs, which tree goes first
+alternating), so that both meet the same load from the rest of the machine; it reports per
+shape each tree's CPU seconds per GB, the pairs' ratios, and the Python function calls per
 appended partition (cProfile's count, which no other load changes). Its 24 KiB shapes have null
 aborted transactions, as a kafkafast or Kafka leader answers a follower (read_uncommitted), and
 one with the empty list the generated encoder writes for `[]`.
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import os
 import pstats
 import shutil
@@ -154,38 +154,60 @@ TREE_SHAPES = (("6 x 1 MiB", 1 << 20, 1, -1, None), ("6 x 24 KiB", 24 << 10, 40,
                ("6 x 24 KiB, idempotent producer, aborted []", 24 << 10, 40, 7, []))
 
 
-def one_tree(n: int) -> dict[str, tuple[float, float]]:
-    """In the child process of `--before`: shape -> (CPU-s/GB, Python calls per partition)."""
-    out = {}
-    for name, partition_bytes, per, producer_id, aborted in TREE_SHAPES:
+def serve_tree(n: int) -> None:
+    """The child process of `--before`: builds every shape's answers, then for each line `K` on
+    stdin appends shape K's answers once and prints CPU-s/GB; `C K` prints shape K's Python calls
+    per partition (cProfile's count)."""
+    shapes = []
+    for _, partition_bytes, per, producer_id, aborted in TREE_SHAPES:
         frames = answers(partition_bytes, n * per, producer_id, aborted)
-        gb = sum(len(f) for f in frames) / 1e9
-        cpu = min(run(after, frames, gb) for _ in range(5))
-        prof = cProfile.Profile()
-        prof.runcall(run, after, frames, gb)
-        out[name] = (cpu, pstats.Stats(prof).total_calls / (n * per * PARTITIONS))
-    return out
+        shapes.append((frames, sum(len(f) for f in frames) / 1e9, n * per * PARTITIONS))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        frames, gb, partitions = shapes[int(words[-1])]
+        if words[0] == "C":
+            prof = cProfile.Profile()
+            prof.runcall(run, after, frames, gb)
+            print(pstats.Stats(prof).total_calls / partitions, flush=True)
+        else:
+            print(run(after, frames, gb), flush=True)
 
 
 def compare_trees(before: str, n: int, rounds: int) -> None:
+    """Both trees' children started at once and given the same shape in turn, `rounds` times
+    each (which goes first alternates), so both see the same load from the rest of the machine:
+    each pair's ratio is the number to read."""
     trees = {"before": os.path.abspath(before), "this tree": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    got: dict[str, list[dict]] = {k: [] for k in trees}
-    for r in range(rounds):
-        for label in (list(trees) if r % 2 == 0 else list(reversed(list(trees)))):
-            env = {**os.environ, "PYTHONPATH": trees[label]}
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", "--answers", str(n)],
-                                 cwd=trees[label], env=env, capture_output=True, text=True, check=True)
-            got[label].append(json.loads(out.stdout.splitlines()[-1]))
-            print(json.dumps({"tree": label, "round": r, **got[label][-1]}), flush=True)
-    for name, *_ in TREE_SHAPES:
-        line = []
-        for label, rows in got.items():
-            cpu = [row[name][0] for row in rows]
-            line.append(f"{label} {statistics.median(cpu):.3f} CPU-s/GB ({min(cpu):.3f}-{max(cpu):.3f}), "
-                        f"{rows[0][name][1]:.1f} calls/partition")
-        ratios = [a[name][0] / b[name][0] for a, b in zip(got["this tree"], got["before"])]
-        print(f"{name}: " + "; ".join(line) + f"; paired ratio {statistics.median(ratios):.3f} "
-              f"({min(ratios):.3f}-{max(ratios):.3f})")
+    children = {label: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--answers", str(n)],
+                                        cwd=tree, env={**os.environ, "PYTHONPATH": tree}, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True) for label, tree in trees.items()}
+    try:
+        for c in children.values():
+            assert c.stdout.readline().strip() == "ready"
+
+        def ask(label: str, command: str) -> float:
+            c = children[label]
+            c.stdin.write(command + "\n")
+            c.stdin.flush()
+            return float(c.stdout.readline())
+
+        for k, (name, *_) in enumerate(TREE_SHAPES):
+            cpu: dict[str, list[float]] = {label: [] for label in trees}
+            for r in range(rounds):
+                for label in (list(trees) if r % 2 == 0 else list(reversed(list(trees)))):
+                    cpu[label].append(ask(label, str(k)))
+            calls = {label: ask(label, f"C {k}") for label in trees}
+            ratios = [a / b for a, b in zip(cpu["this tree"], cpu["before"])]
+            print(f"{name}: " + "; ".join(
+                f"{label} {statistics.median(v):.3f} CPU-s/GB ({min(v):.3f}-{max(v):.3f}), {calls[label]:.1f} calls/partition"
+                for label, v in cpu.items()) + f"; paired ratio {statistics.median(ratios):.3f} "
+                f"({min(ratios):.3f}-{max(ratios):.3f}), this tree lower in {sum(x < 1 for x in ratios)} of {rounds}",
+                flush=True)
+    finally:
+        for c in children.values():
+            c.stdin.close()
+            c.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--answers", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--before", help="another code tree: compare its follower path with this one's")
-    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a --before child
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a --before child
     args = ap.parse_args(argv)
-    if args.one:
-        print(json.dumps(one_tree(args.answers)))
+    if args.serve:
+        serve_tree(args.answers)
         return 0
     if args.before:
         compare_trees(args.before, args.answers, args.rounds)
