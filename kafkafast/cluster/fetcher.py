@@ -63,6 +63,7 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
 MAX_REHOMES = 8  # reconnections in a row to reach the leader's worker of the same index
 REHOME_AGAIN_S = 30.0  # after which a fetcher that did not reach it tries again (a worker was being replaced)
+OFFSET_OUT_OF_RANGE = E.ErrorCode.OFFSET_OUT_OF_RANGE
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
                   E.ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
 
@@ -258,19 +259,21 @@ class ReplicaFetcher:
             raise E.for_code(resp.error_code)()
         now = time.monotonic()
         now_ms = int(time.time() * 1000)
+        partitions = self.partitions
         for pd in resp.partitions():
             tp = (pd.topic, pd.partition)
-            s = self._unchanged(tp, sent.get(tp))
-            if s is None:
+            asked = sent.get(tp)  # (_unchanged, inline: once per answered partition)
+            if asked is None:
+                continue
+            s, asked_epoch, asked_end = asked
+            if partitions.get(tp) is not s or s.epoch != asked_epoch:
                 continue
             lg = s.part.log
-            if lg.log_end_offset != sent[tp][2]:
-                continue
-            if pd.error_code == E.ErrorCode.OFFSET_OUT_OF_RANGE:
-                s.truncating = True
-                s.delay_until = now + self.backoff_s
+            if lg.log_end_offset != asked_end:
                 continue
             if pd.error_code:
+                if pd.error_code == OFFSET_OUT_OF_RANGE:
+                    s.truncating = True
                 s.delay_until = now + self.backoff_s
                 continue
             records = pd.records

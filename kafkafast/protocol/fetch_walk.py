@@ -28,10 +28,12 @@ from typing import Iterator
 from kafkafast.protocol.primitives import DecodeError, Reader
 
 FETCH_WALK_VERSION = 12
+# correlation_id, no header tagged fields (the byte 0), throttle_time_ms, error_code, session_id
+_TOP = struct.Struct(">iBihi")
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset: read at once
 _PARTITION_HEAD = struct.Struct(">ihqqq")
-# the same, then a null aborted_transactions (the one byte 0) and preferred_read_replica: a
-# follower's usual partition (read_uncommitted), read at once
+# the same, then a null or empty aborted_transactions (the one byte 0 or 1) and
+# preferred_read_replica: a follower's usual partition (read_uncommitted), read at once
 _PLAIN_HEAD = struct.Struct(">ihqqqBi")
 
 
@@ -68,35 +70,64 @@ class FetchAnswer:
 
     def __init__(self, frame: bytes | bytearray | memoryview) -> None:
         r = Reader(frame)
-        r.int32()  # correlation id: matched by the connection
-        r.skip_tagged_fields()
-        self.throttle_time_ms = r.int32()
-        self.error_code = r.int16()
-        self.session_id = r.int32()
+        if r.end >= _TOP.size and r.buf[4] == 0:  # no tagged fields in the header: read at once
+            _, _, self.throttle_time_ms, self.error_code, self.session_id = _TOP.unpack_from(r.buf, 0)
+            r.pos = _TOP.size
+        else:
+            r.int32()  # correlation id: matched by the connection
+            r.skip_tagged_fields()
+            self.throttle_time_ms = r.int32()
+            self.error_code = r.int16()
+            self.session_id = r.int32()
         self._reader = r
 
     def partitions(self) -> Iterator[FetchedPartition]:
         r = self._reader
         for _ in range(r.compact_array_length()):
             topic = r.compact_string()
-            buf = r.buf
+            buf, end = r.buf, r.end
             for _ in range(r.compact_array_length()):
                 pos = r.pos
-                if r.end - pos >= _PLAIN_HEAD.size and buf[pos + _PARTITION_HEAD.size] == 0:
-                    partition, error_code, high_watermark, last_stable_offset, log_start_offset, _, _ = \
+                if end - pos >= _PLAIN_HEAD.size and buf[pos + _PARTITION_HEAD.size] <= 1:
+                    partition, error_code, high_watermark, last_stable_offset, log_start_offset, n, _ = \
                         _PLAIN_HEAD.unpack_from(buf, pos)
-                    r.pos = pos + _PLAIN_HEAD.size
-                    aborted = None
+                    pos += _PLAIN_HEAD.size
+                    aborted = None if n == 0 else []
                 else:
                     partition, error_code, high_watermark, last_stable_offset, log_start_offset = \
                         _PARTITION_HEAD.unpack_from(buf, r._take(_PARTITION_HEAD.size))
                     n = r.compact_array_length()
                     aborted = None if n < 0 else [_aborted(r) for _ in range(n)]
                     r.int32()  # preferred_read_replica: consumers only (KIP-392)
-                records = r.compact_nullable_bytes()
-                if r.pos < r.end and buf[r.pos] == 0:  # no tagged fields
-                    r.pos += 1
+                    pos = r.pos
+                # records: compact nullable bytes, its length's varint read here when it takes one to
+                # three bytes (up to 2 MiB: a partition's answer up to replica.fetch.max.bytes), then
+                # no tagged fields (one 0 byte): the usual partition takes no Reader calls
+                size = -1
+                if end - pos >= 3:
+                    b0, b1, b2 = buf[pos], buf[pos + 1], buf[pos + 2]
+                    if b0 < 0x80:
+                        size, pos = b0, pos + 1
+                    elif b1 < 0x80:
+                        size, pos = (b0 & 0x7F) | b1 << 7, pos + 2
+                    elif b2 < 0x80:
+                        size, pos = (b0 & 0x7F) | (b1 & 0x7F) << 7 | b2 << 14, pos + 3
+                if size < 0:  # longer, or near the end of the frame
+                    r.pos = pos
+                    size = r.uvarint()
+                    pos = r.pos
+                if size:
+                    size -= 1
+                    if pos + size > end:
+                        raise DecodeError(f"need {size} bytes at {pos}, have {end - pos}")
+                    records = buf[pos:pos + size]
+                    pos += size
                 else:
+                    records = None
+                if pos < end and buf[pos] == 0:  # no tagged fields
+                    r.pos = pos + 1
+                else:
+                    r.pos = pos
                     r.skip_tagged_fields()
                 yield FetchedPartition(topic, partition, error_code, high_watermark, last_stable_offset,
                                        log_start_offset, aborted, records)

@@ -96,7 +96,7 @@ def replace_file_or_empty(path: str, data: bytes | bytearray | memoryview) -> bo
 class IndexWriter:
     """Writer side of one index file: entries in memory plus an O_APPEND fd on the file."""
 
-    __slots__ = ("path", "entry_size", "max_entries", "buf", "entries", "_fd", "_deferred", "_held")
+    __slots__ = ("path", "entry_size", "max_entries", "buf", "entries", "_fd", "_deferred")
 
     def __init__(self, path: str, entry_size: int, max_index_bytes: int, initial: bytearray | None) -> None:
         self.path = path
@@ -111,7 +111,6 @@ class IndexWriter:
         self._fd = -1
         self._open_for_append()
         self._deferred = False
-        self._held = -1  # while holding (`hold`): where in `buf` the entries not yet written start
 
     def _open_for_append(self) -> None:
         try:
@@ -129,10 +128,11 @@ class IndexWriter:
     def size_bytes(self) -> int:
         return len(self.buf)
 
-    def _append(self, entry: bytes) -> None:
+    def _append(self, entry: bytes, count: int = 1) -> None:
+        """`count` entries (`entry` holds them all: one write)."""
         self.buf += entry
-        self.entries += 1
-        if not self._deferred and self._held < 0 and self._fd >= 0:
+        self.entries += count
+        if not self._deferred and self._fd >= 0:
             self._write(entry)
 
     def _write(self, data: bytes | bytearray) -> None:
@@ -144,16 +144,6 @@ class IndexWriter:
             written = 0
         if written != len(data):
             self._cut_torn_entry()
-
-    def hold(self) -> None:
-        """Keep the entries appended from now on in memory until `release` writes them with
-        one write (the entries of one log append: one system call, not one per batch)."""
-        self._held = len(self.buf)
-
-    def release(self) -> None:
-        start, self._held = self._held, -1
-        if 0 <= start < len(self.buf) and not self._deferred and self._fd >= 0:
-            self._write(self.buf[start:])
 
     def _cut_torn_entry(self) -> None:
         """A full disk took part of an entry: cut the file back to whole entries (only
@@ -268,13 +258,6 @@ class SparseIndex:
 
     def end_rebuild(self) -> None:
         self._w.end_rebuild()
-
-    def hold(self) -> None:
-        """IndexWriter.hold: the entries of one append written together by `release`."""
-        self._w.hold()
-
-    def release(self) -> None:
-        self._w.release()
 
     def flush(self) -> None:
         self._w.flush()

@@ -655,7 +655,8 @@ class Log:
         st.log_end_offset = next_offset
         self.log_end_offset = next_offset
         # Published unbounded by the HW (the replica manager owns that): readers take the min.
-        st.last_stable_offset = self.last_stable_offset(next_offset)
+        unstable = self.producers.first_unstable_offset()  # (last_stable_offset, inline: once per append)
+        st.last_stable_offset = min(unstable, next_offset) if unstable >= 0 else next_offset
         if self._shared is not None and self._shared.hw_follows_end:
             st.high_watermark = next_offset  # single node: under the lock, with the producer state it reflects
         if seg.max_timestamp > st.max_timestamp:

@@ -27,8 +27,8 @@ class OffsetIndex(SparseIndex):
     The file is not preallocated (see `index_file`). At most `segment.index.bytes / 8`
     entries; a full index rolls the segment.
 
-    API: `maybe_track(base_offset, position, batch_size)` while appending,
-    `find_nearest(offset) -> (base offset, position)` when reading.
+    API: `maybe_track(base_offset, position, batch_size)` while appending (`track_run` for
+    an append's batches at once), `find_nearest(offset) -> (base offset, position)` when reading.
     """
 
     __slots__ = ("last_rel_offset", "last_position")
@@ -53,12 +53,34 @@ class OffsetIndex(SparseIndex):
         return cls(path, base_offset, max_index_bytes, interval_bytes, data if ok else None), ok
 
     def maybe_track(self, base_offset: int, position: int, batch_size: int) -> None:
-        if self._bytes_since > self.interval_bytes and not self._w.is_full:
+        w = self._w
+        if self._bytes_since > self.interval_bytes and w.entries < w.max_entries:  # (not w.is_full)
             rel = base_offset - self.base_offset
-            self._w._append(ENTRY.pack(rel, position))
+            w._append(ENTRY.pack(rel, position))
             self.last_rel_offset, self.last_position = rel, position
             self._bytes_since = 0
         self._bytes_since += batch_size
+
+    def track_run(self, batches: list[tuple[int, int, int, int]], position: int) -> None:
+        """`maybe_track` over consecutive batches (base, next offset, max timestamp, size)
+        written from `position`, their entries written with one write."""
+        w = self._w
+        since, interval, base = self._bytes_since, self.interval_bytes, self.base_offset
+        room = w.max_entries - w.entries
+        entries: list[bytes] = []
+        rel = -1
+        for b, _, _, size in batches:
+            if since > interval and len(entries) < room:
+                rel = b - base
+                entries.append(ENTRY.pack(rel, position))
+                last_position = position
+                since = 0
+            since += size
+            position += size
+        self._bytes_since = since
+        if entries:
+            w._append(b"".join(entries), len(entries))
+            self.last_rel_offset, self.last_position = rel, last_position
 
     def find_nearest(self, offset: int) -> tuple[int, int]:
         """(base offset, position) of the last indexed batch at or below `offset`; else (base, 0)."""

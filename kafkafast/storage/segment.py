@@ -217,24 +217,12 @@ class LogSegment:
             if n <= 0:
                 raise OSError("short write to segment")
             written += n
-        oi, ti = self.offset_index, self.time_index
-        many = len(batches) > 1
-        if many:  # the index entries of all the batches: one write per index
-            oi.hold()
-            ti.hold()
-        try:
-            for base, next_offset, max_ts, size in batches:
-                if max_ts > self.max_timestamp:
-                    self.max_timestamp = max_ts
-                    self.offset_of_max_timestamp = base
-                oi.maybe_track(base, pos, size)
-                ti.maybe_track(self.max_timestamp, self.offset_of_max_timestamp, size)
-                pos += size
-                self.next_offset = next_offset
-        finally:
-            if many:
-                oi.release()
-                ti.release()
+        # the index entries of all the batches: one write per index, one call each
+        self.offset_index.track_run(batches, pos)
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.track_run(
+            batches, self.max_timestamp, self.offset_of_max_timestamp)
+        self.next_offset = batches[-1][1]
+        pos += total
         if self.first_append_ms < 0:
             self.first_append_ms = now_ms
         self.size = pos
@@ -256,7 +244,8 @@ class LogSegment:
             return True
         if self.first_append_ms >= 0 and now_ms - self.first_append_ms > config.segment_ms - config.segment_jitter_ms:
             return True
-        if self.offset_index.is_full or self.time_index.is_full:
+        oi, ti = self.offset_index._w, self.time_index._w  # (their is_full, without two properties each)
+        if oi.entries >= oi.max_entries or ti.entries >= ti.max_entries:
             return True
         return last_offset - self.base_offset > MAX_RELATIVE_OFFSET
 

@@ -26,8 +26,8 @@ class TimeIndex(SparseIndex):
     timestamp (Kafka does the same), so the last entry of a rolled segment is its max.
     Not preallocated; at most `segment.index.bytes / 12` entries.
 
-    API: `maybe_track(max_ts_so_far, offset_of_max, batch_size)` while appending,
-    `find_nearest(ts) -> (timestamp, base offset)` when reading.
+    API: `maybe_track(max_ts_so_far, offset_of_max, batch_size)` while appending (`track_run`
+    for an append's batches at once), `find_nearest(ts) -> (timestamp, base offset)` when reading.
     """
 
     __slots__ = ("last_timestamp", "last_rel_offset")
@@ -55,9 +55,35 @@ class TimeIndex(SparseIndex):
 
     def maybe_track(self, max_ts_so_far: int, offset_of_max: int, batch_size: int) -> None:
         if self._bytes_since > self.interval_bytes:
-            self.append_if_grown(max_ts_so_far, offset_of_max)
+            if max_ts_so_far > self.last_timestamp:  # (else append_if_grown would add nothing)
+                self.append_if_grown(max_ts_so_far, offset_of_max)
             self._bytes_since = 0
         self._bytes_since += batch_size
+
+    def track_run(self, batches: list[tuple[int, int, int, int]], max_ts: int, offset_of_max: int) -> tuple[int, int]:
+        """`maybe_track` over consecutive batches (base, next offset, max timestamp, size),
+        following the segment's max timestamp so far (`max_ts` at `offset_of_max`); their
+        entries written with one write. Returns the max timestamp and its offset after them."""
+        w = self._w
+        since, interval, base = self._bytes_since, self.interval_bytes, self.base_offset
+        room = w.max_entries - w.entries
+        last_ts, last_rel = self.last_timestamp, self.last_rel_offset
+        entries: list[bytes] = []
+        for b, _, ts, size in batches:
+            if ts > max_ts:
+                max_ts, offset_of_max = ts, b
+            if since > interval:
+                rel = offset_of_max - base  # (append_if_grown)
+                if max_ts > last_ts and len(entries) < room and rel >= last_rel:
+                    entries.append(ENTRY.pack(max_ts, rel))
+                    last_ts, last_rel = max_ts, rel
+                since = 0
+            since += size
+        self._bytes_since = since
+        if entries:
+            w._append(b"".join(entries), len(entries))
+            self.last_timestamp, self.last_rel_offset = last_ts, last_rel
+        return max_ts, offset_of_max
 
     def append_if_grown(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         if timestamp > self.last_timestamp and (skip_full_check or not self._w.is_full):

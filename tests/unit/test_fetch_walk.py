@@ -1,6 +1,7 @@
 """The follower's in-place walk of a Fetch v12 answer (protocol/fetch_walk.py) reads what the
 generated decoder reads, on partitions with and without aborted transactions, tagged fields,
-errors and null records, and a frame cut anywhere is a DecodeError, never a wrong answer."""
+errors and null records, records whose length takes one to four varint bytes, and a frame cut
+anywhere is a DecodeError, never a wrong answer."""
 from __future__ import annotations
 
 import pytest
@@ -27,6 +28,7 @@ PARTITIONS = {
         partition(3, diverging_epoch=R.EpochEndOffset(epoch=4, end_offset=77)),  # tagged fields
         partition(4, current_leader=R.LeaderIdAndEpoch(leader_id=2, leader_epoch=9), records=b"\x00" * 300),
         partition(5),
+        partition(6, records=b"\x01" * 17_000),  # a length of three varint bytes
     ],
 }
 
@@ -46,7 +48,17 @@ def test_reads_what_the_generated_decoder_reads():
              None if p.records is None else bytes(p.records)) for t in resp.responses for p in t.partitions]
     assert [(p.topic, p.partition, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, p.aborted,
              None if p.records is None else bytes(p.records)) for p in walked] == want
-    assert len(walked) == 9
+    assert len(walked) == 10
+
+
+def test_records_longer_than_2_mib():
+    """A length of four varint bytes: read through the Reader, as the same answer's short ones."""
+    resp = R(throttle_time_ms=0, error_code=0, session_id=5, responses=[R.FetchableTopicResponse(
+        topic="t", partitions=[partition(0, records=b"\x02" * ((2 << 20) + 5)), partition(1)])])
+    data = b"".join(bytes(p) for p in api.encode_response(R.API_KEY, FETCH_WALK_VERSION, 3, resp))[4:]
+    walked = list(FetchAnswer(data).partitions())
+    assert [(p.partition, len(p.records), bytes(p.records[:1])) for p in walked] == [(0, (2 << 20) + 5, b"\x02"),
+                                                                                      (1, 50, b"\x01")]
 
 
 def test_a_cut_frame_is_a_decode_error():

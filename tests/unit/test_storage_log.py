@@ -309,3 +309,63 @@ def test_reads_from_where_the_last_read_ended_follow_appends_and_truncations(tmp
     after = reader.read(end, 1 << 20)
     assert offsets_in(after.region.read()) == [end]
     assert decode_batch(after.region.read())[1][0].value == b"x"
+
+
+def test_index_entries_follow_the_per_batch_rule_whatever_the_appends(tmp_path):
+    """An append's index entries are made over its batches at once (`track_run`): they are
+    Kafka's per-batch rule's (an entry once more than index.interval.bytes were written since
+    the last; the time index's the max timestamp so far, when it grew), and the files the same
+    whether the batches come one per append or many, with timestamps that go back and forth.
+    (One segment: where a log rolls depends on the appends.)"""
+    import random
+
+    from kafkafast.records import assign_offsets
+    from kafkafast.storage.time_index import ENTRY as TIME_ENTRY
+
+    rnd = random.Random(7)
+    batches, offset = [], 0
+    for i in range(300):
+        n = rnd.randint(1, 6)
+        ts = 1_000_000 + i * 10 + rnd.randint(-40, 40)
+        b = batch(n, ts=ts, value=rnd.randbytes(rnd.randint(5, 900)))
+        assign_offsets(b, offset, 1)
+        batches.append((offset, ts + n - 1, b))
+        offset += n
+    interval = 1500
+    want_offsets, want_times = [], []
+    since = pos = 0
+    max_ts = last_ts = -1
+    for base, batch_max_ts, b in batches:  # the rule, batch by batch
+        if batch_max_ts > max_ts:
+            max_ts, offset_of_max = batch_max_ts, base
+        if since > interval:
+            want_offsets.append((base, pos))
+            if max_ts > last_ts:
+                want_times.append((max_ts, offset_of_max))
+                last_ts = max_ts
+            since = 0
+        since += len(b)
+        pos += len(b)
+
+    props = dict(index_interval_bytes=str(interval), segment_bytes=str(8 << 20))
+    one = open_log(tmp_path / "one", **props)
+    for _, _, b in batches:
+        one.append_as_follower(b, now_ms=1)
+    many = open_log(tmp_path / "many", **props)
+    i = 0
+    while i < len(batches):
+        k = rnd.choice([1, 2, 3, 7, 20])
+        many.append_as_follower(b"".join(b for _, _, b in batches[i:i + k]), now_ms=1)
+        i += k
+    for log in (one, many):
+        oi, ti = log.active_segment.offset_index, log.active_segment.time_index
+        assert [(r, p) for r, p in (OFFSET_ENTRY.unpack_from(oi.buffer, j * 8) for j in range(oi.entries))] == want_offsets
+        assert [TIME_ENTRY.unpack_from(ti.buffer, j * 12) for j in range(ti.entries)] == want_times
+        log.close()
+    assert len(want_offsets) > 50 and len(want_times) > 50
+
+    def files(log_dir):
+        return {name: (log_dir / name).read_bytes() for name in sorted(os.listdir(log_dir))
+                if name.endswith((".log", ".index", ".timeindex"))}
+
+    assert files(tmp_path / "many" / "t-0") == files(tmp_path / "one" / "t-0")
