@@ -37,6 +37,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from kafkafast.metrics import recorder
@@ -92,7 +93,11 @@ class CachedPartition:
 
 
 class FetchSession:
-    __slots__ = ("id", "privileged", "uses_topic_ids", "epoch", "created", "last_used", "partitions")
+    """One session. `lean`: what the follower-fetch lean path (handlers/fetch.py `follower_fetch`)
+    built from the partitions in their order, kept between fetches; None whenever the order or
+    the partitions change other than through that path (`update`, `incremental_responses`,
+    `move_to_end`), so the next lean fetch builds it again."""
+    __slots__ = ("id", "privileged", "uses_topic_ids", "epoch", "created", "last_used", "partitions", "lean")
 
     def __init__(self, session_id: int, privileged: bool, uses_topic_ids: bool, now: float) -> None:
         self.id = session_id
@@ -101,6 +106,7 @@ class FetchSession:
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.created = self.last_used = now
         self.partitions: dict[Key, CachedPartition] = {}  # in fetch order
+        self.lean: Any = None
 
     def update(self, topics: list, forgotten: list[Key]) -> None:
         for ft in topics:
@@ -109,10 +115,30 @@ class FetchSession:
                 cp = self.partitions.get(key)
                 if cp is None:
                     self.partitions[key] = CachedPartition(ft.topic_id, fp)
+                    self.lean = None
                 else:
                     cp.fetch = fp
         for key in forgotten:
-            self.partitions.pop(key, None)
+            if self.partitions.pop(key, None) is not None:
+                self.lean = None
+
+    def move_to_end(self, keys: list[Key]) -> bool:
+        """Moves the answered partitions `keys` (in session order) to the end of the session, as
+        an incremental response does; whether the order changed (then `lean` is None)."""
+        partitions = self.partitions
+        n = len(keys)
+        if n == len(partitions):  # already the last ones, in that order: nothing moves
+            if list(partitions) == keys:
+                return False
+        elif n < len(partitions):
+            tail = list(islice(reversed(partitions), n))
+            tail.reverse()
+            if tail == keys:
+                return False
+        for key in keys:
+            partitions[key] = partitions.pop(key)
+        self.lean = None
+        return True
 
     def fetch_topics(self) -> list:
         """The session's partitions as the FetchTopics of a request (consecutive partitions
@@ -228,6 +254,7 @@ class FetchSessionCache:
                     kept.append(p)
                     if cp is not None:
                         session.partitions[key] = session.partitions.pop(key)
+                        session.lean = None
             if kept:
                 t.partitions = kept
                 out.append(t)

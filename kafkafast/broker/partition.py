@@ -200,14 +200,24 @@ class Partition:
         if not self.is_leader:
             return False
         st = self.state
+        hw = st.high_watermark
         new_hw = st.log_end_offset  # (published: in a worker, other workers may have appended)
-        for r in self.maximal_isr():
+        if new_hw <= hw:
+            return False
+        followers = self.followers
+        # (the ISR itself unless an addition is in flight: no set per call; it runs per append
+        # and per follower Fetch that moved a log end, and stops at the first member not past `hw`)
+        for r in (self.isr if self.alter_in_flight is None else self.maximal_isr()):
             if r == self_id:
                 continue
-            f = self.followers.get(r)
-            new_hw = min(new_hw, f.leo if f is not None else -1)
-        if new_hw <= st.high_watermark:
-            return False
+            f = followers.get(r)
+            if f is None:
+                return False
+            leo = f.leo
+            if leo <= hw:
+                return False
+            if leo < new_hw:
+                new_hw = leo
         st.high_watermark = new_hw
         st.last_stable_offset = self.log.last_stable_offset(new_hw)
         if self.hw_waiters:  # first: the produces answered resume before the fetches woken below

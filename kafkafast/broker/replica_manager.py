@@ -391,18 +391,14 @@ class ReplicaManager:
         if offset != st.log_end_offset or st.offline or (
                 fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch):
             return False
+        if self.placement.owns(part):
+            f = part.followers.get(replica_id)
+            return f is not None and _quiet_here(part, f, replica_id, offset, cached, track, now_ms)
         hw = part.high_watermark  # (records what a fetch about to park saw, as the full pass does)
         part.seen_leo = offset
         if part.answered_hw.get(replica_id) != hw or not cached.unchanged(
                 hw, min(st.last_stable_offset, hw), st.log_start_offset):
             return False
-        if self.placement.owns(part):
-            if track:
-                f = part.followers.get(replica_id)
-                if f is None or f.leo != offset or replica_id not in part.isr:
-                    return False
-                f.on_fetch(offset, offset, now_ms)
-            return True
         return self._quiet_elsewhere(part, replica_id, offset, hw, track, now_ms)
 
     def _quiet_elsewhere(self, part: Partition, replica_id: int, offset: int, hw: int, track: bool,
@@ -440,18 +436,13 @@ class ReplicaManager:
         for a partition `steady_follower_partition` accepted with nothing awaited since (its
         checks hold): None when the partition is quiet, else (high watermark, last stable offset,
         log start offset, upper bound) after the follower's offset was recorded."""
-        st = part.state
-        leo = st.log_end_offset
-        hw = st.high_watermark
-        lso = st.last_stable_offset
         f = part.followers[replica_id]
-        if (fetch_offset == leo and part.answered_hw.get(replica_id) == hw
-                and cached.unchanged(hw, lso if lso < hw else hw, st.log_start_offset)
-                and (not track or (f.leo == fetch_offset and replica_id in part.isr))):
-            part.seen_hw, part.seen_leo = hw, leo
-            if track:
-                f.on_fetch(fetch_offset, fetch_offset, now_ms)
+        if _quiet_here(part, f, replica_id, fetch_offset, cached, track, now_ms):
             return None
+        st = part.state
+        hw = st.high_watermark
+        leo = st.log_end_offset
+        lso = st.last_stable_offset
         if track:
             f.on_fetch(fetch_offset, leo, now_ms)
             part.maybe_increment_hw(self.broker.node_id)
@@ -523,3 +514,25 @@ class ReplicaManager:
                 part.alter_in_flight = None
             part.maybe_increment_hw(self.broker.node_id)
         self.placement.on_isr_changed(part)
+
+
+def _quiet_here(part: Partition, f: Any, replica_id: int, fetch_offset: int, cached: Any, track: bool,
+                now_ms: int) -> bool:
+    """The quiet test of a partition this process keeps, for a fetch its other checks accepted
+    (`quiet_follower_partition`, `steady_follower_fetch`): the follower `f` at the log end, its
+    high watermark, last stable offset and log start offset what the session (`cached`) and it
+    were answered last, and on the pass that records fetch offsets (`track`) in the ISR at the
+    offset it fetched last. Then only its caught-up time moves, and what the fetch saw is
+    recorded (`seen_hw`, `seen_leo`: a worker's wake-up compares)."""
+    st = part.state
+    leo = st.log_end_offset
+    hw = st.high_watermark
+    lso = st.last_stable_offset
+    if (fetch_offset == leo and part.answered_hw.get(replica_id) == hw
+            and cached.unchanged(hw, lso if lso < hw else hw, st.log_start_offset)
+            and (not track or (f.leo == fetch_offset and replica_id in part.isr))):
+        part.seen_hw, part.seen_leo = hw, leo
+        if track:
+            f.on_fetch(fetch_offset, fetch_offset, now_ms)
+        return True
+    return False

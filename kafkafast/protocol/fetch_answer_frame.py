@@ -25,6 +25,8 @@ _HEAD = struct.Struct(">iiBihi")  # size (set last), correlation_id, tags; throt
 # partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted (null),
 # preferred_read_replica
 _PARTITION = struct.Struct(">ihqqqBi")
+_VARINT2 = struct.Struct(">BB")
+_VARINT3 = struct.Struct(">BBB")
 # (partition_index, high_watermark, last_stable_offset, log_start_offset, records)
 Answered = tuple
 
@@ -56,7 +58,15 @@ def fetch_answer_frame(correlation_id: int, session_id: int, version: int, topic
                 buf.append(1)  # empty records: compact length 0
             else:
                 n = records.length if type(records) is FileRegion else len(records)
-                buf += _uvarint(n + 1)
+                v = n + 1  # the compact length as an unsigned varint, up to 3 bytes (2 MiB) inline
+                if v < 0x80:
+                    buf.append(v)
+                elif v < 0x4000:
+                    buf += _VARINT2.pack(v & 0x7F | 0x80, v >> 7)
+                elif v < 0x200000:
+                    buf += _VARINT3.pack(v & 0x7F | 0x80, (v >> 7) & 0x7F | 0x80, v >> 14)
+                else:
+                    buf += _uvarint(v)
                 if n and not isinstance(records, (bytes, bytearray, memoryview)):
                     size += len(buf) + n
                     parts.append(buf)

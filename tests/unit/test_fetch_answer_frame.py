@@ -58,3 +58,25 @@ def test_counts_over_a_byte(segment, version, count):
             PartitionAnswer(i, hw, lso, start, None, records) for i, hw, lso, start, records in ps])
         for name, tid, ps in chosen])
     assert flat(fetch_answer_frame(3, 7, version, chosen)) == flat(api.encode_response(1, version, 3, resp))
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """A file of 2 MiB + 8 bytes: regions whose compact lengths take one to four varint bytes."""
+    import os
+    path = tmp_path_factory.mktemp("fetch_answer_frame") / "large"
+    path.write_bytes(bytes(range(256)) * (8 * 1024 + 1) + bytes(range(8)))
+    fd = os.open(path, os.O_RDONLY)
+    yield fd
+    os.close(fd)
+
+
+@pytest.mark.parametrize("length", [1, 126, 127, 128, 0x3FFE, 0x3FFF, 0x4000, 0x1FFFFE, 0x1FFFFF, 0x200000])
+def test_record_lengths_at_each_varint_width(large, length):
+    chosen = [("t", bytes(16), [(0, 9, 9, 0, FileRegion(large, 3, length)), (1, 9, 9, 0, b"\x05" * (length % 300))])]
+    for version in (12, 13):
+        resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=7, node_endpoints=[], responses=[
+            FetchResponse.FetchableTopicResponse(topic=name, topic_id=tid, partitions=[
+                PartitionAnswer(i, hw, lso, start, None, records) for i, hw, lso, start, records in ps])
+            for name, tid, ps in chosen])
+        assert flat(fetch_answer_frame(3, 7, version, chosen)) == flat(api.encode_response(1, version, 3, resp))

@@ -4,8 +4,9 @@ may only evict a client session older than that with fewer partitions, a followe
 any client session, or a follower session older than that with fewer partitions."""
 from __future__ import annotations
 
-from kafkafast.broker.fetch_sessions import EVICTION_MS, FetchSessionCache
+from kafkafast.broker.fetch_sessions import EVICTION_MS, FetchSession, FetchSessionCache
 from kafkafast.protocol._generated.fetch import FetchRequest as F
+from kafkafast.protocol._generated.fetch import FetchResponse as R
 
 LATER = EVICTION_MS / 1000.0 + 1
 
@@ -74,3 +75,44 @@ def test_worker_caches_share_the_slots_and_draw_ids_from_their_own_range():
     for i, cache in enumerate(caches):
         ids = [full(cache, 1) for _ in range(6)]
         assert ids[5] == 0 and all(i * span < s <= (i + 1) * span for s in ids[:5])
+
+
+def test_the_lean_walk_is_dropped_whenever_the_session_order_or_partitions_change():
+    """`FetchSession.lean` (what the follower-fetch lean path keeps between fetches) stays while
+    the session's partitions and their order stay, and is dropped when a partition is added or
+    forgotten, or an answer moves partitions to the end in another order."""
+    s = FetchSession(1, True, False, 0.0)
+    fp = [F.FetchPartition(partition=p) for p in range(4)]
+    s.update([F.FetchTopic(topic="t", partitions=fp)], [])
+    keys = [("t", p) for p in range(4)]
+    s.lean = kept = object()
+    s.update([F.FetchTopic(topic="t", partitions=[F.FetchPartition(partition=2, fetch_offset=9)])], [])
+    assert s.lean is kept and s.partitions[("t", 2)].fetch.fetch_offset == 9  # new parameters only
+    for tail in ([], keys[3:], keys[2:], keys):  # the last ones already, in order: nothing moves
+        assert not s.move_to_end(tail) and s.lean is kept and list(s.partitions) == keys
+    assert s.move_to_end([keys[1], keys[3]]) and s.lean is None
+    assert list(s.partitions) == [keys[0], keys[2], keys[1], keys[3]]
+    s.lean = kept
+    assert s.move_to_end([keys[2], keys[3]]) and s.lean is None  # the last two, not in their order
+    assert list(s.partitions) == [keys[0], keys[1], keys[2], keys[3]]
+    s.lean = kept
+    s.update([], [("t", 9)])  # forgetting one it does not have: nothing changes
+    assert s.lean is kept
+    s.update([], [("t", 0)])
+    assert s.lean is None and list(s.partitions) == keys[1:]
+    s.lean = kept
+    s.update([F.FetchTopic(topic="u", partitions=[F.FetchPartition(partition=0)])], [])
+    assert s.lean is None
+
+
+def test_an_incremental_response_that_reorders_the_session_drops_the_lean_walk():
+    cache = FetchSessionCache(4)
+    sid = full(cache, 3, replica_id=2)
+    session = cache.sessions[sid]
+    session.lean = object()
+    req = F(replica_id=2, session_id=sid, session_epoch=session.epoch, topics=[], forgotten_topics_data=[])
+    ctx = cache.context(req, 12, lambda _: None)
+    answered = [R.FetchableTopicResponse(topic="t", partitions=[
+        R.PartitionData(partition_index=0, high_watermark=5, last_stable_offset=5, log_start_offset=0)])]
+    assert ctx.respond(answered)[1] and list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]
+    assert session.lean is None

@@ -252,3 +252,37 @@ asyncio.run(main())
                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=str(REPO))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "counted 2.0" in out.stdout
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_session_reordered_between_lean_fetches_is_answered_in_its_new_order(tmp_path, version):
+    """The lean path keeps its walk of a session's partitions between fetches
+    (`FetchSession.lean`); an answer that moves partitions to the end of the session changes the
+    topic responses of the next answer (a-1, b-0, a-0: two responses of topic a), which must be
+    the general path's."""
+    async def main():
+        pair = await twins(tmp_path)
+        try:
+            mine = [("a", 0), ("a", 1), ("b", 0)]
+            v = version
+            s2 = pair[0].session_of(await both(pair, lambda t: t.frame(v, 2, 0, 0, offsets(t, mine)),
+                                               lean_expected=False))
+            await both(pair, lambda t: t.frame(v, 2, s2, 1, {}), lean_expected=True)
+            await both(pair, lambda t: t.frame(v, 2, s2, 2, {}), lean_expected=True)  # the walk kept
+            for t in pair:
+                t.append("a", 0, 50)
+            await both(pair, lambda t: t.frame(v, 2, s2, 3, {}), lean_expected=True)  # a-0 moves to the end
+            lean = pair[0].broker.fetch_sessions.sessions[s2]
+            assert list(lean.partitions) == [("a", 1), ("b", 0), ("a", 0)]
+            at = {id(t): offsets(t, [("a", 0)]) for t in pair}  # a-0 read: the follower's next offset
+            for t in pair:
+                t.append("a", 0, 51)
+                t.append("a", 1, 52)
+            ans = await both(pair, lambda t: t.frame(v, 2, s2, 4, at[id(t)]), lean_expected=True)
+            assert bytes([51]) * 50 in ans and bytes([52]) * 50 in ans
+            assert list(lean.partitions) == [("b", 0), ("a", 1), ("a", 0)]
+            await both(pair, lambda t: t.frame(v, 2, s2, 5, offsets(t, [("a", 0), ("a", 1)])), lean_expected=True)
+        finally:
+            for t in pair:
+                await t.broker.stop()
+    asyncio.run(main())

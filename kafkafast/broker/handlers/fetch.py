@@ -48,7 +48,9 @@ before any decoding) then `answer_follower_fetch`: an incremental v12-17 fetch o
 this process at its epoch, naming no new and no forgotten partition, every partition of its
 session `ReplicaManager.steady_follower_partition` (led and kept here, not loading or offline,
 at its leader epoch, no leader throttle). Its frame is read by `protocol/fetch_scan.py`, the
-session's partitions and their Partitions are looked up once, each pass over them is one
+session's partitions and their Partitions are walked as the session keeps them between fetches
+(`FetchSession.lean`, built again when the order or the partitions change; every partition is
+checked again at each fetch), each pass over them is one
 `ReplicaManager.steady_follower_fetch` per partition, and the answer is written whole by
 `protocol/fetch_answer_frame.py`; the same bytes as the general path (tests/unit/
 test_follower_fetch_lean.py) without the generated request, context, plan and response
@@ -427,38 +429,82 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
                 return None
             name = meta.name
         for p in parts:
-            cp = cached.get((name, p[0]))
+            key = (name, p[0])
+            cp = cached.get(key)
             if cp is None:  # a partition added to the session
                 return None
-            updates.append((cp, p))
+            updates.append((cp, p, key))
     if fetch_denied(broker, Caller(conn, internal), scan.replica_id, ""):
         return None
-    epochs = {id(cp): p[1] for cp, p in updates}
     steady = broker.replicas.steady_follower_partition
     replica_id = scan.replica_id
-    entries = []
-    runs = []
-    parts = []
-    topic = None
     get = broker.partitions.get
-    for key, cp in cached.items():
-        part = get(key)
-        if part is None or not steady(part, replica_id, epochs.get(id(cp), cp.fetch.current_leader_epoch)):
+    # every partition steady at the leader epoch the fetch names: the session's, or this request's
+    # for the partitions it lists (checked once the session's fails, or when it lists one)
+    layout = session.lean
+    if layout is None:  # (built again only when the session's order or partitions changed)
+        items = []
+        for key, cp in cached.items():
+            part = get(key)
+            if part is None or not (steady(part, replica_id, cp.fetch.current_leader_epoch)
+                                    or _steady_as_named(steady, part, replica_id, key, updates)):
+                return None
+            items.append((key, cp, part))
+        layout = session.lean = _layout(items)
+    else:
+        for _, key, cp, part in layout.entries:
+            if get(key) is not part or not (steady(part, replica_id, cp.fetch.current_leader_epoch)
+                                            or _steady_as_named(steady, part, replica_id, key, updates)):
+                return None
+    for _, p, key in updates:
+        epoch = p[1]
+        if epoch >= 0 and epoch != get(key).leader_epoch:
             return None
-        if key[0] != topic:
-            topic = key[0]
-            runs.append((topic, cp.topic_id))
-        entries.append((len(runs) - 1, key, cp, part))
-        parts.append(part)
     request_metrics.incremental_fetch(True, len(updates))
     new_fetch = FetchRequest.FetchTopic.FetchPartition
-    for cp, p in updates:
+    for cp, p, _ in updates:
         fp = cp.fetch = new_fetch.__new__(new_fetch)
         (fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.last_fetched_epoch, fp.log_start_offset,
          fp.partition_max_bytes, fp.replica_directory_id, fp._unknown_tags) = p
     session.last_used = cache.clock()
     session.epoch = next_epoch(session.epoch)
-    return LeanFetch(scan, session, entries, runs, parts)
+    return LeanFetch(scan, session, layout.entries, layout.runs, layout.parts)
+
+
+def _steady_as_named(steady, part, replica_id: int, key, updates: list) -> bool:
+    """`steady` at the leader epoch this request names for `key` (False: it names none)."""
+    for _, p, named in updates:
+        if named == key:
+            return steady(part, replica_id, p[1])
+    return False
+
+
+class LeanLayout:
+    """A session's partitions as the lean path walks them (kept as `FetchSession.lean`): per
+    partition in session order (run, key, CachedPartition, Partition), `run` its index in `runs`
+    (name, topic id) of consecutive same-topic partitions (a topic response of the general path),
+    and `parts` the Partitions alone (what a park waits on)."""
+    __slots__ = ("entries", "runs", "parts")
+
+    def __init__(self, entries: list, runs: list, parts: list) -> None:
+        self.entries = entries
+        self.runs = runs
+        self.parts = parts
+
+
+def _layout(items: list) -> LeanLayout:
+    """The LeanLayout of (key, CachedPartition, Partition) in session order."""
+    entries = []
+    runs = []
+    parts = []
+    topic = None
+    for key, cp, part in items:
+        if key[0] != topic:
+            topic = key[0]
+            runs.append((topic, cp.topic_id))
+        entries.append((len(runs) - 1, key, cp, part))
+        parts.append(part)
+    return LeanLayout(entries, runs, parts)
 
 
 def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
@@ -470,7 +516,6 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
     budget = scan.max_bytes
     version = scan.version
     steady = replicas.steady_follower_fetch
-    hw_news = replicas.high_watermark_news
     now_ms = clock.now_ms()
     total = 0
     news = False
@@ -492,7 +537,10 @@ def _lean_pass(broker, lean: LeanFetch, first: bool) -> tuple[list, int, bool]:
                 continue
         size = region.length if region is not None else 0  # (v12+: a FileRegion, never down-converted)
         total += size
-        news |= hw_news(part, replica_id, hw)
+        answered_hw = part.answered_hw  # (ReplicaManager.high_watermark_news, inline)
+        if answered_hw.get(replica_id) != hw:
+            answered_hw[replica_id] = hw
+            news = True
         if not size and cp.unchanged(hw, lso, log_start):
             continue
         answers.append((run, key, (key[1], hw, lso, log_start, region if size else b"")))
@@ -573,6 +621,7 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
     topics: list = []  # (name, topic id, answers) per run with answers, in order (answers come so)
     last = -1
     errors = False
+    moved = []
     for run, key, answer in answers:
         cp = cached.get(key)
         if type(answer) is tuple:
@@ -587,7 +636,9 @@ def _lean_answer(broker, lean: LeanFetch, answers: list, internal: bool) -> list
                 topics.append((runs[run][0], runs[run][1], []))
             topics[-1][2].append(answer)
             if cp is not None:
-                cached[key] = cached.pop(key)
+                moved.append(key)
+    if moved:
+        session.move_to_end(moved)
     if request_metrics.active and not internal:  # (what the recorder reads of a response: partitions' errors)
         request_metrics.answered(FetchRequest.API_KEY, None, SimpleNamespace(responses=[
             SimpleNamespace(topic=name, partitions=[_ANSWERED if type(a) is tuple else a for a in ps])
