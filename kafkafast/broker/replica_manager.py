@@ -444,8 +444,10 @@ class ReplicaManager:
         leo = st.log_end_offset
         lso = st.last_stable_offset
         if track:
+            moved = f.leo != fetch_offset
             f.on_fetch(fetch_offset, leo, now_ms)
-            part.maybe_increment_hw(self.broker.node_id)
+            if moved:  # (as Kafka's updateFollowerFetchState: a log end that stayed moves no watermark)
+                part.maybe_increment_hw(self.broker.node_id)
             if replica_id not in part.isr:
                 self.maybe_expand_isr(part, replica_id, fetch_offset)
             hw = st.high_watermark
