@@ -14,6 +14,12 @@ Publication order (the writer keeps it; readers rely on it):
   A reader that sees an odd value, or a different value before and after reading the
   segment fields, retries; a reader that sees a new even value re-lists the directory.
 * `log_start_offset` moves forward before segment files are renamed away.
+* `PartitionState.paired_ends` (True; absent elsewhere): the object is stored and read by one
+  thread only (the event loop that owns the log: appends, truncations, segment swaps), so
+  fields read together with nothing awaited between are one change's, e.g. a log end offset
+  and the committed size that holds exactly it (`LogReader.region` relies on that). A state
+  in shared memory, which another process may store into, does not pair them: its readers
+  check the batch header instead.
 * `offline` is 1 while the partition's log could not be opened (an I/O error at load):
   every request for it answers KAFKA_STORAGE_ERROR; 0 once a load succeeded.
 """
@@ -37,6 +43,7 @@ class PartitionState:
     """In-process published partition state; see the module docstring for the protocol."""
 
     __slots__ = FIELDS
+    paired_ends = True  # see the module docstring
 
     def __init__(self) -> None:
         self.log_start_offset = 0

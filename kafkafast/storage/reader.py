@@ -26,6 +26,7 @@ from kafkafast.storage.time_index import TimeIndexView
 RETIRE_GRACE_S = 60.0
 _SEQLOCK_SPINS = 1000
 _MAX_BATCH_DECODE = 64 << 20  # a batch to decode (ListOffsets by timestamp) must be smaller
+_PAIRED = object()  # `region`'s stand-in for a header it need not read
 _MAX_READ_ENDS = 16  # where recent reads ended (`LogReader._ends`): cleared when it holds more
 
 
@@ -162,7 +163,8 @@ class LogReader:
     earlier batch can hold it); otherwise the read looks the offset up as before.
     """
 
-    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired", "_ends")
+    __slots__ = ("dir", "state", "topic", "partition", "_handles", "_bases", "_version", "_retired", "_ends",
+                 "_paired")
 
     def __init__(self, dir: str, state: PartitionState, *, topic: str, partition: int) -> None:
         self.dir = dir
@@ -174,6 +176,7 @@ class LogReader:
         self._version = -1
         self._retired: list[tuple[float, _SegmentHandle]] = []
         self._ends: dict[int, tuple[_SegmentHandle, int, int]] = {}
+        self._paired = getattr(state, "paired_ends", False)  # (see `region`)
 
     # -- segment list ------------------------------------------------------------------
 
@@ -291,7 +294,12 @@ class LogReader:
         scan): the state is read as `_snapshot` reads it, and every check `read` and
         `_from_end` make still holds (the segment list the position was found in, the offset
         within the log, the batch header at the position starting at `fetch_offset` and
-        ending within the committed bytes)."""
+        ending within the committed bytes). The header is not read when the state pairs its
+        ends (`PartitionState.paired_ends`: one thread stores and reads it, so the log end and
+        committed size an entry was made from, and those read here, are one append's each: the
+        remembered position is the batch at `fetch_offset`, whole below `limit`, every batch
+        below `limit` under the log end); a state another process may publish into (a worker's
+        slot) is checked as above."""
         end = self._ends.get(fetch_offset)
         if end is not None:
             st = self.state
@@ -305,12 +313,16 @@ class LogReader:
                 if (st.segments_version == v and h.base_offset == active and log_start <= fetch_offset < leo
                         and (upper_bound_offset is None or upper_bound_offset >= leo)
                         and pos + BATCH_HEADER_SIZE <= limit and limit - pos <= max_bytes):
-                    try:
-                        header = read_header_at(h.fd, pos)
-                    except (KafkaError, OSError):
-                        header = None  # `read` decides
-                    if (header is not None and header.base_offset == fetch_offset and pos + header.size <= limit
-                            and header.last_offset < leo):
+                    if self._paired:  # the position is the batch at `fetch_offset`, `limit` the log end's
+                        header = _PAIRED
+                    else:
+                        try:
+                            header = read_header_at(h.fd, pos)
+                        except (KafkaError, OSError):
+                            header = None  # `read` decides
+                    if header is _PAIRED or (
+                            header is not None and header.base_offset == fetch_offset
+                            and pos + header.size <= limit and header.last_offset < leo):
                         ends = self._ends
                         if len(ends) >= _MAX_READ_ENDS:
                             ends.clear()

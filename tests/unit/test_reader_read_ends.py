@@ -24,8 +24,8 @@ class CountingReader(LogReader):
     __slots__ = ("lookups", "reads")
     via_region = False
 
-    def __init__(self, log: Log) -> None:
-        super().__init__(log.dir, log.state, topic="t", partition=0)
+    def __init__(self, log: Log, state=None) -> None:
+        super().__init__(log.dir, log.state if state is None else state, topic="t", partition=0)
         self.lookups = 0
         self.reads = 0
 
@@ -36,6 +36,20 @@ class CountingReader(LogReader):
     def read(self, *args, **kwargs):
         self.reads += 1
         return LogReader.read(self, *args, **kwargs)
+
+
+class OtherProcessView:
+    """The log's published state as a reader in another process sees it (a worker's slot): the
+    same fields, not `paired_ends` (a log end and a committed size read together may be two
+    appends')."""
+
+    def __init__(self, state) -> None:
+        object.__setattr__(self, "_state", state)
+
+    def __getattr__(self, name: str):
+        if name == "paired_ends":
+            raise AttributeError(name)
+        return getattr(self._state, name)
 
 
 @pytest.fixture(autouse=True, params=["read", "region"])
@@ -92,11 +106,11 @@ def follow(log: Log, reader: LogReader, offset: int, max_bytes: int = 1 << 20) -
     return offset
 
 
-def followed(tmp_path, batches: int, records: int) -> tuple[Log, CountingReader, int]:
+def followed(tmp_path, batches: int, records: int, other_process: bool = False) -> tuple[Log, CountingReader, int]:
     """A log of `batches` batches of `records` records, a reader that read it all as a follower
-    does, and where its last read ended."""
+    does (`other_process`: through `OtherProcessView`), and where its last read ended."""
     log = open_log(tmp_path)
-    reader = CountingReader(log)
+    reader = CountingReader(log, OtherProcessView(log.state) if other_process else None)
     for _ in range(batches):
         append(log, records)
     return log, reader, follow(log, reader, 0)
@@ -217,7 +231,7 @@ def test_a_read_that_saw_the_bytes_of_an_append_before_its_log_end(tmp_path):
     (the writer stores them in that order): the read's end is then remembered under an offset
     whose batch lies before that position. A later read at that offset (another follower)
     finds the batch header there not starting at it and looks the offset up."""
-    log, reader, offset = followed(tmp_path, 2, 2)
+    log, reader, offset = followed(tmp_path, 2, 2, other_process=True)
     append(log, 3)
     st = log.state
     st.log_end_offset = offset  # as seen between the two stores
@@ -241,3 +255,33 @@ def test_a_follower_that_truncates_and_fetches_again(tmp_path):
     for at in (back, offset, log.log_end_offset):
         same_as_fresh(log, reader, at)
     follow(log, reader, back)
+
+
+@pytest.mark.parametrize("other_process", [False, True])
+def test_a_caught_up_follower_reads_no_batch_header_where_the_state_pairs_its_ends(tmp_path, via, monkeypatch,
+                                                                                 other_process):
+    """`region` from a remembered end reads no batch header when the state pairs its log end and
+    committed size (`PartitionState.paired_ends`: one thread stores and reads it), one per read
+    when another process may store into it; the answers are a fresh reader's either way, across
+    a roll and a truncation with new appends at the same offsets."""
+    from kafkafast.storage import reader as reader_module
+    log, reader, offset = followed(tmp_path, 3, 3, other_process=other_process)
+    headers = []
+    plain = reader_module.read_header_at
+    monkeypatch.setattr(reader_module, "read_header_at", lambda fd, pos: headers.append(fd) or plain(fd, pos))
+    for n in range(1, 6):  # one batch at a time at the log end
+        append(log, n)
+        offset = follow(log, reader, offset)
+    mine = {h.fd for h in reader._handles}  # (the fresh readers `same_as_fresh` compares with read too)
+    if via == "region":
+        assert sum(fd in mine for fd in headers) == (5 if other_process else 0)
+    for _ in range(40):  # past segment.bytes: a roll on the way
+        append(log, 3)
+        offset = follow(log, reader, offset)
+    back = offset
+    append(log, 2, value=b"a" * 30)
+    follow(log, reader, back)
+    log.truncate_to(back)
+    append(log, 2, value=b"b" * 30)  # the same offsets, other bytes
+    first, region = same_as_fresh(log, reader, back)
+    assert first == back and b"b" * 30 in region and b"a" * 30 not in region
