@@ -286,3 +286,30 @@ def test_a_session_reordered_between_lean_fetches_is_answered_in_its_new_order(t
             for t in pair:
                 await t.broker.stop()
     asyncio.run(main())
+
+
+def test_a_partition_made_again_is_walked_anew(tmp_path):
+    """A topic deleted and created again under the same name (v12 names topics): the kept walk
+    holds the old Partition; the next fetch walks the session anew and goes on lean."""
+    async def main():
+        pair = await twins(tmp_path)
+        try:
+            mine = [("a", 0), ("b", 0)]
+            s2 = pair[0].session_of(await both(pair, lambda t: t.frame(12, 2, 0, 0, offsets(t, mine)),
+                                               lean_expected=False))
+            await both(pair, lambda t: t.frame(12, 2, s2, 1, {}), lean_expected=True)
+            for t in pair:
+                t.broker.local_delete_topic("b")
+                t.broker.create_topic("b", TOPICS["b"])
+                for i in range(TOPICS["b"]):
+                    t.lead("b", i, 5)
+                t.append("b", 0, 60)
+            ans = await both(pair, lambda t: t.frame(12, 2, s2, 2, {}), lean_expected=True)  # the old offset
+            assert ErrorCode.OFFSET_OUT_OF_RANGE.to_bytes(2, "big") in ans
+            ans = await both(pair, lambda t: t.frame(12, 2, s2, 3, {("b", 0): (0, 5)}), lean_expected=True)
+            assert bytes([60]) * 50 in ans
+            await both(pair, lambda t: t.frame(12, 2, s2, 4, offsets(t, [("b", 0)])), lean_expected=True)
+        finally:
+            for t in pair:
+                await t.broker.stop()
+    asyncio.run(main())

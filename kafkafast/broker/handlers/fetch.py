@@ -442,6 +442,14 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
     # every partition steady at the leader epoch the fetch names: the session's, or this request's
     # for the partitions it lists (checked once the session's fails, or when it lists one)
     layout = session.lean
+    if layout is not None:
+        for _, key, cp, part in layout.entries:
+            if get(key) is not part:  # the partition was made again (a topic deleted, created): walk anew
+                layout = session.lean = None
+                break
+            if not (steady(part, replica_id, cp.fetch.current_leader_epoch)
+                    or _steady_as_named(steady, part, replica_id, key, updates)):
+                return None
     if layout is None:  # (built again only when the session's order or partitions changed)
         items = []
         for key, cp in cached.items():
@@ -451,11 +459,6 @@ def follower_fetch(broker, frame, conn, internal: bool) -> LeanFetch | None:
                 return None
             items.append((key, cp, part))
         layout = session.lean = _layout(items)
-    else:
-        for _, key, cp, part in layout.entries:
-            if get(key) is not part or not (steady(part, replica_id, cp.fetch.current_leader_epoch)
-                                            or _steady_as_named(steady, part, replica_id, key, updates)):
-                return None
     for _, p, key in updates:
         epoch = p[1]
         if epoch >= 0 and epoch != get(key).leader_epoch:
