@@ -13,9 +13,11 @@ brokers answered by API (their /metrics), the voluntary and involuntary context 
 the user and system CPU-s of all broker processes (/proc; clock ticks, so approximate), and with
 `--syscalls` the syscalls of all broker processes by type (`perf stat` tracepoints).
 `--profile`: every broker process runs under cProfile with CPU time (KAFKAFAST_PROFILE_CPU; the
-brokers run slower, compare the setups' counts, not their speed); after the run, per setup and
-GB, the Python CPU-s and calls summed by area (`AREAS`; start-up and shutdown are in them too,
-the same in every setup). Prints one JSON line per load, then one per setup.
+brokers run slower, compare the setups' counts, not their speed), switched on for each of its
+setup's loads only (KAFKAFAST_PROFILE_GATE: SIGUSR1 before, SIGUSR2 after the followers' last
+fetches; not start-up, not the idle time during the other setups' loads); after the run, per
+setup and GB, the Python CPU-s and calls summed by area (`AREAS`) and the functions outside
+them with the most calls. Prints one JSON line per load, then one per setup.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import statistics
 import subprocess
 import tempfile
@@ -58,8 +61,7 @@ AREAS = (("workers: placement and wake-ups", ("runtime/placement.py", None)),
          ("fetch handling at the leader", ("broker/follower_state.py", None)),
          ("fetch handling at the leader", ("protocol/fetch_scan.py", None)),
          ("connections", ("runtime/connection.py", None)),
-         ("connections", ("client/connection.py", None)),
-         ("gc (start-up)", ("~", "<built-in method gc.collect>")))
+         ("connections", ("client/connection.py", None)))
 
 
 def _proc_stat(pids: list[int]) -> dict[str, float]:
@@ -106,15 +108,30 @@ def area_of(path: str, name: str) -> str:
     return "everything else"
 
 
-def profile_by_area(profile_dir: Path) -> dict[str, list[float]]:
-    """[CPU-s, calls] by area over every profile in the directory."""
+def profile_by_area(profile_dir: Path) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """[CPU-s, calls] by area over every profile in the directory, and the calls of each
+    function outside the areas."""
     out: dict[str, list[float]] = {}
+    rest: dict[str, int] = {}
     for f in profile_dir.glob("*.prof"):
         for (path, _, name), row in pstats.Stats(str(f)).stats.items():  # type: ignore[attr-defined]
-            acc = out.setdefault(area_of(path, name), [0.0, 0])
+            area = area_of(path, name)
+            acc = out.setdefault(area, [0.0, 0])
             acc[0] += row[2]  # (primitive calls, total calls, tottime, cumtime, callers)
             acc[1] += row[1]
-    return out
+            if area == "everything else":
+                key = f"{'/'.join(Path(path).parts[-2:])}:{name}"
+                rest[key] = rest.get(key, 0) + row[1]
+    return out, rest
+
+
+def _gate(profile_dir: Path, sig: int) -> None:
+    """Profiling on (SIGUSR1) or off (SIGUSR2) in every process that registered in the directory."""
+    for f in profile_dir.glob("gate-*"):
+        try:
+            os.kill(int(f.name.split("-")[1]), sig)
+        except ProcessLookupError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,23 +159,30 @@ def main(argv: list[str] | None = None) -> int:
                     dirs[name].mkdir()
                     os.environ["KAFKAFAST_PROFILE"] = str(dirs[name])  # (the brokers inherit it)
                     os.environ["KAFKAFAST_PROFILE_CPU"] = "1"
+                    os.environ["KAFKAFAST_PROFILE_GATE"] = "1"
                 ports[name] = [free_port() for _ in range(3)]
                 clusters[name] = stack.enter_context(three_brokers(Path(tmp) / name, workers, tree=tree,
                                                                    metrics_ports=ports[name]))
                 create_topic(",".join(b.bootstrap for b in clusters[name]), TOPIC, 3)
             os.environ.pop("KAFKAFAST_PROFILE", None)
             os.environ.pop("KAFKAFAST_PROFILE_CPU", None)
+            os.environ.pop("KAFKAFAST_PROFILE_GATE", None)
             names = list(setups)
             for rnd in range(args.rounds):
                 for name in names[rnd % len(names):] + names[:rnd % len(names)]:
                     brokers = clusters[name]
                     pids = [p for b in brokers for p in b.pids()]
+                    if args.profile:
+                        _gate(dirs[name], signal.SIGUSR1)
+                        time.sleep(0.3)  # (an idle process runs the handler on its next timer)
                     requests0 = [requests_answered(p) for p in ports[name]]
                     cpu0, stat0 = per_process_cpu(brokers), _proc_stat(pids)
                     perf = _perf_stat(pids) if args.syscalls else None
                     r = rdkafka_tools.produce(binary, ",".join(b.bootstrap for b in brokers), TOPIC, size=SIZE,
                                               acks="all", count=args.count)
                     time.sleep(0.5)  # the followers' last fetches
+                    if args.profile:
+                        _gate(dirs[name], signal.SIGUSR2)
                     syscalls = _perf_counts(perf) if perf is not None else {}
                     cpu1, stat1 = per_process_cpu(brokers), _proc_stat(pids)
                     requests1 = [requests_answered(p) for p in ports[name]]
@@ -185,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("requests_per_gb", "syscalls_per_gb"):
                 summary[key] = {k: round(statistics.median(r[key].get(k, 0) for r in rows)) for k in rows[0][key]}
             if args.profile:
-                summary["python_by_area_per_gb"] = {
-                    area: [round(s / gb_total[name], 3), round(c / gb_total[name])]
-                    for area, (s, c) in sorted(profile_by_area(dirs[name]).items())}
+                areas, rest = profile_by_area(dirs[name])
+                summary["python_by_area_per_gb"] = {area: [round(s / gb_total[name], 3), round(c / gb_total[name])]
+                                                    for area, (s, c) in sorted(areas.items())}
+                summary["most_called_elsewhere_per_gb"] = {
+                    k: round(c / gb_total[name]) for k, c in sorted(rest.items(), key=lambda kc: -kc[1])[:12]}
             print(json.dumps(summary), flush=True)
     return 0
 
