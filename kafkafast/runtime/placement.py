@@ -769,8 +769,11 @@ class WorkerPlacement:
                     self._parked.pop(p.slot, None)
 
     def on_wake_pipe(self, fd: int) -> None:
+        # One read takes every byte there (the wake-pending word lets at most a few in): a second
+        # read to see EAGAIN would cost a syscall and an exception on every wake-up; a byte
+        # written after this read makes the pipe readable again.
         try:
-            while os.read(fd, 4096):
+            while len(os.read(fd, 4096)) == 4096:
                 pass
         except BlockingIOError:
             pass

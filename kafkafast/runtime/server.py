@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import time
 from typing import Any, Callable
 
 from kafkafast.broker.broker import Broker
@@ -108,11 +110,43 @@ def close_loop(loop: asyncio.AbstractEventLoop) -> None:
     loop.close()
 
 
+def start_profile() -> Any:
+    """A cProfile of this process when KAFKAFAST_PROFILE names a directory (None otherwise), for
+    `stop_profile` to write there at shutdown: every worker of `--workers N` and the one process
+    of `--workers 0` alike (perf/cluster_workers_where.py compares them).
+    KAFKAFAST_PROFILE_CPU=1: CPU time (process_time), not wall time, which on a shared machine
+    charges other processes' time slices to whatever function was running.
+    KAFKAFAST_PROFILE_GATE=1: it starts off; SIGUSR1 turns it on, SIGUSR2 off (a benchmark
+    profiles its loads only, not start-up or the idle time between them), and the process
+    names itself by an empty file `gate-<pid>` in the directory: the processes to signal."""
+    directory = os.environ.get("KAFKAFAST_PROFILE")
+    if not directory:
+        return None
+    import cProfile  # deferred: profiling only
+
+    profiler = cProfile.Profile(time.process_time) if os.environ.get("KAFKAFAST_PROFILE_CPU") else cProfile.Profile()
+    if os.environ.get("KAFKAFAST_PROFILE_GATE"):
+        signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+        signal.signal(signal.SIGUSR2, lambda *_: profiler.disable())
+        open(os.path.join(directory, f"gate-{os.getpid()}"), "w").close()
+    else:
+        profiler.enable()
+    return profiler
+
+
+def stop_profile(profiler: Any, name: str) -> None:
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(os.environ["KAFKAFAST_PROFILE"], f"{name}-{os.getpid()}.prof"))
+
+
 def run_server(config: BrokerConfig, control: Callable[[Broker], Any] = LocalControl,
                placement: Callable[[], Placement] = LocalPlacement) -> int:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
+    profiler = start_profile()
     try:
         return loop.run_until_complete(serve_forever(config, control, placement))
     finally:
         close_loop(loop)
+        stop_profile(profiler, "broker")

@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import time
 from typing import Any, Callable
 
 from kafkafast.broker.broker import Broker
@@ -28,7 +27,7 @@ from kafkafast.runtime.forwarding import InternalConnection
 from kafkafast.runtime.listening import serve_listeners
 from kafkafast.runtime.loop_watch import LoopWatch
 from kafkafast.runtime.placement import WorkerPlacement
-from kafkafast.runtime.server import close_loop, new_event_loop
+from kafkafast.runtime.server import close_loop, new_event_loop, start_profile, stop_profile
 from kafkafast.storage.checkpoint import write_atomically
 
 log = logging.getLogger("kafkafast.worker")
@@ -174,15 +173,7 @@ def run_worker(config: BrokerConfig, control: Callable[[Broker], Any] = LocalCon
         counters.after_fork()
         broker.counters = counters
         broker.dynamic.share_generation(counters)  # a dynamic config (quota) set on one worker applies on all at once
-    profile_dir = os.environ.get("KAFKAFAST_PROFILE")  # cProfile of each worker, written at shutdown
-    profiler = None
-    if profile_dir:
-        import cProfile  # deferred: profiling only, when KAFKAFAST_PROFILE is set
-
-        # KAFKAFAST_PROFILE_CPU=1: CPU time (process_time), not wall time, which on a shared
-        # machine charges other processes' time slices to whatever function was running
-        profiler = cProfile.Profile(time.process_time) if os.environ.get("KAFKAFAST_PROFILE_CPU") else cProfile.Profile()
-        profiler.enable()
+    profiler = start_profile()  # (KAFKAFAST_PROFILE: each worker's cProfile, written at shutdown)
     try:
         return loop.run_until_complete(_serve(broker, listen_socks, listener_specs, internal_sock, wake_r, stop))
     except ConfigError as exc:  # e.g. ZooKeeper unreachable: the supervisor reports it once
@@ -196,6 +187,4 @@ def run_worker(config: BrokerConfig, control: Callable[[Broker], Any] = LocalCon
         return 1
     finally:
         close_loop(loop)
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(os.path.join(profile_dir, f"worker-{index}-{os.getpid()}.prof"))
+        stop_profile(profiler, f"worker-{index}")

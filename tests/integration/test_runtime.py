@@ -287,3 +287,68 @@ def test_pipelined_large_produce_frames_of_changing_sizes_are_stored_exactly(mul
     for p in (0, 1):
         records, _next = decode_fetched(fetch(b, "big", [p])[p], "big", p, 0)
         assert [r.value for r in records] == expected[p]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_kafkafast_profile_writes_a_cpu_profile_of_every_serving_process(tmp_path, workers):
+    """KAFKAFAST_PROFILE (with KAFKAFAST_PROFILE_CPU): the one process of `--workers 0` and each
+    worker of `--workers N` write their cProfile at shutdown, with the requests they served in it
+    (perf/cluster_workers_where.py compares the two)."""
+    import pstats
+
+    from tests.support.broker_process import BrokerProcess
+
+    out = tmp_path / "prof"
+    out.mkdir()
+    b = BrokerProcess(tmp_path / "data", workers=workers,
+                      env={"KAFKAFAST_PROFILE": str(out), "KAFKAFAST_PROFILE_CPU": "1"}).start()
+    try:
+        c = RawClient(b.port)
+        create(c, "profiled", 2)
+        for p in (0, 1):
+            produce(c, "profiled", p, batch("x"))
+        c.close()
+    finally:
+        assert b.stop() == 0
+    files = sorted(out.glob("*.prof"))
+    assert [f.name.split("-")[0] for f in files] == (["broker"] if workers == 0 else ["worker"] * workers)
+    served = [sum(row[1] for (path, _, name), row in pstats.Stats(str(f)).stats.items()
+                  if path.endswith("handlers/produce.py") and name == "handle") for f in files]
+    assert sum(served) >= 2, served
+
+
+def test_kafkafast_profile_gate_profiles_only_between_its_signals(tmp_path):
+    """KAFKAFAST_PROFILE_GATE: each worker names itself by a gate file and profiles nothing until
+    SIGUSR1, then until SIGUSR2: of seven produces, the three sent in between are in the profiles."""
+    import pstats
+    import signal
+
+    from tests.support.broker_process import BrokerProcess
+
+    out = tmp_path / "prof"
+    out.mkdir()
+    b = BrokerProcess(tmp_path / "data", workers=2, env={"KAFKAFAST_PROFILE": str(out), "KAFKAFAST_PROFILE_CPU": "1",
+                                                         "KAFKAFAST_PROFILE_GATE": "1"}).start()
+    try:
+        gates = [int(f.name.split("-")[1]) for f in out.glob("gate-*")]
+        assert sorted(gates) == sorted(worker_pids(b))
+        c = RawClient(b.port)
+        create(c, "gated", 2)
+
+        def produce_n(n: int) -> None:
+            for i in range(n):
+                produce(c, "gated", i % 2, batch("g"))
+
+        produce_n(2)
+        for pid in gates:
+            os.kill(pid, signal.SIGUSR1)
+        produce_n(3)
+        for pid in gates:
+            os.kill(pid, signal.SIGUSR2)
+        produce_n(2)
+        c.close()
+    finally:
+        assert b.stop() == 0
+    checked = sum(row[1] for f in out.glob("*.prof") for (path, _, name), row in pstats.Stats(str(f)).stats.items()
+                  if path.endswith("handlers/produce.py") and name == "checked_records")
+    assert checked == 3

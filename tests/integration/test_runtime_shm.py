@@ -117,6 +117,21 @@ def test_wake_ups_before_the_woken_worker_drains_its_pipe_cost_one_byte(tmp_path
     assert (w0.wakeups_sent, _pending_bytes(pipes[1][0])) == (2, 1)
 
 
+def test_a_wake_up_drains_more_bytes_than_one_read_takes(tmp_path):
+    """One read takes what a wake-up left (a byte, coalesced); more than one read's worth (bytes
+    written past the pending word, e.g. by a replaced incarnation) is drained all the same, and
+    the pipe is quiet afterwards (no byte left to wake the loop again for nothing)."""
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    os.write(pipes[1][1], b"\x01" * 5000)
+    w0.poke(1)
+    w1.on_wake_pipe(pipes[1][0])
+    assert (_pending_bytes(pipes[1][0]), t.worker_word(1, shm.W_WAKE_PENDING)) == (0, 0)
+    w1.on_wake_pipe(pipes[1][0])  # woken with nothing there (EAGAIN): nothing changes
+    assert (_pending_bytes(pipes[1][0]), t.worker_word(1, shm.W_WAKE_PENDING)) == (0, 0)
+    w0.poke(1)
+    assert (w0.wakeups_sent, _pending_bytes(pipes[1][0])) == (2, 1)
+
+
 def test_a_wake_up_racing_the_woken_workers_drain_is_never_lost(tmp_path):
     """A child pokes worker 1 as fast as it can while worker 1 drains: a pending word (1)
     always has its byte in the pipe or about to be written, so a wake-up is coalesced into a
