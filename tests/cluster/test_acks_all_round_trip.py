@@ -253,5 +253,8 @@ def test_produces_received_together_ride_one_follower_answer(counted_cluster):
             answers.append((pr.error_code, pr.base_offset))
         after = counts()
     assert answers == [(0, 1), (0, 1)]
-    # each follower's Fetch after the answer named both partitions (whose log ends moved)
-    assert (after[0] - before[0], after[1] - before[1]) == (len(followers), 2 * len(followers))
+    # each follower's Fetch after the answer named both partitions (whose log ends moved): one
+    # request per follower (2 naming 4 partitions; a fetch whose long poll ran out meanwhile
+    # adds a request naming none), where an answer per produce takes one request per partition
+    requests_made, named = after[0] - before[0], after[1] - before[1]
+    assert named == 2 * len(followers) and requests_made < named, (requests_made, named)
