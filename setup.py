@@ -63,6 +63,7 @@ NATIVE_MODULES = {
     "index_search": "cython_ext/index_search.pyx",
     "arrow_decode": "cython_ext/arrow_decode.pyx",
     "shm_atomic": "cython_ext/shm_atomic.pyx",
+    "shm_slots": "cython_ext/shm_slots.pyx",
 }
 
 

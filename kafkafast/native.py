@@ -22,6 +22,7 @@ PURE_MODULES: dict[str, str] = {
     "index_search": "kafkafast.records._pure_index_search",
     "arrow_decode": "kafkafast.client._pure_arrow_decode",
     "shm_atomic": "kafkafast.runtime._pure_shm_atomic",
+    "shm_slots": "kafkafast.runtime._pure_shm_slots",
 }
 COMPILED_PACKAGE = "kafkafast._native"
 

@@ -108,21 +108,26 @@ def area_of(path: str, name: str) -> str:
     return "everything else"
 
 
-def profile_by_area(profile_dir: Path) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """[CPU-s, calls] by area over every profile in the directory, and the calls of each
-    function outside the areas."""
+def profile_by_area(profile_dir: Path) -> tuple[dict[str, list[float]], dict[str, int], dict[str, list[float]]]:
+    """[CPU-s, calls] by area over every profile in the directory, the calls of each
+    function outside the areas, and [CPU-s, calls] of each function in the workers' areas."""
     out: dict[str, list[float]] = {}
     rest: dict[str, int] = {}
+    workers: dict[str, list[float]] = {}
     for f in profile_dir.glob("*.prof"):
         for (path, _, name), row in pstats.Stats(str(f)).stats.items():  # type: ignore[attr-defined]
             area = area_of(path, name)
             acc = out.setdefault(area, [0.0, 0])
             acc[0] += row[2]  # (primitive calls, total calls, tottime, cumtime, callers)
             acc[1] += row[1]
+            key = f"{'/'.join(Path(path).parts[-2:])}:{name}"
             if area == "everything else":
-                key = f"{'/'.join(Path(path).parts[-2:])}:{name}"
                 rest[key] = rest.get(key, 0) + row[1]
-    return out, rest
+            elif area.startswith("workers:"):
+                acc = workers.setdefault(key, [0.0, 0])
+                acc[0] += row[2]
+                acc[1] += row[1]
+    return out, rest, workers
 
 
 def _gate(profile_dir: Path, sig: int) -> None:
@@ -209,11 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             for key in ("requests_per_gb", "syscalls_per_gb"):
                 summary[key] = {k: round(statistics.median(r[key].get(k, 0) for r in rows)) for k in rows[0][key]}
             if args.profile:
-                areas, rest = profile_by_area(dirs[name])
+                areas, rest, workers = profile_by_area(dirs[name])
                 summary["python_by_area_per_gb"] = {area: [round(s / gb_total[name], 3), round(c / gb_total[name])]
                                                     for area, (s, c) in sorted(areas.items())}
                 summary["most_called_elsewhere_per_gb"] = {
                     k: round(c / gb_total[name]) for k, c in sorted(rest.items(), key=lambda kc: -kc[1])[:12]}
+                summary["workers_functions_per_gb"] = {  # the 15 costliest (cProfile time) of the workers' areas
+                    k: [round(t / gb_total[name], 4), round(c / gb_total[name])]
+                    for k, (t, c) in sorted(workers.items(), key=lambda kv: -kv[1][0])[:15]}
             print(json.dumps(summary), flush=True)
     return 0
 

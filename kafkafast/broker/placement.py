@@ -16,7 +16,7 @@ control plane reaches another process by a poke (`poke`, `add_wake_check`)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from kafkafast.broker.partition import Partition
 
@@ -96,7 +96,9 @@ class Placement(Protocol):
         """A new follower's record where every process reads it (None: kept by the owner alone)."""
 
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None: ...
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None: ...
+    def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> Awaitable[list | None]:
+        """The request's answer, to await (a plain function: a request served in this process
+        awaits `Broker.dispatch` itself, without a coroutine frame of the placement's between)."""
 
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Any:
         """The replica a controller just named this broker's, as this process holds it."""
@@ -127,18 +129,28 @@ async def wait_for_wake(parts: list[Any], timeout: float) -> None:
     none when `timeout` is None), instead of `asyncio.wait_for` with its second future, its
     callbacks and its TimeoutError (perf/results/leader_fetch.md, "Parking, the read at the log
     end")."""
+    fut, timer = park(parts, timeout)
+    try:
+        await fut
+    finally:
+        unpark(parts, fut, timer)
+
+
+def park(parts: list[Any], timeout: float | None) -> tuple[asyncio.Future, asyncio.TimerHandle | None]:
+    """`wait_for_wake`'s future, registered on the partitions, and its timer (None: no timeout);
+    a caller with its own try/finally awaits the future itself, then `unpark`s."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
     for p in parts:
         p.waiters.add(fut)
-    timer = loop.call_later(timeout, _timed_out, fut) if timeout is not None else None
-    try:
-        await fut
-    finally:
-        if timer is not None:
-            timer.cancel()
-        for p in parts:
-            p.waiters.discard(fut)
+    return fut, (loop.call_later(timeout, _timed_out, fut) if timeout is not None else None)
+
+
+def unpark(parts: list[Any], fut: asyncio.Future, timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
+    for p in parts:
+        p.waiters.discard(fut)
 
 
 class LocalPlacement:
@@ -233,8 +245,8 @@ class LocalPlacement:
     async def wait_for_data(self, parts: Iterable[Any], timeout: float) -> None:
         await wait_for_wake(list(parts), timeout)
 
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
-        return await self.broker.dispatch(frame, conn, internal=internal)
+    def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> Awaitable[list | None]:
+        return self.broker.dispatch(frame, conn, internal=internal)
 
     async def new_replica(self, topic: str, topic_id: bytes, index: int) -> Partition:
         return Partition(topic, index, await self.broker.replica_log(topic, index))

@@ -54,14 +54,14 @@ import os
 import shutil
 import time
 import uuid
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kafkafast import clock, native
 from kafkafast.broker.broker import OFFSETS_TOPIC, RequestContext
 from kafkafast.broker.fetch_sessions import FetchSessionCache
 from kafkafast.broker.partition import Partition
 from kafkafast.broker.placement import (BROKER_EPOCH_WORD, BROKER_ID_WORD, LEASE_END_WORD, REREGISTER_WORD,
-                                        SESSION_WORD, wait_for_wake)
+                                        SESSION_WORD, park, unpark)
 from kafkafast.broker.quotas import SHARE_FETCH
 from kafkafast.broker.share import SHARE_STATE_API_KEYS
 from kafkafast.broker.share.manager import CONNECTION_LOST_CLIENT, FINAL_EPOCH
@@ -114,6 +114,8 @@ TO_CONTROLLER = frozenset({7, 43, 45, 46, 56})
 # Transaction coordinator APIs: forwarded whole to the worker owning the id's __transaction_state partition.
 TXN_KEYS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
             65: "DescribeTransactions"}
+# The keys `handle_frame` may send elsewhere (`_route`); every other request is served by the worker it reached.
+ROUTED_KEYS = frozenset(TO_CONTROLLER | CONTROLLER_REQUESTS | FANOUT_KEYS | set(GROUP_KEYS) | set(TXN_KEYS))
 
 
 def _transactional_ids(api_key: int, req: Any) -> list[str]:
@@ -323,6 +325,10 @@ class WorkerPlacement:
         self._load_started = 0.0
         self._topic_ids: dict[str, bytes] = {}  # named by the controller (new_replica)
         self._wake_checks: list[Callable[[], None]] = []  # the control plane's, on each wake-up
+        # (the per-request and per-append paths read these words and bytes directly: no call each)
+        self._q = table.q
+        self._waiter_bytes = table.b
+        self._others = tuple((w, shm.HEADER_BYTES + shm.WAITERS_AT + w) for w in range(self.workers) if w != index)
 
     def attach(self, broker: Any) -> None:
         """The broker's worker parts: its fetch sessions are this worker's shard, its logs the owned ones."""
@@ -362,7 +368,7 @@ class WorkerPlacement:
         self._wake_checks.append(check)
 
     def broker_word(self, word: int) -> int:
-        return self.table.header_word(HEADER_WORDS[word])
+        return self._q[HEADER_WORDS[word]]
 
     def set_broker_word(self, word: int, value: int) -> None:
         self.table.set_header_word(HEADER_WORDS[word], value)
@@ -479,11 +485,10 @@ class WorkerPlacement:
 
     def wake_others_parked_on(self, slot: int) -> None:
         """Pokes every other worker with requests parked on the slot's partition (its waiter byte)."""
-        waiters = self.table.waiters(slot)
-        if not waiters.count(0) == len(waiters):
-            for w, flag in enumerate(waiters):
-                if flag and w != self.index:
-                    self.poke(w)
+        b, base = self._waiter_bytes, slot * shm.SLOT_BYTES
+        for w, at in self._others:  # (the waiter byte of worker w in slot 0)
+            if b[base + at]:
+                self.poke(w)
 
     # -- ownership ----------------------------------------------------------------------
     def owns(self, part: Partition) -> bool:
@@ -751,21 +756,27 @@ class WorkerPlacement:
 
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         parts = [p for p in parts if p.slot >= 0]
+        b, mine = self._waiter_bytes, shm.HEADER_BYTES + shm.WAITERS_AT + self.index  # (its waiter byte in slot 0)
         for p in parts:
             if p.parked == 0:
-                self.table.set_waiting(p.slot, self.index, True)
+                b[mine + p.slot * shm.SLOT_BYTES] = 1
                 self._parked[p.slot] = p
             p.parked += 1
         try:
             # An append between the fetch's read and the waiter byte saw no waiter: re-check
             # (no await between this and the wait's registration: no wake-up is lost).
             if not any(self._moved(p) for p in parts):
-                await wait_for_wake(parts, timeout)
+                # (`wait_for_wake` without its coroutine: one frame less on the park's resume)
+                fut, timer = park(parts, timeout)
+                try:
+                    await fut
+                finally:
+                    unpark(parts, fut, timer)
         finally:
             for p in parts:
                 p.parked -= 1
                 if p.parked == 0:
-                    self.table.set_waiting(p.slot, self.index, False)
+                    b[mine + p.slot * shm.SLOT_BYTES] = 0
                     self._parked.pop(p.slot, None)
 
     def on_wake_pipe(self, fd: int) -> None:
@@ -825,43 +836,60 @@ class WorkerPlacement:
         return st.high_watermark != part.seen_hw or st.log_end_offset != part.seen_leo
 
     # -- dispatch -----------------------------------------------------------------------
-    async def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> list | None:
+    def handle_frame(self, frame: Any, conn: Any = None, *, internal: bool = False) -> Awaitable[list | None]:
         """Controller requests: LeaderAndIsr, UpdateMetadata and StopReplica applied by every
         worker (sent on to the others first), the controller's own APIs forwarded to worker 0
         (where the control plane's controller runs). Group, transaction and share requests go
-        to the worker holding their coordinator's partition; the rest is served here."""
-        broker = self.broker
-        if not internal and len(frame) >= 8:
-            api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in TO_CONTROLLER and self.index != 0:
-                return await self.forwarder.frame(0, principal_trailer(frame, conn))
-            if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
-                await self._apply_everywhere(api_key, frame, conn)
-        if self.table.metadata_generation != self._seen_generation:
-            broker.refresh_topics()
+        to the worker holding their coordinator's partition (`_route`); the rest (produce,
+        fetch, metadata...) is served here, awaited by the caller straight from
+        `Broker.dispatch`: no coroutine of this method on every resume of the request."""
+        if not internal and len(frame) >= 8 and int.from_bytes(frame[0:2], "big", signed=True) in ROUTED_KEYS:
+            return self._route(frame, conn)
+        q = self._q
+        if q[shm.H_METADATA_GEN] != self._seen_generation or q[shm.H_ACL_GEN] != self._seen_acl_generation:
+            self._catch_up()
+        return self.broker.dispatch(frame, conn, internal=internal)
+
+    def _catch_up(self) -> None:
+        """The topics and ACLs other workers changed since this worker last looked, reloaded."""
+        generation = self.table.metadata_generation
+        if generation != self._seen_generation:
+            self.broker.refresh_topics()
+            # Seen, whether or not the control plane's refresh reloaded the topic file (ZooKeeper
+            # mode's does not: the controller's UpdateMetadata keeps its image), so the next
+            # request does not refresh again; generations only grow.
+            self._seen_generation = max(self._seen_generation, generation)
         if self.table.acl_generation != self._seen_acl_generation:
             self._reload_acls()
-        if not internal and len(frame) >= 8:
-            api_key = int.from_bytes(frame[0:2], "big", signed=True)
-            if api_key in FANOUT_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
-                carry_principal(conn)  # the split requests are authorized as this client
-                parts = await maybe_fan_out(broker, frame)
-                if parts is not None:
-                    return parts
-            if api_key in GROUP_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
-                # (a key not served here is refused by this worker: forwarded, it would close the internal link)
-                owner = self.group_owner(frame, api_key)
-                if owner is not None and owner != self.index:
-                    if api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
-                        self._track_share_session(api_key, owner, frame, conn)
-                    if api_key == SHARE_FETCH and broker.quotas.active():
-                        return await self._forward_share_fetch(owner, frame, conn)
-                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
-            if api_key in TXN_KEYS and broker.txn_coordinator is not None:
-                owner = self._txn_owner(frame, api_key)
-                if owner is not None and owner != self.index:
-                    return await self.forwarder.frame(owner, principal_trailer(frame, conn))
-        return await broker.dispatch(frame, conn, internal=internal)
+
+    async def _route(self, frame: Any, conn: Any) -> list | None:
+        """`handle_frame` of a client's request with a key in ROUTED_KEYS."""
+        broker = self.broker
+        api_key = int.from_bytes(frame[0:2], "big", signed=True)
+        if api_key in TO_CONTROLLER and self.index != 0:
+            return await self.forwarder.frame(0, principal_trailer(frame, conn))
+        if api_key in CONTROLLER_REQUESTS:  # authorized on every worker as the controller's principal
+            await self._apply_everywhere(api_key, frame, conn)
+        self._catch_up()
+        if api_key in FANOUT_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
+            carry_principal(conn)  # the split requests are authorized as this client
+            parts = await maybe_fan_out(broker, frame)
+            if parts is not None:
+                return parts
+        if api_key in GROUP_KEYS and api_key in broker.handlers and broker.group_coordinator is not None:
+            # (a key not served here is refused by this worker: forwarded, it would close the internal link)
+            owner = self.group_owner(frame, api_key)
+            if owner is not None and owner != self.index:
+                if api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+                    self._track_share_session(api_key, owner, frame, conn)
+                if api_key == SHARE_FETCH and broker.quotas.active():
+                    return await self._forward_share_fetch(owner, frame, conn)
+                return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        if api_key in TXN_KEYS and broker.txn_coordinator is not None:
+            owner = self._txn_owner(frame, api_key)
+            if owner is not None and owner != self.index:
+                return await self.forwarder.frame(owner, principal_trailer(frame, conn))
+        return await broker.dispatch(frame, conn, internal=False)
 
     async def _apply_everywhere(self, api_key: int, frame: Any, conn: Any) -> None:
         others = [w for w in range(self.workers) if w != self.index]

@@ -108,8 +108,9 @@ import mmap
 import os
 import zlib
 from contextlib import AbstractContextManager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
+from kafkafast import native
 from kafkafast.broker.follower_state import FollowerState
 from kafkafast.runtime.file_lock import ProcessFileLock
 
@@ -167,16 +168,24 @@ def owner_for(topic: str, partition: int, workers: int) -> int:
     return (zlib.crc32(topic.encode()) + partition) % workers
 
 
-class SlotState:
+_slots = native.load("shm_slots")  # the words as attributes: compiled, no Python frame per access
+assert _slots.STATE_FIELDS == FIELDS, "the slot state twins' field order is not partition_state.FIELDS"
+assert _slots.FOLLOWER_FIELDS == ("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms")
+if TYPE_CHECKING:  # (the twins' types: kafkafast/_native/shm_slots.pyi)
+    from kafkafast._native.shm_slots import SlotFollowerWords, SlotStateWords
+else:
+    SlotStateWords, SlotFollowerWords = _slots.SlotStateWords, _slots.SlotFollowerWords
+
+
+class SlotState(SlotStateWords):
     """A partition's published state living in a slot: the same attributes as
     `storage.partition_state.PartitionState`, so the `Log` publishes into shared memory
     and a `LogReader` in any worker reads from it."""
 
-    __slots__ = ("_q", "_b")
+    __slots__ = ()
 
     def __init__(self, words: memoryview, base_word: int) -> None:
-        self._q = words
-        self._b = base_word + S_FIELDS
+        super().__init__(words, base_word + S_FIELDS)
 
     def snapshot(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in FIELDS}
@@ -185,29 +194,14 @@ class SlotState:
         return "SlotState(" + ", ".join(f"{k}={v}" for k, v in self.snapshot().items()) + ")"
 
 
-def _field(i: int) -> property:
-    def get(self: Any) -> int:
-        return self._q[self._b + i]
-
-    def set_(self: Any, value: int) -> None:
-        self._q[self._b + i] = value
-
-    return property(get, set_)
-
-
-for _i, _name in enumerate(FIELDS):
-    setattr(SlotState, _name, _field(_i))
-
-
-class SlotFollower:
+class SlotFollower(SlotFollowerWords):
     """A follower's fetch state in a slot (`broker.follower_state.FollowerState`'s attributes), so
     the worker that serves the follower's Fetch records it and the owner reads it."""
 
-    __slots__ = ("_q", "_b")
+    __slots__ = ()
 
     def __init__(self, words: memoryview, base_word: int) -> None:
-        self._q = words
-        self._b = base_word
+        super().__init__(words, base_word + F_LEO)  # the words after the entry's broker id
 
     def reset(self, now_ms: int) -> None:
         self.leo = -1
@@ -217,10 +211,6 @@ class SlotFollower:
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
         FollowerState.on_fetch(self, fetch_offset, leader_leo, now_ms)  # type: ignore[arg-type]
-
-
-for _i, _name in enumerate(("leo", "last_fetch_ms", "leo_at_last_fetch", "last_caught_up_ms"), start=F_LEO):
-    setattr(SlotFollower, _name, _field(_i))  # words at the entry's base, as SlotState's at its fields' base
 
 
 class PartitionTable:

@@ -273,15 +273,16 @@ class Log:
         assert sh is not None
         seg = self._segments[-1]
         oi, ti = seg.offset_index, seg.time_index
-        sh.set_word(W_OI_ENTRIES, oi.entries)
-        sh.set_word(W_TI_ENTRIES, ti.entries)
-        sh.set_word(W_OI_SINCE, oi.bytes_since)
-        sh.set_word(W_TI_SINCE, ti.bytes_since)
-        sh.set_word(W_MAX_TS, seg.max_timestamp)
-        sh.set_word(W_MAX_TS_OFFSET, seg.offset_of_max_timestamp)
-        sh.set_word(W_FIRST_APPEND, seg.first_append_ms)
-        gen = sh.gen + 1
-        sh.q[sh.gen_at] = gen
+        q, at = sh.q, sh.words_at  # (stored in place: this runs at every shared-mode append)
+        q[at + W_OI_ENTRIES] = oi.entries
+        q[at + W_TI_ENTRIES] = ti.entries
+        q[at + W_OI_SINCE] = oi.bytes_since
+        q[at + W_TI_SINCE] = ti.bytes_since
+        q[at + W_MAX_TS] = seg.max_timestamp
+        q[at + W_MAX_TS_OFFSET] = seg.offset_of_max_timestamp
+        q[at + W_FIRST_APPEND] = seg.first_append_ms
+        gen = q[sh.gen_at] + 1
+        q[sh.gen_at] = gen
         sh.seen_gen = gen
         sh.seen_segments_version = self.state.segments_version
 

@@ -57,9 +57,6 @@ class SharedAppend:
     def word(self, i: int) -> int:
         return self.q[self.words_at + i]
 
-    def set_word(self, i: int, value: int) -> None:
-        self.q[self.words_at + i] = value
-
     @property
     def takeovers(self) -> int:
         return self.q[self.takeovers_at]
