@@ -131,6 +131,10 @@ class ReceiveBuffer:
     A frame larger than `cap` gets a buffer of its own. Every `SHRINK_WINDOW` frames, a buffer
     more than four times the largest frame of that window is replaced by one twice that size,
     so one burst does not pin its memory for the connection's life.
+
+    `landing()` lends the whole buffer to a read whose frame's size is not known yet (nothing
+    is received on the connection), so that the read takes all the socket holds; a large frame
+    that lands at its front is kept there in place (`landed`), its bytes never copied.
     """
 
     SHRINK_WINDOW = 256
@@ -147,25 +151,46 @@ class ReceiveBuffer:
     def capacity(self) -> int:
         return len(self._buf)
 
-    def frame(self, size: int) -> memoryview:
-        if size > self.cap:
-            self.allocations += 1
-            return memoryview(bytearray(size))
+    def _wanted(self, size: int) -> int:
+        """Counts a frame of `size` into the window; the capacity the buffer should have."""
         if size > self._window_max:
             self._window_max = size
         self._count += 1
-        buf = self._buf
-        want = len(buf)
+        want = len(self._buf)
         if self._count >= self.SHRINK_WINDOW:
             if want > 4 * self._window_max:
                 want = 2 * self._window_max
             self._count = self._window_max = 0
-        if size > want:
-            want = min(self.cap, max(size, 2 * want))
+        if size > want:  # (4 more: room for the size prefix in a landing)
+            want = min(self.cap, max(size, 2 * want)) + 4
+        return want
+
+    def frame(self, size: int) -> memoryview:
+        if size > self.cap:
+            self.allocations += 1
+            return memoryview(bytearray(size))
+        want = self._wanted(size)
+        buf = self._buf
         if want != len(buf) or not _unviewed(buf):
             buf = self._buf = bytearray(want)
             self.allocations += 1
         return memoryview(buf)[:size]
+
+    def landing(self) -> memoryview | None:
+        """The whole buffer for the next read, or None while a view of it is alive or it is
+        smaller than a connection's scratch buffer (the first frames grow it through `frame`)."""
+        buf = self._buf
+        if len(buf) < _SCRATCH or not _unviewed(buf):
+            return None
+        return memoryview(buf)
+
+    def landed(self, size: int) -> None:
+        """A frame of `size` bytes was kept in place in a landing: counted into the window as
+        `frame` counts, and the buffer replaced by a smaller one as `frame` replaces it."""
+        want = self._wanted(size + 4)
+        if want < len(self._buf):
+            self._buf = bytearray(want)
+            self.allocations += 1
 
 
 def _unviewed(buf: bytearray) -> bool:
@@ -185,9 +210,13 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     a frame's size prefix says it is larger than `_SMALL_FRAME`, the rest of it is received
     directly into a buffer of its size, which is handed over as it is: a bytearray of its own,
     or a view of the connection's `ReceiveBuffer` when it has one (no allocation per frame).
+    With a `ReceiveBuffer`, a read that starts a frame lands in that buffer when it is free
+    (`ReceiveBuffer.landing`) rather than in `_scratch`: one read takes a large answer the socket
+    holds whole, which stays where it landed; small frames and a partial one's bytes are moved
+    to `_scratch` as if read there.
     """
 
-    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "transport")
+    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "_landing", "transport")
 
     def __init__(self, conn: BrokerConnection, reuse: ReceiveBuffer | None = None) -> None:
         self._conn = conn
@@ -198,6 +227,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._frame: bytearray | memoryview | None = None  # a large frame being received, _got bytes so far
         self._got = 0
         self._reuse = reuse
+        self._landing: memoryview | None = None  # the ReceiveBuffer lent to the read in progress
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -207,6 +237,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         frame = self._frame
         if frame is not None:
             return memoryview(frame)[self._got:]
+        if self._end == 0 and self._reuse is not None:
+            self._landing = None  # (a read that found nothing does not call buffer_updated)
+            land = self._landing = self._reuse.landing()
+            if land is not None:
+                return land
         if self._end == _SCRATCH:  # move the partial frame to the front
             n = self._end - self._start
             self._scratch[:n] = self._view[self._start:self._end]
@@ -224,33 +259,49 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 self._frame = None
                 self._conn._on_frame(frame)
             return
+        land = self._landing
+        if land is not None:
+            self._landing = None
+            start = self._cut(land, 0, nbytes, True)
+            if start < nbytes:  # a small frame's first bytes (no more than _SCRATCH): on to _scratch
+                n = nbytes - start
+                self._scratch[:n] = land[start:nbytes]
+                self._start, self._end = 0, n
+            return
         self._end += nbytes
-        view = self._view
-        conn = self._conn
-        while self._end - self._start >= 4:
-            start = self._start
-            size = _SIZE.unpack_from(view, start)[0]
-            if size > _SMALL_FRAME:
-                have = self._end - start - 4
-                if have >= size:  # whole, already here
-                    self._start = start + 4 + size
-                    whole = self._large(size)
-                    whole[:] = view[start + 4:start + 4 + size]
-                    conn._on_frame(whole)
-                    continue
-                frame = self._large(size)
-                frame[:have] = view[start + 4:self._end]
-                self._frame, self._got = frame, have
-                self._start = self._end = 0
-                return
-            if self._end - start - 4 < size:
-                return
-            self._start = start + 4 + size
-            conn._on_frame(bytes(view[start + 4:start + 4 + size]))
-        if self._start == self._end:
+        start = self._start = self._cut(self._view, self._start, self._end, False)
+        if start == self._end:
             self._start = self._end = 0
 
+    def _cut(self, view: memoryview, start: int, end: int, landed: bool) -> int:
+        """Hands over the whole frames of view[start:end] and starts receiving a large partial
+        one (then returns `end`); returns where the bytes not used yet start. A large frame at
+        the front of a landing (`landed`) that fits in it is kept there."""
+        conn = self._conn
+        while end - start >= 4:
+            size = _SIZE.unpack_from(view, start)[0]
+            if size > _SMALL_FRAME:
+                have = end - start - 4
+                if landed and start == 0 and size + 4 <= len(view):
+                    whole = view[4:4 + size]
+                    self._reuse.landed(size)  # type: ignore[union-attr]
+                else:
+                    whole = self._large(size)
+                    whole[:min(have, size)] = view[start + 4:start + 4 + min(have, size)]
+                if have >= size:
+                    start += 4 + size
+                    conn._on_frame(whole)
+                    continue
+                self._frame, self._got = whole, have
+                return end
+            if end - start - 4 < size:
+                return start
+            conn._on_frame(bytes(view[start + 4:start + 4 + size]))
+            start += 4 + size
+        return start
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._landing = None
         self._conn._on_lost(exc)
 
 
