@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 from typing import Any
 
@@ -119,6 +120,10 @@ def encode_request_parts(request: Any, api_version: int, correlation_id: int,
 # answers) are received straight into a buffer of their own size.
 _SMALL_FRAME = 64 * 1024
 _SCRATCH = 4 * _SMALL_FRAME
+# the most a connection with a ReceiveBuffer asks the kernel to hold before it wakes the loop
+# for the rest of a large frame (SO_RCVLOWAT; the kernel also wakes it when its receive
+# buffer or window would not take that much, so the peer is never held up)
+_LOWAT_MAX = 1 << 20
 
 
 class ReceiveBuffer:
@@ -213,10 +218,14 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     With a `ReceiveBuffer`, a read that starts a frame lands in that buffer when it is free
     (`ReceiveBuffer.landing`) rather than in `_scratch`: one read takes a large answer the socket
     holds whole, which stays where it landed; small frames and a partial one's bytes are moved
-    to `_scratch` as if read there.
+    to `_scratch` as if read there. While the rest of a large frame is on its way, the socket's
+    SO_RCVLOWAT is that rest (at most `_LOWAT_MAX`): the loop is woken for it once, not for
+    each 64 KiB segment as the peer sends it (plain TCP only: under TLS the socket's bytes are
+    not the frame's).
     """
 
-    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "_landing", "transport")
+    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "_landing", "_sock",
+                 "_lowat", "transport")
 
     def __init__(self, conn: BrokerConnection, reuse: ReceiveBuffer | None = None) -> None:
         self._conn = conn
@@ -228,10 +237,25 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._got = 0
         self._reuse = reuse
         self._landing: memoryview | None = None  # the ReceiveBuffer lent to the read in progress
+        self._sock: Any = None  # the socket whose SO_RCVLOWAT follows a large frame's rest
+        self._lowat = 1
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self._reuse is not None and transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                self._sock = sock
+
+    def _wake_at(self, lowat: int) -> None:
+        """Sets SO_RCVLOWAT (a failure leaves the default: woken for every byte)."""
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+        except OSError:
+            self._sock = None
+            return
+        self._lowat = lowat
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
@@ -257,7 +281,11 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._got += nbytes
             if self._got == len(frame):
                 self._frame = None
+                if self._lowat != 1:
+                    self._wake_at(1)
                 self._conn._on_frame(frame)
+            elif self._sock is not None:
+                self._wait_for_rest()
             return
         land = self._landing
         if land is not None:
@@ -267,11 +295,20 @@ class _FrameProtocol(asyncio.BufferedProtocol):
                 n = nbytes - start
                 self._scratch[:n] = land[start:nbytes]
                 self._start, self._end = 0, n
-            return
-        self._end += nbytes
-        start = self._start = self._cut(self._view, self._start, self._end, False)
-        if start == self._end:
-            self._start = self._end = 0
+        else:
+            self._end += nbytes
+            start = self._start = self._cut(self._view, self._start, self._end, False)
+            if start == self._end:
+                self._start = self._end = 0
+        if self._frame is not None and self._sock is not None:
+            self._wait_for_rest()
+
+    def _wait_for_rest(self) -> None:
+        frame = self._frame
+        assert frame is not None
+        lowat = min(len(frame) - self._got, _LOWAT_MAX)
+        if lowat != self._lowat:
+            self._wake_at(lowat)
 
     def _cut(self, view: memoryview, start: int, end: int, landed: bool) -> int:
         """Hands over the whole frames of view[start:end] and starts receiving a large partial

@@ -5,9 +5,14 @@ read, a read that finds nothing); with the buffer, a read that starts a frame la
 a large answer stays where it landed (no copy, no allocation per answer)."""
 from __future__ import annotations
 
+import asyncio
 import random
+import socket
+import threading
+import time
 
 import pytest
+import uvloop
 
 from kafkafast.client import connection as C
 
@@ -116,3 +121,60 @@ def test_an_answer_larger_than_the_buffer_grows_it_and_a_read_that_finds_nothing
     _feed(proto, _framed([small]), lambda: 10 << 20)
     frame = conn.frames.pop()
     assert bytes(frame) == small and frame.obj is rb._buf
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+def test_the_rest_of_a_large_frame_sent_in_pieces_is_read_once_it_is_all_there(loop_factory) -> None:
+    """Over loopback TCP: a 1 MB frame sent as 16 pieces some milliseconds apart wakes the loop
+    for its first piece and then once for the rest (SO_RCVLOWAT), not for every piece, and is
+    received whole; the socket wakes for every byte again afterwards."""
+    body = random.Random(6).randbytes(1 << 20)
+    data = _framed([body])
+    piece = len(data) // 16 + 1
+    small = b"after the large one"
+
+    def serve(listener: socket.socket) -> None:
+        peer, _ = listener.accept()
+        with peer:
+            for i in range(0, len(data), piece):
+                peer.sendall(data[i:i + piece])
+                time.sleep(0.004)
+            peer.recv(1)  # the client has the frame
+            peer.sendall(_framed([small]))
+            peer.recv(1)
+
+    async def run() -> tuple[int, list[bytes], int]:
+        loop = asyncio.get_running_loop()
+        listener = socket.create_server(("127.0.0.1", 0))
+        server = threading.Thread(target=serve, args=(listener,), daemon=True)
+        server.start()
+        conn = _Frames()
+        got: asyncio.Queue = asyncio.Queue()
+        conn._on_frame = lambda f: got.put_nowait(bytes(f))  # type: ignore[method-assign]
+        reads = [0]
+
+        class Counting(C._FrameProtocol):
+            def buffer_updated(self, nbytes: int) -> None:
+                reads[0] += 1
+                super().buffer_updated(nbytes)
+
+        rb = C.ReceiveBuffer(cap=4 << 20)
+        transport, proto = await loop.create_connection(lambda: Counting(conn, rb), *listener.getsockname())
+        try:
+            frames = [await asyncio.wait_for(got.get(), 10)]
+            large_reads = reads[0]
+            sock = transport.get_extra_info("socket")
+            lowat = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+            transport.write(b"k")
+            frames.append(await asyncio.wait_for(got.get(), 10))
+            transport.write(b"k")
+            return large_reads, frames, lowat
+        finally:
+            transport.close()
+            listener.close()
+            server.join(5)
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        large_reads, frames, lowat = runner.run(run())
+    assert frames == [body, small] and lowat == 1
+    assert large_reads <= 4  # 16 pieces: read as they come, they take 16 reads
