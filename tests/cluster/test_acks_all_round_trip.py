@@ -23,6 +23,8 @@ from kafkafast.protocol import api
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
+from tests.cluster.test_rolling import MetricsCluster
+from tests.integration.test_metrics import scrape, value
 from tests.support.cluster import KafkaCluster
 from tests.support.raw_client import RawClient
 
@@ -193,3 +195,66 @@ def test_the_next_produce_is_appended_while_an_acks_all_produce_waits(long_poll_
             pr = body.responses[0].partition_responses[0]
             answers.append((corr, pr.error_code, pr.base_offset))
     assert answers == [(rc.correlation + 1, 0, first), (rc.correlation + 2, 0, first + 1)]
+
+
+REQUESTS = "kafkafast_fetch_session_incremental_requests_total"
+NAMED = "kafkafast_fetch_session_incremental_partitions_total"
+
+
+@pytest.fixture(scope="module")
+def counted_cluster(tmp_path_factory):
+    """One process per broker, /metrics on; the followers long-poll and an answer carrying only
+    a new high watermark is held for records longer than this module's steps take."""
+    c = MetricsCluster(tmp_path_factory.mktemp("ackround-counted"),
+                       settings={"replica.fetch.wait.max.ms": str(FETCH_WAIT_MS),
+                                 "kafkafast.replica.fetch.hw.delay.ms": str(FETCH_WAIT_MS - 1000)})
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def test_produces_received_together_ride_one_follower_answer(counted_cluster):
+    """Two acks=all produces to two partitions of one leader, sent back to back on one
+    connection while the followers' fetches are parked there: the fetch woken by the first
+    append reads after the second append too (handlers/fetch.py `_appends_first`), so each
+    follower's next Fetch names both partitions and moves both high watermarks: one request per
+    follower, not one per produce (counted on the leader)."""
+    c = counted_cluster
+    c.create_topic("together", 6, 3, {"min.insync.replicas": "2"})
+    states = {p: c.partition_state("together", p) for p in range(6)}
+    by_leader: dict[int, list[int]] = {}
+    for p, state in states.items():
+        by_leader.setdefault(state["leader"], []).append(p)
+    leader, (pa, pb) = next((b, ps[:2]) for b, ps in by_leader.items() if len(ps) >= 2)
+    followers = [r for r in states[pa]["isr"] if r != leader]
+    assert sorted(followers) == sorted(r for r in states[pb]["isr"] if r != leader)
+
+    def counts() -> tuple[float, float]:
+        m = scrape(c.metrics_ports[leader])
+        return value(m, REQUESTS, follower="true"), value(m, NAMED, follower="true")
+
+    with RawClient(c.brokers[leader].port, timeout=30) as rc:
+        for p in (pa, pb):
+            c.wait_for(lambda: _produce(rc, "together", b"warm-up", p)[0] == 0, 15, f"an acks=all produce to [{p}]")
+        # the followers know both high watermarks (after the hold): their next fetches park, named nothing
+        c.wait_for(lambda: all(_high_watermark(c.brokers[f].port, "together", p) == 1
+                               for f in followers for p in (pa, pb)),
+                   2 * FETCH_WAIT_MS / 1000, "the followers knowing the warm-ups")
+        time.sleep(0.2)
+        before = counts()
+        requests = [_produce_request("together", b"a", pa), _produce_request("together", b"b", pb)]
+        rc.send_raw(b"".join(api.encode_request(req, 8, corr, rc.client_id)
+                             for corr, req in enumerate(requests, start=rc.correlation + 1)))
+        answers = []
+        for _ in requests:
+            _, body = api.decode_response(0, 8, rc.recv_frame())
+            pr = body.responses[0].partition_responses[0]
+            answers.append((pr.error_code, pr.base_offset))
+        after = counts()
+    assert answers == [(0, 1), (0, 1)]
+    # each follower's Fetch after the answer named both partitions (whose log ends moved): one
+    # request per follower (2 naming 4 partitions; a fetch whose long poll ran out meanwhile
+    # adds a request naming none), where an answer per produce takes one request per partition
+    requests_made, named = after[0] - before[0], after[1] - before[1]
+    assert named == 2 * len(followers) and requests_made < named, (requests_made, named)

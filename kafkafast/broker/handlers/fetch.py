@@ -54,7 +54,8 @@ checked again at each fetch), each pass over them is one
 `ReplicaManager.steady_follower_fetch` per partition, and the answer is written whole by
 `protocol/fetch_answer_frame.py`; the same bytes as the general path (tests/unit/
 test_follower_fetch_lean.py) without the generated request, context, plan and response
-objects. Should a partition stop being steady while the fetch parks, the fetch goes on in
+objects. Woken while parked, it reads two loop passes later (`_appends_first`): a produce
+received behind the append that woke it appends first and rides the same answer. Should a partition stop being steady while the fetch parks, the fetch goes on in
 `answered`, the general loop. Anything else is never taken (nothing changed): the general
 handler answers it.
 """
@@ -84,6 +85,7 @@ PartData = FetchResponse.PartitionData
 AbortedTxnResp = FetchResponse.AbortedTransaction
 TopicResp = FetchResponse.FetchableTopicResponse
 READ_COMMITTED = 1
+APPEND_PASSES = 2  # a woken follower fetch lets produces already received append first (`_appends_first`)
 
 
 def _error(index, code, part=None):
@@ -586,12 +588,26 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
         # (not `parked()`: no quota measures a lean fetch's handler time, see Broker.dispatch)
         waited = broker.placement.wait_for_data(lean.parts, remaining)
         await (request_metrics.remote(waited) if request_metrics.active else waited)
+        await _appends_first()
         if not _still_steady(broker, lean):
             return await _handed_over(broker, lean, conn, internal, deadline, news_due)
         if time.monotonic() >= deadline:
             answers, _, _ = _lean_pass(broker, lean, False)
             break
     return _lean_answer(broker, lean, answers, internal)
+
+
+async def _appends_first() -> None:
+    """APPEND_PASSES loop passes between a parked follower fetch's wake-up and its read. The
+    append that woke it may have a produce queued behind it on its connection (librdkafka keeps
+    5 in flight, each to one partition): the connection starts that produce the pass after the
+    append and it appends in the pass after that (runtime/connection.py), while the woken fetch
+    would read in the first. Read then, the answer left that partition's records behind and
+    its produce waited a whole follower round more (18% of produce and follower pairs under
+    rdkafka_performance load, perf/results/cluster.md "A woken follower Fetch reads two passes
+    later"). Nothing timed: a pass of an idle loop is microseconds."""
+    for _ in range(APPEND_PASSES):
+        await asyncio.sleep(0)
 
 
 async def _handed_over(broker, lean: LeanFetch, conn, internal: bool, deadline: float, news_due) -> list:
