@@ -319,6 +319,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             size = _SIZE.unpack_from(view, start)[0]
             if size > _SMALL_FRAME:
                 have = end - start - 4
+                whole: bytearray | memoryview
                 if landed and start == 0 and size + 4 <= len(view):
                     whole = view[4:4 + size]
                     self._reuse.landed(size)  # type: ignore[union-attr]
