@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 from typing import Any
 
@@ -119,6 +120,10 @@ def encode_request_parts(request: Any, api_version: int, correlation_id: int,
 # answers) are received straight into a buffer of their own size.
 _SMALL_FRAME = 64 * 1024
 _SCRATCH = 4 * _SMALL_FRAME
+# the most a connection with a ReceiveBuffer asks the kernel to hold before it wakes the loop
+# for the rest of a large frame (SO_RCVLOWAT; the kernel also wakes it when its receive
+# buffer or window would not take that much, so the peer is never held up)
+_LOWAT_MAX = 1 << 20
 
 
 class ReceiveBuffer:
@@ -131,6 +136,10 @@ class ReceiveBuffer:
     A frame larger than `cap` gets a buffer of its own. Every `SHRINK_WINDOW` frames, a buffer
     more than four times the largest frame of that window is replaced by one twice that size,
     so one burst does not pin its memory for the connection's life.
+
+    `landing()` lends the whole buffer to a read whose frame's size is not known yet (nothing
+    is received on the connection), so that the read takes all the socket holds; a large frame
+    that lands at its front is kept there in place (`landed`), its bytes never copied.
     """
 
     SHRINK_WINDOW = 256
@@ -147,25 +156,46 @@ class ReceiveBuffer:
     def capacity(self) -> int:
         return len(self._buf)
 
-    def frame(self, size: int) -> memoryview:
-        if size > self.cap:
-            self.allocations += 1
-            return memoryview(bytearray(size))
+    def _wanted(self, size: int) -> int:
+        """Counts a frame of `size` into the window; the capacity the buffer should have."""
         if size > self._window_max:
             self._window_max = size
         self._count += 1
-        buf = self._buf
-        want = len(buf)
+        want = len(self._buf)
         if self._count >= self.SHRINK_WINDOW:
             if want > 4 * self._window_max:
                 want = 2 * self._window_max
             self._count = self._window_max = 0
-        if size > want:
-            want = min(self.cap, max(size, 2 * want))
+        if size > want:  # (4 more: room for the size prefix in a landing)
+            want = min(self.cap, max(size, 2 * want)) + 4
+        return want
+
+    def frame(self, size: int) -> memoryview:
+        if size > self.cap:
+            self.allocations += 1
+            return memoryview(bytearray(size))
+        want = self._wanted(size)
+        buf = self._buf
         if want != len(buf) or not _unviewed(buf):
             buf = self._buf = bytearray(want)
             self.allocations += 1
         return memoryview(buf)[:size]
+
+    def landing(self) -> memoryview | None:
+        """The whole buffer for the next read, or None while a view of it is alive or it is
+        smaller than a connection's scratch buffer (the first frames grow it through `frame`)."""
+        buf = self._buf
+        if len(buf) < _SCRATCH or not _unviewed(buf):
+            return None
+        return memoryview(buf)
+
+    def landed(self, size: int) -> None:
+        """A frame of `size` bytes was kept in place in a landing: counted into the window as
+        `frame` counts, and the buffer replaced by a smaller one as `frame` replaces it."""
+        want = self._wanted(size + 4)
+        if want < len(self._buf):
+            self._buf = bytearray(want)
+            self.allocations += 1
 
 
 def _unviewed(buf: bytearray) -> bool:
@@ -185,9 +215,17 @@ class _FrameProtocol(asyncio.BufferedProtocol):
     a frame's size prefix says it is larger than `_SMALL_FRAME`, the rest of it is received
     directly into a buffer of its size, which is handed over as it is: a bytearray of its own,
     or a view of the connection's `ReceiveBuffer` when it has one (no allocation per frame).
+    With a `ReceiveBuffer`, a read that starts a frame lands in that buffer when it is free
+    (`ReceiveBuffer.landing`) rather than in `_scratch`: one read takes a large answer the socket
+    holds whole, which stays where it landed; small frames and a partial one's bytes are moved
+    to `_scratch` as if read there. While the rest of a large frame is on its way, the socket's
+    SO_RCVLOWAT is that rest (at most `_LOWAT_MAX`): the loop is woken for it once, not for
+    each 64 KiB segment as the peer sends it (plain TCP only: under TLS the socket's bytes are
+    not the frame's).
     """
 
-    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "transport")
+    __slots__ = ("_conn", "_scratch", "_view", "_start", "_end", "_frame", "_got", "_reuse", "_landing", "_sock",
+                 "_lowat", "transport")
 
     def __init__(self, conn: BrokerConnection, reuse: ReceiveBuffer | None = None) -> None:
         self._conn = conn
@@ -198,15 +236,36 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._frame: bytearray | memoryview | None = None  # a large frame being received, _got bytes so far
         self._got = 0
         self._reuse = reuse
+        self._landing: memoryview | None = None  # the ReceiveBuffer lent to the read in progress
+        self._sock: Any = None  # the socket whose SO_RCVLOWAT follows a large frame's rest
+        self._lowat = 1
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self._reuse is not None and transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                self._sock = sock
+
+    def _wake_at(self, lowat: int) -> None:
+        """Sets SO_RCVLOWAT (a failure leaves the default: woken for every byte)."""
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+        except OSError:
+            self._sock = None
+            return
+        self._lowat = lowat
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
         if frame is not None:
             return memoryview(frame)[self._got:]
+        if self._end == 0 and self._reuse is not None:
+            self._landing = None  # (a read that found nothing does not call buffer_updated)
+            land = self._landing = self._reuse.landing()
+            if land is not None:
+                return land
         if self._end == _SCRATCH:  # move the partial frame to the front
             n = self._end - self._start
             self._scratch[:n] = self._view[self._start:self._end]
@@ -222,35 +281,65 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             self._got += nbytes
             if self._got == len(frame):
                 self._frame = None
+                if self._lowat != 1:
+                    self._wake_at(1)
                 self._conn._on_frame(frame)
+            elif self._sock is not None:
+                self._wait_for_rest()
             return
-        self._end += nbytes
-        view = self._view
+        land = self._landing
+        if land is not None:
+            self._landing = None
+            start = self._cut(land, 0, nbytes, True)
+            if start < nbytes:  # a small frame's first bytes (no more than _SCRATCH): on to _scratch
+                n = nbytes - start
+                self._scratch[:n] = land[start:nbytes]
+                self._start, self._end = 0, n
+        else:
+            self._end += nbytes
+            start = self._start = self._cut(self._view, self._start, self._end, False)
+            if start == self._end:
+                self._start = self._end = 0
+        if self._frame is not None and self._sock is not None:
+            self._wait_for_rest()
+
+    def _wait_for_rest(self) -> None:
+        frame = self._frame
+        assert frame is not None
+        lowat = min(len(frame) - self._got, _LOWAT_MAX)
+        if lowat != self._lowat:
+            self._wake_at(lowat)
+
+    def _cut(self, view: memoryview, start: int, end: int, landed: bool) -> int:
+        """Hands over the whole frames of view[start:end] and starts receiving a large partial
+        one (then returns `end`); returns where the bytes not used yet start. A large frame at
+        the front of a landing (`landed`) that fits in it is kept there."""
         conn = self._conn
-        while self._end - self._start >= 4:
-            start = self._start
+        while end - start >= 4:
             size = _SIZE.unpack_from(view, start)[0]
             if size > _SMALL_FRAME:
-                have = self._end - start - 4
-                if have >= size:  # whole, already here
-                    self._start = start + 4 + size
+                have = end - start - 4
+                whole: bytearray | memoryview
+                if landed and start == 0 and size + 4 <= len(view):
+                    whole = view[4:4 + size]
+                    self._reuse.landed(size)  # type: ignore[union-attr]
+                else:
                     whole = self._large(size)
-                    whole[:] = view[start + 4:start + 4 + size]
+                    whole[:min(have, size)] = view[start + 4:start + 4 + min(have, size)]
+                if have >= size:
+                    start += 4 + size
                     conn._on_frame(whole)
                     continue
-                frame = self._large(size)
-                frame[:have] = view[start + 4:self._end]
-                self._frame, self._got = frame, have
-                self._start = self._end = 0
-                return
-            if self._end - start - 4 < size:
-                return
-            self._start = start + 4 + size
+                self._frame, self._got = whole, have
+                return end
+            if end - start - 4 < size:
+                return start
             conn._on_frame(bytes(view[start + 4:start + 4 + size]))
-        if self._start == self._end:
-            self._start = self._end = 0
+            start += 4 + size
+        return start
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._landing = None
         self._conn._on_lost(exc)
 
 
