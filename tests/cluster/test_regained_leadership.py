@@ -79,7 +79,11 @@ def test_a_deposed_leader_that_truncated_serves_every_offset_when_it_leads_again
     try:
         c.wait_for(lambda: c.leader(TOPIC, 0) == other, 30, "the follower elected when the leader's session expired")
         new = [b"new-%02d-" % i + b"x" * (40 + i) for i in range(30)]  # other sizes: old entries land mid-batch
-        produce_each(c.brokers[other].port, new, 1)
+        # (ZooKeeper names the new leader before its LeaderAndIsr reaches every worker of it: until
+        # then a produce is answered NOT_LEADER_OR_FOLLOWER and not appended)
+        c.wait_for(lambda: _produce_raw(c.brokers[other].port, TOPIC, [new[0]], acks=1)[0] == 0, 15,
+                   "the new leader taking produces")
+        produce_each(c.brokers[other].port, new[1:], 1)
         # What the new leader holds: the common records, maybe the first few of the old leader's own
         # (a fetch parked before the follower stopped is answered, the records that came while the
         # answer was held for more among them, when the follower runs again), the new.
