@@ -346,6 +346,16 @@ def validate_batches(buf, Py_ssize_t max_batch_size):
     return headers
 
 
+cdef inline const uint8_t* skip_field(const uint8_t* p, const uint8_t* rec_end, int32_t least) noexcept nogil:
+    """Past the length-prefixed field at `p` (a key, a value, a header's key or value); NULL when
+    its length is below `least` (-1: null allowed) or it reaches past `rec_end`."""
+    cdef int32_t v
+    cdef Py_ssize_t used = read_varint32(p, rec_end, &v)
+    if used <= 0 or v < least or (v > 0 and v > rec_end - p - used):
+        return NULL
+    return p + used + (v if v > 0 else 0)
+
+
 cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, int64_t seen) noexcept nogil:
     """The end of the record at `p` when it lies wholly in [p, end) and stream_feed would take
     it (offsetDelta `seen`, every field inside it, nothing left over), read in one go; NULL
@@ -373,32 +383,21 @@ cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, in
     if used <= 0 or v != seen:
         return NULL
     p += used
-    for n in range(2):  # key, value
-        used = read_varint32(p, rec_end, &v)
-        if used <= 0 or v < -1:
-            return NULL
-        p += used
-        if v > 0:
-            if v > rec_end - p:
-                return NULL
-            p += v
+    p = skip_field(p, rec_end, -1)  # key
+    if p != NULL:
+        p = skip_field(p, rec_end, -1)  # value
+    if p == NULL:
+        return NULL
     used = read_varint32(p, rec_end, &headers)
     if used <= 0 or headers < 0:
         return NULL
     p += used
     while headers > 0:
-        used = read_varint32(p, rec_end, &v)  # key: never null
-        if used <= 0 or v < 0 or v > rec_end - p - used:
+        p = skip_field(p, rec_end, 0)  # a header's key: never null
+        if p != NULL:
+            p = skip_field(p, rec_end, -1)
+        if p == NULL:
             return NULL
-        p += used + v
-        used = read_varint32(p, rec_end, &v)
-        if used <= 0 or v < -1:
-            return NULL
-        p += used
-        if v > 0:
-            if v > rec_end - p:
-                return NULL
-            p += v
         headers -= 1
     return p if p == rec_end else NULL
 
