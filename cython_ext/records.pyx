@@ -346,6 +346,62 @@ def validate_batches(buf, Py_ssize_t max_batch_size):
     return headers
 
 
+cdef inline const uint8_t* skip_field(const uint8_t* p, const uint8_t* rec_end, int32_t least) noexcept nogil:
+    """Past the length-prefixed field at `p` (a key, a value, a header's key or value); NULL when
+    its length is below `least` (-1: null allowed) or it reaches past `rec_end`."""
+    cdef int32_t v
+    cdef Py_ssize_t used = read_varint32(p, rec_end, &v)
+    if used <= 0 or v < least or (v > 0 and v > rec_end - p - used):
+        return NULL
+    return p + used + (v if v > 0 else 0)
+
+
+cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, int64_t seen) noexcept nogil:
+    """The end of the record at `p` when it lies wholly in [p, end) and stream_feed would take
+    it (offsetDelta `seen`, every field inside it, nothing left over), read in one go; NULL
+    otherwise, and stream_feed walks it byte by byte and names what is wrong. (An uncompressed
+    batch is one piece: every record goes this way.)"""
+    cdef int32_t v
+    cdef int32_t headers
+    cdef Py_ssize_t used
+    cdef const uint8_t* rec_end
+    cdef int n = 0
+    used = read_varint32(p, end, &v)
+    if used <= 0 or v < MIN_RECORD_BODY or v > end - p - used:
+        return NULL
+    p += used
+    rec_end = p + v
+    p += 1  # attributes
+    while True:  # timestamp delta: a varint of at most 10 bytes
+        if p >= rec_end or n == 10:
+            return NULL
+        n += 1
+        p += 1
+        if not (p[-1] & 0x80):
+            break
+    used = read_varint32(p, rec_end, &v)
+    if used <= 0 or v != seen:
+        return NULL
+    p += used
+    p = skip_field(p, rec_end, -1)  # key
+    if p != NULL:
+        p = skip_field(p, rec_end, -1)  # value
+    if p == NULL:
+        return NULL
+    used = read_varint32(p, rec_end, &headers)
+    if used <= 0 or headers < 0:
+        return NULL
+    p += used
+    while headers > 0:
+        p = skip_field(p, rec_end, 0)  # a header's key: never null
+        if p != NULL:
+            p = skip_field(p, rec_end, -1)
+        if p == NULL:
+            return NULL
+        headers -= 1
+    return p if p == rec_end else NULL
+
+
 cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noexcept nogil:
     """Walks one piece of decompressed records; the state carries over to the next piece
     (the same machine as the pure twin's validate_record_stream). Returns STREAM_OK or the
@@ -355,7 +411,14 @@ cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noex
     cdef uint32_t raw
     cdef Py_ssize_t step
     cdef int nxt
+    cdef const uint8_t* rec_end
     while p < end or s.state == S_END:
+        if s.state == S_LENGTH and not s.shift and s.seen < s.count:
+            rec_end = whole_record(p, end, s.seen)
+            if rec_end != NULL:
+                p = rec_end
+                s.seen += 1
+                continue
         if s.state == S_END:
             if s.remaining:
                 s.bad = s.remaining

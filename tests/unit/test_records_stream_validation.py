@@ -52,6 +52,8 @@ def test_records_split_anywhere_across_pieces_validate(twin: ModuleType, chunk: 
     (b"\x04" + _records(1)[1:], 1, "record 0: length 2"),
     (b"", 1, "0 records, recordsCount says 1"),
     (b"\xff\xff\xff\xff\xff\x01", 1, "record 0: varint too long"),
+    (b"\x20\x00" + b"\xff" * 10 + b"\x01\x00\x01\x01\x00", 1, "record 0: varint too long"),  # 11-byte timestamp
+    (b"\x1e\x00" + b"\xff" * 9 + b"\x01\x00\x01\x01\x00", 2, "1 records, recordsCount says 2"),  # 10 bytes: fine
 ])
 def test_malformed_record_streams_are_corrupt(twin: ModuleType, raw: bytes, count: int, message: str) -> None:
     for chunk in (1, 5, 1 << 17):
@@ -165,6 +167,44 @@ def test_twins_agree_on_mutated_compressed_batches(which: int, chunk: int, edits
     assert outcome(compiled, mutated[0], False) == outcome(pure, mutated[0], False)
     for data in mutated[1:]:
         assert outcome(compiled, data, True) == outcome(pure, data, True)
+
+
+def _extreme_records() -> bytes:
+    """Records whose varints take their longest legal forms (a 10-byte timestamp delta, 5-byte
+    lengths), empty and null fields, and several headers."""
+    encode = native.load_pure("records").encode_record
+    return b"".join([encode(0, -(1 << 63), b"k", b"v", [("h", b"x")]),
+                     encode(1, (1 << 63) - 1, None, None, []),
+                     encode(2, 0, b"", b"", [("", b""), ("h2", None), ("h3", b"y" * 200)]),
+                     encode(3, -1, b"k" * 300, b"v" * 70_000, [])])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=0, max_size=3),
+       cut=st.integers(0, 3), count=st.integers(3, 5), chunk=st.sampled_from([1, 2, 9, 1 << 20]))
+def test_twins_agree_on_uncompressed_record_streams_whole_or_in_pieces(edits, cut: int, count: int,
+                                                                         chunk: int) -> None:
+    """The compiled twin reads a record lying wholly in its piece in one go (an uncompressed
+    batch is one piece) and walks the others byte by byte: both ways, and the pure twin, give
+    the same answer and the same error for records mutated anywhere."""
+    compiled = native.load_compiled("records")
+    pure = native.load_pure("records")
+    raw = bytearray(_extreme_records())
+    head = len(raw) - 70_000 - 300 - 12  # edits land before the long value mostly
+    for pos, value in edits:
+        raw[pos % head] = value
+    data = bytes(raw[: len(raw) - cut])
+
+    def outcome(twin: ModuleType, size: int):
+        try:
+            return ("ok", twin.validate_record_stream(iter_decompressed(CODEC_NONE, data, chunk=size), count, 1 << 20))
+        except (CorruptMessageError, MessageTooLargeError) as exc:
+            return (type(exc).__name__, str(exc))
+
+    whole = outcome(compiled, len(data) + 1)
+    assert whole == outcome(compiled, chunk) == outcome(pure, len(data) + 1)
+    if not edits and not cut:
+        assert (whole[0] == "ok") == (count == 4)
 
 
 def test_zstd_batches_validate_concurrently_in_several_threads() -> None:
