@@ -1,5 +1,5 @@
 """Fixtures for the Spark tests: one local[2] SparkSession, kept small, shared by every test
-module that takes it (starting one is 10-15 s of a JVM's CPU; the tests set no session
+module that takes it (starting one and its first job is 8-10 s of CPU; the tests set no session
 configuration and name their temporary views apart). A module that needs a SparkSession of
 its own (the standalone cluster's) stops the shared one first (one SparkContext per
 process); the next module that takes it starts it again. tests/conftest.py stops it when
