@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -53,6 +54,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "in_cluster_only(**params): of a test taking the `kafka` fixture, run "
                             "against the cluster only the parametrisations whose values are listed "
                             "(e.g. codec=['none', 'lz4']); the single node runs all")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stops the Spark tests' shared SparkSession (tests/integration/spark_fixtures.py), if one ran."""
+    spark_fixtures = sys.modules.get("tests.integration.spark_fixtures")
+    if spark_fixtures is not None:
+        spark_fixtures.stop_shared_spark_session()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -76,26 +76,30 @@ class StandaloneCluster:
                    PYSPARK_PYTHON=sys.executable)
         return env
 
-    def _start(self, name: str, args: list[str], port: int) -> None:
+    def _launch(self, name: str, args: list[str], port: int) -> tuple[int, subprocess.Popen, Path]:
         log = self.root / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=self._env(), stdout=out,
                                     stderr=subprocess.STDOUT, cwd=str(self.root), start_new_session=True)
         self.procs.append(proc)
-        _wait_port(port, proc, log)
+        return port, proc, log
 
     def start(self) -> StandaloneCluster:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
-        self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                               str(self.port), "--webui-port", str(free_port())], self.port)
-        for i in range(self.workers):
+        _wait_port(*self._launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                                            str(self.port), "--webui-port", str(free_port())], self.port))
+        launched = []
+        for i in range(self.workers):  # all at once: each JVM's start-up is seconds of CPU
             work = self.root / f"worker{i}"
             work.mkdir()
             self.worker_dirs.append(work)
             port = free_port()
-            self._start(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                                       "--port", str(port), "--webui-port", str(free_port()), "--cores", "1",
-                                       "--memory", self.worker_memory, "--work-dir", str(work)], port)
+            launched.append(self._launch(f"worker{i}", [
+                "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--port", str(port),
+                "--webui-port", str(free_port()), "--cores", "1", "--memory", self.worker_memory,
+                "--work-dir", str(work)], port))
+        for worker in launched:
+            _wait_port(*worker)
         self._wait_registered()
         return self
 

@@ -1,4 +1,9 @@
-"""Fixtures for the Spark tests: one local[2] SparkSession per test module, kept small.
+"""Fixtures for the Spark tests: one local[2] SparkSession, kept small, shared by every test
+module that takes it (starting one and its first job is 8-10 s of CPU; the tests set no session
+configuration and name their temporary views apart). A module that needs a SparkSession of
+its own (the standalone cluster's) stops the shared one first (one SparkContext per
+process); the next module that takes it starts it again. tests/conftest.py stops it when
+the session ends.
 
 The `kafkafast` data source lives in `spark/pyspark_kafkafast`; Spark's Python workers find
 it (and the `kafkafast` client) through PYTHONPATH, set before the JVM starts so every
@@ -50,8 +55,28 @@ def make_spark_session(app: str = "kafkafast-tests"):
     return spark
 
 
+_shared: list = []  # the shared session, while one runs
+
+
+def shared_spark_session():
+    """The shared local[2] SparkSession (started on first use, or again after
+    `stop_shared_spark_session`, or once something else stopped it)."""
+    if _shared and _shared[0].sparkContext._jsc is None:  # stopped (pyspark's SparkContext.stop)
+        _shared.clear()
+    if not _shared:
+        _shared.append(make_spark_session())
+    return _shared[0]
+
+
+def stop_shared_spark_session() -> None:
+    while _shared:
+        _shared.pop().stop()
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator:
-    session = make_spark_session()
+    session = shared_spark_session()
     yield session
-    session.stop()
+    # what a module started it leaves stopped: no streaming query runs on into the next module
+    for query in session.streams.active:
+        query.stop()

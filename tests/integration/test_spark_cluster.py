@@ -23,6 +23,7 @@ from tests.integration.spark_cluster import (
     package_archive,
     wait_executors,
 )
+from tests.integration.spark_fixtures import stop_shared_spark_session
 from tests.integration.spark_topics import check_query, consume_all, create_topic, fill
 
 pytestmark = pytest.mark.timeout(400)
@@ -49,6 +50,7 @@ def spark(cluster, tmp_path_factory):
         [str(REPO / "spark"), str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     sys.path[:0] = [p for p in (str(REPO / "spark"),) if p not in sys.path]
     archive = package_archive(tmp_path_factory.mktemp("archive"))
+    stop_shared_spark_session()  # one SparkContext per process: the shared local one would be returned
     session = cluster_session(cluster, archive)
     wait_executors(session, 2)
     yield session

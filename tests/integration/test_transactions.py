@@ -282,7 +282,7 @@ def test_broker_killed_between_end_txn_and_markers_completes_after_restart(txn_b
 def test_spark_source_reads_committed_records_only(txn_broker):
     from confluent_kafka import Producer
 
-    from tests.integration.spark_fixtures import make_spark_session
+    from tests.integration.spark_fixtures import shared_spark_session
 
     bs = txn_broker.bootstrap_servers
     p = Producer({"bootstrap.servers": bs, "transactional.id": "spark-txn", "transaction.timeout.ms": 600000})
@@ -296,19 +296,17 @@ def test_spark_source_reads_committed_records_only(txn_broker):
     p.begin_transaction()  # open: beyond the last stable offset
     p.produce("spark-txn", value=b"open", partition=0)
     p.flush(30)
-    session = make_spark_session("kafkafast-txn")
-    try:
-        def values(**options) -> list[bytes]:
-            r = session.read.format("kafkafast").option("kafka.bootstrap.servers", bs).option("subscribe", "spark-txn")
-            for k, v in options.items():
-                r = r.option(k, v)
-            return [bytes(row.value) for row in r.load().orderBy("offset").collect()]
+    session = shared_spark_session()  # (the open transaction is left to the broker, killed at the end)
 
-        assert values(**{"kafka.isolation.level": "read_committed"}) == (
-            [b"0-%d" % j for j in range(5)] + [b"2-%d" % j for j in range(5)])
-        assert len(values()) == 16  # read_uncommitted: the aborted and the open ones too
-    finally:
-        session.stop()  # (the open transaction is left to the broker, killed at the end)
+    def values(**options) -> list[bytes]:
+        r = session.read.format("kafkafast").option("kafka.bootstrap.servers", bs).option("subscribe", "spark-txn")
+        for k, v in options.items():
+            r = r.option(k, v)
+        return [bytes(row.value) for row in r.load().orderBy("offset").collect()]
+
+    assert values(**{"kafka.isolation.level": "read_committed"}) == (
+        [b"0-%d" % j for j in range(5)] + [b"2-%d" % j for j in range(5)])
+    assert len(values()) == 16  # read_uncommitted: the aborted and the open ones too
 
 
 def test_coordinator_apis_at_the_protocol_level(txn_broker):

@@ -73,11 +73,9 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark():
-    from tests.integration.spark_fixtures import make_spark_session
+    from tests.integration.spark_fixtures import shared_spark_session
 
-    session = make_spark_session("kafkafast-security-tests")
-    yield session
-    session.stop()
+    return shared_spark_session()
 
 
 def security(pki, mechanism: str = "PLAIN") -> dict[str, str]:
