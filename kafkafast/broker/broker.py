@@ -44,6 +44,7 @@ from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol import api
 from kafkafast.protocol import errors as E
 from kafkafast.protocol.errors import CloseConnection  # also kafkafast.broker.broker.CloseConnection, as before
+from kafkafast.protocol.later import LaterAnswer
 from kafkafast.protocol.primitives import DecodeError
 from kafkafast.storage.cleaner import LogCleaner
 from kafkafast.storage.config import LogConfig
@@ -466,6 +467,8 @@ class Broker:
         ctx = RequestContext(header, api_version, header.client_id, conn, internal)
         if internal or not self.quotas.active():
             response = await spec.func(self, ctx, request, api_version)
+            if isinstance(response, LaterAnswer):  # a parked acks=all produce: encoded when answered
+                return response  # type: ignore[return-value]
             if request_metrics.active and not internal and api_key <= 1:  # Produce, Fetch
                 request_metrics.answered(api_key, request, response)
             if response is None:

@@ -28,7 +28,8 @@ a non-owner's shared-mode writer) is kept in plain fields beside it.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from kafkafast.broker.follower_state import FollowerState
 from kafkafast.protocol import errors as E
@@ -220,15 +221,15 @@ class Partition:
                 new_hw = leo
         st.high_watermark = new_hw
         st.last_stable_offset = self.log.last_stable_offset(new_hw)
-        if self.hw_waiters:  # first: the produces answered resume before the fetches woken below
+        if self.hw_waiters:  # first: the produces are answered before the fetches woken below
+            waiting, self.hw_waiters = self.hw_waiters, []
             still = []
-            for offset, fut in self.hw_waiters:
+            for offset, done in waiting:
                 if offset <= new_hw:
-                    if not fut.done():
-                        fut.set_result(0)
+                    done(0)  # in this call: a parked produce writes its answer now (issue 25)
                 else:
-                    still.append((offset, fut))
-            self.hw_waiters = still
+                    still.append((offset, done))
+            self.hw_waiters = still + self.hw_waiters if self.hw_waiters else still
         self.wake_everywhere()
         return True
 
@@ -242,23 +243,31 @@ class Partition:
             return await self.home.wait_for_hw(self, offset, timeout_s)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self.hw_waiters.append((offset, fut))
+        self.hw_waiters.append((offset, partial(_settle, fut)))
         # the future itself is awaited (not through asyncio.wait_for, whose own waiter costs a
-        # loop pass): the produce resumes on the pass after the Fetch that moved the watermark
-        timer = loop.call_later(timeout_s, _time_out, fut)
+        # loop pass): the waiter resumes on the pass after the Fetch that moved the watermark
+        timer = loop.call_later(timeout_s, _settle, fut, E.ErrorCode.REQUEST_TIMED_OUT)
         try:
             return await fut
         finally:
             timer.cancel()
 
+    def on_hw(self, offset: int, done: Callable[[int], None]) -> None:
+        """Calls `done(0)` in the call that moves the high watermark to `offset` or past it,
+        `done(code)` when parked waits are failed (`fail_waiters`); a caller checks the high
+        watermark first, and times out on its own (`done` may then still be called: it
+        ignores a second call). Without a coroutine resuming a pass later: a parked acks=all
+        produce (broker/handlers/produce.py) writes its answer within the follower Fetch that
+        moved the watermark. Only for a replica kept here (not `home.remote`)."""
+        self.hw_waiters.append((offset, done))
+
     def fail_waiters(self, code: int) -> None:
         """Answers every parked acks=all produce with `code` (leadership moved)."""
         waiters, self.hw_waiters = self.hw_waiters, []
-        for _, fut in waiters:
-            if not fut.done():
-                fut.set_result(code)
+        for _, done in waiters:
+            done(code)
 
 
-def _time_out(fut: asyncio.Future) -> None:
+def _settle(fut: asyncio.Future, code: int) -> None:
     if not fut.done():
-        fut.set_result(E.ErrorCode.REQUEST_TIMED_OUT)
+        fut.set_result(code)

@@ -346,10 +346,12 @@ def _topic(topic: str) -> tuple[Any, Any, Any]:
 
 
 def observe(frame: Any, parts: list | None, started: float, arrived: float | None = None,
-            handled: float | None = None, sent: float | None = None) -> None:
+            handled: float | None = None, sent: float | None = None, remote_s: float | None = None) -> None:
     """Records one answered request (see the module docstring): `clock()` readings when its
     frame was wholly read (None: a forwarded request), its handler started, its handler
-    returned and its response was written. Never raises."""
+    returned and its response was written; `remote_s`, its remote time when not in the
+    current request's account (a parked produce answered from another request's call).
+    Never raises."""
     try:
         now = clock()
         handled = now if handled is None else handled
@@ -364,8 +366,9 @@ def observe(frame: Any, parts: list | None, started: float, arrived: float | Non
                 *(_TIMES[t].labels(name) for t in REQUEST_TIMES))
         _add(children[0]._value, 1.0)
         _add(children[1]._value, 1.0)
-        account = _remote.get()
-        remote_s = account[0] if account is not None else 0.0
+        if remote_s is None:
+            account = _remote.get()
+            remote_s = account[0] if account is not None else 0.0
         _observe(children[2], (sent - (started if arrived is None else arrived)) * 1000.0)
         if arrived is not None:
             _observe(children[3], (started - arrived) * 1000.0)

@@ -4,10 +4,13 @@ Framing: a 4-byte big-endian size, then the request. A size below 8 or above
 `socket.request.max.bytes` closes the connection at once. Requests on one connection are
 handled one at a time, in order, as Kafka does (responses must come back in request
 order); reading pauses while MAX_QUEUED frames wait. One exception (issue 25): an acks=all
-Produce runs as a task of its own, and once its appends are done (its handler calls
-`appended()`) the connection handles the next requests while it waits for replication, up
-to MAX_IN_FLIGHT of them; every answer is still written after all earlier ones, and the
-next request starts only after the appends of the one before (see docs/ARCHITECTURE.md).
+Produce whose appends are done parks (its handler returns a `LaterAnswer`, `_park`) and the
+connection handles its next requests in the same loop pass while it waits for replication,
+up to MAX_IN_FLIGHT of them; its answer is written in the call that completes it (the
+high-watermark move) once every earlier answer is (`_flush`), and the next request starts
+only after the appends of the one before. With fault injection or client quotas the produce
+runs as a task of its own instead (`_start_produce`, the handler calling `appended()`), with
+the same order (see docs/ARCHITECTURE.md).
 
 Receiving (a BufferedProtocol): the socket is read into a per-connection scratch buffer,
 from which frames up to SMALL_FRAME bytes are cut out. A larger frame (a produce request)
@@ -53,6 +56,7 @@ from collections import deque
 from typing import Any, Callable
 
 from kafkafast.protocol.errors import CloseConnection
+from kafkafast.protocol.later import LaterAnswer
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol.primitives import FileRegion
 from kafkafast.security.context import security_of
@@ -136,7 +140,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.paused = False
         self.busy = False  # sets `handling`: a request's handler runs (`busy` also counts waiting answers)
         self._appended: asyncio.Future | None = None  # set by `appended()` (see _start_produce)
-        self.in_flight: deque[asyncio.Task] = deque()  # answers of acks=all produces still waiting, in order
+        self.in_flight: deque[asyncio.Future] = deque()  # answers of acks=all produces still waiting, in order
+        self.parking = False  # the request being dispatched may answer later (`LaterAnswer`, see _park)
+        self._parked: dict[asyncio.Future, _Parked] = {}  # the in_flight entries of parked produces
         self.throttled_until = 0.0  # monotonic time before which no request is read (client quotas)
         self.peer = None
         self._drain_waiter: asyncio.Future | None = None
@@ -405,7 +411,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     parts = screen(self, frame) if self.session is not None else None
                     if parts is None:
                         if self.overlap_produces and _acks_all_produce(frame):
-                            overlapped = await self._start_produce(frame, started, arrived)
+                            if self.test_control is None and not self._quotas_active():
+                                self.parking = True
+                                try:
+                                    parts = await self._dispatch(frame)
+                                finally:
+                                    self.parking = False
+                                if isinstance(parts, LaterAnswer):
+                                    overlapped = self._park(parts, frame, started, arrived)
+                                    parts = None
+                            else:
+                                overlapped = await self._start_produce(frame, started, arrived)
                         else:
                             parts = await self._dispatch(frame)
                     if self.admission is not None and self.admission.pending and self.session.authenticated:
@@ -477,6 +493,65 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _answered(self, answer: asyncio.Task) -> None:
         self.in_flight.remove(answer)
+        if self._parked:
+            self._flush()
+
+    def _quotas_active(self) -> bool:
+        quotas = getattr(self.broker, "quotas", None)  # (a test's stand-in broker has none)
+        return quotas is not None and quotas.active()
+
+    def _park(self, later: LaterAnswer, frame: Any, started: float, arrived: float | None) -> bool:
+        """An acks=all produce whose appends are done and whose handler returned a
+        `LaterAnswer` (broker/handlers/produce.py `ParkedProduce`): it joins `in_flight`, and
+        the connection goes on with its next request in this same loop pass (no task, no
+        future to resume). Its answer comes in the call that completes it (the follower
+        Fetch's high-watermark move) and is written in that call too, once every earlier
+        answer is (`_flush`). True (it is in `in_flight`)."""
+        slot = asyncio.get_running_loop().create_future()
+        parked = self._parked[slot] = _Parked(frame, started, arrived)
+        self.in_flight.append(slot)
+
+        def deliver(parts: list | None, remote_s: float) -> None:
+            parked.parts, parked.remote_s, parked.ready = parts, remote_s, True
+            parked.handled = request_metrics.clock()
+            self._flush()
+
+        later.answer_later(deliver)
+        return True
+
+    def _flush(self) -> None:
+        """Writes the parked answers that are ready and follow only written ones, in order
+        (produce answers are bytes: written at once, the transport buffers what the socket
+        does not take yet)."""
+        in_flight, parked_answers = self.in_flight, self._parked
+        i = 0
+        while i < len(in_flight):
+            slot = in_flight[i]
+            if slot.done():  # a task answered already (`_answered` removes it)
+                i += 1
+                continue
+            parked = parked_answers.get(slot)
+            if parked is None or not parked.ready:
+                return
+            del in_flight[i]
+            del parked_answers[slot]
+            parts = parked.parts
+            if parts is None:
+                log.error("a parked produce from %s failed; closing the connection", self.peer)
+                self.abort()
+            elif not self.closing:
+                t = self.transport
+                for part in parts:
+                    t.write(part)  # type: ignore[union-attr]
+                if self.limits is not None:
+                    self.last_active, self.activity = self.limits.touch()
+            if request_metrics.active:
+                request_metrics.observe(parked.frame, parts, parked.started, parked.arrived, parked.handled,
+                                        request_metrics.clock(), remote_s=parked.remote_s)
+            parked.parts = None
+            self._recycle(parked.frame)
+            parked.frame = None
+            slot.set_result(None)
 
     async def _earlier_answers(self) -> None:
         """Until every request still in progress is answered (or dropped with the connection)."""
@@ -656,3 +731,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             offset += sent
             remaining -= sent
+
+
+class _Parked:
+    """A parked produce's place in its connection's answers (`KafkaConnection._park`)."""
+    __slots__ = ("frame", "started", "arrived", "handled", "parts", "remote_s", "ready")
+
+    def __init__(self, frame: Any, started: float, arrived: float | None) -> None:
+        self.frame = frame
+        self.started = started
+        self.arrived = arrived
+        self.handled = 0.0
+        self.parts: list | None = None
+        self.remote_s = 0.0
+        self.ready = False

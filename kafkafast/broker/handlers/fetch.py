@@ -599,13 +599,16 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
 
 async def _appends_first() -> None:
     """APPEND_PASSES loop passes between a parked follower fetch's wake-up and its read. The
-    append that woke it may have a produce queued behind it on its connection (librdkafka keeps
-    5 in flight, each to one partition): the connection starts that produce the pass after the
-    append and it appends in the pass after that (runtime/connection.py), while the woken fetch
-    would read in the first. Read then, the answer left that partition's records behind and
-    its produce waited a whole follower round more (18% of produce and follower pairs under
-    rdkafka_performance load, perf/results/cluster.md "A woken follower Fetch reads two passes
-    later"). Nothing timed: a pass of an idle loop is microseconds."""
+    append that woke it may have produces close behind it (librdkafka keeps 5 in flight per
+    connection, each to one partition): one already queued on its connection appends in the
+    same pass (the connection dispatches it as soon as the previous one parks,
+    runtime/connection.py), but one whose bytes are read in the next pass appends in the pass
+    after that, while the woken fetch would read in the first. Read then, the answer left that
+    partition's records behind and its produce waited a whole follower round more (18% of
+    produce and follower pairs under rdkafka_performance load when the queued produce still
+    appended two passes later, perf/results/cluster.md "A woken follower Fetch reads two
+    passes later"; with it appending at once, 0 passes measured no better: "Parked acks=all
+    produces"). Nothing timed: a pass of an idle loop is microseconds."""
     for _ in range(APPEND_PASSES):
         await asyncio.sleep(0)
 

@@ -32,11 +32,14 @@ compacted topic are validated as the append validates them, then decoded (decomp
 when compressed); other topics' batches stay opaque.
 """
 import asyncio
+import logging
 
 from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
 from kafkafast.protocol._generated.produce import ProduceRequest, ProduceResponse
 from kafkafast.protocol import errors as E
+from kafkafast.protocol.api import encode_response
+from kafkafast.protocol.later import LaterAnswer
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.records import validate_compressed_records
 from kafkafast.records.batch import decode_batch, validate_batches
@@ -47,6 +50,7 @@ from kafkafast.security.context import denied
 PartResp = ProduceResponse.PartitionProduceResponse
 TopicResp = ProduceResponse.TopicProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
+log = logging.getLogger("kafkafast.produce")
 SHOWN_RECORD_ERRORS = 3  # how many record errors error_message repeats, as Kafka does
 
 
@@ -189,6 +193,9 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
         if acks == -1 and resp is not None and resp.error_code == 0:  # the log end now covers the batch
             waits.append((tr, i, part, part.log.state.log_end_offset, part.leading_since))
     if waits:
+        if getattr(ctx.conn, "parking", False):  # answered by the high-watermark move itself
+            return ParkedProduce(broker, ctx, _response(broker, ctx, responses, hinted), waits,
+                                 max(req.timeout_ms, 0) / 1000.0)
         if ctx.conn is not None:  # appended: the connection may handle its next request meanwhile
             ctx.conn.appended()
         await _wait_for_replication(broker, waits, max(req.timeout_ms, 0) / 1000.0)
@@ -201,6 +208,10 @@ async def handle(broker, ctx, req: ProduceRequest, version: int):
                 f"{tr.name}-{r.index} error {r.error_code}" for tr in responses for r in tr.partition_responses
                 if r is not None and r.error_code))
         return None
+    return _response(broker, ctx, responses, hinted)
+
+
+def _response(broker, ctx, responses: list, hinted: set[int]) -> ProduceResponse:
     endpoints = [ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=r)
                  for i, h, p, r in broker.control.brokers_for(ctx) if i in hinted] if hinted else []
     return ProduceResponse(responses=responses, throttle_time_ms=0, node_endpoints=endpoints)
@@ -234,6 +245,13 @@ async def _wait_for_replication(broker, waits: list, timeout_s: float) -> None:
                                                               for _, _, part, offset, _ in waits)))
     else:
         codes = await request_metrics.remote(_waited_in_turn(waits, timeout_s))
+    _waited(broker, waits, codes)
+
+
+def _waited(broker, waits: list, codes: list[int]) -> None:
+    """The answers of the partitions waited for, by their wait's code (0: the high watermark
+    passed their batch): an ISR fallen below min.insync.replicas meanwhile answers
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
     for (tr, i, part, _, _), code in zip(waits, codes):
         if code == 0 and broker.replicas.isr_error(part):
             code = E.ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
@@ -261,3 +279,89 @@ async def _waited_in_turn(waits: list, timeout_s: float) -> list[int]:
         else:
             codes.append(await part.wait_for_hw(offset, max(deadline - loop.time(), 0.0)))
     return codes
+
+
+class ParkedProduce(LaterAnswer):
+    """An acks=all produce appended here, parked until its partitions' high watermarks pass
+    its batches (issue 25), as `_waited_in_turn` waits but without a coroutine: each partition
+    in turn, leadership checked before its wait (`leading_since`), one `Partition.on_hw`
+    registration and one timer per request. The wait that passes the last partition builds
+    the answer and hands it to the connection (`answer_later`) in the very call that moved the
+    high watermark (the follower Fetch's), so the connection writes it on that loop pass (a
+    resumed coroutine would write it a pass later). Partitions kept by other workers are
+    waited for at once by a task, as `_wait_for_replication` does."""
+    __slots__ = ("broker", "ctx", "response", "waits", "codes", "timeout_s", "deliver", "timer",
+                 "expired", "parked_at")
+
+    def __init__(self, broker, ctx, response: ProduceResponse, waits: list, timeout_s: float) -> None:
+        self.broker = broker
+        self.ctx = ctx
+        self.response = response
+        self.waits = waits
+        self.codes: list[int] = []
+        self.timeout_s = timeout_s
+        self.deliver = None
+        self.timer = None
+        self.expired = False
+        self.parked_at = request_metrics.clock() if request_metrics.active else 0.0
+
+    def answer_later(self, deliver) -> None:
+        self.deliver = deliver
+        if any(part.home.remote for _, _, part, _, _ in self.waits):
+            task = asyncio.ensure_future(asyncio.gather(*(part.wait_for_hw(offset, self.timeout_s)
+                                                          for _, _, part, offset, _ in self.waits)))
+            task.add_done_callback(self._gathered)
+            return
+        self.timer = asyncio.get_running_loop().call_later(self.timeout_s, self._timed_out)
+        self._next()
+
+    def _next(self) -> None:
+        codes, waits = self.codes, self.waits
+        while len(codes) < len(waits):
+            _, _, part, offset, since = waits[len(codes)]
+            if not part.is_leader or part.leading_since != since:
+                codes.append(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif part.state.high_watermark >= offset:
+                codes.append(0)
+            elif self.expired:
+                codes.append(E.ErrorCode.REQUEST_TIMED_OUT)
+            else:
+                part.on_hw(offset, self._passed)
+                return
+        self._finish()
+
+    def _passed(self, code: int) -> None:
+        """The partition waited for: its high watermark passed (0), or its wait failed."""
+        if self.deliver is not None:
+            self.codes.append(code)
+            self._next()
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        self.expired = True
+        self._passed(E.ErrorCode.REQUEST_TIMED_OUT)
+
+    def _gathered(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is not None:
+            self.codes = [E.ErrorCode.REQUEST_TIMED_OUT] * len(self.waits)
+        else:
+            self.codes = list(task.result())
+        self._finish()
+
+    def _finish(self) -> None:
+        deliver, self.deliver = self.deliver, None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        parts = None
+        try:
+            _waited(self.broker, self.waits, self.codes)
+            ctx, response = self.ctx, self.response
+            if request_metrics.active:
+                request_metrics.answered(0, None, response)
+            parts = encode_response(0, ctx.api_version, ctx.header.correlation_id, response)
+        except Exception:  # noqa: BLE001 - the connection closes (parts None) rather than never answering
+            log.exception("answering a parked produce failed")
+        remote_s = request_metrics.clock() - self.parked_at if request_metrics.active else 0.0
+        self.waits = self.response = None
+        deliver(parts, remote_s)
