@@ -262,6 +262,11 @@ class SparseIndex:
     def flush(self) -> None:
         self._w.flush()
 
+    @property
+    def writer_fd(self) -> int:
+        """The file's descriptor (-1 once closed): duplicated for a sync off the loop (storage/log.py)."""
+        return self._w._fd
+
     def rename(self, new_path: str) -> None:
         self._w.rename(new_path)
 

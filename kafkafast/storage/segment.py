@@ -11,6 +11,7 @@ from kafkafast.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header,
 from kafkafast.storage.config import LogConfig
 from kafkafast.storage.offset_index import OffsetIndex
 from kafkafast.storage.time_index import TimeIndex
+from kafkafast.storage.writeback import WRITEBACK_BYTES, start_writeback
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -97,7 +98,7 @@ class LogSegment:
     """
 
     __slots__ = ("dir", "base_offset", "suffix", "fd", "size", "offset_index", "time_index",
-                 "max_timestamp", "offset_of_max_timestamp", "first_append_ms", "next_offset")
+                 "max_timestamp", "offset_of_max_timestamp", "first_append_ms", "next_offset", "written_back")
 
     def __init__(self, dir: str, base_offset: int, suffix: str, fd: int, size: int,
                  offset_index: OffsetIndex, time_index: TimeIndex) -> None:
@@ -112,6 +113,7 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.first_append_ms = -1
         self.next_offset = base_offset
+        self.written_back = size  # where the last early writeback ended (see `append`)
 
     # -- files -------------------------------------------------------------------------
 
@@ -211,6 +213,8 @@ class LogSegment:
         view = memoryview(data)
         total = len(view)
         pos = self.size
+        if self.written_back > pos:  # truncated since
+            self.written_back = pos
         written = os.pwrite(self.fd, view, pos)
         while written < total:  # regular files do not write short, except on ENOSPC-like paths
             n = os.pwrite(self.fd, view[written:], pos + written)
@@ -226,11 +230,15 @@ class LogSegment:
         if self.first_append_ms < 0:
             self.first_append_ms = now_ms
         self.size = pos
+        if pos - self.written_back >= WRITEBACK_BYTES:  # the disk write starts now (storage/writeback.py)
+            start_writeback(self.fd, self.written_back, pos - self.written_back)
+            self.written_back = pos
 
     def truncate_bytes(self, size: int) -> None:
         """Undo a failed write (the file goes back to `size` bytes)."""
         os.ftruncate(self.fd, size)
         self.size = size
+        self.written_back = min(self.written_back, size)
 
     def on_become_inactive(self) -> None:
         """Roll / clean close: the time index's last entry becomes the segment's max timestamp."""
