@@ -15,8 +15,9 @@ from typing import Callable
 
 
 class LaterAnswer:
+    """A marker base (a plain class: `isinstance` against it runs on every request's answer,
+    Broker.dispatch). A subclass defines `answer_later(deliver)`, which calls `deliver`
+    exactly once, with the encoded answer, when it is known (maybe at once)."""
     __slots__ = ()
 
-    def answer_later(self, deliver: Callable[[list, float], None]) -> None:
-        """Calls `deliver` exactly once, with the encoded answer, when it is known (maybe at once)."""
-        raise NotImplementedError
+    answer_later: Callable[[Callable[[list | None, float], None]], None]

@@ -558,7 +558,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.in_flight:
             await asyncio.wait((self.in_flight[-1],))
 
-    async def _produce(self, earlier: asyncio.Task | None, frame: Any, started: float, arrived: float | None) -> None:
+    async def _produce(self, earlier: asyncio.Future | None, frame: Any, started: float, arrived: float | None) -> None:
         """An acks=all Produce handled and answered in one task: the answer is written in the
         step that ends the handler's wait (the pass after the follower Fetch that moved the high
         watermark), once `earlier` (the answer before it on this connection) is written."""
