@@ -985,16 +985,30 @@ class Log:
         self.delete_pending_files(now)
         return n
 
-    def delete_pending_files(self, now_ms: int) -> int:
-        """Unlink `.deleted` files whose file.delete.delay.ms has passed; how many."""
-        due = [p for t, p in self._pending_deletes if t <= now_ms]
+    def delete_pending_files(self, now_ms: int, *, in_place: bool = False) -> int:
+        """Unlink `.deleted` files whose file.delete.delay.ms has passed; how many.
+
+        On an event loop the process's flush thread unlinks them, as Kafka's scheduler deletes
+        a segment's files off the request path: unlinking a 64 MiB segment whose pages are
+        clean took 23 ms here (the kernel frees every cached page), retention makes several
+        partitions' segments due together, and every request of the broker waited behind the
+        unlinks. `in_place` (a closing log) or no running loop: unlinked before returning."""
+        if not self._pending_deletes:
+            return 0
+        due = [path for t, paths in self._pending_deletes if t <= now_ms for path in paths]
+        if not due:
+            return 0
         self._pending_deletes = [(t, p) for t, p in self._pending_deletes if t > now_ms]
-        n = 0
-        for paths in due:
-            for path in paths:
-                _unlink(path)
-                n += 1
-        return n
+        if not in_place:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                _flush_thread().submit(_unlink_all, due)
+                return len(due)
+        _unlink_all(due)
+        return len(due)
 
     def _set_log_start(self, offset: int) -> None:
         self.log_start_offset = offset
@@ -1164,7 +1178,7 @@ class Log:
             for seg in self._segments:
                 seg.close()
             self.reader.close()
-            self.delete_pending_files(1 << 62 if clean else 0)
+            self.delete_pending_files(1 << 62 if clean else 0, in_place=True)
         return complete
 
     def __repr__(self) -> str:
@@ -1188,6 +1202,16 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _unlink_all(paths: list[str]) -> None:
+    """Unlink each path; one that cannot be is logged and the rest still go (a `.deleted` file
+    left over is removed by the next load of the log)."""
+    for path in paths:
+        try:
+            _unlink(path)
+        except OSError as exc:
+            logger.error("could not delete %s: %s", path, exc)
 
 
 __all__ = ["AppendResult", "LoadStats", "Log", "scan_to_offset"]

@@ -1,7 +1,8 @@
 """Rolled segments are synced by the process's flush thread when the log's maintenance runs
 on an event loop (storage/log.py `_flush_rolled_in_background`): the loop's call returns
 before the sync, the recovery point moves once the thread is done, a truncation meanwhile
-moves nothing, and without a loop the sync stays in place."""
+moves nothing, and without a loop the sync stays in place. Retention's `.deleted` files are
+unlinked by the same thread on a loop, in place when the log closes."""
 from __future__ import annotations
 
 import asyncio
@@ -120,4 +121,66 @@ def test_a_clean_flush_syncs_segments_whose_background_sync_is_still_running(tmp
         release.set()
         await _until(lambda: log._flushing is None)
         assert log.recovery_point == log.log_end_offset  # the late completion moves nothing back
+    asyncio.run(main())
+
+
+def _hold_the_flush_thread() -> threading.Event:
+    """Occupy the flush thread until the returned event is set."""
+    from kafkafast.storage.log import _flush_thread
+    release, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        release.wait(10)
+    _flush_thread().submit(hold)
+    assert started.wait(10)
+    return release
+
+
+def _deleted_files(log: Log) -> list[str]:
+    return [n for n in os.listdir(log.dir) if n.endswith(".deleted")]
+
+
+def _retained_log(tmp_path, delete_delay_ms: int) -> Log:
+    """A log of several rolled segments, all past retention.bytes=0 once the high watermark is at its end."""
+    cfg = LogConfig.from_props({"segment.bytes": "600", "retention.bytes": "0",
+                                "file.delete.delay.ms": str(delete_delay_ms)})
+    log = Log.open(str(tmp_path / "t-0"), "t", 0, cfg, needs_recovery=False, recovery_point=0)
+    for _ in range(12):
+        log.append(_batch(), 0, now_ms=1)
+    log.state.high_watermark = log.log_end_offset
+    return log
+
+
+def test_retention_unlinks_on_the_flush_thread_not_on_the_loop(tmp_path):
+    log = _retained_log(tmp_path, 0)
+    rolled = len(log.segments) - 1
+    assert rolled >= 2
+
+    async def main() -> None:
+        release = _hold_the_flush_thread()
+        try:
+            assert log.apply_retention(now_ms=2) == rolled
+            assert len(log.segments) == 1
+            # Renamed on the loop, unlinked by the (held) thread: all three files of each still here.
+            assert len(_deleted_files(log)) == 3 * rolled
+        finally:
+            release.set()
+        await _until(lambda: not _deleted_files(log))
+    asyncio.run(main())
+    log.close()
+
+
+def test_a_closing_log_unlinks_its_due_files_in_place(tmp_path):
+    log = _retained_log(tmp_path, 60000)
+
+    async def main() -> None:
+        assert log.apply_retention(now_ms=2) >= 2
+        assert _deleted_files(log)  # file.delete.delay.ms not passed
+        release = _hold_the_flush_thread()
+        try:
+            log.close()  # a clean close: every pending file, whatever its delay, before returning
+            assert not _deleted_files(log)
+        finally:
+            release.set()
     asyncio.run(main())
