@@ -5,7 +5,7 @@ whole replication round (issue 25's "acks=all in one round trip"). Two code tree
 one run, rounds alternated, a fresh cluster per round and tree.
 
     python -m perf.acks_all_latency --before /path/to/other/tree [--rounds 3] [--produces 2000] [--workers 0]
-    python -m perf.acks_all_latency --before TREE --rate 20000 [--seconds 15]
+    python -m perf.acks_all_latency --before TREE --rate 20000 [--seconds 15] [--table-settings]
 
 `--rate N`: a fixed-rate mode instead, issue 25's p99 row's load: confluent-kafka (`perf.load
 latency`) producing 1 KiB records with acks=all at N msg/s to 6 partitions of replication
@@ -36,7 +36,7 @@ from pathlib import Path
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
 from perf.brokers import REPO, free_port
-from perf.cluster import SIZE, create_topic as create_rf3_topic, load, three_brokers
+from perf.cluster import SIZE, TABLE_SETTINGS, create_topic as create_rf3_topic, load, three_brokers
 from perf.forwarding import Conn
 
 TOPIC = "acks-all"
@@ -87,14 +87,15 @@ def one_round(root: Path, tree: Path, produces: int, workers: int) -> list[float
             conn.sock.close()
 
 
-def rate_round(root: Path, tree: Path, rate: int, seconds: float, workers: int) -> tuple[dict, list[dict]]:
+def rate_round(root: Path, tree: Path, rate: int, seconds: float, workers: int,
+               settings: dict[str, str] | None = None) -> tuple[dict, list[dict]]:
     """One fixed-rate round: the load's answer, and each broker process's loop report."""
     reports = root / "loop-reports"
     os.environ["KAFKAFAST_LOOP_REPORT"] = str(reports)
     ports = [free_port() for _ in range(3)]
     try:
-        with three_brokers(root, workers, settings={"zookeeper.session.timeout.ms": "30000"}, tree=tree,
-                           metrics_ports=ports) as brokers:
+        with three_brokers(root, workers, settings={"zookeeper.session.timeout.ms": "30000", **(settings or {})},
+                           tree=tree, metrics_ports=ports) as brokers:
             bootstrap = ",".join(b.bootstrap for b in brokers)
             create_rf3_topic(bootstrap, TOPIC, 3)
             r = load("latency", {"bootstrap": bootstrap, "topic": TOPIC, "size": SIZE, "acks": "all",
@@ -163,7 +164,8 @@ def rate_main(args: argparse.Namespace, trees: dict[str, Path], root: Path) -> N
     reports: dict[str, list[dict]] = {"before": [], "after": []}
     for r in range(args.rounds):
         for name in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
-            res, rep = rate_round(root / f"{name}-{r}", trees[name], args.rate, args.seconds, args.workers)
+            res, rep = rate_round(root / f"{name}-{r}", trees[name], args.rate, args.seconds, args.workers,
+                                  TABLE_SETTINGS if args.table_settings else None)
             results[name].append(res)
             reports[name] += rep
             print(json.dumps({"setup": name, "round": r, "rate": args.rate, "p50_ms": res["p50_ms"],
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--rate", type=int, default=0, help="fixed-rate mode: msg/s (see the docstring)")
     ap.add_argument("--seconds", type=float, default=15.0, help="fixed-rate mode: seconds measured per round")
+    ap.add_argument("--table-settings", action="store_true",
+                    help="fixed-rate mode: the brokers run with perf.cluster's TABLE_SETTINGS (64 MiB segments, "
+                         "retention.bytes, its check interval) instead of the defaults (1 GiB segments)")
     args = ap.parse_args(argv)
     trees = {"before": Path(args.before).resolve(), "after": REPO}
     root = Path(tempfile.mkdtemp(prefix="kafkafast-acks-all-"))

@@ -23,6 +23,11 @@ long-lived objects made):
 Both are served under /metrics (kafkafast_eventloop_lag_ms, kafkafast_gc_pause_ms) when the
 metrics endpoint is on. With KAFKAFAST_LOOP_REPORT=DIR set (perf runs) each process writes
 DIR/loop-<pid>.json at stop: its lag and pause counts by bucket and their maxima.
+
+With KAFKAFAST_STALL_TRACE_MS=N as well, a `StallTracer` thread samples the loop thread's stack
+every 2 ms while the loop has not run its heartbeat for N ms, and the report gains the stalls'
+stacks (innermost frames, with how many samples each): what held the loop, for a perf run
+whose tail is long. A diagnostic: its heartbeat wakes the loop every 5 ms.
 """
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ import bisect
 import gc
 import json
 import os
+import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,7 @@ from kafkafast.metrics import recorder
 PROBE_S = 0.05
 GC_THRESHOLDS = (50_000, 50, 100)  # gen 0 every 50k allocations (CPython's default: 700), gen 2 rarely
 REPORT_ENV = "KAFKAFAST_LOOP_REPORT"
+STALL_ENV = "KAFKAFAST_STALL_TRACE_MS"
 BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, float("inf"))
 
 
@@ -79,6 +88,7 @@ class LoopWatch:
         self._due = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probing = False  # the probe runs (and drains _pauses into the metrics)
+        self._stalls: StallTracer | None = None
 
     def start(self) -> None:
         gc.collect()
@@ -90,6 +100,7 @@ class LoopWatch:
         self._probing = recorder.active or bool(os.environ.get(REPORT_ENV))
         if self._probing:
             self._schedule()
+        self._stalls = StallTracer.from_env(self._loop)
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -97,12 +108,15 @@ class LoopWatch:
             self._handle = None
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        stalls = self._stalls.stop() if self._stalls is not None else None
         directory = os.environ.get(REPORT_ENV)
         if directory:
             Path(directory).mkdir(parents=True, exist_ok=True)
-            Path(directory, f"loop-{os.getpid()}.json").write_text(json.dumps(
-                {"pid": os.getpid(), "lag": self.lag.as_dict(), "gc": [t.as_dict() for t in self.gc],
-                 "frozen": gc.get_freeze_count()}))
+            report = {"pid": os.getpid(), "lag": self.lag.as_dict(), "gc": [t.as_dict() for t in self.gc],
+                      "frozen": gc.get_freeze_count()}
+            if stalls is not None:
+                report["stalls"] = stalls
+            Path(directory, f"loop-{os.getpid()}.json").write_text(json.dumps(report))
 
     def _schedule(self) -> None:
         assert self._loop is not None
@@ -129,3 +143,53 @@ class LoopWatch:
         self.gc[generation].add(ms)
         if self._probing:
             self._pauses.append((generation, ms))
+
+
+class StallTracer:
+    """Samples the loop thread's stack while the loop is late (KAFKAFAST_STALL_TRACE_MS)."""
+
+    BEAT_S = 0.005
+    SAMPLE_S = 0.002
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, threshold_ms: float) -> None:
+        self._loop = loop
+        self._threshold_s = threshold_ms / 1000.0
+        self._ident = threading.get_ident()
+        self._beat = time.monotonic()
+        self._handle: asyncio.TimerHandle | None = None
+        self._done = threading.Event()
+        self.samples: dict[str, int] = {}
+        self.stalls = 0
+        self._heartbeat()
+        self._thread = threading.Thread(target=self._watch, name="stall-tracer", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(cls, loop: asyncio.AbstractEventLoop) -> StallTracer | None:
+        value = os.environ.get(STALL_ENV)
+        return cls(loop, float(value)) if value and os.environ.get(REPORT_ENV) else None
+
+    def _heartbeat(self) -> None:
+        self._beat = time.monotonic()
+        self._handle = self._loop.call_later(self.BEAT_S, self._heartbeat)
+
+    def _watch(self) -> None:
+        stalled = False
+        while not self._done.wait(self.SAMPLE_S):
+            late = time.monotonic() - self._beat > self._threshold_s
+            if late:
+                frame = sys._current_frames().get(self._ident)
+                if frame is not None:
+                    key = "".join(traceback.format_list(traceback.extract_stack(frame)[-8:]))
+                    self.samples[key] = self.samples.get(key, 0) + 1
+                self.stalls += not stalled
+            stalled = late
+
+    def stop(self) -> dict:
+        self._done.set()
+        if self._handle is not None:
+            self._handle.cancel()
+        self._thread.join(1)
+        top = sorted(self.samples.items(), key=lambda kv: -kv[1])[:20]
+        return {"threshold_ms": self._threshold_s * 1000.0, "stalls": self.stalls,
+                "stacks": [{"samples": n, "stack": k} for k, n in top]}

@@ -5,7 +5,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +52,7 @@ from kafkafast.storage.shared_append import (
     W_TI_SINCE,
     SharedAppend,
 )
+from kafkafast.storage.threads import process_thread
 
 logger = logging.getLogger("kafkafast.storage")
 
@@ -85,18 +85,11 @@ class LoadStats:
 # Called with the milliseconds each flush took (Kafka's LogFlushStats.LogFlushRateAndTimeMs),
 # set by kafkafast.metrics when the broker serves metrics; None: not timed.
 flush_observer: Callable[[float], None] | None = None
-_flush_pool: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, the pool)
-_flush_pool_lock = threading.Lock()
 
 
 def _flush_thread() -> ThreadPoolExecutor:
-    """The process's one flush thread (made again in a forked worker: threads do not fork)."""
-    global _flush_pool
-    with _flush_pool_lock:
-        pool = _flush_pool
-        if pool is None or pool[0] != os.getpid():
-            pool = _flush_pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="log-flush"))
-        return pool[1]
+    """The process's one flush thread."""
+    return process_thread("log-flush")
 
 
 def _back_on(loop: asyncio.AbstractEventLoop, fn: Callable, *args: object) -> None:
@@ -974,7 +967,7 @@ class Log:
         if kept[0].base_offset > self.log_start_offset:
             self.log_start_offset = kept[0].base_offset
             st.log_start_offset = self.log_start_offset
-            self.leader_epochs.truncate_from_start(self.log_start_offset)
+            self.leader_epochs.truncate_from_start(self.log_start_offset, write=False)
         self._segments = kept
         self._unflushed = [s for s in self._unflushed if s not in doomed]
         self._publish_max_timestamp()
@@ -1013,7 +1006,7 @@ class Log:
     def _set_log_start(self, offset: int) -> None:
         self.log_start_offset = offset
         self.state.log_start_offset = offset
-        self.leader_epochs.truncate_from_start(offset)
+        self.leader_epochs.truncate_from_start(offset, write=False)
 
     def _publish_max_timestamp(self) -> None:
         best_ts, best_off = -1, -1

@@ -209,6 +209,30 @@ def test_truncate_to_removes_tail_and_later_appends_continue(tmp_path):
     assert log.leader_epochs.entries() == [(3, 0), (4, 5)]
 
 
+def test_a_log_start_moved_by_retention_keeps_its_epochs_in_memory_until_close_and_a_crash_loses_nothing(tmp_path):
+    log = open_log(tmp_path, segment_bytes="300", file_delete_delay_ms="0", retention_bytes="0")
+    for epoch in (1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3):
+        log.append(batch(1), epoch, now_ms=1)
+    publish_hw(log)
+    path = os.path.join(log.dir, "leader-epoch-checkpoint")
+    on_file = open(path).read()
+    assert on_file == "0\n3\n1 0\n2 4\n3 8\n"
+    assert log.apply_retention(now_ms=2) >= 1
+    start = log.log_start_offset
+    assert start > 4
+    assert log.leader_epochs.entries()[0] == (2 if start < 8 else 3, start)
+    assert open(path).read() == on_file  # no write (two fsyncs) on the retention's path
+    # A crash now: the load drops the file's entries below the log start.
+    again = Log.open(log.dir, "t", 0, log.config, needs_recovery=True, recovery_point=0,
+                     log_start_offset=start)
+    assert again.leader_epochs.entries() == log.leader_epochs.entries()
+    assert again.leader_epochs.end_offset_for(1, again.log_end_offset)[1] == log.leader_epochs.end_offset_for(
+        1, log.log_end_offset)[1]
+    again.close()
+    log.close()  # a clean close writes what is pending
+    assert open(path).read().splitlines()[2] == f"{log.leader_epochs.entries()[0][0]} {start}"
+
+
 def test_offset_for_timestamp_and_max_timestamp(tmp_path):
     log = open_log(tmp_path, segment_bytes="400", index_interval_bytes="0")
     # batch k holds records with timestamps 100k, 100k+10, 100k+20
