@@ -111,7 +111,12 @@ def _cpu() -> float:
 
 
 def _member(conn, counter, crossed) -> None:
-    """A consumer process of the pool: runs one group membership per command until told to stop."""
+    """A consumer process of the pool: runs one group membership per command until told to stop.
+    SIGUSR1 prints its threads' stacks to stderr (the parent sends it to one that does not answer)."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     while (cmd := conn.recv()) is not None:
         _consume(conn, counter, crossed, **cmd)
 
@@ -228,6 +233,17 @@ class Pool:
 
 # -- one measurement ------------------------------------------------------------------------------
 
+def _dump_stacks(proc) -> None:
+    """Has a stuck member print its threads' Python stacks to stderr (a failure's evidence)."""
+    import signal
+
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1.0)
+    except OSError:
+        pass
+
+
 def _recv(conn, kind: str, timeout: float) -> tuple:
     if not conn.poll(timeout):
         raise RuntimeError(f"a consumer process did not answer ({kind}) within {timeout:.0f} s")
@@ -304,9 +320,13 @@ def run_once(pool: Pool, b: Kafkafast, kind: str, members: int, topic: str, expe
             pass  # a late ("ready", n) of a classic member
         results.append(msg[1])
     seen: set[tuple[int, int]] = set()
-    for conn in conns:
-        while (msg := _recv(conn, "close", 60))[0] != "closed":
-            pass
+    for i, conn in enumerate(conns):
+        try:
+            while (msg := _recv(conn, "close", 60))[0] != "closed":
+                pass
+        except RuntimeError:
+            _dump_stacks(pool.procs[i])
+            raise RuntimeError(f"{kind} {members}: member {i} did not close within 60 s (its stacks: stderr)") from None
         seen |= msg[1]
     received = len(seen)  # distinct records
     delivered = sum(r["records"] for r in results)

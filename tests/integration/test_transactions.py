@@ -707,11 +707,16 @@ def test_marker_from_an_older_coordinator_epoch_is_fenced(txn_broker):
     seq = 0
 
     def marker(commit: bool, coordinator_epoch: int) -> int:
-        with RawClient(txn_broker.port) as rc:
-            resp = rc.request(W(markers=[W.WritableTxnMarker(
-                producer_id=pid, producer_epoch=0, transaction_result=commit, coordinator_epoch=coordinator_epoch,
-                topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
-        return resp.markers[0].topics[0].partitions[0].error_code
+        deadline = time.monotonic() + 20
+        while True:  # after a restart with workers, one may not have applied the leadership yet: retriable
+            with RawClient(txn_broker.port) as rc:
+                resp = rc.request(W(markers=[W.WritableTxnMarker(
+                    producer_id=pid, producer_epoch=0, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+                    topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+            code = resp.markers[0].topics[0].partitions[0].error_code
+            if code != EC.NOT_LEADER_OR_FOLLOWER or time.monotonic() > deadline:
+                return code
+            time.sleep(0.05)
 
     def produce(transactional: bool) -> None:
         nonlocal seq
