@@ -395,8 +395,12 @@ class Broker:
         return self.control.has_partition(topic, index)
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
+        """The partition held here, the metadata image brought up to date first when it is
+        unknown or has no role yet: at a start with workers, a partition whose owner has
+        loaded since this worker looked takes its published role now, so a request answers
+        what Metadata lists (offline: KAFKA_STORAGE_ERROR, not NOT_LEADER_OR_FOLLOWER)."""
         part = self.partitions.get((topic, index))
-        if part is None:
+        if part is None or part.partition_epoch < 0:
             self.refresh_topics()
             part = self.partitions.get((topic, index))
         return part
