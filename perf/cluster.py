@@ -156,12 +156,33 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def dirty_mb() -> float:
+    """The page cache still to be written (Dirty + Writeback in /proc/meminfo), MB."""
+    kb = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith(("Dirty:", "Writeback:")):
+                kb += int(line.split()[1])
+    return kb / 1024
+
+
+def settle_disk() -> tuple[float, float]:
+    """Writes out what earlier loads left in the page cache (`sync`), so that a load starts
+    with an idle disk, as every setup's loads alike: (MB that were left, seconds it took)."""
+    left, t0 = dirty_mb(), time.perf_counter()
+    os.sync()
+    return left, time.perf_counter() - t0
+
+
 def table_load(driver: str, binary: Path, brokers: list[Kafkafast], acks: str, seconds: float,
                warmup_s: float, rate: float = 0.0, count_rate: float = 0.0) -> dict:
-    """One load on one setup: unthrottled (rate 0) or at `rate` msg/s for latency. Broker CPU
+    """One load on one setup: unthrottled (rate 0) or at `rate` msg/s for latency, started on
+    a settled disk (`settle_disk`: otherwise the pages the previous load, another setup's,
+    left dirty are written during this one, and its tail measures that). Broker CPU
     over the whole load. rdkafka_performance sends a count, not for a time: `count_rate` x
     `seconds` messages (`count_rate`: the rate it reached on this load last time, unthrottled
     or paced at `rate`: its pacing waits after every message, so it may fall short of `rate`)."""
+    settled_mb, settle_s = settle_disk()
     bootstrap = ",".join(b.bootstrap for b in brokers)
     cpu0, client0, t0 = sum(b.cpu_seconds() for b in brokers), _child_cpu(), time.perf_counter()
     if driver == "rdkafka_performance":
@@ -181,7 +202,8 @@ def table_load(driver: str, binary: Path, brokers: list[Kafkafast], acks: str, s
     cpu = sum(b.cpu_seconds() for b in brokers) - cpu0
     return {"msgs_per_s": mps, "broker_cpu_s_per_gb": cpu / (moved / 1e9) if moved else float("nan"),
             "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"), "rate": rate, "errors": r["errors"],
-            "client_busy": (_child_cpu() - client0) / wall, "wall_s": wall}
+            "client_busy": (_child_cpu() - client0) / wall, "wall_s": wall, "settled_mb": settled_mb,
+            "settle_s": settle_s}
 
 
 def _stat(vals: list[float]) -> dict:
@@ -240,6 +262,9 @@ def table_markdown(res: dict) -> str:
              "`--workers 2`) ran for the whole run. A ratio is the median of the rounds' paired ratios (range "
              f"in brackets). {SIZE}-byte records, {PARTITIONS} partitions, replication factor 3 with "
              "min.insync.replicas=2 (the single node: RF 1), linger.ms=5, batch.size=1 MiB, 5 requests in "
+             f"flight, no idempotence; {res['seconds']:g} s per load ({res['warmup_s']:g} s warm-up first), "
+             "each started on a settled disk (`sync` first: what the previous load left in the page cache, "
+             "another setup's, is not written during this one)." if res.get("settled") else
              f"flight, no idempotence; {res['seconds']:g} s per load ({res['warmup_s']:g} s warm-up first).", "",
              f"Machine: {res['machine']['cpu']}, {res['machine']['cpus']} CPUs, load average "
              f"{res['machine']['loadavg_start']} at the start, {res['machine']['loadavg_end']} at the end. "
@@ -398,7 +423,7 @@ def run_table(args: argparse.Namespace) -> int:
     out = Path(args.out or "perf/results/cluster_table.json")
     cmd = "python -m perf.cluster --table" + (" --quick" if args.quick else
                                               f" --rounds {args.rounds} --duration {args.duration:g}")
-    res = {"command": cmd, "wall_s": time.time() - started,
+    res = {"command": cmd, "wall_s": time.time() - started, "settled": True,
            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "rounds": rounds, "seconds": seconds,
            "warmup_s": warmup_s, "size": SIZE, "partitions": PARTITIONS, "machine": machine, "note": args.note,
            "rdkafka": {"binary": str(binary), "source": rdkafka_tools.describe_source(args.rdkafka_src)},
