@@ -711,7 +711,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _sendfile(self, region: FileRegion) -> None:
         sock = self.transport.get_extra_info("socket")  # type: ignore[union-attr]
         if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
-            self.transport.write(region.read())  # type: ignore[union-attr]
+            data = region.read()
+            if len(data) != region.length:  # (as sendfile's short read below: never half a frame)
+                log.error("segment file ended early while sending a fetch response; closing %s", self.peer)
+                self.abort()
+                return
+            self.transport.write(data)  # type: ignore[union-attr]
             return
         await self._wait_drained(True)
         fd = sock.fileno()

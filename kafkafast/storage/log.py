@@ -52,7 +52,7 @@ from kafkafast.storage.shared_append import (
     W_TI_SINCE,
     SharedAppend,
 )
-from kafkafast.storage.threads import process_thread
+from kafkafast.storage.threads import off_the_loop, process_thread
 
 logger = logging.getLogger("kafkafast.storage")
 
@@ -992,15 +992,10 @@ class Log:
         if not due:
             return 0
         self._pending_deletes = [(t, p) for t, p in self._pending_deletes if t > now_ms]
-        if not in_place:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                pass
-            else:
-                _flush_thread().submit(_unlink_all, due)
-                return len(due)
-        _unlink_all(due)
+        if in_place:
+            _unlink_all(due)
+        else:
+            off_the_loop("log-flush", _unlink_all, due)
         return len(due)
 
     def _set_log_start(self, offset: int) -> None:

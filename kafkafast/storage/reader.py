@@ -19,11 +19,16 @@ from kafkafast.storage.segment import (
     scan_to_offset,
     segment_name,
 )
+from kafkafast.storage.threads import off_the_loop
 from kafkafast.storage.time_index import TimeIndexView
 
-# A FileRegion handed out stays readable at least this long after its segment is deleted
-# (the response writer sends it long before); then the reader closes the fd.
+# A FileRegion handed out stays readable at least this long after its segment left the
+# directory (the response writer sends it long before), unless the file is deleted first (see
+# `_SegmentHandle.release`); then the reader closes the fd.
 RETIRE_GRACE_S = 60.0
+# ... and at least this long when its file is deleted sooner (a short file.delete.delay.ms, or
+# a compaction's swap): `_SegmentHandle.release`.
+RELEASE_GRACE_S = 5.0
 _SEQLOCK_SPINS = 1000
 _MAX_BATCH_DECODE = 64 << 20  # a batch to decode (ListOffsets by timestamp) must be smaller
 _PAIRED = object()  # `region`'s stand-in for a header it need not read
@@ -58,7 +63,7 @@ class ReadResult:
 class _SegmentHandle:
     """One segment as a reader knows it: lazily opened .log fd and index views."""
 
-    __slots__ = ("dir", "base_offset", "ino", "_fd", "_index", "_time_index", "final_size")
+    __slots__ = ("dir", "base_offset", "ino", "_fd", "_index", "_time_index", "final_size", "released")
 
     def __init__(self, dir: str, base_offset: int, ino: int) -> None:
         self.dir = dir
@@ -68,6 +73,7 @@ class _SegmentHandle:
         self._index: OffsetIndexView | None = None
         self._time_index: TimeIndexView | None = None
         self.final_size = -1  # size of a rolled (immutable) segment, once known
+        self.released = False
 
     def path(self, ext: str) -> str:
         return os.path.join(self.dir, segment_name(self.base_offset) + ext)
@@ -104,11 +110,53 @@ class _SegmentHandle:
             self._time_index.close()
             self._time_index = None
 
+    def release(self) -> bool:
+        """Once the segment's file is deleted (no name left: retention's unlink after
+        file.delete.delay.ms), its pages and disk blocks are let go, as Kafka closes a deleted
+        segment, not kept until RETIRE_GRACE_S: the fd's number is pointed at an empty
+        file (dup2), so a FileRegion still handed out reads nothing there, and its connection
+        closes on the short read, instead of the number being reused for another file and sent
+        from that; the file's own last descriptor is closed on the `log-flush` thread. The
+        number itself is closed with the handle. True when it was let go now."""
+        self.drop_indexes()  # (a retired segment is never looked up again)
+        if self._fd < 0 or self.released:
+            return False
+        try:
+            if os.fstat(self._fd).st_nlink:
+                return False
+            held = os.dup(self._fd)  # the file's last reference, closed off the loop (below)
+        except OSError:
+            return False
+        try:
+            os.dup2(_empty_fd(), self._fd)
+        except OSError:
+            os.close(held)
+            return False
+        # (that close frees the file's cached pages and disk blocks: 20+ ms for a 64 MiB
+        # segment, which the event loop would wait out)
+        off_the_loop("log-flush", os.close, held)
+        self.released = True
+        return True
+
     def close(self) -> None:
+        self.release()  # (a deleted file's last close is made off the loop)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self.drop_indexes()
+
+
+_EMPTY_FD = -1
+
+
+def _empty_fd() -> int:
+    """A descriptor of an empty file, made once per process (a forked child may share its
+    parent's: nothing is ever written to it)."""
+    global _EMPTY_FD
+    if _EMPTY_FD < 0:
+        fd = os.memfd_create("kafkafast-released-segment", os.MFD_CLOEXEC) if hasattr(os, "memfd_create") \
+            else os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        _EMPTY_FD = fd
+    return _EMPTY_FD
 
 
 def _batch_at(h: _SegmentHandle, pos: int, base_offset: int) -> BatchHeader | None:
@@ -233,8 +281,10 @@ class LogReader:
         for t, h in self._retired:
             if now - t >= RETIRE_GRACE_S:
                 h.close()
-            else:
-                keep.append((t, h))
+                continue
+            if now - t >= RELEASE_GRACE_S:
+                h.release()  # (its file deleted meanwhile: let go of it now)
+            keep.append((t, h))
         self._retired = keep
 
     def segment_bases(self) -> list[int]:

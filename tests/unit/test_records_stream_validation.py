@@ -162,7 +162,13 @@ def test_twins_agree_on_mutated_compressed_batches(which: int, chunk: int, edits
             pieces = iter_decompressed(codec, data, chunk=chunk) if decompress else [data]
             return ("ok", twin.validate_record_stream(pieces, 6, 1 << 20))
         except (CorruptMessageError, MessageTooLargeError) as exc:
-            return (type(exc).__name__, str(exc))
+            message = str(exc)
+            if message.startswith("bad ") and " data: " in message:
+                # the decompressor's own words, not the twins': zstd names the same corrupt frame
+                # "Data corruption detected" or "Destination buffer is too small" depending on
+                # what its thread's context decoded before (seen once in ~40,000 examples)
+                message = message.split(": ", 1)[0]
+            return (type(exc).__name__, message)
 
     assert outcome(compiled, mutated[0], False) == outcome(pure, mutated[0], False)
     for data in mutated[1:]:
