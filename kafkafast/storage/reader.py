@@ -26,8 +26,8 @@ from kafkafast.storage.time_index import TimeIndexView
 # directory (the response writer sends it long before), unless the file is deleted first (see
 # `_SegmentHandle.release`); then the reader closes the fd.
 RETIRE_GRACE_S = 60.0
-# ... and at least this long when its file is deleted sooner (a short file.delete.delay.ms, or
-# a compaction's swap): `_SegmentHandle.release`.
+# ... and at least this long when its file is deleted sooner (a short file.delete.delay.ms,
+# after retention or a compaction's swap renamed it `.deleted`): `_SegmentHandle.release`.
 RELEASE_GRACE_S = 5.0
 _SEQLOCK_SPINS = 1000
 _MAX_BATCH_DECODE = 64 << 20  # a batch to decode (ListOffsets by timestamp) must be smaller
