@@ -61,7 +61,11 @@ FETCH_VERSION = FETCH_WALK_VERSION
 assert FETCH_ASK_VERSION == FETCH_VERSION
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 MAX_TRUNCATION_ROUNDS = 8
-MAX_REHOMES = 8  # reconnections in a row to reach the leader's worker of the same index
+# Reconnections in a row to reach the leader's worker of the same index. The leader's kernel
+# spreads connections over its N workers at random (SO_REUSEPORT), so each lands there with
+# chance 1/N: with 2 workers, 8 tries all missed once in 256 fetchers (each then served by the
+# other worker for REHOME_AGAIN_S); 24 miss once in ~17 million (4 workers: once in ~1000).
+MAX_REHOMES = 24
 REHOME_AGAIN_S = 30.0  # after which a fetcher that did not reach it tries again (a worker was being replaced)
 OFFSET_OUT_OF_RANGE = E.ErrorCode.OFFSET_OUT_OF_RANGE
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
