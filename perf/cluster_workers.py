@@ -3,14 +3,16 @@ workers-2 cluster spends its CPU per GB of RF3 acks=all produce.
 
     python -m perf.cluster_workers [--before TREE] [--rounds 3] [--count 300000] [--acks all]
 
-Three ZooKeeper-mode brokers per setup (topic of 6 partitions, RF 3, min.insync.replicas=2),
-all setups up for the whole run: this tree with `--workers 0`, this tree with `--workers 2`,
-and with `--before` the same `--workers 2` cluster from another code tree (its twins built).
+Three ZooKeeper-mode brokers per setup (topic of 6 partitions, RF 3, min.insync.replicas=2,
+the table's `TABLE_SETTINGS`, each load started on a settled disk), all setups up for the
+whole run: this tree with `--workers 0`, this tree with `--workers 2`, and with `--before` the
+same `--workers 2` cluster from another code tree (its twins built).
 Each round sends `--count` 1 KiB records with librdkafka's `rdkafka_performance` to every
 setup, the setups' order rotated round by round; per load it records msgs/s and the CPU
 seconds per GB of every broker process (supervisor and each worker apart), so the per-process
 split shows where the work goes. Prints one JSON line per load and a summary (medians of the
-rounds' paired ratios against this tree's `--workers 0` cluster).
+rounds' paired ratios against this tree's `--workers 0` cluster and, with `--before`, of this
+tree's `--workers 2` cluster against the other's).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from perf import rdkafka_tools
 from perf.brokers import cpu_seconds
-from perf.cluster import PARTITIONS, SIZE, create_topic, load, three_brokers
+from perf.cluster import PARTITIONS, SIZE, TABLE_SETTINGS, create_topic, load, settle_disk, three_brokers
 
 TOPIC = "w2"
 
@@ -73,13 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cw-") as tmp, ExitStack() as stack:
         clusters = {}
         for name, (workers, tree) in setups.items():
-            clusters[name] = stack.enter_context(three_brokers(Path(tmp) / name, workers, tree=tree))
+            # (the table's settings: every setup's page cache bounded, see perf.cluster)
+            clusters[name] = stack.enter_context(three_brokers(Path(tmp) / name, workers, dict(TABLE_SETTINGS),
+                                                               tree=tree))
             create_topic(",".join(b.bootstrap for b in clusters[name]), TOPIC, 3)
         names = list(setups)
         for rnd in range(args.rounds):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
             for name in order:
                 brokers = clusters[name]
+                settled_mb, _ = settle_disk()  # what the previous load left dirty is not written during this one
                 before, sw0 = per_process_cpu(brokers), switches(brokers)
                 t0 = time.perf_counter()
                 bootstrap = ",".join(b.bootstrap for b in brokers)
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 procs = {k: round((after[k] - before.get(k, 0.0)) / gb, 3) for k in after}
                 row = {"round": rnd, "setup": name, "msgs_per_s": r["msgs_per_s"], "wall_s": round(wall, 2),
                        "errors": r["errors"], "cpu_s_per_gb": round(sum(procs.values()), 3),
-                       "wakeups_per_gb": round(sw / gb), "per_process": procs}
+                       "wakeups_per_gb": round(sw / gb), "settled_mb": round(settled_mb), "per_process": procs}
                 runs[name].append(row)
                 print(json.dumps(row), flush=True)
     summary = {}
@@ -112,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
             summary[name]["throughput_vs_w0"] = [round(statistics.median(tpr), 2), round(min(tpr), 2),
                                                  round(max(tpr), 2)]
             summary[name]["cpu_vs_w0"] = [round(statistics.median(cpr), 2), round(min(cpr), 2), round(max(cpr), 2)]
+    if "w2-before" in runs:  # this tree against the other, round by round
+        cpr = [a["cpu_s_per_gb"] / b["cpu_s_per_gb"] for a, b in zip(runs["w2"], runs["w2-before"])]
+        tpr = [a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(runs["w2"], runs["w2-before"])]
+        summary["w2"]["cpu_vs_before"] = [round(statistics.median(cpr), 3), round(min(cpr), 3), round(max(cpr), 3)]
+        summary["w2"]["throughput_vs_before"] = [round(statistics.median(tpr), 3), round(min(tpr), 3),
+                                                 round(max(tpr), 3)]
     print(json.dumps({"summary": summary, "partitions": PARTITIONS, "count": args.count, "acks": args.acks,
                       "driver": args.driver}))
     return 0

@@ -222,16 +222,21 @@ class Partition:
         st.high_watermark = new_hw
         st.last_stable_offset = self.log.last_stable_offset(new_hw)
         if self.hw_waiters:  # first: the produces are answered before the fetches woken below
-            waiting, self.hw_waiters = self.hw_waiters, []
-            still = []
-            for offset, done in waiting:
-                if offset <= new_hw:
-                    done(0)  # in this call: a parked produce writes its answer now (issue 25)
-                else:
-                    still.append((offset, done))
-            self.hw_waiters = still + self.hw_waiters if self.hw_waiters else still
+            self.pass_hw_waiters(new_hw)
         self.wake_everywhere()
         return True
+
+    def pass_hw_waiters(self, hw: int) -> None:
+        """Calls `done(0)` of every acks=all wait the high watermark `hw` passed, in this call
+        (a parked produce writes its answer now, issue 25); the others stay."""
+        waiting, self.hw_waiters = self.hw_waiters, []
+        still = []
+        for offset, done in waiting:
+            if offset <= hw:
+                done(0)
+            else:
+                still.append((offset, done))
+        self.hw_waiters = still + self.hw_waiters if self.hw_waiters else still
 
     async def wait_for_hw(self, offset: int, timeout_s: float) -> int:
         """0 once the high watermark reaches `offset` (at once for a lone replica: the append
@@ -258,8 +263,13 @@ class Partition:
         watermark first, and times out on its own (`done` may then still be called: it
         ignores a second call). Without a coroutine resuming a pass later: a parked acks=all
         produce (broker/handlers/produce.py) writes its answer within the follower Fetch that
-        moved the watermark. Only for a replica kept here (not `home.remote`)."""
-        self.hw_waiters.append((offset, done))
+        moved the watermark. A replica kept by another worker (`home.remote`) is waited for on
+        its slot (`SlotResidence.on_hw`): `done(0)` on the wake-up that finds its published
+        high watermark past `offset`."""
+        if self.home.remote:
+            self.home.on_hw(self, offset, done)
+        else:
+            self.hw_waiters.append((offset, done))
 
     def fail_waiters(self, code: int) -> None:
         """Answers every parked acks=all produce with `code` (leadership moved)."""

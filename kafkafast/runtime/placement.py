@@ -24,7 +24,7 @@ workers over the internal Unix sockets (`forwarding.Forwarder`).
   cluster mode) `forward_produce` (see `forwarding`).
 * group/offset requests: forwarded whole to the owner of the group's
   `__consumer_offsets` partition.
-* fetch wake-ups: a parked fetch marks its waiter byte in the slot; the owner's append
+* fetch wake-ups: a parked fetch (or acks=all produce) marks its waiter byte in the slot; the owner's append
   writes a byte to the wake-up pipe of every marked worker; the woken worker compares
   the slots' high watermarks with what its fetches saw (no timers involved).
 * topic changes bump the metadata generation in shared memory; every request first
@@ -279,6 +279,11 @@ class SlotResidence:
         other workers re-check too."""
         self.placement.on_append(part)
 
+    def on_hw(self, part: Partition, offset: int, done: Callable[[int], None]) -> None:
+        """`Partition.on_hw` of a partition another worker keeps: parked on its slot like a
+        fetch (`WorkerPlacement.park_hw`)."""
+        self.placement.park_hw(part, offset, done)
+
     async def wait_for_hw(self, part: Partition, offset: int, timeout_s: float) -> int:
         """An acks=all produce appended by this non-owner waits on the slot, parked like a
         fetch, until the owner's high watermark passes it (`Partition.wait_for_hw`)."""
@@ -319,7 +324,8 @@ class WorkerPlacement:
         self.shared_append_transactional = True
         self._seen_generation = -1
         self._seen_acl_generation = 0  # (a respawned worker's first request re-reads the ACLs: harmless)
-        self._parked: dict[int, Any] = {}  # slot -> partition with fetches parked here
+        self._parked: dict[int, Any] = {}  # slot -> partition with fetches or acks=all produces parked here
+        self._hw_parked: dict[int, Any] = {}  # slot -> remote partition with acks=all waits (`park_hw`)
         self._led: dict[tuple[str, int], Any] = {}  # owned partitions led here: a wake-up's recheck (`_recheck_led`)
         self.owner_wakes_skipped = 0  # `wake_owner` calls that could not move the owner's high watermark nor ISR
         self._load_started = 0.0
@@ -555,6 +561,7 @@ class WorkerPlacement:
         for p in self._parked.values():
             self.table.set_waiting(p.slot, self.index, False)
         self._parked.clear()
+        self._hw_parked.clear()
 
     def after_stop(self) -> None:
         self.forwarder.close()
@@ -754,14 +761,47 @@ class WorkerPlacement:
     def on_append(self, part: Partition) -> None:
         self.wake_others_parked_on(part.slot)
 
+    def _hold(self, p: Any) -> None:
+        """One more request parked on `p` here: its waiter byte marks this worker (the owner's
+        wake-ups reach it)."""
+        if p.parked == 0:
+            self._waiter_bytes[shm.HEADER_BYTES + shm.WAITERS_AT + self.index + p.slot * shm.SLOT_BYTES] = 1
+            self._parked[p.slot] = p
+        p.parked += 1
+
+    def _unhold(self, p: Any) -> None:
+        p.parked -= 1
+        if p.parked == 0:
+            self._waiter_bytes[shm.HEADER_BYTES + shm.WAITERS_AT + self.index + p.slot * shm.SLOT_BYTES] = 0
+            self._parked.pop(p.slot, None)
+
+    def park_hw(self, part: Any, offset: int, done: Callable[[int], None]) -> None:
+        """An acks=all produce this non-owner appended waits for the owner's high watermark
+        without a task: its `done` joins the partition's `hw_waiters`, the partition is
+        parked here (waiter byte) while any is left, and the wake-up that finds the published
+        high watermark past it calls `done(0)` (`_pass_remote_hw`); a lost leadership fails it
+        (`Partition.fail_waiters`), the produce's own timer times it out."""
+        part.hw_waiters.append((offset, done))
+        if self._hw_parked.get(part.slot) is not part:
+            self._hw_parked[part.slot] = part
+            self._hold(part)
+        # the byte is set: a high watermark published before it (no wake-up came) is seen now
+        self._pass_remote_hw(part)
+
+    def _pass_remote_hw(self, part: Any) -> None:
+        if part.hw_waiters:
+            if part.is_leader:
+                part.pass_hw_waiters(part.state.high_watermark)
+            else:
+                part.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if not part.hw_waiters and self._hw_parked.get(part.slot) is part:
+            del self._hw_parked[part.slot]
+            self._unhold(part)
+
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         parts = [p for p in parts if p.slot >= 0]
-        b, mine = self._waiter_bytes, shm.HEADER_BYTES + shm.WAITERS_AT + self.index  # (its waiter byte in slot 0)
         for p in parts:
-            if p.parked == 0:
-                b[mine + p.slot * shm.SLOT_BYTES] = 1
-                self._parked[p.slot] = p
-            p.parked += 1
+            self._hold(p)
         try:
             # An append between the fetch's read and the waiter byte saw no waiter: re-check
             # (no await between this and the wait's registration: no wake-up is lost).
@@ -774,10 +814,7 @@ class WorkerPlacement:
                     unpark(parts, fut, timer)
         finally:
             for p in parts:
-                p.parked -= 1
-                if p.parked == 0:
-                    b[mine + p.slot * shm.SLOT_BYTES] = 0
-                    self._parked.pop(p.slot, None)
+                self._unhold(p)
 
     def on_wake_pipe(self, fd: int) -> None:
         # One read takes every byte there (the wake-pending word lets at most a few in): a second
@@ -797,6 +834,8 @@ class WorkerPlacement:
         for p in list(self._parked.values()):
             if self._should_wake(p):
                 p.wake()
+        for p in list(self._hw_parked.values()):
+            self._pass_remote_hw(p)
         if not self.hw_follows_end:  # other workers appended or served a follower: the owner's turn
             self._recheck_led()
         for check in self._wake_checks:

@@ -161,3 +161,55 @@ def test_a_wake_up_racing_the_woken_workers_drain_is_never_lost(tmp_path):
         t.q[stop] = 1
         os.waitpid(pid, 0)
     assert lost == 0
+
+
+def _remote_led_partition(t, w1, owner: int = 0):
+    """Partition t-0 as worker 1 sees it while worker `owner` keeps it and this broker leads it:
+    its state is the slot's (what the owner publishes)."""
+    from types import SimpleNamespace
+
+    from kafkafast.broker.partition import Partition
+    from kafkafast.runtime.placement import SlotResidence
+
+    slot = t.allocate(uuid.uuid4().bytes, 0, owner)
+    part = Partition("t", 0, SimpleNamespace(state=t.state(slot)), home=SlotResidence(slot, owner, w1, False))
+    part.is_leader = True
+    return slot, part
+
+
+def test_an_acks_all_wait_on_another_workers_partition_is_answered_by_the_wake_up_that_passes_it(tmp_path):
+    """A non-owner's parked acks=all produce waits on the slot without a task: its callback runs
+    on the wake-up that finds the owner's published high watermark past its batch, and the
+    worker's waiter byte is set exactly while a wait is left."""
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    slot, part = _remote_led_partition(t, w1)
+    st0 = t.state(slot)  # the owner's view of the slot
+    st0.high_watermark = 5
+    answers = []
+    part.on_hw(10, answers.append)
+    part.on_hw(7, answers.append)
+    assert answers == [] and t.waiters(slot) == b"\x00\x01"
+    st0.high_watermark = 8  # the owner moves it past the second wait only, and wakes the parked
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+    assert answers == [0] and t.waiters(slot) == b"\x00\x01"
+    st0.high_watermark = 12
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+    assert answers == [0, 0] and t.waiters(slot) == b"\x00\x00"
+    w0.wake_others_parked_on(slot)  # nothing parked any more: no wake-up is sent
+    assert _pending_bytes(pipes[1][0]) == 0
+    part.on_hw(12, answers.append)  # already passed: answered at once, nothing stays parked
+    assert answers == [0, 0, 0] and t.waiters(slot) == b"\x00\x00"
+
+
+def test_an_acks_all_wait_on_another_workers_partition_fails_when_leadership_is_lost(tmp_path):
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    slot, part = _remote_led_partition(t, w1)
+    answers = []
+    part.on_hw(3, answers.append)
+    part.is_leader = False  # this worker applied a LeaderAndIsr that moved the leadership
+    t.state(slot).high_watermark = 3  # the owner, a follower now, took the new leader's high watermark
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+    assert answers == [6] and t.waiters(slot) == b"\x00\x00"  # NOT_LEADER_OR_FOLLOWER, not a false success

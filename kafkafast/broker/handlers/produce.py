@@ -288,8 +288,9 @@ class ParkedProduce(LaterAnswer):
     registration and one timer per request. The wait that passes the last partition builds
     the answer and hands it to the connection (`answer_later`) in the very call that moved the
     high watermark (the follower Fetch's), so the connection writes it on that loop pass (a
-    resumed coroutine would write it a pass later). Partitions kept by other workers are
-    waited for at once by a task, as `_wait_for_replication` does."""
+    resumed coroutine would write it a pass later). A partition kept by another worker is
+    waited for on its slot the same way, without a task: the wake-up that finds the owner's
+    published high watermark past the batch calls back (`Partition.on_hw`)."""
     __slots__ = ("broker", "ctx", "response", "waits", "codes", "timeout_s", "deliver", "timer",
                  "expired", "parked_at")
 
@@ -307,11 +308,6 @@ class ParkedProduce(LaterAnswer):
 
     def answer_later(self, deliver) -> None:
         self.deliver = deliver
-        if any(part.home.remote for _, _, part, _, _ in self.waits):
-            task = asyncio.ensure_future(asyncio.gather(*(part.wait_for_hw(offset, self.timeout_s)
-                                                          for _, _, part, offset, _ in self.waits)))
-            task.add_done_callback(self._gathered)
-            return
         self.timer = asyncio.get_running_loop().call_later(self.timeout_s, self._timed_out)
         self._next()
 
@@ -340,13 +336,6 @@ class ParkedProduce(LaterAnswer):
         self.timer = None
         self.expired = True
         self._passed(E.ErrorCode.REQUEST_TIMED_OUT)
-
-    def _gathered(self, task: asyncio.Future) -> None:
-        if task.cancelled() or task.exception() is not None:
-            self.codes = [E.ErrorCode.REQUEST_TIMED_OUT] * len(self.waits)
-        else:
-            self.codes = list(task.result())
-        self._finish()
 
     def _finish(self) -> None:
         deliver, self.deliver = self.deliver, None
