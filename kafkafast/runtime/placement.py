@@ -789,14 +789,24 @@ class WorkerPlacement:
         self._pass_remote_hw(part)
 
     def _pass_remote_hw(self, part: Any) -> None:
+        """The waits of `part` its published high watermark passed answered (all of them failed
+        once this worker no longer sees this broker lead it); parked while any is left."""
         if part.hw_waiters:
             if part.is_leader:
                 part.pass_hw_waiters(part.state.high_watermark)
             else:
                 part.fail_waiters(E.ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if not part.hw_waiters and self._hw_parked.get(part.slot) is part:
-            del self._hw_parked[part.slot]
-            self._unhold(part)
+        parked = self._hw_parked.get(part.slot) is part
+        if not part.hw_waiters:
+            if parked:
+                del self._hw_parked[part.slot]
+                self._unhold(part)
+        elif not parked:
+            # An answer's callback reached this partition again and found none left while this
+            # call held them aside: parked again, and looked at once more (the byte was clear).
+            self._hw_parked[part.slot] = part
+            self._hold(part)
+            self._pass_remote_hw(part)
 
     async def wait_for_data(self, parts: Iterable[Partition], timeout: float) -> None:
         parts = [p for p in parts if p.slot >= 0]

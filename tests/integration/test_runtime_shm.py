@@ -213,3 +213,27 @@ def test_an_acks_all_wait_on_another_workers_partition_fails_when_leadership_is_
     w0.wake_others_parked_on(slot)
     w1.on_wake_pipe(pipes[1][0])
     assert answers == [6] and t.waiters(slot) == b"\x00\x00"  # NOT_LEADER_OR_FOLLOWER, not a false success
+
+
+def test_an_acks_all_wait_registered_by_an_answer_of_the_same_partition_stays_parked(tmp_path):
+    """An answer's callback may park another wait on the same partition (the connection's
+    next produce): it is answered on a later wake-up, and the waiter byte clears only after."""
+    t, pipes, (w0, w1) = _placements(tmp_path)
+    slot, part = _remote_led_partition(t, w1)
+    st0 = t.state(slot)
+    answers = []
+
+    def first(code: int) -> None:
+        answers.append(code)
+        part.on_hw(20, answers.append)
+
+    part.on_hw(10, first)
+    part.on_hw(15, answers.append)
+    st0.high_watermark = 12
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+    assert answers == [0] and t.waiters(slot) == b"\x00\x01"
+    st0.high_watermark = 20
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+    assert answers == [0, 0, 0] and t.waiters(slot) == b"\x00\x00"
