@@ -177,25 +177,28 @@ def _remote_led_partition(t, w1, owner: int = 0):
     return slot, part
 
 
+def _owner_publishes(t, slot: int, pipes, w0, w1, hw: int) -> None:
+    """Worker 0, the owner, publishes high watermark `hw` in the slot and wakes the workers
+    parked on it; worker 1 runs its wake-up."""
+    t.state(slot).high_watermark = hw
+    w0.wake_others_parked_on(slot)
+    w1.on_wake_pipe(pipes[1][0])
+
+
 def test_an_acks_all_wait_on_another_workers_partition_is_answered_by_the_wake_up_that_passes_it(tmp_path):
     """A non-owner's parked acks=all produce waits on the slot without a task: its callback runs
     on the wake-up that finds the owner's published high watermark past its batch, and the
     worker's waiter byte is set exactly while a wait is left."""
     t, pipes, (w0, w1) = _placements(tmp_path)
     slot, part = _remote_led_partition(t, w1)
-    st0 = t.state(slot)  # the owner's view of the slot
-    st0.high_watermark = 5
+    t.state(slot).high_watermark = 5
     answers = []
     part.on_hw(10, answers.append)
     part.on_hw(7, answers.append)
     assert answers == [] and t.waiters(slot) == b"\x00\x01"
-    st0.high_watermark = 8  # the owner moves it past the second wait only, and wakes the parked
-    w0.wake_others_parked_on(slot)
-    w1.on_wake_pipe(pipes[1][0])
+    _owner_publishes(t, slot, pipes, w0, w1, 8)  # past the second wait only
     assert answers == [0] and t.waiters(slot) == b"\x00\x01"
-    st0.high_watermark = 12
-    w0.wake_others_parked_on(slot)
-    w1.on_wake_pipe(pipes[1][0])
+    _owner_publishes(t, slot, pipes, w0, w1, 12)
     assert answers == [0, 0] and t.waiters(slot) == b"\x00\x00"
     w0.wake_others_parked_on(slot)  # nothing parked any more: no wake-up is sent
     assert _pending_bytes(pipes[1][0]) == 0
@@ -209,9 +212,7 @@ def test_an_acks_all_wait_on_another_workers_partition_fails_when_leadership_is_
     answers = []
     part.on_hw(3, answers.append)
     part.is_leader = False  # this worker applied a LeaderAndIsr that moved the leadership
-    t.state(slot).high_watermark = 3  # the owner, a follower now, took the new leader's high watermark
-    w0.wake_others_parked_on(slot)
-    w1.on_wake_pipe(pipes[1][0])
+    _owner_publishes(t, slot, pipes, w0, w1, 3)  # (as a follower now: the new leader's high watermark)
     assert answers == [6] and t.waiters(slot) == b"\x00\x00"  # NOT_LEADER_OR_FOLLOWER, not a false success
 
 
@@ -220,7 +221,6 @@ def test_an_acks_all_wait_registered_by_an_answer_of_the_same_partition_stays_pa
     next produce): it is answered on a later wake-up, and the waiter byte clears only after."""
     t, pipes, (w0, w1) = _placements(tmp_path)
     slot, part = _remote_led_partition(t, w1)
-    st0 = t.state(slot)
     answers = []
 
     def first(code: int) -> None:
@@ -229,11 +229,7 @@ def test_an_acks_all_wait_registered_by_an_answer_of_the_same_partition_stays_pa
 
     part.on_hw(10, first)
     part.on_hw(15, answers.append)
-    st0.high_watermark = 12
-    w0.wake_others_parked_on(slot)
-    w1.on_wake_pipe(pipes[1][0])
+    _owner_publishes(t, slot, pipes, w0, w1, 12)
     assert answers == [0] and t.waiters(slot) == b"\x00\x01"
-    st0.high_watermark = 20
-    w0.wake_others_parked_on(slot)
-    w1.on_wake_pipe(pipes[1][0])
+    _owner_publishes(t, slot, pipes, w0, w1, 20)
     assert answers == [0, 0, 0] and t.waiters(slot) == b"\x00\x00"
