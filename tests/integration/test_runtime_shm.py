@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
+
 from kafkafast.runtime import shm
 from kafkafast.storage.partition_state import FIELDS
 
@@ -216,20 +218,23 @@ def test_an_acks_all_wait_on_another_workers_partition_fails_when_leadership_is_
     assert answers == [6] and t.waiters(slot) == b"\x00\x00"  # NOT_LEADER_OR_FOLLOWER, not a false success
 
 
-def test_an_acks_all_wait_registered_by_an_answer_of_the_same_partition_stays_parked(tmp_path):
+@pytest.mark.parametrize("passed_at_once", [False, True], ids=["later", "at-once"])
+def test_an_acks_all_wait_registered_by_an_answer_of_the_same_partition_stays_parked(tmp_path, passed_at_once):
     """An answer's callback may park another wait on the same partition (the connection's
-    next produce): it is answered on a later wake-up, and the waiter byte clears only after."""
+    next produce) while a third one is still waiting. That wait is answered on a later
+    wake-up, or at once when the high watermark already passed it; either way the third one
+    stays parked (its waiter byte set) until a wake-up passes it."""
     t, pipes, (w0, w1) = _placements(tmp_path)
     slot, part = _remote_led_partition(t, w1)
     answers = []
 
     def first(code: int) -> None:
         answers.append(code)
-        part.on_hw(20, answers.append)
+        part.on_hw(11 if passed_at_once else 20, answers.append)
 
     part.on_hw(10, first)
     part.on_hw(15, answers.append)
     _owner_publishes(t, slot, pipes, w0, w1, 12)
-    assert answers == [0] and t.waiters(slot) == b"\x00\x01"
+    assert answers == ([0, 0] if passed_at_once else [0]) and t.waiters(slot) == b"\x00\x01"
     _owner_publishes(t, slot, pipes, w0, w1, 20)
     assert answers == [0, 0, 0] and t.waiters(slot) == b"\x00\x00"
