@@ -267,7 +267,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("replica.fetch.min.bytes", INT, "1", _POS, "Bytes a follower fetch waits for."),
     K("replica.fetch.max.bytes", INT, "1048576", _NONNEG, "Bytes fetched per partition by a follower."),
     K("replica.fetch.response.max.bytes", INT, "10485760", _NONNEG, "Bytes of one follower fetch response."),
-    K("replica.fetch.backoff.ms", INT, "1000", _NONNEG, "Sleep after a failed follower fetch."),
+    K("replica.fetch.backoff.ms", INT, "1000", _NONNEG,
+      "Longest wait before a follower fetches a partition again after an error (50 ms after "
+      "the first error in a row, doubling with each next one)."),
     K("replica.socket.timeout.ms", INT, "30000", None, "Socket timeout of follower fetches."),
     K("num.replica.fetchers", INT, "1", _POS, "Fetcher connections per source broker."),
     K("replica.selector.class", STRING, None, one_of(RACK_AWARE_REPLICA_SELECTOR),

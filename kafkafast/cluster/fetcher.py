@@ -34,7 +34,13 @@ fetch's own long-poll wait; replica.socket.timeout.ms if that is shorter), or a 
 is not made within it, is given up on: the connection is closed and made again. A follower that
 waits longer falls out of the ISR anyway, and after a network cut the requests sent during it are
 lost packets that only TCP's retransmission back-off would bring back, seconds after the cut
-healed. Errors back the partition off for replica.fetch.backoff.ms; a leader change
+healed. An error backs the partition off: FIRST_BACKOFF_S after its first error in a row, twice
+as long after each next one, at most replica.fetch.backoff.ms (Kafka's fixed wait is that cap).
+The common error is a leader that does not know the partition yet: the controller's LeaderAndIsr
+reaches the follower first, or, with worker processes, the leader's worker serving the fetch has
+not applied it yet (the worker that took it passes it on to the others before it answers). A
+fixed second would hold the first acks=all produces to a new topic or a new leader that long
+(seen on half the partitions of a new topic on a `--workers 2` cluster). A leader change
 comes as a LeaderAndIsr request that moves the partition to another fetcher. Throttled
 replicas (`throttle.py`) are left out of the requests while the broker's
 follower.replication.throttled.rate is used up.
@@ -66,6 +72,7 @@ MAX_TRUNCATION_ROUNDS = 8
 # chance 1/N: with 2 workers, 8 tries all missed once in 256 fetchers (each then served by the
 # other worker for REHOME_AGAIN_S); 24 miss once in ~17 million (4 workers: once in ~1000).
 MAX_REHOMES = 24
+FIRST_BACKOFF_S = 0.05  # a partition's wait after its first error in a row (module docstring)
 REHOME_AGAIN_S = 30.0  # after which a fetcher that did not reach it tries again (a worker was being replaced)
 OFFSET_OUT_OF_RANGE = E.ErrorCode.OFFSET_OUT_OF_RANGE
 SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
@@ -73,7 +80,7 @@ SESSION_ERRORS = (E.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, E.ErrorCode.INVALID_FE
 
 
 class FetchState:
-    __slots__ = ("part", "epoch", "truncating", "request_epoch", "rounds", "delay_until")
+    __slots__ = ("part", "epoch", "truncating", "request_epoch", "rounds", "delay_until", "errors")
 
     def __init__(self, part: Any, epoch: int) -> None:
         self.part = part
@@ -82,6 +89,13 @@ class FetchState:
         self.request_epoch: int | None = None
         self.rounds = 0
         self.delay_until = 0.0
+        self.errors = 0  # errors in a row: the next back-off doubles with each
+
+    def back_off(self, now: float, cap_s: float) -> None:
+        """After an error for this partition: not fetched (nor its truncation asked) before
+        FIRST_BACKOFF_S x 2^(errors in a row before this one), at most `cap_s` from `now`."""
+        self.delay_until = now + min(cap_s, FIRST_BACKOFF_S * (1 << min(self.errors, 20)))
+        self.errors += 1
 
 
 class ReplicaFetcher:
@@ -170,8 +184,9 @@ class ReplicaFetcher:
         R = OffsetForLeaderEpochRequest
         topics: dict[str, list] = {}
         asked: dict[TP, tuple[FetchState, int]] = {}
+        now = time.monotonic()
         for tp, s in self.partitions.items():
-            if not s.truncating:
+            if not s.truncating or s.delay_until > now:
                 continue
             lg = s.part.log
             epoch = s.request_epoch if s.request_epoch is not None else lg.leader_epochs.latest_epoch
@@ -194,8 +209,9 @@ class ReplicaFetcher:
                 if s is None:
                     continue
                 if pr.error_code:
-                    s.delay_until = now + self.backoff_s
+                    s.back_off(now, self.backoff_s)
                     continue
+                s.errors = 0
                 lg = s.part.log
                 if pr.leader_epoch < 0 or pr.end_offset < 0:
                     self._truncate_to(tp, s, lg.state.high_watermark, "leader has no epoch: to the high watermark")
@@ -233,12 +249,15 @@ class ReplicaFetcher:
             if not ready:
                 await asyncio.sleep(min(max(quota.wait_s(), 0.01), self.backoff_s))
                 return
-        if not ready:
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), self.backoff_s)
-            except asyncio.TimeoutError:
-                pass
+        if not ready:  # every partition backs off or truncates: until the first back-off ends
+            first = min((s.delay_until for s in self.partitions.values()), default=now)  # (removed meanwhile)
+            wait = min(self.backoff_s, max(0.0, first - now))
+            if wait > 0:
+                self.changed.clear()
+                try:
+                    await asyncio.wait_for(self.changed.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
             return
         params = {}
         sent: dict[TP, tuple[FetchState, int, int]] = {}
@@ -278,8 +297,10 @@ class ReplicaFetcher:
             if pd.error_code:
                 if pd.error_code == OFFSET_OUT_OF_RANGE:
                     s.truncating = True
-                s.delay_until = now + self.backoff_s
+                s.back_off(now, self.backoff_s)
                 continue
+            if s.errors:
+                s.errors = 0
             records = pd.records
             if records is not None and len(records):
                 if tp in is_throttled:

@@ -1,0 +1,64 @@
+"""A follower's fetcher backs a partition off after an error briefly at first: 50 ms, twice as
+long after each further error in a row, at most replica.fetch.backoff.ms. A leader that does
+not know the partition yet when the follower first fetches it answers
+UNKNOWN_TOPIC_OR_PARTITION: the LeaderAndIsr reached the follower first or, with worker
+processes, the leader's worker serving the fetch has not applied it yet. A fixed back-off held
+the first acks=all produces to a new topic for that long."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafkafast.protocol._generated.produce import ProduceRequest
+from kafkafast.records.batch import encode_batch
+from tests.support.cluster import FaultyCluster
+from tests.support.raw_client import RawClient
+
+TOPIC = "backoff"
+# far above any wait below: a follower that waited the whole back-off once fails the test
+BACKOFF_MS = 60000
+ERRORS = 4  # in a row: 50 + 100 + 200 + 400 ms of back-off
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "workers2"])
+def backoff_cluster(tmp_path_factory, request):
+    """Two brokers with faults and replica.fetch.backoff.ms=60000."""
+    c = FaultyCluster(tmp_path_factory.mktemp(f"backoff-w{request.param}"), size=2, workers=request.param,
+                      settings={"replica.fetch.backoff.ms": str(BACKOFF_MS)})
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def _produce(port: int, value: bytes, acks: int) -> tuple[int, int]:
+    batch = encode_batch([(int(time.time() * 1000), None, value, [])])
+    req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+    with RawClient(port, timeout=30) as rc:
+        pr = rc.request(req, 8).responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def test_a_follower_refused_several_times_in_a_row_fetches_again_well_within_its_back_off(backoff_cluster):
+    c = backoff_cluster
+    c.create_topic(TOPIC, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+    leader = c.brokers[1]
+    assert _produce(leader.port, b"first", -1) == (0, 0)
+    faults = c.faults(1)
+    # the leader refuses the follower's next fetches of the partition, as a leader that has not
+    # applied its LeaderAndIsr yet does; a new record makes the follower name it in its next one
+    faults.error("Fetch", "UNKNOWN_TOPIC_OR_PARTITION", topic=TOPIC, partition=0, count=ERRORS)
+    assert _produce(leader.port, b"second", 1) == (0, 1)
+    c.wait_for(lambda: not faults.active(), 15, f"the follower's {ERRORS} refused fetches")
+    # fetched again at once: the acks=all produce completes, with the follower still in the ISR
+    assert _produce(leader.port, b"third", -1) == (0, 2)
+    assert sorted(c.isr(TOPIC, 0)) == [1, 2]
+    # and a follower that fetched without an error since starts again from the shortest back-off
+    faults.error("Fetch", "UNKNOWN_TOPIC_OR_PARTITION", topic=TOPIC, partition=0, count=ERRORS)
+    assert _produce(leader.port, b"fourth", 1) == (0, 3)
+    # (from where the first run stopped, these would take 0.8 + 1.6 + 3.2 + 6.4 s)
+    c.wait_for(lambda: not faults.active(), 6, f"the follower's {ERRORS} refused fetches, again")
+    assert _produce(leader.port, b"fifth", -1) == (0, 4)
