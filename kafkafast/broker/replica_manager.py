@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable
 
 from kafkafast import clock
@@ -52,6 +53,11 @@ from kafkafast.protocol._generated.leader_and_isr import LeaderAndIsrRequest
 
 log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
+# After this broker takes a leadership with followers, a follower that has not fetched that
+# partition since parks its fetches at most SETTLING_WAIT_S, for at most SETTLING_S
+# (`ReplicaManager.follower_wait_s`): up to about 50 short polls of one fetcher.
+SETTLING_S = 1.0
+SETTLING_WAIT_S = 0.02
 PartitionState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
 
 
@@ -87,6 +93,10 @@ class ReplicaManager:
         self.fence_reason: Callable[[Any], str | None] | None = None
         self.leader_endpoints: dict[int, tuple[str, int]] = {}  # the leaders' inter-broker endpoints
         self._isr_task: asyncio.Task | None = None
+        self._wake_scheduled = False  # (`_wake_parked_fetches_soon`)
+        self.settling_until = 0.0  # (monotonic) until then `awaiting` holds (`took_leadership`)
+        # follower -> {partition led since: when (clock ms)}, until that follower fetched it
+        self.awaiting: dict[int, dict[tuple[str, int], int]] = {}
 
     def attach_control(self, control: Any) -> None:
         """The control plane feeding this replica manager (the broker's, chosen once)."""
@@ -157,7 +167,8 @@ class ReplicaManager:
         was_leader = part.is_leader
         now = clock.now_ms()
         lg = part.log
-        if not was_leader or ps.leader_epoch != part.leader_epoch:
+        new_leadership = not was_leader or ps.leader_epoch != part.leader_epoch
+        if new_leadership:
             replicas = set(ps.replicas)
             part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now, replicas)
                               for r in ps.replicas if r != node_id}
@@ -175,8 +186,73 @@ class ReplicaManager:
                                                     lg.log_end_offset, st.high_watermark)
         part.maybe_increment_hw(node_id)
         part.wake_everywhere()
+        if new_leadership and part.followers:
+            self.took_leadership(part, ps.replicas)
         if not was_leader:
             self._coordinator_partition(part, load=True)
+
+    def took_leadership(self, part: Partition, replicas: list[int]) -> None:
+        """This broker took the leadership of `part` with followers `replicas` (a new one, or a
+        new leader epoch; with worker processes every worker calls it, the owner from
+        `make_leader`): once the LeaderAndIsr being applied is done, every fetch parked in this
+        process answers, and until each follower fetched `part` (for SETTLING_S at most) its
+        fetches park briefly (`follower_wait_s`). A follower's fetch parked before does not name
+        the new partition (the follower may even follow it already): it would hold the
+        partition's first fetch, and so its first acks=all produces, for up to its
+        replica.fetch.wait.max.ms; and the controller's LeaderAndIsr reaches the leader and the
+        followers in no set order, so an answered fetch may come back before its follower
+        follows the partition, and would park for its whole wait again without it."""
+        now_ms, key, node_id = clock.now_ms(), (part.topic, part.index), self.broker.node_id
+        for r in replicas:
+            if r != node_id:
+                self.awaiting.setdefault(r, {})[key] = now_ms
+        self.settling_until = time.monotonic() + SETTLING_S
+        self._wake_parked_fetches_soon()
+
+    def _wake_parked_fetches_soon(self) -> None:
+        if self._wake_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # applied before the loop runs: nothing is parked yet
+            return
+        self._wake_scheduled = True
+        loop.call_soon(self._wake_parked_fetches)
+
+    def _wake_parked_fetches(self) -> None:
+        self._wake_scheduled = False
+        for part in list(self.broker.partitions.values()):
+            if part.waiters:
+                part.wake()
+
+    def follower_wait_s(self, replica_id: int, max_wait_ms: int) -> float:
+        """How long follower `replica_id`'s fetch may park: its max_wait_ms, but SETTLING_WAIT_S
+        at most while it has yet to fetch a partition this broker took the lead of
+        (`took_leadership`; one woken meanwhile is answered at once: `handlers/fetch.py`)."""
+        wait = max(max_wait_ms, 0) / 1000.0
+        if self.awaiting and self.awaits(replica_id):
+            return min(wait, SETTLING_WAIT_S)
+        return wait
+
+    def awaits(self, replica_id: int) -> bool:
+        """Whether follower `replica_id` has not fetched a partition this broker took the lead
+        of since (for SETTLING_S at most: a follower that never comes is no reason to poll)."""
+        if time.monotonic() >= self.settling_until:
+            self.awaiting.clear()
+            return False
+        pending = self.awaiting.get(replica_id)
+        if not pending:
+            return False
+        partitions = self.broker.partitions
+        for key, since in list(pending.items()):
+            part = partitions.get(key)
+            f = self.follower_state(part, replica_id) if part is not None and part.is_leader else None
+            if f is None or f.last_fetch_ms > since:  # (a new record starts at its creation: the same ms)
+                del pending[key]
+        if pending:
+            return True
+        del self.awaiting[replica_id]
+        return False
 
     def make_follower(self, part: Partition, ps: Any) -> None:
         """The process holding the replica's log follows (its placement's `become_follower`)."""

@@ -436,8 +436,11 @@ class WorkerPlacement:
         (from then on other workers may append: `appends_here`); another worker learns the
         role and epoch."""
         if not self.owns(part):
+            new = not part.is_leader or ps.leader_epoch != part.leader_epoch
             part.apply_state(ps, is_leader=True)
             part.wake()
+            if new and len(ps.replicas) > 1:  # a follower's fetcher not at its home worker parks here
+                self.broker.replicas.took_leadership(part, ps.replicas)
             return
         if self.shared_append and not part.state.offline:
             part.log.catch_up()  # other workers' appends of an earlier leadership

@@ -1,9 +1,13 @@
-"""A follower's fetcher backs a partition off after an error briefly at first: 50 ms, twice as
-long after each further error in a row, at most replica.fetch.backoff.ms. A leader that does
-not know the partition yet when the follower first fetches it answers
-UNKNOWN_TOPIC_OR_PARTITION: the LeaderAndIsr reached the follower first or, with worker
-processes, the leader's worker serving the fetch has not applied it yet. A fixed back-off held
-the first acks=all produces to a new topic for that long."""
+"""What holds a new leadership's first acks=all produces, and no longer does:
+- a follower's back-off after an error is brief at first: 50 ms, twice as long after each further
+  error in a row, at most replica.fetch.backoff.ms. A leader that does not know the partition yet
+  when the follower first fetches it answers UNKNOWN_TOPIC_OR_PARTITION: the LeaderAndIsr reached
+  the follower first or, with worker processes, the leader's worker serving the fetch has not
+  applied it yet. A fixed back-off held those produces for that long;
+- a follower's fetch parked at the leader before the leader took a new partition does not name
+  it: the leader answers its parked fetches when it takes a leadership, and for a second after it
+  parks a follower's fetch only briefly (the follower may start following after that answer).
+  Otherwise the partition's first fetch waited for that parked one, up to replica.fetch.wait.max.ms."""
 from __future__ import annotations
 
 import time
@@ -12,30 +16,34 @@ import pytest
 
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.records.batch import encode_batch
+from kafkafast.runtime.shm import owner_for
 from tests.support.cluster import FaultyCluster
 from tests.support.raw_client import RawClient
 
 TOPIC = "backoff"
-# far above any wait below: a follower that waited the whole back-off once fails the test
-BACKOFF_MS = 60000
+# far above any wait below: a follower that waited the whole back-off, or a whole parked
+# fetch, once fails the test (a follower whose log end is the leader's stays in the ISR)
+SETTINGS = {"replica.fetch.backoff.ms": "60000", "replica.fetch.wait.max.ms": "30000",
+            "replica.lag.time.max.ms": "60000"}
+WORKERS = 2  # (the second fixture's)
 ERRORS = 4  # in a row: 50 + 100 + 200 + 400 ms of back-off
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["one-process", "workers2"])
+@pytest.fixture(scope="module", params=[0, WORKERS], ids=["one-process", "workers2"])
 def backoff_cluster(tmp_path_factory, request):
-    """Two brokers with faults and replica.fetch.backoff.ms=60000."""
+    """Two brokers with faults and SETTINGS."""
     c = FaultyCluster(tmp_path_factory.mktemp(f"backoff-w{request.param}"), size=2, workers=request.param,
-                      settings={"replica.fetch.backoff.ms": str(BACKOFF_MS)})
+                      settings=SETTINGS)
     try:
         yield c.start()
     finally:
         c.close()
 
 
-def _produce(port: int, value: bytes, acks: int) -> tuple[int, int]:
+def _produce(port: int, value: bytes, acks: int, topic: str = TOPIC) -> tuple[int, int]:
     batch = encode_batch([(int(time.time() * 1000), None, value, [])])
     req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10000, topic_data=[
-        ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.PartitionProduceData(index=0, records=batch)])])
     with RawClient(port, timeout=30) as rc:
         pr = rc.request(req, 8).responses[0].partition_responses[0]
@@ -62,3 +70,18 @@ def test_a_follower_refused_several_times_in_a_row_fetches_again_well_within_its
     # (from where the first run stopped, these would take 0.8 + 1.6 + 3.2 + 6.4 s)
     c.wait_for(lambda: not faults.active(), 6, f"the follower's {ERRORS} refused fetches, again")
     assert _produce(leader.port, b"fifth", -1) == (0, 4)
+
+
+def test_a_new_leadership_answers_the_followers_parked_fetch(backoff_cluster):
+    c = backoff_cluster
+    leader = c.brokers[1]
+    # partition 0 of both topics on the same worker of each broker (with worker processes): the
+    # follower's one fetcher to the leader fetches both, one connection, one request at a time
+    first = "parked"
+    second = next(t for t in (f"new-{i}" for i in range(100)) if owner_for(t, 0, WORKERS) == owner_for(first, 0, WORKERS))
+    c.create_topic(first, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+    assert _produce(leader.port, b"a", -1, first) == (0, 0)
+    time.sleep(2)  # past the leadership's settling second: the follower's fetch parks for 30 s
+    c.create_topic(second, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+    assert _produce(leader.port, b"b", -1, second) == (0, 0)  # (REQUEST_TIMED_OUT behind the parked fetch)
+    assert _produce(leader.port, b"c", -1, first) == (0, 1)

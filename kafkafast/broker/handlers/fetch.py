@@ -319,7 +319,9 @@ async def handle(broker, ctx, req: FetchRequest, version: int) -> FetchResponse:
     if session.error:
         return FetchResponse(throttle_time_ms=0, error_code=session.error, session_id=0, responses=[])
     plan, refused = planned(broker, ctx, req)
-    deadline = time.monotonic() + max(req.max_wait_ms, 0) / 1000.0
+    wait_s = (broker.replicas.follower_wait_s(req.replica_id, req.max_wait_ms) if req.replica_id >= 0
+              else max(req.max_wait_ms, 0) / 1000.0)
+    deadline = time.monotonic() + wait_s
     return await answered(broker, req, version, plan, session, refused, unknown_ids, deadline)
 
 
@@ -349,7 +351,10 @@ async def answered(broker, req: FetchRequest, version: int, plan: list, session,
             break
         with parked():  # not handler time for request_percentage quotas
             await request_metrics.remote(broker.wait_for_data(live, remaining))
-        if time.monotonic() >= deadline:
+        # (a follower's woken while it has yet to fetch a new leadership's partition: answered now,
+        # see `follower_wait_s`)
+        if time.monotonic() >= deadline or (req.replica_id >= 0 and broker.replicas.awaiting
+                                            and broker.replicas.awaits(req.replica_id)):
             responses, _, _ = _read_all(broker, req, version, plan, cached)
             break
     session_id, responses = session.respond(responses + refused)
@@ -568,7 +573,7 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
     (leadership moved, a new epoch, the topic deleted), the fetch goes on in `answered`."""
     scan = lean.scan
     version = scan.version
-    deadline = time.monotonic() + max(scan.max_wait_ms, 0) / 1000.0
+    deadline = time.monotonic() + broker.replicas.follower_wait_s(scan.replica_id, scan.max_wait_ms)
     news_due = None
     first = True
     while True:
@@ -591,7 +596,8 @@ async def answer_follower_fetch(broker, lean: LeanFetch, conn, internal: bool) -
         await _appends_first()
         if not _still_steady(broker, lean):
             return await _handed_over(broker, lean, conn, internal, deadline, news_due)
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (broker.replicas.awaiting
+                                            and broker.replicas.awaits(scan.replica_id)):  # (as in `answered`)
             answers, _, _ = _lean_pass(broker, lean, False)
             break
     return _lean_answer(broker, lean, answers, internal)
