@@ -34,8 +34,12 @@ fetch's own long-poll wait; replica.socket.timeout.ms if that is shorter), or a 
 is not made within it, is given up on: the connection is closed and made again. A follower that
 waits longer falls out of the ISR anyway, and after a network cut the requests sent during it are
 lost packets that only TCP's retransmission back-off would bring back, seconds after the cut
-healed. An error backs the partition off: FIRST_BACKOFF_S after its first error in a row, twice
-as long after each next one, at most replica.fetch.backoff.ms (Kafka's fixed wait is that cap).
+healed. An error backs the partition off (so does a partition left out of an OffsetForLeaderEpoch
+answer, or the follower would ask again at once, in a loop): FIRST_BACKOFF_S after its first error
+in a row, twice as long after each next one, at most replica.fetch.backoff.ms (Kafka's fixed wait
+is that cap).
+While a partition backs off, the fetch of the others asks the leader to hold it only until that
+back-off ends; else the partition would wait for their long poll, whatever its back-off.
 The common error is a leader that does not know the partition yet: the controller's LeaderAndIsr
 reaches the follower first, or, with worker processes, the leader's worker serving the fetch has
 not applied it yet (the worker that took it passes it on to the others before it answers). A
@@ -205,7 +209,7 @@ class ReplicaFetcher:
         for tr in resp.topics:
             for pr in tr.partitions:
                 tp = (tr.topic, pr.partition)
-                s = self._unchanged(tp, asked.get(tp))
+                s = self._unchanged(tp, asked.pop(tp, None))
                 if s is None:
                     continue
                 if pr.error_code:
@@ -223,6 +227,10 @@ class ReplicaFetcher:
                 else:  # we do not have the leader's epoch: ask about our own largest one below it
                     s.request_epoch = own_epoch
                     s.rounds += 1
+        for tp, sent in asked.items():  # left out of the answer (a leader not keeping to the protocol):
+            s = self._unchanged(tp, sent)  # as an error, or they would be asked again at once, in a loop
+            if s is not None:
+                s.back_off(now, self.backoff_s)
 
     def _truncate_to(self, tp: TP, s: FetchState, offset: int, why: str) -> None:
         lg = s.part.log
@@ -237,7 +245,16 @@ class ReplicaFetcher:
     # -- fetching ------------------------------------------------------------------------------
     async def _fetch(self, conn: BrokerConnection) -> None:
         now = time.monotonic()
-        ready = {tp: s for tp, s in self.partitions.items() if not s.truncating and s.delay_until <= now}
+        ready = {}
+        resume = None  # when the first partition left out (backing off, or to truncate) is due
+        for tp, s in self.partitions.items():
+            if s.delay_until > now:
+                if resume is None or s.delay_until < resume:
+                    resume = s.delay_until
+            elif s.truncating:
+                resume = now
+            else:
+                ready[tp] = s
         quota = self.quota
         node = self.broker.node_id
         is_throttled = set() if quota.unlimited else {
@@ -250,8 +267,7 @@ class ReplicaFetcher:
                 await asyncio.sleep(min(max(quota.wait_s(), 0.01), self.backoff_s))
                 return
         if not ready:  # every partition backs off or truncates: until the first back-off ends
-            first = min((s.delay_until for s in self.partitions.values()), default=now)  # (removed meanwhile)
-            wait = min(self.backoff_s, max(0.0, first - now))
+            wait = min(self.backoff_s, max(0.0, (resume or now) - now))  # (None: removed meanwhile)
             if wait > 0:
                 self.changed.clear()
                 try:
@@ -268,7 +284,10 @@ class ReplicaFetcher:
             sent[tp] = (s, s.epoch, end)
             params[tp] = (tp[1], s.epoch, end, -1, lg.log_start_offset, max_bytes)
         session_id, epoch, topics, forgotten = self.session.build_params(params)
-        req = encode_fetch_ask(self.broker.node_id, self.wait_ms, self.min_bytes, self.response_max_bytes, 0,
+        # the leader holds a request until data comes or its wait ends: no longer than until a
+        # partition left out is due (else it would wait for that, up to replica.fetch.wait.max.ms)
+        wait_ms = self.wait_ms if resume is None else min(self.wait_ms, int((resume - now) * 1000) + 1)
+        req = encode_fetch_ask(self.broker.node_id, wait_ms, self.min_bytes, self.response_max_bytes, 0,
                                session_id, epoch, topics, forgotten)
         frame = await conn.send_frame(req, version=FETCH_VERSION, timeout=self.liveness_s + self.wait_ms / 1000.0)
         resp = FetchAnswer(frame)

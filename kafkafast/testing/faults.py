@@ -46,7 +46,8 @@ log = logging.getLogger("kafkafast.testing")
 TICK_S = 0.005
 HOLD_LOAD_MAX_S = 60.0  # a held load goes on after this, so a test that never releases it cannot hang a broker
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
-REQUEST_KINDS = ("error", "delay", "drop", "pause")
+OFFSET_FOR_LEADER_EPOCH = 23
+REQUEST_KINDS = ("error", "omit", "delay", "drop", "pause")
 # api key -> (request topics, topic name, request partitions, partition index,
 #             response topics, response partitions, response topic class, response partition class)
 PARTITIONED = {
@@ -58,7 +59,11 @@ PARTITIONED = {
                    "ListOffsetsTopicResponse", "ListOffsetsPartitionResponse"),
     OFFSET_COMMIT: ("topics", "name", "partitions", "partition_index", "topics", "partitions",
                     "OffsetCommitResponseTopic", "OffsetCommitResponsePartition"),
+    OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "partitions", "partition", "topics", "partitions",
+                              "OffsetForLeaderTopicResult", "EpochEndOffset"),
 }
+# The partition index's field in a response's partition, where it is not "partition_index".
+RESPONSE_INDEX = {PRODUCE: "index", OFFSET_FOR_LEADER_EPOCH: "partition"}
 # Fields an error answer sets besides the error code (Kafka's "unknown" values).
 _UNKNOWN = {"base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1, "high_watermark": -1,
             "last_stable_offset": -1, "records": None, "timestamp": -1, "offset": -1, "leader_epoch": -1,
@@ -212,7 +217,7 @@ class TestControl:
         if api_key == PRODUCE:
             await self._wait_while_paused(targets)
         for rule in self.rules:
-            if rule["kind"] == "error" and rule.get("api_key") == api_key:
+            if rule["kind"] in ("error", "omit") and rule.get("api_key") == api_key:
                 if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
                     if api_key == PRODUCE and request.acks == 0:
                         # Kafka closes an acks=0 producer's connection on an error: its only signal.
@@ -265,8 +270,10 @@ class TestControl:
             await asyncio.sleep(TICK_S)
 
     async def _error_answer(self, api_key: int, header: Any, request: Any, rule: dict, conn: Any) -> Any:
+        """The answer with the rule's error on the partitions it matches (an `omit` rule: the
+        answer leaves them out, as a broker not keeping to the protocol would)."""
         broker = self.broker
-        code = rule["error_code"]
+        code = rule.get("error_code")
         version = header.request_api_version
         resp_cls = gen.RESPONSES[api_key]
 
@@ -295,6 +302,8 @@ class TestControl:
                         keep.append(p)
                 setattr(t, parts_attr, keep)
             setattr(request, topics_attr, [t for t in getattr(request, topics_attr) if getattr(t, parts_attr)])
+            if api_key == FETCH:  # a partition with an error completes a fetch at once (Kafka's DelayedFetch)
+                request.max_wait_ms = 0
             if getattr(request, topics_attr):
                 response = await handle(request)
                 if response is None:  # acks=0
@@ -303,12 +312,14 @@ class TestControl:
                 response = resp_cls(**{rtopics: []})
             topic_cls, part_cls = getattr(resp_cls, rtopic_cls), getattr(resp_cls, rpart_cls)
             by_name = {getattr(t, name_attr): t for t in getattr(response, rtopics)}
+            if rule["kind"] == "omit":
+                return response
             for name, indexes in failed.items():
                 entry = by_name.get(name)
                 if entry is None:
                     entry = topic_cls(**{name_attr: name, rparts: []}, **ids.get(name, {}))
                     getattr(response, rtopics).append(entry)
-                index_field = "index" if api_key == PRODUCE else "partition_index"
+                index_field = RESPONSE_INDEX.get(api_key, "partition_index")
                 for i in indexes:
                     getattr(entry, rparts).append(part_cls(**{index_field: i, "error_code": code},
                                                            **_unknowns(part_cls)))

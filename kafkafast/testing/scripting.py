@@ -61,6 +61,18 @@ class Faults:
         return self.files.add({"kind": "error", "api_key": key, "error_code": error_code(code), "count": count,
                                "topic": topic, "partition": partition})
 
+    def omit(self, api: int | str, *, topic: str, partition: int | None = None, count: int = 1) -> int:
+        """Answer the next `count` requests of `api` naming the partition (every partition of
+        `topic`: None) without it, as a broker not keeping to the protocol would: the others are
+        answered normally (Produce, Fetch, ListOffsets, OffsetCommit, OffsetForLeaderEpoch)."""
+        from kafkafast.testing.faults import PARTITIONED  # deferred: imports the protocol (0.3 s)
+
+        key = api_key(api)
+        if key not in PARTITIONED:
+            raise ValueError(f"API {api!r} is not answered partition by partition")
+        return self.files.add({"kind": "omit", "api_key": key, "count": count, "topic": topic,
+                               "partition": partition})
+
     def delay(self, api: int | str, delay_ms: int, *, count: int = 1) -> int:
         """Answer the next `count` requests of `api` `delay_ms` late (real time)."""
         return self.files.add({"kind": "delay", "api_key": api_key(api), "delay_ms": delay_ms, "count": count})

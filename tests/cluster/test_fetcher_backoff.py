@@ -7,7 +7,12 @@
 - a follower's fetch parked at the leader before the leader took a new partition does not name
   it: the leader answers its parked fetches when it takes a leadership, and for a second after it
   parks a follower's fetch only briefly (the follower may start following after that answer).
-  Otherwise the partition's first fetch waited for that parked one, up to replica.fetch.wait.max.ms."""
+  Otherwise the partition's first fetch waited for that parked one, up to replica.fetch.wait.max.ms;
+- a partition that a leader leaves out of its OffsetForLeaderEpoch answer (not keeping to the
+  protocol) backs off as after an error; it was asked about again at once, in a loop;
+- while a partition backs off, the follower's fetch of the others asks the leader to hold it no
+  longer than until that back-off ends; else the partition waited for the long poll of idle ones
+  (replica.fetch.wait.max.ms), whatever its back-off."""
 from __future__ import annotations
 
 import time
@@ -85,3 +90,35 @@ def test_a_new_leadership_answers_the_followers_parked_fetch(backoff_cluster):
     c.create_topic(second, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
     assert _produce(leader.port, b"b", -1, second) == (0, 0)  # (REQUEST_TIMED_OUT behind the parked fetch)
     assert _produce(leader.port, b"c", -1, first) == (0, 1)
+
+
+def test_a_partition_left_out_of_the_leaders_epoch_answer_is_asked_again_after_a_back_off(backoff_cluster):
+    c = backoff_cluster
+    topic = "omitted"
+    # an idle partition fetched beside it (the same fetcher, with worker processes too): the
+    # follower's fetch of it parks for 30 s while the other is left out to back off
+    steady = next(t for t in (f"steady-{i}" for i in range(100))
+                  if owner_for(t, 0, WORKERS) == owner_for(topic, 0, WORKERS))
+    leader = c.brokers[1]
+    for t in (steady, topic):
+        c.create_topic(t, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+        assert _produce(leader.port, b"a", -1, t) == (0, 0)
+    faults = c.faults(1)
+    omitted = faults.omit("OffsetForLeaderEpoch", topic=topic, partition=0, count=ERRORS)
+    # an out-of-range answer to its next fetch makes the follower truncate by leader epoch again
+    faults.error("Fetch", "OFFSET_OUT_OF_RANGE", topic=topic, partition=0, count=1)
+    assert _produce(leader.port, b"b", 1, topic) == (0, 1)
+    uses: list[float] = []  # when each left-out answer was given
+    left, deadline = ERRORS, time.monotonic() + 15
+    while left and time.monotonic() < deadline:
+        rule = next((r for r in faults.active() if r["id"] == omitted), None)
+        now_left = rule["count"] if rule is not None else 0
+        uses += [time.monotonic()] * (left - now_left)
+        left = now_left
+        time.sleep(0.005)
+    assert left == 0, f"{left} of the {ERRORS} left-out answers not used within 15 s: {faults.active()}"
+    # 100 + 200 + 400 ms of back-off between the first and the last (asked again at once: a few ms)
+    assert uses[-1] - uses[0] >= 0.5, [round(t - uses[0], 3) for t in uses]
+    # answered in full at the fifth, the follower fetches again: an acks=all produce completes
+    assert _produce(leader.port, b"c", -1, topic) == (0, 2)
+    assert sorted(c.isr(topic, 0)) == [1, 2]
