@@ -155,6 +155,11 @@ class Partition:
             self.home.announce(self)
 
     # -- role ----------------------------------------------------------------------------
+    def new_leadership(self, ps: Any) -> bool:
+        """Whether a state naming this broker leader starts a leadership here: it did not lead,
+        or `ps` is another leader epoch (to ask before `apply_state`)."""
+        return not self.is_leader or ps.leader_epoch != self.leader_epoch
+
     def apply_state(self, ps: Any, *, is_leader: bool) -> None:
         """Takes a LeaderAndIsr partition state (leader, epochs, ISR, replicas). `leading_since`
         is the leader epoch from which this broker has led the partition without a break (-1

@@ -167,7 +167,7 @@ class ReplicaManager:
         was_leader = part.is_leader
         now = clock.now_ms()
         lg = part.log
-        new_leadership = not was_leader or ps.leader_epoch != part.leader_epoch
+        new_leadership = part.new_leadership(ps)
         if new_leadership:
             replicas = set(ps.replicas)
             part.followers = {r: part.followers.get(r) or self._new_follower(part, r, now, replicas)
@@ -247,7 +247,9 @@ class ReplicaManager:
         for key, since in list(pending.items()):
             part = partitions.get(key)
             f = self.follower_state(part, replica_id) if part is not None and part.is_leader else None
-            if f is None or f.last_fetch_ms > since:  # (a new record starts at its creation: the same ms)
+            # fetched since: later, or in the same ms by its log end (a new record starts at its
+            # creation's ms with none; a fetch in the ms before the leadership counts too: rare)
+            if f is None or f.last_fetch_ms > since or (f.last_fetch_ms == since and f.leo >= 0):
                 del pending[key]
         if pending:
             return True

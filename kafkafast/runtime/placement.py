@@ -436,7 +436,7 @@ class WorkerPlacement:
         (from then on other workers may append: `appends_here`); another worker learns the
         role and epoch."""
         if not self.owns(part):
-            new = not part.is_leader or ps.leader_epoch != part.leader_epoch
+            new = part.new_leadership(ps)
             part.apply_state(ps, is_leader=True)
             part.wake()
             if new and len(ps.replicas) > 1:  # a follower's fetcher not at its home worker parks here
