@@ -19,6 +19,7 @@ from kafkafast.protocol._generated.consumer_group_heartbeat import ConsumerGroup
 from kafkafast.protocol._generated.join_group import JoinGroupRequest
 from kafkafast.protocol.errors import ErrorCode as EC
 from tests.integration.test_consumer_group_protocol import SETTINGS, create_topics, new_consumer, produce, settle
+from tests.support.kafka_python import group_consumer
 from tests.support.raw_client import RawClient
 
 CLASSIC = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest",
@@ -337,18 +338,16 @@ def test_an_unknown_migration_policy_stops_the_broker_at_start(broker_factory):
 def test_kafka_python_classic_member_in_a_migrating_group(broker_factory):
     """kafka-python speaks only the classic protocol: it stays in the group through the upgrade
     and the downgrade, with the server's assignment meanwhile."""
-    from kafka import KafkaConsumer
-
     b = broker_factory(settings=SETTINGS)
     bs, topic, group = b.bootstrap, "mig-kp", "g-mig-kp"
     create_topics(bs, {topic: 4})
-    # (metadata_max_age_ms: once in CI, kafka-python 3.0's first assignment was made without
-    # metadata of the new topic, "No partition metadata for topic", and it stayed empty for
-    # 30 s; it rejoins when a metadata refresh shows the topic, here within a second, not at
-    # the 5-minute default; not reproduced here)
-    kp = KafkaConsumer(topic, bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
-                       enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
-                       metadata_max_age_ms=1000)
+    # (once in CI, kafka-python 3.0's first assignment was made without metadata of the new
+    # topic, "No partition metadata for topic", and it stayed empty for 30 s: group_consumer
+    # says why and joins knowing the partitions; metadata_max_age_ms: a later change of them is
+    # seen within a second)
+    kp = group_consumer([topic], bootstrap_servers=bs, group_id=group, auto_offset_reset="earliest",
+                        enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
+                        metadata_max_age_ms=1000)
 
     def wait(members: list, want: list[int]) -> list[set]:
         deadline = time.monotonic() + 30

@@ -9,12 +9,12 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaConsumer
 
 from kafkafast.broker.fetch_sessions import SessionRequests
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
 from kafkafast.protocol.errors import ErrorCode
+from tests.support.kafka_python import group_consumer
 from tests.support.raw_client import RawClient
 
 F = FetchRequest
@@ -295,8 +295,8 @@ def test_consumers_read_everything_with_sessions_on(broker_factory, workers):
     log = FetchLog()
     logging.getLogger("kafka.consumer.fetcher").addHandler(log)
     logging.getLogger("kafka.consumer.fetcher").setLevel(logging.DEBUG)
-    k = KafkaConsumer("t", bootstrap_servers=b.bootstrap, group_id=f"kp{workers}", auto_offset_reset="earliest",
-                      enable_auto_commit=False, fetch_max_wait_ms=50)
+    k = group_consumer(["t"], bootstrap_servers=b.bootstrap, group_id=f"kp{workers}", auto_offset_reset="earliest",
+                       enable_auto_commit=False, fetch_max_wait_ms=50)
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"rd{workers}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "fetch.wait.max.ms": 50})
     try:
