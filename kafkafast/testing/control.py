@@ -11,7 +11,8 @@ A test broker is started with the property `kafkafast.testing.control=<dir>`. In
 A rule is a JSON object with an `id`, a `kind` and the fields of that kind:
 
     error   api_key, error_code, count, topic, partition   answer with error_code instead
-    omit    api_key, count, topic, partition               answer without the partitions it names
+    omit    api_key, count, topic, partition               leave the partitions it names out (not
+                                                           handled, not answered)
     delay   api_key, delay_ms, count                       answer delay_ms late
     drop    api_key, count, topic                          handle, then close the connection
     pause   topic, partition                               hold produce requests for it

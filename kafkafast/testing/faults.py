@@ -219,7 +219,7 @@ class TestControl:
         for rule in self.rules:
             if rule["kind"] in ("error", "omit") and rule.get("api_key") == api_key:
                 if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
-                    if api_key == PRODUCE and request.acks == 0:
+                    if api_key == PRODUCE and request.acks == 0 and rule["kind"] == "error":
                         # Kafka closes an acks=0 producer's connection on an error: its only signal.
                         raise CloseConnection("injected produce error with acks=0")
                     response = await self._error_answer(api_key, header, request, rule, conn)
@@ -302,12 +302,14 @@ class TestControl:
                         keep.append(p)
                 setattr(t, parts_attr, keep)
             setattr(request, topics_attr, [t for t in getattr(request, topics_attr) if getattr(t, parts_attr)])
-            if api_key == FETCH:  # a partition with an error completes a fetch at once (Kafka's DelayedFetch)
+            if api_key == FETCH and rule["kind"] == "error":  # an error completes a fetch at once (Kafka's DelayedFetch)
                 request.max_wait_ms = 0
             if getattr(request, topics_attr):
                 response = await handle(request)
                 if response is None:  # acks=0
                     return None
+            elif api_key == PRODUCE and request.acks == 0:  # (omit: nothing to append, no answer)
+                return None
             else:
                 response = resp_cls(**{rtopics: []})
             topic_cls, part_cls = getattr(resp_cls, rtopic_cls), getattr(resp_cls, rpart_cls)

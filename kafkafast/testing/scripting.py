@@ -62,8 +62,9 @@ class Faults:
                                "topic": topic, "partition": partition})
 
     def omit(self, api: int | str, *, topic: str, partition: int | None = None, count: int = 1) -> int:
-        """Answer the next `count` requests of `api` naming the partition (every partition of
-        `topic`: None) without it, as a broker not keeping to the protocol would: the others are
+        """Leave the partition (every partition of `topic`: None) out of the next `count`
+        requests of `api` naming it, as a broker not keeping to the protocol would: it is neither
+        handled (a produce to it is not appended) nor in the answer; the others are handled and
         answered normally (Produce, Fetch, ListOffsets, OffsetCommit, OffsetForLeaderEpoch)."""
         from kafkafast.testing.faults import PARTITIONED  # deferred: imports the protocol (0.3 s)
 

@@ -15,6 +15,7 @@ from kafkafast.protocol._generated.describe_cluster import DescribeClusterReques
 from kafkafast.protocol._generated.fetch import FetchRequest
 from kafkafast.protocol._generated.find_coordinator import FindCoordinatorRequest
 from kafkafast.protocol._generated.metadata import MetadataRequest
+from kafkafast.protocol._generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from kafkafast.protocol._generated.produce import ProduceRequest
 from kafkafast.protocol.errors import ErrorCode as EC
 from kafkafast.records import encode_batch
@@ -78,6 +79,55 @@ def test_fetch_error_for_one_partition_and_records_for_the_other(b):
     assert len(b.faults.active()) == 1
 
 
+def test_a_fetch_with_an_injected_error_is_answered_at_once_as_kafka_does(b):
+    """A partition with an error completes a fetch (Kafka's DelayedFetch), however long it may
+    park and whatever its other partitions hold."""
+    b.create_topic("t", partitions=2)
+    b.faults.error("Fetch", "NOT_LEADER_OR_FOLLOWER", topic="t", partition=1)
+    req = fetch_request("t", [0, 1])
+    req.max_wait_ms, req.min_bytes = 20000, 1  # partition 0 is empty: it alone would park 20 s
+    with RawClient(b.port, timeout=30) as c:
+        start = time.monotonic()
+        resp = c.request(req, 11)
+        took = time.monotonic() - start
+    assert {p.partition_index: p.error_code for p in resp.responses[0].partitions} == \
+        {0: 0, 1: EC.NOT_LEADER_OR_FOLLOWER}
+    assert took < 10, took
+
+
+def test_omit_leaves_a_partition_out_of_a_produce_and_of_its_answer(b):
+    b.create_topic("t", partitions=2)
+    b.faults.omit("Produce", topic="t", partition=1)
+    with RawClient(b.port) as c:
+        resp = c.request(produce_request("t", {0: b"kept", 1: b"left out"}), 8)
+        assert [(p.index, p.error_code) for p in resp.responses[0].partition_responses] == [(0, 0)]
+        assert b.faults.active() == []
+        resp = c.request(produce_request("t", {1: b"handled"}), 8)  # (used up)
+        assert [(p.index, p.error_code) for p in resp.responses[0].partition_responses] == [(1, 0)]
+    assert sorted((r.partition, r.value) for r in b.records("t")) == [(0, b"kept"), (1, b"handled")]
+
+
+def test_offset_for_leader_epoch_errors_and_omissions_per_partition(b):
+    R = OffsetForLeaderEpochRequest
+    b.create_topic("t", partitions=2)
+    req = R(replica_id=-1, topics=[R.OffsetForLeaderTopic(topic="t", partitions=[
+        R.OffsetForLeaderPartition(partition=p, current_leader_epoch=-1, leader_epoch=0) for p in (0, 1)])])
+    b.faults.error("OffsetForLeaderEpoch", "NOT_LEADER_OR_FOLLOWER", topic="t", partition=0)
+    b.faults.omit("OffsetForLeaderEpoch", topic="t", partition=1)
+    with RawClient(b.port) as c:
+        errored = c.request(req, 3)
+        omitted = c.request(req, 3)
+        plain = c.request(req, 3)
+
+    def answers(resp):
+        return {(t.topic, p.partition): (p.error_code, p.leader_epoch, p.end_offset)
+                for t in resp.topics for p in t.partitions}
+    assert answers(errored) == {("t", 0): (EC.NOT_LEADER_OR_FOLLOWER, -1, -1), ("t", 1): (0, 0, 0)}
+    assert answers(omitted) == {("t", 0): (0, 0, 0)}
+    assert answers(plain) == {("t", 0): (0, 0, 0), ("t", 1): (0, 0, 0)}
+    assert b.faults.active() == []
+
+
 def test_metadata_error_marks_only_the_chosen_topic(b):
     b.create_topic("sick")
     b.create_topic("well")
@@ -114,6 +164,8 @@ def test_rules_are_validated_by_the_test_side(b):
         b.faults.error("Produce", "NO_SUCH_ERROR")
     with pytest.raises(ValueError):
         b.faults.error("NoSuchApi", 6)
+    with pytest.raises(ValueError):
+        b.faults.omit("Heartbeat", topic="t")  # not answered partition by partition
     with pytest.raises(ValueError):
         b.faults.kill_worker(0)  # single-process broker
     assert b.faults.active() == []
