@@ -42,20 +42,21 @@ from perf.forwarding import Conn
 TOPIC = "acks-all"
 
 
-def create_topic(bootstrap: str) -> int:
-    """Creates the topic; returns its leader once the ISR is full and every broker knows it."""
+def create_topic(bootstrap: str, topic: str = TOPIC) -> int:
+    """Creates the topic (1 partition on brokers 1-3, min.insync.replicas=2); returns its
+    leader once the ISR is full and every broker knows it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, num_partitions=1, replica_assignment=[[1, 2, 3]],
-                                  config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                  config={"min.insync.replicas": "2"})])[topic].result(30)
     for _ in range(150):
-        md = admin.list_topics(TOPIC, timeout=5).topics.get(TOPIC)
+        md = admin.list_topics(topic, timeout=5).topics.get(topic)
         if md is not None and md.error is None and md.partitions and md.partitions[0].leader > 0 \
                 and len(md.partitions[0].isrs) == 3:
             return md.partitions[0].leader
         time.sleep(0.2)
-    raise RuntimeError(f"topic {TOPIC} not ready")
+    raise RuntimeError(f"topic {topic} not ready")
 
 
 def produce(conn: Conn, value: bytes) -> int:

@@ -31,10 +31,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _answers(port: int) -> bool:
+def api_versions_answered(port: int, host: str = "127.0.0.1") -> bool:
     """ApiVersions v0 round trip."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        with socket.create_connection((host, port), timeout=0.5) as s:
             body = struct.pack(">hhih", 18, 0, 1, 4) + b"perf"
             s.sendall(struct.pack(">i", len(body)) + body)
             hdr = s.recv(4)
@@ -128,12 +128,16 @@ class BrokerUnderTest(abc.ABC):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            if _answers(self.port):
+            if self.answers():
                 time.sleep(0.2)
                 return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
+
+    def answers(self) -> bool:
+        """Whether the broker answers an ApiVersions request (start waits for it)."""
+        return api_versions_answered(self.port)
 
     def pids(self) -> list[int]:
         return session_pids(self.proc.pid) if self.proc else []

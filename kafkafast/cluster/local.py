@@ -52,23 +52,25 @@ def port_free(port: int) -> bool:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper server on 127.0.0.1:`port` with its data in `data_dir`."""
+    """One standalone ZooKeeper server on `host`:`port` (127.0.0.1 unless told) with its data
+    in `data_dir`."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
+    def __init__(self, data_dir: Path, port: int, host: str = "127.0.0.1") -> None:
         self.data_dir = Path(data_dir)
         self.port = port
+        self.host = host
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-zookeeper.log"
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text(f"tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={self.data_dir}\n"
-                       f"clientPort={self.port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n"
+                       f"clientPort={self.port}\nclientPortAddress={self.host}\nmaxClientCnxns=0\n"
                        "admin.enableServer=false\nminSessionTimeout=1000\nmaxSessionTimeout=60000\n"
                        "4lw.commands.whitelist=ruok,srvr\n")
         return ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -92,7 +94,7 @@ class ZooKeeperServer:
 
     def ruok(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
+            with socket.create_connection((self.host, self.port), timeout=1.0) as s:
                 s.sendall(b"ruok")
                 return s.recv(4) == b"imok"
         except OSError:

@@ -24,9 +24,9 @@ it (`ip netns pids`), and removing the namespace removes its routes and rules.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
+
+from perf.netdelay import kill_namespace_processes, namespace_pids
 
 ZOOKEEPER_ADDRESS = "127.0.0.10"
 CLIENT_ADDRESS = "127.0.0.1"
@@ -90,8 +90,7 @@ class Namespace:
         return self
 
     def pids(self) -> list[int]:
-        r = run("ip", "netns", "pids", self.name, check=False)
-        return [int(p) for p in r.stdout.split()] if r.returncode == 0 else []
+        return namespace_pids(self.name)
 
     def delete(self) -> None:
         """SIGKILL every process in the namespace (what we started there), then remove it."""
@@ -103,16 +102,7 @@ class Namespace:
         run(*self.exec_prefix, "iptables", "-F", CHAIN, check=False)
 
     def kill_all(self) -> None:
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        kill_namespace_processes(self.name, 0.1)
 
     def __enter__(self) -> "Namespace":
         return self.create()
