@@ -55,8 +55,12 @@ log = logging.getLogger("kafkafast.replica_manager")
 EC = E.ErrorCode
 # After this broker takes a leadership with followers, a follower that has not fetched that
 # partition since parks its fetches at most SETTLING_WAIT_S, for at most SETTLING_S
-# (`ReplicaManager.follower_wait_s`): up to about 50 short polls of one fetcher.
-SETTLING_S = 1.0
+# (`ReplicaManager.follower_wait_s`): 50 short polls a second of one fetcher, until it fetches
+# the partition. The follower's LeaderAndIsr may come well after the leader's (a loaded
+# machine, a follower opening many logs at once); with one second, a follower that came later
+# parked its fetches for its whole replica.fetch.wait.max.ms again before it named the
+# partition (seen once on a CI run with 30 s: a first acks=all produce timed out).
+SETTLING_S = 10.0
 SETTLING_WAIT_S = 0.02
 PartitionState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
 
@@ -246,10 +250,15 @@ class ReplicaManager:
         partitions = self.broker.partitions
         for key, since in list(pending.items()):
             part = partitions.get(key)
-            f = self.follower_state(part, replica_id) if part is not None and part.is_leader else None
+            if part is None or not part.is_leader or replica_id not in part.replicas:
+                del pending[key]  # no longer led here, or no longer its follower
+                continue
+            f = self.follower_state(part, replica_id)
+            if f is None:  # a worker that took it before its owner recorded the follower: still awaited
+                continue
             # fetched since: later, or in the same ms by its log end (a new record starts at its
             # creation's ms with none; a fetch in the ms before the leadership counts too: rare)
-            if f is None or f.last_fetch_ms > since or (f.last_fetch_ms == since and f.leo >= 0):
+            if f.last_fetch_ms > since or (f.last_fetch_ms == since and f.leo >= 0):
                 del pending[key]
         if pending:
             return True

@@ -13,7 +13,8 @@ A rule is a JSON object with an `id`, a `kind` and the fields of that kind:
     error   api_key, error_code, count, topic, partition   answer with error_code instead
     omit    api_key, count, topic, partition               leave the partitions it names out (not
                                                            handled, not answered)
-    delay   api_key, delay_ms, count                       answer delay_ms late
+    delay   api_key, delay_ms, count, before               answer delay_ms late (before: hold it that
+                                                           long before it is handled)
     drop    api_key, count, topic                          handle, then close the connection
     pause   topic, partition                               hold produce requests for it
     disk    topic, partition, count                        fail segment writes with EIO

@@ -216,6 +216,10 @@ class TestControl:
         targets = list(self._partitions(api_key, request))
         if api_key == PRODUCE:
             await self._wait_while_paused(targets)
+        for rule in self.rules:  # held before it is handled
+            if rule["kind"] == "delay" and rule.get("before") and rule.get("api_key") == api_key \
+                    and self.files.use(rule["id"]):
+                await asyncio.sleep(rule["delay_ms"] / 1000.0)
         for rule in self.rules:
             if rule["kind"] in ("error", "omit") and rule.get("api_key") == api_key:
                 if self._applies(rule, api_key, request, targets) and self.files.use(rule["id"]):
@@ -227,7 +231,7 @@ class TestControl:
                                                                              response)
         parts = await broker.handle_frame(frame, conn)
         for rule in self.rules:
-            if rule.get("api_key") != api_key or rule["kind"] not in ("delay", "drop"):
+            if rule.get("api_key") != api_key or rule["kind"] not in ("delay", "drop") or rule.get("before"):
                 continue
             if rule.get("topic") is not None and not any(_matches(rule, *t) for t in targets):
                 continue

@@ -74,9 +74,13 @@ class Faults:
         return self.files.add({"kind": "omit", "api_key": key, "count": count, "topic": topic,
                                "partition": partition})
 
-    def delay(self, api: int | str, delay_ms: int, *, count: int = 1) -> int:
-        """Answer the next `count` requests of `api` `delay_ms` late (real time)."""
-        return self.files.add({"kind": "delay", "api_key": api_key(api), "delay_ms": delay_ms, "count": count})
+    def delay(self, api: int | str, delay_ms: int, *, count: int = 1, before: bool = False) -> int:
+        """Answer the next `count` requests of `api` `delay_ms` late (real time): handled, then
+        answered late, or with `before` held that long before the broker handles them (a
+        request that arrived late: a controller's LeaderAndIsr that one broker applies after
+        the others)."""
+        return self.files.add({"kind": "delay", "api_key": api_key(api), "delay_ms": delay_ms, "count": count,
+                               "before": before})
 
     def drop_response(self, api: int | str = "Produce", *, count: int = 1, topic: str | None = None) -> int:
         """Handle the next `count` requests of `api` (a produce is appended), then close

@@ -5,9 +5,10 @@
   the follower first or, with worker processes, the leader's worker serving the fetch has not
   applied it yet. A fixed back-off held those produces for that long;
 - a follower's fetch parked at the leader before the leader took a new partition does not name
-  it: the leader answers its parked fetches when it takes a leadership, and for a second after it
-  parks a follower's fetch only briefly (the follower may start following after that answer).
-  Otherwise the partition's first fetch waited for that parked one, up to replica.fetch.wait.max.ms;
+  it: the leader answers its parked fetches when it takes a leadership, and until the follower
+  fetched the partition (10 s at most) it parks that follower's fetches only briefly (the follower
+  may start following after that answer, even a second or more later). Otherwise the partition's
+  first fetch waited for that parked one, up to replica.fetch.wait.max.ms;
 - a partition that a leader leaves out of its OffsetForLeaderEpoch answer (not keeping to the
   protocol) backs off as after an error; it was asked about again at once, in a loop;
 - while a partition backs off, the follower's fetch of the others asks the leader to hold it no
@@ -86,9 +87,26 @@ def test_a_new_leadership_answers_the_followers_parked_fetch(backoff_cluster):
     second = next(t for t in (f"new-{i}" for i in range(100)) if owner_for(t, 0, WORKERS) == owner_for(first, 0, WORKERS))
     c.create_topic(first, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
     assert _produce(leader.port, b"a", -1, first) == (0, 0)
-    time.sleep(2)  # past the leadership's settling second: the follower's fetch parks for 30 s
+    time.sleep(2)  # the follower fetched it since: its fetch parks for 30 s
     c.create_topic(second, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
     assert _produce(leader.port, b"b", -1, second) == (0, 0)  # (REQUEST_TIMED_OUT behind the parked fetch)
+    assert _produce(leader.port, b"c", -1, first) == (0, 1)
+
+
+def test_a_follower_that_takes_the_leaderships_news_late_fetches_the_partition_at_once(backoff_cluster):
+    c = backoff_cluster
+    leader = c.brokers[1]
+    first = "early"  # (the same worker of each broker, as above)
+    second = next(t for t in (f"late-{i}" for i in range(100)) if owner_for(t, 0, WORKERS) == owner_for(first, 0, WORKERS))
+    c.create_topic(first, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+    assert _produce(leader.port, b"a", -1, first) == (0, 0)
+    # the follower applies the controller's LeaderAndIsr 1.5 s after the leader did (a loaded
+    # machine): the leader's answer to its parked fetch comes long before it follows the partition
+    late = c.faults(2)
+    late.delay("LeaderAndIsr", 1500, before=True)
+    c.create_topic(second, 1, 2, {"min.insync.replicas": "2"}, [[1, 2]])
+    c.wait_for(lambda: not late.active(), 10, "the follower's LeaderAndIsr held")
+    assert _produce(leader.port, b"b", -1, second) == (0, 0)  # (REQUEST_TIMED_OUT behind a parked fetch)
     assert _produce(leader.port, b"c", -1, first) == (0, 1)
 
 
