@@ -40,10 +40,12 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]
         c.close()
 
 
-def produce(bootstrap: str, topic: str, records, offsets: dict | None = None) -> None:
+def produce(bootstrap: str, topic: str, records, offsets: dict | None = None, linger_ms: int = 20) -> None:
+    """The records, produced and flushed (with a `linger_ms` longer than the loop takes, and a
+    handful of small records: one batch, as `flush` sends what lingers at once)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "compression.type": "lz4",
                   "batch.size": 65536})
 
     def delivered(err, msg):
@@ -209,8 +211,9 @@ def test_dedupe_buffer_size_is_dynamic_and_splits_a_cleaning(broker_factory):
     # Not compacted until everything is written and the bound is set: the cleaner's first look at
     # the log (whenever it comes) finds it dirty only then.
     b, admin = idle_cleaner_with_topic(broker_factory, topic, 4096, policy="delete")
-    for chunk in range(10):  # one batch each
-        produce(b.bootstrap, topic, ((b"key-%03d" % (i % 300), b"v%d" % i) for i in range(chunk * 100, chunk * 100 + 100)))
+    for chunk in range(10):  # one batch each (with linger.ms 20, a slow loop on a loaded machine split one)
+        produce(b.bootstrap, topic, ((b"key-%03d" % (i % 300), b"v%d" % i) for i in range(chunk * 100, chunk * 100 + 100)),
+                linger_ms=60000)
     produce(b.bootstrap, topic, [(b"tail", b"x")])
     alter_broker(admin, {"log.cleaner.dedupe.buffer.size": "4000", "log.cleaner.backoff.ms": "100"})
     (fut,) = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
