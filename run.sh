@@ -51,7 +51,7 @@ install_python() {
 }
 
 install_debian() {
-  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark (javac for the JVM reader); systemd-analyze for deploy/.
+  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark (javac for the JVM reader); systemd-analyze for deploy/; Go and Sarama for the Go client in the matrix.
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     local need=()
     [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
@@ -61,6 +61,8 @@ install_debian() {
     ldconfig -p 2>/dev/null | grep -c 'libatomic\.so\.1' >/dev/null || need+=(libatomic1)  # the pure twin of the shared-append lock word calls libatomic
     command -v kcat >/dev/null || need+=(kcat)  # librdkafka 2.0's CLI (tests/integration/test_client_matrix.py)
     command -v node >/dev/null || need+=(nodejs)  # KafkaJS (tests/js): an independent client as a compatibility peer
+    command -v go >/dev/null || need+=(golang-go)  # builds the Sarama matrix client (tests/matrix_scripts/sarama_client.go)
+    [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need+=(golang-github-shopify-sarama-dev)  # Sarama, Go's Kafka client
     [ -x /usr/sbin/iptables ] || need+=(iptables)  # faults inside a network namespace (tests/nemesis/)
     if [ ${#need[@]} -gt 0 ]; then
       echo "run.sh: installing Debian packages: ${need[*]}"

@@ -356,12 +356,14 @@ cdef inline const uint8_t* skip_field(const uint8_t* p, const uint8_t* rec_end, 
     return p + used + (v if v > 0 else 0)
 
 
-cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, int64_t seen) noexcept nogil:
+cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, int64_t seen,
+                                       int64_t* ts_delta) noexcept nogil:
     """The end of the record at `p` when it lies wholly in [p, end) and stream_feed would take
-    it (offsetDelta `seen`, every field inside it, nothing left over), read in one go; NULL
-    otherwise, and stream_feed walks it byte by byte and names what is wrong. (An uncompressed
-    batch is one piece: every record goes this way.)"""
+    it (offsetDelta `seen`, every field inside it, nothing left over), read in one go, with its
+    timestampDelta in `ts_delta`; NULL otherwise, and stream_feed walks it byte by byte and
+    names what is wrong. (An uncompressed batch is one piece: every record goes this way.)"""
     cdef int32_t v
+    cdef uint64_t acc = 0
     cdef int32_t headers
     cdef Py_ssize_t used
     cdef const uint8_t* rec_end
@@ -375,10 +377,12 @@ cdef inline const uint8_t* whole_record(const uint8_t* p, const uint8_t* end, in
     while True:  # timestamp delta: a varint of at most 10 bytes
         if p >= rec_end or n == 10:
             return NULL
+        acc |= (<uint64_t>(p[0] & 0x7F)) << (7 * n)
         n += 1
         p += 1
         if not (p[-1] & 0x80):
             break
+    ts_delta[0] = <int64_t>((acc >> 1) ^ (~(acc & 1) + 1))
     used = read_varint32(p, rec_end, &v)
     if used <= 0 or v != seen:
         return NULL
@@ -414,9 +418,13 @@ cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noex
     cdef const uint8_t* rec_end
     while p < end or s.state == S_END:
         if s.state == S_LENGTH and not s.shift and s.seen < s.count:
-            rec_end = whole_record(p, end, s.seen)
+            rec_end = whole_record(p, end, s.seen, &value)
             if rec_end != NULL:
                 p = rec_end
+                if s.seen == 0 or value < s.ts_min:
+                    s.ts_min = value
+                if s.seen == 0 or value > s.ts_max:
+                    s.ts_max = value
                 s.seen += 1
                 continue
         if s.state == S_END:
@@ -456,6 +464,8 @@ cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noex
             continue
         raw = <uint32_t>s.acc
         value = <int32_t>((raw >> 1) ^ (~(raw & 1) + 1))
+        if s.state == S_TIMESTAMP:  # a varlong: all 64 bits
+            value = <int64_t>((s.acc >> 1) ^ (~(s.acc & 1) + 1))
         s.acc = 0
         s.shift = 0
         if s.state == S_LENGTH:
@@ -465,6 +475,10 @@ cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noex
             s.remaining = value
             s.state = S_ATTRIBUTES
         elif s.state == S_TIMESTAMP:
+            if s.seen == 0 or value < s.ts_min:
+                s.ts_min = value
+            if s.seen == 0 or value > s.ts_max:
+                s.ts_max = value
             s.state = S_OFFSET
         elif s.state == S_OFFSET:
             if value != s.seen:
@@ -518,13 +532,14 @@ cdef object _stream_exception(int status, const RecordStream* s):
     return CorruptMessageError(_STREAM_MESSAGES[status].format(seen=s.seen, bad=s.bad, count=s.count))
 
 
-def validate_record_stream(chunks, int64_t count, int64_t max_bytes):
+def validate_record_stream(chunks, int64_t count, int64_t max_bytes, bint timestamps=False):
     """Check decompressed v2 records arriving in pieces (`compression.iter_decompressed`):
     exactly `count` well-formed records (every length inside its record, the fields filling
     it), record i with offsetDelta i, nothing after the last. Nothing is buffered: each
     piece is walked as it comes, a value longer than a piece is skipped across pieces.
 
-    Returns the decompressed size. Raises CorruptMessageError for malformed records and
+    Returns the decompressed size; with `timestamps`, (size, the smallest timestampDelta, the
+    largest) of the records. Raises CorruptMessageError for malformed records and
     MessageTooLargeError as soon as more than `max_bytes` arrived (the iterator is not
     pulled further, so a decompression bomb costs at most one piece beyond the bound).
     """
@@ -554,6 +569,8 @@ def validate_record_stream(chunks, int64_t count, int64_t max_bytes):
         raise CorruptMessageError(f"record {s.seen}: truncated")
     if s.seen != count:
         raise CorruptMessageError(f"{s.seen} records, recordsCount says {count}")
+    if timestamps:
+        return total, s.ts_min, s.ts_max
     return total
 
 

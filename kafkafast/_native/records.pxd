@@ -69,6 +69,8 @@ cdef struct RecordStream:
     int64_t count               # records the batch declares
     int64_t headers_left
     int64_t bad                 # the offending number, for the error message
+    int64_t ts_min              # the smallest and largest timestampDelta of the records walked
+    int64_t ts_max
 
 cdef int stream_feed(RecordStream* s, const uint8_t* p, const uint8_t* end) noexcept nogil
 

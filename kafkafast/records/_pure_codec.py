@@ -245,13 +245,15 @@ _S_LENGTH, _S_ATTRIBUTES, _S_TIMESTAMP, _S_OFFSET, _S_KEY, _S_VALUE, _S_HEADERS,
 _AFTER_FIELD = {_S_KEY: _S_VALUE, _S_VALUE: _S_HEADERS, _S_HKEY: _S_HVALUE}
 
 
-def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int) -> int:
+def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int,
+                           timestamps: bool = False) -> int | tuple[int, int, int]:
     """Check decompressed v2 records arriving in pieces (`compression.iter_decompressed`):
     exactly `count` well-formed records (every length inside its record, the fields filling
     it), record i with offsetDelta i, nothing after the last. Nothing is buffered: each
     piece is walked as it comes, a value longer than a piece is skipped across pieces.
 
-    Returns the decompressed size. Raises CorruptMessageError for malformed records and
+    Returns the decompressed size; with `timestamps`, (size, the smallest timestampDelta, the
+    largest) of the records. Raises CorruptMessageError for malformed records and
     MessageTooLargeError as soon as more than `max_bytes` arrived (the iterator is not
     pulled further, so a decompression bomb costs at most one piece beyond the bound).
     """
@@ -260,6 +262,7 @@ def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int)
     remaining = skip = 0  # bytes left in the record; bytes left to skip in a field
     after_skip = _S_LENGTH
     seen = headers_left = total = 0
+    ts_min = ts_max = 0
     for chunk in chunks:
         mv = _view(chunk)
         n = len(mv)
@@ -300,14 +303,22 @@ def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int)
                     raise CorruptMessageError(f"record {seen}: varint too long")
                 continue
             value = acc & 0xFFFFFFFF
-            value = (value >> 1) ^ -(value & 1)  # zigzag int32 (unused for the varlong timestamp)
-            acc = shift = 0
+            value = (value >> 1) ^ -(value & 1)  # zigzag int32 (the varlong timestamp: below)
+            if state != _S_TIMESTAMP:
+                acc = shift = 0
             if state == _S_LENGTH:
                 if value < MIN_RECORD_BODY:
                     raise CorruptMessageError(f"record {seen}: length {value}")
                 remaining = value
                 state = _S_ATTRIBUTES
             elif state == _S_TIMESTAMP:
+                delta = acc & 0xFFFFFFFFFFFFFFFF
+                delta = (delta >> 1) ^ -(delta & 1)  # zigzag int64: the varlong of the timestamp delta
+                if seen == 0 or delta < ts_min:
+                    ts_min = delta
+                if seen == 0 or delta > ts_max:
+                    ts_max = delta
+                acc = shift = 0
                 state = _S_OFFSET
             elif state == _S_OFFSET:
                 if value != seen:
@@ -344,6 +355,8 @@ def validate_record_stream(chunks: Iterable[Buffer], count: int, max_bytes: int)
         raise CorruptMessageError(f"record {seen}: truncated")
     if seen != count:
         raise CorruptMessageError(f"{seen} records, recordsCount says {count}")
+    if timestamps:
+        return total, ts_min, ts_max
     return total
 
 

@@ -64,9 +64,12 @@ from kafkafast.protocol.errors import CorruptMessageError, KafkaError, MessageTo
 from kafkafast.records.compression import DecompressedSizeError, decompress, iter_decompressed
 from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import (
+    ATTR_TIMESTAMP_TYPE,
     BATCH_HEADER_SIZE,
     BATCH_LENGTH_OVERHEAD,
     CODEC_NONE,
+    CRC_START,
+    NO_TIMESTAMP,
     TIMESTAMP_LOG_APPEND,
     BatchHeader,
     LegacyHeader,
@@ -96,11 +99,15 @@ def crc32c(data: Buffer) -> int:
     return _crc32c(data)
 
 
-def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_size: int | None = None) -> int:
+def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_size: int | None = None,
+                                timestamps: list[tuple[int, BatchHeader, int, int]] | None = None) -> int:
     """Check the records inside every batch of a producer's record set: a compressed
     payload decompresses (whole, nothing after it), to at most `max_decompressed` bytes, and
     every payload holds exactly recordsCount well-formed records with offset deltas 0, 1,
-    2, ... (`validate_record_stream`). Returns the decompressed bytes checked.
+    2, ... (`validate_record_stream`). Returns the decompressed bytes checked. With a
+    `timestamps` list, appends (position, header, smallest record timestamp, largest record
+    timestamp) for each batch checked (the records' own timestamps: firstTimestamp plus
+    their deltas, whatever the header's maxTimestamp says).
 
     Raises CorruptMessageError, or MessageTooLargeError past the bound. The walk stops
     quietly at the first batch whose header `validate_batches` rejects (it says why; a
@@ -118,16 +125,19 @@ def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_si
         if (size > n - pos or (max_batch_size is not None and size > max_batch_size)
                 or header.records_count <= 0 or header.last_offset_delta != header.records_count - 1):
             return total
+        want = timestamps is not None
         if header.compression == CODEC_NONE:  # the records are checked as they are, as Kafka's
             try:                                 # LogValidator walks an uncompressed batch too
-                validate_record_stream((mv[pos + BATCH_HEADER_SIZE : pos + size],), header.records_count, size)
+                walked = validate_record_stream((mv[pos + BATCH_HEADER_SIZE : pos + size],), header.records_count,
+                                                size, want)
             except CorruptMessageError as exc:
                 raise CorruptMessageError(f"batch at {pos}: {exc.message}") from None
         else:
             try:
-                total += validate_record_stream(
+                walked = validate_record_stream(
                     iter_decompressed(header.compression, mv[pos + BATCH_HEADER_SIZE : pos + size], max_decompressed),
-                    header.records_count, max_decompressed)
+                    header.records_count, max_decompressed, want)
+                total += walked[0] if want else walked
             except (DecompressedSizeError, MessageTooLargeError):
                 raise MessageTooLargeError(
                     f"batch at {pos}: records decompress to more than {max_decompressed} bytes") from None
@@ -135,8 +145,44 @@ def validate_compressed_records(buf: Buffer, max_decompressed: int, max_batch_si
                 raise CorruptMessageError(f"batch at {pos}: {exc.message}") from None
             except KafkaError:  # a codec number validate_batches refuses
                 return total
+        if timestamps is not None:
+            _, lowest, highest = walked
+            timestamps.append((pos, header, header.first_timestamp + lowest, header.first_timestamp + highest))
         pos += size
     return total
+
+
+_ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
+_CRC_AT = 17
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def set_create_time_max_timestamps(buf: bytearray | memoryview,
+                                   timestamps: list[tuple[int, BatchHeader, int, int]]) -> int:
+    """What Kafka's LogValidator makes of each batch a producer sends to a CreateTime topic:
+    its maxTimestamp the largest of its records' timestamps (NO_TIMESTAMP at least) and its
+    timestamp type CreateTime. `timestamps` is what `validate_compressed_records` found.
+    A batch whose header says otherwise (a client that leaves maxTimestamp at -1, or sets
+    the LogAppendTime bit) is rewritten in `buf`, which must be writable, and its CRC computed
+    again, but only when its CRC held: a corrupt batch stays as it came, for the append to
+    refuse. Returns how many batches were rewritten."""
+    mv = memoryview(buf)
+    rewritten = 0
+    for pos, header, _lowest, highest in timestamps:
+        want = max(highest, NO_TIMESTAMP)
+        if header.max_timestamp == want and not header.attributes & ATTR_TIMESTAMP_TYPE:
+            continue
+        size = header.size
+        if not batch_crc_ok(mv, pos, size):
+            continue
+        _I16.pack_into(mv, pos + _ATTRIBUTES_AT, header.attributes & ~ATTR_TIMESTAMP_TYPE)
+        _I64.pack_into(mv, pos + _MAX_TIMESTAMP_AT, want)
+        _U32.pack_into(mv, pos + _CRC_AT, _crc32c(mv[pos + CRC_START:pos + size]))
+        rewritten += 1
+    return rewritten
 
 
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:

@@ -1,15 +1,16 @@
 """The client x version matrix: confluent-kafka, kafka-python and aiokafka each at the older
 release named by a `# matrix:` line of constraints.txt (run in a virtual environment,
-tests/support/client_matrix.py) and at their pin, KafkaJS (tests/js) and Debian's kcat
-(librdkafka 2.0) each produce with every codec they support, consume in a group, commit,
-read the committed offsets back and list offsets (tests/matrix_scripts/, one JSON line per
-run). What they wrote is checked in the segment files: v2 batches compressed with the
+tests/support/client_matrix.py) and at their pin, KafkaJS (tests/js), Debian's kcat
+(librdkafka 2.0) and Debian's Sarama (Go; built here from the packaged sources, at protocol
+2.1 and pinned to 0.10.2) each produce with every codec they support, consume in a group,
+commit, read the committed offsets back and list offsets (tests/matrix_scripts/, one JSON
+line per run). What they wrote is checked in the segment files: v2 batches compressed with the
 producer's codec, every record where it was sent. The older kafka-python also runs pinned
 to `api_version` (0, 9) and (0, 10, 1), through the legacy formats (the pinned kafka-python
-does that in test_legacy_formats.py). Every case runs on a single node; kcat and KafkaJS, the
-clients no other test takes through both modes, also run on a 3-broker cluster (the `kafka`
-fixture: topics with replication factor 3, the segment files read on each partition's leader).
-The Python clients' cluster runs are tests/integration/test_real_clients.py's."""
+does that in test_legacy_formats.py). Every case runs on a single node; kcat, KafkaJS and
+Sarama, the clients no other test takes through both modes, also run on a 3-broker cluster
+(the `kafka` fixture: topics with replication factor 3, the segment files read on each
+partition's leader). The Python clients' cluster runs are tests/integration/test_real_clients.py's."""
 from __future__ import annotations
 
 import json
@@ -59,8 +60,27 @@ def python_cases() -> list[Case]:
 
 
 NOT_PYTHON = [Case("kafkajs", "kafkajs_client.js", ("none", "gzip")),
-              Case("kcat", "kcat_client.py", tuple(ALL), timestamps=False)]
+              Case("kcat", "kcat_client.py", tuple(ALL), timestamps=False),
+              Case("sarama", "sarama_client.go", tuple(ALL)),
+              # Produce v2 with magic-1 message sets, Fetch v3, ListOffsets v1, the group at 0.10.2
+              Case("sarama-api0.10.2", "sarama_client.go", ("none", "gzip", "snappy", "lz4"), api_version=(0, 10, 2))]
+SARAMA_SOURCE = Path("/usr/share/gocode/src/github.com/Shopify/sarama")
 CASES = python_cases() + NOT_PYTHON
+
+
+@pytest.fixture(scope="session")
+def sarama_client(tmp_path_factory) -> Path | None:
+    """tests/matrix_scripts/sarama_client.go built against Debian's Sarama (GOPATH mode: the
+    packaged sources, nothing fetched), once a session; None when Go or Sarama is missing."""
+    if shutil.which("go") is None or not SARAMA_SOURCE.is_dir():
+        return None
+    out = tmp_path_factory.mktemp("sarama")
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": "/usr/share/gocode", "GOCACHE": str(out / "cache"),
+           "GOFLAGS": ""}
+    build = subprocess.run(["go", "build", "-o", str(out / "sarama_client"), str(SCRIPTS / "sarama_client.go")],
+                           capture_output=True, text=True, timeout=600, env=env)
+    assert build.returncode == 0, build.stderr[-3000:]
+    return out / "sarama_client"
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +91,11 @@ def interpreters() -> Interpreters:
     return interp
 
 
-def command(case: Case, interp: Interpreters, spec: dict) -> list[str]:
+def command(case: Case, interp: Interpreters, spec: dict, sarama: Path | None) -> list[str]:
+    if case.script.endswith(".go"):
+        if sarama is None:
+            missing_tool("sarama")
+        return [str(sarama), json.dumps(spec)]
     if case.script.endswith(".js"):
         if shutil.which("node") is None or not (JS_MODULES / "kafkajs").is_dir():
             if not CI:
@@ -104,12 +128,12 @@ def by_partition(d: dict) -> dict[str, dict[int, int]]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 @pytest.mark.in_cluster_only(case=NOT_PYTHON)
-def test_client_produces_consumes_commits_and_lists_offsets(kafka, interpreters, case):
+def test_client_produces_consumes_commits_and_lists_offsets(kafka, interpreters, sarama_client, case):
     t0 = int(time.time() * 1000) - 3_600_000
     topics = {codec: f"mx-{case.id}-{codec}" for codec in case.codecs}
     spec = {"bootstrap": kafka.bootstrap, "topics": topics, "n": N, "t0": t0, "group": f"mx-{case.id}",
             "api_version": case.api_version}
-    cmd = command(case, interpreters, spec)
+    cmd = command(case, interpreters, spec, sarama_client if case.script.endswith(".go") else None)
     for topic in topics.values():
         kafka.create_topic(topic, PARTITIONS)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -183,6 +183,13 @@ class Target:
                                        f"a leader of {topic}-{partition}")
         return self.cluster.brokers[leader].data_dir / f"{topic}-{partition}"
 
+    def replica_dirs(self, topic: str, partition: int) -> list[Path]:
+        """The directories of every replica of the partition (a single node: its one)."""
+        if self.cluster is None:
+            return [self.partition_dir(topic, partition)]
+        return [b.data_dir / f"{topic}-{partition}" for b in self.cluster.brokers.values()
+                if (b.data_dir / f"{topic}-{partition}").is_dir()]
+
     def coordinator_port(self, key: str, key_type: int = 0, listener: str = "PLAINTEXT") -> int:
         """The port of the broker coordinating a group (key_type 0) or transactional id (1)."""
         if self.cluster is None:

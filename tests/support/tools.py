@@ -1,5 +1,5 @@
-"""Tests that need a tool from outside Python (node and KafkaJS, kcat, ZooKeeper and java,
-systemd-analyze): without it a test is skipped with how to get it, except on CI (CI=true),
+"""Tests that need a tool from outside Python (node and KafkaJS, kcat, Go and Sarama, ZooKeeper
+and java, systemd-analyze): without it a test is skipped with how to get it, except on CI (CI=true),
 where `run.sh test` has installed every tool and a missing one fails the test instead."""
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ HOW_TO_GET = {
                "and npm; where nodejs comes from NodeSource, npm is part of it and Debian's npm package "
                "conflicts with it), or install Node.js with npm and run `npm install` in tests/js",
     "kcat": "kcat is missing: `bash run.sh test` installs it as root (Debian package: kcat)",
+    "sarama": "Go or Sarama is missing: `bash run.sh test` installs them as root (Debian packages: golang-go, "
+              "golang-github-shopify-sarama-dev)",
     "zookeeper": "ZooKeeper or java is missing: `bash run.sh test` installs them as root (Debian packages: "
                  "zookeeper, openjdk-17-jre-headless)",
     "systemd-analyze": "systemd-analyze is missing: `bash run.sh test` installs it as root (Debian package: "

@@ -232,3 +232,25 @@ def test_zstd_batches_validate_concurrently_in_several_threads() -> None:
     for th in threads:
         th.join()
     assert all(results[t] == [expected[t]] * 100 for t in range(4))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 128 * 1024])
+def test_the_walk_reports_the_smallest_and_largest_timestamp_delta(twin: ModuleType, chunk: int) -> None:
+    encode = native.load_pure("records").encode_record
+    deltas = [0, 5, -3, 2**40, -(2**41), 7, 2**62, -(2**63)]  # varlongs of 1 to 10 bytes, either sign
+    for n in range(1, len(deltas) + 1):
+        raw = b"".join(encode(i, d, b"k", b"v" * (i * 50), [("h", b"x")]) for i, d in enumerate(deltas[:n]))
+        for codec in [CODEC_NONE, CODEC_ZSTD]:
+            pieces = iter_decompressed(codec, compress(codec, raw), chunk=chunk)
+            size, lowest, highest = twin.validate_record_stream(pieces, n, 1 << 20, True)
+            assert (size, lowest, highest) == (len(raw), min(deltas[:n]), max(deltas[:n]))
+
+
+def test_validate_compressed_records_reports_each_batchs_record_timestamps() -> None:
+    first = encode_batch([(1_000 + d, b"k", b"v", []) for d in (7, 3, 9)], CODEC_GZIP)
+    second = encode_batch([(50_000, None, b"w", [])], CODEC_NONE)
+    found: list = []
+    validate_compressed_records(first + second, 1 << 20, 1 << 20, found)
+    assert [(pos, lowest, highest) for pos, _, lowest, highest in found] == [(0, 1_003, 1_009),
+                                                                              (len(first), 50_000, 50_000)]
+    assert [h.records_count for _, h, _, _ in found] == [3, 1]

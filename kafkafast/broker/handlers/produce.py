@@ -30,9 +30,22 @@ with INVALID_RECORD, each keyless record listed in record_errors (its index with
 batch and why), so clients fail exactly those records. For this the batches of a
 compacted topic are validated as the append validates them, then decoded (decompressed
 when compressed); other topics' batches stay opaque.
+
+Record timestamps, as Kafka's log validator treats them in a CreateTime topic: a record
+whose timestamp (-1, no timestamp, aside) lies more than message.timestamp.before.max.ms
+before the broker's clock or .after.max.ms after it (each falling back to the deprecated
+message.timestamp.difference.max.ms while unset; Long.MAX_VALUE by default) refuses the set
+with INVALID_TIMESTAMP and a record error for each such record (a keyless record's error in
+a compacted topic first). The record walk gives each batch's smallest and largest record
+timestamp, so a batch is decoded only when one may be out of bounds. A batch whose header
+disagrees with its records (maxTimestamp not their largest, as some clients leave it at -1,
+or the LogAppendTime bit set by the producer) is rewritten in place before the append:
+maxTimestamp the records' largest, CreateTime, the CRC32C computed again (only over a CRC
+that held), so the time index and ListOffsets by timestamp see the records' times.
 """
 import asyncio
 import logging
+import time
 
 from kafkafast.broker.registry import handles
 from kafkafast.metrics import recorder as request_metrics
@@ -42,7 +55,9 @@ from kafkafast.protocol.api import encode_response
 from kafkafast.protocol.later import LaterAnswer
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.records import validate_compressed_records
-from kafkafast.records.batch import decode_batch, validate_batches
+from kafkafast.records.batch import decode_batch, set_create_time_max_timestamps, validate_batches
+from kafkafast.records.model import NO_TIMESTAMP
+from kafkafast.storage.config import LONG_MAX
 from kafkafast.records.convert import upconvert
 from kafkafast.security import acl
 from kafkafast.security.context import denied
@@ -59,19 +74,46 @@ def _error(index, code, message=None):
                     log_start_offset=-1, record_errors=[], error_message=message)
 
 
-def keyless_record_errors(topic: str, index: int, records, max_batch_size: int) -> list:
-    """A RecordError for each record without a key. The batches are validated first (the
-    errors of a bad batch come before this check, as in Kafka, and a compressed batch is
-    decompressed only once it passed the checks the append makes)."""
-    errors = []
-    pos = 0
-    for header in validate_batches(records, max_batch_size):
+def _record_errors(topic: str, index: int, records, found: list, cfg, now_ms: int) -> tuple[int, list]:
+    """Kafka's per-record checks, batch by batch, stopping at the first batch with errors (as
+    its LogValidator does): a record without a key in a compacted topic is refused (that
+    error first), and in a CreateTime topic a record whose timestamp (NO_TIMESTAMP aside) is
+    more than message.timestamp.before.max.ms before now or .after.max.ms after it (each
+    falling back to message.timestamp.difference.max.ms while it is unset). `found` is what
+    `validate_compressed_records` found: a batch is decoded only when it may hold such a
+    record. Returns (INVALID_TIMESTAMP if any error is a timestamp's, else INVALID_RECORD;
+    the errors), or (0, [])."""
+    before = cfg.message_timestamp_before_max_ms
+    if before == LONG_MAX:
+        before = cfg.message_timestamp_difference_max_ms
+    after = cfg.message_timestamp_after_max_ms
+    if after == LONG_MAX:
+        after = cfg.message_timestamp_difference_max_ms
+    create_time = not cfg.log_append_time
+    validated = False
+    for pos, header, lowest, highest in found:
+        times = create_time and (now_ms - lowest > before or highest - now_ms > after)
+        if not (cfg.compact or times):
+            continue
+        if not validated:  # a bad batch's error (its CRC, its header) comes first, as in Kafka
+            validate_batches(records, cfg.max_message_bytes)
+            validated = True
         _header, recs = decode_batch(records, pos, check_crc=False)
-        pos += header.size
-        errors += [RecordError(batch_index=i, batch_index_error_message=(
-                   f"compacted topic partition {topic}-{index} does not accept a record without a key"))
-                   for i, r in enumerate(recs) if r.key is None]
-    return errors
+        errors = []
+        code = E.ErrorCode.INVALID_RECORD
+        for i, r in enumerate(recs):
+            if cfg.compact and r.key is None:
+                errors.append(RecordError(batch_index=i, batch_index_error_message=(
+                    f"compacted topic partition {topic}-{index} does not accept a record without a key")))
+            elif times and r.timestamp != NO_TIMESTAMP and (now_ms - r.timestamp > before
+                                                            or r.timestamp - now_ms > after):
+                errors.append(RecordError(batch_index=i, batch_index_error_message=(
+                    f"timestamp {r.timestamp} of the record at offset {r.offset - header.base_offset} of the batch "
+                    f"is out of range: it must be within [{now_ms - before}, {now_ms + after}]")))
+                code = E.ErrorCode.INVALID_TIMESTAMP
+        if errors:
+            return code, errors
+    return 0, []
 
 
 def transactional_refused(broker, ctx, transactional_id: str) -> int:
@@ -95,24 +137,35 @@ def upconverted(broker, part, pd, version: int):
 
 
 def checked_records(broker, part, topic: str, pd):
-    """The record checks made before a leader's append: compressed batches validated as a
-    stream, keyless records refused in compacted topics. An error response, or None."""
+    """The record checks made before a leader's append, as Kafka's LogValidator: compressed
+    batches validated as a stream; keyless records refused in compacted topics; record
+    timestamps held to message.timestamp.before/after.max.ms in CreateTime topics, where each
+    batch's maxTimestamp and timestamp type are then set from its records (a client that
+    leaves maxTimestamp unset still gets a time index and ListOffsets by time). An error
+    response, or None."""
     try:
-        max_batch = part.log.config.max_message_bytes
-        validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch)
-        if part.log.config.compact:
-            keyless = keyless_record_errors(topic, pd.index, pd.records, max_batch)
-            if keyless:
-                return _invalid_records(pd.index, keyless)
+        cfg = part.log.config
+        max_batch = cfg.max_message_bytes
+        found: list = []
+        validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch, found)
+        code, errors = _record_errors(topic, pd.index, pd.records, found, cfg, int(time.time() * 1000))
+        if errors:
+            return _invalid_records(pd.index, code, errors)
+        if not cfg.log_append_time and any(h.max_timestamp != max(hi, NO_TIMESTAMP) or h.timestamp_type
+                                           for _, h, _, hi in found):
+            if isinstance(pd.records, bytes) or (isinstance(pd.records, memoryview) and pd.records.readonly):
+                pd.records = bytearray(pd.records)
+            set_create_time_max_timestamps(pd.records, found)
     except E.KafkaError as exc:
         return _error(pd.index, exc.code, exc.message)
     return None
 
 
-def _invalid_records(index: int, errors: list):
+def _invalid_records(index: int, code: int, errors: list):
     shown = "; ".join(f"record {e.batch_index}: {e.batch_index_error_message}" for e in errors[:SHOWN_RECORD_ERRORS])
-    resp = _error(index, E.ErrorCode.INVALID_RECORD,
-                  f"{len(errors)} record(s) rejected, the first {min(len(errors), SHOWN_RECORD_ERRORS)}: {shown}")
+    what = "timestamp" if code == E.ErrorCode.INVALID_TIMESTAMP else "record"
+    resp = _error(index, code, f"{len(errors)} record(s) rejected (invalid {what}), the first "
+                               f"{min(len(errors), SHOWN_RECORD_ERRORS)}: {shown}")
     resp.record_errors = errors
     return resp
 
