@@ -185,6 +185,33 @@ def set_create_time_max_timestamps(buf: bytearray | memoryview,
     return rewritten
 
 
+# A topic's compression.type -> the codec its batches are stored with (None: the producer's).
+TOPIC_CODECS = {"producer": None, "uncompressed": CODEC_NONE, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def recompressed(buf: Buffer, timestamps: list[tuple[int, BatchHeader, int, int]], codec: int) -> bytearray | None:
+    """The record set with every batch not compressed with `codec` rebuilt with it, as Kafka's
+    LogValidator rebuilds a producer's batch when the topic's compression.type differs: the
+    same records (keys, values, headers, timestamps) and the same producer id, epoch, base
+    sequence, transactional and control flags. None when every batch already is. `timestamps` is what
+    `validate_compressed_records` found (so each payload is known to decompress within its
+    bound); the batches must have passed `validate_batches` (their CRCs held)."""
+    if all(header.compression == codec for _, header, _, _ in timestamps):
+        return None
+    out = bytearray()
+    mv = memoryview(buf)
+    for pos, header, _, _ in timestamps:
+        if header.compression == codec:
+            out += mv[pos:pos + header.size]
+            continue
+        _header, records = decode_batch(mv, pos, check_crc=False)
+        out += encode_batch([(r.timestamp, r.key, r.value, r.headers) for r in records], codec,
+                            producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                            base_sequence=header.base_sequence, is_transactional=header.is_transactional,
+                            is_control=header.is_control, partition_leader_epoch=header.partition_leader_epoch)
+    return out
+
+
 def decode_batch(buf: Buffer, pos: int = 0, *, check_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
     """The v2 batch at `pos` and its records (decompressed; offsets and timestamps absolute).
 

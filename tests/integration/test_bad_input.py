@@ -204,6 +204,10 @@ def test_error_codes_for_common_mistakes(broker_factory):
     assert produce(b.port, "ok-topic", a_batch(), partition=5).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     big = encode_batch([(0, None, b"z" * 5000, [])])
     assert produce(b.port, "ok-topic", big).error_code == ErrorCode.MESSAGE_TOO_LARGE
+    no_sequence = produce(b.port, "ok-topic", a_batch(producer_id=7, producer_epoch=0, base_sequence=-1))
+    assert (no_sequence.error_code, no_sequence.base_offset) == (ErrorCode.INVALID_RECORD, -1)
+    assert "no base sequence" in no_sequence.error_message
+    assert latest_offset(b.port, "ok-topic").offset == 0
     with RawClient(b.port) as c:
         req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
             FetchRequest.FetchTopic(topic="ok-topic", partitions=[FetchRequest.FetchPartition(

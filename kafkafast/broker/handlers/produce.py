@@ -16,7 +16,8 @@ offset the original got, as Kafka does. Legacy message sets in v3+ requests are 
 with UNSUPPORTED_VERSION (v0-2 ones are up-converted). acks=0 sends no response. Transactional
 batches (attribute bit 4) open the producer's transaction in the partition (the last stable
 offset stays at its first offset until the coordinator's marker); control batches from a
-client are refused with INVALID_RECORD; a transactional id needs WRITE on it
+client are refused with INVALID_RECORD, and so is a batch with a producer id but no base
+sequence (-1), as in Kafka; a transactional id needs WRITE on it
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, also where no coordinator runs).
 v8 adds record_errors/error_message (filled for record-level failures).
 Compressed batches are decompressed (streaming) and their records checked before the
@@ -42,6 +43,12 @@ disagrees with its records (maxTimestamp not their largest, as some clients leav
 or the LogAppendTime bit set by the producer) is rewritten in place before the append:
 maxTimestamp the records' largest, CreateTime, the CRC32C computed again (only over a CRC
 that held), so the time index and ListOffsets by timestamp see the records' times.
+
+A topic whose compression.type (or the broker's) names a codec stores its batches with it:
+a batch compressed otherwise is rebuilt before the append with the same records, producer
+fields and flags, as Kafka's LogValidator does (`records.batch.recompressed`); "producer"
+(the default) keeps the producer's bytes. A rebuilt batch larger than max.message.bytes is
+MESSAGE_TOO_LARGE.
 """
 import asyncio
 import logging
@@ -55,7 +62,8 @@ from kafkafast.protocol.api import encode_response
 from kafkafast.protocol.later import LaterAnswer
 from kafkafast.protocol.errors import CloseConnection
 from kafkafast.records import validate_compressed_records
-from kafkafast.records.batch import decode_batch, set_create_time_max_timestamps, validate_batches
+from kafkafast.records.batch import (TOPIC_CODECS, decode_batch, recompressed, set_create_time_max_timestamps,
+                                     validate_batches)
 from kafkafast.records.model import NO_TIMESTAMP
 from kafkafast.storage.config import LONG_MAX
 from kafkafast.records.convert import upconvert
@@ -148,6 +156,10 @@ def checked_records(broker, part, topic: str, pd):
         max_batch = cfg.max_message_bytes
         found: list = []
         validate_compressed_records(pd.records, broker.config.max_decompressed_bytes(max_batch), max_batch, found)
+        for pos, h, _, _ in found:
+            if h.producer_id >= 0 and h.base_sequence < 0 and not h.is_control:
+                return _error(pd.index, E.ErrorCode.INVALID_RECORD, f"batch at {pos}: producer id {h.producer_id} "
+                                                                   f"with no base sequence ({h.base_sequence})")
         code, errors = _record_errors(topic, pd.index, pd.records, found, cfg, int(time.time() * 1000))
         if errors:
             return _invalid_records(pd.index, code, errors)
@@ -156,6 +168,10 @@ def checked_records(broker, part, topic: str, pd):
             if isinstance(pd.records, bytes) or (isinstance(pd.records, memoryview) and pd.records.readonly):
                 pd.records = bytearray(pd.records)
             set_create_time_max_timestamps(pd.records, found)
+        codec = TOPIC_CODECS.get(cfg.compression_type)
+        if codec is not None and any(h.compression != codec for _, h, _, _ in found):
+            validate_batches(pd.records, max_batch)  # a bad batch's error first: nothing corrupt is rebuilt
+            pd.records = recompressed(pd.records, found, codec)
     except E.KafkaError as exc:
         return _error(pd.index, exc.code, exc.message)
     return None
