@@ -7,10 +7,13 @@ cleaner, simplified to one cleaner thread:
   the last cleaning, kept in `<log dir>/cleaner-offset-checkpoint`, Kafka's file and
   format) up to the first uncleanable offset: the active segment's base, or the first
   segment younger than `min.compaction.lag.ms`. A log is cleanable when dirty bytes /
-  (clean + dirty bytes) >= `min.cleanable.dirty.ratio`, or when a tombstone it retained
-  has passed its delete horizon. The active segment is never cleaned, so `segment.ms` and
-  `segment.bytes` (which roll it) decide how soon records become cleanable. Among the
-  cleanable logs the one with the highest ratio goes first.
+  (clean + dirty bytes) >= `min.cleanable.dirty.ratio`, when the first batch of a dirty
+  non-active segment is older than `max.compaction.lag.ms` (KIP-354: whatever the ratio),
+  or when a tombstone it retained has passed its delete horizon. The active segment is
+  never cleaned, so `segment.ms` and `segment.bytes` (which roll it) decide how soon
+  records become cleanable; in a compacted topic `max.compaction.lag.ms` bounds
+  `segment.ms` (`LogConfig.max_segment_ms`). Among the cleanable logs the one with the
+  highest ratio goes first.
 * **Cleaning.** An offset map key -> last offset is built from the dirty part; then every
   segment from the log start to the first uncleanable offset is rewritten keeping a record
   iff no later offset has its key (records without a key are kept). A tombstone (null
@@ -99,7 +102,8 @@ from kafkafast.records.model import (
 )
 from kafkafast.storage.checkpoint import OffsetCheckpointFile
 from kafkafast.storage.log import Log
-from kafkafast.storage.segment import CLEANED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment, segment_name
+from kafkafast.storage.config import LONG_MAX
+from kafkafast.storage.segment import CLEANED_SUFFIX, MAX_RELATIVE_OFFSET, LogSegment, read_header_at, segment_name
 
 log = logging.getLogger("kafkafast.cleaner")
 
@@ -352,6 +356,22 @@ class LogCleaner:
             return False
         return True
 
+    def _past_max_lag(self, lg: Log, now: int) -> bool:
+        """Whether a dirty non-active segment's first batch is older than max.compaction.lag.ms
+        (Kafka's KIP-354: then the log is cleaned whatever its dirty ratio). The first batch's
+        maxTimestamp is its time; a segment whose first batch has none does not count."""
+        lag = lg.config.max_compaction_lag_ms
+        if lag >= LONG_MAX:
+            return False
+        first_dirty = max(self.clean_points.get((lg.topic, lg.partition), 0), lg.log_start_offset)
+        for seg in lg.segments[:-1]:
+            if seg.next_offset <= first_dirty:
+                continue
+            header = read_header_at(seg.fd, 0)
+            if header is not None and 0 < header.max_timestamp < now - lag:
+                return True
+        return False
+
     def filthiest(self, logs: Iterable[Log], now: int) -> Log | None:
         best, best_ratio = None, -1.0
         for lg in logs:
@@ -359,7 +379,8 @@ class LogCleaner:
                 continue
             ratio, dirty = self.dirty_ratio(lg, now)
             due = self.tombstone_due.get((lg.topic, lg.partition), -1)
-            if (dirty > 0 and ratio >= lg.config.min_cleanable_dirty_ratio) or (0 <= due <= now):
+            if (dirty > 0 and (ratio >= lg.config.min_cleanable_dirty_ratio or self._past_max_lag(lg, now))) \
+                    or (0 <= due <= now):
                 if ratio > best_ratio:
                     best, best_ratio = lg, ratio
         return best

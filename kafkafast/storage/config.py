@@ -244,3 +244,12 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long the active segment may take appends (Kafka's LogConfig.maxSegmentMs): a
+        compacted topic's max.compaction.lag.ms bounds segment.ms, so that its records become
+        cleanable in time."""
+        if self.max_compaction_lag_ms < self.segment_ms and self.compact:  # (the default: LONG_MAX, never)
+            return self.max_compaction_lag_ms
+        return self.segment_ms

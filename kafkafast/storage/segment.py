@@ -250,7 +250,7 @@ class LogSegment:
             return False
         if self.size > config.segment_bytes - incoming_bytes:
             return True
-        if self.first_append_ms >= 0 and now_ms - self.first_append_ms > config.segment_ms - config.segment_jitter_ms:
+        if self.first_append_ms >= 0 and now_ms - self.first_append_ms > config.max_segment_ms - config.segment_jitter_ms:
             return True
         oi, ti = self.offset_index._w, self.time_index._w  # (their is_full, without two properties each)
         if oi.entries >= oi.max_entries or ti.entries >= ti.max_entries:

@@ -105,6 +105,44 @@ def test_compaction_keeps_latest_value_per_key_at_original_offset_and_drops_tomb
     assert keyed == {k: v for k, v in latest.items() if k not in gone}
 
 
+def test_max_compaction_lag_cleans_a_log_whose_dirty_ratio_stays_low(kafka):
+    """max.compaction.lag.ms (KIP-354): a dirty record older than it gets cleaned whatever
+    min.cleanable.dirty.ratio says, and the active segment of a compacted topic rolls within it
+    (so that its records become cleanable). Two topics take the same records: 200 keys over
+    several segments (cleaned first: everything dirty, ratio 1), then ten updates, a dirty
+    ratio far below 0.9. `lag-2s` (max.compaction.lag.ms 2 s, segment.ms unset) rolls and
+    cleans them; `lag-unset` rolls too (segment.ms 2 s) but its ratio never calls for a
+    cleaning, so its old values stay."""
+    cfg = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.9"}
+    topics = {"lag-2s": {**cfg, "max.compaction.lag.ms": "2000"}, "lag-unset": {**cfg, "segment.ms": "2000"}}
+    for topic, configs in topics.items():
+        kafka.create_topic(topic, 1, configs)
+        for chunk in range(10):  # one batch each: several segments
+            produce(kafka.bootstrap, topic, [(b"k%d" % i, b"first-%d-" % i * 8) for i in range(chunk * 20,
+                                                                                           chunk * 20 + 20)])
+
+    def clean_point(topic: str) -> int:
+        d = kafka.replica_dirs(topic, 0)[0]
+        text = (d.parent / "cleaner-offset-checkpoint").read_text() if (d.parent / "cleaner-offset-checkpoint").exists() \
+            else ""
+        return max([int(line.split()[2]) for line in text.splitlines()[2:] if line.split()[0] == topic] or [0])
+
+    def copies(topic: str) -> int:
+        return sum(k in {b"k%d" % i for i in range(10)} for _, k, _ in read_all(kafka.bootstrap, topic))
+
+    kafka.wait_for(lambda: all(clean_point(t) > 0 for t in topics), 30, "the first cleaning of both topics")
+    for topic in topics:
+        produce(kafka.bootstrap, topic, [(b"k%d" % i, b"second-%d" % i) for i in range(10)])
+    time.sleep(2.5)
+    for topic in topics:  # an append after 2 s: the segment holding the updates rolls
+        produce(kafka.bootstrap, topic, [(b"late", b"x")])
+    kafka.wait_for(lambda: copies("lag-2s") == 10, 30, "the lagged topic cleaned below its dirty ratio")
+    values = {k: v for _, k, v in read_all(kafka.bootstrap, "lag-2s")}
+    assert [values[b"k%d" % i] for i in range(10)] == [b"second-%d" % i for i in range(10)]
+    assert clean_point("lag-unset") < clean_point("lag-2s")
+    assert copies("lag-unset") == 20  # rolled as well, but the ratio alone never cleans it
+
+
 def test_consumer_offsets_stays_small_under_commit_heavy_workload(broker_factory):
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
