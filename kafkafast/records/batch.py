@@ -61,7 +61,7 @@ from crc32c import crc32c as _crc32c
 
 from kafkafast import native
 from kafkafast.protocol.errors import CorruptMessageError, KafkaError, MessageTooLargeError
-from kafkafast.records.compression import DecompressedSizeError, decompress, iter_decompressed
+from kafkafast.records.compression import CODEC_NAMES, DecompressedSizeError, decompress, iter_decompressed
 from kafkafast.records.legacy import decode_legacy_entry
 from kafkafast.records.model import (
     ATTR_TIMESTAMP_TYPE,
@@ -186,7 +186,8 @@ def set_create_time_max_timestamps(buf: bytearray | memoryview,
 
 
 # A topic's compression.type -> the codec its batches are stored with (None: the producer's).
-TOPIC_CODECS = {"producer": None, "uncompressed": CODEC_NONE, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+TOPIC_CODECS = {"producer": None, "uncompressed": CODEC_NONE,
+                **{name: codec for codec, name in CODEC_NAMES.items() if codec != CODEC_NONE}}
 
 
 def recompressed(buf: Buffer, timestamps: list[tuple[int, BatchHeader, int, int]], codec: int) -> bytearray | None:
