@@ -51,7 +51,7 @@ install_python() {
 }
 
 install_debian() {
-  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark (javac for the JVM reader); systemd-analyze for deploy/; Go and Sarama for the Go client in the matrix.
+  # ZooKeeper for the cluster tests; kcat for the old-librdkafka tests; Java is needed by ZooKeeper and Spark (javac for the JVM reader); systemd-analyze for deploy/; Go and Sarama for the Go client in the matrix; Burrow.
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     local need=()
     [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
@@ -63,6 +63,7 @@ install_debian() {
     command -v node >/dev/null || need+=(nodejs)  # KafkaJS (tests/js): an independent client as a compatibility peer
     command -v go >/dev/null || need+=(golang-go)  # builds the Sarama matrix client (tests/matrix_scripts/sarama_client.go)
     [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need+=(golang-github-shopify-sarama-dev)  # Sarama, Go's Kafka client
+    command -v Burrow >/dev/null || need+=(burrow)  # LinkedIn's lag monitor reads __consumer_offsets (tests/integration/test_inter_broker_protocol.py)
     [ -x /usr/sbin/iptables ] || need+=(iptables)  # faults inside a network namespace (tests/nemesis/)
     if [ ${#need[@]} -gt 0 ]; then
       echo "run.sh: installing Debian packages: ${need[*]}"

@@ -17,7 +17,8 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
-from kafkafast.config_def import BROKER_CONFIGS, LONG_MAX, PASSWORD, SECURITY_PROTOCOLS, ConfigError, is_known
+from kafkafast.config_def import (
+    BROKER_CONFIGS, LONG_MAX, PASSWORD, SECURITY_PROTOCOLS, ConfigError, ibp_at_least, is_known)
 
 log = logging.getLogger("kafkafast.config")
 
@@ -239,6 +240,23 @@ class BrokerConfig:
             if spec is not None:
                 spec.parse(value)
         self._check_listeners()
+        self._check_inter_broker_protocol()
+
+    def _check_inter_broker_protocol(self) -> None:
+        """Record batches v2 (Kafka's message format 0.11.0) need inter.broker.protocol.version
+        0.11.0 or later. Kafka refuses an older one beside the default log.message.format.version
+        with the message below; beside an older message format it would store message sets v0/v1,
+        which kafkafast does not write."""
+        ibp = self.props.get("inter.broker.protocol.version")
+        if ibp is None or ibp_at_least(ibp, "0.11.0-IV0"):
+            return
+        fmt = self.props.get("log.message.format.version") or "3.0-IV1"
+        if ibp_at_least(fmt, "0.11.0-IV0"):
+            raise ConfigError(f"log.message.format.version {fmt} can only be used when "
+                              f"inter.broker.protocol.version is set to version 0.11.0 or higher")
+        raise ConfigError(f"inter.broker.protocol.version {ibp}: kafkafast stores record batches v2 only "
+                          f"(message format 0.11.0 and later), not the older message sets of "
+                          f"log.message.format.version {fmt}")
 
     def _check_listeners(self) -> None:
         """Listener names and protocols are checked by parsing them; an advertised listener

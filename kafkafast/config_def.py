@@ -74,9 +74,47 @@ def list_of(*allowed: str, non_empty: bool = False) -> Validator:
     return check
 
 
-def kafka_version(v: Any) -> str | None:
-    """A Kafka release as `*.message.format.version` takes it (`0.10.0.0`, `2.8`, `3.0-IV1`)."""
-    return None if v is None or re.fullmatch(r"\d+\.\d+(\.\d+){0,2}(-IV\d+)?", v) else f"Version `{v}` is not a valid version"
+# Kafka 3.9's MetadataVersion: every inter-broker protocol version (release and -IVn), oldest first.
+IBP_VERSIONS = (
+    "0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0-IV0", "0.10.0-IV1", "0.10.1-IV0", "0.10.1-IV1", "0.10.1-IV2",
+    "0.10.2-IV0", "0.11.0-IV0", "0.11.0-IV1", "0.11.0-IV2", "1.0-IV0", "1.1-IV0", "2.0-IV0", "2.0-IV1",
+    "2.1-IV0", "2.1-IV1", "2.1-IV2", "2.2-IV0", "2.2-IV1", "2.3-IV0", "2.3-IV1", "2.4-IV0", "2.4-IV1",
+    "2.5-IV0", "2.6-IV0", "2.7-IV0", "2.7-IV1", "2.7-IV2", "2.8-IV0", "2.8-IV1", "3.0-IV0", "3.0-IV1",
+    "3.1-IV0", "3.2-IV0", "3.3-IV0", "3.3-IV1", "3.3-IV2", "3.3-IV3", "3.4-IV0", "3.5-IV0", "3.5-IV1",
+    "3.5-IV2", "3.6-IV0", "3.6-IV1", "3.6-IV2", "3.7-IV0", "3.7-IV1", "3.7-IV2", "3.7-IV3", "3.7-IV4",
+    "3.8-IV0", "3.9-IV0", "4.0-IV0", "4.0-IV1",
+)
+LATEST_PRODUCTION_IBP = "3.9-IV0"
+# The names MetadataVersion.fromVersionString looks up -> the position of the version they name:
+# each version, and each release up to the latest production one (3.9) on its own ("0.10.0",
+# "2.8", "3.9"), meaning that release's newest version (later entries overwrite earlier ones).
+_VERSION_KEYS = {
+    **{v.split("-")[0]: i for i, v in enumerate(IBP_VERSIONS[:IBP_VERSIONS.index(LATEST_PRODUCTION_IBP) + 1])},
+    **{v: i for i, v in enumerate(IBP_VERSIONS)},
+}
+
+
+def metadata_version(value: str | None) -> int | None:
+    """The position in IBP_VERSIONS of the version `value` names, read as Kafka's
+    MetadataVersion.fromVersionString reads it: a release "0.x.y" keeps three dot-separated parts
+    and any other release two, the rest is ignored ("0.10.0.0" is 0.10.0, "2.8.1" is 2.8, "2.2"
+    is 2.2-IV1); unset (None) is the latest production version; None for a version Kafka does
+    not know."""
+    if value is None:
+        return _VERSION_KEYS[LATEST_PRODUCTION_IBP]
+    parts = value.split(".")
+    keep = 3 if value.startswith("0.") else 2
+    return _VERSION_KEYS.get(value if keep >= len(parts) else ".".join(parts[:keep]))
+
+
+def ibp_at_least(value: str | None, version: str) -> bool:
+    """Whether the inter-broker protocol version `value` (a valid one) is `version` or later."""
+    return metadata_version(value) >= IBP_VERSIONS.index(version)  # type: ignore[operator]
+
+
+def known_version(v: Any) -> str | None:
+    """An inter-broker protocol version Kafka knows (metadata_version)."""
+    return None if v is None or metadata_version(v) is not None else f"Version {v} is not a valid version"
 
 
 @dataclass(frozen=True)
@@ -186,7 +224,7 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
       "How far after the broker's clock a CreateTime record's timestamp may be (unset: the difference)."),
     K("log.message.timestamp.difference.max.ms", LONG, str(LONG_MAX), _NONNEG,
       "Deprecated: both of the above, where they are unset."),
-    K("log.message.format.version", STRING, "3.0-IV1", kafka_version,
+    K("log.message.format.version", STRING, "3.0-IV1", known_version,
       "Deprecated since Kafka 3.0: accepted and ignored (the log holds v2 batches)."),
     K("log.message.downconversion.enable", BOOLEAN, "true", None, "Convert records for old fetchers."),
     K("log.segment.delete.delay.ms", LONG, "60000", _NONNEG, "Time before a deleted segment's files go."),
@@ -211,6 +249,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
     K("offsets.load.buffer.size", INT, "5242880", _POS, "Read size when the offsets are loaded."),
     K("offsets.commit.timeout.ms", INT, "5000", _POS, "Time an offset commit waits for its write."),
     K("offset.metadata.max.bytes", INT, "4096", None, "Largest metadata string of an offset commit."),
+    K("inter.broker.protocol.version", STRING, LATEST_PRODUCTION_IBP, known_version,
+      "Kafka's inter-broker protocol version: the versions of the __consumer_offsets records "
+      "written (below 2.3 a group's without group.instance.id, and static members are refused; below 2.1 "
+      "offsets without a leader epoch), for tools that read that topic; below 0.11.0 refused (batches v2)."),
     K("group.initial.rebalance.delay.ms", INT, "3000", None, "Wait for more members before the first rebalance."),
     K("group.min.session.timeout.ms", INT, "6000", None, "Smallest session timeout a member may ask for."),
     K("group.max.session.timeout.ms", INT, "1800000", None, "Largest session timeout a member may ask for."),
@@ -354,7 +396,6 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table([
         ("log.preallocate", BOOLEAN, "false", None),
         ("replica.high.watermark.checkpoint.interval.ms", LONG, "5000", None),
         ("zookeeper.set.acl", BOOLEAN, "false", None), ("zookeeper.max.in.flight.requests", INT, "10", _POS),
-        ("inter.broker.protocol.version", STRING, None, kafka_version),
         ("metric.reporters", LIST, "", None), ("request.timeout.ms", INT, "30000", None))),
 ])
 

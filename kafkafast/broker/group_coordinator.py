@@ -48,7 +48,9 @@ from kafkafast.broker.groups.offsets_records import (
     group_value,
     offset_key,
     offset_value,
+    value_versions,
 )
+from kafkafast.config_def import ibp_at_least
 from kafkafast.protocol._generated.coordinator_records import GroupMetadataValue
 from kafkafast.protocol import errors as E
 from kafkafast.records import BatchBuilder, iter_record_batches
@@ -145,6 +147,11 @@ class GroupCoordinator:
         self.offsets_retention_ms = cfg.get_int("offsets.retention.minutes") * 60_000
         self.retention_check_interval_ms = cfg.get_int("offsets.retention.check.interval.ms")
         self.metadata_max_bytes = int(cfg.get("offset.metadata.max.bytes") or 4096)
+        # The __consumer_offsets value versions Kafka writes at inter.broker.protocol.version, and
+        # whether static members may join (2.3 and later: older group values drop their instance id)
+        ibp = cfg.get("inter.broker.protocol.version")
+        self.group_value_version, self.offset_value_version = value_versions(ibp)
+        self.static_membership = ibp_at_least(ibp, "2.3-IV0")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopped = False
@@ -706,7 +713,7 @@ class GroupCoordinator:
                 continue
             c = CommittedOffset(e.offset, e.leader_epoch, metadata, ts, expire)
             accepted[(e.topic, e.partition)] = c
-            records.append((offset_key(group.group_id, e.topic, e.partition), offset_value(c)))
+            records.append((offset_key(group.group_id, e.topic, e.partition), offset_value(c, self.offset_value_version)))
         if records:
             error = self._append(group.group_id, records, ts, producer=producer)
             for key in accepted:
@@ -975,8 +982,7 @@ class GroupCoordinator:
     def _store_group(self, group: Group) -> int:
         return self._append(group.group_id, [self._group_record(group)], now_ms())
 
-    @staticmethod
-    def _group_record(group: Group) -> tuple[bytes, bytes]:
+    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
         """The group's GroupMetadata record."""
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "", generation=group.generation, protocol=group.protocol_name,
@@ -986,7 +992,7 @@ class GroupCoordinator:
                 client_host=m.client_host, rebalance_timeout=m.rebalance_timeout_ms,
                 session_timeout=m.session_timeout_ms, subscription=m.metadata_for(group.protocol_name),
                 assignment=m.assignment) for m in group.members.values()])
-        return group_key(group.group_id), group_value(value)
+        return group_key(group.group_id), group_value(value, self.group_value_version)
 
     # -- loading -----------------------------------------------------------------------------
     def load_partition(self, index: int) -> None:

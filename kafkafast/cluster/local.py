@@ -86,17 +86,23 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"zookeeper exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if self.ruok():
+            if self.serving():
                 return self
             time.sleep(0.2)
         self.kill()
         raise RuntimeError(f"zookeeper did not answer within {timeout}s:\n{self.log_tail()}")
 
-    def ruok(self) -> bool:
+    def serving(self) -> bool:
+        """Whether the server serves clients: `srvr` names its mode ("Mode: standalone"). `ruok`
+        answers imok earlier, while a session it is asked for is still closed unopened (kazoo
+        retries; Burrow, for one, gives up)."""
         try:
             with socket.create_connection((self.host, self.port), timeout=1.0) as s:
-                s.sendall(b"ruok")
-                return s.recv(4) == b"imok"
+                s.sendall(b"srvr")
+                answer = b""
+                while chunk := s.recv(4096):
+                    answer += chunk
+                return b"Mode:" in answer
         except OSError:
             return False
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from kafkafast.config_def import metadata_version
 from kafkafast.protocol.errors import InvalidConfigError
 
 LONG_MAX = 9223372036854775807
@@ -91,23 +92,6 @@ def _cleanup_policy(name: str, value: Any) -> None:
                                  f"must be a list of compact, delete")
 
 
-# Kafka 3.9's MetadataVersion: every inter-broker protocol version (release and -IVn), oldest first.
-_IBP_VERSIONS = (
-    "0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0-IV0", "0.10.0-IV1", "0.10.1-IV0", "0.10.1-IV1", "0.10.1-IV2",
-    "0.10.2-IV0", "0.11.0-IV0", "0.11.0-IV1", "0.11.0-IV2", "1.0-IV0", "1.1-IV0", "2.0-IV0", "2.0-IV1",
-    "2.1-IV0", "2.1-IV1", "2.1-IV2", "2.2-IV0", "2.2-IV1", "2.3-IV0", "2.3-IV1", "2.4-IV0", "2.4-IV1",
-    "2.5-IV0", "2.6-IV0", "2.7-IV0", "2.7-IV1", "2.7-IV2", "2.8-IV0", "2.8-IV1", "3.0-IV0", "3.0-IV1",
-    "3.1-IV0", "3.2-IV0", "3.3-IV0", "3.3-IV1", "3.3-IV2", "3.3-IV3", "3.4-IV0", "3.5-IV0", "3.5-IV1",
-    "3.5-IV2", "3.6-IV0", "3.6-IV1", "3.6-IV2", "3.7-IV0", "3.7-IV1", "3.7-IV2", "3.7-IV3", "3.7-IV4",
-    "3.8-IV0", "3.9-IV0", "4.0-IV0", "4.0-IV1",
-)
-_LATEST_PRODUCTION = "3.9-IV0"
-# The names MetadataVersion.fromVersionString looks up: each version, and each release up to the
-# latest production one (3.9) on its own ("0.10.0", "2.8", "3.9"), meaning that release's newest.
-_VERSION_KEYS = frozenset(_IBP_VERSIONS) | {
-    v.split("-")[0] for v in _IBP_VERSIONS[:_IBP_VERSIONS.index(_LATEST_PRODUCTION) + 1]}
-
-
 def _format_version(name: str, value: Any) -> None:
     """message.format.version / log.message.format.version, parsed as Kafka's
     MetadataVersion.fromVersionString: a release "0.x.y" keeps three dot-separated parts and any
@@ -115,10 +99,7 @@ def _format_version(name: str, value: Any) -> None:
     the result must be a release or a version ("3.0-IV1") Kafka knows. Kafka 3.x accepts the
     value and ignores it (record batches are always v2 from inter.broker.protocol 3.0 on), and so
     does kafkafast."""
-    parts = value.split(".")
-    keep = 3 if value.startswith("0.") else 2
-    key = value if keep >= len(parts) else ".".join(parts[:keep])
-    if key not in _VERSION_KEYS:
+    if metadata_version(value) is None:
         raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Version {value} is not a valid version")
 
 

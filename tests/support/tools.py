@@ -1,5 +1,5 @@
-"""Tests that need a tool from outside Python (node and KafkaJS, kcat, Go and Sarama, ZooKeeper
-and java, systemd-analyze): without it a test is skipped with how to get it, except on CI (CI=true),
+"""Tests that need a tool from outside Python (node and KafkaJS, kcat, Go and Sarama, Burrow,
+ZooKeeper and java, systemd-analyze): without it a test is skipped with how to get it, except on CI (CI=true),
 where `run.sh test` has installed every tool and a missing one fails the test instead."""
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ HOW_TO_GET = {
               "golang-github-shopify-sarama-dev)",
     "zookeeper": "ZooKeeper or java is missing: `bash run.sh test` installs them as root (Debian packages: "
                  "zookeeper, openjdk-17-jre-headless)",
+    "burrow": "Burrow is missing: `bash run.sh test` installs it as root (Debian package: burrow)",
     "systemd-analyze": "systemd-analyze is missing: `bash run.sh test` installs it as root (Debian package: "
                        "systemd)",
 }

@@ -31,6 +31,12 @@ followed by the struct of that version (`../shared/kafka-protocol/group-coordina
                        Kafka writes them
     GroupMetadataValue version 3 (members carry group.instance.id)
 
+    Below inter.broker.protocol.version 2.3 Kafka writes older values, and so does kafkafast
+    (tools that decode this topic, such as Burrow 1.2, know only those): GroupMetadataValue v2
+    (no group.instance.id) below 2.3-IV0 and v1 (no state timestamp) below 2.1-IV0;
+    OffsetCommitValue v1 (an expire timestamp of -1) below 2.1-IV0 and v2 (no leader epoch)
+    below 2.1-IV1. Records of every version are read.
+
 A null value is a tombstone: the committed offset was deleted or expired, or the group
 was deleted. The topic is compacted, so only the latest record per key survives.
 """
@@ -68,6 +74,7 @@ from kafkafast.protocol._generated.coordinator_records import (
     ShareGroupTargetAssignmentMetadataKey,
     ShareGroupTargetAssignmentMetadataValue,
 )
+from kafkafast.config_def import ibp_at_least
 from kafkafast.protocol.primitives import Reader, Writer
 
 OFFSET_KEY_VERSION = 1
@@ -119,12 +126,25 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
     return _encode(OFFSET_KEY_VERSION, OffsetCommitKey(group=group, topic=topic, partition=partition))
 
 
-def offset_value(c: CommittedOffset) -> bytes:
-    if c.expire_timestamp >= 0:
+def value_versions(inter_broker_protocol: str | None) -> tuple[int, int]:
+    """(GroupMetadataValue version, OffsetCommitValue version without an expire timestamp) that
+    Kafka's GroupMetadataManager writes at inter.broker.protocol.version `inter_broker_protocol`
+    (None: the latest). Below 0.11.0 the broker does not start (BrokerConfig)."""
+    group = 3 if ibp_at_least(inter_broker_protocol, "2.3-IV0") else (
+        2 if ibp_at_least(inter_broker_protocol, "2.1-IV0") else 1)
+    offset = 3 if ibp_at_least(inter_broker_protocol, "2.1-IV1") else (
+        2 if ibp_at_least(inter_broker_protocol, "2.1-IV0") else OFFSET_VALUE_VERSION_WITH_EXPIRY)
+    return group, offset
+
+
+def offset_value(c: CommittedOffset, version: int = OFFSET_VALUE_VERSION) -> bytes:
+    """The committed offset's value: `version` (value_versions), or version 1 when it has an
+    expire timestamp."""
+    if c.expire_timestamp >= 0 or version == OFFSET_VALUE_VERSION_WITH_EXPIRY:
         return _encode(OFFSET_VALUE_VERSION_WITH_EXPIRY, OffsetCommitValue(
             offset=c.offset, metadata=c.metadata, commit_timestamp=c.commit_timestamp,
             expire_timestamp=c.expire_timestamp))
-    return _encode(OFFSET_VALUE_VERSION, OffsetCommitValue(
+    return _encode(version, OffsetCommitValue(
         offset=c.offset, leader_epoch=c.leader_epoch, metadata=c.metadata, commit_timestamp=c.commit_timestamp))
 
 
@@ -132,8 +152,8 @@ def group_key(group: str) -> bytes:
     return _encode(GROUP_KEY_VERSION, GroupMetadataKey(group=group))
 
 
-def group_value(value: GroupMetadataValue) -> bytes:
-    return _encode(GROUP_VALUE_VERSION, value)
+def group_value(value: GroupMetadataValue, version: int = GROUP_VALUE_VERSION) -> bytes:
+    return _encode(version, value)
 
 
 def consumer_key(kind: str, group: str, member_id: str | None = None) -> bytes:

@@ -4,7 +4,9 @@ Joins a member to a classic group and answers when the join phase completes: the
 generation, the protocol chosen (the one every member supports, by member votes), the
 leader, and for the leader every member's metadata. From v4 a member without an id first
 gets MEMBER_ID_REQUIRED with its new id (KIP-394); from v5 `group_instance_id` makes a
-static member (KIP-345; FENCED_INSTANCE_ID for a replaced one). v0 has no rebalance
+static member (KIP-345; FENCED_INSTANCE_ID for a replaced one; UNSUPPORTED_VERSION below
+inter.broker.protocol.version 2.3, as in Kafka, here and in SyncGroup, Heartbeat and
+OffsetCommit: the group records of those versions have no instance id). v0 has no rebalance
 timeout (the session timeout is used); v7 returns the protocol type and a nullable
 protocol name. The state machine is in `GroupCoordinator`.
 """
@@ -22,6 +24,9 @@ def client_host(ctx) -> str:
 
 @handles(JoinGroupRequest, 0, 7)
 async def handle(broker, ctx, req: JoinGroupRequest, version: int) -> JoinGroupResponse:
+    if version >= 5 and req.group_instance_id is not None and not broker.group_coordinator.static_membership:
+        return JoinGroupResponse(throttle_time_ms=0, error_code=E.ErrorCode.UNSUPPORTED_VERSION, generation_id=-1,
+                                 protocol_name="" if version < 7 else None, leader="", member_id="", members=[])
     if denied(broker, ctx, acl.READ, acl.GROUP, req.group_id):
         return JoinGroupResponse(throttle_time_ms=0, error_code=E.ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1, protocol_name="" if version < 7 else None, leader="", member_id=req.member_id, members=[])
     rebalance_timeout = req.rebalance_timeout_ms if version >= 1 else req.session_timeout_ms

@@ -13,7 +13,8 @@ group management. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION for partition
 do not exist, OFFSET_METADATA_TOO_LARGE over offset.metadata.max.bytes (4096), and the
 group errors (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS,
 FENCED_INSTANCE_ID v7+, COORDINATOR_LOAD_IN_PROGRESS, ...). v2-v4 carry a retention
-time, which sets the offsets' expire timestamp when it is not -1.
+time, which sets the offsets' expire timestamp when it is not -1. A static member's commit
+(v7+) gets UNSUPPORTED_VERSION for every partition below inter.broker.protocol.version 2.3.
 """
 from kafkafast.broker.group_coordinator import OffsetCommitEntry
 from kafkafast.broker.registry import handles
@@ -58,8 +59,11 @@ def commit_entries(broker, ctx, topics, refused_first: int, *, with_leader_epoch
 
 @handles(OffsetCommitRequest, 0, 9)
 async def handle(broker, ctx, req: OffsetCommitRequest, version: int) -> OffsetCommitResponse:
-    errors, entries = commit_entries(broker, ctx, req.topics, denied(broker, ctx, acl.READ, acl.GROUP, req.group_id),
-                                     with_leader_epoch=version >= 6)
+    refused = denied(broker, ctx, acl.READ, acl.GROUP, req.group_id)
+    if (not refused and version >= 7 and req.group_instance_id is not None
+            and not broker.group_coordinator.static_membership):
+        refused = E.ErrorCode.UNSUPPORTED_VERSION  # below inter.broker.protocol.version 2.3, as in Kafka
+    errors, entries = commit_entries(broker, ctx, req.topics, refused, with_leader_epoch=version >= 6)
     retention = req.retention_time_ms if 2 <= version <= 4 else -1
     if entries:
         errors.update(broker.group_coordinator.commit_offsets(
