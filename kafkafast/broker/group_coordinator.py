@@ -396,24 +396,35 @@ class GroupCoordinator:
 
     def _replace_static_member(self, group: Group, instance_id: str, old_id: str, new_id: str,
                                session_timeout_ms: int, rebalance_timeout_ms: int, protocols):
-        """A static member rejoins with an unknown member id: the old id is fenced (KIP-345)."""
+        """A static member rejoins with an unknown member id: the old id is fenced (KIP-345). As
+        Kafka's `updateStaticMemberAndRebalance`: in a Stable group whose protocol of the next
+        generation stays the one chosen, the member gets the current generation at once, with no
+        rebalance (whatever its new subscription metadata, and even when it led), and the old
+        leader id, so that it does not compute an assignment the stable group would not send; a
+        group completing a rebalance rebalances again; one preparing a rebalance waits for it."""
         assert self._loop is not None
         old = group.members[old_id]
         _resolve(old.join_future, JoinResult(EC.FENCED_INSTANCE_ID, old_id))
         _resolve(old.sync_future, SyncResult(EC.FENCED_INSTANCE_ID))
         old.join_future = old.sync_future = None
+        current_leader = group.leader_id
+        before = (old.session_timeout_ms, old.rebalance_timeout_ms, old.protocols)
         member = group.replace_static_member(instance_id, old_id, new_id)
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
-        changed = not member.matches(protocols)
         member.protocols = protocols
         if group.is_(PREPARING):
             member.join_future = self._loop.create_future()
             return member.join_future
-        if group.is_(STABLE) and not changed and new_id != group.leader_id:
+        if group.is_(STABLE) and group.protocol_name == group.select_protocol():
+            error = self._store_group(group)
+            if error:  # the new member id is not persisted: the old member stays, as in Kafka
+                member.session_timeout_ms, member.rebalance_timeout_ms, member.protocols = before
+                self._schedule_heartbeat(group, group.replace_static_member(instance_id, new_id, old_id))
+                return JoinResult(error, new_id)
             self._schedule_heartbeat(group, member)
-            self._store_group(group)
-            return self._join_result(group, member)
+            return JoinResult(NONE, new_id, group.generation, group.protocol_type, group.protocol_name,
+                              current_leader or "", [])
         member.join_future = self._loop.create_future()
         self._prepare_rebalance(group, f"static member {instance_id} rejoined")
         return member.join_future

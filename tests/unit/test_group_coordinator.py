@@ -138,6 +138,47 @@ def test_static_member_rejoin_fences_the_old_member_id(tmp_path):
     run(tmp_path, body, **{"group.initial.rebalance.delay.ms": "50"})
 
 
+OWNED = [("range", b"\x00\x01\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01t\x00\x00\x00\x01"
+                    b"\x00\x00\x00\x00")]  # v1 metadata naming an owned partition: not what the member sent before
+
+
+@pytest.mark.parametrize("restarting", ["leader", "follower"])
+def test_a_static_member_rejoining_a_stable_group_takes_its_place_without_a_rebalance(tmp_path, restarting):
+    """Kafka's updateStaticMemberAndRebalance: in Stable, with the group's protocol unchanged, no
+    rebalance whatever the new subscription metadata or whether the member led; the answer
+    carries the old leader id and no member list (before JoinGroup v9 a leader must not
+    compute an assignment the stable group would not send)."""
+    async def body(broker, gc):
+        one, two = await asyncio.gather(join(gc, instance="inst-1", known=False),
+                                        join(gc, instance="inst-2", known=False))
+        leader, follower = (one, two) if one.leader == one.member_id else (two, one)
+        await asyncio.gather(
+            gc.sync_group("g", 1, leader.member_id, None, None, None, [(one.member_id, b"A"), (two.member_id, b"B")]),
+            gc.sync_group("g", 1, follower.member_id, None, None, None, []))
+        gone = leader if restarting == "leader" else follower
+        stays = follower if gone is leader else leader
+        instance = "inst-1" if gone is one else "inst-2"
+        again = await join(gc, instance=instance, known=False, protocols=OWNED)
+        assert (again.error, again.generation, again.leader, again.members) == (0, 1, leader.member_id, [])
+        assert gc.groups["g"].state.value == "Stable"
+        assert gc.heartbeat("g", stays.member_id, None, 1) == 0  # no REBALANCE_IN_PROGRESS for the other
+        sync = await gc.sync_group("g", 1, again.member_id, instance, None, None, [])
+        assert (sync.error, sync.assignment) == (0, b"A" if gone is one else b"B")
+        assert gc.heartbeat("g", gone.member_id, instance, 1) == EC.FENCED_INSTANCE_ID
+    run(tmp_path, body, **{"group.initial.rebalance.delay.ms": "50"})
+
+
+def test_a_static_member_rejoining_with_a_protocol_that_changes_the_groups_choice_rebalances(tmp_path):
+    both = [("range", b""), ("roundrobin", b"")]
+    async def body(broker, gc):
+        first = await join(gc, instance="inst-1", known=False, protocols=both)
+        await gc.sync_group("g", 1, first.member_id, None, None, None, [(first.member_id, b"A")])
+        assert (gc.groups["g"].state.value, gc.groups["g"].protocol_name) == ("Stable", "range")
+        again = await join(gc, instance="inst-1", known=False, protocols=[("roundrobin", b"")])
+        assert (again.error, again.generation, again.protocol_name) == (0, 2, "roundrobin")
+    run(tmp_path, body)
+
+
 def test_offsets_commit_fetch_delete_and_group_deletion(tmp_path):
     async def body(broker, gc):
         entries = [OffsetCommitEntry("t", 0, 10, 3, "meta"), OffsetCommitEntry("t", 1, 20, -1, None)]
