@@ -272,7 +272,8 @@ class ConsumerProtocol:
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
                                          and req.owned is not None)
         changed = before is None or (before[0], before[3]) != (after[0], after[3])
-        return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms,
+        return HeartbeatResult(NONE, None, member.member_id, member.member_epoch,
+                               self._setting(group.group_id, "heartbeat.interval.ms"),
                                {t: set(p) for t, p in member.assigned.items()} if full or changed else None)
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest,
@@ -532,11 +533,20 @@ class ConsumerProtocol:
         if self._flush(group):  # what is lost: a restart brings the member back until its session expires
             log.warning("group %s: could not write the removal of member %s", group.group_id, member.member_id)
 
+    def _setting(self, group_id: str, name: str) -> int:
+        """consumer.<name> of the group's configs (IncrementalAlterConfigs on the group), else the
+        broker's group.consumer.<name>, as Kafka's consumer groups take them."""
+        share = self.gc.broker.share
+        value = share.configs.get(group_id, f"consumer.{name}") if share is not None else None
+        return int(value) if value else (self.session_timeout_ms if name == "session.timeout.ms"
+                                         else self.heartbeat_interval_ms)
+
     # -- timers ------------------------------------------------------------------------------
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
-        timeout = member.classic.session_timeout_ms if member.classic is not None else self.session_timeout_ms
+        timeout = (member.classic.session_timeout_ms if member.classic is not None
+                   else self._setting(group.group_id, "session.timeout.ms"))
         member.session_timer = self.gc._later(timeout, self._on_session_expired, group, member)
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:

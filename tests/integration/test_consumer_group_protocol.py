@@ -16,7 +16,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, \
+    ResourceType
 
 from kafkafast.broker.group_coordinator import java_string_hash
 from kafkafast.protocol._generated.api_versions import ApiVersionsRequest
@@ -371,6 +373,55 @@ def test_session_timeout_removes_a_silent_member(kafka):
             time.sleep(0.5)
         assert [m.member_id for m in d.members] == [a.member_id] and count(held_a) == 2
         assert beat(c, "gt", b.member_id, b.member_epoch, {}).error_code == EC.UNKNOWN_MEMBER_ID
+
+
+def alter_group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin.incremental_alter_configs([res])[res].result(15)
+
+
+def test_group_configs_set_a_groups_heartbeat_interval_and_session_timeout(kafka):
+    """consumer.heartbeat.interval.ms and consumer.session.timeout.ms on the group
+    (IncrementalAlterConfigs, resource GROUP; Kafka 4's GroupConfig) override the broker's
+    group.consumer.* for that group: the interval a heartbeat answers, and the session a silent
+    member is removed after. Out of the broker's bounds, or an interval not below the session
+    timeout, is INVALID_CONFIG. On a single node and a 3-broker cluster."""
+    with pytest.raises(KafkaException, match="must be less than consumer.session.timeout.ms"):
+        alter_group_configs(kafka.bootstrap, "gcfg", consumer_heartbeat_interval_ms="6000")  # the session: 6000
+    with pytest.raises(KafkaException, match=r"Value must be in the range \[1000, 15000\]"):
+        alter_group_configs(kafka.bootstrap, "gcfg", consumer_heartbeat_interval_ms="500")
+    alter_group_configs(kafka.bootstrap, "gcfg", consumer_heartbeat_interval_ms="2000",
+                        consumer_session_timeout_ms="9000")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, "gcfg")
+    described = admin.describe_configs([res])[res].result(15)
+    assert [(described[n].value, ConfigSource(described[n].source)) for n in (
+        "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms")] == [
+        ("2000", ConfigSource.GROUP_CONFIG), ("9000", ConfigSource.GROUP_CONFIG)]
+    with coordinator(kafka, "gcfg", {"gcfg-t": 2}) as c:
+        deadline = time.monotonic() + 15  # a cluster's brokers learn the change from ZooKeeper
+        while True:
+            a = join(c, "gcfg", ["gcfg-t"], 1)
+            if a.heartbeat_interval_ms == 2000 or time.monotonic() > deadline:
+                break
+            beat(c, "gcfg", a.member_id, -1, None)  # leaves
+            time.sleep(0.2)
+        assert (a.error_code, a.heartbeat_interval_ms) == (0, 2000)
+        b = join(c, "gcfg", ["gcfg-t"], 1)
+        silent_since = time.monotonic()
+        held_a, gone_after = owned(a), None
+        while time.monotonic() < silent_since + 25:  # only a heartbeats; b goes silent
+            r = beat(c, "gcfg", a.member_id, a.member_epoch, held_a)
+            assert r.error_code == 0 and r.heartbeat_interval_ms == 2000
+            a.member_epoch, held_a = r.member_epoch, owned(r) if owned(r) is not None else held_a
+            if len(c.request(ConsumerGroupDescribeRequest(group_ids=["gcfg"]), 0).groups[0].members) == 1:
+                gone_after = time.monotonic() - silent_since
+                break
+            time.sleep(0.25)
+        assert gone_after is not None and 8.5 <= gone_after <= 15, gone_after  # 9 s, not the broker's 6 s
+        assert beat(c, "gcfg", b.member_id, b.member_epoch, {}).error_code == EC.UNKNOWN_MEMBER_ID
 
 
 def test_offsets_with_member_epochs_and_classic_coexistence(broker_factory):

@@ -896,7 +896,7 @@ def test_a_member_that_stops_heartbeating_leaves_after_the_session_timeout(sbrok
 
 
 def test_group_configs_are_described_as_kafka_4_does(sbroker):
-    """DescribeConfigs of a group (librdkafka's admin client): every share group config, the
+    """DescribeConfigs of a group (librdkafka's admin client): every group config, the
     group's own as GROUP_CONFIG, the others as DEFAULT_CONFIG with the broker's group.share.*
     value or Kafka's default; a delete takes the group's own away again; an empty group name is
     INVALID_REQUEST (Kafka's 'Group name must not be empty')."""
@@ -907,7 +907,9 @@ def test_group_configs_are_described_as_kafka_4_does(sbroker):
         res = ConfigResource(ResourceType.GROUP, group)
         return {n: (e.value, ConfigSource(e.source)) for n, e in admin.describe_configs([res])[res].result(15).items()}
 
-    defaults = {"share.auto.offset.reset": ("latest", ConfigSource.DEFAULT_CONFIG),
+    defaults = {"consumer.session.timeout.ms": ("45000", ConfigSource.DEFAULT_CONFIG),  # Kafka's defaults
+                "consumer.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG),
+                "share.auto.offset.reset": ("latest", ConfigSource.DEFAULT_CONFIG),
                 "share.isolation.level": ("read_uncommitted", ConfigSource.DEFAULT_CONFIG),
                 "share.record.lock.duration.ms": (str(LOCK_MS), ConfigSource.DEFAULT_CONFIG),
                 "share.delivery.count.limit": ("5", ConfigSource.DEFAULT_CONFIG),

@@ -43,6 +43,7 @@ _TYPES = {
     "segment.index.bytes": TYPE_INT, "index.interval.bytes": TYPE_INT, "min.insync.replicas": TYPE_INT,
     "share.record.lock.duration.ms": TYPE_INT, "share.delivery.count.limit": TYPE_INT,
     "share.session.timeout.ms": TYPE_INT, "share.heartbeat.interval.ms": TYPE_INT,
+    "consumer.session.timeout.ms": TYPE_INT, "consumer.heartbeat.interval.ms": TYPE_INT,
 }
 
 Result = DescribeConfigsResponse.DescribeConfigsResult

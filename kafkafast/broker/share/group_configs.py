@@ -1,7 +1,11 @@
-"""Group configs (resource type GROUP in IncrementalAlterConfigs / DescribeConfigs), the share
-group ones Kafka 4.2 defines: share.auto.offset.reset (latest, earliest, by_duration:<ISO-8601
-duration>), share.isolation.level (read_uncommitted, read_committed), share.record.lock.duration.ms,
-share.delivery.count.limit, share.session.timeout.ms and share.heartbeat.interval.ms.
+"""Group configs (resource type GROUP in IncrementalAlterConfigs / DescribeConfigs), the ones
+Kafka 4.2 defines for the group types kafkafast serves: consumer.session.timeout.ms and
+consumer.heartbeat.interval.ms (a KIP-848 consumer group's, over group.consumer.*), and
+share.auto.offset.reset (latest, earliest, by_duration:<ISO-8601 duration>), share.isolation.level
+(read_uncommitted, read_committed), share.record.lock.duration.ms, share.delivery.count.limit,
+share.session.timeout.ms and share.heartbeat.interval.ms. A number must lie within the broker's
+group.<type>.min.* and .max.* bounds, and a group's heartbeat interval (its own or the broker's)
+must stay below its session timeout, as Kafka's GroupConfig checks them (INVALID_CONFIG).
 
 `GroupConfigs` checks a change (INVALID_CONFIG, INVALID_REQUEST) and answers the values in
 effect; where they are kept is the store's, chosen by the broker class:
@@ -26,10 +30,13 @@ from kafkafast.protocol import errors as E
 
 FILE = "__kafkafast_group_configs.json"
 RESOURCE_GROUP = 32
-NAMES = ("share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
+NAMES = ("consumer.heartbeat.interval.ms", "consumer.session.timeout.ms",
+         "share.auto.offset.reset", "share.isolation.level", "share.record.lock.duration.ms",
          "share.delivery.count.limit", "share.session.timeout.ms", "share.heartbeat.interval.ms")
 # the broker config each group config overrides; the other two default to Kafka's values
-BROKER_DEFAULTS = {"share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
+BROKER_DEFAULTS = {"consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
+                   "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+                   "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
                    "share.delivery.count.limit": "group.share.delivery.count.limit",
                    "share.session.timeout.ms": "group.share.session.timeout.ms",
                    "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms"}
@@ -52,8 +59,8 @@ def _validate(name: str, value: str, cfg: Any) -> None:
         n = int(value)
     except ValueError:
         raise E.InvalidConfigError(f"Invalid value {value} for configuration {name}: Not a number of type INT") from None
-    setting = BROKER_DEFAULTS[name][len("group.share."):]
-    lo, hi = cfg.get_int(f"group.share.min.{setting}"), cfg.get_int(f"group.share.max.{setting}")
+    kind, setting = name.split(".", 1)  # consumer / share, and the setting bounded by the broker's
+    lo, hi = cfg.get_int(f"group.{kind}.min.{setting}"), cfg.get_int(f"group.{kind}.max.{setting}")
     if not lo <= n <= hi:
         raise E.InvalidConfigError(f"Invalid value {value} for configuration {name}: "
                                    f"Value must be in the range [{lo}, {hi}]")
@@ -112,6 +119,12 @@ class GroupConfigs(ABC):
                     raise E.InvalidConfigError(f"Unknown group config name: {name}")
             else:
                 raise E.InvalidRequestError(f"operation {op} is not valid for group configs")
+        after = changed(self.of(group_id), ops)
+        for kind in ("consumer", "share"):
+            interval, timeout = (int(after.get(f"{kind}.{n}") or self.default(f"{kind}.{n}"))
+                                 for n in ("heartbeat.interval.ms", "session.timeout.ms"))
+            if interval >= timeout:
+                raise E.InvalidConfigError(f"{kind}.heartbeat.interval.ms must be less than {kind}.session.timeout.ms")
         if not validate_only:
             await self.write(group_id, ops)
 
