@@ -485,10 +485,21 @@ class GroupCoordinator:
         if not group.is_(PREPARING):
             return
         for m in group.not_yet_rejoined():
+            if m.group_instance_id is not None:
+                continue  # a static member stays, as in Kafka (KIP-345): its partitions wait for it
             log.info("group %s: member %s did not rejoin in time", group.group_id, m.member_id)
             if m.heartbeat_timer is not None:
                 m.heartbeat_timer.cancel()
             group.remove(m.member_id)
+        joined = [m.member_id for m in group.members.values() if m.awaiting_join]
+        if group.members and not joined:
+            # only static members are left and none rejoined: wait once more (Kafka's onCompleteJoin);
+            # their sessions end it if they never come back
+            log.info("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
+            group.join_timer = self._later(group.max_rebalance_timeout_ms(), self._complete_join, group)
+            return
+        if group.leader_id not in joined and joined:
+            group.leader_id = joined[0]  # the leader did not rejoin: a member that did leads (maybeElectNewJoinedLeader)
         group.generation += 1
         now = now_ms()
         if not group.members:

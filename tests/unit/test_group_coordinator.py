@@ -179,6 +179,34 @@ def test_a_static_member_rejoining_with_a_protocol_that_changes_the_groups_choic
     run(tmp_path, body)
 
 
+def test_a_static_member_that_does_not_rejoin_in_time_stays_in_the_next_generation(tmp_path):
+    """Kafka's onCompleteJoin removes only the dynamic members that did not rejoin: a static one
+    (KIP-345) stays, its old subscription in the leader's member list, and a member that did
+    rejoin leads when the leader did not; it is removed only when its session ends."""
+    async def body(broker, gc):
+        def static(instance: str, member: str = ""):  # a 10 s session, a 1 s rebalance timeout
+            return gc.join_group("g", member, instance, "client", "/127.0.0.1", 10_000, 1000, "consumer",
+                                 PROTOCOLS, require_known_member_id=False)
+
+        one, two = await asyncio.gather(static("inst-1"), static("inst-2"))
+        leader, follower = (one, two) if one.leader == one.member_id else (two, one)
+        await asyncio.gather(
+            gc.sync_group("g", 1, leader.member_id, None, None, None, [(one.member_id, b"A"), (two.member_id, b"B")]),
+            gc.sync_group("g", 1, follower.member_id, None, None, None, []))
+        # a new dynamic member: a rebalance the follower rejoins and the (silent) leader does not
+        joining = asyncio.ensure_future(join(gc, known=False, session=1000))
+        await asyncio.sleep(0.1)
+        rejoined = await static("inst-1" if follower is one else "inst-2", follower.member_id)
+        third = await joining
+        assert rejoined.error == third.error == 0 and rejoined.generation == third.generation == 2
+        assert rejoined.leader in (rejoined.member_id, third.member_id)  # one that rejoined leads
+        lead = rejoined if rejoined.leader == rejoined.member_id else third
+        assert sorted(m[0] for m in lead.members) == sorted([one.member_id, two.member_id, third.member_id])
+        assert leader.member_id in gc.groups["g"].members
+        assert gc.describe_group("g").state == "CompletingRebalance"
+    run(tmp_path, body, **{"group.initial.rebalance.delay.ms": "50"})
+
+
 def test_offsets_commit_fetch_delete_and_group_deletion(tmp_path):
     async def body(broker, gc):
         entries = [OffsetCommitEntry("t", 0, 10, 3, "meta"), OffsetCommitEntry("t", 1, 20, -1, None)]
