@@ -30,28 +30,10 @@ ZOOKEEPER_PORT = 2181
 
 
 class NamespaceZooKeeper(ZooKeeperServer):
-    """Debian's ZooKeeper listening on 127.0.0.10 only."""
+    """Debian's ZooKeeper listening on 127.0.0.10 only (started once `srvr` there names its mode)."""
 
     def __init__(self, data_dir: Path) -> None:
-        super().__init__(data_dir, ZOOKEEPER_PORT)
-
-    @property
-    def connect(self) -> str:
-        return f"{ZOOKEEPER_ADDRESS}:{self.port}"
-
-    def command(self) -> list[str]:
-        cmd = super().command()
-        cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(cfg.read_text().replace("clientPortAddress=127.0.0.1", f"clientPortAddress={ZOOKEEPER_ADDRESS}"))
-        return cmd
-
-    def ruok(self) -> bool:
-        try:
-            with socket.create_connection((ZOOKEEPER_ADDRESS, self.port), timeout=1.0) as s:
-                s.sendall(b"ruok")
-                return s.recv(4) == b"imok"
-        except OSError:
-            return False
+        super().__init__(data_dir, ZOOKEEPER_PORT, host=ZOOKEEPER_ADDRESS)
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
